@@ -1,0 +1,36 @@
+# make demo  - set up .venv and write demo-report/index.html with the embedded default backbone
+# make test  - set up .venv and run the offline test suite
+# make bench - set up .venv and run the benchmarks (writes benchmarks/results/*.json)
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.frozenvit-installed
+EXTRAS ?= dev,control
+THREADS ?= 2
+export HF_HUB_OFFLINE := 1
+export MUJOCO_GL ?= egl
+export PYOPENGL_PLATFORM ?= egl
+
+.PHONY: demo test bench setup clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch first, pinned to the wheels on local disk (CPU machines run the CUDA build on CPU)
+	$(PY) -m pip install -q "torch==2.14.1" "torchvision==0.29.1"
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/frozenvit demo --out demo-report --threads $(THREADS)
+
+test: $(STAMP)
+	$(PY) -m pytest tests
+
+bench: $(STAMP)
+	$(PY) benchmarks/run_all.py --threads $(THREADS)
+
+clean:
+	rm -rf $(VENV) demo-report .pytest_cache

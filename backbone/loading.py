@@ -1,0 +1,189 @@
+"""`load_backbone`: any timm ViT (hub name, local file, or the embedded default), frozen."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import timm
+import torch
+
+from .artifacts import sha256_file
+from .config import BackboneConfig, Grid
+from .errors import BackboneUnavailable, GridMismatch
+from .model import FrozenBackbone
+from .weights import hub_is_allowed, offline_message, read_state_dict, resample_pos_embed
+
+log = logging.getLogger("frozenvit.backbone")
+ASSETS = Path(__file__).parent / "assets"
+DEFAULT_SPEC = ASSETS / "default.json"
+
+
+def _size2(s: int | tuple[int, int] | list[int]) -> tuple[int, int]:
+    return (int(s), int(s)) if isinstance(s, int) else (int(s[0]), int(s[1]))
+
+
+def default_spec() -> dict:
+    """The embedded default's description (backbone/assets/default.json)."""
+    if not DEFAULT_SPEC.is_file():
+        raise BackboneUnavailable(
+            "no embedded default backbone is shipped in this build (backbone/assets/default.json is missing). "
+            "Name a timm model with local weights: load_backbone('vit_small_patch14_dinov2', weights='file.safetensors')")
+    return json.loads(DEFAULT_SPEC.read_text())
+
+
+def load_backbone(name: str | None = None, weights: str | os.PathLike | None = None,
+                  img_size: int | tuple[int, int] | None = None, *, pretrained: bool = True,
+                  resize: str = "stretch", allow_interpolation: bool = True, verify: bool = True,
+                  **model_kwargs: Any) -> FrozenBackbone:
+    """Build a frozen backbone.
+
+    name: a timm model name (ViTs: vit_*, deit_*, *dinov2*, incl. registers and distilled; CNNs are
+        built features_only). None: the embedded default shipped in backbone/assets/.
+    weights: a local .safetensors or .pth (loaded with weights_only=True, never unpickled).
+    img_size: build at this input size; absolute position embeddings are resampled (bicubic) from
+        the weights' grid. allow_interpolation=False raises GridMismatch instead.
+    pretrained: False builds RANDOM weights on purpose (tests, baselines); it is recorded in the config.
+    resize: preprocessing policy, "stretch" or "pad" (keep aspect, pad with the mean colour).
+    model_kwargs: passed to timm.create_model (e.g. depth=2 for tiny test models).
+
+    Raises BackboneUnavailable when weights cannot be had (offline hub name: within ~2 s).
+    """
+    sha = None
+    if name is None:
+        if weights is not None:
+            raise ValueError("weights given without a model name: pass the timm name too")
+        spec = default_spec()
+        name = spec["arch"]
+        weights = ASSETS / spec["file"]
+        model_kwargs = {**spec.get("model_kwargs", {}), **model_kwargs}
+        img_size = img_size or spec.get("img_size")
+        overrides = {k: spec[k] for k in ("mean", "std", "interpolation", "crop_pct") if k in spec}
+        if verify and spec.get("sha256"):
+            sha = sha256_file(weights)
+            if sha != spec["sha256"]:
+                raise BackboneUnavailable(f"{weights} does not match the checksum in default.json; reinstall frozenvit")
+    else:
+        overrides = {}
+    if name not in timm.list_models() and name not in timm.list_models(pretrained=True):
+        raise BackboneUnavailable(f"timm has no model named {name!r} (timm {timm.__version__}); "
+                                  "see timm.list_models('vit*')")
+
+    is_vit = _is_vit(name, model_kwargs)
+    kwargs = dict(model_kwargs)
+    if img_size is not None and is_vit:
+        kwargs["img_size"] = _size2(img_size)
+    if not is_vit:
+        kwargs.setdefault("features_only", True)
+
+    if weights is not None:
+        sd = read_state_dict(weights)
+        sha = sha or sha256_file(weights)
+        model = timm.create_model(name, pretrained=False, **kwargs)
+        if is_vit:
+            sd = _fit_pos_embed(model, sd, allow_interpolation)
+            from timm.models.vision_transformer import checkpoint_filter_fn
+            sd = checkpoint_filter_fn(sd, model) if _needs_filter(sd) else sd
+        _load_strict(model, sd, weights)
+    elif pretrained:
+        ok, reason = hub_is_allowed()
+        if not ok:
+            raise BackboneUnavailable(offline_message(name, reason))
+        model = timm.create_model(name, pretrained=True, **kwargs)   # timm resamples pos_embed itself
+    else:
+        log.warning("building %s with RANDOM weights (pretrained=False)", name)
+        model = timm.create_model(name, pretrained=False, **kwargs)
+
+    if not is_vit and img_size is not None:
+        overrides["input_size"] = (3, *_size2(img_size))
+    config = _derive_config(model, name, is_vit, sha, pretrained or weights is not None, overrides)
+    return FrozenBackbone(model, config, resize=resize)
+
+
+def _is_vit(name: str, kwargs: dict) -> bool:
+    """Plain/DeiT/DINOv2 ViTs (timm's VisionTransformer family); anything else is built as a CNN."""
+    if kwargs.get("features_only"):
+        return False
+    mod = timm.models.model_entrypoint(name).__module__
+    return mod.endswith((".vision_transformer", ".deit"))
+
+
+def _needs_filter(sd: dict) -> bool:
+    """Original-repo checkpoints (DINOv2 `mask_token`, packed `blocks.N.ls1.gamma`, ...) need timm's key filter."""
+    return any(k.endswith(("ls1.gamma", "ls2.gamma")) or k == "mask_token" or k.startswith(("trunk.", "visual."))
+               for k in sd)
+
+
+def _fit_pos_embed(model: torch.nn.Module, sd: dict, allow: bool) -> dict:
+    if "pos_embed" not in sd or getattr(model, "pos_embed", None) is None:
+        return sd
+    want = model.pos_embed.shape
+    have = sd["pos_embed"].shape
+    if have == want:
+        return sd
+    num_prefix = 0 if getattr(model, "no_embed_class", False) else model.num_prefix_tokens
+    new_grid = tuple(model.patch_embed.grid_size)
+    n_old = have[1] - num_prefix
+    side = int(round(n_old ** 0.5))
+    if side * side != n_old:
+        raise GridMismatch(f"checkpoint position embeddings have {have[1]} rows; cannot infer a square grid "
+                           f"with {num_prefix} prefix tokens")
+    if not allow:
+        raise GridMismatch(f"checkpoint position embeddings are for a {side}x{side} grid, the model is built at "
+                           f"{new_grid[0]}x{new_grid[1]}; pass allow_interpolation=True to resample them, or "
+                           f"img_size={side * model.patch_embed.patch_size[0]} to build at the checkpoint's size")
+    sd = dict(sd)
+    sd["pos_embed"] = resample_pos_embed(sd["pos_embed"], new_grid, num_prefix, (side, side))
+    return sd
+
+
+def _load_strict(model: torch.nn.Module, sd: dict, source: Any) -> None:
+    want = model.state_dict()
+    sd = {k: v.to(want[k].dtype) if k in want else v for k, v in sd.items()}
+    missing, unexpected = [k for k in want if k not in sd], [k for k in sd if k not in want]
+    # heads are irrelevant to a frozen feature extractor: allow them to be absent or extra
+    head = ("head.", "head_dist.", "fc_norm.", "fc.", "classifier.")
+    missing_core = [k for k in missing if not k.startswith(head)]
+    unexpected_core = [k for k in unexpected if not k.startswith(head)]
+    if missing_core or unexpected_core:
+        raise BackboneUnavailable(
+            f"{source} does not fit {type(model).__name__}: missing {missing_core[:6]}{'...' if len(missing_core) > 6 else ''}, "
+            f"unexpected {unexpected_core[:6]}{'...' if len(unexpected_core) > 6 else ''}; is it the right model name?")
+    for k, v in sd.items():
+        if k in want and v.shape != want[k].shape:
+            raise GridMismatch(f"{source}: {k} has shape {tuple(v.shape)}, the model expects {tuple(want[k].shape)}")
+    model.load_state_dict({k: v for k, v in sd.items() if k in want}, strict=False)
+
+
+def _derive_config(model: torch.nn.Module, name: str, is_vit: bool, sha: str | None, pretrained: bool,
+                   overrides: dict) -> BackboneConfig:
+    data = timm.data.resolve_model_data_config(model)
+    data.update(overrides)
+    n_params = sum(p.numel() for p in model.parameters())
+    if is_vit:
+        pe = model.patch_embed
+        img = tuple(pe.img_size)
+        patch = pe.patch_size[0]
+        Grid(img[0], img[1], patch)  # raises GridMismatch when it does not divide
+        num_reg = int(getattr(model, "num_reg_tokens", 0) or 0)
+        has_dist = getattr(model, "dist_token", None) is not None
+        has_cls = getattr(model, "cls_token", None) is not None
+        return BackboneConfig(
+            name=name, kind="vit", img_size=img, patch_size=patch, grid=tuple(pe.grid_size),
+            embed_dim=model.embed_dim, depth=len(model.blocks), num_prefix_tokens=model.num_prefix_tokens,
+            has_cls=has_cls, num_registers=num_reg, has_dist_token=has_dist,
+            mean=tuple(float(m) for m in data["mean"]), std=tuple(float(s) for s in data["std"]),
+            interpolation=str(data.get("interpolation", "bicubic")), crop_pct=float(data.get("crop_pct", 1.0)),
+            weights_sha256=sha, pretrained=pretrained, num_params=n_params)
+    info = model.feature_info
+    size = tuple(data["input_size"][1:])
+    red = info.reduction()[-1]
+    return BackboneConfig(
+        name=name, kind="cnn", img_size=size, patch_size=red, grid=(size[0] // red, size[1] // red),
+        embed_dim=info.channels()[-1], depth=len(info.channels()), num_prefix_tokens=0, has_cls=False,
+        num_registers=0, has_dist_token=False, mean=tuple(float(m) for m in data["mean"]),
+        std=tuple(float(s) for s in data["std"]), interpolation=str(data.get("interpolation", "bilinear")),
+        crop_pct=float(data.get("crop_pct", 0.875)), weights_sha256=sha, pretrained=pretrained,
+        num_params=n_params)

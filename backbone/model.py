@@ -1,0 +1,154 @@
+"""FrozenBackbone: a timm model kept frozen that hands out grids of patch tokens."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from .config import BackboneConfig
+from .errors import GridMismatch
+from .preprocess import Batch, GridMapping, Preprocess
+
+
+@dataclass
+class PatchGrids:
+    """Patch tokens of chosen blocks as image-like grids, prefix tokens kept apart."""
+    grids: dict[int, torch.Tensor]                          # block -> (B, C, h, w)
+    prefix: dict[int, torch.Tensor] = field(default_factory=dict)  # block -> (B, P, C)
+    mappings: list[GridMapping] | None = None              # one per image, None when pixels were given
+    num_registers: int = 0
+    has_cls: bool = True
+    has_dist_token: bool = False
+
+    def __getitem__(self, block: int) -> torch.Tensor:
+        return self.grids[block]
+
+    @property
+    def blocks(self) -> list[int]:
+        return list(self.grids)
+
+    def cls(self, block: int) -> torch.Tensor | None:
+        """(B, C) CLS token at `block`, or None for models without one."""
+        if not self.has_cls or block not in self.prefix:
+            return None
+        return self.prefix[block][:, 0]
+
+    def registers(self, block: int) -> torch.Tensor | None:
+        """(B, R, C) register tokens, or None."""
+        if not self.num_registers or block not in self.prefix:
+            return None
+        start = int(self.has_cls) + int(self.has_dist_token)   # timm order: cls, dist, registers
+        return self.prefix[block][:, start:start + self.num_registers]
+
+    def dist(self, block: int) -> torch.Tensor | None:
+        """(B, C) distillation token (DeiT distilled models), or None."""
+        if not self.has_dist_token or block not in self.prefix:
+            return None
+        return self.prefix[block][:, int(self.has_cls)]
+
+
+class FrozenBackbone(nn.Module):
+    """A timm ViT (or CNN, features_only) in eval mode with gradients off.
+
+    Use `load_backbone` to build one. `patch_grids` is the one call applications need.
+    """
+
+    def __init__(self, model: nn.Module, config: BackboneConfig, resize: str = "stretch") -> None:
+        super().__init__()
+        self.model = model.eval().requires_grad_(False)
+        self.config = config
+        self.preprocess = Preprocess(config, resize=resize)
+
+    # nn.Module.train() must not unfreeze the backbone by accident
+    def train(self, mode: bool = True) -> "FrozenBackbone":
+        return super().train(False)
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def weights_sha256(self) -> str | None:
+        return self.config.weights_sha256
+
+    def __repr__(self) -> str:
+        return f"FrozenBackbone({self.config.name!r}, grid={self.config.grid}, dim={self.config.embed_dim})"
+
+    def resolve_blocks(self, blocks: int | Iterable[int] | None) -> list[int]:
+        """0-based block indices, negatives from the end; default: the last block."""
+        depth = self.config.depth
+        if blocks is None:
+            blocks = [depth - 1]
+        elif isinstance(blocks, int):
+            blocks = [blocks]
+        out = []
+        for b in blocks:
+            i = b + depth if b < 0 else b
+            if not 0 <= i < depth:
+                raise ValueError(f"block {b} out of range for a {depth}-block backbone")
+            if i not in out:
+                out.append(i)
+        return out
+
+    @torch.inference_mode()
+    def forward_pixels(self, pixels: torch.Tensor, blocks: Sequence[int], norm: bool = False
+                       ) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
+        """Normalised (B, 3, H, W) -> ({block: (B, C, h, w)}, {block: (B, P, C)}); stops after the last block asked."""
+        H, W = pixels.shape[-2:]
+        if (H, W) != tuple(self.config.img_size):
+            raise GridMismatch(f"pixels are {H}x{W}, the backbone is built for {self.config.img_size[0]}x"
+                               f"{self.config.img_size[1]}; rebuild with load_backbone(..., img_size=({H}, {W})) "
+                               "or pass images through bb.preprocess")
+        if self.config.kind == "cnn":
+            feats = self.model(pixels)
+            grids = {b: feats[b].float() for b in blocks}
+            return grids, {b: pixels.new_zeros(pixels.shape[0], 0, feats[b].shape[1]) for b in blocks}
+        outs = self.model.forward_intermediates(pixels, indices=list(blocks), return_prefix_tokens=True,
+                                                norm=norm, stop_early=True, output_fmt="NCHW",
+                                                intermediates_only=True)
+        grids, prefix = {}, {}
+        for b, (grid, pre) in zip(blocks, outs):
+            grids[b] = grid.float()            # (B, C, h, w)
+            prefix[b] = pre.float()            # (B, P, C)
+        return grids, prefix
+
+    def patch_grids(self, images: Any, blocks: int | Iterable[int] | None = None, norm: bool = False,
+                    batch_size: int = 32, progress: bool | None = None, check: bool = True) -> PatchGrids:
+        """Patch-token grids of `blocks` for a list of images or a normalised (B, 3, H, W) tensor.
+
+        Images (PIL or uint8 numpy, any size/layout) go through `self.preprocess`; a tensor is
+        checked to look normalised with this checkpoint's statistics (`check=False` skips that).
+        Deterministic; batched; a progress bar shows for long lists (progress=None: when > 4 batches).
+        """
+        idx = self.resolve_blocks(blocks)
+        mappings: list[GridMapping] | None = None
+        if isinstance(images, torch.Tensor):
+            if check:
+                self.preprocess.check(images)
+            n = images.shape[0]
+            def get(i: int, j: int) -> torch.Tensor:
+                return images[i:j]
+        else:
+            if not isinstance(images, (list, tuple)):
+                images = [images]
+            n = len(images)
+            mappings = []
+            def get(i: int, j: int) -> torch.Tensor:
+                batch: Batch = self.preprocess(images[i:j])
+                mappings.extend(batch.mappings)
+                return batch.pixels
+        starts = range(0, n, batch_size)
+        show = progress if progress is not None else len(starts) > 4
+        parts_g: dict[int, list[torch.Tensor]] = {b: [] for b in idx}
+        parts_p: dict[int, list[torch.Tensor]] = {b: [] for b in idx}
+        for i in tqdm(starts, desc="patch grids", unit="batch", disable=not show, leave=False):
+            g, p = self.forward_pixels(get(i, min(i + batch_size, n)), idx, norm=norm)
+            for b in idx:
+                parts_g[b].append(g[b])
+                parts_p[b].append(p[b])
+        c = self.config
+        return PatchGrids({b: torch.cat(parts_g[b]) for b in idx}, {b: torch.cat(parts_p[b]) for b in idx},
+                          mappings, c.num_registers, c.has_cls, c.has_dist_token)

@@ -1,0 +1,222 @@
+"""Images in any common layout -> the normalised batch a checkpoint expects, with checks.
+
+Every image keeps a `GridMapping` back to its original pixels, so a token-level map can be
+drawn on the original image whatever the resize policy was.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from PIL import Image
+
+from .config import BackboneConfig
+from .errors import ImageFormatError, PreprocessingMismatch
+
+_PIL_FILTERS = {
+    "nearest": Image.Resampling.NEAREST,
+    "bilinear": Image.Resampling.BILINEAR,
+    "bicubic": Image.Resampling.BICUBIC,
+    "lanczos": Image.Resampling.LANCZOS,
+    "box": Image.Resampling.BOX,
+    "hamming": Image.Resampling.HAMMING,
+}
+RESIZE_POLICIES = ("stretch", "pad")
+
+
+@dataclass(frozen=True)
+class GridMapping:
+    """Where one original image sits on the model canvas.
+
+    The original region `[y0, y1) x [x0, x1)` (original pixel units; it extends beyond the
+    image when the policy padded) is mapped linearly onto the model canvas `model_size`.
+    """
+    orig_size: tuple[int, int]                  # (H0, W0) original pixels
+    model_size: tuple[int, int]                 # (H, W) model canvas pixels
+    content_box: tuple[int, int, int, int]      # (top, left, height, width) of the image on the canvas
+    region: tuple[float, float, float, float]   # (y0, x0, y1, x1) in original pixels covering the canvas
+
+    def to_original(self, values: np.ndarray | torch.Tensor) -> np.ndarray:
+        """Resample a map over the model canvas, (h, w) tokens or (H, W) pixels, to (H0, W0).
+
+        Bilinear at original pixel centres (half-pixel convention), edges clamped.
+        """
+        arr = values.detach().cpu().numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
+        if arr.ndim != 2:
+            raise ValueError(f"expected a 2-D map, got shape {arr.shape}")
+        arr = arr.astype(np.float32, copy=False)
+        h, w = arr.shape
+        H0, W0 = self.orig_size
+        y0, x0, y1, x1 = self.region
+        ys = ((np.arange(H0) + 0.5) - y0) / (y1 - y0) * h - 0.5   # (H0,) map coordinates
+        xs = ((np.arange(W0) + 0.5) - x0) / (x1 - x0) * w - 0.5   # (W0,)
+        return _interp_rows(_interp_rows(arr, ys), xs, axis=1)
+
+    def canvas_mask(self) -> np.ndarray:
+        """(H, W) bool: True where the canvas shows image content (False on padding)."""
+        m = np.zeros(self.model_size, dtype=bool)
+        t, l, hh, ww = self.content_box
+        m[t:t + hh, l:l + ww] = True
+        return m
+
+
+def _interp_rows(arr: np.ndarray, coords: np.ndarray, axis: int = 0) -> np.ndarray:
+    """Linear interpolation of `arr` along `axis` at fractional `coords`, clamped at the edges."""
+    n = arr.shape[axis]
+    c = np.clip(coords, 0, n - 1)
+    lo = np.floor(c).astype(np.int64)
+    hi = np.minimum(lo + 1, n - 1)
+    t = (c - lo).astype(np.float32)
+    a, b = np.take(arr, lo, axis=axis), np.take(arr, hi, axis=axis)
+    t = t[:, None] if axis == 0 else t[None, :]
+    return a * (1 - t) + b * t
+
+
+@dataclass
+class Batch:
+    pixels: torch.Tensor                # (B, 3, H, W) float32, normalised
+    mappings: list[GridMapping]
+
+
+def to_rgb_uint8(image: Any, name: str = "image") -> np.ndarray:
+    """PIL image or numpy array -> (H, W, 3) uint8. Gray, RGBA and 16-bit are converted.
+
+    Raises ImageFormatError for layouts that cannot be an image and PreprocessingMismatch for
+    float arrays (their scale is ambiguous: pass uint8).
+    """
+    if isinstance(image, Image.Image):
+        if image.mode in ("I;16", "I;16B", "I;16L", "I"):
+            return to_rgb_uint8(np.asarray(image), name)
+        return np.asarray(image.convert("RGB"))
+    if isinstance(image, torch.Tensor):
+        raise ImageFormatError(f"{name}: a torch tensor; pass a (B,3,H,W) normalised tensor to patch_grids "
+                               "directly, or uint8 numpy/PIL images to preprocess")
+    if not isinstance(image, np.ndarray):
+        raise ImageFormatError(f"{name}: unsupported type {type(image).__name__}; pass PIL images or numpy arrays")
+    a = image
+    if a.ndim == 3 and a.shape[0] in (1, 3, 4) and a.shape[2] not in (1, 3, 4):
+        raise ImageFormatError(f"{name}: shape {a.shape} looks channels-first; pass (H, W, C), e.g. "
+                               "np.transpose(img, (1, 2, 0))")
+    if a.ndim == 3 and a.shape[2] == 1:
+        a = a[:, :, 0]
+    if a.ndim not in (2, 3) or (a.ndim == 3 and a.shape[2] not in (3, 4)):
+        raise ImageFormatError(f"{name}: shape {a.shape} is not (H, W), (H, W, 1), (H, W, 3) or (H, W, 4)")
+    if a.shape[0] < 1 or a.shape[1] < 1:
+        raise ImageFormatError(f"{name}: empty image of shape {a.shape}")
+    if a.dtype == np.uint16 or a.dtype == np.int32 and a.max() > 255:
+        a = (a.astype(np.float64) / 257.0).round().clip(0, 255).astype(np.uint8)   # 16-bit -> 8-bit
+    elif a.dtype == bool:
+        a = a.astype(np.uint8) * 255
+    elif np.issubdtype(a.dtype, np.floating):
+        lo, hi = float(np.nanmin(a)), float(np.nanmax(a))
+        hint = ("values in [0, 1]: use (img * 255).round().astype(np.uint8)" if lo >= 0 and hi <= 1 else
+                "values up to 255: use img.round().astype(np.uint8)" if lo >= 0 and hi <= 255 else
+                "values outside [0, 255] look normalised already: pass the raw uint8 image instead")
+        raise PreprocessingMismatch(f"{name}: float image (range {lo:.3g}..{hi:.3g}); preprocessing expects "
+                                    f"uint8 so that scale is unambiguous; {hint}")
+    elif a.dtype != np.uint8:
+        if a.min() < 0 or a.max() > 255:
+            raise ImageFormatError(f"{name}: dtype {a.dtype} with values outside 0..255")
+        a = a.astype(np.uint8)
+    if a.ndim == 2:
+        a = np.repeat(a[:, :, None], 3, axis=2)
+    elif a.shape[2] == 4:
+        a = a[:, :, :3]  # drop alpha
+    return np.ascontiguousarray(a)
+
+
+class Preprocess:
+    """Resize (stretch, or keep aspect and pad), scale to [0, 1], normalise with the checkpoint's stats."""
+
+    def __init__(self, config: BackboneConfig, resize: str = "stretch") -> None:
+        if resize not in RESIZE_POLICIES:
+            raise ValueError(f"resize must be one of {RESIZE_POLICIES}, got {resize!r}")
+        self.config = config
+        self.resize = resize
+        self.size = config.img_size
+        self.mean = torch.tensor(config.mean, dtype=torch.float32).view(3, 1, 1)
+        self.std = torch.tensor(config.std, dtype=torch.float32).view(3, 1, 1)
+        self.filter = _PIL_FILTERS.get(config.interpolation, Image.Resampling.BICUBIC)
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (f"Preprocess(size={c.img_size}, resize={self.resize!r}, interpolation={c.interpolation!r}, "
+                f"mean={c.mean}, std={c.std}, patch={c.patch_size}, grid={c.grid})")
+
+    def one(self, image: Any, name: str = "image") -> tuple[torch.Tensor, GridMapping]:
+        rgb = to_rgb_uint8(image, name)                                   # (H0, W0, 3) uint8
+        H0, W0 = rgb.shape[:2]
+        H, W = self.size
+        if self.resize == "stretch":
+            canvas = _resize(rgb, (H, W), self.filter)
+            box, region = (0, 0, H, W), (0.0, 0.0, float(H0), float(W0))
+        else:
+            s = min(H / H0, W / W0)
+            hh, ww = max(1, round(H0 * s)), max(1, round(W0 * s))
+            top, left = (H - hh) // 2, (W - ww) // 2
+            fill = tuple(int(round(m * 255)) for m in self.config.mean)   # pads normalise to ~0
+            canvas = np.empty((H, W, 3), dtype=np.uint8)
+            canvas[:] = fill
+            canvas[top:top + hh, left:left + ww] = _resize(rgb, (hh, ww), self.filter)
+            sy, sx = H0 / hh, W0 / ww                                     # original px per canvas px
+            box = (top, left, hh, ww)
+            region = (-top * sy, -left * sx, (H - top) * sy, (W - left) * sx)
+        x = torch.from_numpy(canvas).permute(2, 0, 1).float().div_(255.0)  # (3, H, W) in [0, 1]
+        x = (x - self.mean) / self.std
+        return x, GridMapping((H0, W0), (H, W), box, region)
+
+    def __call__(self, images: Sequence[Any] | Any) -> Batch:
+        if isinstance(images, (Image.Image, np.ndarray)) and not (isinstance(images, np.ndarray) and images.ndim == 4):
+            images = [images]
+        if len(images) == 0:
+            raise ImageFormatError("no images given")
+        xs, maps = zip(*(self.one(im, f"image {i}") for i, im in enumerate(images)))
+        return Batch(torch.stack(xs), list(maps))
+
+    def check(self, pixels: torch.Tensor) -> None:
+        """Raise PreprocessingMismatch unless `pixels` look like this checkpoint's normalised input."""
+        check_normalised(pixels, self.config)
+
+
+def _resize(rgb: np.ndarray, size: tuple[int, int], filt: Image.Resampling) -> np.ndarray:
+    if rgb.shape[:2] == tuple(size):
+        return rgb
+    return np.array(Image.fromarray(rgb).resize((size[1], size[0]), filt))
+
+
+def check_normalised(pixels: torch.Tensor, config: BackboneConfig, tol: float = 0.12) -> None:
+    """Heuristic checks that a (B, 3, H, W) float batch is normalised exactly once with config's stats.
+
+    Undo the normalisation: x * std + mean must then be an image in [0, 1] (up to resampling
+    overshoot `tol`). 0-255 floats, [0, 1] images without normalisation, batches normalised twice
+    or with other statistics all fail one of the tests below.
+    """
+    if not isinstance(pixels, torch.Tensor) or pixels.ndim != 4:
+        raise ImageFormatError(f"expected a (B, 3, H, W) tensor, got {getattr(pixels, 'shape', type(pixels))}")
+    if pixels.shape[1] != 3:
+        raise ImageFormatError(f"expected 3 channels, got {pixels.shape[1]} (shape {tuple(pixels.shape)}); "
+                               "convert gray/RGBA to RGB, or pass uint8 images and let preprocess do it")
+    if not pixels.is_floating_point():
+        raise PreprocessingMismatch(f"tensor of dtype {pixels.dtype}: pass uint8 images (numpy/PIL) to preprocess, "
+                                    "or a float tensor normalised with the checkpoint's mean/std")
+    x = pixels.detach().float()
+    hi, lo = float(x.max()), float(x.min())
+    if hi > 20:
+        raise PreprocessingMismatch(
+            f"values up to {hi:.1f}: this looks like a 0-255 image, not a normalised batch. Pass uint8 images "
+            f"to bb.preprocess, or divide by 255 and normalise with mean={config.mean}, std={config.std}")
+    mean = torch.tensor(config.mean).view(1, 3, 1, 1)
+    std = torch.tensor(config.std).view(1, 3, 1, 1)
+    raw = x * std + mean                                              # what the image was in [0, 1]
+    rlo, rhi = float(raw.min()), float(raw.max())
+    if rlo < -tol or rhi > 1 + tol:
+        raise PreprocessingMismatch(
+            f"after undoing this checkpoint's normalisation (mean={config.mean}, std={config.std}) values span "
+            f"{rlo:.2f}..{rhi:.2f}, outside [0, 1]: the batch was normalised twice or with other statistics. "
+            "Pass raw uint8 images to bb.preprocess instead")
+    if lo >= 0 and hi <= 1 and x.numel() >= 3 * 32 * 32 and float(x.std()) > 0.01:
+        raise PreprocessingMismatch(
+            "all values lie in [0, 1] with none below 0: this looks like an image scaled to [0, 1] but not "
+            f"normalised. Normalise with mean={config.mean}, std={config.std}, or pass uint8 images to bb.preprocess")

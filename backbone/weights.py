@@ -1,0 +1,84 @@
+"""Weights: local files without unpickling, position-embedding resampling, the offline gate."""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+from pathlib import Path
+
+import torch
+
+from .errors import BackboneUnavailable, GridMismatch
+
+log = logging.getLogger("frozenvit.backbone")
+
+
+def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """Load a `.safetensors` or `.pth/.pt/.bin` file as a flat state dict. Never unpickles code."""
+    path = Path(path)
+    if not path.is_file():
+        raise BackboneUnavailable(f"weights file {path} does not exist")
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        sd = load_file(str(path))
+    elif path.suffix in (".pth", ".pt", ".bin", ".ckpt"):
+        try:
+            sd = torch.load(str(path), map_location="cpu", weights_only=True)
+        except Exception as e:  # pickle.UnpicklingError and friends
+            raise BackboneUnavailable(
+                f"{path} cannot be loaded with weights_only=True ({type(e).__name__}: {str(e)[:200]}). It holds "
+                "pickled code, which frozenvit never runs; re-save it as a plain state dict or .safetensors") from e
+        for key in ("state_dict", "model", "module", "teacher", "student"):
+            if isinstance(sd, dict) and key in sd and isinstance(sd[key], dict):
+                sd = sd[key]
+                break
+    else:
+        raise BackboneUnavailable(f"{path}: unknown weights format {path.suffix!r}; use .safetensors or .pth")
+    if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+        raise BackboneUnavailable(f"{path} does not hold a flat dict of tensors")
+    return {k.removeprefix("module."): v for k, v in sd.items()}
+
+
+def resample_pos_embed(pos: torch.Tensor, new_grid: tuple[int, int], num_prefix: int,
+                       old_grid: tuple[int, int] | None = None) -> torch.Tensor:
+    """(1, P + h*w, C) -> (1, P + h'*w', C): bicubic on the grid, the P prefix rows untouched.
+
+    Returns `pos` itself when the grid is unchanged (identity, bit for bit).
+    """
+    from timm.layers import resample_abs_pos_embed
+
+    n = pos.shape[1] - num_prefix
+    if old_grid is None:
+        side = math.isqrt(n)
+        if side * side != n:
+            raise GridMismatch(f"position embedding of {n} tokens is not square; pass the old grid explicitly")
+        old_grid = (side, side)
+    if tuple(old_grid) == tuple(new_grid):
+        return pos
+    out = resample_abs_pos_embed(pos.float(), list(new_grid), list(old_grid), num_prefix_tokens=num_prefix,
+                                 interpolation="bicubic", antialias=True)
+    log.info("position embeddings resampled from %dx%d to %dx%d tokens (bicubic, %d prefix tokens kept)",
+             old_grid[0], old_grid[1], new_grid[0], new_grid[1], num_prefix)
+    return out.to(pos.dtype)
+
+
+def hub_is_allowed(timeout: float = 1.5) -> tuple[bool, str]:
+    """Whether a hub download can work now, decided in at most ~`timeout` seconds."""
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        if os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on"):
+            return False, f"{var} is set"
+    host = os.environ.get("HF_ENDPOINT", "https://huggingface.co").split("://")[-1].split("/")[0]
+    try:
+        with socket.create_connection((host, 443), timeout=timeout):
+            return True, "network reachable"
+    except OSError as e:
+        return False, f"{host} unreachable ({e.__class__.__name__})"
+
+
+def offline_message(name: str, reason: str) -> str:
+    return (f"cannot download pretrained weights for {name!r}: {reason}. Pass a local file instead: "
+            f"load_backbone({name!r}, weights='path/to/{name}.safetensors')  (or .pth; CLI: --weights FILE). "
+            "Or call load_backbone() with no name for the embedded offline default, or pretrained=False for "
+            "random weights.")

@@ -1,0 +1,1 @@
+"""control (not built yet)."""

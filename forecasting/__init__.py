@@ -1,0 +1,1 @@
+"""forecasting (not built yet)."""
