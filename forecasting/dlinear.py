@@ -1,0 +1,51 @@
+"""DLinear (Zeng et al., AAAI 2023): moving-average decomposition, one linear map per part.
+
+    x (B, C, L) -> [RevIN] -> trend = moving average (kernel 25, edge replication), seasonal = x - trend
+      -> Linear_L->h(seasonal) + Linear_L->h(trend) (shared by all channels) -> (B, C, h)
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .layers import RevIN, moving_average
+from .training import NeuralForecaster
+
+
+class DLinearNet(nn.Module):
+    def __init__(self, input_size: int, h: int, kernel_size: int = 25, revin: bool = True) -> None:
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.revin = RevIN(affine=False) if revin else None
+        self.seasonal = nn.Linear(input_size, h)
+        self.trend = nn.Linear(input_size, h)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, C, L) -> forecasts (B, C, h)."""
+        if self.revin is not None:
+            x, stats = self.revin.normalize(x)                         # (B, C, L)
+        trend = moving_average(x, self.kernel_size)                    # (B, C, L)
+        y = self.seasonal(x - trend) + self.trend(trend)               # (B, C, h)
+        return self.revin.denormalize(y, stats) if self.revin is not None else y
+
+
+class DLinear(NeuralForecaster):
+    """DLinear forecaster with the same training loop as PatchTST.
+
+    `revin` normalises each window (needed when series have very different levels, as in M4);
+    the paper's DLinear runs on globally standardised data without it (`revin=False`).
+    """
+
+    def __init__(self, h: int, input_size: int = 336, kernel_size: int = 25, revin: bool = True,
+                 loss: str = "mse", lr: float = 1e-3, lr_decay: float = 0.9, lr_decay_after: int = 3,
+                 max_epochs: int = 20, patience: int = 5, batch_size: int = 128,
+                 windows_per_epoch: int | None = None, val_size: int | None = None, seed: int = 0,
+                 progress: bool | None = None, device: str = "cpu") -> None:
+        self.h, self.input_size, self.kernel_size, self.revin = h, input_size, kernel_size, revin
+        self.loss, self.lr, self.lr_decay, self.lr_decay_after = loss, lr, lr_decay, lr_decay_after
+        self.max_epochs, self.patience, self.batch_size = max_epochs, patience, batch_size
+        self.windows_per_epoch, self.val_size, self.seed = windows_per_epoch, val_size, seed
+        self.progress, self.device = progress, device
+
+    def _build(self) -> nn.Module:
+        return DLinearNet(self.input_size, self.h, self.kernel_size, self.revin)

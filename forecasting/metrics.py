@@ -1,0 +1,88 @@
+"""Point-forecast metrics and the Diebold-Mariano test. Pure numpy functions.
+
+MASE follows the M4 competition: the absolute error divided by the in-sample mean absolute
+seasonal difference of the history the forecast was made from (nothing after the cutoff).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from .errors import SeriesError
+
+
+def mase_scale(history: np.ndarray, season_length: int) -> float:
+    """Mean |y_t - y_{t-m}| over the history (T,); NaN when it is zero (a constant history)."""
+    history = np.asarray(history, dtype=float)
+    if history.size <= season_length:
+        raise SeriesError(f"MASE needs more than season_length={season_length} values of history, "
+                          f"got {history.size}; use a longer history or a smaller season_length")
+    s = float(np.mean(np.abs(history[season_length:] - history[:-season_length])))
+    return s if s > 0 else float("nan")
+
+
+def abs_error(y: np.ndarray, f: np.ndarray) -> np.ndarray:
+    return np.abs(np.asarray(y, float) - np.asarray(f, float))
+
+
+def sq_error(y: np.ndarray, f: np.ndarray) -> np.ndarray:
+    return (np.asarray(y, float) - np.asarray(f, float)) ** 2
+
+
+def smape_terms(y: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """200 |y - f| / (|y| + |f|) elementwise (M4's sMAPE, in percent); 0 where both are 0."""
+    y, f = np.asarray(y, float), np.asarray(f, float)
+    den = np.abs(y) + np.abs(f)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, 200.0 * np.abs(y - f) / den, 0.0)
+
+
+def mase(y: np.ndarray, f: np.ndarray, history: np.ndarray, season_length: int) -> float:
+    """MASE of one forecast `f` (h,) of `y` (h,) made from `history` (T,)."""
+    return float(np.mean(abs_error(y, f)) / mase_scale(history, season_length))
+
+
+def smape(y: np.ndarray, f: np.ndarray) -> float:
+    return float(np.mean(smape_terms(y, f)))
+
+
+@dataclass(frozen=True)
+class DMResult:
+    statistic: float      # negative: the first forecast has the lower loss
+    p_value: float        # two-sided
+    n: int
+    mean_diff: float      # mean loss differential (first minus second)
+
+
+def diebold_mariano(d: np.ndarray, lag: int = 0, harvey: bool = True) -> DMResult:
+    """Diebold-Mariano test on a loss-differential sequence `d` (n,), e.g. |e1| - |e2|.
+
+    The long-run variance is the Newey-West (Bartlett) sum of autocovariances up to `lag`
+    (h - 1 for h-step forecasts). With `harvey` the Harvey-Leybourne-Newbold small-sample
+    correction is applied and the p-value comes from Student's t with n - 1 degrees of freedom
+    (with lag 0 this is exactly the one-sample t-test of mean(d) = 0).
+    """
+    d = np.asarray(d, dtype=float)
+    d = d[np.isfinite(d)]
+    n = d.size
+    if n < 2:
+        raise SeriesError(f"Diebold-Mariano needs at least 2 loss differentials, got {n}")
+    mean = float(d.mean())
+    dc = d - mean
+    lrv = float(dc @ dc) / n
+    for k in range(1, min(lag, n - 1) + 1):
+        lrv += 2.0 * (1.0 - k / (lag + 1)) * float(dc[k:] @ dc[:-k]) / n
+    if lrv <= 0:
+        stat = 0.0 if mean == 0 else math.copysign(math.inf, mean)
+    else:
+        stat = mean / math.sqrt(lrv / n)
+    if harvey:
+        h = lag + 1
+        stat *= math.sqrt(max(n + 1 - 2 * h + h * (h - 1) / n, 0.0) / n)
+        p = 2.0 * float(stats.t.sf(abs(stat), df=n - 1))
+    else:
+        p = 2.0 * float(stats.norm.sf(abs(stat)))
+    return DMResult(float(stat), p, n, mean)

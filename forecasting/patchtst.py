@@ -1,0 +1,76 @@
+"""PatchTST (Nie et al., ICLR 2023): a series cut into patches is a sequence of tokens.
+
+    x (B, C, L) -> RevIN -> patches (B, C, N, P), N = (L - P) // S + 2 with end padding
+      -> linear patch embedding + learnable position (B*C, N, d)   [channels share all weights]
+      -> Transformer encoder (BatchNorm or LayerNorm, optional residual attention)
+      -> flatten head (B, C, d*N) -> (B, C, h) -> RevIN^-1
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .layers import Encoder, RevIN, init_uniform_pos, patch_count, patchify
+from .training import NeuralForecaster
+
+
+class PatchTSTNet(nn.Module):
+    def __init__(self, input_size: int, h: int, patch_len: int = 16, stride: int = 8, d_model: int = 64,
+                 n_heads: int = 4, d_ff: int = 128, n_layers: int = 3, dropout: float = 0.2,
+                 attn_dropout: float = 0.0, head_dropout: float = 0.0, norm: str = "batch",
+                 residual_attention: bool = True, revin: bool = True, revin_affine: bool = True,
+                 subtract_last: bool = False, pad_end: bool = True) -> None:
+        super().__init__()
+        self.patch_len, self.stride, self.pad_end = patch_len, stride, pad_end
+        self.n_patches = patch_count(input_size, patch_len, stride, pad_end)
+        self.revin = RevIN(revin_affine, subtract_last) if revin else None
+        self.embed = nn.Linear(patch_len, d_model)
+        self.pos = init_uniform_pos(self.n_patches, d_model)
+        self.drop = nn.Dropout(dropout)
+        self.encoder = Encoder(n_layers, d_model, n_heads, d_ff, dropout, attn_dropout, norm, residual_attention)
+        self.head = nn.Sequential(nn.Flatten(start_dim=-2), nn.Linear(d_model * self.n_patches, h),
+                                  nn.Dropout(head_dropout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, C, L) -> forecasts (B, C, h)."""
+        B, C, _ = x.shape
+        if self.revin is not None:
+            x, stats = self.revin.normalize(x)                                     # (B, C, L)
+        p = patchify(x, self.patch_len, self.stride, self.pad_end)                 # (B, C, N, P)
+        z = self.embed(p).reshape(B * C, self.n_patches, -1)                       # (B*C, N, d)
+        z = self.encoder(self.drop(z + self.pos))                                  # (B*C, N, d)
+        z = z.reshape(B, C, self.n_patches, -1).transpose(-1, -2)                  # (B, C, d, N)
+        y = self.head(z)                                                           # (B, C, h)
+        if self.revin is not None:
+            y = self.revin.denormalize(y, stats)
+        return y
+
+
+class PatchTST(NeuralForecaster):
+    """PatchTST forecaster: channel-independent patch Transformer emitting all h steps at once.
+
+    Defaults are the paper's patching (P = 16, S = 8, end padding) with a model sized for a
+    2-core CPU; the paper's ETTh2 configuration is `paper_config(h)` in `forecasting.paper`.
+    """
+
+    def __init__(self, h: int, input_size: int = 336, patch_len: int = 16, stride: int = 8, d_model: int = 64,
+                 n_heads: int = 4, d_ff: int = 128, n_layers: int = 3, dropout: float = 0.2,
+                 attn_dropout: float = 0.0, head_dropout: float = 0.0, norm: str = "batch",
+                 residual_attention: bool = True, revin: bool = True, revin_affine: bool = True,
+                 subtract_last: bool = False, loss: str = "mse", lr: float = 1e-3, lr_decay: float = 0.9,
+                 lr_decay_after: int = 3, max_epochs: int = 20, patience: int = 5, batch_size: int = 128,
+                 windows_per_epoch: int | None = None, val_size: int | None = None, seed: int = 0,
+                 progress: bool | None = None, device: str = "cpu") -> None:
+        self.h, self.input_size, self.patch_len, self.stride = h, input_size, patch_len, stride
+        self.d_model, self.n_heads, self.d_ff, self.n_layers = d_model, n_heads, d_ff, n_layers
+        self.dropout, self.attn_dropout, self.head_dropout, self.norm = dropout, attn_dropout, head_dropout, norm
+        self.residual_attention, self.revin, self.revin_affine = residual_attention, revin, revin_affine
+        self.subtract_last, self.loss, self.lr, self.lr_decay = subtract_last, loss, lr, lr_decay
+        self.lr_decay_after, self.max_epochs, self.patience = lr_decay_after, max_epochs, patience
+        self.batch_size, self.windows_per_epoch, self.val_size = batch_size, windows_per_epoch, val_size
+        self.seed, self.progress, self.device = seed, progress, device
+
+    def _build(self) -> nn.Module:
+        return PatchTSTNet(self.input_size, self.h, self.patch_len, self.stride, self.d_model, self.n_heads,
+                           self.d_ff, self.n_layers, self.dropout, self.attn_dropout, self.head_dropout,
+                           self.norm, self.residual_attention, self.revin, self.revin_affine, self.subtract_last)

@@ -1,0 +1,250 @@
+"""One training loop for the neural forecasters (PatchTST, DLinear).
+
+A neural forecaster is global: one network, trained on sliding windows drawn from every series
+(and every channel: the networks are channel-independent). Windows are (C, L + h) slices of a
+series array (T, C); the first L values are the input, the last h the target.
+Training: Adam, a per-epoch learning-rate decay, early stopping on validation windows (the tail
+of each training series, or explicit validation arrays), the best weights restored at the end.
+Seeded: the same data and seed give the same weights, without touching the global RNG.
+"""
+from __future__ import annotations
+
+import copy
+import inspect
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from backbone.artifacts import atomic_dir, read_config, write_json
+
+from .errors import SeriesError
+
+FORMAT_VERSION = 1
+_REGISTRY: dict[str, type["NeuralForecaster"]] = {}
+
+
+def as_2d(a: np.ndarray, what: str = "series") -> np.ndarray:
+    """(T,) or (T, C) -> float32 (T, C); raises SeriesError on NaN/inf or bad rank."""
+    a = np.asarray(a, dtype=np.float32)
+    if a.ndim == 1:
+        a = a[:, None]
+    if a.ndim != 2:
+        raise SeriesError(f"{what} must be (T,) or (T, C), got shape {a.shape}")
+    if not np.isfinite(a).all():
+        raise SeriesError(f"{what} contains NaN/inf; validate it with a fill option first")
+    return a
+
+
+class WindowSet:
+    """All (series, start) windows of length L + h over a list of (T_i, C) arrays, gathered lazily.
+
+    `target_from`/`target_to` bound where a window's h targets may lie, per series, as offsets
+    from its end (negative) or start; see `NeuralForecaster.fit`.
+    """
+
+    def __init__(self, arrays: Sequence[np.ndarray], input_size: int, h: int,
+                 starts: Sequence[np.ndarray]) -> None:
+        self.L, self.h = input_size, h
+        self.buffer = torch.from_numpy(np.concatenate(arrays, axis=0))               # (sum T, C)
+        offsets = np.cumsum([0] + [len(a) for a in arrays[:-1]])
+        self.rows = np.concatenate([o + s for o, s in zip(offsets, starts)]).astype(np.int64)  # (n,)
+
+    def __len__(self) -> int:
+        return int(self.rows.size)
+
+    def batch(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """idx (B,) -> inputs (B, C, L), targets (B, C, h)."""
+        r = torch.from_numpy(self.rows[idx])[:, None] + torch.arange(self.L + self.h)   # (B, L + h)
+        w = self.buffer[r].transpose(1, 2)                                              # (B, C, L + h)
+        return w[..., : self.L], w[..., self.L:]
+
+
+def _starts(T: int, L: int, h: int, lo: int, hi: int) -> np.ndarray:
+    """Window starts s whose targets [s + L, s + L + h) lie inside [lo, hi)."""
+    first, last = max(lo - L, 0), hi - L - h
+    return np.arange(first, last + 1) if last >= first else np.empty(0, dtype=np.int64)
+
+
+class NeuralForecaster:
+    """Base of the neural forecasters: training, prediction, save/load. Subclasses define
+    `__init__` (hyperparameters only) and `_build() -> nn.Module` mapping (B, C, L) -> (B, C, h)."""
+
+    is_global = True
+
+    def __init_subclass__(cls, **kw: object) -> None:
+        super().__init_subclass__(**kw)
+        _REGISTRY[cls.__name__] = cls
+
+    # -- sklearn-style parameters -------------------------------------------------------
+    def get_params(self) -> dict:
+        names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
+        return {n: getattr(self, n) for n in names}
+
+    @property
+    def alias(self) -> str:
+        return type(self).__name__
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.get_params().items())})"
+
+    def _build(self) -> nn.Module:
+        raise NotImplementedError
+
+    # -- training -----------------------------------------------------------------------
+    def fit(self, series: Sequence[np.ndarray], val: Sequence[np.ndarray] | None = None) -> "NeuralForecaster":
+        """Train on windows of `series` (each (T,) or (T, C), same C for all).
+
+        Without `val`, the last `val_size` steps (default h; 0 disables early stopping) of every
+        series hold the validation targets and training targets end before them. With `val`,
+        every window of those arrays validates and every window of `series` trains.
+        """
+        L, h = int(self.input_size), int(self.h)
+        arrays = [as_2d(a) for a in series]
+        if len({a.shape[1] for a in arrays}) > 1:
+            raise SeriesError("all training arrays must have the same number of channels")
+        if val is None:
+            vs = h if self.val_size is None else int(self.val_size)
+            if 0 < vs < h:
+                raise SeriesError(f"val_size={vs} is shorter than the horizon h={h}; use >= h or 0")
+            tr_starts = [_starts(len(a), L, h, 0, len(a) - vs) for a in arrays]
+            va_arrays = arrays
+            va_starts = [_starts(len(a), L, h, len(a) - vs, len(a)) if vs else np.empty(0, int) for a in arrays]
+        else:
+            va_arrays = [as_2d(a, "validation array") for a in val]
+            tr_starts = [_starts(len(a), L, h, 0, len(a)) for a in arrays]
+            va_starts = [_starts(len(a), L, h, 0, len(a)) for a in va_arrays]
+        train = WindowSet(arrays, L, h, tr_starts)
+        valid = WindowSet(va_arrays, L, h, va_starts)
+        if len(train) == 0:
+            need = L + h + (0 if val is not None else (h if self.val_size is None else int(self.val_size)))
+            raise SeriesError(f"no training window: every series needs at least {need} values "
+                              f"(look-back {L} + horizon {h} + validation tail); the longest has "
+                              f"{max(len(a) for a in arrays)}")
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(self.seed))
+            self._train(train, valid)
+        return self
+
+    def _loss(self) -> nn.Module:
+        if self.loss not in ("mse", "mae"):
+            raise ValueError(f"loss must be 'mse' or 'mae', got {self.loss!r}")
+        return nn.MSELoss() if self.loss == "mse" else nn.L1Loss()
+
+    def _train(self, train: WindowSet, valid: WindowSet) -> None:
+        dev = torch.device(self.device)
+        net = self._build().to(dev)
+        crit = self._loss()
+        opt = torch.optim.Adam(net.parameters(), lr=self.lr)
+        rng = np.random.default_rng(int(self.seed))
+        best, best_state, bad = float("inf"), None, 0
+        self.history_: list[dict] = []
+        n_per_epoch = len(train) if not self.windows_per_epoch else min(len(train), int(self.windows_per_epoch))
+        bar = tqdm(range(int(self.max_epochs)), desc=self.alias, disable=None if self.progress is None
+                   else not self.progress, leave=False)
+        for epoch in bar:
+            lr = self.lr * self.lr_decay ** max(0, epoch - self.lr_decay_after)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            t0 = time.perf_counter()
+            net.train()
+            order = rng.permutation(len(train))[:n_per_epoch]
+            total, count = 0.0, 0
+            for i in range(0, n_per_epoch, int(self.batch_size)):
+                x, y = train.batch(order[i: i + int(self.batch_size)])
+                x, y = x.to(dev), y.to(dev)                                   # (B, C, L), (B, C, h)
+                loss = crit(net(x), y)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                total, count = total + float(loss.detach()) * x.shape[0], count + x.shape[0]
+            seconds = time.perf_counter() - t0
+            vloss = self._evaluate(net, valid, crit) if len(valid) else float("nan")
+            self.history_.append({"epoch": epoch, "lr": lr, "train_loss": total / max(count, 1),
+                                  "val_loss": vloss, "seconds": seconds})
+            bar.set_postfix(train=f"{total / max(count, 1):.4f}", val=f"{vloss:.4f}")
+            if len(valid):
+                if vloss < best:
+                    best, best_state, bad = vloss, copy.deepcopy(net.state_dict()), 0
+                else:
+                    bad += 1
+                    if bad >= int(self.patience):
+                        break
+        if best_state is not None:
+            net.load_state_dict(best_state)
+        self.best_val_loss_ = best if best_state is not None else float("nan")
+        self.net_ = net.eval().cpu()
+
+    @torch.no_grad()
+    def _evaluate(self, net: nn.Module, data: WindowSet, crit: nn.Module) -> float:
+        net.eval()
+        dev = next(net.parameters()).device
+        total = 0.0
+        for i in range(0, len(data), 1024):
+            x, y = data.batch(np.arange(i, min(i + 1024, len(data))))
+            total += float(crit(net(x.to(dev)), y.to(dev))) * x.shape[0]
+        return total / len(data)
+
+    # -- prediction ---------------------------------------------------------------------
+    @torch.no_grad()
+    def predict(self, contexts: np.ndarray | Sequence[np.ndarray], batch_size: int = 1024) -> np.ndarray:
+        """Forecast the next h steps after each context.
+
+        contexts: (N, T) or (N, T, C) array, or a list of N series (T_i,) with T, T_i >= input_size;
+        only the last input_size values are used. Returns (N, h) or (N, h, C), float64.
+        """
+        if not hasattr(self, "net_"):
+            raise SeriesError(f"{self.alias} is not fitted; call fit(series) first")
+        L = int(self.input_size)
+        if isinstance(contexts, np.ndarray) and contexts.ndim in (2, 3):
+            squeeze = contexts.ndim == 2
+            short = contexts.shape[1]
+            ctx = contexts[:, -L:] if short >= L else None
+        else:
+            squeeze = True
+            lens = [len(c) for c in contexts]
+            short = min(lens) if lens else L
+            ctx = np.stack([np.asarray(c)[-L:] for c in contexts]) if short >= L else None
+        if ctx is None:
+            raise SeriesError(f"{self.alias} needs contexts of at least input_size={L} values, got {short}")
+        ctx = np.asarray(ctx, dtype=np.float32)
+        if not np.isfinite(ctx).all():
+            raise SeriesError("contexts contain NaN/inf; validate the series with a fill option first")
+        x = torch.from_numpy(ctx if ctx.ndim == 3 else ctx[..., None]).transpose(1, 2)   # (N, C, L)
+        outs = [self.net_(x[i: i + batch_size]) for i in range(0, x.shape[0], batch_size)]
+        y = torch.cat(outs).transpose(1, 2).double().numpy()                             # (N, h, C)
+        return y[..., 0] if squeeze else y
+
+    # -- artifacts ----------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Write a directory: config.json (hyperparameters, history) + model.safetensors."""
+        from safetensors.torch import save_file
+
+        if not hasattr(self, "net_"):
+            raise SeriesError(f"{self.alias} is not fitted; nothing to save")
+        with atomic_dir(path) as tmp:
+            write_json(tmp / "config.json", {"kind": f"forecasting.{type(self).__name__}",
+                                             "format_version": FORMAT_VERSION, "class": type(self).__name__,
+                                             "params": self.get_params(), "history": self.history_})
+            save_file({k: v.contiguous() for k, v in self.net_.state_dict().items()}, str(tmp / "model.safetensors"))
+        return Path(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "NeuralForecaster":
+        """Load a saved forecaster (of this class, or any when called on the base class)."""
+        import json
+
+        from safetensors.torch import load_file
+
+        raw = json.loads((Path(path) / "config.json").read_text()) if (Path(path) / "config.json").is_file() else {}
+        klass = _REGISTRY.get(raw.get("class", ""), cls) if cls is NeuralForecaster else cls
+        cfg = read_config(path, f"forecasting.{klass.__name__}", FORMAT_VERSION)
+        model = klass(**cfg["params"])
+        net = model._build()
+        net.load_state_dict(load_file(str(Path(path) / "model.safetensors")))
+        model.net_, model.history_ = net.eval(), cfg.get("history", [])
+        return model
