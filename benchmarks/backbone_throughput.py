@@ -1,0 +1,52 @@
+"""images/s of `patch_grids` at 224 px for ViT-Tiny/16 and ViT-S/14 DINOv2 (random weights: speed only).
+
+    python benchmarks/backbone_throughput.py --threads 2
+"""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import torch
+
+from common import median, print_table, time_call, write_result
+
+from backbone import load_backbone
+
+MODELS = ["vit_tiny_patch16_224", "vit_small_patch14_dinov2", "default"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    rng = np.random.default_rng(0)
+    images = [rng.integers(0, 256, (224, 224, 3), dtype=np.uint8) for _ in range(args.batch_size)]
+    rows = []
+    for name in MODELS:
+        if name == "default":
+            try:
+                bb = load_backbone()
+            except Exception as e:  # not shipped yet
+                print(f"skip default: {e}")
+                continue
+        else:
+            bb = load_backbone(name, pretrained=False, img_size=224)
+        pixels = bb.preprocess(images).pixels
+        last = bb.config.depth - 1
+        t_enc = time_call(lambda: bb.patch_grids(pixels, blocks=last, check=False), repeats=args.repeats)
+        t_all = time_call(lambda: bb.patch_grids(images, blocks=last), repeats=args.repeats)
+        rows.append({"model": bb.name, "grid": "x".join(map(str, bb.config.grid)), "batch": args.batch_size,
+                     "threads": args.threads, "img_s_encode": args.batch_size / median(t_enc),
+                     "img_s_with_preprocess": args.batch_size / median(t_all),
+                     "median_batch_s": median(t_all)})
+    print_table(rows, "{:.2f}")
+    write_result(f"backbone_throughput_t{args.threads}", {"rows": rows}, args.out)
+
+
+if __name__ == "__main__":
+    main()

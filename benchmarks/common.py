@@ -1,0 +1,62 @@
+"""Helpers shared by the benchmark scripts: timing medians after warm-up, tables, JSON out."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+RESULTS = ROOT / "benchmarks" / "results"
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+def time_call(fn: Callable[[], Any], repeats: int = 7, warmup: int = 2) -> list[float]:
+    """Wall seconds of `repeats` calls after `warmup` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def median(xs: Sequence[float]) -> float:
+    return float(statistics.median(xs))
+
+
+def machine() -> dict[str, Any]:
+    import torch
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return {"python": platform.python_version(), "torch": torch.__version__, "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "loadavg_1min": load, "platform": platform.platform()}
+
+
+def print_table(rows: Sequence[dict[str, Any]], floatfmt: str = "{:.3f}") -> None:
+    if not rows:
+        return
+    cols: list[str] = []
+    for r in rows:
+        cols += [c for c in r if c not in cols]
+    cell = lambda v: floatfmt.format(v) if isinstance(v, float) else str(v)  # noqa: E731
+    widths = {c: max(len(c), *(len(cell(r.get(c, ""))) for r in rows)) for c in cols}
+    print("  ".join(c.rjust(widths[c]) for c in cols))
+    for r in rows:
+        print("  ".join(cell(r.get(c, "")).rjust(widths[c]) for c in cols))
+
+
+def write_result(name: str, payload: dict[str, Any], out: str | Path | None = None) -> Path:
+    from backbone.artifacts import write_json
+
+    path = Path(out) if out else RESULTS / f"{name}.json"
+    write_json(path, {"benchmark": name, "machine": machine(), "when": time.strftime("%Y-%m-%dT%H:%M:%S"), **payload})
+    print(f"wrote {path}")
+    return path
