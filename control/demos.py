@@ -1,0 +1,165 @@
+"""Scripted-expert demonstrations recorded to disk: compressed, resumable, successful episodes only.
+
+Layout of a demo directory:
+
+    manifest.json                 kind "control.demos", task, camera, image_size, ... and the list
+                                  of recorded episodes and of configurations whose expert failed
+    episodes/cfg_0000012.npz      one compressed file per successful episode:
+        frames  (T, S, S, 3) uint8   the frame seen *before* action t
+        proprio (T, 4) float32       hand xyz, gripper opening
+        actions (T, 4) float32       the expert's action at that state, clipped to [-1, 1]
+        config  () int64             configuration seed;   rand_vec (K,) float64 its frozen vector
+
+Every file is written to a temporary sibling and renamed, and the manifest is rewritten after
+each episode, so an interrupted collection resumes where it stopped. With action noise the
+*executed* action is the expert's plus Gaussian noise, the *recorded* label stays the expert's
+clean action (the expert is queried in the perturbed states it is then asked to correct).
+"""
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from backbone.artifacts import atomic_write_bytes, write_json
+
+from .env import DEFAULT_CAMERA, HELDOUT_OFFSET, MetaWorldTask, RenderSettings
+from .errors import DemoError
+
+KIND = "control.demos"
+FORMAT_VERSION = 1
+_SETTINGS = ("task", "camera", "image_size", "max_steps", "action_noise", "seed")
+
+
+@dataclass
+class Episode:
+    """One recorded demonstration."""
+    frames: np.ndarray     # (T, S, S, 3) uint8
+    proprio: np.ndarray    # (T, 4) float32
+    actions: np.ndarray    # (T, 4) float32
+    config: int
+    rand_vec: np.ndarray   # (K,) float64
+
+    def __len__(self) -> int:
+        return int(self.actions.shape[0])
+
+
+def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: str = DEFAULT_CAMERA,
+                  image_size: int = 224, max_steps: int = 500, action_noise: float = 0.0, seed: int = 0,
+                  first_config: int = 0, render: RenderSettings = RenderSettings(),
+                  progress: bool | None = None) -> Path:
+    """Record `n_episodes` successful expert episodes of `task` on training configurations.
+
+    Configurations are tried in order from `first_config` (training seeds, below HELDOUT_OFFSET);
+    those where the expert fails within `max_steps` are skipped and listed in the manifest.
+    Re-running with the same settings resumes; other settings on an existing directory raise
+    DemoError. Returns the directory.
+    """
+    if n_episodes < 1:
+        raise ValueError(f"n_episodes must be >= 1, got {n_episodes}")
+    if action_noise < 0:
+        raise ValueError(f"action_noise must be >= 0, got {action_noise}")
+    out = Path(out_dir)
+    settings = dict(task=task, camera=camera, image_size=int(image_size), max_steps=int(max_steps),
+                    action_noise=float(action_noise), seed=int(seed))
+    manifest = _open_manifest(out, settings)
+    done = {e["config"] for e in manifest["episodes"]}
+    failed = set(manifest["failed_configs"])
+    todo = n_episodes - len(done)
+    if todo <= 0:
+        return out
+    with MetaWorldTask(task, camera=camera, image_size=image_size, max_steps=max_steps, render=render) as env, \
+            tqdm(total=n_episodes, initial=len(done), desc=f"demos {task}", unit="ep",
+                 disable=None if progress is None else not progress) as bar:
+        config = first_config
+        while len(done) < n_episodes:
+            if config >= HELDOUT_OFFSET:
+                raise DemoError(f"ran out of training configurations for {task}; the expert fails too often")
+            if config in done or config in failed:
+                config += 1
+                continue
+            ep = record_episode(env, config, action_noise=action_noise,
+                                rng=np.random.default_rng([seed, config]))
+            if ep is None:
+                failed.add(config)
+                manifest["failed_configs"] = sorted(failed)
+            else:
+                name = f"episodes/cfg_{config:07d}.npz"
+                _write_episode(out / name, ep)
+                done.add(config)
+                manifest["episodes"].append({"config": config, "file": name, "steps": len(ep)})
+                bar.update(1)
+            write_json(out / "manifest.json", manifest)
+            config += 1
+    return out
+
+
+def record_episode(env: MetaWorldTask, config: int, *, action_noise: float = 0.0,
+                   rng: np.random.Generator | None = None) -> Episode | None:
+    """Run the scripted expert once on `config`; the Episode if it succeeded, else None."""
+    rng = rng or np.random.default_rng(config)
+    state = env.reset(config)
+    frames, proprio, actions = [], [], []
+    while not state.done:
+        frames.append(env.render())
+        proprio.append(state.proprio)
+        a = np.clip(env.expert_action(state), -1.0, 1.0)                     # (4,) label
+        actions.append(a)
+        executed = a + rng.normal(0.0, action_noise, size=a.shape) if action_noise > 0 else a
+        state = env.step(executed)
+    if not state.success:
+        return None
+    return Episode(np.stack(frames), np.stack(proprio).astype(np.float32), np.stack(actions).astype(np.float32),
+                   int(config), env.config_vector())
+
+
+def load_manifest(demo_dir: str | Path) -> dict:
+    path = Path(demo_dir) / "manifest.json"
+    if not path.is_file():
+        raise DemoError(f"{demo_dir} holds no demos (manifest.json missing); run `frozenvit control collect` first")
+    m = json.loads(path.read_text())
+    if m.get("kind") != KIND or m.get("format_version") != FORMAT_VERSION:
+        raise DemoError(f"{path} is not a format-{FORMAT_VERSION} demo manifest; re-collect the demos")
+    return m
+
+
+def iter_episodes(demo_dir: str | Path) -> Iterator[Episode]:
+    """Episodes of a demo directory in recording order (each file read when reached)."""
+    m = load_manifest(demo_dir)
+    if not m["episodes"]:
+        raise DemoError(f"{demo_dir} has no successful episodes yet")
+    for e in m["episodes"]:
+        yield read_episode(Path(demo_dir) / e["file"])
+
+
+def read_episode(path: str | Path) -> Episode:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return Episode(z["frames"], z["proprio"], z["actions"], int(z["config"]), z["rand_vec"])
+    except (OSError, KeyError, ValueError) as e:
+        raise DemoError(f"cannot read episode {path} ({e}); delete it and its manifest entry, then resume") from e
+
+
+def _write_episode(path: Path, ep: Episode) -> None:
+    buf = io.BytesIO()
+    np.savez_compressed(buf, frames=ep.frames, proprio=ep.proprio, actions=ep.actions,
+                        config=np.int64(ep.config), rand_vec=ep.rand_vec)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def _open_manifest(out: Path, settings: dict) -> dict:
+    if (out / "manifest.json").is_file():
+        m = load_manifest(out)
+        diff = {k: (m.get(k), settings[k]) for k in _SETTINGS if m.get(k) != settings[k]}
+        if diff:
+            raise DemoError(f"{out} was collected with other settings {diff} (stored, asked); "
+                            "use another directory or the same settings to resume")
+        # drop entries whose file vanished (e.g. deleted because it was corrupt)
+        m["episodes"] = [e for e in m["episodes"] if (out / e["file"]).is_file()]
+        return m
+    return dict(kind=KIND, format_version=FORMAT_VERSION, **settings, episodes=[], failed_configs=[])

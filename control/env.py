@@ -1,0 +1,278 @@
+"""Meta-World v3 tasks seen through a camera: seeded configurations, fast headless rendering.
+
+Three things about Meta-World v3 that this module settles once:
+
+* **Configurations.** `env.reset(seed=...)` does not move objects or goals in v3. Positions come
+  from a "random vector" drawn in `reset_model` through `_get_state_rand_vec()`; with
+  `seeded_rand_vec=True` and `_freeze_rand_vec=False` it is drawn from `env.np_random`, which
+  `env.seed(s)` re-seeds. We draw it once per configuration seed and freeze it, so configuration
+  `s` is the same scene on every machine. Training and held-out seeds come from disjoint ranges
+  (`config_seeds`), optionally split by region as well (object x < 0 vs x > 0).
+* **Rendering.** Meta-World's default visuals (shadows, reflections, 4x multisampling) render
+  ~5-7 frames/s at 224 px with Mesa's CPU rasteriser; with shadows and reflections off and
+  `model.vis.quality.offsamples = 0` set *before* the GL context is created it renders ~55-60
+  frames/s (measured on the 2-core build machine). `RenderSettings()` is that fast default;
+  `RenderSettings.metaworld()` restores Meta-World's look.
+* **Orientation.** The corner cameras are defined with their "up" axis pointing down in the
+  world, so their frames come out upside down. A frame is rotated by 180 degrees whenever the
+  camera's up axis points below the horizon (`camera_is_upside_down`), so every camera shows
+  the table at the bottom.
+
+Headless rendering uses EGL unless `MUJOCO_GL` says otherwise (`osmesa` is the fallback).
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from .errors import RenderUnavailable, TaskError
+
+# Must precede the first `import mujoco` anywhere in the process; a value set by the user wins.
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+HELDOUT_OFFSET = 1_000_000      # held-out configuration seeds start here; training seeds stay below
+PROPRIO_DIM = 4                 # hand xyz (m) + gripper opening (0..1)
+ACTION_DIM = 4                  # hand dxyz + gripper effort, each in [-1, 1]
+DEFAULT_CAMERA = "corner"
+
+
+def _metaworld() -> Any:
+    try:
+        import metaworld.env_dict  # noqa: F401
+        import metaworld.policies  # noqa: F401
+    except ImportError as e:  # pragma: no cover - depends on the install
+        raise TaskError("Meta-World is not installed: pip install 'frozenvit[control]'") from e
+    import metaworld
+    return metaworld
+
+
+def task_names() -> list[str]:
+    """The 50 Meta-World v3 task names, e.g. 'reach-v3', 'push-v3', 'drawer-open-v3'."""
+    return sorted(_metaworld().env_dict.ALL_V3_ENVIRONMENTS)
+
+
+def config_seeds(split: str, n: int, start: int = 0) -> list[int]:
+    """Configuration seeds of a split: 'train' -> [start, start+n), 'heldout' -> HELDOUT_OFFSET + same.
+
+    The two ranges never overlap, so a policy is never evaluated on a scene it was trained on.
+    """
+    if split not in ("train", "heldout"):
+        raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
+    if n < 0 or start < 0:
+        raise ValueError(f"n and start must be >= 0, got n={n}, start={start}")
+    if split == "train":
+        if start + n > HELDOUT_OFFSET:
+            raise ValueError(f"training seeds must stay below {HELDOUT_OFFSET}; ask for fewer")
+        return list(range(start, start + n))
+    return list(range(HELDOUT_OFFSET + start, HELDOUT_OFFSET + start + n))
+
+
+@dataclass(frozen=True)
+class RenderSettings:
+    """Visual quality knobs that dominate CPU rendering time. The defaults are the fast ones."""
+    shadows: bool = False
+    reflections: bool = False
+    offsamples: int = 0          # multisample anti-aliasing of the offscreen buffer (MuJoCo's default: 4)
+
+    @classmethod
+    def metaworld(cls) -> "RenderSettings":
+        """Meta-World's own look (slow on a CPU rasteriser)."""
+        return cls(shadows=True, reflections=True, offsamples=4)
+
+
+def camera_is_upside_down(cam_xmat: np.ndarray) -> bool:
+    """True when the camera's image-up axis (its local y) points below the horizon.
+
+    cam_xmat: (9,) or (3, 3) camera orientation in world coordinates (MuJoCo `data.cam_xmat[i]`),
+    columns = camera x, y, z axes. Such a camera is rolled by more than 90 degrees, and its frame
+    shows the world upside down.
+    """
+    R = np.asarray(cam_xmat, dtype=np.float64).reshape(3, 3)
+    return bool(R[2, 1] < 0.0)
+
+
+class FrameRenderer:
+    """Offscreen renderer of one named camera of a MuJoCo model; returns upright (S, S, 3) uint8 frames."""
+
+    def __init__(self, model: Any, data: Any, camera: str, size: int,
+                 settings: RenderSettings = RenderSettings()) -> None:
+        import mujoco
+
+        self.data = data
+        self.camera = camera
+        self.cam_id = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
+        if self.cam_id < 0:
+            names = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_CAMERA, i) for i in range(model.ncam)]
+            raise TaskError(f"no camera named {camera!r}; this scene has {names}")
+        # Read by MuJoCo when the GL context and its framebuffer are made: set them first.
+        model.vis.quality.offsamples = int(settings.offsamples)
+        model.vis.global_.offwidth = max(int(model.vis.global_.offwidth), size)
+        model.vis.global_.offheight = max(int(model.vis.global_.offheight), size)
+        try:
+            self._renderer = mujoco.Renderer(model, size, size)
+        except Exception as e:
+            raise RenderUnavailable(
+                f"cannot create a headless OpenGL context with MUJOCO_GL={os.environ.get('MUJOCO_GL')!r} ({e}). "
+                "Install EGL (Debian: apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri) "
+                "or try MUJOCO_GL=osmesa") from e
+        flags = self._renderer.scene.flags
+        flags[mujoco.mjtRndFlag.mjRND_SHADOW] = settings.shadows
+        flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = settings.reflections
+
+    def render(self, upright: bool = True) -> np.ndarray:
+        """(S, S, 3) uint8 frame of the current state; rotated 180 degrees if the camera is rolled over."""
+        self._renderer.update_scene(self.data, camera=self.cam_id)
+        img = self._renderer.render()                                   # (S, S, 3) uint8
+        if upright and camera_is_upside_down(self.data.cam_xmat[self.cam_id]):
+            img = np.ascontiguousarray(img[::-1, ::-1])                 # rotate 180, keeps handedness
+        return img
+
+    def close(self) -> None:
+        r, self._renderer = getattr(self, "_renderer", None), None
+        if r is not None:
+            r.close()
+
+
+@dataclass
+class State:
+    """What the environment says after a reset or a step."""
+    proprio: np.ndarray     # (4,) float32: hand xyz, gripper opening
+    full: np.ndarray        # (39,) float64 Meta-World state incl. object and goal (for the scripted expert only)
+    success: bool           # the task's success flag at this step
+    steps: int              # steps taken since reset
+    done: bool              # success, or the episode cap reached
+
+
+class MetaWorldTask:
+    """One Meta-World v3 task with a camera, seeded configurations and an episode cap.
+
+        task = MetaWorldTask("reach-v3", camera="corner", image_size=224)
+        s = task.reset(config=HELDOUT_OFFSET + 3)   # the same scene on every machine
+        frame = task.render()                       # (224, 224, 3) uint8, upright
+        s = task.step(action)                       # action (4,) in [-1, 1]
+        task.close()
+
+    The goal is observable in `State.full` (the scripted experts need it); the visual policy
+    sees only `render()` frames and `State.proprio`. Episodes end on success or after
+    `max_steps` steps.
+    """
+
+    def __init__(self, name: str, *, camera: str = DEFAULT_CAMERA, image_size: int = 224,
+                 max_steps: int = 500, render: RenderSettings | None = RenderSettings()) -> None:
+        mw = _metaworld()
+        envs = mw.env_dict.ALL_V3_ENVIRONMENTS
+        if name not in envs:
+            close = [n for n in envs if name.split("-v")[0] in n]
+            raise TaskError(f"unknown Meta-World task {name!r}; did you mean one of {close or sorted(envs)[:6]}?")
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        self.name, self.camera, self.image_size, self.max_steps = name, camera, int(image_size), int(max_steps)
+        env = envs[name]()
+        # What metaworld's goal-observable classes do, without touching the global numpy RNG.
+        env._partially_observable = False
+        env.__dict__.pop("sawyer_observation_space", None)     # cached property: recompute goal bounds
+        env._set_task_called = True
+        env.max_path_length = self.max_steps
+        self.env = env
+        self._expert = mw.policies.ENV_POLICY_MAP[name]()
+        self._renderer = (FrameRenderer(env.model, env.data, camera, self.image_size, render)
+                          if render is not None else None)
+        self._state: State | None = None
+        self.config: int | None = None
+
+    # -- configurations -------------------------------------------------------------------------
+    def reset(self, config: int) -> State:
+        """Reset to configuration `config` (a seed): object/goal positions drawn once and frozen."""
+        env = self.env
+        env._freeze_rand_vec = False
+        env.seeded_rand_vec = True
+        env.seed(int(config))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            full, _ = env.reset()
+        env._freeze_rand_vec = True          # later resets (and metaworld internals) keep this scene
+        self.config = int(config)
+        self._state = State(_proprio(full), full, False, 0, False)
+        return self._state
+
+    def config_vector(self) -> np.ndarray:
+        """The frozen random vector of the current configuration (object and/or goal positions)."""
+        if self.env._last_rand_vec is None:
+            raise TaskError("reset the task with a configuration first")
+        return np.array(self.env._last_rand_vec, dtype=np.float64)
+
+    def configs(self, split: str, n: int, region: str | None = None) -> list[int]:
+        """n configuration seeds of `split`; region 'left'/'right' keeps those with x < 0 / x > 0.
+
+        x is the first coordinate of the configuration vector (the object's, or the goal's for
+        tasks without an object). Costs one reset per candidate seed when a region is given.
+        """
+        if region is None:
+            return config_seeds(split, n)
+        if region not in ("left", "right"):
+            raise ValueError(f"region must be None, 'left' or 'right', got {region!r}")
+        out: list[int] = []
+        for seed in config_seeds(split, 20 * n + 100):
+            self.reset(seed)
+            if (self.config_vector()[0] < 0) == (region == "left"):
+                out.append(seed)
+                if len(out) == n:
+                    return out
+        raise TaskError(f"only {len(out)} {split} configurations of {self.name} fall in region {region!r}; "
+                        "this task may not vary x; use region=None")
+
+    # -- stepping -------------------------------------------------------------------------------
+    def step(self, action: Sequence[float] | np.ndarray) -> State:
+        """Apply a (4,) action (clipped to [-1, 1]); returns the new State."""
+        if self._state is None:
+            raise TaskError("call reset(config) before step()")
+        if self._state.done:
+            raise TaskError("the episode is over (success or step cap): reset first")
+        a = np.clip(np.asarray(action, dtype=np.float32).reshape(-1), -1.0, 1.0)
+        if a.shape != (ACTION_DIM,):
+            raise ValueError(f"action must have {ACTION_DIM} values, got shape {np.shape(action)}")
+        full, _r, _term, trunc, info = self.env.step(a)
+        steps = self._state.steps + 1
+        success = bool(info.get("success", 0.0) > 0.5)
+        done = success or trunc or steps >= self.max_steps
+        self._state = State(_proprio(full), full, success, steps, bool(done))
+        return self._state
+
+    def render(self) -> np.ndarray:
+        """(image_size, image_size, 3) uint8 upright frame of the current state."""
+        if self._renderer is None:
+            raise TaskError("this task was made with render=None; pass RenderSettings() to get frames")
+        return self._renderer.render()
+
+    def expert_action(self, state: State | None = None) -> np.ndarray:
+        """The scripted Meta-World expert's (4,) action for `state` (default: the current one)."""
+        state = state or self._state
+        if state is None:
+            raise TaskError("call reset(config) first")
+        with warnings.catch_warnings():      # metaworld warns on gains > 1 at every step
+            warnings.simplefilter("ignore")
+            return np.asarray(self._expert.get_action(state.full), dtype=np.float32)
+
+    def close(self) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
+        self.env.close()
+
+    def __enter__(self) -> "MetaWorldTask":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"MetaWorldTask({self.name!r}, camera={self.camera!r}, image_size={self.image_size}, "
+                f"max_steps={self.max_steps})")
+
+
+def _proprio(full: np.ndarray) -> np.ndarray:
+    return np.asarray(full[:PROPRIO_DIM], dtype=np.float32)     # (4,) hand xyz, gripper

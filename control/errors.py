@@ -1,0 +1,16 @@
+"""Named errors of the control package. Each says what to do."""
+from __future__ import annotations
+
+from backbone.errors import FrozenVitError
+
+
+class TaskError(FrozenVitError, ValueError):
+    """Unknown Meta-World task name, or a task used in a way it does not support."""
+
+
+class RenderUnavailable(FrozenVitError, RuntimeError):
+    """No headless OpenGL context could be made (EGL/OSMesa libraries missing)."""
+
+
+class DemoError(FrozenVitError, ValueError):
+    """A demo directory or feature cache is missing, empty, or inconsistent."""

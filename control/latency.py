@@ -1,0 +1,106 @@
+"""Latency of the whole control loop: render, preprocess, encode, head, env step — per step.
+
+The policy has to act within a control period, so the number that matters is a high
+percentile of the per-step time, not the mean. Steps are timed after a warm-up, one
+environment at a time (batch 1, as on a robot), with torch's current thread setting.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from .agent import StageTimer, VisuomotorAgent
+from .env import MetaWorldTask, config_seeds
+from .evaluate import rollout_timed
+
+STAGES = ("render", "preprocess", "encode", "head", "step")
+
+
+@dataclass
+class LatencyReport:
+    """Per-step milliseconds of the loop and of each stage (after warm-up)."""
+    total: np.ndarray                          # (S,) ms per step
+    stages: dict[str, np.ndarray]              # stage -> (S,) ms
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def percentiles(self, q: Sequence[float] = (50, 95, 99)) -> dict[str, float]:
+        return {f"p{int(p)}": float(np.percentile(self.total, p)) for p in q}
+
+    def summary(self) -> dict[str, Any]:
+        """p50/p95/p99/mean of the loop, median and share of each stage."""
+        out: dict[str, Any] = dict(steps=int(self.total.size), **self.percentiles(),
+                                   mean=float(self.total.mean()), fps_p50=1e3 / float(np.median(self.total)))
+        med = {s: float(np.median(self.stages[s])) for s in STAGES if s in self.stages}
+        out["stage_p50_ms"] = med
+        out["stage_share"] = {s: float(self.stages[s].sum() / self.total.sum()) for s in med}
+        out.update(self.meta)
+        return out
+
+    def verdict(self, budget_ms: float) -> tuple[bool, str]:
+        """Does p99 of the loop fit the control period `budget_ms`?"""
+        p = self.percentiles()
+        ok = p["p99"] <= budget_ms
+        return ok, (f"{'PASS' if ok else 'FAIL'}: p99 {p['p99']:.1f} ms {'<=' if ok else '>'} budget "
+                    f"{budget_ms:g} ms (p50 {p['p50']:.1f}, p95 {p['p95']:.1f})")
+
+    def table(self) -> list[dict[str, Any]]:
+        """Rows for printing: the loop and each stage, p50/p95/p99 in ms."""
+        rows = []
+        for name, arr in [("loop", self.total)] + [(s, self.stages[s]) for s in STAGES if s in self.stages]:
+            rows.append(dict(stage=name, p50=float(np.percentile(arr, 50)), p95=float(np.percentile(arr, 95)),
+                             p99=float(np.percentile(arr, 99)), mean=float(arr.mean())))
+        return rows
+
+    def histogram(self, budget_ms: float | None = None, title: str = "") -> Any:
+        """Matplotlib figure: histogram of the loop time, percentiles and stage medians marked."""
+        import matplotlib
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+
+        fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.4), gridspec_kw=dict(width_ratios=[2, 1]))
+        ax.hist(self.total, bins=40, color="#4472c4", alpha=0.85)
+        for name, v, c in [(k, v, c) for (k, v), c in zip(self.percentiles().items(), ("k", "#e69f00", "#d55e00"))]:
+            ax.axvline(v, color=c, ls="--", lw=1.2, label=f"{name} {v:.1f} ms")
+        if budget_ms:
+            ax.axvline(budget_ms, color="red", lw=2, label=f"budget {budget_ms:g} ms")
+        ax.set_xlabel("loop time per step (ms)")
+        ax.set_ylabel("steps")
+        ax.legend(fontsize=8)
+        ax.set_title(title or f"control loop latency ({self.total.size} steps)")
+        med = [float(np.median(self.stages[s])) for s in STAGES if s in self.stages]
+        names = [s for s in STAGES if s in self.stages]
+        bx.barh(names[::-1], med[::-1], color="#70ad47")
+        bx.set_xlabel("median ms per step")
+        bx.set_title("stages")
+        fig.tight_layout()
+        return fig
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(summary=self.summary(), table=self.table())
+
+
+def measure_latency(agent: VisuomotorAgent, env: MetaWorldTask, *, steps: int = 200, warmup: int = 20,
+                    configs: Sequence[int] | None = None) -> LatencyReport:
+    """Time `steps` loop steps after `warmup` untimed ones, resetting to new configurations as episodes end.
+
+    Environment resets are not timed (they happen between episodes, not within the control period).
+    """
+    if steps < 1 or warmup < 0:
+        raise ValueError(f"steps must be >= 1 and warmup >= 0, got {steps}, {warmup}")
+    timer = StageTimer()
+    seeds = list(configs) if configs is not None else config_seeds("heldout", 10_000)
+    need = steps + warmup
+    i = 0
+    while len(timer.ms["total"]) < need:
+        rollout_timed(agent, env, seeds[i % len(seeds)], timer, max_steps=need - len(timer.ms["total"]))
+        i += 1
+    total = np.asarray(timer.ms["total"][warmup:need])
+    stages = {s: np.asarray(timer.ms[s][warmup:need]) for s in STAGES if timer.ms.get(s)}
+    import torch
+
+    meta = dict(task=env.name, image_size=env.image_size, camera=env.camera, threads=torch.get_num_threads(),
+                backbone=agent.policy.meta_.get("backbone"), img_size=agent.policy.meta_.get("img_size"),
+                pooling=agent.policy.pooling, warmup=warmup)
+    return LatencyReport(total, stages, meta)

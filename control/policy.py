@@ -1,0 +1,238 @@
+"""PatchTokenPolicy: behaviour cloning of a small head on cached frozen patch tokens.
+
+    cache = cache_features("runs/demos/reach", bb)                  # encode every demo frame once
+    pol = PatchTokenPolicy(pooling="attention", frames=1, epochs=60, seed=0).fit(cache)
+    pol.save("runs/policies/reach-attn")                           # config.json + model.safetensors
+    pol = PatchTokenPolicy.load("runs/policies/reach-attn")
+    actions = pol.predict(tokens, cls, proprio)                     # (B, F, N, C), (B, F, C), (B, 4) -> (B, 4)
+
+Training is seeded (weights, shuffling) and can checkpoint every few epochs; `fit` with the
+same `checkpoint_dir` resumes from the last checkpoint (optimizer moments and shuffling
+generator included), so a resumed run ends where an uninterrupted one would.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
+
+from backbone.artifacts import atomic_dir, read_config, write_json
+from backbone.errors import ArtifactError
+
+from .features import FeatureCache, backbone_fingerprint
+from .head import PolicyHead, bc_loss
+
+KIND = "control.policy"
+FORMAT_VERSION = 1
+_HPARAMS = ("pooling", "num_queries", "num_heads", "frames", "hidden", "epochs", "batch_size", "lr",
+            "weight_decay", "seed")
+
+
+class PatchTokenPolicy:
+    """Visuomotor policy head trained by behaviour cloning (MSE) on frozen patch tokens.
+
+    pooling: "attention" (learned-query cross-attention over the patch grid), "cls" or "mean".
+    frames: how many of the latest frames the head sees (frame stack, oldest first).
+    Learned attributes: head_ (PolicyHead), proprio_mean_/proprio_std_ (4,), meta_ (dict:
+    the backbone the tokens came from), history_ (mean loss per epoch), n_samples_.
+    """
+
+    def __init__(self, pooling: str = "attention", *, num_queries: int = 4, num_heads: int = 4, frames: int = 1,
+                 hidden: int = 256, epochs: int = 60, batch_size: int = 256, lr: float = 1e-3,
+                 weight_decay: float = 1e-4, seed: int = 0) -> None:
+        self.pooling = pooling
+        self.num_queries = num_queries
+        self.num_heads = num_heads
+        self.frames = frames
+        self.hidden = hidden
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.seed = seed
+
+    def get_params(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in _HPARAMS}
+
+    def __repr__(self) -> str:
+        return "PatchTokenPolicy(" + ", ".join(f"{k}={v!r}" for k, v in self.get_params().items()) + ")"
+
+    # -- training ---------------------------------------------------------------------------------
+    def _build(self, embed_dim: int, num_tokens: int, proprio_dim: int, action_dim: int) -> PolicyHead:
+        with torch.random.fork_rng(devices=[]):           # seeded init without touching the global RNG
+            torch.manual_seed(self.seed)
+            return PolicyHead(embed_dim, num_tokens, proprio_dim, action_dim, pooling=self.pooling,
+                              num_queries=self.num_queries, num_heads=self.num_heads, frames=self.frames,
+                              hidden=self.hidden)
+
+    def init_untrained(self, backbone_meta: dict[str, Any], proprio_dim: int = 4, action_dim: int = 4
+                       ) -> "PatchTokenPolicy":
+        """A randomly initialised head of the right shape (for latency measurements only)."""
+        n = backbone_meta["grid"][0] * backbone_meta["grid"][1]
+        self.head_ = self._build(backbone_meta["embed_dim"], n, proprio_dim, action_dim).eval()
+        self.proprio_mean_ = torch.zeros(proprio_dim)
+        self.proprio_std_ = torch.ones(proprio_dim)
+        self.meta_ = dict(backbone_meta)
+        self.history_, self.n_samples_ = [], 0
+        return self
+
+    def fit(self, cache: FeatureCache, *, checkpoint_dir: str | Path | None = None, checkpoint_every: int = 10,
+            progress: bool | None = None) -> "PatchTokenPolicy":
+        """Behaviour cloning on `cache` (MSE between predicted and expert actions). Returns self."""
+        if len(cache) == 0:
+            raise ValueError("the feature cache is empty")
+        if self.pooling == "cls" and cache.cls is None:
+            raise ValueError("pooling='cls' needs a backbone with a CLS token")
+        M, N, C = cache.tokens.shape
+        P, A = cache.proprio.shape[1], cache.actions.shape[1]
+        head = self._build(C, N, P, A)
+        mean = cache.proprio.mean(0)
+        std = cache.proprio.std(0).clamp_min(1e-3)
+        opt = torch.optim.AdamW(head.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        gen = torch.Generator().manual_seed(self.seed)
+        stack = cache.stack_index(self.frames)                                      # (M, F)
+        steps_per_epoch = math.ceil(M / self.batch_size)
+        total = self.epochs * steps_per_epoch
+        start_epoch, history = 0, []
+        ckpt = Path(checkpoint_dir) if checkpoint_dir is not None else None
+        if ckpt is not None and (ckpt / "train_state.safetensors").is_file():
+            start_epoch, history = self._resume(ckpt, head, opt, gen, cache)
+
+        self.meta_ = {k: v for k, v in cache.meta.items() if k != "configs"}
+        self.proprio_mean_, self.proprio_std_ = mean, std
+        self.n_samples_ = M
+        head.train()
+        bar = tqdm(range(start_epoch, self.epochs), desc=f"bc {self.pooling}", unit="epoch",
+                   disable=None if progress is None else not progress)
+        for epoch in bar:
+            perm = torch.randperm(M, generator=gen)
+            tot = 0.0
+            for s in range(steps_per_epoch):
+                step = epoch * steps_per_epoch + s
+                for g in opt.param_groups:                                          # cosine decay, 5% warm-up
+                    g["lr"] = self.lr * _lr_factor(step, total)
+                rows = perm[s * self.batch_size:(s + 1) * self.batch_size]         # (B,)
+                idx = stack[rows]                                                   # (B, F)
+                tokens = cache.tokens[idx].float()                                  # (B, F, N, C)
+                cls = cache.cls[idx].float() if cache.cls is not None else None     # (B, F, C)
+                prop = (cache.proprio[rows] - mean) / std                           # (B, P)
+                loss = bc_loss(head(tokens, cls, prop), cache.actions[rows])
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                tot += loss.item() * len(rows)
+            history.append(tot / M)
+            bar.set_postfix(loss=f"{history[-1]:.4f}")
+            if ckpt is not None and ((epoch + 1) % checkpoint_every == 0 or epoch + 1 == self.epochs):
+                self.head_, self.history_ = head, history
+                self._checkpoint(ckpt, opt, gen, epoch + 1)
+        self.head_ = head.eval()
+        self.history_ = history
+        return self
+
+    # -- inference --------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def predict(self, tokens: torch.Tensor, cls: torch.Tensor | None, proprio: torch.Tensor | np.ndarray
+                ) -> np.ndarray:
+        """Actions (B, 4) in [-1, 1] for tokens (B, F, N, C), cls (B, F, C) or None, raw proprio (B, 4)."""
+        self._check_fitted()
+        prop = torch.as_tensor(np.asarray(proprio, dtype=np.float32))
+        prop = (prop - self.proprio_mean_) / self.proprio_std_                      # (B, P)
+        out = self.head_(tokens.float(), None if cls is None else cls.float(), prop)  # (B, A)
+        return out.clamp(-1.0, 1.0).numpy()
+
+    def check_backbone(self, backbone: Any) -> None:
+        """Raise ArtifactError unless `backbone` is the one this policy was trained on."""
+        self._check_fitted()
+        want = self.meta_
+        got_fp = backbone_fingerprint(backbone)
+        got_size = list(backbone.config.img_size)
+        if want.get("fingerprint") != got_fp or want.get("img_size") != got_size:
+            raise ArtifactError(
+                f"this policy was trained on {want.get('backbone')} at {want.get('img_size')} "
+                f"(weights {str(want.get('fingerprint'))[:12]}), the backbone given is {backbone.config.name} at "
+                f"{got_size} (weights {got_fp[:12]}); load the same backbone or retrain the policy")
+
+    # -- artifacts --------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Write the policy directory atomically: config.json + model.safetensors."""
+        self._check_fitted()
+        with atomic_dir(path) as tmp:
+            self._write(tmp)
+        return Path(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "PatchTokenPolicy":
+        cfg = read_config(path, KIND, FORMAT_VERSION)
+        pol = cls(**cfg["params"])
+        t = load_file(str(Path(path) / "model.safetensors"))
+        s = cfg["shapes"]
+        pol.head_ = pol._build(s["embed_dim"], s["num_tokens"], s["proprio_dim"], s["action_dim"])
+        state = {k[len("head."):]: v for k, v in t.items() if k.startswith("head.")}
+        try:
+            pol.head_.load_state_dict(state, strict=True)
+        except RuntimeError as e:
+            raise ArtifactError(f"{path}: weights do not fit the stored configuration ({e}); retrain") from e
+        pol.head_.eval()
+        pol.proprio_mean_, pol.proprio_std_ = t["proprio_mean"], t["proprio_std"]
+        pol.meta_, pol.history_, pol.n_samples_ = cfg["meta"], cfg["history"], cfg["n_samples"]
+        return pol
+
+    def _write(self, directory: Path) -> None:
+        tensors = {f"head.{k}": v.detach().contiguous() for k, v in self.head_.state_dict().items()}
+        tensors["proprio_mean"] = self.proprio_mean_.contiguous()
+        tensors["proprio_std"] = self.proprio_std_.contiguous()
+        save_file(tensors, str(directory / "model.safetensors"))
+        last = self.head_.mlp[-1]
+        shapes = dict(embed_dim=self.head_.norm.normalized_shape[0], num_tokens=self.head_.num_tokens,
+                      proprio_dim=int(self.proprio_mean_.numel()), action_dim=int(last.out_features))
+        write_json(directory / "config.json", dict(
+            kind=KIND, format_version=FORMAT_VERSION, params=self.get_params(), shapes=shapes,
+            meta=self.meta_, history=list(self.history_), n_samples=int(self.n_samples_)))
+
+    def _checkpoint(self, ckpt: Path, opt: torch.optim.Optimizer, gen: torch.Generator, epoch: int) -> None:
+        state = {"epoch": torch.tensor(epoch), "generator": gen.get_state()}
+        for i, s in opt.state_dict()["state"].items():
+            for k, v in s.items():
+                state[f"opt.{i}.{k}"] = torch.as_tensor(v).detach().clone().contiguous()
+        with atomic_dir(ckpt) as tmp:
+            self._write(tmp)
+            save_file(state, str(tmp / "train_state.safetensors"))
+
+    def _resume(self, ckpt: Path, head: PolicyHead, opt: torch.optim.Optimizer, gen: torch.Generator,
+                cache: FeatureCache) -> tuple[int, list[float]]:
+        cfg = read_config(ckpt, KIND, FORMAT_VERSION)
+        if cfg["params"] != self.get_params():
+            raise ArtifactError(f"checkpoint {ckpt} was made with {cfg['params']}, not {self.get_params()}; "
+                                "use another checkpoint_dir or the same hyperparameters")
+        if cfg["meta"].get("fingerprint") != cache.meta.get("fingerprint") or cfg["n_samples"] != len(cache):
+            raise ArtifactError(f"checkpoint {ckpt} was trained on other features; use another checkpoint_dir")
+        t = load_file(str(ckpt / "model.safetensors"))
+        head.load_state_dict({k[len("head."):]: v for k, v in t.items() if k.startswith("head.")})
+        st = load_file(str(ckpt / "train_state.safetensors"))
+        gen.set_state(st["generator"])
+        opt_state: dict[int, dict[str, torch.Tensor]] = {}
+        for k, v in st.items():
+            if k.startswith("opt."):
+                _, i, name = k.split(".", 2)
+                opt_state.setdefault(int(i), {})[name] = v
+        sd = opt.state_dict()
+        sd["state"] = opt_state
+        opt.load_state_dict(sd)
+        return int(st["epoch"]), list(cfg["history"])
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "head_"):
+            raise ValueError("this PatchTokenPolicy is not fitted: call fit(cache) or PatchTokenPolicy.load(dir)")
+
+
+def _lr_factor(step: int, total: int) -> float:
+    warm = max(1, total // 20)
+    if step < warm:
+        return (step + 1) / warm
+    return 0.5 * (1.0 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
