@@ -152,3 +152,17 @@ def test_cli_lists_backbone_subcommands():
     out = subprocess.run([sys.executable, "-m", "backbone.cli", "backbone", "--help"],
                          capture_output=True, text=True, check=True).stdout
     assert "info" in out and "inspect" in out
+
+
+def test_dinov2_reg4_checkpoint_at_518_loads_at_224_with_its_own_contract(tmp_path):
+    src = load_backbone("vit_small_patch14_reg4_dinov2", pretrained=False, depth=1)    # built at 518 (37x37)
+    assert src.config.grid == (37, 37)
+    path = tmp_path / "dinov2.safetensors"
+    save_file({k: v.contiguous() for k, v in src.model.state_dict().items()}, str(path))
+    bb = load_backbone("vit_small_patch14_reg4_dinov2", weights=path, img_size=224, depth=1)
+    c = bb.config
+    assert c.img_size == (224, 224) and c.grid == (16, 16)          # not the 518 the pretrained cfg reports
+    assert c.num_prefix_tokens == 5 and c.num_registers == 4
+    assert bb.model.pos_embed.shape == (1, 256, 384)                # no_embed_class: registers carry no pos
+    g = bb.patch_grids([np.zeros((300, 200, 3), np.uint8)], blocks=0)
+    assert g[0].shape == (1, 384, 16, 16) and g.registers(0).shape == (1, 4, 384)
