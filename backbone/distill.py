@@ -147,6 +147,9 @@ class Distiller(nn.Module):
     def __init__(self, student: nn.Module, target_dims: dict[int, int], num_classes: int) -> None:
         super().__init__()
         self.student = student
+        for m in student.modules():  # explicit attention: CPU bf16 SDPA backward is ~4x slower (torch 2.14)
+            if hasattr(m, "fused_attn"):
+                m.fused_attn = False
         D = student.embed_dim
         self.dense = nn.ModuleDict({str(b): nn.Sequential(nn.LayerNorm(D), nn.Linear(D, c)) for b, c in target_dims.items()})
         self.logits = nn.Linear(D, num_classes) if num_classes > 0 else None
@@ -358,9 +361,9 @@ def distill(teacher: Teacher, images: np.ndarray, cfg: DistillConfig, out: str |
         seen += len(idx)
         elapsed += time.time() - t0
         n_log += 1
-        run["loss"] += float(loss)
+        run["loss"] += loss.item()
         for kname, v in parts.items():
-            run[kname] += float(v)
+            run[kname] += v.item()
         bar.update(1)
         if step % cfg.log_every == 0 or step == end:
             rec = {"step": step, "epoch": round(step / steps_per_epoch, 3), "lr": opt.param_groups[0]["lr"],
