@@ -1,0 +1,142 @@
+"""Saving and loading a fitted PatchCore as an artifact directory.
+
+    model/config.json        kind, format_version, hyperparameters, learned scalars, and the
+                             backbone it was fitted on: name, weights fingerprint, preprocessing, grid
+    model/bank.safetensors   bank (M, D) float32, calibration_scores (n_hold,) float32
+    model/index.faiss        the faiss index over the bank
+
+Written atomically (temporary sibling, one rename). Loading checks the format version and
+that the backbone given (or rebuilt) is the one the bank was built with: another checkpoint,
+preprocessing, input size or block choice would put test patches in another feature space and
+yield meaningless maps, so it raises ArtifactError instead.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from safetensors.numpy import load_file, save_file
+
+from backbone.artifacts import atomic_dir, read_config, write_json
+from backbone.errors import ArtifactError, BackboneUnavailable
+
+from .search import load_index, save_index
+
+KIND = "anomaly.patchcore"
+FORMAT_VERSION = 1
+# preprocessing and geometry that must match between fit and load
+_CONTRACT = ("name", "kind", "img_size", "patch_size", "grid", "embed_dim", "depth", "mean", "std",
+             "interpolation", "resize")
+
+
+def backbone_fingerprint(bb: Any) -> str:
+    """sha256 of the weights file, or of the parameters themselves when there is no file (random or hub)."""
+    if bb.weights_sha256:
+        return f"file:{bb.weights_sha256}"
+    h = hashlib.sha256()
+    for k, v in sorted(bb.model.state_dict().items()):
+        h.update(k.encode())
+        h.update(v.detach().cpu().contiguous().numpy().tobytes())
+    return f"params:{h.hexdigest()}"
+
+
+def describe_backbone(bb: Any) -> dict[str, Any]:
+    c = bb.config
+    d = {k: getattr(c, k) for k in _CONTRACT if hasattr(c, k)}
+    d.update({"resize": bb.preprocess.resize, "weights_sha256": c.weights_sha256,
+              "pretrained": getattr(c, "pretrained", None), "fingerprint": backbone_fingerprint(bb)})
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+def _is_embedded_default(bb: Any) -> bool:
+    try:
+        from backbone import default_spec
+
+        return bool(bb.weights_sha256) and default_spec().get("sha256") == bb.weights_sha256
+    except BackboneUnavailable:
+        return False
+
+
+def save_patchcore(det: Any, path: str | os.PathLike, backbone_source: dict | None = None) -> None:
+    bb = det.backbone_
+    source = backbone_source or ({"default": True} if _is_embedded_default(bb) else None)
+    cfg = {
+        "kind": KIND, "format_version": FORMAT_VERSION,
+        "params": {k: getattr(det, k) for k in det.HYPERPARAMETERS},
+        "blocks": list(det.blocks_), "grid": list(det.grid_),
+        "threshold": float(det.threshold_), "normal_level": float(det.normal_level_),
+        "n_train_images": int(det.n_train_images_), "n_train_patches": int(det.n_train_patches_),
+        "holdout_indices": [int(i) for i in det.holdout_indices_],
+        "bank_shape": list(det.bank_.shape),
+        "backbone": describe_backbone(bb), "backbone_source": source,
+    }
+    cfg["params"]["blocks"] = list(cfg["params"]["blocks"]) if cfg["params"]["blocks"] is not None else None
+    with atomic_dir(path) as tmp:
+        save_file({"bank": det.bank_, "calibration_scores": np.asarray(det.calibration_scores_, np.float32)},
+                  str(tmp / "bank.safetensors"))
+        save_index(det.index_, tmp / "index.faiss")
+        write_json(tmp / "config.json", cfg)
+
+
+def _rebuild_backbone(cfg: dict, path: Path) -> Any:
+    from backbone import load_backbone
+
+    src = cfg.get("backbone_source")
+    desc = cfg["backbone"]
+    if not src:
+        raise ArtifactError(
+            f"{path} was fitted on {desc['name']!r} ({'random' if not desc.get('pretrained') else 'unnamed'} weights, "
+            f"fingerprint {desc['fingerprint'][:18]}...) that cannot be rebuilt from the artifact; pass the same "
+            "backbone: PatchCore.load(path, backbone=bb)")
+    try:
+        if src.get("default"):
+            return load_backbone(resize=desc.get("resize", "stretch"))
+        return load_backbone(src["name"], weights=src.get("weights"), img_size=src.get("img_size"),
+                             resize=desc.get("resize", "stretch"), **src.get("model_kwargs", {}))
+    except BackboneUnavailable as e:
+        raise ArtifactError(f"{path} needs backbone {src}, which cannot be loaded here: {e}") from e
+
+
+def check_backbone(cfg: dict, bb: Any, path: Path) -> None:
+    want = cfg["backbone"]
+    have = describe_backbone(bb)
+    diffs = [f"{k}: artifact {want.get(k)!r}, given {have.get(k)!r}" for k in (*_CONTRACT, "fingerprint")
+             if k in want and want.get(k) != have.get(k)]
+    if diffs:
+        raise ArtifactError(f"{path} was fitted on another backbone or preprocessing ({'; '.join(diffs)}). "
+                            "Load it with the backbone it was fitted on, or refit on this one")
+
+
+def load_patchcore(cls: type, path: str | os.PathLike, backbone: Any = None) -> Any:
+    path = Path(path)
+    cfg = read_config(path, KIND, FORMAT_VERSION)
+    bb = backbone if backbone is not None else _rebuild_backbone(cfg, path)
+    check_backbone(cfg, bb, path)
+    try:
+        tensors = load_file(str(path / "bank.safetensors"))
+        index = load_index(path / "index.faiss")
+    except Exception as e:   # missing or truncated files
+        raise ArtifactError(f"{path}: bank or index cannot be read ({type(e).__name__}: {e}); refit the model") from e
+    bank = tensors["bank"]
+    if list(bank.shape) != cfg["bank_shape"] or index.ntotal != len(bank) or index.d != bank.shape[1]:
+        raise ArtifactError(f"{path}: bank {bank.shape} and index ({index.ntotal} x {index.d}) disagree with "
+                            f"config {cfg['bank_shape']}; the artifact is corrupt, refit it")
+    params = dict(cfg["params"])
+    if params.get("blocks") is not None:
+        params["blocks"] = tuple(params["blocks"])
+    det = cls(backbone=bb, **params)
+    det.backbone_ = bb
+    det.blocks_ = tuple(cfg["blocks"])
+    det.grid_ = tuple(cfg["grid"])
+    det.bank_ = bank
+    det.index_ = index
+    det.calibration_scores_ = tensors["calibration_scores"]
+    det.threshold_ = float(cfg["threshold"])
+    det.normal_level_ = float(cfg["normal_level"])
+    det.n_train_images_ = int(cfg["n_train_images"])
+    det.n_train_patches_ = int(cfg["n_train_patches"])
+    det.holdout_indices_ = np.array(cfg["holdout_indices"], dtype=int)
+    return det

@@ -1,0 +1,128 @@
+"""Greedy k-center (minimax) coreset over a random projection, as in PatchCore.
+
+Greedy k-center repeatedly adds the point farthest from the centres chosen so far; the chosen
+set covers every point within twice the optimal radius. Distances are taken after a seeded
+Gaussian random projection to `proj_dim` dimensions (Johnson-Lindenstrauss), so the work is
+on an (N, proj_dim) float32 matrix: memory O(N d), never an N x N matrix.
+
+Exact speed-up by lazy batching: the textbook loop streams all N points once per centre
+(memory-bound matrix-vector products). Here the T points farthest from the current centres are
+taken as candidates; as long as the best candidate, after updating the candidates against the
+centres picked in this round, is still at least as far as the (T+1)-th farthest point was, it
+is the exact greedy choice (distances only shrink). Only then are all N points updated, once
+per round, with one matrix-matrix product against all the round's centres (compute-bound).
+The selection equals the textbook loop (`greedy_kcenter_reference`) up to float ties.
+
+When the features do not fit at once, `chunked_coreset` reduces each chunk to an oversampled
+coreset and then takes the coreset of the union.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import numpy as np
+import torch
+
+
+def random_projection(x: np.ndarray, proj_dim: int | None, seed: int = 0, chunk: int = 65536) -> np.ndarray:
+    """(N, D) -> (N, min(D, proj_dim)) float32 with a seeded Gaussian matrix scaled by 1/sqrt(k).
+
+    Projects row-chunks so `x` may be a memory map. Returns x as float32 when D <= proj_dim.
+    """
+    n, d = x.shape
+    if proj_dim is None or d <= proj_dim:
+        return np.ascontiguousarray(x, dtype=np.float32)
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(d, proj_dim, generator=g) / math.sqrt(proj_dim)  # (D, k)
+    out = torch.empty(n, proj_dim)                                   # (N, k)
+    for i in range(0, n, chunk):
+        out[i:i + chunk] = torch.as_tensor(np.asarray(x[i:i + chunk], np.float32)) @ w
+    return out.numpy()
+
+
+def _sqdist(z: torch.Tensor, zz: torch.Tensor, c: torch.Tensor, cc: torch.Tensor) -> torch.Tensor:
+    """Squared distances of rows z (M, k) (squared norms zz (M,)) to rows c (B, k) (norms cc (B,)) -> (M, B)."""
+    return (zz[:, None] + cc[None, :] - 2.0 * (z @ c.T)).clamp_(min=0)
+
+
+def greedy_kcenter(z: np.ndarray, n: int, start: int = 0, candidates: int = 2048,
+                   row_chunk: int = 32768) -> np.ndarray:
+    """Indices (n,) of the greedy k-center selection on z (N, k), starting from row `start`."""
+    zt = torch.as_tensor(np.ascontiguousarray(z, np.float32))       # (N, k), shares memory
+    N = zt.shape[0]
+    n = min(n, N)
+    zz = (zt * zt).sum(1)                                            # (N,)
+    mind = _sqdist(zt, zz, zt[start:start + 1], zz[start:start + 1])[:, 0]  # (N,) to nearest centre
+    centers = [start]
+    while len(centers) < n:
+        t = min(candidates, N - 1)
+        top = torch.topk(mind, t + 1)                                # candidates + the runner-up bound
+        cand, cm = top.indices[:t], top.values[:t].clone()           # (T,), (T,)
+        tau = top.values[t]
+        zc, zzc = zt[cand], zz[cand]                                 # (T, k), (T,)
+        new: list[int] = []
+        while len(centers) + len(new) < n:
+            i = int(torch.argmax(cm))
+            if cm[i] < tau or cm[i] <= 0:                            # a non-candidate may be farther now
+                break
+            new.append(int(cand[i]))
+            torch.minimum(cm, _sqdist(zc, zzc, zc[i:i + 1], zzc[i:i + 1])[:, 0], out=cm)
+        if not new:                                                  # every candidate coincides with a centre
+            break
+        idx = torch.tensor(new)
+        c2, cc = -2.0 * zt[idx].T, zz[idx]                           # (k, B), (B,)
+        step = max(256, (1 << 20) // len(new))                       # keep each (rows, B) block in cache
+        for r in range(0, N, step):                                  # one compute-bound pass per round
+            d = torch.addmm(cc[None, :], zt[r:r + step], c2).amin(1)  # (rows,) = min_b |c_b|^2 - 2 z.c_b
+            torch.minimum(mind[r:r + step], (d + zz[r:r + step]).clamp_(min=0), out=mind[r:r + step])
+        centers += new
+    return np.array(centers, np.int64)
+
+
+def greedy_kcenter_reference(z: np.ndarray, n: int, start: int = 0) -> np.ndarray:
+    """The textbook loop, one pass over all points per centre (float64), for tests."""
+    z = np.asarray(z, np.float64)
+    centers = [start]
+    mind = ((z - z[start]) ** 2).sum(1)
+    for _ in range(1, min(n, len(z))):
+        j = int(np.argmax(mind))
+        centers.append(j)
+        mind = np.minimum(mind, ((z - z[j]) ** 2).sum(1))
+    return np.array(centers, np.int64)
+
+
+def coreset_size(n_total: int, ratio: float) -> int:
+    if not 0 < ratio <= 1:
+        raise ValueError(f"coreset ratio must be in (0, 1], got {ratio}")
+    return max(1, math.ceil(ratio * n_total))
+
+
+def greedy_coreset(x: np.ndarray, ratio: float = 0.1, *, proj_dim: int | None = 128, seed: int = 0,
+                   n: int | None = None) -> np.ndarray:
+    """Indices (n,) of a k-center coreset of x (N, D); n = ceil(ratio * N) unless given."""
+    n = coreset_size(len(x), ratio) if n is None else n
+    if n >= len(x):
+        return np.arange(len(x))
+    z = random_projection(x, proj_dim, seed)
+    start = int(np.random.default_rng(seed).integers(len(x)))
+    return greedy_kcenter(z, n, start)
+
+
+def chunked_coreset(chunks: Iterable[np.ndarray], ratio: float = 0.1, *, proj_dim: int | None = 128,
+                    seed: int = 0, oversample: float = 2.0) -> np.ndarray:
+    """Coreset rows (n, D) of data seen chunk by chunk: each chunk (N_i, D) is reduced to an
+    oversampled coreset (oversample * ratio of it), then the union is reduced to ceil(ratio * sum N_i).
+
+    Peak memory is one chunk plus the kept rows.
+    """
+    kept, total = [], 0
+    for i, chunk in enumerate(chunks):
+        chunk = np.asarray(chunk, np.float32)
+        total += len(chunk)
+        idx = greedy_coreset(chunk, min(1.0, ratio * oversample), proj_dim=proj_dim, seed=seed + i)
+        kept.append(chunk[idx])
+    if not kept:
+        raise ValueError("no features to build a coreset from")
+    union = np.concatenate(kept)                                     # (sum n_i, D)
+    return union[greedy_coreset(union, n=min(len(union), coreset_size(total, ratio)), proj_dim=proj_dim, seed=seed)]

@@ -1,0 +1,8 @@
+"""Errors of the anomaly package. Each names the file or setting at fault and says what to do."""
+from __future__ import annotations
+
+from backbone.errors import FrozenVitError
+
+
+class DatasetError(FrozenVitError, ValueError):
+    """A folder or dataset layout cannot be used: empty folder, mask of another size, mask without image."""

@@ -1,0 +1,253 @@
+"""PatchCore on frozen ViT patch grids (Roth et al., "Towards Total Recall in Industrial Anomaly Detection").
+
+    det = PatchCore(backbone=bb, blocks=(7, 10), coreset_ratio=0.1).fit(normal_images)
+    out = det.predict(test_images)   # out.scores (B,), out.maps [(H_i, W_i)], out.is_defect (B,)
+
+fit: features of the training normals (3x3 local mean per block, blocks fused) -> greedy
+k-center coreset -> faiss index; a held-out split of the normals is scored to calibrate the
+decision threshold at `target_fpr`. predict: patch score = distance to the nearest bank entry;
+image score = reweighted maximum (or top-1% mean); map = patch scores on the model canvas,
+Gaussian(sigma) there, then resampled onto the ORIGINAL image by the backbone's GridMapping.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from .coreset import chunked_coreset, coreset_size, greedy_coreset
+from .images import as_image
+from .scoring import fuse_blocks, local_aggregate, reweighted_max, smooth, topk_mean
+from .search import INDEX_KINDS, build_index, knn
+
+IMAGE_SCORES = ("reweighted", "max", "topk")
+
+
+def default_blocks(depth: int) -> tuple[int, ...]:
+    """Two intermediate blocks, never the last: (7, 10) for 12 blocks, (1, 2) for 4."""
+    if depth <= 2:
+        return (0,)
+    b2 = depth - 2
+    b1 = min(round(0.6 * depth), b2 - 1)
+    return (max(0, b1), b2)
+
+
+@dataclass
+class AnomalyPrediction:
+    scores: np.ndarray            # (B,) image scores, higher = more anomalous
+    maps: list[np.ndarray]        # (H_i, W_i) float32 defect maps at each image's original size
+    is_defect: np.ndarray         # (B,) bool, scores > threshold
+    threshold: float
+    patch_scores: np.ndarray      # (B, h, w) distances to the nearest normal patch
+
+
+class PatchCore:
+    """Anomaly detector on a frozen backbone; sklearn-style (hyperparameters here, state in `*_`).
+
+    backbone: a `backbone.FrozenBackbone`; None loads the embedded default at fit time.
+    blocks: backbone blocks to fuse; None: two intermediate blocks (`default_blocks`).
+    coreset_ratio: bank size as a fraction of training patches (greedy k-center).
+    proj_dim: random-projection width used only inside the coreset selection.
+    reduce_dim: optional channel pooling of fused features (None keeps all).
+    aggregation: local neighbourhood (odd) averaged on the grid; 1 disables.
+    image_score: "reweighted" (paper, b = num_neighbors), "max", or "topk" (mean of top topk_frac).
+    index: "flat" (exact), "ivf" or "ivfpq" (approximate, large banks); nprobe for the IVF ones.
+    target_fpr: false-alarm rate the threshold is calibrated to on held-out normals.
+    holdout: fraction of the training normals held out for that calibration (>= 1 image).
+    sigma: Gaussian smoothing of maps in model-canvas pixels.
+    coreset_chunk: if set, features are reduced chunk by chunk (about this many patches per
+        chunk) so all training features never sit in memory at once.
+    """
+
+    def __init__(self, backbone: Any = None, blocks: Sequence[int] | None = None, coreset_ratio: float = 0.1,
+                 proj_dim: int | None = 128, reduce_dim: int | None = None, aggregation: int = 3,
+                 image_score: str = "reweighted", num_neighbors: int = 9, topk_frac: float = 0.01,
+                 index: str = "flat", nprobe: int = 8, target_fpr: float = 0.01, holdout: float = 0.2,
+                 sigma: float = 4.0, batch_size: int = 16, coreset_chunk: int | None = None, seed: int = 0,
+                 progress: bool | None = None) -> None:
+        self.backbone = backbone
+        self.blocks = blocks
+        self.coreset_ratio = coreset_ratio
+        self.proj_dim = proj_dim
+        self.reduce_dim = reduce_dim
+        self.aggregation = aggregation
+        self.image_score = image_score
+        self.num_neighbors = num_neighbors
+        self.topk_frac = topk_frac
+        self.index = index
+        self.nprobe = nprobe
+        self.target_fpr = target_fpr
+        self.holdout = holdout
+        self.sigma = sigma
+        self.batch_size = batch_size
+        self.coreset_chunk = coreset_chunk
+        self.seed = seed
+        self.progress = progress
+
+    HYPERPARAMETERS = ("blocks", "coreset_ratio", "proj_dim", "reduce_dim", "aggregation", "image_score",
+                       "num_neighbors", "topk_frac", "index", "nprobe", "target_fpr", "holdout", "sigma",
+                       "batch_size", "coreset_chunk", "seed")
+
+    def get_params(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("backbone", *self.HYPERPARAMETERS, "progress")}
+
+    # ---- features ---------------------------------------------------------------------------
+    def _check_params(self) -> None:
+        if self.image_score not in IMAGE_SCORES:
+            raise ValueError(f"image_score must be one of {IMAGE_SCORES}, got {self.image_score!r}")
+        if self.index not in INDEX_KINDS:
+            raise ValueError(f"index must be one of {INDEX_KINDS}, got {self.index!r}")
+        if not 0 < self.target_fpr < 1:
+            raise ValueError(f"target_fpr must be in (0, 1), got {self.target_fpr}")
+        if not 0 < self.holdout < 1:
+            raise ValueError(f"holdout must be in (0, 1), got {self.holdout}")
+
+    def _resolve_backbone(self) -> Any:
+        if self.backbone is not None:
+            return self.backbone
+        from backbone import load_backbone
+
+        return load_backbone()
+
+    def _batches(self, images: Sequence[Any], desc: str) -> Iterator[tuple[torch.Tensor, list]]:
+        """Yield fused features (b, D, h, w) and GridMappings per batch; paths are read lazily."""
+        bb = self.backbone_
+        n = len(images)
+        for i in tqdm(range(0, n, self.batch_size), desc=desc, unit="batch", leave=False,
+                      disable=None if self.progress is None else not self.progress):
+            batch = [as_image(x) for x in images[i:i + self.batch_size]]
+            g = bb.patch_grids(batch, blocks=self.blocks_, batch_size=self.batch_size, progress=False)
+            feats = fuse_blocks([local_aggregate(g[b], self.aggregation) for b in self.blocks_],
+                                self.reduce_dim)                     # (b, D, h, w)
+            yield feats, g.mappings
+
+    @staticmethod
+    def _rows(feats: torch.Tensor) -> np.ndarray:
+        """(B, D, h, w) -> (B*h*w, D) float32, image-major then row-major tokens."""
+        return feats.permute(0, 2, 3, 1).reshape(-1, feats.shape[1]).numpy()
+
+    # ---- fit --------------------------------------------------------------------------------
+    def fit(self, images: Sequence[Any], y: Any = None) -> "PatchCore":
+        """Learn from normal images only (list of uint8 arrays, PIL images or paths); returns self."""
+        self._check_params()
+        images = list(images)
+        if len(images) < 2:
+            raise ValueError(f"PatchCore needs at least 2 normal images (one is held out to calibrate the "
+                             f"threshold), got {len(images)}")
+        self.backbone_ = self._resolve_backbone()
+        depth = self.backbone_.config.depth
+        self.blocks_ = tuple(self.backbone_.resolve_blocks(self.blocks if self.blocks is not None
+                                                           else default_blocks(depth)))
+        perm = np.random.default_rng(self.seed).permutation(len(images))
+        n_hold = min(len(images) - 1, max(1, round(self.holdout * len(images))))
+        self.holdout_indices_ = np.sort(perm[:n_hold])
+        train = [images[i] for i in np.sort(perm[n_hold:])]
+        self.n_train_images_ = len(train)
+        self.bank_ = self._build_bank(train)                            # (M, D)
+        self.index_ = build_index(self.bank_, self.index, nprobe=self.nprobe, seed=self.seed)
+        hold = [images[i] for i in self.holdout_indices_]
+        patch, scores, _ = self._score(hold, "calibrate")
+        self.calibration_scores_ = scores                               # (n_hold,)
+        self.threshold_ = conformal_threshold(scores, self.target_fpr)
+        self.normal_level_ = float(np.median(patch))                    # typical normal patch score, for overlays
+        return self
+
+    def _build_bank(self, images: Sequence[Any]) -> np.ndarray:
+        if self.coreset_chunk:
+            def chunks() -> Iterator[np.ndarray]:
+                buf, rows = [], 0
+                for feats, _ in self._batches(images, "features"):
+                    buf.append(self._rows(feats))
+                    rows += len(buf[-1])
+                    if rows >= self.coreset_chunk:
+                        yield np.concatenate(buf)
+                        buf, rows = [], 0
+                if buf:
+                    yield np.concatenate(buf)
+            bank = chunked_coreset(chunks(), self.coreset_ratio, proj_dim=self.proj_dim, seed=self.seed)
+        else:
+            x = np.concatenate([self._rows(f) for f, _ in self._batches(images, "features")])  # (N, D)
+            bank = x[greedy_coreset(x, self.coreset_ratio, proj_dim=self.proj_dim, seed=self.seed)]
+        self.n_train_patches_ = len(images) * math.prod(self.backbone_.config.grid)
+        self.grid_ = tuple(self.backbone_.config.grid)
+        return np.ascontiguousarray(bank, np.float32)
+
+    # ---- scoring ----------------------------------------------------------------------------
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "index_"):
+            raise RuntimeError("this PatchCore is not fitted yet: call fit(normal_images) or PatchCore.load(dir)")
+
+    def image_scores_from(self, dist: np.ndarray, nn: np.ndarray, queries: np.ndarray) -> np.ndarray:
+        """Image scores (B,) from nearest-bank distances dist (B, N), indices nn (B, N), features (B, N, D)."""
+        if self.image_score == "max":
+            return dist.max(axis=1)
+        if self.image_score == "topk":
+            return topk_mean(dist, self.topk_frac)
+        b = np.arange(len(dist))
+        j = dist.argmax(axis=1)                                         # (B,) most anomalous patch
+        m_star = nn[b, j]                                               # (B,) its nearest bank entry
+        k = min(self.num_neighbors, len(self.bank_))
+        _, nb = knn(self.index_, self.bank_[m_star], k)                 # (B, k) neighbours of m* in the bank
+        d_nb = np.linalg.norm(self.bank_[nb] - queries[b, j][:, None, :], axis=2)   # (B, k)
+        return reweighted_max(dist[b, j], d_nb)
+
+    def _score(self, images: Sequence[Any], desc: str = "score") -> tuple[np.ndarray, np.ndarray, list]:
+        """Patch scores (B, h, w), image scores (B,), GridMappings."""
+        self._check_fitted()
+        patches, scores, mappings = [], [], []
+        for feats, maps in self._batches(list(images), desc):
+            b, d, h, w = feats.shape
+            q = self._rows(feats)                                       # (b*h*w, D)
+            dist, nn = knn(self.index_, q, 1)                           # (b*h*w, 1)
+            dist, nn = dist.reshape(b, h * w), nn.reshape(b, h * w)
+            scores.append(self.image_scores_from(dist, nn, q.reshape(b, h * w, d)))
+            patches.append(dist.reshape(b, h, w))
+            mappings += maps
+        return np.concatenate(patches), np.concatenate(scores).astype(np.float32), mappings
+
+    def decision_function(self, images: Sequence[Any]) -> np.ndarray:
+        """Image scores (B,), no maps (cheaper than predict)."""
+        return self._score(images)[1]
+
+    def anomaly_map(self, patch_scores: np.ndarray, mapping: Any) -> np.ndarray:
+        """Token map (h, w) -> defect map (H_orig, W_orig): bilinear to the model canvas, Gaussian(sigma)
+        there, then resampled onto the original image through `mapping` (stretch or pad alike)."""
+        t = torch.as_tensor(np.asarray(patch_scores, np.float32))[None, None]          # (1, 1, h, w)
+        canvas = F.interpolate(t, size=tuple(mapping.model_size), mode="bilinear",
+                               align_corners=False)[0, 0].numpy()                      # (H, W)
+        return mapping.to_original(smooth(canvas, self.sigma)).astype(np.float32)      # (H0, W0)
+
+    def predict(self, images: Sequence[Any]) -> AnomalyPrediction:
+        """Scores, maps at original size and decisions for a list of images (arrays, PIL or paths)."""
+        patch, scores, mappings = self._score(images, "predict")
+        maps = [self.anomaly_map(p, m) for p, m in zip(patch, mappings)]
+        return AnomalyPrediction(scores, maps, scores > self.threshold_, float(self.threshold_), patch)
+
+    # ---- persistence (see anomaly/artifact.py) --------------------------------------------------
+    def save(self, path: Any, backbone_source: dict | None = None) -> None:
+        """Write an atomic artifact directory (config.json, bank.safetensors, index.faiss)."""
+        from .artifact import save_patchcore
+
+        self._check_fitted()
+        save_patchcore(self, path, backbone_source)
+
+    @classmethod
+    def load(cls, path: Any, backbone: Any = None) -> "PatchCore":
+        """Read an artifact; `backbone` must be the one it was fitted on (checked), None rebuilds it."""
+        from .artifact import load_patchcore
+
+        return load_patchcore(cls, path, backbone)
+
+
+def conformal_threshold(normal_scores: np.ndarray, target_fpr: float) -> float:
+    """The ceil((n + 1)(1 - a))-th smallest normal score: P(new normal > t) <= a for exchangeable
+    scores. With too few held-out images (n + 1 < 1 / a) this is the largest score, and the
+    guaranteed rate is 1 / (n + 1) instead of a."""
+    s = np.sort(np.asarray(normal_scores, np.float64))
+    k = math.ceil((len(s) + 1) * (1 - target_fpr))
+    return float(s[min(k, len(s)) - 1])

@@ -1,0 +1,73 @@
+"""Pure functions from patch grids to patch features, and from patch scores to image scores and maps."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from scipy import ndimage
+
+
+def local_aggregate(grid: torch.Tensor, size: int = 3) -> torch.Tensor:
+    """Mean over each token's size x size neighbourhood: (B, C, h, w) -> (B, C, h, w).
+
+    Border tokens average over the neighbours that exist (no zero padding), so a border
+    patch is not pulled towards zero. size 1 returns the grid unchanged.
+    """
+    if size <= 1:
+        return grid
+    if size % 2 == 0:
+        raise ValueError(f"aggregation size must be odd, got {size}")
+    return F.avg_pool2d(grid, size, stride=1, padding=size // 2, count_include_pad=False)
+
+
+def fuse_blocks(grids: Sequence[torch.Tensor], reduce_dim: int | None = None) -> torch.Tensor:
+    """Concatenate per-block grids (B, C_i, h, w) along channels -> (B, sum C_i, h, w).
+
+    With `reduce_dim`, each token vector is average-pooled along channels to reduce_dim values
+    (PatchCore's adaptive average pooling: deterministic, nothing to fit or store).
+    """
+    h, w = grids[0].shape[-2:]
+    for g in grids:
+        if g.shape[-2:] != (h, w) or g.shape[0] != grids[0].shape[0]:
+            raise ValueError(f"grids of blocks differ in batch or grid size: {[tuple(g.shape) for g in grids]}")
+    x = torch.cat(list(grids), dim=1)                                # (B, D, h, w)
+    if reduce_dim is not None and reduce_dim < x.shape[1]:
+        b, d = x.shape[:2]
+        t = x.permute(0, 2, 3, 1).reshape(-1, 1, d)                  # (B*h*w, 1, D)
+        t = F.adaptive_avg_pool1d(t, reduce_dim)                     # (B*h*w, 1, reduce_dim)
+        x = t.reshape(b, h, w, reduce_dim).permute(0, 3, 1, 2)       # (B, reduce_dim, h, w)
+    return x.contiguous()
+
+
+def topk_mean(patch_scores: np.ndarray, frac: float = 0.01) -> np.ndarray:
+    """Mean of the top ceil(frac * N) scores of each image: (B, N) -> (B,)."""
+    p = np.asarray(patch_scores).reshape(len(patch_scores), -1)      # (B, N)
+    k = max(1, int(np.ceil(frac * p.shape[1])))
+    return np.sort(p, axis=1)[:, -k:].mean(axis=1)
+
+
+def reweighted_max(max_dist: np.ndarray, neighbour_dists: np.ndarray) -> np.ndarray:
+    """PatchCore's image score (Roth et al. 2022, eq. 7), vectorised over images.
+
+    max_dist (B,): s* = distance of the most anomalous test patch m_test to its nearest bank entry m*.
+    neighbour_dists (B, b): distances of m_test to the b bank entries nearest to m* (m* included).
+    Returns (1 - exp(s*) / sum_b exp(d_b)) * s*, computed stably in log space.
+    """
+    s = np.asarray(max_dist, np.float64)                             # (B,)
+    d = np.asarray(neighbour_dists, np.float64)                      # (B, b)
+    m = d.max(axis=1, keepdims=True)
+    log_sum = m[:, 0] + np.log(np.exp(d - m).sum(axis=1))            # (B,) logsumexp
+    return ((1.0 - np.exp(s - log_sum)) * s).astype(np.float32)
+
+
+def upsample_tokens(patch_scores: np.ndarray, model_size: tuple[int, int]) -> np.ndarray:
+    """Token map (h, w) -> (H_model, W_model) bilinear, each token covering its patch (half-pixel centres)."""
+    t = torch.as_tensor(np.asarray(patch_scores, np.float32))[None, None]      # (1, 1, h, w)
+    return F.interpolate(t, size=tuple(model_size), mode="bilinear", align_corners=False)[0, 0].numpy()
+
+
+def smooth(amap: np.ndarray, sigma: float = 4.0) -> np.ndarray:
+    """Gaussian smoothing (H, W) -> (H, W), sigma in pixels, border mode 'nearest'."""
+    return ndimage.gaussian_filter(np.asarray(amap, np.float32), sigma=sigma, mode="nearest") if sigma > 0 else amap

@@ -1,0 +1,29 @@
+"""Overlays of defect maps on the original image (uint8 RGB in, uint8 RGB out)."""
+from __future__ import annotations
+
+import numpy as np
+from scipy import ndimage
+
+
+def overlay(image: np.ndarray, amap: np.ndarray, lo: float, hi: float, mask: np.ndarray | None = None,
+            alpha: float = 0.6) -> np.ndarray:
+    """Blend a 'jet' heat map of amap (H, W) onto image (H, W, 3) uint8.
+
+    Values <= lo are transparent, >= hi fully coloured (alpha): a fixed scale per model, so
+    overlays of different images compare. A ground-truth mask is outlined in green.
+    """
+    from matplotlib import colormaps
+
+    img = np.asarray(image)
+    if img.ndim == 2:
+        img = np.repeat(img[..., None], 3, axis=2)
+    if img.shape[:2] != amap.shape:
+        raise ValueError(f"map {amap.shape} does not match image {img.shape[:2]}")
+    t = np.clip((amap - lo) / max(hi - lo, 1e-12), 0, 1)                    # (H, W) in [0, 1]
+    heat = colormaps["jet"](t)[..., :3]                                      # (H, W, 3)
+    a = (alpha * t)[..., None]
+    out = (1 - a) * img.astype(np.float32) / 255 + a * heat
+    if mask is not None and mask.any():
+        edge = mask & ~ndimage.binary_erosion(mask, iterations=max(1, min(mask.shape) // 200))
+        out[edge] = (0.1, 1.0, 0.1)
+    return np.round(np.clip(out, 0, 1) * 255).astype(np.uint8)
