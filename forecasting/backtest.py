@@ -148,7 +148,7 @@ def backtest(df: pd.DataFrame, models: Sequence, h: int, n_windows: int = 1, ste
     if len(set(aliases)) != len(aliases):
         raise ValueError(f"model aliases must be unique, got {aliases}; subclass or wrap to rename")
     df = validate(df)
-    need_hist = max([season_length + 1] + [int(m.input_size) for m in models if m.is_global])
+    need_hist = max([season_length + 1] + [m.min_train_length() for m in models if m.is_global])
     need = need_hist + h + (n_windows - 1) * step_size
     series = {uid: (g[DS].to_numpy(), g[Y].to_numpy(dtype=float)) for uid, g in df.groupby(ID, sort=False)}
     for uid, (_, y) in series.items():

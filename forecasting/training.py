@@ -95,6 +95,11 @@ class NeuralForecaster:
     def _build(self) -> nn.Module:
         raise NotImplementedError
 
+    def min_train_length(self) -> int:
+        """Values a series needs to give one training window and its validation tail."""
+        tail = int(self.h) if self.val_size is None else int(self.val_size)
+        return int(self.input_size) + int(self.h) + tail
+
     # -- training -----------------------------------------------------------------------
     def fit(self, series: Sequence[np.ndarray], val: Sequence[np.ndarray] | None = None) -> "NeuralForecaster":
         """Train on windows of `series` (each (T,) or (T, C), same C for all).

@@ -1,0 +1,82 @@
+"""Loading and validating series: long and wide CSV, named errors that say where."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from forecasting import SeriesError, long_to_wide, read_long_csv, read_wide_csv, validate
+
+
+def _long(n: int = 10, uid: str = "a") -> pd.DataFrame:
+    return pd.DataFrame({"unique_id": uid, "ds": pd.date_range("2020-01-01", periods=n, freq="h"),
+                         "y": np.arange(n, dtype=float)})
+
+
+def test_wide_csv_reads_as_long_with_one_series_per_column(tmp_path):
+    p = tmp_path / "w.csv"
+    pd.DataFrame({"date": pd.date_range("2020-01-01", periods=5, freq="h").astype(str),
+                  "A": np.arange(5.0), "B": np.arange(5.0) * 2}).to_csv(p, index=False)
+    df = read_wide_csv(p)
+    assert list(df.columns) == ["unique_id", "ds", "y"]
+    assert df["unique_id"].tolist() == ["A"] * 5 + ["B"] * 5
+    assert pd.api.types.is_datetime64_any_dtype(df["ds"])
+    np.testing.assert_array_equal(long_to_wide(df)["B"].to_numpy(), np.arange(5.0) * 2)
+
+
+def test_long_csv_roundtrip_keeps_values_and_series_order(tmp_path):
+    df = pd.concat([_long(6, "z"), _long(4, "a")], ignore_index=True)
+    p = tmp_path / "l.csv"
+    df.to_csv(p, index=False)
+    back = read_long_csv(p)
+    assert back["unique_id"].unique().tolist() == ["z", "a"]
+    np.testing.assert_array_equal(back["y"].to_numpy(), df["y"].to_numpy())
+
+
+def test_unsorted_timestamps_raise_with_series_and_position():
+    df = _long(6)
+    df.loc[[2, 3], "ds"] = df.loc[[3, 2], "ds"].to_numpy()
+    with pytest.raises(SeriesError, match=r"'a'.*not sorted.*position 3"):
+        validate(df)
+    assert validate(df, sort=True)["ds"].is_monotonic_increasing
+
+
+def test_duplicate_timestamp_raises():
+    df = _long(5)
+    df.loc[3, "ds"] = df.loc[2, "ds"]
+    with pytest.raises(SeriesError, match="duplicate timestamp"):
+        validate(df)
+
+
+def test_irregular_spacing_raises():
+    df = _long(6)
+    df.loc[3:, "ds"] = df.loc[3:, "ds"] + pd.Timedelta(minutes=30)
+    with pytest.raises(SeriesError, match="irregular spacing at 2020-01-01 03:30"):
+        validate(df)
+
+
+def test_gap_raises_unless_fill_is_explicit():
+    df = _long(8).drop(index=[3, 4]).reset_index(drop=True)
+    with pytest.raises(SeriesError, match=r"gap.*between 2020-01-01 02:00:00 and 2020-01-01 05:00:00"):
+        validate(df)
+    filled = validate(df, fill="interpolate")
+    np.testing.assert_allclose(filled["y"].to_numpy(), np.arange(8.0))
+    assert validate(df, fill="ffill")["y"].tolist()[2:6] == [2.0, 2.0, 2.0, 5.0]
+
+
+def test_nan_raises_with_timestamp_or_is_filled():
+    df = _long(5)
+    df.loc[2, "y"] = np.nan
+    with pytest.raises(SeriesError, match="first at 2020-01-01 02:00"):
+        validate(df)
+    assert validate(df, fill="zero")["y"].tolist() == [0.0, 1.0, 0.0, 3.0, 4.0]
+
+
+def test_too_short_series_says_needed_length():
+    with pytest.raises(SeriesError, match="has 5 values but needs at least 384"):
+        validate(_long(5), min_length=384)
+
+
+def test_integer_timestamps_are_accepted():
+    df = pd.DataFrame({"unique_id": "s", "ds": np.arange(0, 20, 2), "y": np.ones(10)})
+    assert len(validate(df)) == 10
