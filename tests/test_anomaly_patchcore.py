@@ -1,0 +1,157 @@
+"""PatchCore on a tiny random ViT: maps at original size, localisation, calibration, audit, artifacts."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from anomaly import PatchCore, conformal_threshold, contamination_audit, default_blocks, render_sample
+from anomaly.scoring import fuse_blocks, local_aggregate
+from backbone.errors import ArtifactError
+
+from conftest import tiny_vit
+
+
+@pytest.fixture(scope="module")
+def bb():
+    torch.manual_seed(0)
+    return tiny_vit()
+
+
+@pytest.fixture(scope="module")
+def normals():
+    return [render_sample("weave", None, 0, i, size=(96, 112))[0] for i in range(12)]
+
+
+@pytest.fixture(scope="module")
+def fitted(bb, normals):
+    return PatchCore(bb, coreset_ratio=0.25, progress=False).fit(normals)
+
+
+def with_square(img, top, left, size):
+    out, mask = img.copy(), np.zeros(img.shape[:2], bool)
+    mask[top:top + size[0], left:left + size[1]] = True
+    out[mask] = (10, 200, 240)
+    return out, mask
+
+
+def test_default_blocks_are_intermediate_never_the_last():
+    assert default_blocks(12) == (7, 10)
+    assert default_blocks(4) == (1, 2)
+    assert all(max(default_blocks(d)) < d - 1 for d in range(3, 25))
+
+
+def test_patch_scores_are_brute_force_nearest_bank_distances(bb, fitted, normals):
+    imgs = [render_sample("weave", "hole", 0, i, size=(96, 112))[0] for i in range(3)]
+    out = fitted.predict(imgs)
+    g = bb.patch_grids(imgs, blocks=fitted.blocks_)
+    f = fuse_blocks([local_aggregate(g[b], 3) for b in fitted.blocks_])            # (B, D, h, w)
+    q = f.permute(0, 2, 3, 1).reshape(-1, f.shape[1]).double()
+    ref = torch.cdist(q, torch.from_numpy(fitted.bank_).double()).min(1).values.reshape(3, *fitted.grid_)
+    assert np.allclose(out.patch_scores, ref.numpy(), atol=1e-3)
+
+
+@pytest.mark.parametrize("resize", ["stretch", "pad"])
+def test_maps_have_original_size_and_peak_on_the_defect(normals, resize):
+    torch.manual_seed(0)
+    bb = tiny_vit()
+    bb.preprocess.resize = resize
+    det = PatchCore(bb, coreset_ratio=0.5, progress=False).fit(normals)
+    img, mask = with_square(render_sample("weave", None, 0, 50, size=(96, 112))[0], 8, 70, (36, 36))
+    small, _ = with_square(render_sample("weave", None, 0, 51, size=(60, 150))[0], 0, 0, (1, 1))
+    out = det.predict([img, small])
+    assert out.maps[0].shape == (96, 112) and out.maps[1].shape == (60, 150)
+    m = out.maps[0]
+    assert m[mask].mean() > 1.5 * m[~mask].mean()
+    y, x = np.unravel_index(m.argmax(), m.shape)
+    assert 8 - 12 <= y < 44 + 12 and 70 - 12 <= x < 106 + 12    # within half a token (12 px) of the square
+
+
+def test_threshold_is_the_conformal_quantile_of_held_out_normals(fitted, normals):
+    assert len(fitted.holdout_indices_) == round(0.2 * len(normals))
+    assert fitted.threshold_ == conformal_threshold(fitted.calibration_scores_, fitted.target_fpr)
+    held = [normals[i] for i in fitted.holdout_indices_]
+    assert np.allclose(fitted.decision_function(held), fitted.calibration_scores_, atol=1e-6)
+
+
+def test_conformal_threshold_picks_the_right_order_statistic():
+    s = np.arange(1, 200, dtype=float)                  # 199 scores: 1..199
+    assert conformal_threshold(s, 0.01) == 198.0        # ceil(200 * 0.99) = 198th smallest
+    assert conformal_threshold(s[:10], 0.01) == 10.0    # too few: the maximum
+    assert conformal_threshold(s[:99], 0.1) == 90.0     # ceil(100 * 0.9) = 90th
+
+
+def test_defects_score_above_the_calibrated_threshold_and_fresh_normals_mostly_below(bb, normals):
+    det = PatchCore(bb, coreset_ratio=0.25, holdout=0.5, progress=False).fit(normals)
+    good = [render_sample("weave", None, 0, 200 + i, size=(96, 112))[0] for i in range(8)]
+    bad = [with_square(g, 20, 20, (40, 40))[0] for g in good]
+    out = det.predict(good + bad)
+    assert out.scores[8:].min() > out.scores[:8].max()
+    assert out.is_defect[8:].all()
+    assert out.is_defect[:8].sum() <= 1     # 6 held-out normals: false-alarm rate <= 1/7 in expectation
+
+
+def test_image_score_options(bb, normals):
+    imgs = [render_sample("weave", "crack", 0, i, size=(96, 112))[0] for i in range(3)]
+    mx = PatchCore(bb, image_score="max", progress=False).fit(normals).predict(imgs)
+    assert np.allclose(mx.scores, mx.patch_scores.reshape(3, -1).max(1))
+    rw = PatchCore(bb, image_score="reweighted", progress=False).fit(normals).predict(imgs)
+    assert (rw.scores < mx.scores).all() and (rw.scores > 0).all()     # a weight in (0, 1) times the max
+    tk = PatchCore(bb, image_score="topk", topk_frac=0.1, progress=False).fit(normals).predict(imgs)
+    top2 = np.sort(tk.patch_scores.reshape(3, -1), 1)[:, -2:].mean(1)  # 10% of 16 patches -> 2
+    assert np.allclose(tk.scores, top2)
+
+
+def test_predict_does_not_change_the_fitted_state(fitted):
+    bank, thr = fitted.bank_.copy(), fitted.threshold_
+    fitted.predict([render_sample("weave", "stain", 0, 0, size=(96, 112))[0]])
+    assert (fitted.bank_ == bank).all() and fitted.threshold_ == thr
+
+
+def test_chunked_fit_builds_a_bank_of_the_same_size(bb, normals):
+    det = PatchCore(bb, coreset_ratio=0.25, coreset_chunk=40, progress=False).fit(normals)
+    assert det.bank_.shape[0] == int(np.ceil(0.25 * det.n_train_patches_))
+
+
+def test_audit_ranks_a_defective_training_image_first(bb, normals):
+    dirty = list(normals)
+    dirty[5] = with_square(normals[5], 30, 30, (40, 50))[0]
+    res = contamination_audit(PatchCore(bb, progress=False), dirty, n_splits=4)
+    assert res.ranking(1)[0]["image"] == "image 5" and res.flagged[5]
+
+
+def test_save_load_round_trip_predicts_the_same(fitted, bb, tmp_path):
+    imgs = [render_sample("weave", "scratch", 0, i, size=(96, 112))[0] for i in range(2)]
+    fitted.save(tmp_path / "m")
+    assert {p.name for p in (tmp_path / "m").iterdir()} == {"config.json", "bank.safetensors", "index.faiss"}
+    loaded = PatchCore.load(tmp_path / "m", backbone=bb)
+    a, b = fitted.predict(imgs), loaded.predict(imgs)
+    assert np.array_equal(a.scores, b.scores) and np.array_equal(a.maps[0], b.maps[0])
+    assert loaded.threshold_ == fitted.threshold_ and loaded.blocks_ == fitted.blocks_
+
+
+def test_load_refuses_another_backbone_or_format_version(fitted, tmp_path):
+    fitted.save(tmp_path / "m")
+    torch.manual_seed(1)
+    with pytest.raises(ArtifactError, match="fingerprint"):
+        PatchCore.load(tmp_path / "m", backbone=tiny_vit())                     # same shape, other weights
+    with pytest.raises(ArtifactError, match="img_size"):
+        PatchCore.load(tmp_path / "m", backbone=tiny_vit(img_size=96))
+    with pytest.raises(ArtifactError, match="pass the same backbone"):
+        PatchCore.load(tmp_path / "m")                                          # random weights: not rebuildable
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    cfg["format_version"] = 99
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ArtifactError, match="format version"):
+        PatchCore.load(tmp_path / "m", backbone=fitted.backbone_)
+
+
+def test_failed_save_leaves_the_previous_artifact(fitted, tmp_path, monkeypatch):
+    fitted.save(tmp_path / "m")
+    before = (tmp_path / "m" / "config.json").read_text()
+    import anomaly.artifact as art
+    monkeypatch.setattr(art, "save_index", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError):
+        fitted.save(tmp_path / "m")
+    assert (tmp_path / "m" / "config.json").read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]

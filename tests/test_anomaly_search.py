@@ -1,0 +1,85 @@
+"""faiss search against brute force; scoring helpers against hand-computed values."""
+import numpy as np
+import pytest
+import torch
+
+from anomaly.scoring import fuse_blocks, local_aggregate, reweighted_max, smooth, topk_mean
+from anomaly.search import build_index, knn, load_index, save_index
+
+
+@pytest.fixture
+def bank_and_queries():
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((2000, 32)).astype(np.float32), rng.standard_normal((100, 32)).astype(np.float32)
+
+
+def brute_knn(bank, q, k):
+    d = torch.cdist(torch.from_numpy(q).double(), torch.from_numpy(bank).double())
+    v, i = d.topk(k, largest=False)
+    return v.numpy(), i.numpy()
+
+
+def test_flat_index_equals_brute_force_distances_and_neighbours(bank_and_queries):
+    bank, q = bank_and_queries
+    d, i = knn(build_index(bank, "flat"), q, 3)
+    bd, bi = brute_knn(bank, q, 3)
+    assert (i == bi).all()
+    assert np.allclose(d, bd, atol=1e-4)
+
+
+def test_ivf_with_all_lists_probed_is_exact(bank_and_queries):
+    bank, q = bank_and_queries
+    index = build_index(bank, "ivf", nlist=16, nprobe=16)
+    d, i = knn(index, q, 1)
+    bd, bi = brute_knn(bank, q, 1)
+    assert (i == bi).all() and np.allclose(d, bd, atol=1e-4)
+
+
+def test_ivfpq_finds_approximate_neighbours(bank_and_queries):
+    bank, q = bank_and_queries
+    d, _ = knn(build_index(bank, "ivfpq", nlist=8, nprobe=8, pq_bits=4), q, 1)
+    bd, _ = brute_knn(bank, q, 1)
+    assert np.corrcoef(d[:, 0], bd[:, 0])[0, 1] > 0.5
+
+
+def test_index_round_trips_through_a_file(bank_and_queries, tmp_path):
+    bank, q = bank_and_queries
+    index = build_index(bank, "flat")
+    save_index(index, tmp_path / "i.faiss")
+    assert (knn(load_index(tmp_path / "i.faiss"), q, 2)[1] == knn(index, q, 2)[1]).all()
+
+
+def test_local_aggregate_averages_existing_neighbours_only():
+    g = torch.arange(16.0).reshape(1, 1, 4, 4)
+    out = local_aggregate(g, 3)
+    assert out[0, 0, 1, 1] == g[0, 0, 0:3, 0:3].mean()                  # interior: 9 neighbours
+    assert out[0, 0, 0, 0] == g[0, 0, 0:2, 0:2].mean()                  # corner: 4, no zero padding
+    assert torch.equal(local_aggregate(g, 1), g)
+
+
+def test_fuse_blocks_concatenates_and_pools_channels():
+    a, b = torch.ones(2, 4, 3, 3), torch.zeros(2, 4, 3, 3)
+    assert fuse_blocks([a, b]).shape == (2, 8, 3, 3)
+    r = fuse_blocks([a, b], reduce_dim=2)
+    assert r.shape == (2, 2, 3, 3) and torch.allclose(r[:, 0], torch.ones(1)) and torch.allclose(r[:, 1], torch.zeros(1))
+
+
+def test_reweighted_max_matches_the_paper_formula():
+    s, d = np.array([2.0]), np.array([[2.0, 3.0, 4.5]])
+    expected = (1 - np.exp(2.0) / np.exp(d).sum()) * 2.0
+    assert reweighted_max(s, d)[0] == pytest.approx(expected, rel=1e-6)
+    # stable for large distances (naive exp overflows)
+    assert np.isfinite(reweighted_max(np.array([900.0]), np.array([[900.0, 950.0]]))).all()
+
+
+def test_topk_mean_takes_the_top_percent():
+    p = np.arange(200, dtype=float)[None]
+    assert topk_mean(p, 0.01)[0] == pytest.approx((199 + 198) / 2)
+
+
+def test_smooth_is_a_normalised_gaussian():
+    a = np.zeros((41, 41), np.float32)
+    a[20, 20] = 1
+    s = smooth(a, 4.0)
+    assert s.sum() == pytest.approx(1.0, rel=1e-4) and s.argmax() == 20 * 41 + 20
+    assert s[20, 24] / s[20, 20] == pytest.approx(np.exp(-0.5), rel=0.02)
