@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 from scipy import ndimage
-from skimage import draw
 
 CATEGORIES = ("weave", "grain", "washer")   # two textures, one object
 DEFECTS = ("scratch", "hole", "crack", "stain")
@@ -65,6 +64,24 @@ def _thick(mask: np.ndarray, width: int) -> np.ndarray:
     return mask if width <= 1 else ndimage.binary_dilation(mask, structure=np.ones((width, width), bool))
 
 
+def _line(mask: np.ndarray, y0: float, x0: float, y1: float, x1: float) -> None:
+    """Set the pixels of a 1-px segment (sampled every half pixel), clipped to the image."""
+    n = int(np.ceil(2 * max(abs(y1 - y0), abs(x1 - x0)))) + 1
+    rr = np.round(np.linspace(y0, y1, n)).astype(int)
+    cc = np.round(np.linspace(x0, x1, n)).astype(int)
+    ok = (rr >= 0) & (rr < mask.shape[0]) & (cc >= 0) & (cc < mask.shape[1])
+    mask[rr[ok], cc[ok]] = True
+
+
+def _ellipse(shape: tuple[int, int], cy: float, cx: float, ry: float, rx: float, angle: float = 0.0) -> np.ndarray:
+    """bool (H, W): pixel centres inside a rotated ellipse (a disk when ry == rx)."""
+    yy, xx = np.mgrid[0:shape[0], 0:shape[1]].astype(np.float64)
+    dy, dx = yy - cy, xx - cx
+    u = dy * np.cos(angle) + dx * np.sin(angle)
+    v = -dy * np.sin(angle) + dx * np.cos(angle)
+    return (u / ry) ** 2 + (v / rx) ** 2 <= 1.0
+
+
 def _point_in(region: np.ndarray, rng: np.random.Generator) -> tuple[int, int]:
     ys, xs = np.nonzero(region)
     i = rng.integers(len(ys))
@@ -87,20 +104,17 @@ def insert_defect(img: np.ndarray, region: np.ndarray, kind: str, rng: np.random
             for _ in range(n_seg):
                 a = ang + (rng.normal(0, 0.6) if kind == "crack" else 0.0)
                 y1, x1 = y + np.sin(a) * length / n_seg, x + np.cos(a) * length / n_seg
-                rr, cc = draw.line(int(round(y)), int(round(x)), int(round(y1)), int(round(x1)))
-                ok = (rr >= 0) & (rr < h) & (cc >= 0) & (cc < w)
-                m[rr[ok], cc[ok]] = True
+                _line(m, y, x, y1, x1)
                 y, x = y1, x1
             m = _thick(m, width + (1 if kind == "crack" else 0))
             color = np.array([0.97, 0.97, 0.95]) if kind == "scratch" else np.array([0.08, 0.06, 0.05])
         elif kind == "hole":
-            rr, cc = draw.disk((y0, x0), rng.uniform(0.05, 0.09) * s, shape=(h, w))
-            m[rr, cc] = True
+            r = rng.uniform(0.05, 0.09) * s
+            m = _ellipse((h, w), y0, x0, r, r)
             color = np.array([0.02, 0.02, 0.02])
         elif kind == "stain":
-            rr, cc = draw.ellipse(y0, x0, rng.uniform(0.06, 0.12) * s, rng.uniform(0.06, 0.12) * s,
-                                  shape=(h, w), rotation=rng.uniform(0, np.pi))
-            m[rr, cc] = True
+            m = _ellipse((h, w), y0, x0, rng.uniform(0.06, 0.12) * s, rng.uniform(0.06, 0.12) * s,
+                         rng.uniform(0, np.pi))
             color = None
         else:
             raise ValueError(f"unknown defect {kind!r}; choose one of {DEFECTS}")

@@ -1,0 +1,271 @@
+"""`frozenvit anomaly fit|predict|evaluate|audit|synth`."""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from backbone.cli import add_backbone_args, add_threads_arg
+
+CHUNK = 64   # images per predict call in the CLI: bounds the memory held by full-size maps
+
+
+def _faiss_threads(args: argparse.Namespace) -> None:
+    if getattr(args, "threads", None):
+        import faiss
+
+        faiss.omp_set_num_threads(args.threads)
+
+
+def _backbone(args: argparse.Namespace) -> tuple[Any, dict | None]:
+    """The backbone named on the command line, and how to rebuild it later (None: cannot)."""
+    from backbone import load_backbone
+
+    random = getattr(args, "random_weights", False)
+    bb = load_backbone(args.backbone, weights=args.weights, img_size=args.img_size, pretrained=not random,
+                       resize=args.resize)
+    if random:
+        source = None
+    elif args.backbone is None:
+        source = {"default": True}
+    else:
+        source = {"name": args.backbone, "weights": str(Path(args.weights).resolve()) if args.weights else None,
+                  "img_size": args.img_size}
+    return bb, source
+
+
+def _detector(args: argparse.Namespace, bb: Any):
+    from .patchcore import PatchCore
+
+    blocks = tuple(int(b) for b in args.blocks.split(",")) if args.blocks else None
+    return PatchCore(bb, blocks=blocks, coreset_ratio=args.coreset_ratio, reduce_dim=args.reduce_dim,
+                     image_score=args.image_score, index=args.index, target_fpr=args.target_fpr,
+                     holdout=args.holdout, batch_size=args.batch_size, coreset_chunk=args.coreset_chunk,
+                     seed=args.seed, progress=None)
+
+
+def _normals(data: str) -> list[Path]:
+    from .datasets import read_dataset
+
+    return read_dataset(data).train
+
+
+def _cmd_fit(args: argparse.Namespace) -> int:
+    _faiss_threads(args)
+    bb, source = _backbone(args)
+    train = _normals(args.data)
+    det = _detector(args, bb).fit(train)
+    det.save(args.out, backbone_source=source)
+    print(f"fitted on {det.n_train_images_} normal images ({det.n_train_patches_} patches, blocks {det.blocks_}); "
+          f"bank {det.bank_.shape[0]} x {det.bank_.shape[1]} ({det.bank_.nbytes / 1e6:.1f} MB)")
+    print(f"threshold {det.threshold_:.4f} at target false-alarm rate {det.target_fpr:g} "
+          f"(calibrated on {len(det.calibration_scores_)} held-out normals)")
+    if source is None:
+        print("note: random weights cannot be rebuilt from the artifact; load it in Python with the same backbone",
+              file=sys.stderr)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _save_png(path: Path, arr: np.ndarray) -> None:
+    from PIL import Image
+
+    from backbone.artifacts import atomic_write_bytes
+
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="PNG")
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def _cmd_predict(args: argparse.Namespace) -> int:
+    from backbone.artifacts import atomic_write_text
+    from backbone.cli import list_images
+
+    from .images import read_image
+    from .patchcore import PatchCore
+    from .viz import overlay
+
+    _faiss_threads(args)
+    det = PatchCore.load(args.model)
+    files = list_images(args.images)
+    out = Path(args.out)
+    (out / "overlays").mkdir(parents=True, exist_ok=True)
+    root = Path(args.images[0]) if len(args.images) == 1 and Path(args.images[0]).is_dir() else None
+    rows = []
+    for i in range(0, len(files), CHUNK):
+        chunk = files[i:i + CHUNK]
+        images = [read_image(f) for f in chunk]
+        pred = det.predict(images)
+        for f, img, amap, s, d in zip(chunk, images, pred.maps, pred.scores, pred.is_defect):
+            name = str(f.relative_to(root)) if root else str(f)
+            rows.append({"image": name, "score": f"{s:.6f}", "is_defect": int(d), "threshold": f"{det.threshold_:.6f}"})
+            if not args.no_overlays:
+                png = overlay(img, amap, det.normal_level_, det.threshold_)
+                _save_png(out / "overlays" / (name.replace("/", "__").rsplit(".", 1)[0] + ".png"), png)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=["image", "score", "is_defect", "threshold"])
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write_text(out / "scores.csv", buf.getvalue())
+    n_def = sum(r["is_defect"] for r in rows)
+    print(f"{len(rows)} images, {n_def} flagged as defective; wrote {out / 'scores.csv'}"
+          + ("" if args.no_overlays else f" and {out / 'overlays'}/"))
+    return 0
+
+
+def evaluate_dataset(det: Any, ds: Any) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """Overall metrics and per-defect-type image AUROC (each type against the good test images)."""
+    from .images import read_image
+    from .metrics import anomaly_metrics, image_auroc
+
+    samples = [s for s in ds.test if s.label >= 0]
+    if not samples:
+        from .errors import DatasetError
+
+        raise DatasetError(f"{ds.root}: no labelled test images (need test/good and test/<defect>, or masks)")
+    scores, masks, maps = [], [], []
+    pixel = ds.has_masks
+    for i in range(0, len(samples), CHUNK):
+        chunk = samples[i:i + CHUNK]
+        images = [read_image(s.path) for s in chunk]
+        pred = det.predict(images)
+        scores.append(pred.scores)
+        if pixel:
+            masks += [s.load_mask(img.shape[:2]) for s, img in zip(chunk, images)]
+            maps += pred.maps
+    scores = np.concatenate(scores)
+    labels = np.array([s.label for s in samples])
+    metrics = anomaly_metrics(labels, scores, masks if pixel else None, maps if pixel else None)
+    metrics["false_alarm_rate"] = float((scores[labels == 0] > det.threshold_).mean()) if (labels == 0).any() else float("nan")
+    metrics["detection_rate"] = float((scores[labels == 1] > det.threshold_).mean()) if (labels == 1).any() else float("nan")
+    per_type = []
+    good = labels == 0
+    for t in sorted({s.defect_type for s in samples if s.label == 1}):
+        sel = np.array([s.defect_type == t for s in samples])
+        per_type.append({"defect": t, "n": int(sel.sum()),
+                         "image_auroc": image_auroc(labels[good | sel], scores[good | sel]),
+                         "detected": float((scores[sel] > det.threshold_).mean())})
+    return metrics, per_type
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from backbone.artifacts import write_json
+
+    from .datasets import read_folders, read_mvtec
+    from .patchcore import PatchCore
+
+    _faiss_threads(args)
+    det = PatchCore.load(args.model)
+    ds = read_mvtec(args.data) if args.data else read_folders(None, args.test, args.masks)
+    metrics, per_type = evaluate_dataset(det, ds)
+    for k, v in metrics.items():
+        print(f"{k:18s} {v:.4f}")
+    if per_type:
+        print(f"{'defect':18s} {'n':>4s} {'AUROC':>7s} {'detected':>9s}")
+        for r in per_type:
+            print(f"{r['defect']:18s} {r['n']:4d} {r['image_auroc']:7.4f} {r['detected']:9.2%}")
+    if args.out:
+        write_json(args.out, {"model": str(args.model), "data": str(args.data or args.test), "metrics": metrics,
+                              "per_defect_type": per_type, "threshold": det.threshold_})
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _cmd_audit(args: argparse.Namespace) -> int:
+    from backbone.artifacts import write_json
+
+    from .audit import contamination_audit
+
+    _faiss_threads(args)
+    bb, _ = _backbone(args)
+    train = _normals(args.data)
+    res = contamination_audit(_detector(args, bb), train, n_splits=args.folds,
+                              names=[str(p) for p in train])
+    rows = res.ranking(args.top)
+    print(f"{'rank':>4s} {'score':>9s} {'robust z':>9s}  image")
+    for r in rows:
+        print(f"{r['rank']:4d} {r['score']:9.4f} {r['robust_z']:9.2f}  {r['image']}{'   <- look at this' if r['flagged'] else ''}")
+    print(f"{int(res.flagged.sum())} of {len(train)} training images flagged (robust z > 3.5)")
+    if args.out:
+        write_json(args.out, {"data": str(args.data), "folds": args.folds, "ranking": res.ranking()})
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _cmd_synth(args: argparse.Namespace) -> int:
+    from .synthetic import make_synthetic_mvtec
+
+    for c in args.category:
+        p = make_synthetic_mvtec(args.out, c, n_train=args.n_train, n_test_good=args.n_test_good,
+                                 n_test_defect=args.n_test_defect, size=(args.height, args.width), seed=args.seed)
+        print(f"wrote {p}")
+    return 0
+
+
+def _add_method_args(p: argparse.ArgumentParser) -> None:
+    add_backbone_args(p)
+    p.add_argument("--resize", choices=("stretch", "pad"), default="stretch", help="fit images to the model input")
+    p.add_argument("--blocks", default=None, help="comma-separated 0-based blocks (default: two intermediate ones)")
+    p.add_argument("--coreset-ratio", type=float, default=0.1)
+    p.add_argument("--coreset-chunk", type=int, default=None, help="reduce features in chunks of this many patches")
+    p.add_argument("--reduce-dim", type=int, default=None, help="pool fused features to this many channels")
+    p.add_argument("--image-score", choices=("reweighted", "max", "topk"), default="reweighted")
+    p.add_argument("--index", choices=("flat", "ivf", "ivfpq"), default="flat")
+    p.add_argument("--target-fpr", type=float, default=0.01, help="false-alarm rate of the threshold")
+    p.add_argument("--holdout", type=float, default=0.2, help="fraction of normals held out for calibration")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--seed", type=int, default=0)
+    add_threads_arg(p)
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("anomaly", help="PatchCore defect maps: fit, predict, evaluate, audit")
+    sub = p.add_subparsers(dest="anomaly_command", required=True)
+
+    q = sub.add_parser("fit", help="learn normal patches from an MVTec category (train/good) or a folder of normals")
+    q.add_argument("--data", required=True, help="MVTec AD category folder, or a folder of normal images")
+    q.add_argument("--out", required=True, help="model directory to write")
+    _add_method_args(q)
+    q.set_defaults(func=_cmd_fit)
+
+    q = sub.add_parser("predict", help="scores, decisions (CSV) and overlays (PNG) for images")
+    q.add_argument("--model", required=True)
+    q.add_argument("--images", nargs="+", required=True, help="image files or folders")
+    q.add_argument("--out", required=True, help="output folder: scores.csv, overlays/")
+    q.add_argument("--no-overlays", action="store_true")
+    add_threads_arg(q)
+    q.set_defaults(func=_cmd_predict)
+
+    q = sub.add_parser("evaluate", help="image AUROC, pixel AUROC, AUPRO, F1-max on a labelled test set")
+    q.add_argument("--model", required=True)
+    g = q.add_mutually_exclusive_group(required=True)
+    g.add_argument("--data", help="MVTec AD category folder (test/, ground_truth/)")
+    g.add_argument("--test", help="plain folder of test images (with --masks)")
+    q.add_argument("--masks", help="masks matched to --test images by file stem")
+    q.add_argument("--out", default=None, help="JSON file for the metrics")
+    add_threads_arg(q)
+    q.set_defaults(func=_cmd_evaluate)
+
+    q = sub.add_parser("audit", help="rank training normals by how anomalous they look to a bank without them")
+    q.add_argument("--data", required=True, help="MVTec AD category folder, or a folder of normal images")
+    q.add_argument("--folds", type=int, default=5)
+    q.add_argument("--top", type=int, default=10)
+    q.add_argument("--out", default=None, help="JSON file for the full ranking")
+    _add_method_args(q)
+    q.set_defaults(func=_cmd_audit)
+
+    q = sub.add_parser("synth", help="write the seeded synthetic set (MVTec layout)")
+    q.add_argument("--out", required=True)
+    q.add_argument("--category", nargs="+", default=["weave"], choices=("weave", "grain", "washer"))
+    q.add_argument("--n-train", type=int, default=40)
+    q.add_argument("--n-test-good", type=int, default=12)
+    q.add_argument("--n-test-defect", type=int, default=4, help="per defect type")
+    q.add_argument("--height", type=int, default=192)
+    q.add_argument("--width", type=int, default=224)
+    q.add_argument("--seed", type=int, default=0)
+    q.set_defaults(func=_cmd_synth)
