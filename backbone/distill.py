@@ -433,9 +433,54 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=_run)
 
 
+def ship_student(student_file: str | Path, assets_dir: str | Path, name: str, teacher: Teacher | None = None,
+                 train_img_size: int = 128, img_size: int = 224, arch: str = "vit_tiny_patch16_224",
+                 model_kwargs: dict | None = None) -> dict:
+    """Copy a distilled bare-ViT file into assets_dir as <name>.safetensors and write default.json.
+
+    default.json is what load_backbone() reads: arch, extra timm kwargs, training and serving
+    resolution, the student's preprocessing (the teacher's mean/std) and the file's sha256.
+    """
+    import shutil
+
+    from safetensors import safe_open
+
+    assets_dir = Path(assets_dir)
+    assets_dir.mkdir(parents=True, exist_ok=True)
+    dst = assets_dir / f"{name}.safetensors"
+    with safe_open(str(student_file), "pt") as f:
+        pos = f.get_slice("pos_embed").get_shape()  # (1, 1 + g*g, D)
+        dim = f.get_slice("cls_token").get_shape()[-1]
+        depth = 1 + max(int(k.split(".")[1]) for k in f.keys() if k.startswith("blocks."))
+        patch = f.get_slice("patch_embed.proj.weight").get_shape()[-1]
+    g = int(round(math.sqrt(pos[1] - 1)))
+    if g * patch != train_img_size:
+        raise FrozenVitError(f"{student_file} has a {g}x{g} grid of {patch}px patches, not {train_img_size}px: "
+                             "pass the run's --img-size as --train-img-size")
+    tmp = dst.with_suffix(".tmp")
+    shutil.copyfile(student_file, tmp)
+    tmp.replace(dst)
+    mean, std = (teacher.mean, teacher.std) if teacher is not None else ((0.5,) * 3, (0.5,) * 3)
+    spec = {"file": dst.name, "arch": arch, "model_kwargs": {"num_classes": 0, **(model_kwargs or {})},
+            "embed_dim": dim, "depth": depth, "train_img_size": train_img_size, "train_grid": [g, g],
+            "img_size": img_size, "mean": list(mean), "std": list(std), "interpolation": "bicubic",
+            "crop_pct": 1.0, "sha256": sha256_file(dst)}
+    write_json(assets_dir / "default.json", spec)
+    return spec
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m backbone.distill distill ...` (same as `frozenvit backbone distill`) or `... ship ...`."""
     parser = argparse.ArgumentParser(prog="python -m backbone.distill")
-    register(parser.add_subparsers(dest="cmd", required=True))
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    register(sub)
+    p = sub.add_parser("ship", help="install a run's student as the embedded default (backbone/assets)")
+    p.add_argument("--student", required=True, help="student .safetensors from a distill run")
+    p.add_argument("--name", required=True)
+    p.add_argument("--assets", default=str(Path(__file__).parent / "assets"))
+    p.add_argument("--train-img-size", type=int, default=128)
+    p.set_defaults(func=lambda a: print(json.dumps(ship_student(a.student, a.assets, a.name,
+                                                                 train_img_size=a.train_img_size), indent=2)) or 0)
     args = parser.parse_args(argv)
     return args.func(args)
 

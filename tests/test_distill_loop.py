@@ -90,3 +90,18 @@ def test_register_adds_a_distill_parser():
     register(parser.add_subparsers(dest="cmd"))
     args = parser.parse_args(["distill", "--data", "d", "--out", "o", "--resume", "--epochs", "2"])
     assert args.cmd == "distill" and args.resume and args.epochs == 2.0 and callable(args.func)
+
+
+def test_ship_writes_a_spec_that_load_backbone_reads(tmp_path):
+    from backbone import load_backbone
+    from backbone.artifacts import sha256_file
+    from backbone.distill import ship_student
+
+    distill(_teacher(), _images(), _cfg(epochs=1), tmp_path / "run", progress=False)
+    spec = ship_student(tmp_path / "run" / "student.safetensors", tmp_path / "assets", "tiny", train_img_size=32,
+                        img_size=64, model_kwargs=TINY)
+    saved = json.loads((tmp_path / "assets" / "default.json").read_text())
+    assert saved == spec and spec["sha256"] == sha256_file(tmp_path / "assets" / "tiny.safetensors")
+    kw = {k: v for k, v in spec["model_kwargs"].items()}
+    bb = load_backbone(spec["arch"], weights=tmp_path / "assets" / spec["file"], img_size=64, **kw)
+    assert bb.config.grid == (8, 8)
