@@ -1,0 +1,64 @@
+"""`frozenvit anomaly ...` end to end on a small synthetic set, with a local weights file."""
+import csv
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from backbone.cli import main
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    from safetensors.torch import save_file
+
+    from conftest import tiny_vit
+
+    tmp = tmp_path_factory.mktemp("anomaly_cli")
+    torch.manual_seed(0)
+    bb = tiny_vit("vit_tiny_patch16_224", depth=12, embed_dim=192, num_heads=3)   # timm's own shape: rebuildable
+    save_file({k: v.contiguous() for k, v in bb.model.state_dict().items()}, str(tmp / "w.safetensors"))
+    assert main(["anomaly", "synth", "--out", str(tmp / "data"), "--n-train", "8", "--n-test-good", "2",
+                 "--n-test-defect", "1", "--height", "80", "--width", "96"]) == 0
+    fit = ["anomaly", "fit", "--data", str(tmp / "data" / "weave"), "--out", str(tmp / "model"),
+           "--backbone", "vit_tiny_patch16_224", "--weights", str(tmp / "w.safetensors"), "--img-size", "64",
+           "--threads", "1"]
+    assert main(fit) == 0
+    return tmp
+
+
+def test_predict_writes_scores_csv_and_overlays_at_original_size(workspace):
+    test_dir = workspace / "data" / "weave" / "test"
+    out = workspace / "pred"
+    assert main(["anomaly", "predict", "--model", str(workspace / "model"), "--images", str(test_dir),
+                 "--out", str(out)]) == 0
+    rows = list(csv.DictReader(open(out / "scores.csv")))
+    assert len(rows) == 6 and {r["image"] for r in rows} >= {"good/000.png", "hole/000.png"}
+    ov = Image.open(out / "overlays" / "hole__000.png")
+    assert ov.size == (96, 80)
+
+
+def test_evaluate_prints_and_writes_metrics(workspace, capsys):
+    assert main(["anomaly", "evaluate", "--model", str(workspace / "model"), "--data",
+                 str(workspace / "data" / "weave"), "--out", str(workspace / "m.json")]) == 0
+    res = json.loads((workspace / "m.json").read_text())
+    assert {"image_auroc", "pixel_auroc", "aupro", "false_alarm_rate"} <= set(res["metrics"])
+    assert 0 <= res["metrics"]["aupro"] <= 1 and len(res["per_defect_type"]) == 4
+    assert "aupro" in capsys.readouterr().out
+
+
+def test_audit_lists_training_images(workspace, capsys):
+    assert main(["anomaly", "audit", "--data", str(workspace / "data" / "weave"), "--folds", "2", "--top", "3",
+                 "--backbone", "vit_tiny_patch16_224", "--weights", str(workspace / "w.safetensors"),
+                 "--img-size", "64"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("train/good/") == 3 and "training images flagged" in out
+
+
+def test_fit_on_an_empty_folder_fails_with_a_clear_message(workspace, capsys):
+    (workspace / "empty").mkdir()
+    rc = main(["anomaly", "fit", "--data", str(workspace / "empty"), "--out", str(workspace / "m2"),
+               "--backbone", "vit_tiny_patch16_224", "--weights", str(workspace / "w.safetensors"), "--img-size", "64"])
+    assert rc == 2 and "neither an MVTec AD category" in capsys.readouterr().err
