@@ -67,7 +67,7 @@ def save_patchcore(det: Any, path: str | os.PathLike, backbone_source: dict | No
         "kind": KIND, "format_version": FORMAT_VERSION,
         "params": {k: getattr(det, k) for k in det.HYPERPARAMETERS},
         "blocks": list(det.blocks_), "grid": list(det.grid_),
-        "threshold": float(det.threshold_), "normal_level": float(det.normal_level_),
+        "threshold": float(det.threshold_), "map_range": [float(v) for v in det.map_range_],
         "n_train_images": int(det.n_train_images_), "n_train_patches": int(det.n_train_patches_),
         "holdout_indices": [int(i) for i in det.holdout_indices_],
         "bank_shape": list(det.bank_.shape),
@@ -135,7 +135,7 @@ def load_patchcore(cls: type, path: str | os.PathLike, backbone: Any = None) -> 
     det.index_ = index
     det.calibration_scores_ = tensors["calibration_scores"]
     det.threshold_ = float(cfg["threshold"])
-    det.normal_level_ = float(cfg["normal_level"])
+    det.map_range_ = tuple(float(v) for v in cfg["map_range"])
     det.n_train_images_ = int(cfg["n_train_images"])
     det.n_train_patches_ = int(cfg["n_train_patches"])
     det.holdout_indices_ = np.array(cfg["holdout_indices"], dtype=int)

@@ -105,7 +105,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
             name = str(f.relative_to(root)) if root else str(f)
             rows.append({"image": name, "score": f"{s:.6f}", "is_defect": int(d), "threshold": f"{det.threshold_:.6f}"})
             if not args.no_overlays:
-                png = overlay(img, amap, det.normal_level_, det.threshold_)
+                png = overlay(img, amap, *det.map_range_)
                 _save_png(out / "overlays" / (name.replace("/", "__").rsplit(".", 1)[0] + ".png"), png)
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=["image", "score", "is_defect", "threshold"])

@@ -58,7 +58,7 @@ def overlay_figure(det: Any, ds: Any, n: int = 6):
     for j, (s, img, amap, score, flag) in enumerate(zip(picks, images, pred.maps, pred.scores, pred.is_defect)):
         axes[0, j].imshow(img)
         axes[0, j].set_title(s.defect_type, fontsize=9)
-        axes[1, j].imshow(overlay(img, amap, det.normal_level_, det.threshold_, mask=s.load_mask(img.shape[:2])))
+        axes[1, j].imshow(overlay(img, amap, *det.map_range_, mask=s.load_mask(img.shape[:2])))
         axes[1, j].set_title(f"{score:.2f} {'DEFECT' if flag else 'ok'}", fontsize=9,
                              color="crimson" if flag else "black")
         for ax in axes[:, j]:
@@ -105,6 +105,6 @@ def section(ctx: Any) -> Any:
     sec.table(rows)
     sec.figure(overlay_figure(*first, n=4 if ctx.quick else 6),
                f"{cats[0]}: test images (top) and defect maps at original size (bottom; ground truth outlined "
-               "in green, colour from the typical normal patch score to the threshold). Titles: image score "
+               "in green, transparent up to the median held-out normal patch score, red from the largest one). Titles: image score "
                "and the decision at the calibrated threshold.")
     return sec

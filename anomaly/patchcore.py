@@ -12,6 +12,7 @@ Gaussian(sigma) there, then resampled onto the ORIGINAL image by the backbone's 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
@@ -154,7 +155,13 @@ class PatchCore:
         patch, scores, _ = self._score(hold, "calibrate")
         self.calibration_scores_ = scores                               # (n_hold,)
         self.threshold_ = conformal_threshold(scores, self.target_fpr)
-        self.normal_level_ = float(np.median(patch))                    # typical normal patch score, for overlays
+        # overlay scale: transparent at the typical normal patch, saturated past the worst normal patch
+        self.map_range_ = (float(np.median(patch)), float(patch.max()))
+        if (len(scores) + 1) * self.target_fpr < 1:
+            warnings.warn(f"only {len(scores)} held-out normals: the threshold is their maximum score and bounds the "
+                          f"false-alarm rate by 1/{len(scores) + 1}, not the target {self.target_fpr:g}; give at "
+                          f"least {math.ceil(1 / self.target_fpr) - 1} held-out normals (more images or a larger "
+                          "holdout) for the target to hold", stacklevel=2)
         return self
 
     def _build_bank(self, images: Sequence[Any]) -> np.ndarray:

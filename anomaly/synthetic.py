@@ -107,7 +107,7 @@ def insert_defect(img: np.ndarray, region: np.ndarray, kind: str, rng: np.random
                 _line(m, y, x, y1, x1)
                 y, x = y1, x1
             m = _thick(m, width + (1 if kind == "crack" else 0))
-            color = np.array([0.97, 0.97, 0.95]) if kind == "scratch" else np.array([0.08, 0.06, 0.05])
+            color = np.array([0.92, 0.9, 0.86]) if kind == "scratch" else np.array([0.1, 0.07, 0.05])
         elif kind == "hole":
             r = rng.uniform(0.05, 0.09) * s
             m = _ellipse((h, w), y0, x0, r, r)
@@ -123,7 +123,7 @@ def insert_defect(img: np.ndarray, region: np.ndarray, kind: str, rng: np.random
             break
     out = img.copy()
     if color is None:   # stain: a brown-green tint at constant strength inside the mask
-        alpha = rng.uniform(0.45, 0.6)
+        alpha = rng.uniform(0.3, 0.5)
         out[m] = (1 - alpha) * out[m] + alpha * np.array([0.35, 0.3, 0.1])
     else:
         out[m] = color + rng.normal(0, 0.02, (int(m.sum()), 3))

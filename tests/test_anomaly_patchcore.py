@@ -155,3 +155,8 @@ def test_failed_save_leaves_the_previous_artifact(fitted, tmp_path, monkeypatch)
         fitted.save(tmp_path / "m")
     assert (tmp_path / "m" / "config.json").read_text() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+def test_too_few_held_out_normals_warn_that_the_target_rate_cannot_hold(bb, normals):
+    with pytest.warns(UserWarning, match="only 2 held-out normals"):
+        PatchCore(bb, target_fpr=0.01, progress=False).fit(normals)
