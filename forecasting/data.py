@@ -90,11 +90,6 @@ def _parse_ds(col: pd.Series, source: str | Path) -> pd.Series:
         raise SeriesError(f"{source}: time column is neither integers nor parseable dates ({e})") from e
 
 
-def future_ds(last: object, step: object, h: int) -> np.ndarray:
-    """The `h` timestamps after `last` at spacing `step` (ints or datetimes)."""
-    return np.array([last + step * (k + 1) for k in range(h)])
-
-
 def validate(df: pd.DataFrame, *, sort: bool = False, fill: Fill | None = None,
              min_length: int | None = None) -> pd.DataFrame:
     """Check a long frame and return a clean copy (sorted by series then time, float `y`).
@@ -128,27 +123,15 @@ def _check_one(uid: str, g: pd.DataFrame, fill: Fill | None, min_length: int | N
         i = int(np.flatnonzero(d < 0)[0]) + 1
         raise SeriesError(f"series {uid!r}: timestamps not sorted ({ds.iloc[i]} after {ds.iloc[i - 1]}, "
                           f"position {i}); sort by (unique_id, ds) or pass sort=True")
-    if d.size:
-        vals, counts = np.unique(d, return_counts=True)
-        step = int(vals[np.argmax(counts)])
-        bad = np.flatnonzero(d % step)
-        if bad.size:
-            i = int(bad[0]) + 1
-            raise SeriesError(f"series {uid!r}: irregular spacing at {ds.iloc[i]} ({ds.iloc[i] - ds.iloc[i - 1]} "
-                              f"after the previous timestamp; most steps are {_fmt_step(ds, step)}); "
-                              "resample to a regular frequency first")
-        gaps = np.flatnonzero(d > step)
-        if gaps.size:
-            if fill is None:
-                i = int(gaps[0]) + 1
-                raise SeriesError(f"series {uid!r}: {gaps.size} gap(s), first between {ds.iloc[i - 1]} and "
-                                  f"{ds.iloc[i]}; pass fill='ffill'|'interpolate'|'zero' to fill them")
-            full_t = np.arange(t[0], t[-1] + 1, step)
-            pos = np.searchsorted(full_t, t)
-            y_full = np.full(full_t.size, np.nan)
-            y_full[pos] = g[Y].to_numpy(dtype=float)
-            full_ds = full_t if pd.api.types.is_integer_dtype(ds) else pd.to_datetime(full_t)
-            g = pd.DataFrame({DS: full_ds, Y: y_full})
+    grid = _regular_grid(uid, ds)                 # every timestamp the series should have
+    if len(grid) > len(ds):
+        missing = ~pd.Index(grid).isin(ds)
+        if fill is None:
+            first = pd.Index(grid)[missing][0]
+            raise SeriesError(f"series {uid!r}: {int(missing.sum())} missing timestamp(s) (gaps), first "
+                              f"{first}; pass fill='ffill'|'interpolate'|'zero' to fill them")
+        y_full = pd.Series(g[Y].to_numpy(dtype=float), index=pd.Index(ds)).reindex(grid).to_numpy()
+        g = pd.DataFrame({DS: grid, Y: y_full})
     y = g[Y].to_numpy(dtype=float)
     nan = np.flatnonzero(~np.isfinite(y))
     if nan.size:
@@ -162,8 +145,37 @@ def _check_one(uid: str, g: pd.DataFrame, fill: Fill | None, min_length: int | N
     return pd.DataFrame({ID: uid, DS: g[DS].to_numpy(), Y: y})
 
 
-def _fmt_step(ds: pd.Series, step: int) -> str:
-    return str(step) if pd.api.types.is_integer_dtype(ds) else str(pd.Timedelta(step, "ns"))
+_CALENDAR = ("MS", "ME", "QS", "QE", "YS", "YE", "B")
+
+
+def _regular_grid(uid: str, ds: pd.Series) -> pd.Index | np.ndarray:
+    """The regular grid from the first to the last timestamp; raises SeriesError when the
+    timestamps fit no grid. Fixed steps (integers, hours, days, weeks) use the most common
+    difference; calendar steps (months, quarters, years, business days) are tried by name."""
+    if len(ds) < 2:
+        return ds.to_numpy()
+    is_int = pd.api.types.is_integer_dtype(ds)
+    if not is_int:
+        if len(ds) >= 3 and pd.infer_freq(pd.DatetimeIndex(ds)) is not None:
+            return pd.DatetimeIndex(ds)
+    t = ds.to_numpy().astype(np.int64)
+    d = np.diff(t)
+    vals, counts = np.unique(d, return_counts=True)
+    step = int(vals[np.argmax(counts)])
+    bad = np.flatnonzero(d % step)
+    if not bad.size:
+        full = np.arange(t[0], t[-1] + 1, step)
+        return full if is_int else pd.DatetimeIndex(pd.to_datetime(full))
+    if not is_int:
+        idx = pd.DatetimeIndex(ds)
+        for off in _CALENDAR:
+            grid = pd.date_range(idx[0], idx[-1], freq=off)
+            if len(grid) and grid[0] == idx[0] and idx.isin(grid).all():
+                return grid
+    i = int(bad[0]) + 1
+    step_txt = str(step) if is_int else str(pd.Timedelta(step, "ns"))
+    raise SeriesError(f"series {uid!r}: irregular spacing at {ds.iloc[i]} ({ds.iloc[i] - ds.iloc[i - 1]} after the "
+                      f"previous timestamp; most steps are {step_txt}); resample to a regular frequency first")
 
 
 def _fill(y: np.ndarray, how: Fill, uid: str) -> np.ndarray:

@@ -57,7 +57,7 @@ def test_irregular_spacing_raises():
 
 def test_gap_raises_unless_fill_is_explicit():
     df = _long(8).drop(index=[3, 4]).reset_index(drop=True)
-    with pytest.raises(SeriesError, match=r"gap.*between 2020-01-01 02:00:00 and 2020-01-01 05:00:00"):
+    with pytest.raises(SeriesError, match=r"2 missing timestamp\(s\) \(gaps\), first 2020-01-01 03:00:00"):
         validate(df)
     filled = validate(df, fill="interpolate")
     np.testing.assert_allclose(filled["y"].to_numpy(), np.arange(8.0))
@@ -80,3 +80,12 @@ def test_too_short_series_says_needed_length():
 def test_integer_timestamps_are_accepted():
     df = pd.DataFrame({"unique_id": "s", "ds": np.arange(0, 20, 2), "y": np.ones(10)})
     assert len(validate(df)) == 10
+
+
+def test_monthly_calendar_series_is_regular_and_its_gaps_are_found():
+    ds = pd.date_range("2000-01-01", periods=30, freq="MS")
+    df = pd.DataFrame({"unique_id": "m", "ds": ds, "y": np.arange(30.0)})
+    assert len(validate(df)) == 30
+    with pytest.raises(SeriesError, match="first 2000-06-01"):
+        validate(df.drop(index=5))
+    np.testing.assert_allclose(validate(df.drop(index=5), fill="interpolate")["y"], np.arange(30.0))

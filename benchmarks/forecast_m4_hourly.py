@@ -1,0 +1,71 @@
+"""M4 Hourly (414 series, h = 48, m = 24): MASE overall and per horizon step for each model.
+
+One window: the models see the training part of every series (M4's train file), forecast the
+48 test values, and are scored with M4's MASE (scale from each series' training part) and sMAPE.
+Neural models train once, globally, on windows of all series (validation: the last 48 training
+values of each). Writes benchmarks/results/forecast_m4_hourly.json.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import SHARED_DATA, print_table, write_result  # noqa: E402
+
+import torch  # noqa: E402
+
+from forecasting import ETS, DLinear, Naive, PatchTST, SeasonalNaive, backtest, read_m4  # noqa: E402
+
+REFERENCE = {"SeasonalNaive": 1.193, "Naive": 11.608, "M4 Naive2": 2.395, "M4 SES": 2.385, "M4 Theta": 2.455,
+             "M4 winner (Smyl)": 0.893}
+
+
+def build(name: str, args: argparse.Namespace):
+    common = dict(h=48, input_size=args.input_size, loss="mae", max_epochs=args.max_epochs, patience=args.patience,
+                  windows_per_epoch=args.windows_per_epoch, batch_size=128, seed=args.seed)
+    return {"snaive": lambda: SeasonalNaive(24), "naive": lambda: Naive(), "ets": lambda: ETS(24),
+            "dlinear": lambda: DLinear(lr=1e-3, **common),
+            "patchtst": lambda: PatchTST(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.1, lr=1e-3, **common),
+            }[name]()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=SHARED_DATA / "m4_hourly")
+    ap.add_argument("--models", default="snaive,naive,ets,dlinear,patchtst")
+    ap.add_argument("--input-size", type=int, default=336)
+    ap.add_argument("--max-epochs", type=int, default=20)
+    ap.add_argument("--patience", type=int, default=4)
+    ap.add_argument("--windows-per-epoch", type=int, default=8192)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    if not (args.data / "Hourly-train.csv").is_file():
+        print(f"skipped: {args.data} has no Hourly-train.csv")
+        return 0
+    torch.set_num_threads(args.threads)
+    df = read_m4(args.data / "Hourly-train.csv", args.data / "Hourly-test.csv")
+    models = [build(n, args) for n in args.models.split(",")]
+    t0 = time.perf_counter()
+    res = backtest(df, models, h=48, n_windows=1, season_length=24)
+    summary = res.summary()
+    by_h = res.mase_by_horizon()
+    print_table([{"model": m, **{k: float(v) for k, v in summary.loc[m].items()}} for m in res.models])
+    print("MASE by horizon step (1, 6, 12, 24, 25, 36, 48):")
+    print_table([{"model": m, **{f"h{k}": float(by_h.loc[m, k]) for k in (1, 6, 12, 24, 25, 36, 48)}}
+                 for m in res.models])
+    neural = {a: {"epochs": len(m.history_), "seconds_per_epoch": float(sorted(r["seconds"] for r in m.history_)
+                                                                         [len(m.history_) // 2]),
+                  "best_val_loss": m.best_val_loss_, "params": {k: v for k, v in m.get_params().items()}}
+              for a, m in res.fitted.items()}
+    write_result("forecast_m4_hourly", {"threads": args.threads, "wall_seconds": time.perf_counter() - t0,
+                                        "reference": REFERENCE, "neural": neural, **res.to_dict()}, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

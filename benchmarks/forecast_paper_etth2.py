@@ -1,0 +1,74 @@
+"""ETTh2 under the PatchTST paper protocol: MSE/MAE at 96/192/336/720 beside the paper's table.
+
+    python benchmarks/forecast_paper_etth2.py --threads 1            # CPU budget: <= 8 epochs, patience 3
+    python benchmarks/forecast_paper_etth2.py --paper-schedule       # the paper's 100 epochs (hours on CPU)
+
+Writes benchmarks/results/forecast_paper_etth2.json after every (model, horizon), so a stopped
+run keeps what it finished. Reports seconds per epoch (median over epochs).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
+
+from backbone.artifacts import write_json  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine  # noqa: E402
+from forecasting.paper import paper_config, paper_protocol, scores_table  # noqa: E402
+
+DEFAULT_CSV = ROOT.parent / "shared" / "data" / "ett" / "ETTh2.csv"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--csv", type=Path, default=DEFAULT_CSV)
+    ap.add_argument("--horizons", default="96,192,336,720")
+    ap.add_argument("--models", default="patchtst,dlinear")
+    ap.add_argument("--max-epochs", type=int, default=8, help="cap on epochs (CPU budget)")
+    ap.add_argument("--patience", type=int, default=3, help="early-stopping patience (CPU budget)")
+    ap.add_argument("--paper-schedule", action="store_true",
+                    help="the paper scripts' epochs and patience (PatchTST 100/100, DLinear 10/3)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=2021)
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "forecast_paper_etth2.json")
+    args = ap.parse_args(argv)
+    if not args.csv.is_file():
+        print(f"skipped: {args.csv} not found (pass --csv path/to/ETTh2.csv)")
+        return 0
+    torch.set_num_threads(args.threads)
+    values = pd.read_csv(args.csv)
+    overrides = {} if args.paper_schedule else {"max_epochs": args.max_epochs, "patience": args.patience}
+    scores = []
+    started = time.time()
+
+    def save(score) -> None:
+        scores.append(score)
+        rows = scores_table(scores)
+        write_json(args.out, {"benchmark": "forecast_paper_etth2", "csv": args.csv.name, "threads": args.threads,
+                              "machine": machine(), "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                              "overrides": overrides, "seed": args.seed, "wall_seconds": time.time() - started,
+                              "protocol": "train [0,8640) val [8640,11520) test [11520,14400), look-back 336, "
+                                          "StandardScaler on train rows, all test windows, standardised scale",
+                              "results": rows})
+        r = rows[-1]
+        print(f"{r['model']:9s} H={r['h']:4d}  MSE {r['mse']:.3f} MAE {r['mae']:.3f}  "
+              f"(paper {r.get('paper_mse', float('nan')):.3f}/{r.get('paper_mae', float('nan')):.3f})  "
+              f"epochs {r['epochs']} best {r['best_epoch']}  {r['seconds_per_epoch']:.1f} s/epoch", flush=True)
+
+    paper_protocol(values, [int(h) for h in args.horizons.split(",")], args.models.split(","),
+                   make_model=lambda name, h: paper_config(name, h, seed=args.seed, **overrides), on_result=save)
+    print(pd.DataFrame(scores_table(scores))[["model", "h", "mse", "mae", "paper_mse", "paper_mae",
+                                              "seconds_per_epoch"]].to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

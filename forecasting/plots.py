@@ -1,0 +1,55 @@
+"""Pictures of a backtest: forecasts against actuals, and MASE by horizon step.
+
+Figures are built with matplotlib's object API (no pyplot state, no backend switching).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from .backtest import BacktestResult
+from .data import DS, ID, Y
+
+
+def plot_forecasts(res: BacktestResult, df: pd.DataFrame | None = None, series: Sequence[str] | None = None,
+                   n_series: int = 3, history: int | None = None) -> Figure:
+    """One panel per series: history (from `df`, when given), actuals and every model's forecasts
+    at each cutoff, cutoffs marked with dotted lines."""
+    f = res.forecasts
+    series = list(series or list(dict.fromkeys(f[ID]))[:n_series])
+    fig = Figure(figsize=(11, 2.6 * len(series)), layout="constrained")
+    axes = fig.subplots(len(series), 1, squeeze=False)[:, 0]
+    history = history if history is not None else 3 * res.h
+    for ax, uid in zip(axes, series):
+        fu = f[f[ID] == uid]
+        if df is not None:
+            hist = df[(df[ID] == uid) & (df[DS] <= fu["cutoff"].min())].tail(history)
+            ax.plot(hist[DS], hist[Y], color="0.55", lw=1, label="history")
+        ax.plot(fu[DS], fu[Y], color="k", lw=1.3, label="actual")
+        for i, m in enumerate(res.models):
+            for j, (_, w) in enumerate(fu.groupby("cutoff")):
+                ax.plot(w[DS], w[m], color=f"C{i}", lw=1.1, label=m if j == 0 else None)
+        for c in fu["cutoff"].unique():
+            ax.axvline(c, color="0.7", ls=":", lw=0.8)
+        ax.set_title(str(uid), fontsize=9, loc="left")
+    axes[0].legend(fontsize=8, ncol=min(len(res.models) + 2, 6), loc="upper left")
+    return fig
+
+
+def plot_mase_by_horizon(res: BacktestResult, log: bool = False) -> Figure:
+    """MASE per horizon step, one line per model (averaged over series and cutoffs)."""
+    hz = res.mase_by_horizon()
+    fig = Figure(figsize=(8, 3.6), layout="constrained")
+    ax = fig.subplots()
+    for i, m in enumerate(res.models):
+        ax.plot(hz.columns, hz.loc[m], color=f"C{i}", marker="." if res.h <= 48 else None,
+                label=f"{m} ({res.mase()[m]:.3f})")
+    ax.axhline(1.0, color="0.6", lw=0.8, ls="--")
+    if log:
+        ax.set_yscale("log")
+    ax.set_xlabel("horizon step")
+    ax.set_ylabel("MASE")
+    ax.legend(fontsize=8, title="overall MASE", title_fontsize=8)
+    return fig
