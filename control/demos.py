@@ -52,13 +52,14 @@ class Episode:
 def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: str = DEFAULT_CAMERA,
                   image_size: int = 224, max_steps: int = 500, action_noise: float = 0.0, seed: int = 0,
                   first_config: int = 0, render: RenderSettings = RenderSettings(),
-                  progress: bool | None = None) -> Path:
+                  max_failures: int | None = None, progress: bool | None = None) -> Path:
     """Record `n_episodes` successful expert episodes of `task` on training configurations.
 
     Configurations are tried in order from `first_config` (training seeds, below HELDOUT_OFFSET);
     those where the expert fails within `max_steps` are skipped and listed in the manifest.
     Re-running with the same settings resumes; other settings on an existing directory raise
-    DemoError. Returns the directory.
+    DemoError, and so do more than `max_failures` failed configurations in one call (default
+    10 * n_episodes + 10: the cap is probably too short for this task). Returns the directory.
     """
     if n_episodes < 1:
         raise ValueError(f"n_episodes must be >= 1, got {n_episodes}")
@@ -70,9 +71,10 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
     manifest = _open_manifest(out, settings)
     done = {e["config"] for e in manifest["episodes"]}
     failed = set(manifest["failed_configs"])
-    todo = n_episodes - len(done)
-    if todo <= 0:
+    if len(done) >= n_episodes:
         return out
+    max_failures = 10 * n_episodes + 10 if max_failures is None else max_failures
+    new_failures = 0
     with MetaWorldTask(task, camera=camera, image_size=image_size, max_steps=max_steps, render=render) as env, \
             tqdm(total=n_episodes, initial=len(done), desc=f"demos {task}", unit="ep",
                  disable=None if progress is None else not progress) as bar:
@@ -87,6 +89,11 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
                                 rng=np.random.default_rng([seed, config]))
             if ep is None:
                 failed.add(config)
+                new_failures += 1
+                if new_failures > max_failures:
+                    write_json(out / "manifest.json", {**manifest, "failed_configs": sorted(failed)})
+                    raise DemoError(f"the {task} expert failed on {new_failures} configurations within "
+                                    f"{max_steps} steps; raise max_steps (or lower action_noise)")
                 manifest["failed_configs"] = sorted(failed)
             else:
                 name = f"episodes/cfg_{config:07d}.npz"

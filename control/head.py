@@ -93,6 +93,14 @@ class PolicyHead(nn.Module):
         x = self.pool(x + self.pos)                                                 # (B*F, Q, C)
         return x.reshape(B, -1)                                                     # (B, F*Q*C)
 
+    @torch.no_grad()
+    def attention_map(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Where the attention pooler looks: (B, N, C) tokens of one frame -> (B, N) weights, mean over heads and queries."""
+        if self.pooling != "attention":
+            raise ValueError(f"pooling={self.pooling!r} has no attention map")
+        _, att = self.pool(self.norm(tokens) + self.pos, return_weights=True)   # (B, H, Q, N)
+        return att.mean(dim=(1, 2))                                             # (B, N)
+
     def forward(self, tokens: torch.Tensor, cls: torch.Tensor | None, proprio: torch.Tensor) -> torch.Tensor:
         if tokens.ndim != 4 or tokens.shape[1] != self.frames or tokens.shape[2] != self.num_tokens:
             raise ValueError(f"tokens must be (B, {self.frames}, {self.num_tokens}, C), got {tuple(tokens.shape)}")

@@ -1,0 +1,124 @@
+"""The control section of `frozenvit demo`: loop latency and a short evaluation on one easy task.
+
+Uses the embedded default backbone. A build without it gets a latency measurement on a
+random-weight stand-in of a typical size (latency does not depend on weights), clearly
+labelled, and no evaluation (random features say nothing about task success).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from backbone.report import DemoContext, Section
+
+EASY_TASK = "button-press-topdown-v3"
+BUDGET_MS = 90.0
+
+
+def section(ctx: DemoContext) -> Section:
+    sec = Section("Control: a patch-token visuomotor policy on Meta-World", order=40)
+    try:
+        from .env import task_names
+
+        task_names()
+    except Exception as e:  # Meta-World is an optional extra
+        return sec.text(f"Skipped: {e}")
+    from backbone.errors import BackboneUnavailable
+
+    from . import MetaWorldTask, PatchTokenPolicy, RenderUnavailable, VisuomotorAgent, backbone_meta, measure_latency
+
+    bb, label, real = _backbone(ctx, BackboneUnavailable)
+    size = bb.config.img_size[0]
+    sec.text(f"Encoder: {label} ({bb.config.name}, {size}x{size} px, grid {bb.config.grid[0]}x{bb.config.grid[1]}, "
+             f"{bb.config.embed_dim}-d tokens). Camera 'corner', frames rendered upright at the encoder's size with "
+             "shadows, reflections and multisampling off.")
+    steps, warmup = (8, 2) if ctx.quick else (150, 15)
+    try:
+        with MetaWorldTask("reach-v3", image_size=size) as env:
+            pol = PatchTokenPolicy("attention").init_untrained(backbone_meta(bb, -1))
+            rep = measure_latency(VisuomotorAgent(pol, bb), env, steps=steps, warmup=warmup)
+    except RenderUnavailable as e:
+        return sec.text(f"Skipped: no headless OpenGL on this machine ({e}).")
+    ok, verdict = rep.verdict(BUDGET_MS)
+    sec.text(f"Latency of the whole loop (render, preprocess, encode, attention head, env step), one environment, "
+             f"{rep.meta['threads']} torch threads, {steps} steps after {warmup} warm-up steps. {verdict}. "
+             "The machine may be shared; treat absolute numbers as upper bounds.")
+    sec.table(rep.table(), floatfmt="{:.1f}")
+    sec.figure(rep.histogram(BUDGET_MS, title=f"loop latency, {label}"),
+               "Per-step loop time; dashed lines p50/p95/p99, red the budget; right: median per stage.")
+    if not real and not ctx.quick:
+        return sec.text("No evaluation: without the embedded default's pretrained weights, task success would "
+                        "measure a random encoder. Run `frozenvit control collect/train/evaluate` with a real backbone.")
+    _short_evaluation(sec, bb, ctx, label)
+    return sec
+
+
+def _backbone(ctx: DemoContext, unavailable: type) -> tuple[Any, str, bool]:
+    from backbone import load_backbone
+
+    if ctx.quick:
+        bb = load_backbone("vit_tiny_patch16_224", pretrained=False, img_size=64, depth=4, embed_dim=48, num_heads=3)
+        return bb, "tiny RANDOM-weight ViT (quick mode)", False
+    try:
+        return load_backbone(), "the embedded default", True
+    except unavailable as e:
+        bb = load_backbone("vit_small_patch16_224", pretrained=False)
+        return bb, f"RANDOM-weight ViT-S/16 stand-in (no embedded default: {str(e)[:80]}...)", False
+
+
+def _short_evaluation(sec: Section, bb: Any, ctx: DemoContext, label: str) -> None:
+    from . import PatchTokenPolicy, cache_features, collect_demos, config_seeds, evaluate
+
+    n_demos, n_cfg, cap, epochs = (2, 2, 10, 2) if ctx.quick else (12, 12, 150, 40)
+    demo_cap = max(cap, 150)                   # the scripted expert needs up to ~100 steps
+    size = bb.config.img_size[0]
+    t0 = time.perf_counter()
+    demo_dir = ctx.out_dir / "control" / f"demos_{EASY_TASK}_{size}px"
+    collect_demos(EASY_TASK, demo_dir, n_demos, image_size=size, max_steps=demo_cap, progress=False)
+    t_demo = time.perf_counter() - t0
+    cache = cache_features(demo_dir, bb, progress=False)
+    t_enc = time.perf_counter() - t0 - t_demo
+    pol = PatchTokenPolicy("attention", epochs=epochs, seed=0).fit(cache, progress=False)
+    t_fit = time.perf_counter() - t0 - t_demo - t_enc
+    res = evaluate(pol, bb, config_seeds("heldout", n_cfg), max_steps=cap, parallel=6, progress=False)
+    t_eval = time.perf_counter() - t0 - t_demo - t_enc - t_fit
+    sec.text(f"Short evaluation on {EASY_TASK}: {n_demos} scripted-expert demos ({len(cache)} frames), attention-"
+             f"pooling head trained {epochs} epochs by behaviour cloning, rolled out on {n_cfg} held-out "
+             f"configurations (seeds {res.configs[0]}..{res.configs[-1]}, never seen in training), cap {cap} steps.")
+    sec.table([dict(task=EASY_TASK, encoder=label, demos=n_demos, heldout_configs=n_cfg,
+                    success_rate=res.success_rate, mean_steps_success=float(np.mean(
+                        [s for s, ok in zip(res.steps, res.successes) if ok])) if any(res.successes) else float("nan"),
+                    final_bc_loss=pol.history_[-1])], floatfmt="{:.3g}")
+    sec.text(f"Timings: demos {t_demo:.0f} s, encoding {t_enc:.0f} s, training {t_fit:.0f} s, "
+             f"evaluation {t_eval:.0f} s.")
+    sec.figure(_attention_figure(pol, bb, res.configs[0], size), "Where the attention pooler looks on a held-out "
+               "configuration: mean attention weight over heads and queries on the patch grid.")
+
+
+def _attention_figure(pol: Any, bb: Any, config: int, size: int) -> Any:
+    import matplotlib
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    from . import MetaWorldTask, VisuomotorAgent
+
+    with MetaWorldTask(EASY_TASK, image_size=size) as env:
+        env.reset(config)
+        frame = env.render()
+    tokens, _ = VisuomotorAgent(pol, bb).encode([frame])                         # (1, N, C)
+    h, w = bb.config.grid
+    att = pol.head_.attention_map(tokens)[0].reshape(h, w).numpy()              # (h, w)
+    up = np.asarray(Image.fromarray((att / att.max() * 255).astype(np.uint8)).resize((size, size), Image.BILINEAR))
+    fig, axes = plt.subplots(1, 2, figsize=(6.4, 3.3))
+    axes[0].imshow(frame)
+    axes[0].set_title("frame (upright)")
+    axes[1].imshow(frame)
+    axes[1].imshow(up, cmap="magma", alpha=0.55)
+    axes[1].set_title("attention pooling")
+    for a in axes:
+        a.axis("off")
+    fig.tight_layout()
+    return fig

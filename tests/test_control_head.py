@@ -1,0 +1,68 @@
+"""The policy head: attention pooling is multi-head cross-attention; each pooling variant has its contract."""
+import pytest
+import torch
+from torch import nn
+
+from control.head import AttentionPool, PolicyHead
+
+
+def test_attention_pool_matches_nn_multihead_attention_with_copied_weights():
+    torch.manual_seed(0)
+    B, N, C, H, Q = 3, 12, 16, 4, 2
+    pool = AttentionPool(C, num_queries=Q, num_heads=H)
+    ref = nn.MultiheadAttention(C, H, batch_first=True)
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(torch.cat([pool.q_proj.weight, pool.k_proj.weight, pool.v_proj.weight]))
+        ref.in_proj_bias.copy_(torch.cat([pool.q_proj.bias, pool.k_proj.bias, pool.v_proj.bias]))
+        ref.out_proj.weight.copy_(pool.out_proj.weight)
+        ref.out_proj.bias.copy_(pool.out_proj.bias)
+    tokens = torch.randn(B, N, C)
+    out, att = pool(tokens, return_weights=True)                                 # (B, Q, C), (B, H, Q, N)
+    want, want_att = ref(pool.query.expand(B, Q, C), tokens, tokens, need_weights=True,
+                         average_attn_weights=False)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(att, want_att, rtol=1e-5, atol=1e-6)
+
+
+def test_attention_pool_rejects_dim_not_divisible_by_heads():
+    with pytest.raises(ValueError, match="divisible"):
+        AttentionPool(10, num_heads=4)
+
+
+@pytest.mark.parametrize("pooling", ["attention", "cls", "mean"])
+@pytest.mark.parametrize("frames", [1, 3])
+def test_policy_head_maps_token_stack_and_proprio_to_actions(pooling, frames):
+    head = PolicyHead(16, 9, 4, 4, pooling=pooling, num_queries=2, num_heads=2, frames=frames, hidden=32)
+    out = head(torch.randn(5, frames, 9, 16), torch.randn(5, frames, 16), torch.randn(5, 4))
+    assert out.shape == (5, 4)
+
+
+def test_policy_head_rejects_a_stack_of_the_wrong_length():
+    head = PolicyHead(16, 9, frames=2, num_heads=2)
+    with pytest.raises(ValueError, match=r"\(B, 2, 9, C\)"):
+        head(torch.randn(5, 1, 9, 16), None, torch.randn(5, 4))
+
+
+def test_mean_pooling_is_invariant_to_token_order_and_attention_pooling_is_not_after_training_pos():
+    torch.manual_seed(0)
+    tokens, prop = torch.randn(2, 1, 9, 16), torch.randn(2, 4)
+    perm = torch.randperm(9)
+    mean = PolicyHead(16, 9, pooling="mean", num_heads=2)
+    torch.testing.assert_close(mean(tokens, None, prop), mean(tokens[:, :, perm], None, prop))
+    att = PolicyHead(16, 9, pooling="attention", num_heads=2)
+    with torch.no_grad():
+        att.pos.normal_()                                       # a learned position embedding addresses places
+    assert not torch.allclose(att(tokens, None, prop), att(tokens[:, :, perm], None, prop))
+
+
+def test_cls_pooling_ignores_patch_tokens():
+    head = PolicyHead(16, 9, pooling="cls", num_heads=2)
+    cls, prop = torch.randn(2, 1, 16), torch.randn(2, 4)
+    torch.testing.assert_close(head(torch.randn(2, 1, 9, 16), cls, prop), head(torch.randn(2, 1, 9, 16), cls, prop))
+
+
+def test_attention_map_is_a_distribution_over_the_grid():
+    head = PolicyHead(16, 9, pooling="attention", num_heads=2, num_queries=3)
+    m = head.attention_map(torch.randn(4, 9, 16))
+    assert m.shape == (4, 9)
+    torch.testing.assert_close(m.sum(1), torch.ones(4))
