@@ -54,7 +54,7 @@ def register(subparsers: Any) -> None:
     q.add_argument("--configs", type=int, default=50, help="number of held-out configurations")
     q.add_argument("--task", default=None, help="default: the task the policy was trained on")
     q.add_argument("--max-steps", type=int, default=500, help="episode cap")
-    q.add_argument("--parallel", type=int, default=8, help="environments stepped in lockstep")
+    q.add_argument("--parallel", type=int, default=4, help="environments stepped in lockstep")
     q.add_argument("--gif-dir", default=None)
     q.add_argument("--gifs", type=int, default=0, help="save this many rollouts as GIFs")
     q.add_argument("--json", default=None, help="write the result here")

@@ -41,7 +41,7 @@ class TaskResult:
 
 def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *, task: str | None = None,
              camera: str | None = None, image_size: int | None = None, max_steps: int = 500,
-             parallel: int = 8, gif_dir: str | Path | None = None, gif_episodes: int = 0,
+             parallel: int = 4, gif_dir: str | Path | None = None, gif_episodes: int = 0,
              render: RenderSettings = RenderSettings(), progress: bool | None = None) -> TaskResult:
     """Roll the policy out once per configuration seed (use held-out seeds: `config_seeds('heldout', n)`).
 
