@@ -1,0 +1,112 @@
+"""Control-loop latency: render + preprocess + encode + attention head + env step, per step.
+
+Encoders: the embedded default at 224 px, and a faster one: the same weights at a lower input
+size (--fast-size, fewer tokens), or a distilled student given by --fast-backbone/--fast-weights.
+Each at 1 thread and at --threads. Targets (quiet machine, 2 threads): default p50 <= 60 ms and
+p99 <= 90 ms; the fast encoder's p50 <= half the default's.
+
+    .venv/bin/python benchmarks/control_latency.py --threads 2 --steps 200
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import common  # noqa: F401  (puts the repo root on sys.path)
+from common import RESULTS, machine, print_table, write_result
+
+TARGET_P50_MS, TARGET_P99_MS = 60.0, 90.0
+
+
+def load_encoders(args: argparse.Namespace) -> list[tuple[str, object, bool]]:
+    """(label, backbone, pretrained?) for the default at 224 and the faster encoder."""
+    from backbone import load_backbone
+    from backbone.errors import BackboneUnavailable
+
+    try:
+        default = load_backbone(img_size=args.size)
+        name, real = "embedded default", True
+    except BackboneUnavailable as e:
+        print(f"no embedded default ({e}); timing a RANDOM-weight {args.stand_in} stand-in instead "
+              "(latency does not depend on weights)", file=sys.stderr)
+        default = load_backbone(args.stand_in, pretrained=False, img_size=args.size)
+        name, real = f"{args.stand_in} (random stand-in)", False
+    out = [(f"{name} @{args.size}", default, real)]
+    if args.fast_backbone:
+        fast = load_backbone(args.fast_backbone, weights=args.fast_weights, img_size=args.fast_size,
+                             pretrained=args.fast_weights is not None)
+        out.append((f"{args.fast_backbone} @{fast.config.img_size[0]}", fast, args.fast_weights is not None))
+    else:
+        fast = (load_backbone(img_size=args.fast_size) if real
+                else load_backbone(args.stand_in, pretrained=False, img_size=args.fast_size))
+        out.append((f"{name} @{args.fast_size}", fast, real))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2, help="the larger thread count (1 is always measured too)")
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--task", default="reach-v3")
+    ap.add_argument("--size", type=int, default=224, help="input size of the default encoder")
+    ap.add_argument("--fast-size", type=int, default=128, help="input size of the faster encoder")
+    ap.add_argument("--fast-backbone", default=None, help="timm name of a distilled student (with --fast-weights)")
+    ap.add_argument("--fast-weights", default=None)
+    ap.add_argument("--stand-in", default="vit_tiny_patch16_224", help="architecture timed if no default ships")
+    ap.add_argument("--out", default=None, help=f"JSON path (default {RESULTS}/control_latency.json)")
+    args = ap.parse_args()
+
+    import torch
+
+    from control import MetaWorldTask, PatchTokenPolicy, VisuomotorAgent, backbone_meta, measure_latency
+
+    encoders = load_encoders(args)
+    rows, runs, figs = [], [], []
+    for threads in sorted({1, args.threads}):
+        torch.set_num_threads(threads)
+        for label, bb, real in encoders:
+            size = bb.config.img_size[0]
+            pol = PatchTokenPolicy("attention").init_untrained(backbone_meta(bb, -1))
+            with MetaWorldTask(args.task, image_size=size) as env:
+                rep = measure_latency(VisuomotorAgent(pol, bb), env, steps=args.steps, warmup=args.warmup)
+            s = rep.summary()
+            row = dict(encoder=label, tokens=bb.config.grid[0] * bb.config.grid[1], threads=threads,
+                       p50=s["p50"], p95=s["p95"], p99=s["p99"],
+                       **{f"{k}_p50": v for k, v in s["stage_p50_ms"].items()})
+            rows.append(row)
+            runs.append(dict(encoder=label, pretrained=real, backbone=bb.config.name, img_size=size,
+                             threads=threads, **rep.to_dict()))
+            if threads == args.threads:
+                figs.append((label, rep))
+            print(f"  {label}, {threads} thread(s): p50 {s['p50']:.1f} ms, p99 {s['p99']:.1f} ms", flush=True)
+    print_table(rows, floatfmt="{:.1f}")
+
+    verdicts = {}
+    top = [r for r in rows if r["threads"] == args.threads]
+    if len(top) == 2:
+        d, f = top
+        verdicts = dict(default_p50_ok=d["p50"] <= TARGET_P50_MS, default_p99_ok=d["p99"] <= TARGET_P99_MS,
+                        fast_p50_half_of_default=f["p50"] <= 0.5 * d["p50"],
+                        fast_over_default_p50=f["p50"] / d["p50"])
+        print(f"targets at {args.threads} threads: default p50 {d['p50']:.1f} <= {TARGET_P50_MS}: "
+              f"{verdicts['default_p50_ok']}; p99 {d['p99']:.1f} <= {TARGET_P99_MS}: {verdicts['default_p99_ok']}; "
+              f"fast p50 / default p50 = {verdicts['fast_over_default_p50']:.2f} (target <= 0.5)")
+    m = machine()
+    if m.get("loadavg_1min") and m["loadavg_1min"] > 0.5 * (m.get("cpu_count") or 2):
+        print(f"note: load average {m['loadavg_1min']:.1f} on {m['cpu_count']} cores: the machine was busy, "
+              "latencies are inflated", flush=True)
+    png = Path(args.out).with_suffix(".png") if args.out else RESULTS / "control_latency.png"
+    if figs:
+        fig = figs[0][1].histogram(TARGET_P99_MS, title=f"{figs[0][0]}, {args.threads} threads")
+        png.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(png, dpi=90)
+    write_result("control_latency", dict(task=args.task, steps=args.steps, warmup=args.warmup,
+                                         targets=dict(p50_ms=TARGET_P50_MS, p99_ms=TARGET_P99_MS),
+                                         rows=rows, verdicts=verdicts, runs=runs, histogram=str(png)), args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""Held-out success of behaviour-cloned patch-token policies: attention pooling vs CLS-only vs mean-pool.
+
+Per task: scripted-expert demos on training configurations (successful episodes only), frozen
+features cached once, one head per pooling trained with the same seed and budget, each rolled
+out on the same held-out configurations (seeds >= 1,000,000, never trained on). Everything under
+--work-dir is reused on a re-run (demos resume, caches load), and the JSON is rewritten after every
+(task, pooling) so a long run that is stopped keeps what it measured.
+
+    .venv/bin/python benchmarks/control_success.py --threads 1 \
+        --tasks reach-v3 push-v3 button-press-v3 drawer-open-v3 --demos 25 --configs 50
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from common import RESULTS, ROOT, print_table, write_result
+
+DEFAULT_TASKS = ["reach-v3", "push-v3", "button-press-v3", "drawer-open-v3"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--tasks", nargs="+", default=DEFAULT_TASKS)
+    ap.add_argument("--demos", type=int, default=25, help="successful expert demos per task")
+    ap.add_argument("--configs", type=int, default=50, help="held-out configurations per task")
+    ap.add_argument("--max-steps", type=int, default=200, help="episode cap at evaluation (experts need <= ~110)")
+    ap.add_argument("--poolings", nargs="+", default=["attention", "cls", "mean"])
+    ap.add_argument("--epochs", type=int, default=60)
+    ap.add_argument("--frames", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--size", type=int, default=None, help="encoder input size (default: the default's own)")
+    ap.add_argument("--backbone", default=None, help="timm name (default: the embedded default)")
+    ap.add_argument("--weights", default=None)
+    ap.add_argument("--camera", default="corner")
+    ap.add_argument("--demo-size", type=int, default=224, help="rendered frame size (resized to the encoder's)")
+    ap.add_argument("--parallel", type=int, default=4)
+    ap.add_argument("--work-dir", default=str(ROOT / "runs" / "control_success"))
+    ap.add_argument("--out", default=None, help=f"JSON path (default {RESULTS}/control_success.json)")
+    args = ap.parse_args()
+
+    import torch
+
+    from backbone import load_backbone
+    from control import PatchTokenPolicy, cache_features, collect_demos, config_seeds, evaluate
+
+    torch.set_num_threads(args.threads)
+    bb = load_backbone(args.backbone, weights=args.weights, img_size=args.size)
+    size = bb.config.img_size[0]
+    enc = f"{bb.config.name}@{size}"
+    work = Path(args.work_dir)
+    heldout = config_seeds("heldout", args.configs)
+    results: list[dict] = []
+    settings = dict(tasks=args.tasks, demos=args.demos, configs=args.configs, max_steps=args.max_steps,
+                    poolings=args.poolings, epochs=args.epochs, frames=args.frames, seed=args.seed,
+                    encoder=enc, weights_sha256=bb.weights_sha256, camera=args.camera, demo_size=args.demo_size, threads=args.threads,
+                    heldout_seeds=[heldout[0], heldout[-1]] if heldout else [])
+    for task in args.tasks:
+        t0 = time.perf_counter()
+        demo_dir = work / "demos" / f"{task}_{args.camera}_{args.demo_size}px"
+        collect_demos(task, demo_dir, args.demos, camera=args.camera, image_size=args.demo_size, max_steps=500)
+        cache = cache_features(demo_dir, bb)
+        t_prep = time.perf_counter() - t0
+        for pooling in args.poolings:
+            t1 = time.perf_counter()
+            pol_dir = work / "policies" / f"{task}_{enc}_{pooling}_f{args.frames}_s{args.seed}"
+            pol = PatchTokenPolicy(pooling, frames=args.frames, epochs=args.epochs, seed=args.seed)
+            if (pol_dir / "config.json").is_file() and PatchTokenPolicy.load(pol_dir).get_params() == pol.get_params():
+                pol = PatchTokenPolicy.load(pol_dir)
+            else:
+                pol.fit(cache, checkpoint_dir=work / "ckpt" / pol_dir.name)
+                pol.save(pol_dir)
+            t_fit = time.perf_counter() - t1
+            res = evaluate(pol, bb, heldout, max_steps=args.max_steps, parallel=args.parallel)
+            results.append(dict(task=task, pooling=pooling, success_rate=res.success_rate,
+                                successes=int(sum(res.successes)), episodes=len(res.successes),
+                                final_bc_loss=pol.history_[-1], demo_frames=len(cache),
+                                prep_s=round(t_prep, 1), fit_s=round(t_fit, 1),
+                                eval_s=round(time.perf_counter() - t1 - t_fit, 1), per_config=res.successes))
+            print(f"{task} {pooling}: {res.success_rate:.2f} ({sum(res.successes)}/{len(res.successes)}) "
+                  f"fit {t_fit:.0f} s, eval {results[-1]['eval_s']:.0f} s", flush=True)
+            write_result("control_success", dict(settings=settings, results=results,
+                                                 summary=_summary(results, args.poolings), complete=False), args.out)
+    summary = _summary(results, args.poolings)
+    print_table([{k: v for k, v in r.items() if k != "per_config"} for r in results])
+    print_table(summary["by_pooling"])
+    write_result("control_success", dict(settings=settings, results=results, summary=summary, complete=True),
+                 args.out)
+    return 0
+
+
+def _summary(results: list[dict], poolings: list[str]) -> dict:
+    by = []
+    for p in poolings:
+        rates = [r["success_rate"] for r in results if r["pooling"] == p]
+        if rates:
+            by.append(dict(pooling=p, tasks=len(rates), mean_success=float(np.mean(rates))))
+    means = {r["pooling"]: r["mean_success"] for r in by}
+    verdict = None
+    if "attention" in means and "cls" in means:
+        verdict = dict(attention_beats_cls=means["attention"] > means["cls"],
+                       attention_minus_cls=means["attention"] - means["cls"])
+    return dict(by_pooling=by, verdict=verdict)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
