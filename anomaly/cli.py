@@ -118,45 +118,11 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def evaluate_dataset(det: Any, ds: Any) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    """Overall metrics and per-defect-type image AUROC (each type against the good test images)."""
-    from .images import read_image
-    from .metrics import anomaly_metrics, image_auroc
-
-    samples = [s for s in ds.test if s.label >= 0]
-    if not samples:
-        from .errors import DatasetError
-
-        raise DatasetError(f"{ds.root}: no labelled test images (need test/good and test/<defect>, or masks)")
-    scores, masks, maps = [], [], []
-    pixel = ds.has_masks
-    for i in range(0, len(samples), CHUNK):
-        chunk = samples[i:i + CHUNK]
-        images = [read_image(s.path) for s in chunk]
-        pred = det.predict(images)
-        scores.append(pred.scores)
-        if pixel:
-            masks += [s.load_mask(img.shape[:2]) for s, img in zip(chunk, images)]
-            maps += pred.maps
-    scores = np.concatenate(scores)
-    labels = np.array([s.label for s in samples])
-    metrics = anomaly_metrics(labels, scores, masks if pixel else None, maps if pixel else None)
-    metrics["false_alarm_rate"] = float((scores[labels == 0] > det.threshold_).mean()) if (labels == 0).any() else float("nan")
-    metrics["detection_rate"] = float((scores[labels == 1] > det.threshold_).mean()) if (labels == 1).any() else float("nan")
-    per_type = []
-    good = labels == 0
-    for t in sorted({s.defect_type for s in samples if s.label == 1}):
-        sel = np.array([s.defect_type == t for s in samples])
-        per_type.append({"defect": t, "n": int(sel.sum()),
-                         "image_auroc": image_auroc(labels[good | sel], scores[good | sel]),
-                         "detected": float((scores[sel] > det.threshold_).mean())})
-    return metrics, per_type
-
-
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from backbone.artifacts import write_json
 
     from .datasets import read_folders, read_mvtec
+    from .evaluation import evaluate_dataset
     from .patchcore import PatchCore
 
     _faiss_threads(args)

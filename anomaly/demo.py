@@ -20,7 +20,7 @@ def _random_twin(bb: Any) -> Any:
 
 def run_category(bb: Any, root: Path, category: str, sizes: dict) -> tuple[dict, Any, Any]:
     """Fit on train/good, evaluate on test/: a metrics row, the detector and the dataset."""
-    from .cli import evaluate_dataset
+    from .evaluation import evaluate_dataset
     from .datasets import read_mvtec
     from .patchcore import PatchCore
     from .synthetic import make_synthetic_mvtec

@@ -18,12 +18,11 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .coreset import chunked_coreset, coreset_size, greedy_coreset
 from .images import as_image
-from .scoring import fuse_blocks, local_aggregate, reweighted_max, smooth, topk_mean
+from .scoring import canvas_maps, fuse_blocks, local_aggregate, reweighted_max, topk_mean
 from .search import INDEX_KINDS, build_index, knn
 
 IMAGE_SCORES = ("reweighted", "max", "topk")
@@ -221,18 +220,19 @@ class PatchCore:
         """Image scores (B,), no maps (cheaper than predict)."""
         return self._score(images)[1]
 
-    def anomaly_map(self, patch_scores: np.ndarray, mapping: Any) -> np.ndarray:
-        """Token map (h, w) -> defect map (H_orig, W_orig): bilinear to the model canvas, Gaussian(sigma)
-        there, then resampled onto the original image through `mapping` (stretch or pad alike)."""
-        t = torch.as_tensor(np.asarray(patch_scores, np.float32))[None, None]          # (1, 1, h, w)
-        canvas = F.interpolate(t, size=tuple(mapping.model_size), mode="bilinear",
-                               align_corners=False)[0, 0].numpy()                      # (H, W)
-        return mapping.to_original(smooth(canvas, self.sigma)).astype(np.float32)      # (H0, W0)
+    def anomaly_maps(self, patch_scores: np.ndarray, mappings: Sequence[Any]) -> list[np.ndarray]:
+        """Token maps (B, h, w) -> defect maps [(H_orig_i, W_orig_i)]: bilinear to the model canvas,
+        Gaussian(sigma) there, then resampled onto each original image through its GridMapping
+        (stretch or pad alike, so the map lines up with the original pixels)."""
+        if not len(mappings):
+            return []
+        canvas = canvas_maps(patch_scores, mappings[0].model_size, self.sigma)      # (B, H, W)
+        return [m.to_original(c).astype(np.float32, copy=False) for c, m in zip(canvas, mappings)]
 
     def predict(self, images: Sequence[Any]) -> AnomalyPrediction:
         """Scores, maps at original size and decisions for a list of images (arrays, PIL or paths)."""
         patch, scores, mappings = self._score(images, "predict")
-        maps = [self.anomaly_map(p, m) for p, m in zip(patch, mappings)]
+        maps = self.anomaly_maps(patch, mappings)
         return AnomalyPrediction(scores, maps, scores > self.threshold_, float(self.threshold_), patch)
 
     # ---- persistence (see anomaly/artifact.py) --------------------------------------------------

@@ -1,6 +1,7 @@
 """Pure functions from patch grids to patch features, and from patch scores to image scores and maps."""
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
@@ -62,12 +63,54 @@ def reweighted_max(max_dist: np.ndarray, neighbour_dists: np.ndarray) -> np.ndar
     return ((1.0 - np.exp(s - log_sum)) * s).astype(np.float32)
 
 
-def upsample_tokens(patch_scores: np.ndarray, model_size: tuple[int, int]) -> np.ndarray:
-    """Token map (h, w) -> (H_model, W_model) bilinear, each token covering its patch (half-pixel centres)."""
-    t = torch.as_tensor(np.asarray(patch_scores, np.float32))[None, None]      # (1, 1, h, w)
-    return F.interpolate(t, size=tuple(model_size), mode="bilinear", align_corners=False)[0, 0].numpy()
+def gaussian_kernel1d(sigma: float, truncate: float = 4.0) -> torch.Tensor:
+    """Normalised 1-D Gaussian taps, radius int(truncate * sigma + 0.5) as in scipy.ndimage."""
+    r = int(truncate * sigma + 0.5)
+    x = torch.arange(-r, r + 1, dtype=torch.float64)
+    k = torch.exp(-0.5 * (x / sigma) ** 2)
+    return (k / k.sum()).float()
+
+
+def smooth_batch(maps: torch.Tensor, sigma: float = 4.0) -> torch.Tensor:
+    """Separable Gaussian on (B, H, W) with edge replication (scipy's mode='nearest') -> (B, H, W)."""
+    if sigma <= 0:
+        return maps
+    gh = _gaussian_matrix(maps.shape[1], sigma)                                # (H, H)
+    gw = _gaussian_matrix(maps.shape[2], sigma)                                # (W, W)
+    return gh @ maps @ gw.T
+
+
+@lru_cache(maxsize=16)
+def _gaussian_matrix(n: int, sigma: float) -> torch.Tensor:
+    """(n, n) matrix of a 1-D Gaussian filter with edge replication: out = G @ x."""
+    k = gaussian_kernel1d(sigma).double()
+    r = len(k) // 2
+    g = torch.zeros(n, n, dtype=torch.float64)
+    rows = torch.arange(n)
+    for t in range(len(k)):
+        g.index_put_((rows, (rows + t - r).clamp(0, n - 1)), k[t].expand(n), accumulate=True)
+    return g.float()
+
+
+@lru_cache(maxsize=16)
+def _canvas_operator(tokens: int, pixels: int, sigma: float) -> torch.Tensor:
+    """(pixels, tokens): bilinear upsampling (half-pixel centres) followed by the Gaussian, along one axis."""
+    eye = torch.eye(tokens)[None, None]                                        # (1, 1, tokens, tokens)
+    up = F.interpolate(eye, size=(pixels, tokens), mode="bilinear", align_corners=False)[0, 0]   # (pixels, tokens)
+    return _gaussian_matrix(pixels, sigma) @ up if sigma > 0 else up
+
+
+def canvas_maps(patch_scores: np.ndarray, model_size: tuple[int, int], sigma: float = 4.0) -> np.ndarray:
+    """Token maps (B, h, w) -> smoothed maps on the model canvas (B, H, W): bilinear upsampling with
+    each token covering its patch (half-pixel centres), then Gaussian(sigma) in canvas pixels with edge
+    replication. Both steps are linear and separable, so they run as two small matrix products
+    A_H @ P @ A_W^T (cached operators), much cheaper than filtering the upsampled maps."""
+    p = torch.as_tensor(np.asarray(patch_scores, np.float32))                 # (B, h, w)
+    ah = _canvas_operator(p.shape[1], int(model_size[0]), float(sigma))       # (H, h)
+    aw = _canvas_operator(p.shape[2], int(model_size[1]), float(sigma))       # (W, w)
+    return (ah @ p @ aw.T).numpy()                                             # (B, H, W)
 
 
 def smooth(amap: np.ndarray, sigma: float = 4.0) -> np.ndarray:
-    """Gaussian smoothing (H, W) -> (H, W), sigma in pixels, border mode 'nearest'."""
+    """Gaussian smoothing (H, W) -> (H, W), sigma in pixels, border mode 'nearest' (scipy reference)."""
     return ndimage.gaussian_filter(np.asarray(amap, np.float32), sigma=sigma, mode="nearest") if sigma > 0 else amap

@@ -27,6 +27,22 @@ def test_flat_index_equals_brute_force_distances_and_neighbours(bank_and_queries
     assert np.allclose(d, bd, atol=1e-4)
 
 
+def test_flat_gemm_search_agrees_with_faiss_own_flat_search(bank_and_queries):
+    import faiss
+    bank, q = bank_and_queries
+    index = build_index(bank, "flat")
+    d2, i = faiss.IndexFlat.search(index, q, 4)                 # faiss's own implementation
+    d, j = knn(index, q, 4)
+    assert (i == j).all() and np.allclose(d, np.sqrt(d2), atol=1e-4)
+
+
+def test_exact_search_in_small_blocks_equals_one_block(bank_and_queries):
+    from anomaly.search import knn_exact
+    bank, q = bank_and_queries
+    a, b = knn_exact(bank, q, 2), knn_exact(bank, q, 2, block_bytes=4 * len(bank) * 7)   # 7 queries per block
+    assert (a[1] == b[1]).all() and np.allclose(a[0], b[0])
+
+
 def test_ivf_with_all_lists_probed_is_exact(bank_and_queries):
     bank, q = bank_and_queries
     index = build_index(bank, "ivf", nlist=16, nprobe=16)
@@ -83,3 +99,19 @@ def test_smooth_is_a_normalised_gaussian():
     s = smooth(a, 4.0)
     assert s.sum() == pytest.approx(1.0, rel=1e-4) and s.argmax() == 20 * 41 + 20
     assert s[20, 24] / s[20, 20] == pytest.approx(np.exp(-0.5), rel=0.02)
+
+
+def test_batched_torch_smoothing_equals_scipy_gaussian_filter():
+    from anomaly.scoring import smooth_batch
+    a = np.random.default_rng(0).random((2, 30, 45)).astype(np.float32)
+    got = smooth_batch(torch.from_numpy(a), 4.0).numpy()
+    assert np.allclose(got, np.stack([smooth(x, 4.0) for x in a]), atol=1e-5)
+
+
+def test_canvas_maps_equal_bilinear_upsampling_then_scipy_gaussian():
+    import torch.nn.functional as F
+    from anomaly.scoring import canvas_maps
+    p = np.random.default_rng(1).random((3, 4, 5)).astype(np.float32)
+    up = F.interpolate(torch.from_numpy(p)[:, None], size=(64, 80), mode="bilinear", align_corners=False)[:, 0]
+    ref = np.stack([smooth(u, 4.0) for u in up.numpy()])
+    assert np.allclose(canvas_maps(p, (64, 80), 4.0), ref, atol=1e-5)

@@ -1,0 +1,124 @@
+"""PatchCore speed: coreset time and peak memory (200,000 x 384 at 10%), fit time, predict throughput
+relative to bare `patch_grids`, bank size.
+
+    python benchmarks/anomaly_speed.py --threads 2
+
+Targets (issue 4): coreset < 60 s on 2 cores; predict img/s / patch_grids img/s >= 0.85.
+The coreset input is seeded Gaussian noise: no cluster structure, the worst case for k-center.
+Backbone: the embedded default when shipped, else a random-init ViT-Tiny/16 at 224 (speed only).
+"""
+from __future__ import annotations
+
+import argparse
+import resource
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from common import median, print_table, write_result
+
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # Linux: KiB
+
+
+def bench_coreset(n: int, d: int, ratio: float, chunk: int) -> list[dict]:
+    from anomaly.coreset import chunked_coreset, greedy_coreset
+
+    x = np.random.default_rng(0).standard_normal((n, d), dtype=np.float32)   # (N, D), no float64 temporary
+    rows = []
+    before = rss_mb()
+    t0 = time.perf_counter()
+    idx = greedy_coreset(x, ratio)
+    rows.append({"what": "coreset", "variant": "exact greedy", "n": n, "d": d, "selected": len(idx),
+                 "seconds": time.perf_counter() - t0, "peak_extra_mb": rss_mb() - before,
+                 "input_mb": x.nbytes / 1e6})
+    t0 = time.perf_counter()
+    bank = chunked_coreset((x[i:i + chunk] for i in range(0, n, chunk)), ratio)
+    rows.append({"what": "coreset", "variant": f"chunked ({chunk} rows)", "n": n, "d": d, "selected": len(bank),
+                 "seconds": time.perf_counter() - t0, "input_mb": x.nbytes / 1e6})
+    return rows
+
+
+def get_backbone():
+    from backbone import load_backbone
+    from backbone.errors import BackboneUnavailable
+
+    try:
+        return load_backbone(), "embedded default"
+    except BackboneUnavailable:
+        return load_backbone("vit_tiny_patch16_224", pretrained=False, img_size=224), "stand-in (random ViT-Ti/16)"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--n", type=int, default=200_000, help="coreset input rows")
+    ap.add_argument("--d", type=int, default=384, help="coreset input width")
+    ap.add_argument("--ratio", type=float, default=0.1)
+    ap.add_argument("--chunk", type=int, default=50_000)
+    ap.add_argument("--n-train", type=int, default=200, help="training normals for fit (MVTec-like)")
+    ap.add_argument("--size", type=int, default=512, help="side of the original test images")
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--skip-coreset", action="store_true")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    import faiss
+
+    faiss.omp_set_num_threads(args.threads)
+    from anomaly import PatchCore, render_sample
+
+    rows = [] if args.skip_coreset else bench_coreset(args.n, args.d, args.ratio, args.chunk)
+    bb, which = get_backbone()
+    size = (args.size, args.size)
+    train = [render_sample("weave", None, 1, i, size)[0] for i in range(args.n_train)]
+    test = [render_sample("weave", "hole" if i % 2 else None, 2, i, size)[0] for i in range(args.batch_size)]
+    warnings.simplefilter("ignore")   # small calibration split: irrelevant to speed
+    t0 = time.perf_counter()
+    det = PatchCore(bb, progress=False).fit(train)
+    fit_s = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory() as tmp:
+        det.save(Path(tmp) / "m")
+        index_mb = (Path(tmp) / "m" / "index.faiss").stat().st_size / 1e6
+    rows.append({"what": "fit", "variant": f"{args.n_train} images {args.size}px", "seconds": fit_s,
+                 "bank": f"{det.bank_.shape[0]}x{det.bank_.shape[1]}", "bank_mb": det.bank_.nbytes / 1e6,
+                 "index_mb": index_mb})
+    blocks = det.blocks_
+    ivf = PatchCore(bb, index="ivf", progress=False).fit(train)
+    # interleaved rounds: on a shared machine the load drifts, so each round times every variant once
+    variants = {
+        "patch_grids": lambda: bb.patch_grids(test, blocks=blocks, batch_size=args.batch_size, progress=False),
+        "predict flat": lambda: det.predict(test), "scores flat": lambda: det.decision_function(test),
+        "predict ivf": lambda: ivf.predict(test), "scores ivf": lambda: ivf.decision_function(test),
+    }
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for r in range(args.repeats + 1):
+        for k, fn in variants.items():
+            t0 = time.perf_counter()
+            fn()
+            if r:                                                    # round 0 is the warm-up
+                times[k].append(time.perf_counter() - t0)
+    bare = args.batch_size / median(times["patch_grids"])
+    rows.append({"what": "patch_grids", "variant": f"blocks {blocks}", "img_s": bare, "batch": args.batch_size})
+    for k in list(variants)[1:]:
+        what, kind = k.split()
+        ips = args.batch_size / median(times[k])
+        rows.append({"what": "predict (maps)" if what == "predict" else "scores only",
+                     "variant": f"{kind} index" + (f", maps at {args.size}px" if what == "predict" else ""),
+                     "img_s": ips, "ratio_to_patch_grids": ips / bare,
+                     "ratio_per_round_median": median([b / p for b, p in zip(times["patch_grids"], times[k])]),
+                     "batch": args.batch_size})
+    print(f"backbone: {bb.name} ({which}), {bb.config.img_size[0]} px, grid {bb.config.grid}, threads {args.threads}")
+    print_table(rows, "{:.3f}")
+    write_result(f"anomaly_speed_t{args.threads}", {"backbone": bb.name, "backbone_kind": which, "rows": rows,
+                                                   "targets": {"coreset_s": 60, "predict_ratio": 0.85}}, args.out)
+
+
+if __name__ == "__main__":
+    main()
