@@ -45,6 +45,8 @@ def register(subparsers) -> None:
     q.add_argument("--minutely", action="store_true", help="ETTm borders (4x the hourly rows)")
     q.add_argument("--max-epochs", type=int, default=None, help="cap epochs (default: the paper's schedule)")
     q.add_argument("--patience", type=int, default=None)
+    q.add_argument("--windows-per-epoch", type=int, default=None,
+                   help="PatchTST: sample this many training windows per epoch (CPU budget)")
     q.add_argument("--out", type=Path, default=None, help="JSON file for the scores")
     add_threads_arg(q)
     q.set_defaults(func=_cmd_paper)
@@ -128,6 +130,7 @@ def _cmd_paper(args: argparse.Namespace) -> int:
     if not args.csv.is_file():
         raise SeriesError(f"{args.csv} not found; pass the path of an ETT csv (date,HUFL,...,OT)")
     overrides = {k: v for k, v in (("max_epochs", args.max_epochs), ("patience", args.patience)) if v is not None}
+    sub = {"windows_per_epoch": args.windows_per_epoch} if args.windows_per_epoch else {}
 
     def report(s) -> None:
         print(f"{s.model:9s} H={s.h:4d}  MSE {s.mse:.3f}  MAE {s.mae:.3f}  ({s.n_test_windows} test windows, "
@@ -136,7 +139,9 @@ def _cmd_paper(args: argparse.Namespace) -> int:
     scores = paper_protocol(pd.read_csv(args.csv), [int(h) for h in args.horizons.split(",")],
                             [m.strip() for m in args.models.split(",")],
                             borders=ETTM_BORDERS if args.minutely else ETTH_BORDERS,
-                            make_model=lambda name, h: paper_config(name, h, **overrides), on_result=report)
+                            make_model=lambda name, h: paper_config(name, h, **overrides,
+                                                                    **(sub if name == "patchtst" else {})),
+                            on_result=report)
     rows = scores_table(scores)
     print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if args.out:

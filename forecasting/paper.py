@@ -74,7 +74,7 @@ def split_scale(values: np.ndarray, input_size: int, borders: Sequence[int] = ET
     return z[:b1], z[b1 - input_size: b2], z[b2 - input_size: b3]
 
 
-def test_windows(test: np.ndarray, input_size: int, h: int) -> tuple[np.ndarray, np.ndarray]:
+def window_pairs(test: np.ndarray, input_size: int, h: int) -> tuple[np.ndarray, np.ndarray]:
     """Every window of the test array: contexts (N, L, C) and truths (N, h, C), N = len - L - h + 1."""
     n = test.shape[0] - input_size - h + 1
     if n < 1:
@@ -110,7 +110,7 @@ def paper_protocol(values: np.ndarray | pd.DataFrame, horizons: Sequence[int] = 
             t0 = time.perf_counter()
             model.fit([train], val=[val])
             total = time.perf_counter() - t0
-            ctx, truth = test_windows(test, input_size, h)
+            ctx, truth = window_pairs(test, input_size, h)
             pred = model.predict(ctx)                                   # (N, h, C)
             err = pred - truth
             hist = getattr(model, "history_", [])
