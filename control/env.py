@@ -22,8 +22,10 @@ Headless rendering uses EGL unless `MUJOCO_GL` says otherwise (`osmesa` is the f
 """
 from __future__ import annotations
 
+import atexit
 import os
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -95,6 +97,20 @@ def camera_is_upside_down(cam_xmat: np.ndarray) -> bool:
     return bool(R[2, 1] < 0.0)
 
 
+_LIVE: "weakref.WeakSet[FrameRenderer]" = weakref.WeakSet()
+_AT_EXIT: list[bool] = []
+
+
+def _close_live_renderers() -> None:
+    # Registered after mujoco's EGL module so it runs before EGL is torn down: a GL context
+    # freed during interpreter teardown, after EGL itself, prints EGLError noise.
+    for r in list(_LIVE):
+        try:
+            r.close()
+        except Exception:  # pragma: no cover - best effort at exit
+            pass
+
+
 class FrameRenderer:
     """Offscreen renderer of one named camera of a MuJoCo model; returns upright (S, S, 3) uint8 frames."""
 
@@ -119,6 +135,10 @@ class FrameRenderer:
                 f"cannot create a headless OpenGL context with MUJOCO_GL={os.environ.get('MUJOCO_GL')!r} ({e}). "
                 "Install EGL (Debian: apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri) "
                 "or try MUJOCO_GL=osmesa") from e
+        _LIVE.add(self)
+        if not _AT_EXIT:
+            atexit.register(_close_live_renderers)
+            _AT_EXIT.append(True)
         flags = self._renderer.scene.flags
         flags[mujoco.mjtRndFlag.mjRND_SHADOW] = settings.shadows
         flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = settings.reflections
