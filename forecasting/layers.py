@@ -103,12 +103,13 @@ def make_norm(kind: str, d_model: int) -> nn.Module:
 
 
 class EncoderLayer(nn.Module):
-    """Post-norm Transformer encoder layer: attention + FFN (GELU), dropout on each residual."""
+    """Post-norm Transformer encoder layer: attention + FFN (GELU), dropout on each residual.
+    Like the official PatchTST code, the attention output projection has its own dropout too."""
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, attn_dropout: float,
                  norm: str) -> None:
         super().__init__()
-        self.attn = ResidualAttention(d_model, n_heads, attn_dropout)
+        self.attn = ResidualAttention(d_model, n_heads, attn_dropout, proj_dropout=dropout)   # as the paper's code
         self.drop1, self.norm1 = nn.Dropout(dropout), make_norm(norm, d_model)
         self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model))
         self.drop2, self.norm2 = nn.Dropout(dropout), make_norm(norm, d_model)
