@@ -52,7 +52,7 @@ def greedy_kcenter(z: np.ndarray, n: int, start: int = 0, candidates: int = 2048
     zt = torch.as_tensor(np.ascontiguousarray(z, np.float32))       # (N, k), shares memory
     N = zt.shape[0]
     n = min(n, N)
-    zz = (zt * zt).sum(1)                                            # (N,)
+    zz = torch.linalg.vector_norm(zt, dim=1).square_()               # (N,), no (N, k) temporary
     mind = _sqdist(zt, zz, zt[start:start + 1], zz[start:start + 1])[:, 0]  # (N,) to nearest centre
     centers = [start]
     while len(centers) < n:
