@@ -140,9 +140,11 @@ def test_cnn_backbone_hands_out_grids_with_the_same_interface():
     assert g.cls(2) is None and bb.config.kind == "cnn"
 
 
-def test_info_cli_reports_reg4_dinov2_contract():
-    out = subprocess.run([sys.executable, "-m", "backbone.cli", "backbone", "info", "vit_small_patch14_reg4_dinov2",
-                          "--img-size", "224"], capture_output=True, text=True, check=True).stdout
+def test_info_cli_reports_reg4_dinov2_contract(capsys):
+    from backbone.cli import main
+
+    assert main(["backbone", "info", "vit_small_patch14_reg4_dinov2", "--img-size", "224"]) == 0
+    out = capsys.readouterr().out
     assert "16x16 tokens" in out
     assert "5 (1 CLS + 4 register)" in out
     assert "(0.485, 0.456, 0.406)" in out and "(0.229, 0.224, 0.225)" in out
@@ -151,7 +153,14 @@ def test_info_cli_reports_reg4_dinov2_contract():
 def test_cli_lists_backbone_subcommands():
     out = subprocess.run([sys.executable, "-m", "backbone.cli", "backbone", "--help"],
                          capture_output=True, text=True, check=True).stdout
-    assert "info" in out and "inspect" in out
+    assert "info" in out and "inspect" in out and "distill" in out
+
+
+def test_cli_error_is_named_and_exit_code_2(capsys):
+    from backbone.cli import main
+
+    assert main(["backbone", "info", "vit_does_not_exist"]) == 2
+    assert "BackboneUnavailable" in capsys.readouterr().err
 
 
 def test_dinov2_reg4_checkpoint_at_518_loads_at_224_with_its_own_contract(tmp_path):
