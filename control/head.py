@@ -8,7 +8,9 @@ Pooling is the one thing the ablation varies:
 * "cls": the backbone's CLS token only (a pooled summary; no spatial addressing).
 * "mean": the average patch token.
 
-Tokens are layer-normalised first (patch tokens of the last block are un-normalised). A learned
+Tokens are layer-normalised first (patch tokens of the last block are un-normalised; the
+normalisation has no parameters, so for "mean" and "cls" the whole visual feature of a frame is
+fixed and training computes it once). A learned
 position embedding (zero at init) is added to the keys/values so the queries can address the
 grid even if the backbone's own position signal has faded by the last block. With a frame stack
 of F frames each frame is pooled by the same pooler and the results are concatenated.
@@ -38,16 +40,27 @@ class AttentionPool(nn.Module):
         self.v_proj = nn.Linear(dim, dim)
         self.out_proj = nn.Linear(dim, dim)
 
-    def forward(self, tokens: torch.Tensor, return_weights: bool = False
+    def forward(self, tokens: torch.Tensor, pos: torch.Tensor | None = None, return_weights: bool = False
                 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """tokens (B, N, C), optional position embedding pos (N, C) added to every token's key and value."""
+        # Same result as nn.MultiheadAttention(query, tokens + pos, tokens + pos), computed in the
+        # cheap order: the queries are fixed, so fold W_k into them (q.W_k x) and project values
+        # after pooling (sum_n a_n W_v x_n = W_v sum_n a_n x_n). Cost O(B N C H Q), not O(B N C^2),
+        # and the big (B, N, C) tensor is never copied or differentiated.
         B, N, C = tokens.shape
         H, Q, d = self.num_heads, self.num_queries, C // self.num_heads
         q = self.q_proj(self.query).view(Q, H, d).transpose(0, 1)                 # (H, Q, d)
-        k = self.k_proj(tokens).view(B, N, H, d).transpose(1, 2)                  # (B, H, N, d)
-        v = self.v_proj(tokens).view(B, N, H, d).transpose(1, 2)                  # (B, H, N, d)
-        att = torch.einsum("hqd,bhnd->bhqn", q, k) / math.sqrt(d)                 # (B, H, Q, N)
-        att = att.softmax(dim=-1)
-        out = torch.einsum("bhqn,bhnd->bhqd", att, v)                             # (B, H, Q, d)
+        qk = torch.einsum("hqd,hdc->hqc", q, self.k_proj.weight.view(H, d, C))    # (H, Q, C)
+        qb = torch.einsum("hqd,hd->hq", q, self.k_proj.bias.view(H, d))           # (H, Q) key bias term
+        logits = torch.einsum("hqc,bnc->bhqn", qk, tokens) + qb[..., None]        # (B, H, Q, N)
+        if pos is not None:
+            logits = logits + torch.einsum("hqc,nc->hqn", qk, pos)                # (H, Q, N)
+        att = (logits / math.sqrt(d)).softmax(dim=-1)                             # (B, H, Q, N)
+        pooled = torch.einsum("bhqn,bnc->bhqc", att, tokens)                      # (B, H, Q, C)
+        if pos is not None:
+            pooled = pooled + att @ pos                                           # (B, H, Q, C)
+        out = torch.einsum("bhqc,hdc->bhqd", pooled, self.v_proj.weight.view(H, d, C))
+        out = out + self.v_proj.bias.view(1, H, 1, d)                             # weights sum to 1
         out = self.out_proj(out.transpose(1, 2).reshape(B, Q, C))                 # (B, Q, C)
         return (out, att) if return_weights else out
 
@@ -55,7 +68,9 @@ class AttentionPool(nn.Module):
 class PolicyHead(nn.Module):
     """(tokens (B, F, N, C), cls (B, F, C), proprio (B, P)) -> action (B, A).
 
-    F = frames in the stack (oldest first), N = h*w patch tokens per frame.
+    F = frames in the stack (oldest first), N = h*w patch tokens per frame. `prepare` turns a
+    frame's tokens into what the pooling consumes (LN'ed tokens, or an already pooled (C,)
+    vector for "mean"/"cls"); it has no parameters, so training computes it once per cached frame.
     """
 
     def __init__(self, embed_dim: int, num_tokens: int, proprio_dim: int = 4, action_dim: int = 4, *,
@@ -66,8 +81,7 @@ class PolicyHead(nn.Module):
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
         if frames < 1:
             raise ValueError(f"frames must be >= 1, got {frames}")
-        self.pooling, self.frames, self.num_tokens = pooling, frames, num_tokens
-        self.norm = nn.LayerNorm(embed_dim)
+        self.pooling, self.frames, self.num_tokens, self.embed_dim = pooling, frames, num_tokens, embed_dim
         if pooling == "attention":
             self.pos = nn.Parameter(torch.zeros(num_tokens, embed_dim))             # (N, C)
             self.pool = AttentionPool(embed_dim, num_queries, num_heads)
@@ -80,32 +94,39 @@ class PolicyHead(nn.Module):
             nn.Linear(hidden, action_dim),
         )
 
-    def pooled(self, tokens: torch.Tensor, cls: torch.Tensor | None) -> torch.Tensor:
-        """Per-frame visual features, concatenated over the stack: (B, F * D)."""
-        B, Fr = tokens.shape[:2]
+    def prepare(self, tokens: torch.Tensor, cls: torch.Tensor | None) -> torch.Tensor:
+        """Parameter-free per-frame input: tokens (..., N, C) -> LN'ed (..., N, C) for "attention",
+        mean of LN'ed tokens (..., C) for "mean", LN'ed CLS (..., C) for "cls"."""
+        C = tokens.shape[-1]
         if self.pooling == "cls":
             if cls is None:
                 raise ValueError("pooling='cls' needs the CLS token; this backbone has none")
-            return self.norm(cls).reshape(B, -1)                                    # (B, F*C)
-        x = self.norm(tokens.flatten(0, 1))                                         # (B*F, N, C)
-        if self.pooling == "mean":
-            return x.mean(dim=1).reshape(B, -1)                                     # (B, F*C)
-        x = self.pool(x + self.pos)                                                 # (B*F, Q, C)
-        return x.reshape(B, -1)                                                     # (B, F*Q*C)
+            return F.layer_norm(cls.float(), (C,))
+        x = F.layer_norm(tokens.float(), (C,))    # affine-free: the projections that follow absorb scale/shift
+        return x.mean(dim=-2) if self.pooling == "mean" else x
+
+    def forward_prepared(self, x: torch.Tensor, proprio: torch.Tensor) -> torch.Tensor:
+        """x: prepared frames (B, F, N, C) for "attention" or (B, F, C); proprio (B, P) -> (B, A)."""
+        B = x.shape[0]
+        if x.shape[1] != self.frames:
+            raise ValueError(f"expected a stack of {self.frames} frames, got {tuple(x.shape)}")
+        if self.pooling == "attention":
+            x = self.pool(x.flatten(0, 1), self.pos)                                # (B*F, Q, C)
+        feats = torch.cat([x.reshape(B, -1), proprio], dim=-1)                      # (B, F*D + P)
+        return self.mlp(feats)                                                      # (B, A)
+
+    def forward(self, tokens: torch.Tensor, cls: torch.Tensor | None, proprio: torch.Tensor) -> torch.Tensor:
+        if tokens.ndim != 4 or tokens.shape[1] != self.frames or tokens.shape[2] != self.num_tokens:
+            raise ValueError(f"tokens must be (B, {self.frames}, {self.num_tokens}, C), got {tuple(tokens.shape)}")
+        return self.forward_prepared(self.prepare(tokens, cls), proprio)
 
     @torch.no_grad()
     def attention_map(self, tokens: torch.Tensor) -> torch.Tensor:
         """Where the attention pooler looks: (B, N, C) tokens of one frame -> (B, N) weights, mean over heads and queries."""
         if self.pooling != "attention":
             raise ValueError(f"pooling={self.pooling!r} has no attention map")
-        _, att = self.pool(self.norm(tokens) + self.pos, return_weights=True)   # (B, H, Q, N)
-        return att.mean(dim=(1, 2))                                             # (B, N)
-
-    def forward(self, tokens: torch.Tensor, cls: torch.Tensor | None, proprio: torch.Tensor) -> torch.Tensor:
-        if tokens.ndim != 4 or tokens.shape[1] != self.frames or tokens.shape[2] != self.num_tokens:
-            raise ValueError(f"tokens must be (B, {self.frames}, {self.num_tokens}, C), got {tuple(tokens.shape)}")
-        feats = torch.cat([self.pooled(tokens, cls), proprio], dim=-1)              # (B, F*D + P)
-        return self.mlp(feats)                                                      # (B, A)
+        _, att = self.pool(self.prepare(tokens, None), self.pos, return_weights=True)    # (B, H, Q, N)
+        return att.mean(dim=(1, 2))                                                      # (B, N)
 
 
 def bc_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -96,6 +96,7 @@ class PatchTokenPolicy:
         opt = torch.optim.AdamW(head.parameters(), lr=self.lr, weight_decay=self.weight_decay)
         gen = torch.Generator().manual_seed(self.seed)
         stack = cache.stack_index(self.frames)                                      # (M, F)
+        frames_in = _prepare_frames(head, cache)                                    # (M, N, C) or (M, C)
         steps_per_epoch = math.ceil(M / self.batch_size)
         total = self.epochs * steps_per_epoch
         start_epoch, history = 0, []
@@ -117,11 +118,9 @@ class PatchTokenPolicy:
                 for g in opt.param_groups:                                          # cosine decay, 5% warm-up
                     g["lr"] = self.lr * _lr_factor(step, total)
                 rows = perm[s * self.batch_size:(s + 1) * self.batch_size]         # (B,)
-                idx = stack[rows]                                                   # (B, F)
-                tokens = cache.tokens[idx].float()                                  # (B, F, N, C)
-                cls = cache.cls[idx].float() if cache.cls is not None else None     # (B, F, C)
+                x = frames_in[stack[rows]].float()                                  # (B, F, N, C) or (B, F, C)
                 prop = (cache.proprio[rows] - mean) / std                           # (B, P)
-                loss = bc_loss(head(tokens, cls, prop), cache.actions[rows])
+                loss = bc_loss(head.forward_prepared(x, prop), cache.actions[rows])
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
@@ -189,7 +188,7 @@ class PatchTokenPolicy:
         tensors["proprio_std"] = self.proprio_std_.contiguous()
         save_file(tensors, str(directory / "model.safetensors"))
         last = self.head_.mlp[-1]
-        shapes = dict(embed_dim=self.head_.norm.normalized_shape[0], num_tokens=self.head_.num_tokens,
+        shapes = dict(embed_dim=self.head_.embed_dim, num_tokens=self.head_.num_tokens,
                       proprio_dim=int(self.proprio_mean_.numel()), action_dim=int(last.out_features))
         write_json(directory / "config.json", dict(
             kind=KIND, format_version=FORMAT_VERSION, params=self.get_params(), shapes=shapes,
@@ -229,6 +228,20 @@ class PatchTokenPolicy:
     def _check_fitted(self) -> None:
         if not hasattr(self, "head_"):
             raise ValueError("this PatchTokenPolicy is not fitted: call fit(cache) or PatchTokenPolicy.load(dir)")
+
+
+@torch.no_grad()
+def _prepare_frames(head: PolicyHead, cache: FeatureCache, chunk: int = 256) -> torch.Tensor:
+    """The head's parameter-free per-frame input for every cached frame, computed once.
+
+    LN'ed tokens (M, N, C) kept in float16 for attention pooling; pooled (M, C) float32 otherwise.
+    """
+    out = []
+    for i in range(0, len(cache), chunk):
+        cls = cache.cls[i:i + chunk] if cache.cls is not None else None
+        x = head.prepare(cache.tokens[i:i + chunk], cls)
+        out.append(x.half() if x.ndim == 3 else x)
+    return torch.cat(out)
 
 
 def _lr_factor(step: int, total: int) -> float:

@@ -16,9 +16,9 @@ def test_attention_pool_matches_nn_multihead_attention_with_copied_weights():
         ref.in_proj_bias.copy_(torch.cat([pool.q_proj.bias, pool.k_proj.bias, pool.v_proj.bias]))
         ref.out_proj.weight.copy_(pool.out_proj.weight)
         ref.out_proj.bias.copy_(pool.out_proj.bias)
-    tokens = torch.randn(B, N, C)
-    out, att = pool(tokens, return_weights=True)                                 # (B, Q, C), (B, H, Q, N)
-    want, want_att = ref(pool.query.expand(B, Q, C), tokens, tokens, need_weights=True,
+    tokens, pos = torch.randn(B, N, C), torch.randn(N, C)
+    out, att = pool(tokens, pos, return_weights=True)                            # (B, Q, C), (B, H, Q, N)
+    want, want_att = ref(pool.query.expand(B, Q, C), tokens + pos, tokens + pos, need_weights=True,
                          average_attn_weights=False)
     torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(att, want_att, rtol=1e-5, atol=1e-6)
