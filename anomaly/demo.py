@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +31,16 @@ def run_category(bb: Any, root: Path, category: str, sizes: dict) -> tuple[dict,
         make_synthetic_mvtec(root, category, **sizes)
     ds = read_mvtec(path)
     t0 = time.perf_counter()
-    det = PatchCore(bb, progress=False).fit(ds.train)
+    with warnings.catch_warnings():   # a demo-sized holdout cannot certify 1%: the table shows the bound instead
+        warnings.simplefilter("ignore")
+        det = PatchCore(bb, progress=False).fit(ds.train)
     fit_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     metrics, _ = evaluate_dataset(det, ds)
     eval_s = time.perf_counter() - t0
     row = {"category": category, "image AUROC": metrics["image_auroc"], "pixel AUROC": metrics.get("pixel_auroc"),
            "AUPRO@0.3": metrics.get("aupro"), "false alarms": metrics["false_alarm_rate"],
+           "FA bound": 1 / (len(det.calibration_scores_) + 1),
            "detected": metrics["detection_rate"], "bank": f"{det.bank_.shape[0]}x{det.bank_.shape[1]}",
            "fit s": fit_s, "eval s": eval_s}
     return row, det, ds
@@ -89,7 +93,9 @@ def section(ctx: Any) -> Any:
              f"{sizes['n_test_good']} good and {sizes['n_test_defect']} per defect type (scratch, hole, crack, stain) "
              f"at test, {sizes['size'][0]}x{sizes['size'][1]} px, exact masks). PatchCore on {bb.name} "
              f"({bb.config.img_size[0]} px, grid {bb.config.grid[0]}x{bb.config.grid[1]}), blocks chosen by default, "
-             "10% coreset, threshold calibrated on held-out normals to a 1% false-alarm target.")
+             "10% coreset, threshold calibrated on held-out normals to a 1% false-alarm target. With a demo-sized "
+             "holdout the threshold is the largest held-out score, which bounds the expected false-alarm rate by "
+             "1/(n+1) ('FA bound'), not 1%: certifying 1% needs >= 99 held-out normals.")
     rows, first = [], None
     for c in cats:
         row, det, ds = run_category(bb, root, c, sizes)
