@@ -14,16 +14,16 @@ from backbone.cli import main
 def workspace(tmp_path_factory):
     from safetensors.torch import save_file
 
-    from conftest import tiny_vit
+    from backbone import load_backbone
 
     tmp = tmp_path_factory.mktemp("anomaly_cli")
     torch.manual_seed(0)
-    bb = tiny_vit("vit_tiny_patch16_224", depth=12, embed_dim=192, num_heads=3)   # timm's own shape: rebuildable
+    bb = load_backbone("test_vit", pretrained=False, img_size=64)   # timm's tiny test ViT: rebuildable by name
     save_file({k: v.contiguous() for k, v in bb.model.state_dict().items()}, str(tmp / "w.safetensors"))
     assert main(["anomaly", "synth", "--out", str(tmp / "data"), "--n-train", "8", "--n-test-good", "2",
                  "--n-test-defect", "1", "--height", "80", "--width", "96"]) == 0
     fit = ["anomaly", "fit", "--data", str(tmp / "data" / "weave"), "--out", str(tmp / "model"),
-           "--backbone", "vit_tiny_patch16_224", "--weights", str(tmp / "w.safetensors"), "--img-size", "64",
+           "--backbone", "test_vit", "--weights", str(tmp / "w.safetensors"), "--img-size", "64",
            "--threads", "1"]
     assert main(fit) == 0
     return tmp
@@ -51,7 +51,7 @@ def test_evaluate_prints_and_writes_metrics(workspace, capsys):
 
 def test_audit_lists_training_images(workspace, capsys):
     assert main(["anomaly", "audit", "--data", str(workspace / "data" / "weave"), "--folds", "2", "--top", "3",
-                 "--backbone", "vit_tiny_patch16_224", "--weights", str(workspace / "w.safetensors"),
+                 "--backbone", "test_vit", "--weights", str(workspace / "w.safetensors"),
                  "--img-size", "64"]) == 0
     out = capsys.readouterr().out
     assert out.count("train/good/") == 3 and "training images flagged" in out
@@ -60,5 +60,5 @@ def test_audit_lists_training_images(workspace, capsys):
 def test_fit_on_an_empty_folder_fails_with_a_clear_message(workspace, capsys):
     (workspace / "empty").mkdir()
     rc = main(["anomaly", "fit", "--data", str(workspace / "empty"), "--out", str(workspace / "m2"),
-               "--backbone", "vit_tiny_patch16_224", "--weights", str(workspace / "w.safetensors"), "--img-size", "64"])
+               "--backbone", "test_vit", "--weights", str(workspace / "w.safetensors"), "--img-size", "64"])
     assert rc == 2 and "neither an MVTec AD category" in capsys.readouterr().err
