@@ -115,3 +115,11 @@ def test_canvas_maps_equal_bilinear_upsampling_then_scipy_gaussian():
     up = F.interpolate(torch.from_numpy(p)[:, None], size=(64, 80), mode="bilinear", align_corners=False)[:, 0]
     ref = np.stack([smooth(u, 4.0) for u in up.numpy()])
     assert np.allclose(canvas_maps(p, (64, 80), 4.0), ref, atol=1e-5)
+
+
+@pytest.mark.parametrize("size", [3, 5])
+def test_local_aggregate_equals_avg_pool_without_padding(size):
+    import torch.nn.functional as F
+    g = torch.randn(2, 3, 6, 7)
+    ref = F.avg_pool2d(g, size, stride=1, padding=size // 2, count_include_pad=False)
+    assert torch.allclose(local_aggregate(g, size), ref, atol=1e-5)
