@@ -23,6 +23,7 @@ from typing import Iterable
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 
 def random_projection(x: np.ndarray, proj_dim: int | None, seed: int = 0, chunk: int = 65536) -> np.ndarray:
@@ -47,14 +48,18 @@ def _sqdist(z: torch.Tensor, zz: torch.Tensor, c: torch.Tensor, cc: torch.Tensor
 
 
 def greedy_kcenter(z: np.ndarray, n: int, start: int = 0, candidates: int = 2048,
-                   row_chunk: int = 32768) -> np.ndarray:
-    """Indices (n,) of the greedy k-center selection on z (N, k), starting from row `start`."""
+                   progress: bool | None = False) -> np.ndarray:
+    """Indices (n,) of the greedy k-center selection on z (N, k), starting from row `start`.
+
+    progress: a tqdm bar over selected centres (None: only on a terminal)."""
     zt = torch.as_tensor(np.ascontiguousarray(z, np.float32))       # (N, k), shares memory
     N = zt.shape[0]
     n = min(n, N)
     zz = torch.linalg.vector_norm(zt, dim=1).square_()               # (N,), no (N, k) temporary
     mind = _sqdist(zt, zz, zt[start:start + 1], zz[start:start + 1])[:, 0]  # (N,) to nearest centre
     centers = [start]
+    bar = tqdm(total=n, initial=1, desc="coreset", unit="pt", leave=False,
+               disable=None if progress is None else not progress)
     while len(centers) < n:
         t = min(candidates, N - 1)
         top = torch.topk(mind, t + 1)                                # candidates + the runner-up bound
@@ -77,6 +82,8 @@ def greedy_kcenter(z: np.ndarray, n: int, start: int = 0, candidates: int = 2048
             d = torch.addmm(cc[None, :], zt[r:r + step], c2).amin(1)  # (rows,) = min_b |c_b|^2 - 2 z.c_b
             torch.minimum(mind[r:r + step], (d + zz[r:r + step]).clamp_(min=0), out=mind[r:r + step])
         centers += new
+        bar.update(len(new))
+    bar.close()
     return np.array(centers, np.int64)
 
 
@@ -99,18 +106,18 @@ def coreset_size(n_total: int, ratio: float) -> int:
 
 
 def greedy_coreset(x: np.ndarray, ratio: float = 0.1, *, proj_dim: int | None = 128, seed: int = 0,
-                   n: int | None = None) -> np.ndarray:
+                   n: int | None = None, progress: bool | None = False) -> np.ndarray:
     """Indices (n,) of a k-center coreset of x (N, D); n = ceil(ratio * N) unless given."""
     n = coreset_size(len(x), ratio) if n is None else n
     if n >= len(x):
         return np.arange(len(x))
     z = random_projection(x, proj_dim, seed)
     start = int(np.random.default_rng(seed).integers(len(x)))
-    return greedy_kcenter(z, n, start)
+    return greedy_kcenter(z, n, start, progress=progress)
 
 
 def chunked_coreset(chunks: Iterable[np.ndarray], ratio: float = 0.1, *, proj_dim: int | None = 128,
-                    seed: int = 0, oversample: float = 2.0) -> np.ndarray:
+                    seed: int = 0, oversample: float = 2.0, progress: bool | None = False) -> np.ndarray:
     """Coreset rows (n, D) of data seen chunk by chunk: each chunk (N_i, D) is reduced to an
     oversampled coreset (oversample * ratio of it), then the union is reduced to ceil(ratio * sum N_i).
 
@@ -120,9 +127,10 @@ def chunked_coreset(chunks: Iterable[np.ndarray], ratio: float = 0.1, *, proj_di
     for i, chunk in enumerate(chunks):
         chunk = np.asarray(chunk, np.float32)
         total += len(chunk)
-        idx = greedy_coreset(chunk, min(1.0, ratio * oversample), proj_dim=proj_dim, seed=seed + i)
+        idx = greedy_coreset(chunk, min(1.0, ratio * oversample), proj_dim=proj_dim, seed=seed + i, progress=progress)
         kept.append(chunk[idx])
     if not kept:
         raise ValueError("no features to build a coreset from")
     union = np.concatenate(kept)                                     # (sum n_i, D)
-    return union[greedy_coreset(union, n=min(len(union), coreset_size(total, ratio)), proj_dim=proj_dim, seed=seed)]
+    n = min(len(union), coreset_size(total, ratio))
+    return union[greedy_coreset(union, n=n, proj_dim=proj_dim, seed=seed, progress=progress)]

@@ -175,10 +175,12 @@ class PatchCore:
                         buf, rows = [], 0
                 if buf:
                     yield np.concatenate(buf)
-            bank = chunked_coreset(chunks(), self.coreset_ratio, proj_dim=self.proj_dim, seed=self.seed)
+            bank = chunked_coreset(chunks(), self.coreset_ratio, proj_dim=self.proj_dim, seed=self.seed,
+                                   progress=self.progress)
         else:
             x = np.concatenate([self._rows(f) for f, _ in self._batches(images, "features")])  # (N, D)
-            bank = x[greedy_coreset(x, self.coreset_ratio, proj_dim=self.proj_dim, seed=self.seed)]
+            bank = x[greedy_coreset(x, self.coreset_ratio, proj_dim=self.proj_dim, seed=self.seed,
+                                    progress=self.progress)]
         self.n_train_patches_ = len(images) * math.prod(self.backbone_.config.grid)
         self.grid_ = tuple(self.backbone_.config.grid)
         return np.ascontiguousarray(bank, np.float32)

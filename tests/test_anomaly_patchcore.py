@@ -59,8 +59,9 @@ def test_maps_have_original_size_and_peak_on_the_defect(normals, resize):
     det = PatchCore(bb, coreset_ratio=0.5, progress=False).fit(normals)
     img, mask = with_square(render_sample("weave", None, 0, 50, size=(96, 112))[0], 8, 70, (36, 36))
     small, _ = with_square(render_sample("weave", None, 0, 51, size=(60, 150))[0], 0, 0, (1, 1))
-    out = det.predict([img, small])
-    assert out.maps[0].shape == (96, 112) and out.maps[1].shape == (60, 150)
+    gray = render_sample("weave", None, 0, 52, size=(70, 50))[0].mean(axis=2).astype(np.uint8)   # (H, W)
+    out = det.predict([img, small, gray])
+    assert [m.shape for m in out.maps] == [(96, 112), (60, 150), (70, 50)]
     m = out.maps[0]
     assert m[mask].mean() > 1.5 * m[~mask].mean()
     y, x = np.unravel_index(m.argmax(), m.shape)
