@@ -54,8 +54,7 @@ def test_patch_scores_are_brute_force_nearest_bank_distances(bb, fitted, normals
 @pytest.mark.parametrize("resize", ["stretch", "pad"])
 def test_maps_have_original_size_and_peak_on_the_defect(normals, resize):
     torch.manual_seed(0)
-    bb = tiny_vit()
-    bb.preprocess.resize = resize
+    bb = tiny_vit(resize=resize)
     det = PatchCore(bb, coreset_ratio=0.5, progress=False).fit(normals)
     img, mask = with_square(render_sample("weave", None, 0, 50, size=(96, 112))[0], 8, 70, (36, 36))
     small, _ = with_square(render_sample("weave", None, 0, 51, size=(60, 150))[0], 0, 0, (1, 1))
