@@ -40,9 +40,10 @@ class AttentionPool(nn.Module):
         self.v_proj = nn.Linear(dim, dim)
         self.out_proj = nn.Linear(dim, dim)
 
-    def forward(self, tokens: torch.Tensor, pos: torch.Tensor | None = None, return_weights: bool = False
-                ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """tokens (B, N, C), optional position embedding pos (N, C) added to every token's key and value."""
+    def forward(self, tokens: torch.Tensor, pos: torch.Tensor | None = None, return_weights: bool = False,
+                keep: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """tokens (B, N, C), optional position embedding pos (N, C) added to every token's key and value,
+        optional keep (B, N) bool: tokens that may be attended to (a key padding mask, inverted)."""
         # Same result as nn.MultiheadAttention(query, tokens + pos, tokens + pos), computed in the
         # cheap order: the queries are fixed, so fold W_k into them (q.W_k x) and project values
         # after pooling (sum_n a_n W_v x_n = W_v sum_n a_n x_n). Cost O(B N C H Q), not O(B N C^2),
@@ -55,6 +56,8 @@ class AttentionPool(nn.Module):
         logits = torch.einsum("hqc,bnc->bhqn", qk, tokens) + qb[..., None]        # (B, H, Q, N)
         if pos is not None:
             logits = logits + torch.einsum("hqc,nc->hqn", qk, pos)                # (H, Q, N)
+        if keep is not None:
+            logits = logits.masked_fill(~keep[:, None, None, :], float("-inf"))
         att = (logits / math.sqrt(d)).softmax(dim=-1)                             # (B, H, Q, N)
         pooled = torch.einsum("bhqn,bnc->bhqc", att, tokens)                      # (B, H, Q, C)
         if pos is not None:
@@ -75,8 +78,11 @@ class PolicyHead(nn.Module):
 
     def __init__(self, embed_dim: int, num_tokens: int, proprio_dim: int = 4, action_dim: int = 4, *,
                  pooling: str = "attention", num_queries: int = 4, num_heads: int = 4, frames: int = 1,
-                 hidden: int = 256) -> None:
+                 hidden: int = 256, token_dropout: float = 0.0) -> None:
         super().__init__()
+        if not 0.0 <= token_dropout < 1.0:
+            raise ValueError(f"token_dropout must be in [0, 1), got {token_dropout}")
+        self.token_dropout = token_dropout
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
         if frames < 1:
@@ -105,13 +111,22 @@ class PolicyHead(nn.Module):
         x = F.layer_norm(tokens.float(), (C,))    # affine-free: the projections that follow absorb scale/shift
         return x.mean(dim=-2) if self.pooling == "mean" else x
 
-    def forward_prepared(self, x: torch.Tensor, proprio: torch.Tensor) -> torch.Tensor:
-        """x: prepared frames (B, F, N, C) for "attention" or (B, F, C); proprio (B, P) -> (B, A)."""
+    def forward_prepared(self, x: torch.Tensor, proprio: torch.Tensor,
+                         generator: torch.Generator | None = None) -> torch.Tensor:
+        """x: prepared frames (B, F, N, C) for "attention" or (B, F, C); proprio (B, P) -> (B, A).
+
+        In training mode with token_dropout > 0, random patches are hidden from the queries
+        (drawn from `generator`, so seeded training stays reproducible)."""
         B = x.shape[0]
         if x.shape[1] != self.frames:
             raise ValueError(f"expected a stack of {self.frames} frames, got {tuple(x.shape)}")
         if self.pooling == "attention":
-            x = self.pool(x.flatten(0, 1), self.pos)                                # (B*F, Q, C)
+            x = x.flatten(0, 1)                                                     # (B*F, N, C)
+            keep = None
+            if self.training and self.token_dropout > 0:    # regulariser: hide random patches from the queries
+                keep = torch.rand(x.shape[:2], generator=generator) >= self.token_dropout   # (B*F, N)
+                keep[:, 0] |= ~keep.any(1)                                          # never hide all of them
+            x = self.pool(x, self.pos, keep=keep)                                   # (B*F, Q, C)
         feats = torch.cat([x.reshape(B, -1), proprio], dim=-1)                      # (B, F*D + P)
         return self.mlp(feats)                                                      # (B, A)
 

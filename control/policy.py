@@ -29,8 +29,8 @@ from .head import PolicyHead, bc_loss
 
 KIND = "control.policy"
 FORMAT_VERSION = 1
-_HPARAMS = ("pooling", "num_queries", "num_heads", "frames", "hidden", "epochs", "batch_size", "lr",
-            "weight_decay", "seed")
+_HPARAMS = ("pooling", "num_queries", "num_heads", "frames", "hidden", "token_dropout", "epochs", "batch_size",
+            "lr", "weight_decay", "seed")
 
 
 class PatchTokenPolicy:
@@ -43,13 +43,14 @@ class PatchTokenPolicy:
     """
 
     def __init__(self, pooling: str = "attention", *, num_queries: int = 4, num_heads: int = 4, frames: int = 1,
-                 hidden: int = 256, epochs: int = 60, batch_size: int = 256, lr: float = 1e-3,
+                 hidden: int = 256, token_dropout: float = 0.0, epochs: int = 60, batch_size: int = 256, lr: float = 1e-3,
                  weight_decay: float = 1e-4, seed: int = 0) -> None:
         self.pooling = pooling
         self.num_queries = num_queries
         self.num_heads = num_heads
         self.frames = frames
         self.hidden = hidden
+        self.token_dropout = token_dropout
         self.epochs = epochs
         self.batch_size = batch_size
         self.lr = lr
@@ -68,7 +69,7 @@ class PatchTokenPolicy:
             torch.manual_seed(self.seed)
             return PolicyHead(embed_dim, num_tokens, proprio_dim, action_dim, pooling=self.pooling,
                               num_queries=self.num_queries, num_heads=self.num_heads, frames=self.frames,
-                              hidden=self.hidden)
+                              hidden=self.hidden, token_dropout=self.token_dropout)
 
     def init_untrained(self, backbone_meta: dict[str, Any], proprio_dim: int = 4, action_dim: int = 4
                        ) -> "PatchTokenPolicy":
@@ -120,7 +121,7 @@ class PatchTokenPolicy:
                 rows = perm[s * self.batch_size:(s + 1) * self.batch_size]         # (B,)
                 x = frames_in[stack[rows]].float()                                  # (B, F, N, C) or (B, F, C)
                 prop = (cache.proprio[rows] - mean) / std                           # (B, P)
-                loss = bc_loss(head.forward_prepared(x, prop), cache.actions[rows])
+                loss = bc_loss(head.forward_prepared(x, prop, generator=gen), cache.actions[rows])
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
