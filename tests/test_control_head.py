@@ -66,3 +66,23 @@ def test_attention_map_is_a_distribution_over_the_grid():
     m = head.attention_map(torch.randn(4, 9, 16))
     assert m.shape == (4, 9)
     torch.testing.assert_close(m.sum(1), torch.ones(4))
+
+
+def test_attention_pool_gives_zero_weight_to_hidden_tokens():
+    pool = AttentionPool(16, num_queries=2, num_heads=2)
+    keep = torch.ones(3, 12, dtype=torch.bool)
+    keep[:, 5:9] = False
+    _, att = pool(torch.randn(3, 12, 16), keep=keep, return_weights=True)       # (3, H, Q, 12)
+    assert torch.all(att[..., 5:9] == 0)
+    torch.testing.assert_close(att.sum(-1), torch.ones(3, 2, 2))
+
+
+def test_token_dropout_acts_in_training_only():
+    torch.manual_seed(0)
+    head = PolicyHead(16, 9, pooling="attention", num_heads=2, token_dropout=0.5)
+    x, prop = torch.randn(4, 1, 9, 16), torch.randn(4, 4)
+    g = lambda s: torch.Generator().manual_seed(s)                             # noqa: E731
+    head.train()
+    assert not torch.allclose(head.forward_prepared(x, prop, g(0)), head.forward_prepared(x, prop, g(1)))
+    head.eval()
+    torch.testing.assert_close(head.forward_prepared(x, prop, g(0)), head.forward_prepared(x, prop, g(1)))
