@@ -33,6 +33,7 @@ def main() -> int:
     ap.add_argument("--poolings", nargs="+", default=["attention", "cls", "mean"])
     ap.add_argument("--epochs", type=int, default=60)
     ap.add_argument("--frames", type=int, default=1)
+    ap.add_argument("--token-dropout", type=float, default=0.0, help="attention pooling only")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--size", type=int, default=None, help="encoder input size (default: the default's own)")
     ap.add_argument("--backbone", default=None, help="timm name (default: the embedded default)")
@@ -58,6 +59,7 @@ def main() -> int:
     results: list[dict] = []
     settings = dict(tasks=args.tasks, demos=args.demos, configs=args.configs, max_steps=args.max_steps,
                     poolings=args.poolings, epochs=args.epochs, frames=args.frames, seed=args.seed,
+                    token_dropout=args.token_dropout,
                     encoder=enc, weights_sha256=bb.weights_sha256, camera=args.camera, demo_size=args.demo_size, threads=args.threads,
                     heldout_seeds=[heldout[0], heldout[-1]] if heldout else [])
     for task in args.tasks:
@@ -69,7 +71,8 @@ def main() -> int:
         for pooling in args.poolings:
             t1 = time.perf_counter()
             pol_dir = work / "policies" / f"{task}_{enc}_{pooling}_f{args.frames}_s{args.seed}"
-            pol = PatchTokenPolicy(pooling, frames=args.frames, epochs=args.epochs, seed=args.seed)
+            pol = PatchTokenPolicy(pooling, frames=args.frames, epochs=args.epochs, seed=args.seed,
+                                   token_dropout=args.token_dropout if pooling == "attention" else 0.0)
             if (pol_dir / "config.json").is_file() and PatchTokenPolicy.load(pol_dir).get_params() == pol.get_params():
                 pol = PatchTokenPolicy.load(pol_dir)
             else:

@@ -39,6 +39,7 @@ def register(subparsers: Any) -> None:
     q.add_argument("--queries", type=int, default=4)
     q.add_argument("--heads", type=int, default=4)
     q.add_argument("--hidden", type=int, default=256)
+    q.add_argument("--token-dropout", type=float, default=0.0, help="attention pooling: hide this share of patches")
     q.add_argument("--epochs", type=int, default=60)
     q.add_argument("--batch-size", type=int, default=256)
     q.add_argument("--lr", type=float, default=1e-3)
@@ -113,8 +114,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     bb = load_backbone_for(args)
     cache = cache_features(args.demos, bb, block=args.block)
     pol = PatchTokenPolicy(args.pooling, num_queries=args.queries, num_heads=args.heads, frames=args.frames,
-                           hidden=args.hidden, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-                           seed=args.seed).fit(cache, checkpoint_dir=args.checkpoint)
+                           hidden=args.hidden, token_dropout=args.token_dropout, epochs=args.epochs,
+                           batch_size=args.batch_size, lr=args.lr, seed=args.seed).fit(cache, checkpoint_dir=args.checkpoint)
     pol.save(args.out)
     print(f"trained {args.pooling} policy on {len(cache)} frames of {cache.meta['task']} "
           f"({bb.config.name} {bb.config.img_size[0]}px, block {cache.meta['block']}); "
