@@ -37,12 +37,14 @@ class DLinear(NeuralForecaster):
     """
 
     def __init__(self, h: int, input_size: int = 336, kernel_size: int = 25, revin: bool = True,
-                 loss: str = "mse", lr: float = 1e-3, lr_decay: float = 0.9, lr_decay_after: int = 3,
+                 loss: str = "mse", normalize_loss: bool = True, lr: float = 1e-3, lr_decay: float = 0.9,
+                 lr_decay_after: int = 3,
                  max_epochs: int = 20, patience: int = 5, batch_size: int = 128,
                  windows_per_epoch: int | None = None, val_size: int | None = None, seed: int = 0,
                  progress: bool | None = None, device: str = "cpu") -> None:
         self.h, self.input_size, self.kernel_size, self.revin = h, input_size, kernel_size, revin
         self.loss, self.lr, self.lr_decay, self.lr_decay_after = loss, lr, lr_decay, lr_decay_after
+        self.normalize_loss = normalize_loss
         self.max_epochs, self.patience, self.batch_size = max_epochs, patience, batch_size
         self.windows_per_epoch, self.val_size, self.seed = windows_per_epoch, val_size, seed
         self.progress, self.device = progress, device

@@ -36,11 +36,11 @@ def paper_config(model: str, h: int, input_size: int = 336, **overrides) -> Patc
         kw = dict(input_size=input_size, patch_len=16, stride=8, d_model=16, n_heads=4, d_ff=128, n_layers=3,
                   dropout=0.3, head_dropout=0.0, norm="batch", residual_attention=True, revin=True,
                   revin_affine=False, subtract_last=False, lr=1e-4, lr_decay=0.9, lr_decay_after=3,
-                  max_epochs=100, patience=100, batch_size=128)
+                  max_epochs=100, patience=100, batch_size=128, normalize_loss=False)
         return PatchTST(h=h, **{**kw, **overrides})
     if model.lower() == "dlinear":
         kw = dict(input_size=input_size, kernel_size=25, revin=False, lr=0.05, lr_decay=0.5, lr_decay_after=1,
-                  max_epochs=10, patience=3, batch_size=32)
+                  max_epochs=10, patience=3, batch_size=32, normalize_loss=False)
         return DLinear(h=h, **{**kw, **overrides})
     raise ValueError(f"unknown paper model {model!r}; use 'patchtst' or 'dlinear'")
 

@@ -57,7 +57,8 @@ class PatchTST(NeuralForecaster):
                  n_heads: int = 4, d_ff: int = 128, n_layers: int = 3, dropout: float = 0.2,
                  attn_dropout: float = 0.0, head_dropout: float = 0.0, norm: str = "batch",
                  residual_attention: bool = True, revin: bool = True, revin_affine: bool = True,
-                 subtract_last: bool = False, loss: str = "mse", lr: float = 1e-3, lr_decay: float = 0.9,
+                 subtract_last: bool = False, loss: str = "mse", normalize_loss: bool = True, lr: float = 1e-3,
+                 lr_decay: float = 0.9,
                  lr_decay_after: int = 3, max_epochs: int = 20, patience: int = 5, batch_size: int = 128,
                  windows_per_epoch: int | None = None, val_size: int | None = None, seed: int = 0,
                  progress: bool | None = None, device: str = "cpu") -> None:
@@ -66,6 +67,7 @@ class PatchTST(NeuralForecaster):
         self.dropout, self.attn_dropout, self.head_dropout, self.norm = dropout, attn_dropout, head_dropout, norm
         self.residual_attention, self.revin, self.revin_affine = residual_attention, revin, revin_affine
         self.subtract_last, self.loss, self.lr, self.lr_decay = subtract_last, loss, lr, lr_decay
+        self.normalize_loss = normalize_loss
         self.lr_decay_after, self.max_epochs, self.patience = lr_decay_after, max_epochs, patience
         self.batch_size, self.windows_per_epoch, self.val_size = batch_size, windows_per_epoch, val_size
         self.seed, self.progress, self.device = seed, progress, device

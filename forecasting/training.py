@@ -140,6 +140,15 @@ class NeuralForecaster:
             raise ValueError(f"loss must be 'mse' or 'mae', got {self.loss!r}")
         return nn.MSELoss() if self.loss == "mse" else nn.L1Loss()
 
+    def _window_loss(self, crit: nn.Module, pred: torch.Tensor, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The loss on each window's own scale when `normalize_loss` (forecast and target divided by
+        the look-back's population std), so series of very different magnitudes weigh alike;
+        otherwise on the data's scale (the paper's choice, on globally standardised data)."""
+        if self.normalize_loss:
+            s = torch.sqrt(x.var(dim=-1, keepdim=True, unbiased=False) + 1e-5)     # (B, C, 1)
+            return crit(pred / s, y / s)
+        return crit(pred, y)
+
     def _train(self, train: WindowSet, valid: WindowSet) -> None:
         dev = torch.device(self.device)
         net = self._build().to(dev)
@@ -162,7 +171,7 @@ class NeuralForecaster:
             for i in range(0, n_per_epoch, int(self.batch_size)):
                 x, y = train.batch(order[i: i + int(self.batch_size)])
                 x, y = x.to(dev), y.to(dev)                                   # (B, C, L), (B, C, h)
-                loss = crit(net(x), y)
+                loss = self._window_loss(crit, net(x), y, x)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
@@ -191,7 +200,8 @@ class NeuralForecaster:
         total = 0.0
         for i in range(0, len(data), 1024):
             x, y = data.batch(np.arange(i, min(i + 1024, len(data))))
-            total += float(crit(net(x.to(dev)), y.to(dev))) * x.shape[0]
+            x, y = x.to(dev), y.to(dev)
+            total += float(self._window_loss(crit, net(x), y, x)) * x.shape[0]
         return total / len(data)
 
     # -- prediction ---------------------------------------------------------------------

@@ -93,3 +93,13 @@ def test_fit_rejects_series_shorter_than_lookback_plus_horizon_and_tail():
 
     with pytest.raises(SeriesError, match="at least 56 values"):
         DLinear(h=8, input_size=40, progress=False).fit([np.ones(50)])
+
+
+def test_normalized_loss_weighs_series_of_any_magnitude_alike():
+    m = DLinear(h=4, input_size=16)
+    x, y, pred = torch.randn(3, 2, 16), torch.randn(3, 2, 4), torch.randn(3, 2, 4)
+    crit = nn.L1Loss()
+    base = m._window_loss(crit, pred, y, x)
+    torch.testing.assert_close(m._window_loss(crit, pred * 1e4, y * 1e4, x * 1e4), base)
+    m.normalize_loss = False
+    assert float(m._window_loss(crit, pred * 1e4, y * 1e4, x * 1e4)) > 1e3 * float(base)
