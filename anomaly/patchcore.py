@@ -3,7 +3,7 @@
     det = PatchCore(backbone=bb, blocks=(7, 10), coreset_ratio=0.1).fit(normal_images)
     out = det.predict(test_images)   # out.scores (B,), out.maps [(H_i, W_i)], out.is_defect (B,)
 
-fit: features of the training normals (3x3 local mean per block, blocks fused) -> greedy
+fit: features of the training normals (tokens minus the image's median token, 3x3 local mean per block, blocks fused) -> greedy
 k-center coreset -> faiss index; a held-out split of the normals is scored to calibrate the
 decision threshold at `target_fpr`. predict: patch score = distance to the nearest bank entry;
 image score = reweighted maximum (or top-1% mean); map = patch scores on the model canvas,
@@ -54,6 +54,11 @@ class PatchCore:
     coreset_ratio: bank size as a fraction of training patches (greedy k-center).
     proj_dim: random-projection width used only inside the coreset selection.
     reduce_dim: optional channel pooling of fused features (None keeps all).
+    center: subtract each image's per-channel median token (per block) before aggregation. Trained
+        ViT tokens carry an image-wide component that attention spreads from a defect to every
+        patch; removing it keeps the map local (README: AUPRO of a distilled ViT-Ti on the synthetic
+        set 0.44 -> 0.79). The median, unlike the mean, is not moved by a defect covering a large
+        part of the image. It also hides anomalies that only shift the whole image.
     aggregation: local neighbourhood (odd) averaged on the grid; 1 disables.
     image_score: "reweighted" (paper, b = num_neighbors), "max", or "topk" (mean of top topk_frac).
     index: "flat" (exact), "ivf" or "ivfpq" (approximate, large banks); nprobe for the IVF ones.
@@ -65,7 +70,7 @@ class PatchCore:
     """
 
     def __init__(self, backbone: Any = None, blocks: Sequence[int] | None = None, coreset_ratio: float = 0.1,
-                 proj_dim: int | None = 128, reduce_dim: int | None = None, aggregation: int = 3,
+                 proj_dim: int | None = 128, reduce_dim: int | None = None, center: bool = True, aggregation: int = 3,
                  image_score: str = "reweighted", num_neighbors: int = 9, topk_frac: float = 0.01,
                  index: str = "flat", nprobe: int = 8, target_fpr: float = 0.01, holdout: float = 0.2,
                  sigma: float = 4.0, batch_size: int = 16, coreset_chunk: int | None = None, seed: int = 0,
@@ -75,6 +80,7 @@ class PatchCore:
         self.coreset_ratio = coreset_ratio
         self.proj_dim = proj_dim
         self.reduce_dim = reduce_dim
+        self.center = center
         self.aggregation = aggregation
         self.image_score = image_score
         self.num_neighbors = num_neighbors
@@ -89,7 +95,7 @@ class PatchCore:
         self.seed = seed
         self.progress = progress
 
-    HYPERPARAMETERS = ("blocks", "coreset_ratio", "proj_dim", "reduce_dim", "aggregation", "image_score",
+    HYPERPARAMETERS = ("blocks", "coreset_ratio", "proj_dim", "reduce_dim", "center", "aggregation", "image_score",
                        "num_neighbors", "topk_frac", "index", "nprobe", "target_fpr", "holdout", "sigma",
                        "batch_size", "coreset_chunk", "seed")
 
@@ -122,9 +128,17 @@ class PatchCore:
                       disable=None if self.progress is None else not self.progress):
             batch = [as_image(x) for x in images[i:i + self.batch_size]]
             g = bb.patch_grids(batch, blocks=self.blocks_, batch_size=self.batch_size, progress=False)
-            feats = fuse_blocks([local_aggregate(g[b], self.aggregation) for b in self.blocks_],
-                                self.reduce_dim)                     # (b, D, h, w)
-            yield feats, g.mappings
+            yield self.features_from(g), g.mappings
+
+    def features_from(self, grids: Any) -> torch.Tensor:
+        """PatchGrids -> fused patch features (B, D, h, w): centre, aggregate, concatenate, reduce."""
+        per_block = []
+        for b in self.blocks_:
+            x = grids[b]                                                # (B, C, h, w)
+            if self.center:
+                x = x - x.flatten(2).median(dim=2).values[..., None, None]   # drop the image-wide component (robust)
+            per_block.append(local_aggregate(x, self.aggregation))
+        return fuse_blocks(per_block, self.reduce_dim)                  # (B, D, h, w)
 
     @staticmethod
     def _rows(feats: torch.Tensor) -> np.ndarray:

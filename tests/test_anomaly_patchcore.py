@@ -45,7 +45,8 @@ def test_patch_scores_are_brute_force_nearest_bank_distances(bb, fitted, normals
     imgs = [render_sample("weave", "hole", 0, i, size=(96, 112))[0] for i in range(3)]
     out = fitted.predict(imgs)
     g = bb.patch_grids(imgs, blocks=fitted.blocks_)
-    f = fuse_blocks([local_aggregate(g[b], 3) for b in fitted.blocks_])            # (B, D, h, w)
+    centred = [g[b] - g[b].flatten(2).median(dim=2).values[..., None, None] for b in fitted.blocks_]
+    f = fuse_blocks([local_aggregate(x, 3) for x in centred])                       # (B, D, h, w)
     q = f.permute(0, 2, 3, 1).reshape(-1, f.shape[1]).double()
     ref = torch.cdist(q, torch.from_numpy(fitted.bank_).double()).min(1).values.reshape(3, *fitted.grid_)
     assert np.allclose(out.patch_scores, ref.numpy(), atol=1e-3)
@@ -111,6 +112,15 @@ def test_predict_does_not_change_the_fitted_state(fitted):
 def test_chunked_fit_builds_a_bank_of_the_same_size(bb, normals):
     det = PatchCore(bb, coreset_ratio=0.25, coreset_chunk=40, progress=False).fit(normals)
     assert det.bank_.shape[0] == int(np.ceil(0.25 * det.n_train_patches_))
+
+
+def test_centring_removes_an_image_wide_shift_of_the_tokens(bb, normals):
+    det = PatchCore(bb, progress=False).fit(normals)
+    g = bb.patch_grids(normals[:2], blocks=det.blocks_)
+    shifted = type(g)({b: g[b] + torch.randn(1, g[b].shape[1], 1, 1) for b in g.grids})
+    assert torch.allclose(det.features_from(g), det.features_from(shifted), atol=1e-5)
+    det.center = False
+    assert not torch.allclose(det.features_from(g), det.features_from(shifted), atol=1e-2)
 
 
 def test_audit_ranks_a_defective_training_image_first(bb, normals):
