@@ -97,6 +97,22 @@ def camera_is_upside_down(cam_xmat: np.ndarray) -> bool:
     return bool(R[2, 1] < 0.0)
 
 
+def _preload_triton() -> None:
+    """Load triton's bundled LLVM before Mesa's llvmpipe loads its own.
+
+    In the other order (a GL context first, then anything that imports torch._dynamo, e.g.
+    torchvision or timm) the process segfaults inside triton's native library. torch imports
+    triton lazily, so we do it here, once, before the first offscreen context exists.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is not None:
+        try:
+            import triton  # noqa: F401
+        except Exception:  # pragma: no cover - a broken triton is torch's problem, not ours
+            pass
+
+
 _LIVE: "weakref.WeakSet[FrameRenderer]" = weakref.WeakSet()
 _AT_EXIT: list[bool] = []
 
@@ -128,6 +144,8 @@ class FrameRenderer:
         model.vis.quality.offsamples = int(settings.offsamples)
         model.vis.global_.offwidth = max(int(model.vis.global_.offwidth), size)
         model.vis.global_.offheight = max(int(model.vis.global_.offheight), size)
+        if not _LIVE:
+            _preload_triton()
         try:
             self._renderer = mujoco.Renderer(model, size, size)
         except Exception as e:
