@@ -30,16 +30,19 @@ def backbones(weights: str | None, arch: str, img_size: int) -> tuple[list[tuple
 
     if weights:   # a checkpoint that is not (yet) the embedded default, e.g. a distillation run in progress
         bb = load_backbone(arch, weights=weights, img_size=img_size, num_classes=0)
+        torch.manual_seed(0)                     # the random twin is the same on every run
         twin = load_backbone(arch, pretrained=False, img_size=img_size, num_classes=0)
         return [(f"{arch} {Path(weights).name}", bb), ("random init, same shape", twin)], f"weights {weights}"
     try:
         bb = load_backbone()
         spec = default_spec()
+        torch.manual_seed(0)
         twin = load_backbone(spec["arch"], pretrained=False, img_size=bb.config.img_size,
                              **spec.get("model_kwargs", {}))
         return [("embedded default", bb), ("random init, same shape", twin)], "measured"
     except BackboneUnavailable as e:
         print(f"embedded default not available ({e}); measuring the random-init stand-in only")
+        torch.manual_seed(0)
         return [("random init ViT-Ti/16 224 (default pending)",
                  load_backbone("vit_tiny_patch16_224", pretrained=False, img_size=224))], "default pending"
 
