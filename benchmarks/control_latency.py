@@ -25,8 +25,8 @@ def load_encoders(args: argparse.Namespace) -> list[tuple[str, object, bool]]:
     from backbone.errors import BackboneUnavailable
 
     try:
-        default = load_backbone(img_size=args.size)
-        name, real = "embedded default", True
+        default = load_backbone(args.backbone, weights=args.weights, img_size=args.size)
+        name, real = ("embedded default" if args.backbone is None else args.backbone), True
     except BackboneUnavailable as e:
         print(f"no embedded default ({e}); timing a RANDOM-weight {args.stand_in} stand-in instead "
               "(latency does not depend on weights)", file=sys.stderr)
@@ -38,10 +38,26 @@ def load_encoders(args: argparse.Namespace) -> list[tuple[str, object, bool]]:
                              pretrained=args.fast_weights is not None)
         out.append((f"{args.fast_backbone} @{fast.config.img_size[0]}", fast, args.fast_weights is not None))
     else:
-        fast = (load_backbone(img_size=args.fast_size) if real
+        fast = (load_backbone(args.backbone, weights=args.weights, img_size=args.fast_size) if real
                 else load_backbone(args.stand_in, pretrained=False, img_size=args.fast_size))
         out.append((f"{name} @{args.fast_size}", fast, real))
     return out
+
+
+def render_fps(settings, size: int, task: str, n: int = 30) -> float:
+    """Frames per second of the offscreen renderer alone (after 3 warm-up frames)."""
+    import time
+
+    from control import MetaWorldTask
+
+    with MetaWorldTask(task, image_size=size, render=settings) as env:
+        env.reset(0)
+        for _ in range(3):
+            env.render()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            env.render()
+        return n / (time.perf_counter() - t0)
 
 
 def main() -> int:
@@ -55,13 +71,19 @@ def main() -> int:
     ap.add_argument("--fast-backbone", default=None, help="timm name of a distilled student (with --fast-weights)")
     ap.add_argument("--fast-weights", default=None)
     ap.add_argument("--stand-in", default="vit_tiny_patch16_224", help="architecture timed if no default ships")
+    ap.add_argument("--backbone", default=None, help="time this timm model instead of the embedded default")
+    ap.add_argument("--weights", default=None, help="local weights for --backbone")
     ap.add_argument("--out", default=None, help=f"JSON path (default {RESULTS}/control_latency.json)")
     args = ap.parse_args()
 
     import torch
 
-    from control import MetaWorldTask, PatchTokenPolicy, VisuomotorAgent, backbone_meta, measure_latency
+    from control import MetaWorldTask, PatchTokenPolicy, RenderSettings, VisuomotorAgent, backbone_meta, measure_latency
 
+    render = dict(metaworld_default_fps=render_fps(RenderSettings.metaworld(), args.size, args.task),
+                  fast_fps=render_fps(RenderSettings(), args.size, args.task))
+    print(f"rendering {args.size}px: Meta-World's visuals {render['metaworld_default_fps']:.1f} frames/s, "
+          f"fast defaults {render['fast_fps']:.1f} frames/s", flush=True)
     encoders = load_encoders(args)
     rows, runs, figs = [], [], []
     for threads in sorted({1, args.threads}):
@@ -103,7 +125,7 @@ def main() -> int:
         png.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(png, dpi=90)
     write_result("control_latency", dict(task=args.task, steps=args.steps, warmup=args.warmup,
-                                         targets=dict(p50_ms=TARGET_P50_MS, p99_ms=TARGET_P99_MS),
+                                         targets=dict(p50_ms=TARGET_P50_MS, p99_ms=TARGET_P99_MS), render=render,
                                          rows=rows, verdicts=verdicts, runs=runs, histogram=str(png)), args.out)
     return 0
 
