@@ -3,7 +3,7 @@
     det = PatchCore(backbone=bb, blocks=(7, 10), coreset_ratio=0.1).fit(normal_images)
     out = det.predict(test_images)   # out.scores (B,), out.maps [(H_i, W_i)], out.is_defect (B,)
 
-fit: features of the training normals (tokens minus the image's median token, 3x3 local mean per block, blocks fused) -> greedy
+fit: features of the training normals (tokens minus a robust image-wide token, 3x3 local mean per block, blocks fused) -> greedy
 k-center coreset -> faiss index; a held-out split of the normals is scored to calibrate the
 decision threshold at `target_fpr`. predict: patch score = distance to the nearest bank entry;
 image score = reweighted maximum (or top-1% mean); map = patch scores on the model canvas,
@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from .coreset import chunked_coreset, coreset_size, greedy_coreset
 from .images import as_image
-from .scoring import canvas_maps, fuse_blocks, local_aggregate, reweighted_max, topk_mean
+from .scoring import canvas_maps, center_tokens, fuse_blocks, local_aggregate, reweighted_max, topk_mean
 from .search import INDEX_KINDS, build_index, knn
 
 IMAGE_SCORES = ("reweighted", "max", "topk")
@@ -54,10 +54,11 @@ class PatchCore:
     coreset_ratio: bank size as a fraction of training patches (greedy k-center).
     proj_dim: random-projection width used only inside the coreset selection.
     reduce_dim: optional channel pooling of fused features (None keeps all).
-    center: subtract each image's per-channel median token (per block) before aggregation. Trained
+    center: subtract a robust image-wide reference token (`center_tokens`, per block) before
+        aggregation. Trained
         ViT tokens carry an image-wide component that attention spreads from a defect to every
         patch; removing it keeps the map local (README: AUPRO of a distilled ViT-Ti on the synthetic
-        set 0.44 -> 0.79). The median, unlike the mean, is not moved by a defect covering a large
+        set 0.44 -> 0.79). A trimmed mean, unlike the mean, is not moved by a defect covering a large
         part of the image. It also hides anomalies that only shift the whole image.
     aggregation: local neighbourhood (odd) averaged on the grid; 1 disables.
     image_score: "reweighted" (paper, b = num_neighbors), "max", or "topk" (mean of top topk_frac).
@@ -136,7 +137,7 @@ class PatchCore:
         for b in self.blocks_:
             x = grids[b]                                                # (B, C, h, w)
             if self.center:
-                x = x - x.flatten(2).median(dim=2).values[..., None, None]   # drop the image-wide component (robust)
+                x = center_tokens(x)                                   # drop the image-wide component
             per_block.append(local_aggregate(x, self.aggregation))
         return fuse_blocks(per_block, self.reduce_dim)                  # (B, D, h, w)
 

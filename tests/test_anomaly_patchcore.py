@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from anomaly import PatchCore, conformal_threshold, contamination_audit, default_blocks, render_sample
-from anomaly.scoring import fuse_blocks, local_aggregate
+from anomaly.scoring import center_tokens, fuse_blocks, local_aggregate
 from backbone.errors import ArtifactError
 
 from conftest import tiny_vit
@@ -45,7 +45,7 @@ def test_patch_scores_are_brute_force_nearest_bank_distances(bb, fitted, normals
     imgs = [render_sample("weave", "hole", 0, i, size=(96, 112))[0] for i in range(3)]
     out = fitted.predict(imgs)
     g = bb.patch_grids(imgs, blocks=fitted.blocks_)
-    centred = [g[b] - g[b].flatten(2).median(dim=2).values[..., None, None] for b in fitted.blocks_]
+    centred = [center_tokens(g[b]) for b in fitted.blocks_]
     f = fuse_blocks([local_aggregate(x, 3) for x in centred])                       # (B, D, h, w)
     q = f.permute(0, 2, 3, 1).reshape(-1, f.shape[1]).double()
     ref = torch.cdist(q, torch.from_numpy(fitted.bank_).double()).min(1).values.reshape(3, *fitted.grid_)

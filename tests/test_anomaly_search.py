@@ -123,3 +123,12 @@ def test_local_aggregate_equals_avg_pool_without_padding(size):
     g = torch.randn(2, 3, 6, 7)
     ref = F.avg_pool2d(g, size, stride=1, padding=size // 2, count_include_pad=False)
     assert torch.allclose(local_aggregate(g, size), ref, atol=1e-5)
+
+
+def test_center_tokens_ignores_a_defect_covering_a_third_of_the_image():
+    from anomaly.scoring import center_tokens
+    g = torch.randn(1, 8, 6, 6) * 0.1 + 3.0
+    g[..., :2, :] += 10.0                                               # 12 of 36 tokens: a large defect
+    out = center_tokens(g)
+    assert out[..., 2:, :].abs().mean() < 0.2                           # normal tokens end up near 0
+    assert out[..., :2, :].mean() > 9.0                                 # the defect keeps its offset
