@@ -62,6 +62,27 @@ def test_collect_skips_configurations_where_the_expert_fails(tmp_path):
         collect_demos("reach-v3", tmp_path / "e", 1, image_size=32, max_steps=3, max_failures=2, progress=False)
 
 
+def test_action_noise_perturbs_the_visited_states_but_labels_stay_expert_actions():
+    from control import record_episode
+
+    try:
+        env = MetaWorldTask("reach-v3", image_size=32, max_steps=150)
+    except RenderUnavailable as e:
+        pytest.skip(f"no headless OpenGL: {e}")
+    with env:
+        clean = record_episode(env, 5)
+        noisy = record_episode(env, 5, action_noise=0.3, rng=np.random.default_rng(0))
+        assert clean is not None and noisy is not None
+        n = min(len(clean), len(noisy))
+        assert np.abs(clean.proprio[1:n] - noisy.proprio[1:n]).max() > 1e-3         # other states visited
+        rng, s = np.random.default_rng(0), env.reset(5)          # replay: label + the same noise draws
+        for t in range(len(noisy)):
+            np.testing.assert_allclose(s.proprio, noisy.proprio[t], atol=1e-5)
+            np.testing.assert_allclose(noisy.actions[t], np.clip(env.expert_action(s), -1, 1), atol=1e-6)
+            s = env.step(noisy.actions[t] + rng.normal(0.0, 0.3, size=4))
+        assert s.success
+
+
 def test_collect_resumes_without_rerecording_and_refuses_other_settings(demo_dir, tmp_path):
     d = tmp_path / "copy"
     shutil.copytree(demo_dir, d)
