@@ -43,6 +43,8 @@ def main() -> int:
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--work-dir", default=str(ROOT / "runs" / "control_success"))
     ap.add_argument("--out", default=None, help=f"JSON path (default {RESULTS}/control_success.json)")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep (task, pooling) results already in the JSON when its settings match; run the rest")
     args = ap.parse_args()
 
     import torch
@@ -60,15 +62,30 @@ def main() -> int:
     settings = dict(tasks=args.tasks, demos=args.demos, configs=args.configs, max_steps=args.max_steps,
                     poolings=args.poolings, epochs=args.epochs, frames=args.frames, seed=args.seed,
                     token_dropout=args.token_dropout,
-                    encoder=enc, weights_sha256=bb.weights_sha256, camera=args.camera, demo_size=args.demo_size, threads=args.threads,
+                    encoder=enc, weights_sha256=bb.weights_sha256, camera=args.camera, demo_size=args.demo_size,
+                    threads=args.threads,
                     heldout_seeds=[heldout[0], heldout[-1]] if heldout else [])
+    out_path = Path(args.out) if args.out else RESULTS / "control_success.json"
+    if args.resume and out_path.is_file():
+        import json
+
+        old = json.loads(out_path.read_text())
+        same = {k: v for k, v in old.get("settings", {}).items() if k not in ("tasks", "heldout_seeds")}
+        if same == {k: v for k, v in settings.items() if k not in ("tasks", "heldout_seeds")}:
+            results = [r for r in old.get("results", []) if r["task"] in args.tasks]
+            print(f"resuming: {len(results)} results kept from {out_path}", flush=True)
+    done = {(r["task"], r["pooling"]) for r in results}
     for task in args.tasks:
+        if all((task, p) in done for p in args.poolings):
+            continue
         t0 = time.perf_counter()
         demo_dir = work / "demos" / f"{task}_{args.camera}_{args.demo_size}px"
         collect_demos(task, demo_dir, args.demos, camera=args.camera, image_size=args.demo_size, max_steps=500)
         cache = cache_features(demo_dir, bb)
         t_prep = time.perf_counter() - t0
         for pooling in args.poolings:
+            if (task, pooling) in done:
+                continue
             t1 = time.perf_counter()
             pol_dir = work / "policies" / f"{task}_{enc}_{pooling}_f{args.frames}_s{args.seed}"
             pol = PatchTokenPolicy(pooling, frames=args.frames, epochs=args.epochs, seed=args.seed,
