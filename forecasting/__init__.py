@@ -14,6 +14,7 @@ from .dlinear import DLinear, DLinearNet
 from .errors import SeriesError
 from .layers import RevIN, patch_count, patchify
 from .metrics import DMResult, diebold_mariano, mase, mase_scale, smape
+from .paper import paper_config, paper_protocol
 from .patchtst import PatchTST, PatchTSTNet
 from .training import NeuralForecaster
 
@@ -21,5 +22,5 @@ __all__ = [
     "BacktestResult", "backtest", "ETS", "LocalModel", "Naive", "SeasonalNaive", "long_to_wide", "read_long_csv",
     "read_m4", "read_wide_csv", "validate", "wide_to_long", "DLinear", "DLinearNet", "SeriesError", "RevIN",
     "patch_count", "patchify", "DMResult", "diebold_mariano", "mase", "mase_scale", "smape", "PatchTST",
-    "PatchTSTNet", "NeuralForecaster",
+    "PatchTSTNet", "NeuralForecaster", "paper_config", "paper_protocol",
 ]
