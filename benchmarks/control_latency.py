@@ -95,8 +95,9 @@ def main() -> int:
                 rep = measure_latency(VisuomotorAgent(pol, bb), env, steps=args.steps, warmup=args.warmup)
             s = rep.summary()
             row = dict(encoder=label, tokens=bb.config.grid[0] * bb.config.grid[1], threads=threads,
-                       p50=s["p50"], p95=s["p95"], p99=s["p99"],
-                       **{f"{k}_p50": v for k, v in s["stage_p50_ms"].items()})
+                       min=s["min"], p50=s["p50"], p95=s["p95"], p99=s["p99"],
+                       **{f"{k}_p50": v for k, v in s["stage_p50_ms"].items()},
+                       encode_min=float(rep.stages["encode"].min()), render_min=float(rep.stages["render"].min()))
             rows.append(row)
             runs.append(dict(encoder=label, pretrained=real, backbone=bb.config.name, img_size=size,
                              threads=threads, **rep.to_dict()))

@@ -30,7 +30,7 @@ class LatencyReport:
 
     def summary(self) -> dict[str, Any]:
         """p50/p95/p99/mean of the loop, median and share of each stage."""
-        out: dict[str, Any] = dict(steps=int(self.total.size), **self.percentiles(),
+        out: dict[str, Any] = dict(steps=int(self.total.size), **self.percentiles(), min=float(self.total.min()),
                                    mean=float(self.total.mean()), fps_p50=1e3 / float(np.median(self.total)))
         med = {s: float(np.median(self.stages[s])) for s in STAGES if s in self.stages}
         out["stage_p50_ms"] = med
@@ -49,8 +49,9 @@ class LatencyReport:
         """Rows for printing: the loop and each stage, p50/p95/p99 in ms."""
         rows = []
         for name, arr in [("loop", self.total)] + [(s, self.stages[s]) for s in STAGES if s in self.stages]:
-            rows.append(dict(stage=name, p50=float(np.percentile(arr, 50)), p95=float(np.percentile(arr, 95)),
-                             p99=float(np.percentile(arr, 99)), mean=float(arr.mean())))
+            rows.append(dict(stage=name, min=float(arr.min()), p50=float(np.percentile(arr, 50)),
+                             p95=float(np.percentile(arr, 95)), p99=float(np.percentile(arr, 99)),
+                             mean=float(arr.mean())))
         return rows
 
     def histogram(self, budget_ms: float | None = None, title: str = "") -> Any:
