@@ -5,18 +5,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import torch
 
 from forecasting import ETS, DLinear, PatchTST, SeasonalNaive, SeriesError, backtest
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny networks train 10x faster on one thread than on two contended ones."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _sines(n: int = 400, n_series: int = 2, noise: float = 0.3, seed: int = 0) -> pd.DataFrame:

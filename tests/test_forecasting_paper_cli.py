@@ -6,17 +6,9 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 from forecasting.paper import paper_protocol, split_scale
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 class _LastValue:
