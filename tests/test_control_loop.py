@@ -17,14 +17,6 @@ from control.latency import STAGES, LatencyReport  # noqa: E402
 from tests.conftest import tiny_vit  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def bb():
     torch.manual_seed(0)

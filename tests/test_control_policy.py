@@ -9,15 +9,6 @@ from control.features import FeatureCache
 from control.policy import PatchTokenPolicy
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: one thread avoids OpenMP spin contention on a busy 2-core machine (50x here)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def marked_token_cache(M=480, grid=(4, 4), C=16, seed=0, episode_len=12) -> FeatureCache:
     """Noise tokens plus one 'object' token at a random grid cell; the expert action is that cell's (x, y)."""
     g = torch.Generator().manual_seed(seed)
