@@ -87,10 +87,11 @@ def main() -> int:
             if (task, pooling) in done:
                 continue
             t1 = time.perf_counter()
-            pol_dir = work / "policies" / f"{task}_{enc}_{pooling}_f{args.frames}_s{args.seed}"
+            pol_dir = work / "policies" / f"{task}_{enc}_{(bb.weights_sha256 or 'random')[:10]}_{pooling}_f{args.frames}_s{args.seed}"
             pol = PatchTokenPolicy(pooling, frames=args.frames, epochs=args.epochs, seed=args.seed,
                                    token_dropout=args.token_dropout if pooling == "attention" else 0.0)
-            if (pol_dir / "config.json").is_file() and PatchTokenPolicy.load(pol_dir).get_params() == pol.get_params():
+            if (pol_dir / "config.json").is_file() and PatchTokenPolicy.load(pol_dir).get_params() == pol.get_params() \
+                    and PatchTokenPolicy.load(pol_dir).meta_.get("fingerprint") == bb.weights_sha256:
                 pol = PatchTokenPolicy.load(pol_dir)
             else:
                 pol.fit(cache, checkpoint_dir=work / "ckpt" / pol_dir.name)
