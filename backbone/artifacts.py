@@ -18,6 +18,12 @@ from typing import Any, Iterator
 from .errors import ArtifactError
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -35,6 +41,7 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    os.chmod(tmp, 0o777 & ~_umask())          # mkdtemp makes 0700: give the artifact normal permissions
     try:
         yield tmp
         for f in tmp.rglob("*"):  # flush file contents before the rename makes them visible
@@ -59,6 +66,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())      # mkstemp makes 0600: give the file normal permissions
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -55,3 +55,13 @@ def test_report_is_self_contained_html_with_inline_figures(tmp_path):
     html = path.read_text()
     assert "data:image/png;base64," in html and "S &lt;1&gt;" in html and "a &amp; b" in html
     assert "src=\"http" not in html and "1.235" in html
+
+
+def test_artifacts_get_normal_permissions_not_private_temp_ones(tmp_path):
+    import os
+
+    _write(tmp_path / "a")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (tmp_path / "a").stat().st_mode & 0o777 == 0o777 & ~mask
+    assert (tmp_path / "a" / "config.json").stat().st_mode & 0o777 == 0o666 & ~mask
