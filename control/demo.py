@@ -84,7 +84,7 @@ def _short_evaluation(sec: Section, bb: Any, ctx: DemoContext, label: str) -> No
     from . import PatchTokenPolicy, cache_features, collect_demos, config_seeds, evaluate
 
     task = "reach-v3" if ctx.quick else EASY_TASK
-    n_demos, n_cfg, cap, epochs = (1, 1, 5, 2) if ctx.quick else (10, 12, 120, 40)
+    n_demos, n_cfg, cap, epochs = (1, 1, 5, 2) if ctx.quick else (8, 8, 100, 30)
     demo_cap = max(cap, 150)                   # the scripted expert needs up to ~100 steps
     size = bb.config.img_size[0]
     t0 = time.perf_counter()
