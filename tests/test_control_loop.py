@@ -51,7 +51,7 @@ def test_collect_skips_configurations_where_the_expert_fails(tmp_path):
     m = load_manifest(d)                                           # the expert needs 41..52 steps on reach
     assert m["failed_configs"] and all(e["steps"] < 44 for e in m["episodes"])
     with pytest.raises(DemoError, match="max_steps"):
-        collect_demos("reach-v3", tmp_path / "e", 1, image_size=32, max_steps=3, max_failures=2, progress=False)
+        collect_demos("reach-v3", tmp_path / "e", 1, image_size=32, max_steps=1, max_failures=0, progress=False)
 
 
 def test_action_noise_perturbs_the_visited_states_but_labels_stay_expert_actions():
