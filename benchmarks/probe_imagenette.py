@@ -118,6 +118,8 @@ def main() -> int:
     ap.add_argument("--inspect-images", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--merge", default=None, help="earlier JSON of this benchmark: keep its rows/fields for "
+                    "models not measured in this run (e.g. random and teacher measured while training)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     import torch
@@ -171,6 +173,13 @@ def main() -> int:
             rows.append({"model": name, "features": feat, "dim": ftr_[feat].shape[1], "top1": r["top1"],
                          "C": r["C"], "seconds": round(time.time() - t0, 1), "desc": desc})
             print_table(rows[-1:])
+    if args.merge:
+        import json
+
+        old = json.loads(Path(args.merge).read_text())
+        done = {r["model"] for r in rows}
+        rows = [r for r in old["rows"] if r["model"] not in done] + rows
+        extra = {**{k: v for k, v in old.items() if k in ("student_attention", "latency_b8_224")}, **extra}
     print_table(rows)
     write_result("probe_imagenette", {"train_per_class": args.train_per_class, "n_train": len(itr),
                                       "n_val": len(iva), "student": args.student or "embedded default",
