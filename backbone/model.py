@@ -22,9 +22,13 @@ class PatchGrids:
     num_registers: int = 0
     has_cls: bool = True
     has_dist_token: bool = False
+    depth: int = 0                                          # of the backbone: resolves negative blocks
+
+    def _key(self, block: int) -> int:
+        return block + self.depth if block < 0 and self.depth else block
 
     def __getitem__(self, block: int) -> torch.Tensor:
-        return self.grids[block]
+        return self.grids[self._key(block)]
 
     @property
     def blocks(self) -> list[int]:
@@ -32,12 +36,14 @@ class PatchGrids:
 
     def cls(self, block: int) -> torch.Tensor | None:
         """(B, C) CLS token at `block`, or None for models without one."""
+        block = self._key(block)
         if not self.has_cls or block not in self.prefix:
             return None
         return self.prefix[block][:, 0]
 
     def registers(self, block: int) -> torch.Tensor | None:
         """(B, R, C) register tokens, or None."""
+        block = self._key(block)
         if not self.num_registers or block not in self.prefix:
             return None
         start = int(self.has_cls) + int(self.has_dist_token)   # timm order: cls, dist, registers
@@ -45,6 +51,7 @@ class PatchGrids:
 
     def dist(self, block: int) -> torch.Tensor | None:
         """(B, C) distillation token (DeiT distilled models), or None."""
+        block = self._key(block)
         if not self.has_dist_token or block not in self.prefix:
             return None
         return self.prefix[block][:, int(self.has_cls)]
@@ -151,4 +158,4 @@ class FrozenBackbone(nn.Module):
                 parts_p[b].append(p[b])
         c = self.config
         return PatchGrids({b: torch.cat(parts_g[b]) for b in idx}, {b: torch.cat(parts_p[b]) for b in idx},
-                          mappings, c.num_registers, c.has_cls, c.has_dist_token)
+                          mappings, c.num_registers, c.has_cls, c.has_dist_token, c.depth)

@@ -88,8 +88,8 @@ def to_rgb_uint8(image: Any, name: str = "image") -> np.ndarray:
     """
     if isinstance(image, Image.Image):
         if image.mode in ("I;16", "I;16B", "I;16L", "I"):
-            return to_rgb_uint8(np.asarray(image), name)
-        return np.asarray(image.convert("RGB"))
+            return to_rgb_uint8(np.array(image), name)
+        return np.array(image.convert("RGB"))
     if isinstance(image, torch.Tensor):
         raise ImageFormatError(f"{name}: a torch tensor; pass a (B,3,H,W) normalised tensor to patch_grids "
                                "directly, or uint8 numpy/PIL images to preprocess")

@@ -40,7 +40,8 @@ def main() -> None:
         last = bb.config.depth - 1
         t_enc = time_call(lambda: bb.patch_grids(pixels, blocks=last, check=False), repeats=args.repeats)
         t_all = time_call(lambda: bb.patch_grids(images, blocks=last), repeats=args.repeats)
-        rows.append({"model": bb.name, "grid": "x".join(map(str, bb.config.grid)), "batch": args.batch_size,
+        label = f"embedded default ({bb.name})" if name == "default" else bb.name
+        rows.append({"model": label, "grid": "x".join(map(str, bb.config.grid)), "batch": args.batch_size,
                      "threads": args.threads, "img_s_encode": args.batch_size / median(t_enc),
                      "img_s_with_preprocess": args.batch_size / median(t_all),
                      "median_batch_s": median(t_all)})

@@ -175,3 +175,10 @@ def test_dinov2_reg4_checkpoint_at_518_loads_at_224_with_its_own_contract(tmp_pa
     assert bb.model.pos_embed.shape == (1, 256, 384)                # no_embed_class: registers carry no pos
     g = bb.patch_grids([np.zeros((300, 200, 3), np.uint8)], blocks=0)
     assert g[0].shape == (1, 384, 16, 16) and g.registers(0).shape == (1, 4, 384)
+
+
+def test_negative_block_indices_address_the_same_grids_as_positive_ones():
+    bb = tiny_vit()
+    g = bb.patch_grids(_images(2), blocks=(-1, 1))
+    assert g.blocks == [3, 1]
+    assert g[-1] is g[3] and torch.equal(g.cls(-1), g.cls(3))
