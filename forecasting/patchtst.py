@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .layers import Encoder, RevIN, init_uniform_pos, patch_count, patchify
+from .layers import Encoder, FastDropout, RevIN, init_uniform_pos, patch_count, patchify
 from .training import NeuralForecaster
 
 
@@ -26,10 +26,10 @@ class PatchTSTNet(nn.Module):
         self.revin = RevIN(revin_affine, subtract_last) if revin else None
         self.embed = nn.Linear(patch_len, d_model)
         self.pos = init_uniform_pos(self.n_patches, d_model)
-        self.drop = nn.Dropout(dropout)
+        self.drop = FastDropout(dropout)
         self.encoder = Encoder(n_layers, d_model, n_heads, d_ff, dropout, attn_dropout, norm, residual_attention)
         self.head = nn.Sequential(nn.Flatten(start_dim=-2), nn.Linear(d_model * self.n_patches, h),
-                                  nn.Dropout(head_dropout))
+                                  FastDropout(head_dropout))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, C, L) -> forecasts (B, C, h)."""

@@ -103,3 +103,23 @@ def test_normalized_loss_weighs_series_of_any_magnitude_alike():
     torch.testing.assert_close(m._window_loss(crit, pred * 1e4, y * 1e4, x * 1e4), base)
     m.normalize_loss = False
     assert float(m._window_loss(crit, pred * 1e4, y * 1e4, x * 1e4)) > 1e3 * float(base)
+
+
+def test_fast_dropout_keeps_the_expectation_and_is_seeded_and_off_in_eval():
+    from forecasting.layers import FastDropout
+
+    drop = FastDropout(0.3)
+    x = torch.ones(200_000)
+    torch.manual_seed(0)
+    a = drop(x)
+    kept = (a > 0).float().mean().item()
+    assert abs(kept - (1 - 77 / 256)) < 0.005                 # keep probability rounded to 1/256
+    assert abs(a.mean().item() - 1.0) < 0.01                  # inverted scaling keeps E[x]
+    torch.manual_seed(0)
+    assert torch.equal(drop(x), a)                            # same seed, same mask
+    assert not torch.equal(drop(x), a)                        # the next draw differs
+    x.requires_grad_(True)
+    drop(x).sum().backward()
+    g = x.grad.unique()
+    assert len(g) == 2 and g[0] == 0 and abs(g[1].item() - 256 / 179) < 1e-6   # flows through kept units only
+    assert torch.equal(drop.eval()(x), x)
