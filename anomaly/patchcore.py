@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from .coreset import chunked_coreset, coreset_size, greedy_coreset
 from .images import as_image
-from .scoring import canvas_maps, center_tokens, fuse_blocks, local_aggregate, reweighted_max, topk_mean
+from .scoring import center_tokens, fuse_blocks, local_aggregate, original_maps, reweighted_max, topk_mean
 from .search import INDEX_KINDS, build_index, knn
 
 IMAGE_SCORES = ("reweighted", "max", "topk")
@@ -62,7 +62,9 @@ class PatchCore:
         part of the image. It also hides anomalies that only shift the whole image.
     aggregation: local neighbourhood (odd) averaged on the grid; 1 disables.
     image_score: "reweighted" (paper, b = num_neighbors), "max", or "topk" (mean of top topk_frac).
-    index: "flat" (exact), "ivf" or "ivfpq" (approximate, large banks); nprobe for the IVF ones.
+    index: "flat" (exact), "flat-bf16" (bf16 shortlist + fp32 rerank on AMX CPUs: ~1.6x faster search,
+        exact but for bf16 near-ties; see anomaly.search), "ivf" or "ivfpq" (approximate, large banks);
+        nprobe for the IVF ones.
     target_fpr: false-alarm rate the threshold is calibrated to on held-out normals.
     holdout: fraction of the training normals held out for that calibration (>= 1 image).
     sigma: Gaussian smoothing of maps in model-canvas pixels.
@@ -226,7 +228,7 @@ class PatchCore:
         for feats, maps in self._batches(list(images), desc):
             b, d, h, w = feats.shape
             q = self._rows(feats)                                       # (b*h*w, D)
-            dist, nn = knn(self.index_, q, 1)                           # (b*h*w, 1)
+            dist, nn = knn(self.index_, q, 1, bf16_screen=self.index == "flat-bf16")   # (b*h*w, 1)
             dist, nn = dist.reshape(b, h * w), nn.reshape(b, h * w)
             scores.append(self.image_scores_from(dist, nn, q.reshape(b, h * w, d)))
             patches.append(dist.reshape(b, h, w))
@@ -241,10 +243,7 @@ class PatchCore:
         """Token maps (B, h, w) -> defect maps [(H_orig_i, W_orig_i)]: bilinear to the model canvas,
         Gaussian(sigma) there, then resampled onto each original image through its GridMapping
         (stretch or pad alike, so the map lines up with the original pixels)."""
-        if not len(mappings):
-            return []
-        canvas = canvas_maps(patch_scores, mappings[0].model_size, self.sigma)      # (B, H, W)
-        return [m.to_original(c).astype(np.float32, copy=False) for c, m in zip(canvas, mappings)]
+        return original_maps(patch_scores, mappings, self.sigma)
 
     def predict(self, images: Sequence[Any]) -> AnomalyPrediction:
         """Scores, maps at original size and decisions for a list of images (arrays, PIL or paths)."""

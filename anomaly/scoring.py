@@ -134,6 +134,27 @@ def canvas_maps(patch_scores: np.ndarray, model_size: tuple[int, int], sigma: fl
     return (ah @ p @ aw.T).numpy()                                             # (B, H, W)
 
 
+@lru_cache(maxsize=64)
+def _original_operators(mapping, tokens: tuple[int, int], sigma: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(H0, h) and (W0, w): token map -> canvas (bilinear + Gaussian) -> original pixels, per axis."""
+    H, W = (int(v) for v in mapping.model_size)
+    ry, rx = mapping.axis_operators(H, W)                                      # (H0, H), (W0, W)
+    return (torch.from_numpy(ry) @ _canvas_operator(tokens[0], H, sigma),
+            torch.from_numpy(rx) @ _canvas_operator(tokens[1], W, sigma))
+
+
+def original_maps(patch_scores: np.ndarray, mappings: Sequence, sigma: float = 4.0) -> list[np.ndarray]:
+    """Token maps (B, h, w) -> defect maps at each image's original size [(H0_i, W0_i)]: the same values
+    as canvas_maps followed by GridMapping.to_original, as one product per image through cached
+    per-axis operators (~15x cheaper than resampling the canvas for 512 px images)."""
+    p = torch.as_tensor(np.asarray(patch_scores, np.float32))                 # (B, h, w)
+    out = []
+    for pi, m in zip(p, mappings):
+        oy, ox = _original_operators(m, tuple(p.shape[1:]), float(sigma))      # (H0, h), (W0, w)
+        out.append((oy @ pi @ ox.T).numpy())                                   # (H0, W0)
+    return out
+
+
 def smooth(amap: np.ndarray, sigma: float = 4.0) -> np.ndarray:
     """Gaussian smoothing (H, W) -> (H, W), sigma in pixels, border mode 'nearest' (scipy reference)."""
     return ndimage.gaussian_filter(np.asarray(amap, np.float32), sigma=sigma, mode="nearest") if sigma > 0 else amap

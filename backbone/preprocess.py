@@ -54,6 +54,15 @@ class GridMapping:
         xs = ((np.arange(W0) + 0.5) - x0) / (x1 - x0) * w - 0.5   # (W0,)
         return _interp_rows(_interp_rows(arr, ys), xs, axis=1)
 
+    def axis_operators(self, h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+        """Matrices (H0, h) and (W0, w) with to_original(m) == Ry @ m @ Rx.T for any (h, w) map m:
+        the resampling is linear and separable, so callers can fold it into their own operators."""
+        H0, W0 = self.orig_size
+        y0, x0, y1, x1 = self.region
+        ys = ((np.arange(H0) + 0.5) - y0) / (y1 - y0) * h - 0.5
+        xs = ((np.arange(W0) + 0.5) - x0) / (x1 - x0) * w - 0.5
+        return _interp_rows(np.eye(h, dtype=np.float32), ys), _interp_rows(np.eye(w, dtype=np.float32), xs)
+
     def canvas_mask(self) -> np.ndarray:
         """(H, W) bool: True where the canvas shows image content (False on padding)."""
         m = np.zeros(self.model_size, dtype=bool)

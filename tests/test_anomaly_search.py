@@ -43,6 +43,20 @@ def test_exact_search_in_small_blocks_equals_one_block(bank_and_queries):
     assert (a[1] == b[1]).all() and np.allclose(a[0], b[0])
 
 
+@pytest.mark.parametrize("k", [1, 3])
+def test_bf16_screened_search_returns_brute_force_neighbours_and_exact_distances(k):
+    from anomaly.search import knn_exact
+    rng = np.random.default_rng(1)
+    bank = rng.standard_normal((3000, 96)).astype(np.float32) * 4 + 10     # offset: ||b||^2 dominates d2
+    q = rng.standard_normal((600, 96)).astype(np.float32) * 4 + 10
+    d, i = knn_exact(bank, q, k, screen=max(4, 2 * k), block_bytes=4 * len(bank) * 128)   # several blocks
+    bd, bi = brute_knn(bank, q, k)
+    assert (i == bi).all()
+    assert np.allclose(d, bd, rtol=1e-5)                    # distances recomputed in fp32, not bf16
+    with pytest.raises(ValueError, match="at least k"):
+        knn_exact(bank, q, 5, screen=4)
+
+
 def test_ivf_with_all_lists_probed_is_exact(bank_and_queries):
     bank, q = bank_and_queries
     index = build_index(bank, "ivf", nlist=16, nprobe=16)
@@ -132,3 +146,19 @@ def test_center_tokens_ignores_a_defect_covering_a_third_of_the_image():
     out = center_tokens(g)
     assert out[..., 2:, :].abs().mean() < 0.2                           # normal tokens end up near 0
     assert out[..., :2, :].mean() > 9.0                                 # the defect keeps its offset
+
+
+@pytest.mark.parametrize("mapping", [
+    ("stretch", (37, 90), (64, 80), (0, 0, 64, 80), (0.0, 0.0, 37.0, 90.0)),
+    ("pad", (30, 60), (64, 64), (16, 0, 32, 64), (-15.0, 0.0, 45.0, 60.0)),
+])
+def test_original_maps_equal_canvas_maps_then_to_original(mapping):
+    from anomaly.scoring import canvas_maps, original_maps
+    from backbone.preprocess import GridMapping
+    _, orig, model, box, region = mapping
+    m = GridMapping(orig, model, box, region)
+    p = np.random.default_rng(2).random((2, 4, 5)).astype(np.float32)
+    ref = [m.to_original(c) for c in canvas_maps(p, model, 4.0)]
+    got = original_maps(p, [m, m], 4.0)
+    assert [g.shape for g in got] == [orig, orig]
+    assert all(np.allclose(g, r, atol=1e-5) for g, r in zip(got, ref))
