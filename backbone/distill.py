@@ -178,6 +178,30 @@ def make_student(arch: str, img_size: int, **kwargs: Any) -> nn.Module:
     return timm.create_model(arch, pretrained=False, img_size=img_size, num_classes=0, **kwargs)
 
 
+def init_student_from(student: nn.Module, path: str | Path) -> dict[str, int]:
+    """Start a student from a (deeper) ViT's weights, DistilBERT-style: its first len(student.blocks)
+    blocks, patch embedding, prefix tokens and final norm; the position embedding is resampled to the
+    student's grid; tensors of other shapes (heads, wider models) are left random. Returns counts."""
+    from backbone.weights import read_state_dict, resample_pos_embed
+
+    if str(path) == "default":
+        from backbone.loading import ASSETS, default_spec
+
+        path = ASSETS / default_spec()["file"]
+    own = student.state_dict()
+    depth = len(student.blocks)
+    take = {}
+    for k, v in read_state_dict(path).items():
+        if k.startswith("blocks.") and int(k.split(".")[1]) >= depth:
+            continue
+        if k == "pos_embed" and k in own and v.shape != own[k].shape:
+            v = resample_pos_embed(v.float(), tuple(student.patch_embed.grid_size), student.num_prefix_tokens)
+        if k in own and own[k].shape == v.shape:
+            take[k] = v.to(own[k].dtype)
+    student.load_state_dict(take, strict=False)
+    return {"copied": len(take), "student_tensors": len(own)}
+
+
 # ----------------------------------------------------------------------------- losses
 def dense_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """pred (B, N, C); target (B, C, h, w) already on the student grid -> smooth-L1 on LN'ed target."""
@@ -232,6 +256,7 @@ class DistillConfig:
     ckpt_every_s: float = 300.0
     log_every: int = 20
     augment: AugmentConfig = field(default_factory=AugmentConfig)
+    init: str = ""                     # weights whose first blocks start the student ("" = from scratch)
 
     @classmethod
     def from_json(cls, d: dict) -> "DistillConfig":
@@ -296,6 +321,9 @@ def distill(teacher: Teacher, images: np.ndarray, cfg: DistillConfig, out: str |
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
     student = make_student(cfg.student, cfg.img_size, **cfg.student_kwargs)
+    if cfg.init:
+        counts = init_student_from(student, cfg.init)
+        print(f"student initialised from {cfg.init}: {counts['copied']}/{counts['student_tensors']} tensors")
     grid = student.patch_embed.grid_size  # (gh, gw)
     depth = len(student.blocks)
     pairs = teacher.default_pairs(depth)
@@ -394,7 +422,7 @@ def _run(args: argparse.Namespace) -> int:
                         cache_size=args.cache_size or int(round(args.img_size * 1.125)), epochs=args.epochs,
                         batch_size=args.batch_size, lr=args.lr, seed=args.seed, precision=args.precision,
                         ckpt_every_s=args.ckpt_minutes * 60,
-                        w_kd=args.w_kd, w_dense=args.w_dense, warmup_steps=args.warmup_steps,
+                        w_kd=args.w_kd, w_dense=args.w_dense, warmup_steps=args.warmup_steps, init=args.init or "",
                         augment=AugmentConfig(scale=(args.min_scale, 1.0), mix_prob=args.mix_prob))
     out = Path(args.out)
     images = build_cache(args.data, args.cache_dir or out / "cache", cfg.cache_size)
@@ -411,6 +439,9 @@ def register(subparsers: Any) -> None:
                    help="efficientnet_lite0[:file.pth] | timm:NAME:weights.safetensors | default (embedded ViT)")
     p.add_argument("--student", default="vit_tiny_patch16_224", help="timm ViT architecture of the student")
     p.add_argument("--student-kwargs", default="{}", help='JSON timm kwargs, e.g. \'{"depth": 6}\'')
+    p.add_argument("--init", default=None,
+                   help="start the student from these ViT weights' first blocks (e.g. the teacher's; "
+                        "'default' = the embedded default) instead of from scratch")
     p.add_argument("--data", required=True, help="folder of training images (searched recursively)")
     p.add_argument("--img-size", type=int, default=128, help="training resolution (px)")
     p.add_argument("--cache-size", type=int, default=0, help="decoded cache side (px); default 1.125 x img-size")

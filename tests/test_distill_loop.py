@@ -105,3 +105,20 @@ def test_ship_writes_a_spec_that_load_backbone_reads(tmp_path):
     kw = {k: v for k, v in spec["model_kwargs"].items()}
     bb = load_backbone(spec["arch"], weights=tmp_path / "assets" / spec["file"], img_size=64, **kw)
     assert bb.config.grid == (8, 8)
+
+
+def test_student_initialised_from_a_deeper_vits_first_blocks(tmp_path):
+    import timm
+    from safetensors.torch import save_file
+
+    from backbone.distill import init_student_from, make_student
+
+    deep = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=64, num_classes=0, depth=4)
+    save_file({k: v.contiguous() for k, v in deep.state_dict().items()}, tmp_path / "deep.safetensors")
+    student = make_student("vit_tiny_patch16_224", 32, depth=2)            # shallower, 2x2 grid instead of 4x4
+    counts = init_student_from(student, tmp_path / "deep.safetensors")
+    assert counts["copied"] == counts["student_tensors"]                     # every student tensor came from `deep`
+    for k in ("blocks.0.attn.qkv.weight", "blocks.1.mlp.fc2.bias", "patch_embed.proj.weight", "cls_token", "norm.weight"):
+        assert torch.equal(student.state_dict()[k], deep.state_dict()[k]), k
+    assert student.pos_embed.shape == (1, 1 + 4, 192)
+    assert torch.equal(student.pos_embed[:, :1], deep.pos_embed[:, :1])      # CLS row kept, grid rows resampled
