@@ -417,7 +417,7 @@ def distill(teacher: Teacher, images: np.ndarray, cfg: DistillConfig, out: str |
 def _run(args: argparse.Namespace) -> int:
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)
-    teacher = make_teacher(args.teacher)
+    teacher = make_teacher(args.teacher, img_size=args.img_size)
     cfg = DistillConfig(student=args.student, student_kwargs=json.loads(args.student_kwargs), img_size=args.img_size,
                         cache_size=args.cache_size or int(round(args.img_size * 1.125)), epochs=args.epochs,
                         batch_size=args.batch_size, lr=args.lr, seed=args.seed, precision=args.precision,

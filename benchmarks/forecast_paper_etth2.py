@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the paper scripts' epochs and patience (PatchTST 100/100, DLinear 10/3)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=2021)
+    ap.add_argument("--merge", type=Path, default=None,
+                    help="earlier JSON of this benchmark: keep its rows of the models not run now (with their settings)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "forecast_paper_etth2.json")
     args = ap.parse_args(argv)
     if not args.csv.is_file():
@@ -52,6 +54,14 @@ def main(argv: list[str] | None = None) -> int:
     sub = {"windows_per_epoch": args.windows_per_epoch} if args.windows_per_epoch else {}   # PatchTST only
     scores = []
     started = time.time()
+    kept = {}
+    if args.merge is not None:
+        import json
+
+        old = json.loads(args.merge.read_text())
+        run_now = {m.lower() for m in args.models.split(",")}
+        kept = {"kept_rows": [r for r in old["results"] if r["model"].lower() not in run_now],
+                "kept_from": {k: old.get(k) for k in ("when", "overrides", "patchtst_overrides", "machine")}}
 
     def save(score) -> None:
         scores.append(score)
@@ -61,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
                               "overrides": overrides, "patchtst_overrides": sub, "seed": args.seed, "wall_seconds": time.time() - started,
                               "protocol": "train [0,8640) val [8640,11520) test [11520,14400), look-back 336, "
                                           "StandardScaler on train rows, all test windows, standardised scale",
-                              "results": rows})
+                              "results": kept.get("kept_rows", []) + rows,
+                              **({"kept_from": kept["kept_from"]} if kept else {})})
         r = rows[-1]
         print(f"{r['model']:9s} H={r['h']:4d}  MSE {r['mse']:.3f} MAE {r['mae']:.3f}  "
               f"(paper {r.get('paper_mse', float('nan')):.3f}/{r.get('paper_mae', float('nan')):.3f})  "

@@ -122,3 +122,12 @@ def test_student_initialised_from_a_deeper_vits_first_blocks(tmp_path):
         assert torch.equal(student.state_dict()[k], deep.state_dict()[k]), k
     assert student.pos_embed.shape == (1, 1 + 4, 192)
     assert torch.equal(student.pos_embed[:, :1], deep.pos_embed[:, :1])      # CLS row kept, grid rows resampled
+
+
+def test_default_vit_teacher_is_built_at_the_training_size():
+    from backbone.teacher import make_teacher
+
+    t = make_teacher("default", img_size=112)
+    maps, logits = t.maps_and_logits(torch.zeros(1, 3, 112, 112))
+    assert [tuple(m.shape) for m in maps] == [(1, 192, 7, 7), (1, 192, 7, 7)] and logits is None
+    assert t.default_pairs(4) == {1: (0,), 3: (1,)}
