@@ -1,0 +1,106 @@
+"""Images for distillation: a decoded uint8 cache of a folder, and the on-the-fly augmentation.
+
+Kept apart from the training loop (backbone/distill.py) so that both stay small; distill.py
+re-exports everything here.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from backbone.artifacts import write_json
+from backbone.errors import FrozenVitError
+
+IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".JPEG"}
+
+
+# ----------------------------------------------------------------------------- data
+def list_images(root: str | Path) -> list[Path]:
+    """Image files under root (recursively), sorted, so the index is reproducible."""
+    files = sorted(p for p in Path(root).rglob("*") if p.suffix in IMAGE_EXTS or p.suffix.lower() in IMAGE_EXTS)
+    if not files:
+        raise FrozenVitError(f"no images under {root}: point --data at a folder of JPEG/PNG files")
+    return files
+
+
+def build_cache(root: str | Path, cache_dir: str | Path, size: int, progress: bool | None = None) -> np.ndarray:
+    """Decode every image under root once, resize (shorter side, centre crop) to size x size RGB.
+
+    Returns a read-only uint8 memmap (N, size, size, 3) stored in cache_dir (reused when the file
+    list and size match). cache_dir should be git-ignored scratch space (e.g. runs/).
+    """
+    from PIL import Image
+
+    files = list_images(root)
+    cache_dir = Path(cache_dir)
+    meta = {"root": str(Path(root).resolve()), "size": size, "n": len(files),
+            "files": [str(f.relative_to(root)) for f in files]}
+    data_path, meta_path = cache_dir / f"images_{size}.u8", cache_dir / f"images_{size}.json"
+    if meta_path.is_file() and data_path.is_file() and json.loads(meta_path.read_text()) == meta:
+        return np.memmap(data_path, dtype=np.uint8, mode="r", shape=(len(files), size, size, 3))
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = data_path.with_suffix(".tmp")
+    arr = np.memmap(tmp, dtype=np.uint8, mode="w+", shape=(len(files), size, size, 3))
+    for i, f in enumerate(tqdm(files, desc=f"decode {size}px", disable=None if progress is None else not progress)):
+        with Image.open(f) as im:
+            im = im.convert("RGB")
+            w, h = im.size
+            s = size / min(w, h)
+            im = im.resize((max(size, round(w * s)), max(size, round(h * s))), Image.BICUBIC)
+            l, t = (im.size[0] - size) // 2, (im.size[1] - size) // 2
+            arr[i] = np.asarray(im.crop((l, t, l + size, t + size)))
+    arr.flush()
+    del arr
+    tmp.replace(data_path)
+    write_json(meta_path, meta)
+    return np.memmap(data_path, dtype=np.uint8, mode="r", shape=(len(files), size, size, 3))
+
+
+@dataclass(frozen=True)
+class AugmentConfig:
+    scale: tuple[float, float] = (0.35, 1.0)    # area fraction of the random resized crop
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    flip: bool = True
+    jitter: float = 0.3                          # brightness/contrast/saturation strength
+    mix_prob: float = 0.2                        # probability a batch is mixup'ed or cutmix'ed (50/50)
+
+
+def augment(u8: torch.Tensor, out_size: int, cfg: AugmentConfig, g: torch.Generator) -> torch.Tensor:
+    """Batched augmentation. u8: (B, S, S, 3) uint8 -> (B, 3, out, out) float in [0, 1]."""
+    x = u8.permute(0, 3, 1, 2).float().div_(255)  # (B, 3, S, S)
+    B = x.shape[0]
+    u = lambda *s: torch.rand(*s, generator=g)  # noqa: E731
+    area = cfg.scale[0] + (cfg.scale[1] - cfg.scale[0]) * u(B)
+    logr = math.log(cfg.ratio[0]) + (math.log(cfg.ratio[1]) - math.log(cfg.ratio[0])) * u(B)
+    w = (area * logr.exp()).sqrt().clamp(max=1.0)  # crop width as a fraction of the side
+    h = (area / logr.exp()).sqrt().clamp(max=1.0)
+    cx, cy = (2 * u(B) - 1) * (1 - w), (2 * u(B) - 1) * (1 - h)
+    sx = torch.where(u(B) < 0.5, -w, w) if cfg.flip else w
+    theta = torch.zeros(B, 2, 3)
+    theta[:, 0, 0], theta[:, 0, 2], theta[:, 1, 1], theta[:, 1, 2] = sx, cx, h, cy
+    grid = F.affine_grid(theta, [B, 3, out_size, out_size], align_corners=False)
+    x = F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)  # (B,3,o,o)
+    if cfg.jitter > 0:
+        j = lambda: (1 + cfg.jitter * (2 * u(B, 1, 1, 1) - 1))  # noqa: E731
+        x = x * j()  # brightness
+        grey = (0.299 * x[:, 0] + 0.587 * x[:, 1] + 0.114 * x[:, 2]).unsqueeze(1)  # (B, 1, o, o)
+        x = (x - grey.mean((2, 3), keepdim=True)) * j() + grey.mean((2, 3), keepdim=True)  # contrast
+        x = (x - grey) * j() + grey  # saturation
+        x = x.clamp_(0, 1)
+    if cfg.mix_prob > 0 and float(u(1)) < cfg.mix_prob:
+        lam = float(u(1))  # Beta(1, 1)
+        if float(u(1)) < 0.5:
+            x = lam * x + (1 - lam) * x.flip(0)  # mixup with the reversed batch
+        else:
+            ch, cw = int(out_size * math.sqrt(1 - lam)), int(out_size * math.sqrt(1 - lam))
+            t0, l0 = int(u(1) * (out_size - ch + 1)), int(u(1) * (out_size - cw + 1))
+            x = x.clone()
+            x[:, :, t0:t0 + ch, l0:l0 + cw] = x.flip(0)[:, :, t0:t0 + ch, l0:l0 + cw]  # cutmix
+    return x
