@@ -82,6 +82,10 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
         sd = read_state_dict(weights)
         sha = sha or sha256_file(weights)
         model = timm.create_model(name, pretrained=False, **kwargs)
+        depth = _checkpoint_depth(sd) if is_vit and "depth" not in kwargs else None
+        if depth and depth != len(model.blocks):       # e.g. a shallower distilled student of this architecture
+            log.info("%s holds %d blocks: building %s with depth=%d", weights, depth, name, depth)
+            model = timm.create_model(name, pretrained=False, **kwargs, depth=depth)
         if is_vit:
             sd = _fit_pos_embed(model, sd, allow_interpolation)
             from timm.models.vision_transformer import checkpoint_filter_fn
@@ -108,6 +112,12 @@ def _is_vit(name: str, kwargs: dict) -> bool:
         return False
     mod = timm.models.model_entrypoint(name).__module__
     return mod.endswith((".vision_transformer", ".deit"))
+
+
+def _checkpoint_depth(sd: dict) -> int | None:
+    """Number of transformer blocks in a timm-layout ViT state dict (keys blocks.<i>.*), None if unknown."""
+    idx = {int(k.split(".")[1]) for k in sd if k.startswith("blocks.") and k.split(".")[1].isdigit()}
+    return max(idx) + 1 if idx and not _needs_filter(sd) else None
 
 
 def _needs_filter(sd: dict) -> bool:

@@ -182,3 +182,14 @@ def test_negative_block_indices_address_the_same_grids_as_positive_ones():
     g = bb.patch_grids(_images(2), blocks=(-1, 1))
     assert g.blocks == [3, 1]
     assert g[-1] is g[3] and torch.equal(g.cls(-1), g.cls(3))
+
+
+def test_a_shallower_checkpoint_builds_the_architecture_at_its_depth(tmp_path):
+    import timm
+    student = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=112, num_classes=0, depth=3)
+    save_file({k: v.contiguous() for k, v in student.state_dict().items()}, tmp_path / "s.safetensors")
+    bb = load_backbone("vit_tiny_patch16_224", weights=tmp_path / "s.safetensors", img_size=112)
+    assert bb.config.depth == 3 and bb.config.grid == (7, 7)
+    x = torch.zeros(1, 3, 112, 112)
+    with torch.no_grad():
+        assert torch.allclose(bb.model.forward_features(x), student.forward_features(x), atol=1e-6)
