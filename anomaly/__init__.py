@@ -10,8 +10,7 @@ Names are imported on first use (PEP 562), so `frozenvit --help` does not pay fo
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from backbone.lazy import lazy_exports
 
 _API = {
     "patchcore": ("PatchCore", "AnomalyPrediction", "conformal_threshold", "default_blocks"),
@@ -23,21 +22,8 @@ _API = {
     "evaluation": ("evaluate_dataset",),
     "coreset": ("greedy_coreset", "chunked_coreset", "greedy_kcenter", "random_projection"),
     "search": ("build_index", "knn"),
-    "scoring": ("local_aggregate", "fuse_blocks", "reweighted_max", "topk_mean", "canvas_maps"),
+    "scoring": ("local_aggregate", "fuse_blocks", "reweighted_max", "topk_mean", "canvas_maps", "original_maps"),
     "synthetic": ("make_synthetic_mvtec", "render_sample", "CATEGORIES", "DEFECTS"),
     "viz": ("overlay",),
 }
-_WHERE = {name: mod for mod, names in _API.items() for name in names}
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'anomaly' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + __all__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _API, globals())

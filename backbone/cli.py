@@ -118,12 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--batch-size", type=int, default=8)
     q.add_argument("--out", default="inspect-out")
     q.set_defaults(func=_cmd_inspect)
-    try:
-        from . import distill
-    except ImportError:
-        distill = None
-    if distill is not None and hasattr(distill, "register"):
-        distill.register(bsub)
+    from . import distill_cli
+
+    distill_cli.register(bsub)
 
     q = sub.add_parser("demo", help="run every application's demo on the embedded default; write an HTML report")
     q.add_argument("--out", default="demo-report")

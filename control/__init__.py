@@ -8,25 +8,22 @@
     rep = measure_latency(VisuomotorAgent(pol, bb), MetaWorldTask("reach-v3"))  # p50/p95/p99 + stages
 
 Meta-World, MuJoCo and gymnasium are the `control` extra: pip install 'frozenvit[control]'.
+Names are imported on first use (PEP 562): `frozenvit --help` does not load torch or MuJoCo.
 """
-from .agent import StageTimer, VisuomotorAgent
-from .demos import Episode, collect_demos, iter_episodes, load_manifest, read_episode, record_episode
-from .env import (ACTION_DIM, DEFAULT_CAMERA, HELDOUT_OFFSET, PROPRIO_DIM, FrameRenderer, MetaWorldTask,
-                  RenderSettings, State, camera_is_upside_down, config_seeds, task_names)
-from .errors import DemoError, RenderUnavailable, TaskError
-from .evaluate import TaskResult, evaluate, save_gif
-from .features import FeatureCache, backbone_meta, cache_features, load_feature_cache
-from .head import POOLINGS, AttentionPool, PolicyHead, bc_loss
-from .latency import STAGES, LatencyReport, measure_latency
-from .policy import PatchTokenPolicy
+from __future__ import annotations
 
-__all__ = [
-    "MetaWorldTask", "RenderSettings", "FrameRenderer", "State", "camera_is_upside_down", "config_seeds",
-    "task_names", "HELDOUT_OFFSET", "PROPRIO_DIM", "ACTION_DIM", "DEFAULT_CAMERA",
-    "collect_demos", "record_episode", "iter_episodes", "read_episode", "load_manifest", "Episode",
-    "cache_features", "load_feature_cache", "FeatureCache", "backbone_meta",
-    "AttentionPool", "PolicyHead", "POOLINGS", "bc_loss", "PatchTokenPolicy",
-    "VisuomotorAgent", "StageTimer", "evaluate", "TaskResult", "save_gif",
-    "measure_latency", "LatencyReport", "STAGES",
-    "TaskError", "RenderUnavailable", "DemoError",
-]
+from backbone.lazy import lazy_exports
+
+_API = {
+    "agent": ("StageTimer", "VisuomotorAgent"),
+    "demos": ("Episode", "collect_demos", "iter_episodes", "load_manifest", "read_episode", "record_episode"),
+    "env": ("ACTION_DIM", "DEFAULT_CAMERA", "HELDOUT_OFFSET", "PROPRIO_DIM", "FrameRenderer", "MetaWorldTask",
+            "RenderSettings", "State", "camera_is_upside_down", "config_seeds", "task_names"),
+    "errors": ("DemoError", "RenderUnavailable", "TaskError"),
+    "evaluate": ("TaskResult", "evaluate", "save_gif"),
+    "features": ("FeatureCache", "backbone_meta", "cache_features", "load_feature_cache"),
+    "head": ("POOLINGS", "AttentionPool", "PolicyHead", "bc_loss"),
+    "latency": ("STAGES", "LatencyReport", "measure_latency"),
+    "policy": ("PatchTokenPolicy",),
+}
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _API, globals())

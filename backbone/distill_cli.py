@@ -1,0 +1,105 @@
+"""`frozenvit backbone distill` and `python -m backbone.distill ship`: argument parsing only.
+
+The parsers import nothing heavy, so `frozenvit --help` stays fast; torch, timm and the training
+loop (backbone/distill.py) load when a command runs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+
+def _run(args: argparse.Namespace) -> int:
+    import torch
+
+    from backbone.distill import AugmentConfig, DistillConfig, build_cache, distill
+    from backbone.teacher import make_teacher
+
+    if getattr(args, "threads", None):
+        torch.set_num_threads(args.threads)
+    teacher = make_teacher(args.teacher, img_size=args.img_size)
+    cfg = DistillConfig(student=args.student, student_kwargs=json.loads(args.student_kwargs), img_size=args.img_size,
+                        cache_size=args.cache_size or int(round(args.img_size * 1.125)), epochs=args.epochs,
+                        batch_size=args.batch_size, lr=args.lr, seed=args.seed, precision=args.precision,
+                        ckpt_every_s=args.ckpt_minutes * 60,
+                        w_kd=args.w_kd, w_dense=args.w_dense, warmup_steps=args.warmup_steps, init=args.init or "",
+                        augment=AugmentConfig(scale=(args.min_scale, 1.0), mix_prob=args.mix_prob))
+    out = Path(args.out)
+    images = build_cache(args.data, args.cache_dir or out / "cache", cfg.cache_size)
+    distill(teacher, images, cfg, out, resume=args.resume, max_steps=args.max_steps)
+    print(f"student: {out / 'student.safetensors'}  log: {out / 'log.jsonl'}")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add `distill` to the `frozenvit backbone` sub-commands."""
+    p = subparsers.add_parser("distill", help="distil a ViT student from a frozen teacher on a folder of images",
+                              description=_distill_doc(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--teacher", default="efficientnet_lite0",
+                   help="efficientnet_lite0[:file.pth] | timm:NAME:weights.safetensors | default (embedded ViT)")
+    p.add_argument("--student", default="vit_tiny_patch16_224", help="timm ViT architecture of the student")
+    p.add_argument("--student-kwargs", default="{}", help='JSON timm kwargs, e.g. \'{"depth": 6}\'')
+    p.add_argument("--init", default=None,
+                   help="start the student from these ViT weights' first blocks (e.g. the teacher's; "
+                        "'default' = the embedded default) instead of from scratch")
+    p.add_argument("--data", required=True, help="folder of training images (searched recursively)")
+    p.add_argument("--img-size", type=int, default=128, help="training resolution (px)")
+    p.add_argument("--cache-size", type=int, default=0, help="decoded cache side (px); default 1.125 x img-size")
+    p.add_argument("--cache-dir", default=None, help="where to keep the decoded cache (default OUT/cache)")
+    p.add_argument("--epochs", type=float, default=10.0)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--lr", type=float, default=8e-4)
+    p.add_argument("--warmup-steps", type=int, default=250)
+    p.add_argument("--w-kd", type=float, default=0.1, help="weight of the logit distillation loss (x T^2 KL)")
+    p.add_argument("--w-dense", type=float, default=200.0,
+                   help="weight of the dense feature losses (element-mean smooth-L1: their gradients are ~100x "
+                        "smaller than the KD term's at weight 1)")
+    p.add_argument("--min-scale", type=float, default=0.35, help="smallest area fraction of the random resized crop")
+    p.add_argument("--mix-prob", type=float, default=0.2, help="probability that a batch is mixup'ed or cutmix'ed")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
+    p.add_argument("--ckpt-minutes", type=float, default=5.0)
+    p.add_argument("--max-steps", type=int, default=None, help="stop after this many steps (schedule unchanged)")
+    p.add_argument("--out", required=True, help="run directory (checkpoints, log, student)")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/ckpt if present")
+    try:
+        from backbone.cli import add_threads_arg
+        add_threads_arg(p)
+    except ImportError:
+        p.add_argument("--threads", type=int, default=None)
+    p.set_defaults(func=_run)
+
+
+def _distill_doc() -> str:
+    """The training module's docstring (the recipe), read without importing torch."""
+    import ast
+
+    return ast.get_docstring(ast.parse((Path(__file__).parent / "distill.py").read_text())) or ""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m backbone.distill distill ...` (same as `frozenvit backbone distill`) or `... ship ...`."""
+    parser = argparse.ArgumentParser(prog="python -m backbone.distill")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    register(sub)
+    p = sub.add_parser("ship", help="install a run's student as the embedded default (backbone/assets)")
+    p.add_argument("--student", required=True, help="student .safetensors from a distill run")
+    p.add_argument("--name", required=True)
+    p.add_argument("--assets", default=str(Path(__file__).parent / "assets"))
+    p.add_argument("--train-img-size", type=int, default=128)
+    p.set_defaults(func=_ship)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+def _ship(a: argparse.Namespace) -> int:
+    from backbone.distill import ship_student
+
+    print(json.dumps(ship_student(a.student, a.assets, a.name, train_img_size=a.train_img_size), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,29 @@
+"""PEP 562 lazy package exports, shared by the application packages.
+
+    __getattr__, __dir__, __all__ = lazy_exports(__name__, {"module": ("Name", ...)}, globals())
+
+A name is imported from its module on first access and then cached in the package namespace, so
+`import anomaly` (and `frozenvit --help`) does not pay for torch, faiss or statsforecast.
+"""
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any, Callable
+
+
+def lazy_exports(package: str, api: dict[str, tuple[str, ...]], namespace: dict[str, Any]
+                 ) -> tuple[Callable[[str], Any], Callable[[], list[str]], list[str]]:
+    where = {name: mod for mod, names in api.items() for name in names}
+    public = sorted(where)
+
+    def __getattr__(name: str) -> Any:
+        if name in where:
+            value = getattr(import_module(f".{where[name]}", package), name)
+            namespace[name] = value
+            return value
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    def __dir__() -> list[str]:
+        return sorted(set(namespace) | set(public))
+
+    return __getattr__, __dir__, public
