@@ -16,6 +16,7 @@ from backbone.lazy import lazy_exports
 
 _API = {
     "agent": ("StageTimer", "VisuomotorAgent"),
+    "encoders": ("FAST_ENCODER", "load_fast_encoder"),
     "demos": ("Episode", "collect_demos", "iter_episodes", "load_manifest", "read_episode", "record_episode"),
     "env": ("ACTION_DIM", "DEFAULT_CAMERA", "HELDOUT_OFFSET", "PROPRIO_DIM", "FrameRenderer", "MetaWorldTask",
             "RenderSettings", "State", "camera_is_upside_down", "config_seeds", "task_names"),

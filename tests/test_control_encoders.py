@@ -1,0 +1,32 @@
+"""The shipped fast control encoder loads frozen, at its documented size and depth, checksum-verified."""
+import numpy as np
+import torch
+
+from control import load_fast_encoder
+from control.encoders import FAST_ENCODER, FAST_ENCODER_SHA256
+
+
+def test_fast_encoder_loads_as_a_4_block_vit_at_112px_with_its_checksum():
+    from backbone.artifacts import sha256_file
+
+    assert sha256_file(FAST_ENCODER) == FAST_ENCODER_SHA256
+    bb = load_fast_encoder()
+    c = bb.config
+    assert (c.depth, c.grid, c.img_size, c.embed_dim, c.weights_sha256) == (4, (7, 7), (112, 112), 192, FAST_ENCODER_SHA256)
+    assert all(not p.requires_grad for p in bb.model.parameters())
+    frame = np.random.default_rng(0).integers(0, 256, (224, 224, 3), dtype=np.uint8)
+    g = bb.patch_grids([frame], blocks=(-1,))
+    assert g[-1].shape == (1, 192, 7, 7) and torch.isfinite(g[-1]).all()
+
+
+def test_a_tampered_fast_encoder_is_refused(tmp_path, monkeypatch):
+    import pytest
+
+    import control.encoders as enc
+    from backbone import BackboneUnavailable
+
+    bad = tmp_path / "x.safetensors"
+    bad.write_bytes(FAST_ENCODER.read_bytes()[:-1] + b"\0")
+    monkeypatch.setattr(enc, "FAST_ENCODER", bad)
+    with pytest.raises(BackboneUnavailable, match="checksum"):
+        enc.load_fast_encoder()
