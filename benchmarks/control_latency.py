@@ -36,7 +36,8 @@ def load_encoders(args: argparse.Namespace) -> list[tuple[str, object, bool]]:
     if args.fast_backbone:
         fast = load_backbone(args.fast_backbone, weights=args.fast_weights, img_size=args.fast_size,
                              pretrained=args.fast_weights is not None)
-        out.append((f"{args.fast_backbone} @{fast.config.img_size[0]}", fast, args.fast_weights is not None))
+        out.append((f"{args.fast_backbone} ({fast.config.depth} blocks) @{fast.config.img_size[0]}", fast,
+                    args.fast_weights is not None))
     else:
         fast = (load_backbone(args.backbone, weights=args.weights, img_size=args.fast_size) if real
                 else load_backbone(args.stand_in, pretrained=False, img_size=args.fast_size))
