@@ -172,6 +172,8 @@ class Preprocess:
             sy, sx = H0 / hh, W0 / ww                                     # original px per canvas px
             box = (top, left, hh, ww)
             region = (-top * sy, -left * sx, (H - top) * sy, (W - left) * sx)
+        if not canvas.flags.writeable:                                    # e.g. np.asarray(PIL image) at size
+            canvas = canvas.copy()                                        # (torch warns on read-only arrays)
         x = torch.from_numpy(canvas).permute(2, 0, 1).float().div_(255.0)  # (3, H, W) in [0, 1]
         x = (x - self.mean) / self.std
         return x, GridMapping((H0, W0), (H, W), box, region)
