@@ -181,8 +181,8 @@ def _add_method_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--coreset-chunk", type=int, default=None, help="reduce features in chunks of this many patches")
     p.add_argument("--reduce-dim", type=int, default=None, help="pool fused features to this many channels")
     p.add_argument("--image-score", choices=("reweighted", "max", "topk"), default="reweighted")
-    p.add_argument("--index", choices=("flat", "flat-bf16", "ivf", "ivfpq"), default="flat",
-                   help="flat: exact; flat-bf16: bf16 shortlist + fp32 rerank (AMX CPUs); ivf/ivfpq: approximate")
+    p.add_argument("--index", choices=("flat", "ivf", "ivfpq"), default="flat",
+                   help="flat: exact; ivf/ivfpq: approximate, for large banks")
     p.add_argument("--target-fpr", type=float, default=0.01, help="false-alarm rate of the threshold")
     p.add_argument("--holdout", type=float, default=0.2, help="fraction of normals held out for calibration")
     p.add_argument("--batch-size", type=int, default=16)

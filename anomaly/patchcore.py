@@ -62,9 +62,7 @@ class PatchCore:
         part of the image. It also hides anomalies that only shift the whole image.
     aggregation: local neighbourhood (odd) averaged on the grid; 1 disables.
     image_score: "reweighted" (paper, b = num_neighbors), "max", or "topk" (mean of top topk_frac).
-    index: "flat" (exact), "flat-bf16" (bf16 shortlist + fp32 rerank on AMX CPUs: ~1.6x faster search,
-        exact but for bf16 near-ties; see anomaly.search), "ivf" or "ivfpq" (approximate, large banks);
-        nprobe for the IVF ones.
+    index: "flat" (exact), "ivf" or "ivfpq" (approximate, large banks); nprobe for the IVF ones.
     target_fpr: false-alarm rate the threshold is calibrated to on held-out normals.
     holdout: fraction of the training normals held out for that calibration (>= 1 image).
     sigma: Gaussian smoothing of maps in model-canvas pixels.
@@ -228,7 +226,7 @@ class PatchCore:
         for feats, maps in self._batches(list(images), desc):
             b, d, h, w = feats.shape
             q = self._rows(feats)                                       # (b*h*w, D)
-            dist, nn = knn(self.index_, q, 1, bf16_screen=self.index == "flat-bf16")   # (b*h*w, 1)
+            dist, nn = knn(self.index_, q, 1)                           # (b*h*w, 1)
             dist, nn = dist.reshape(b, h * w), nn.reshape(b, h * w)
             scores.append(self.image_scores_from(dist, nn, q.reshape(b, h * w, d)))
             patches.append(dist.reshape(b, h, w))

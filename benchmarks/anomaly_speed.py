@@ -4,15 +4,12 @@ relative to bare `patch_grids`, bank size.
     python benchmarks/anomaly_speed.py --threads 2
 
 Targets (issue 4): coreset < 60 s on 2 cores; predict img/s / patch_grids img/s >= 0.85.
-Variants: exact `flat` (default), `flat-bf16` (bf16 shortlist + fp32 rerank, AMX CPUs), `ivf`; the
-"flat search check" row compares flat-bf16's neighbours with the exact ones on 48 images' patches.
 The coreset input is seeded Gaussian noise: no cluster structure, the worst case for k-center.
 Backbone: the embedded default when shipped, else a random-init ViT-Tiny/16 at 224 (speed only).
 """
 from __future__ import annotations
 
 import argparse
-import copy
 import resource
 import tempfile
 import time
@@ -22,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from common import median, print_table, time_call, write_result
+from common import median, print_table, write_result
 
 
 def rss_mb() -> float:
@@ -55,25 +52,6 @@ def get_backbone():
         return load_backbone(), "embedded default"
     except BackboneUnavailable:
         return load_backbone("vit_tiny_patch16_224", pretrained=False, img_size=224), "stand-in (random ViT-Ti/16)"
-
-
-def screen_check(det, images: list, threads: int) -> dict:
-    """The flat search's bf16 shortlist (on AMX CPUs) against the plain fp32 GEMM on the same queries:
-    how often it returns the fp32 nearest row, the largest distance difference, and both timings."""
-    from anomaly.search import bf16_matmul_is_fast, knn_exact
-
-    feats = torch.cat([f for f, _ in det._batches(images, "features")])              # (B, D, h, w)
-    q = det._rows(feats)                                                                # (B*h*w, D)
-    q16 = q[:len(q) // 3]
-    d0, i0 = knn_exact(det.bank_, q, 1)
-    d1, i1 = knn_exact(det.bank_, q, 1, screen=4)
-    t_fp32 = median(time_call(lambda: knn_exact(det.bank_, q16, 1), repeats=5, warmup=1))
-    t_screen = median(time_call(lambda: knn_exact(det.bank_, q16, 1, screen=4), repeats=5, warmup=1))
-    return {"what": "flat search check", "variant": "bf16 shortlist of 4 + fp32 rerank vs fp32 GEMM",
-            "queries": len(q), "same_neighbour": float((i0 == i1).mean()),
-            "max_abs_distance_diff": float(np.abs(d0 - d1).max()), "median_nn_distance": float(np.median(d0)),
-            "timed_queries": len(q16), "fp32_s": t_fp32, "screen_s": t_screen,
-            "amx": bf16_matmul_is_fast(), "threads": threads}
 
 
 def main() -> None:
@@ -113,13 +91,10 @@ def main() -> None:
                  "index_mb": index_mb})
     blocks = det.blocks_
     ivf = PatchCore(bb, index="ivf", progress=False).fit(train)
-    bf16 = copy.copy(det)                                            # same bank and index, other search
-    bf16.index = "flat-bf16"
     # interleaved rounds: on a shared machine the load drifts, so each round times every variant once
     variants = {
         "patch_grids": lambda: bb.patch_grids(test, blocks=blocks, batch_size=args.batch_size, progress=False),
         "predict flat": lambda: det.predict(test), "scores flat": lambda: det.decision_function(test),
-        "predict flat-bf16": lambda: bf16.predict(test), "scores flat-bf16": lambda: bf16.decision_function(test),
         "predict ivf": lambda: ivf.predict(test), "scores ivf": lambda: ivf.decision_function(test),
     }
     times: dict[str, list[float]] = {k: [] for k in variants}
@@ -139,8 +114,6 @@ def main() -> None:
                      "img_s": ips, "ratio_to_patch_grids": ips / bare,
                      "ratio_per_round_median": median([b / p for b, p in zip(times["patch_grids"], times[k])]),
                      "batch": args.batch_size})
-    more = [render_sample("weave", "hole" if i % 2 else None, 3, i, size)[0] for i in range(32)]
-    rows.append(screen_check(det, test + more, args.threads))
     print(f"backbone: {bb.name} ({which}), {bb.config.img_size[0]} px, grid {bb.config.grid}, threads {args.threads}")
     print_table(rows, "{:.3f}")
     write_result(f"anomaly_speed_t{args.threads}", {"backbone": bb.name, "backbone_kind": which, "rows": rows,

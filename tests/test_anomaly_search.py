@@ -43,20 +43,6 @@ def test_exact_search_in_small_blocks_equals_one_block(bank_and_queries):
     assert (a[1] == b[1]).all() and np.allclose(a[0], b[0])
 
 
-@pytest.mark.parametrize("k", [1, 3])
-def test_bf16_screened_search_returns_brute_force_neighbours_and_exact_distances(k):
-    from anomaly.search import knn_exact
-    rng = np.random.default_rng(1)
-    bank = rng.standard_normal((3000, 96)).astype(np.float32) * 4 + 10     # offset: ||b||^2 dominates d2
-    q = rng.standard_normal((600, 96)).astype(np.float32) * 4 + 10
-    d, i = knn_exact(bank, q, k, screen=max(4, 2 * k), block_bytes=4 * len(bank) * 128)   # several blocks
-    bd, bi = brute_knn(bank, q, k)
-    assert (i == bi).all()
-    assert np.allclose(d, bd, rtol=1e-5)                    # distances recomputed in fp32, not bf16
-    with pytest.raises(ValueError, match="at least k"):
-        knn_exact(bank, q, 5, screen=4)
-
-
 def test_ivf_with_all_lists_probed_is_exact(bank_and_queries):
     bank, q = bank_and_queries
     index = build_index(bank, "ivf", nlist=16, nprobe=16)
