@@ -7,32 +7,17 @@
 
 Names are imported on first use, so `frozenvit --help` and the error types do not pay for torch/timm.
 """
-from importlib import import_module
-from typing import Any
-
 from .errors import (ArtifactError, BackboneUnavailable, FrozenVitError, GridMismatch, ImageFormatError,
                      PreprocessingMismatch)
+from .lazy import lazy_exports
 
-_LAZY = {
-    "load_backbone": "loading", "default_spec": "loading",
-    "FrozenBackbone": "model", "PatchGrids": "model",
-    "BackboneConfig": "config", "Grid": "config",
-    "Preprocess": "preprocess", "Batch": "preprocess", "GridMapping": "preprocess",
-    "check_normalised": "preprocess", "to_rgb_uint8": "preprocess",
-    "read_state_dict": "weights", "resample_pos_embed": "weights",
+_API = {
+    "loading": ("load_backbone", "default_spec"),
+    "model": ("FrozenBackbone", "PatchGrids"),
+    "config": ("BackboneConfig", "Grid"),
+    "preprocess": ("Preprocess", "Batch", "GridMapping", "check_normalised", "to_rgb_uint8"),
+    "weights": ("read_state_dict", "resample_pos_embed"),
 }
-
-__all__ = [*_LAZY, "FrozenVitError", "GridMismatch", "PreprocessingMismatch", "ImageFormatError", "ArtifactError",
+__getattr__, __dir__, _lazy_names = lazy_exports(__name__, _API, globals())
+__all__ = [*_lazy_names, "FrozenVitError", "GridMismatch", "PreprocessingMismatch", "ImageFormatError", "ArtifactError",
            "BackboneUnavailable"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'backbone' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)

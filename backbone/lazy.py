@@ -1,4 +1,4 @@
-"""PEP 562 lazy package exports, shared by the application packages.
+"""PEP 562 lazy package exports, shared by backbone and the application packages.
 
     __getattr__, __dir__, __all__ = lazy_exports(__name__, {"module": ("Name", ...)}, globals())
 
