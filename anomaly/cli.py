@@ -173,13 +173,28 @@ def _cmd_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reduce_dim(text: str) -> int | float | None:
+    if text.lower() == "none":
+        return None
+    try:
+        value = int(text) if text.isdigit() else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction like 0.25, a channel count or 'none', got {text!r}")
+    if value <= 0 or (isinstance(value, float) and value > 1):
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1], a positive channel count or 'none', "
+                                         f"got {text!r}")
+    return value
+
+
 def _add_method_args(p: argparse.ArgumentParser) -> None:
     add_backbone_args(p)
     p.add_argument("--resize", choices=("stretch", "pad"), default="stretch", help="fit images to the model input")
     p.add_argument("--blocks", default=None, help="comma-separated 0-based blocks (default: two intermediate ones)")
     p.add_argument("--coreset-ratio", type=float, default=0.1)
     p.add_argument("--coreset-chunk", type=int, default=None, help="reduce features in chunks of this many patches")
-    p.add_argument("--reduce-dim", type=int, default=None, help="pool fused features to this many channels")
+    p.add_argument("--reduce-dim", type=_reduce_dim, default=0.25,
+                   help="channel pooling of fused features: a fraction of their width (default 0.25), "
+                        "a channel count (int), or 'none'")
     p.add_argument("--image-score", choices=("reweighted", "max", "topk"), default="reweighted")
     p.add_argument("--index", choices=("flat", "ivf", "ivfpq"), default="flat",
                    help="flat: exact; ivf/ivfpq: approximate, for large banks")

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from .coreset import chunked_coreset, coreset_size, greedy_coreset
 from .images import as_image
-from .scoring import center_tokens, fuse_blocks, local_aggregate, original_maps, reweighted_max, topk_mean
+from .scoring import center_tokens, fuse_blocks, reduced_width, local_aggregate, original_maps, reweighted_max, topk_mean
 from .search import INDEX_KINDS, build_index, knn
 
 IMAGE_SCORES = ("reweighted", "max", "topk")
@@ -53,7 +53,11 @@ class PatchCore:
     blocks: backbone blocks to fuse; None: two intermediate blocks (`default_blocks`).
     coreset_ratio: bank size as a fraction of training patches (greedy k-center).
     proj_dim: random-projection width used only inside the coreset selection.
-    reduce_dim: optional channel pooling of fused features (None keeps all).
+    reduce_dim: channel pooling of the fused features (`scoring.reduced_width`): a fraction of the
+        fused width (default 0.25: 384 -> 96 channels for two ViT-Ti blocks), an absolute channel
+        count, or None to keep all. On the synthetic set (embedded default, 2 seeds x 3 categories)
+        0.25 scored image AUROC 0.946 / pixel AUROC 0.957 / AUPRO 0.883 against 0.937 / 0.949 / 0.874
+        unpooled, and cuts the exact search and the bank 4x (README, anomaly section).
     center: subtract a robust image-wide reference token (`center_tokens`, per block) before
         aggregation. Trained
         ViT tokens carry an image-wide component that attention spreads from a defect to every
@@ -71,7 +75,7 @@ class PatchCore:
     """
 
     def __init__(self, backbone: Any = None, blocks: Sequence[int] | None = None, coreset_ratio: float = 0.1,
-                 proj_dim: int | None = 128, reduce_dim: int | None = None, center: bool = True, aggregation: int = 3,
+                 proj_dim: int | None = 128, reduce_dim: int | float | None = 0.25, center: bool = True, aggregation: int = 3,
                  image_score: str = "reweighted", num_neighbors: int = 9, topk_frac: float = 0.01,
                  index: str = "flat", nprobe: int = 8, target_fpr: float = 0.01, holdout: float = 0.2,
                  sigma: float = 4.0, batch_size: int = 16, coreset_chunk: int | None = None, seed: int = 0,
@@ -113,6 +117,7 @@ class PatchCore:
             raise ValueError(f"target_fpr must be in (0, 1), got {self.target_fpr}")
         if not 0 < self.holdout < 1:
             raise ValueError(f"holdout must be in (0, 1), got {self.holdout}")
+        reduced_width(1, self.reduce_dim)                               # validates the type and range
 
     def _resolve_backbone(self) -> Any:
         if self.backbone is not None:

@@ -46,10 +46,25 @@ def center_tokens(grid: torch.Tensor) -> torch.Tensor:
     return grid - ref[..., None, None]
 
 
-def fuse_blocks(grids: Sequence[torch.Tensor], reduce_dim: int | None = None) -> torch.Tensor:
+def reduced_width(width: int, reduce_dim: int | float | None) -> int:
+    """Channels kept by `fuse_blocks`: None keeps `width`; an int is absolute (capped at width); a float
+    in (0, 1] is a fraction of width (at least 1 channel)."""
+    if reduce_dim is None:
+        return width
+    if isinstance(reduce_dim, bool) or not isinstance(reduce_dim, (int, float)) or reduce_dim <= 0:
+        raise ValueError(f"reduce_dim must be None, a positive int (channels) or a fraction in (0, 1], got {reduce_dim!r}")
+    if isinstance(reduce_dim, float):
+        if reduce_dim > 1:
+            raise ValueError(f"a fractional reduce_dim must lie in (0, 1], got {reduce_dim}; pass an int for a "
+                             "channel count")
+        return max(1, round(reduce_dim * width))
+    return min(int(reduce_dim), width)
+
+
+def fuse_blocks(grids: Sequence[torch.Tensor], reduce_dim: int | float | None = None) -> torch.Tensor:
     """Concatenate per-block grids (B, C_i, h, w) along channels -> (B, sum C_i, h, w).
 
-    With `reduce_dim`, each token vector is average-pooled along channels to reduce_dim values
+    With `reduce_dim` (see `reduced_width`), each token vector is average-pooled along channels
     (PatchCore's adaptive average pooling: deterministic, nothing to fit or store).
     """
     h, w = grids[0].shape[-2:]
@@ -57,11 +72,15 @@ def fuse_blocks(grids: Sequence[torch.Tensor], reduce_dim: int | None = None) ->
         if g.shape[-2:] != (h, w) or g.shape[0] != grids[0].shape[0]:
             raise ValueError(f"grids of blocks differ in batch or grid size: {[tuple(g.shape) for g in grids]}")
     x = torch.cat(list(grids), dim=1)                                # (B, D, h, w)
-    if reduce_dim is not None and reduce_dim < x.shape[1]:
-        b, d = x.shape[:2]
-        t = x.permute(0, 2, 3, 1).reshape(-1, 1, d)                  # (B*h*w, 1, D)
-        t = F.adaptive_avg_pool1d(t, reduce_dim)                     # (B*h*w, 1, reduce_dim)
-        x = t.reshape(b, h, w, reduce_dim).permute(0, 3, 1, 2)       # (B, reduce_dim, h, w)
+    b, d = x.shape[:2]
+    r = reduced_width(d, reduce_dim)
+    if r < d:
+        if d % r == 0:                                               # equal groups: same as adaptive pooling, cheaper
+            x = x.reshape(b, r, d // r, h, w).mean(dim=2)            # (B, r, h, w)
+        else:
+            t = x.permute(0, 2, 3, 1).reshape(-1, 1, d)              # (B*h*w, 1, D)
+            t = F.adaptive_avg_pool1d(t, r)                          # (B*h*w, 1, r)
+            x = t.reshape(b, h, w, r).permute(0, 3, 1, 2)            # (B, r, h, w)
     return x.contiguous()
 
 

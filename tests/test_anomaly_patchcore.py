@@ -49,7 +49,7 @@ def test_patch_scores_are_brute_force_nearest_bank_distances(bb, fitted, normals
     out = fitted.predict(imgs)
     g = bb.patch_grids(imgs, blocks=fitted.blocks_)
     centred = [center_tokens(g[b]) for b in fitted.blocks_]
-    f = fuse_blocks([local_aggregate(x, 3) for x in centred])                       # (B, D, h, w)
+    f = fuse_blocks([local_aggregate(x, 3) for x in centred], fitted.reduce_dim)     # (B, D, h, w)
     q = f.permute(0, 2, 3, 1).reshape(-1, f.shape[1]).double()
     ref = torch.cdist(q, torch.from_numpy(fitted.bank_).double()).min(1).values.reshape(3, *fitted.grid_)
     assert np.allclose(out.patch_scores, ref.numpy(), atol=1e-3)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from anomaly.scoring import fuse_blocks, local_aggregate, reweighted_max, smooth, topk_mean
+from anomaly.scoring import fuse_blocks, local_aggregate, reduced_width, reweighted_max, smooth, topk_mean
 from anomaly.search import build_index, knn, load_index, save_index
 
 
@@ -148,3 +148,23 @@ def test_original_maps_equal_canvas_maps_then_to_original(mapping):
     got = original_maps(p, [m, m], 4.0)
     assert [g.shape for g in got] == [orig, orig]
     assert all(np.allclose(g, r, atol=1e-5) for g, r in zip(got, ref))
+
+
+def test_reduce_dim_accepts_fractions_counts_and_none():
+    assert reduced_width(384, None) == 384
+    assert reduced_width(384, 0.25) == 96 and reduced_width(384, 1.0) == 384
+    assert reduced_width(384, 100) == 100 and reduced_width(384, 1000) == 384
+    assert reduced_width(3, 0.01) == 1
+    for bad in (0, -2, 1.5, 0.0, "96", True):
+        with pytest.raises(ValueError, match="reduce_dim"):
+            reduced_width(384, bad)
+
+
+def test_fuse_blocks_even_groups_match_adaptive_pooling():
+    g = [torch.randn(2, 8, 3, 4), torch.randn(2, 8, 3, 4)]
+    x = torch.cat(g, 1)
+    ref = torch.nn.functional.adaptive_avg_pool1d(x.permute(0, 2, 3, 1).reshape(-1, 1, 16), 4)
+    ref = ref.reshape(2, 3, 4, 4).permute(0, 3, 1, 2)
+    assert torch.allclose(fuse_blocks(g, 0.25), ref, atol=1e-6)          # 16 -> 4: groups of 4
+    assert fuse_blocks(g, 5).shape == (2, 5, 3, 4)                       # uneven: adaptive pooling
+    assert torch.allclose(fuse_blocks(g, 5)[:, 0], x[:, :4].mean(1), atol=1e-6)
