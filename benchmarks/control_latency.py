@@ -74,6 +74,8 @@ def main() -> int:
     ap.add_argument("--stand-in", default="vit_tiny_patch16_224", help="architecture timed if no default ships")
     ap.add_argument("--backbone", default=None, help="time this timm model instead of the embedded default")
     ap.add_argument("--weights", default=None, help="local weights for --backbone")
+    ap.add_argument("--block", type=int, default=None,
+                    help="block the attention head reads (default: control.default_block; -1 = the last)")
     ap.add_argument("--out", default=None, help=f"JSON path (default {RESULTS}/control_latency.json)")
     args = ap.parse_args()
 
@@ -91,7 +93,7 @@ def main() -> int:
         torch.set_num_threads(threads)
         for label, bb, real in encoders:
             size = bb.config.img_size[0]
-            pol = PatchTokenPolicy("attention").init_untrained(backbone_meta(bb, -1))
+            pol = PatchTokenPolicy("attention").init_untrained(backbone_meta(bb, args.block))
             with MetaWorldTask(args.task, image_size=size) as env:
                 rep = measure_latency(VisuomotorAgent(pol, bb), env, steps=args.steps, warmup=args.warmup)
             s = rep.summary()

@@ -35,6 +35,9 @@ def main() -> int:
     ap.add_argument("--frames", type=int, default=1)
     ap.add_argument("--token-dropout", type=float, default=0.0, help="attention pooling only")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--block", type=int, default=None,
+                    help="backbone block of every pooling (default: control.default_block per pooling: the "
+                         "last for cls, the end of the first quarter for attention and mean)")
     ap.add_argument("--size", type=int, default=None, help="encoder input size (default: the default's own)")
     ap.add_argument("--backbone", default=None, help="timm name (default: the embedded default)")
     ap.add_argument("--weights", default=None)
@@ -50,7 +53,7 @@ def main() -> int:
     import torch
 
     from backbone import load_backbone
-    from control import PatchTokenPolicy, cache_features, collect_demos, config_seeds, evaluate
+    from control import PatchTokenPolicy, cache_features, collect_demos, config_seeds, default_block, evaluate
 
     torch.set_num_threads(args.threads)
     bb = load_backbone(args.backbone, weights=args.weights, img_size=args.size)
@@ -58,10 +61,12 @@ def main() -> int:
     enc = f"{bb.config.name}@{size}"
     work = Path(args.work_dir)
     heldout = config_seeds("heldout", args.configs)
+    blocks = {p: bb.resolve_blocks(args.block if args.block is not None else default_block(bb.config.depth, p))[0]
+              for p in args.poolings}
     results: list[dict] = []
     settings = dict(tasks=args.tasks, demos=args.demos, configs=args.configs, max_steps=args.max_steps,
                     poolings=args.poolings, epochs=args.epochs, frames=args.frames, seed=args.seed,
-                    token_dropout=args.token_dropout,
+                    token_dropout=args.token_dropout, blocks=blocks,
                     encoder=enc, weights_sha256=bb.weights_sha256, camera=args.camera, demo_size=args.demo_size,
                     threads=args.threads,
                     heldout_seeds=[heldout[0], heldout[-1]] if heldout else [])
@@ -81,13 +86,15 @@ def main() -> int:
         t0 = time.perf_counter()
         demo_dir = work / "demos" / f"{task}_{args.camera}_{args.demo_size}px"
         collect_demos(task, demo_dir, args.demos, camera=args.camera, image_size=args.demo_size, max_steps=500)
-        cache = cache_features(demo_dir, bb)
+        caches = {b: cache_features(demo_dir, bb, block=b) for b in sorted(set(blocks.values()))}
         t_prep = time.perf_counter() - t0
         for pooling in args.poolings:
             if (task, pooling) in done:
                 continue
             t1 = time.perf_counter()
-            pol_dir = work / "policies" / f"{task}_{enc}_{(bb.weights_sha256 or 'random')[:10]}_{pooling}_f{args.frames}_s{args.seed}"
+            cache = caches[blocks[pooling]]
+            pol_dir = work / "policies" / (f"{task}_{enc}_{(bb.weights_sha256 or 'random')[:10]}_{pooling}"
+                                           f"_b{blocks[pooling]}_f{args.frames}_s{args.seed}")
             pol = PatchTokenPolicy(pooling, frames=args.frames, epochs=args.epochs, seed=args.seed,
                                    token_dropout=args.token_dropout if pooling == "attention" else 0.0)
             if (pol_dir / "config.json").is_file() and PatchTokenPolicy.load(pol_dir).get_params() == pol.get_params() \
@@ -98,7 +105,7 @@ def main() -> int:
                 pol.save(pol_dir)
             t_fit = time.perf_counter() - t1
             res = evaluate(pol, bb, heldout, max_steps=args.max_steps, parallel=args.parallel)
-            results.append(dict(task=task, pooling=pooling, success_rate=res.success_rate,
+            results.append(dict(task=task, pooling=pooling, block=blocks[pooling], success_rate=res.success_rate,
                                 successes=int(sum(res.successes)), episodes=len(res.successes),
                                 final_bc_loss=pol.history_[-1], demo_frames=len(cache),
                                 prep_s=round(t_prep, 1), fit_s=round(t_fit, 1),

@@ -22,7 +22,7 @@ _API = {
             "RenderSettings", "State", "camera_is_upside_down", "config_seeds", "task_names"),
     "errors": ("DemoError", "RenderUnavailable", "TaskError"),
     "evaluate": ("TaskResult", "evaluate", "save_gif"),
-    "features": ("FeatureCache", "backbone_meta", "cache_features", "load_feature_cache"),
+    "features": ("FeatureCache", "backbone_meta", "cache_features", "default_block", "load_feature_cache"),
     "head": ("POOLINGS", "AttentionPool", "PolicyHead", "bc_loss"),
     "latency": ("STAGES", "LatencyReport", "measure_latency"),
     "policy": ("PatchTokenPolicy",),

@@ -44,7 +44,9 @@ def register(subparsers: Any) -> None:
     q.add_argument("--batch-size", type=int, default=256)
     q.add_argument("--lr", type=float, default=1e-3)
     q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--block", type=int, default=-1, help="backbone block whose tokens are used (default: last)")
+    q.add_argument("--block", type=int, default=None,
+                   help="backbone block whose tokens are used (default: control.default_block: the last one "
+                        "for --pooling cls, else the end of the first quarter, 2 of 12)")
     q.add_argument("--checkpoint", default=None, help="checkpoint directory (resume by re-running)")
     add_backbone_args(q)
     add_threads_arg(q)
@@ -108,11 +110,12 @@ def _cmd_collect(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from .features import cache_features
+    from .features import cache_features, default_block
     from .policy import PatchTokenPolicy
 
     bb = load_backbone_for(args)
-    cache = cache_features(args.demos, bb, block=args.block)
+    block = args.block if args.block is not None else default_block(bb.config.depth, args.pooling)
+    cache = cache_features(args.demos, bb, block=block)
     pol = PatchTokenPolicy(args.pooling, num_queries=args.queries, num_heads=args.heads, frames=args.frames,
                            hidden=args.hidden, token_dropout=args.token_dropout, epochs=args.epochs,
                            batch_size=args.batch_size, lr=args.lr, seed=args.seed).fit(cache, checkpoint_dir=args.checkpoint)
@@ -157,7 +160,7 @@ def _cmd_latency(args: argparse.Namespace) -> int:
         task, camera = pol.meta_.get("task", args.task), args.camera or pol.meta_.get("camera", "corner")
     else:
         bb = load_backbone_for(args)
-        pol = PatchTokenPolicy(args.pooling).init_untrained(backbone_meta(bb, -1))
+        pol = PatchTokenPolicy(args.pooling).init_untrained(backbone_meta(bb, pooling=args.pooling))
         task, camera = args.task, args.camera or "corner"
         print("(no --policy: an untrained head of the same shape; latency does not depend on its weights)")
     size = bb.config.img_size[0]

@@ -37,7 +37,7 @@ def section(ctx: DemoContext) -> Section:
     steps, warmup = (5, 1) if ctx.quick else (120, 10)
     try:
         with MetaWorldTask("reach-v3", image_size=size) as env:
-            pol = PatchTokenPolicy("attention").init_untrained(backbone_meta(bb, -1))
+            pol = PatchTokenPolicy("attention").init_untrained(backbone_meta(bb))
             rep = measure_latency(VisuomotorAgent(pol, bb), env, steps=steps, warmup=warmup)
     except RenderUnavailable as e:
         return sec.text(f"Skipped: no headless OpenGL on this machine ({e}).")
