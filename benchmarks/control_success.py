@@ -117,6 +117,10 @@ def main() -> int:
     summary = _summary(results, args.poolings)
     print_table([{k: v for k, v in r.items() if k != "per_config"} for r in results])
     print_table(summary["by_pooling"])
+    if summary["verdict"]:
+        for other, t in summary["verdict"]["paired"].items():
+            print(f"paired episodes, attention vs {other}: {t['attention_only']} won only by attention, "
+                  f"{t[f'{other}_only']} only by {other}; exact McNemar p = {t['p_two_sided']:.3g}")
     write_result("control_success", dict(settings=settings, results=results, summary=summary, complete=True),
                  args.out)
     return 0
@@ -132,8 +136,24 @@ def _summary(results: list[dict], poolings: list[str]) -> dict:
     verdict = None
     if "attention" in means and "cls" in means:
         verdict = dict(attention_beats_cls=means["attention"] > means["cls"],
-                       attention_minus_cls=means["attention"] - means["cls"])
+                       attention_minus_cls=means["attention"] - means["cls"],
+                       paired={p: _mcnemar(results, "attention", p) for p in poolings if p != "attention"})
     return dict(by_pooling=by, verdict=verdict)
+
+
+def _mcnemar(results: list[dict], a: str, b: str) -> dict:
+    """Exact McNemar test over paired episodes (same task and held-out configuration) of poolings a and b."""
+    from scipy.stats import binomtest
+
+    runs = {(r["task"], r["pooling"]): r["per_config"] for r in results}
+    only_a = only_b = 0
+    for task in {t for t, _ in runs}:
+        if (task, a) in runs and (task, b) in runs:
+            for x, y in zip(runs[(task, a)], runs[(task, b)]):
+                only_a += bool(x) and not y
+                only_b += bool(y) and not x
+    p = binomtest(only_a, only_a + only_b).pvalue if only_a + only_b else 1.0
+    return {f"{a}_only": only_a, f"{b}_only": only_b, "p_two_sided": float(p)}
 
 
 if __name__ == "__main__":
