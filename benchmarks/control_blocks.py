@@ -25,8 +25,11 @@ def main() -> int:
     ap.add_argument("--train-episodes", type=int, default=20, help="demos trained on; the rest are held out")
     ap.add_argument("--size", type=int, default=128, help="encoder input size")
     ap.add_argument("--epochs", type=int, default=60)
+    ap.add_argument("--backbone", default=None, help="timm name (default: the embedded default)")
+    ap.add_argument("--weights", default=None, help="local weights for --backbone")
+    ap.add_argument("--demo-size", type=int, default=224, help="rendered frame size of the demos")
     ap.add_argument("--demo-dir", default=str(ROOT / "runs" / "control_success" / "demos"),
-                    help="folder of <task>_corner_224px demo folders (from control_success.py)")
+                    help="folder of <task>_corner_<demo-size>px demo folders (from control_success.py)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
@@ -37,7 +40,7 @@ def main() -> int:
     from control.features import FeatureCache
 
     torch.set_num_threads(args.threads)
-    bb = load_backbone(img_size=args.size)
+    bb = load_backbone(args.backbone, weights=args.weights, img_size=args.size)
     last = bb.config.depth - 1
 
     def split(c: FeatureCache, train: bool) -> FeatureCache:
@@ -47,8 +50,8 @@ def main() -> int:
 
     rows = []
     for task in args.tasks:
-        demo_dir = Path(args.demo_dir) / f"{task}_corner_224px"
-        collect_demos(task, demo_dir, 25, image_size=224, max_steps=500)       # no-op when already there
+        demo_dir = Path(args.demo_dir) / f"{task}_corner_{args.demo_size}px"
+        collect_demos(task, demo_dir, 25, image_size=args.demo_size, max_steps=500)   # no-op when already there
         for block in args.blocks:
             cache = cache_features(demo_dir, bb, block=block, progress=False)
             train, held = split(cache, True), split(cache, False)
