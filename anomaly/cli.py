@@ -174,15 +174,16 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 
 
 def _reduce_dim(text: str) -> int | float | None:
+    from .scoring import reduced_width
+
     if text.lower() == "none":
         return None
     try:
         value = int(text) if text.isdigit() else float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a fraction like 0.25, a channel count or 'none', got {text!r}")
-    if value <= 0 or (isinstance(value, float) and value > 1):
-        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1], a positive channel count or 'none', "
-                                         f"got {text!r}")
+        reduced_width(1, value)                                       # the same checks as PatchCore's
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1] like 0.25, a positive channel count or "
+                                         f"'none', got {text!r} ({e})")
     return value
 
 

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from .coreset import chunked_coreset, coreset_size, greedy_coreset
 from .images import as_image
-from .scoring import center_tokens, fuse_blocks, reduced_width, local_aggregate, original_maps, reweighted_max, topk_mean
+from .scoring import center_tokens, fuse_blocks, local_aggregate, original_maps, reduced_width, reweighted_max, topk_mean
 from .search import INDEX_KINDS, build_index, knn
 
 IMAGE_SCORES = ("reweighted", "max", "topk")
