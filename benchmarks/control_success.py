@@ -46,9 +46,14 @@ def main() -> int:
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--work-dir", default=str(ROOT / "runs" / "control_success"))
     ap.add_argument("--out", default=None, help=f"JSON path (default {RESULTS}/control_success.json)")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="PART_JSON",
+                    help="combine the JSONs of runs over disjoint --tasks (all other settings equal, e.g. one "
+                         "process per core) into --out with a recomputed summary, then exit")
     ap.add_argument("--resume", action="store_true",
                     help="keep (task, pooling) results already in the JSON when its settings match; run the rest")
     args = ap.parse_args()
+    if args.merge:
+        return merge_parts(args.merge, args.out)
 
     import torch
 
@@ -123,6 +128,27 @@ def main() -> int:
                   f"{t[f'{other}_only']} only by {other}; exact McNemar p = {t['p_two_sided']:.3g}")
     write_result("control_success", dict(settings=settings, results=results, summary=summary, complete=True),
                  args.out)
+    return 0
+
+
+def merge_parts(paths: list[str], out: str | None) -> int:
+    """One result from runs that split the tasks between processes; refuses parts with other settings."""
+    import json
+
+    parts = [json.loads(Path(p).read_text()) for p in paths]
+    same = [{k: v for k, v in p["settings"].items() if k not in ("tasks",)} for p in parts]
+    if any(s != same[0] for s in same[1:]):
+        raise SystemExit("these runs differ in settings other than --tasks; they cannot be merged")
+    tasks = [t for p in parts for t in p["settings"]["tasks"]]
+    if len(set(tasks)) != len(tasks):
+        raise SystemExit(f"the runs overlap in tasks: {tasks}")
+    settings = dict(parts[0]["settings"], tasks=tasks)
+    results = [r for p in parts for r in p["results"]]
+    summary = _summary(results, settings["poolings"])
+    print_table(summary["by_pooling"])
+    write_result("control_success", dict(settings=settings, results=results, summary=summary,
+                                         complete=all(p.get("complete") for p in parts),
+                                         merged_from=[Path(p).name for p in paths]), out)
     return 0
 
 

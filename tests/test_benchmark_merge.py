@@ -1,0 +1,34 @@
+"""benchmarks/control_success.py --merge: runs that split the tasks combine into one result, others are refused."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import control_success  # noqa: E402
+
+
+def _part(path, tasks, wins, epochs=60):
+    results = [dict(task=t, pooling=p, success_rate=sum(w) / len(w), per_config=w)
+               for t in tasks for p, w in wins.items()]
+    path.write_text(json.dumps(dict(settings=dict(tasks=tasks, poolings=list(wins), epochs=epochs),
+                                    results=results, complete=True)))
+    return str(path)
+
+
+def test_merge_recomputes_the_summary_and_refuses_mismatched_parts(tmp_path):
+    a = _part(tmp_path / "a.json", ["t1"], {"attention": [True, True], "cls": [False, True]})
+    b = _part(tmp_path / "b.json", ["t2"], {"attention": [True, False], "cls": [False, False]})
+    out = tmp_path / "m.json"
+    assert control_success.merge_parts([a, b], str(out)) == 0
+    m = json.loads(out.read_text())
+    assert m["settings"]["tasks"] == ["t1", "t2"] and m["merged_from"] == ["a.json", "b.json"]
+    means = {r["pooling"]: r["mean_success"] for r in m["summary"]["by_pooling"]}
+    assert means == {"attention": 0.75, "cls": 0.25}
+    assert m["summary"]["verdict"]["paired"]["cls"] == {"attention_only": 2, "cls_only": 0, "p_two_sided": 0.5}
+    c = _part(tmp_path / "c.json", ["t3"], {"attention": [True], "cls": [True]}, epochs=30)
+    with pytest.raises(SystemExit, match="differ"):
+        control_success.merge_parts([a, c], str(out))
+    with pytest.raises(SystemExit, match="overlap"):
+        control_success.merge_parts([a, a], str(out))
