@@ -44,6 +44,8 @@ def main() -> int:
     ap.add_argument("--camera", default="corner")
     ap.add_argument("--demo-size", type=int, default=224, help="rendered frame size (resized to the encoder's)")
     ap.add_argument("--parallel", type=int, default=4)
+    ap.add_argument("--mesh-faces", default=None, metavar="N|none",
+                    help="render meshes simplified to N triangles (default: RenderSettings'); 'none': full meshes")
     ap.add_argument("--work-dir", default=str(ROOT / "runs" / "control_success"))
     ap.add_argument("--out", default=None, help=f"JSON path (default {RESULTS}/control_success.json)")
     ap.add_argument("--merge", nargs="+", default=None, metavar="PART_JSON",
@@ -59,6 +61,7 @@ def main() -> int:
 
     from backbone import load_backbone
     from control import PatchTokenPolicy, cache_features, collect_demos, config_seeds, default_block, evaluate
+    from control.cli import render_settings
 
     torch.set_num_threads(args.threads)
     bb = load_backbone(args.backbone, weights=args.weights, img_size=args.size)
@@ -66,6 +69,8 @@ def main() -> int:
     enc = f"{bb.config.name}@{size}"
     work = Path(args.work_dir)
     heldout = config_seeds("heldout", args.configs)
+    render = render_settings(args)
+    lod = "" if render.mesh_faces is None else f"_lod{render.mesh_faces}"    # full-mesh runs keep their old names
     blocks = {p: bb.resolve_blocks(args.block if args.block is not None else default_block(bb.config.depth, p))[0]
               for p in args.poolings}
     results: list[dict] = []
@@ -73,6 +78,7 @@ def main() -> int:
                     poolings=args.poolings, epochs=args.epochs, frames=args.frames, seed=args.seed,
                     token_dropout=args.token_dropout, blocks=blocks,
                     encoder=enc, weights_sha256=bb.weights_sha256, camera=args.camera, demo_size=args.demo_size,
+                    render=render.as_dict(),
                     threads=args.threads,
                     heldout_seeds=[heldout[0], heldout[-1]] if heldout else [])
     out_path = Path(args.out) if args.out else RESULTS / "control_success.json"
@@ -89,8 +95,9 @@ def main() -> int:
         if all((task, p) in done for p in args.poolings):
             continue
         t0 = time.perf_counter()
-        demo_dir = work / "demos" / f"{task}_{args.camera}_{args.demo_size}px"
-        collect_demos(task, demo_dir, args.demos, camera=args.camera, image_size=args.demo_size, max_steps=500)
+        demo_dir = work / "demos" / f"{task}_{args.camera}_{args.demo_size}px{lod}"
+        collect_demos(task, demo_dir, args.demos, camera=args.camera, image_size=args.demo_size, max_steps=500,
+                      render=render)
         caches = {b: cache_features(demo_dir, bb, block=b) for b in sorted(set(blocks.values()))}
         t_prep = time.perf_counter() - t0
         for pooling in args.poolings:
@@ -99,7 +106,7 @@ def main() -> int:
             t1 = time.perf_counter()
             cache = caches[blocks[pooling]]
             pol_dir = work / "policies" / (f"{task}_{enc}_{(bb.weights_sha256 or 'random')[:10]}_{pooling}"
-                                           f"_b{blocks[pooling]}_f{args.frames}_s{args.seed}")
+                                           f"_b{blocks[pooling]}_f{args.frames}_s{args.seed}{lod}")
             pol = PatchTokenPolicy(pooling, frames=args.frames, epochs=args.epochs, seed=args.seed,
                                    token_dropout=args.token_dropout if pooling == "attention" else 0.0)
             if (pol_dir / "config.json").is_file() and PatchTokenPolicy.load(pol_dir).get_params() == pol.get_params() \

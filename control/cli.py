@@ -15,6 +15,8 @@ from typing import Any
 
 from backbone.cli import add_backbone_args, add_threads_arg
 
+from .env import RenderSettings
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("control", help="visuomotor policy on Meta-World: demos, BC, evaluation, latency",
@@ -61,6 +63,7 @@ def register(subparsers: Any) -> None:
     q.add_argument("--gif-dir", default=None)
     q.add_argument("--gifs", type=int, default=0, help="save this many rollouts as GIFs")
     q.add_argument("--json", default=None, help="write the result here")
+    _render_arg(q)
     add_backbone_args(q)
     add_threads_arg(q)
     q.set_defaults(func=_cmd_evaluate)
@@ -75,6 +78,7 @@ def register(subparsers: Any) -> None:
     q.add_argument("--warmup", type=int, default=20)
     q.add_argument("--budget-ms", type=float, default=None, help="control period; verdict on p99, exit 1 if over")
     q.add_argument("--hist", default=None, help="histogram PNG path")
+    _render_arg(q)
     q.add_argument("--json", default=None)
     add_backbone_args(q)
     add_threads_arg(q)
@@ -85,6 +89,27 @@ def _env_args(q: argparse.ArgumentParser) -> None:
     q.add_argument("--camera", default="corner", help="corner, corner2, corner3, topview, ... (frames are upright)")
     q.add_argument("--image-size", type=int, default=224, help="rendered frame size (pixels, square)")
     q.add_argument("--max-steps", type=int, default=500, help="episode cap")
+    _render_arg(q)
+
+
+def _render_arg(q: argparse.ArgumentParser) -> None:
+    q.add_argument("--mesh-faces", default=None, metavar="N|none",
+                   help="draw meshes simplified to N triangles each (default: RenderSettings' "
+                        f"{RenderSettings().mesh_faces}); 'none' draws the full meshes")
+
+
+def render_settings(args: argparse.Namespace, stored: dict | None = None) -> RenderSettings:
+    """RenderSettings from --mesh-faces; without it, the stored settings (a policy's demos) or the defaults."""
+    v = getattr(args, "mesh_faces", None)
+    if v is None:
+        return RenderSettings.from_dict(stored) if stored else RenderSettings()
+    if str(v).lower() == "none":
+        return RenderSettings(mesh_faces=None)
+    try:
+        return RenderSettings(mesh_faces=int(v))
+    except ValueError as e:
+        raise SystemExit(f"--mesh-faces: {e}" if "mesh_faces" in str(e) else
+                         f"--mesh-faces takes a triangle count or 'none', got {v!r}") from None
 
 
 def load_backbone_for(args: argparse.Namespace, img_size: Any = None) -> Any:
@@ -101,7 +126,7 @@ def _cmd_collect(args: argparse.Namespace) -> int:
 
     out = collect_demos(args.task, args.out, args.episodes, camera=args.camera, image_size=args.image_size,
                         max_steps=args.max_steps, action_noise=args.noise, seed=args.seed,
-                        first_config=args.first_config)
+                        first_config=args.first_config, render=render_settings(args))
     m = load_manifest(out)
     steps = [e["steps"] for e in m["episodes"]]
     print(f"{len(steps)} successful episodes of {args.task} in {out} ({sum(steps)} frames, "
@@ -136,7 +161,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     pol = PatchTokenPolicy.load(args.policy)
     bb = load_backbone_for(args, pol.meta_["img_size"])
     res = evaluate(pol, bb, config_seeds("heldout", args.configs), task=args.task, max_steps=args.max_steps,
-                   parallel=args.parallel, gif_dir=args.gif_dir, gif_episodes=args.gifs)
+                   parallel=args.parallel, gif_dir=args.gif_dir, gif_episodes=args.gifs,
+                   render=render_settings(args, pol.meta_.get("render")))
     print(f"{res.task}: success {sum(res.successes)}/{len(res.successes)} = {res.success_rate:.2f} "
           f"on held-out configurations (cap {res.max_steps} steps)")
     for g in res.gifs:
@@ -164,7 +190,8 @@ def _cmd_latency(args: argparse.Namespace) -> int:
         task, camera = args.task, args.camera or "corner"
         print("(no --policy: an untrained head of the same shape; latency does not depend on its weights)")
     size = bb.config.img_size[0]
-    with MetaWorldTask(task, camera=camera, image_size=size) as env:
+    with MetaWorldTask(task, camera=camera, image_size=size,
+                       render=render_settings(args, pol.meta_.get("render"))) as env:
         from .latency import measure_latency
 
         rep = measure_latency(VisuomotorAgent(pol, bb), env, steps=args.steps, warmup=args.warmup)

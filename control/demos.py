@@ -33,7 +33,9 @@ from .errors import DemoError
 
 KIND = "control.demos"
 FORMAT_VERSION = 1
-_SETTINGS = ("task", "camera", "image_size", "max_steps", "action_noise", "seed")
+_SETTINGS = ("task", "camera", "image_size", "max_steps", "action_noise", "seed", "render")
+# Manifests written before render settings were recorded were rendered with full meshes.
+_LEGACY_RENDER = dict(shadows=False, reflections=False, offsamples=0, mesh_faces=None)
 
 
 @dataclass
@@ -67,7 +69,7 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
         raise ValueError(f"action_noise must be >= 0, got {action_noise}")
     out = Path(out_dir)
     settings = dict(task=task, camera=camera, image_size=int(image_size), max_steps=int(max_steps),
-                    action_noise=float(action_noise), seed=int(seed))
+                    action_noise=float(action_noise), seed=int(seed), render=render.as_dict())
     manifest = _open_manifest(out, settings)
     done = {e["config"] for e in manifest["episodes"]}
     failed = set(manifest["failed_configs"])
@@ -132,6 +134,7 @@ def load_manifest(demo_dir: str | Path) -> dict:
     m = json.loads(path.read_text())
     if m.get("kind") != KIND or m.get("format_version") != FORMAT_VERSION:
         raise DemoError(f"{path} is not a format-{FORMAT_VERSION} demo manifest; re-collect the demos")
+    m.setdefault("render", dict(_LEGACY_RENDER))
     return m
 
 

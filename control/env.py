@@ -11,8 +11,13 @@ Three things about Meta-World v3 that this module settles once:
 * **Rendering.** Meta-World's default visuals (shadows, reflections, 4x multisampling) render
   ~5-7 frames/s at 224 px with Mesa's CPU rasteriser; with shadows and reflections off and
   `model.vis.quality.offsamples = 0` set *before* the GL context is created it renders ~55-60
-  frames/s (measured on the 2-core build machine). `RenderSettings()` is that fast default;
-  `RenderSettings.metaworld()` restores Meta-World's look.
+  frames/s (measured on the 2-core build machine). What is left is mostly geometry: the Sawyer
+  arm's ~68k mesh triangles, whatever the frame size. `RenderSettings()` also draws meshes of more
+  than 3 x 800 triangles simplified to ~800 (`control.meshes`: a render-only copy of the model,
+  the physics keeps the full meshes), 29k triangles in all: frames within ~30 dB PSNR of the
+  full-mesh ones, rendered ~2x faster. `RenderSettings(mesh_faces=None)` draws the full meshes;
+  `RenderSettings.metaworld()` restores Meta-World's look. Demos record the settings they were
+  rendered with, and policies are evaluated with those of their demos.
 * **Orientation.** The corner cameras are defined with their "up" axis pointing down in the
   world, so their frames come out upside down. A frame is rotated by 180 degrees whenever the
   camera's up axis points below the horizon (`camera_is_upside_down`), so every camera shows
@@ -79,11 +84,25 @@ class RenderSettings:
     shadows: bool = False
     reflections: bool = False
     offsamples: int = 0          # multisample anti-aliasing of the offscreen buffer (MuJoCo's default: 4)
+    mesh_faces: int | None = 800   # draw meshes simplified to at most this many triangles (None: full meshes)
+
+    def __post_init__(self) -> None:
+        if self.mesh_faces is not None and int(self.mesh_faces) < 4:
+            raise ValueError(f"mesh_faces must be None or >= 4, got {self.mesh_faces}")
 
     @classmethod
     def metaworld(cls) -> "RenderSettings":
         """Meta-World's own look (slow on a CPU rasteriser)."""
-        return cls(shadows=True, reflections=True, offsamples=4)
+        return cls(shadows=True, reflections=True, offsamples=4, mesh_faces=None)
+
+    def as_dict(self) -> dict:
+        return dict(shadows=bool(self.shadows), reflections=bool(self.reflections),
+                    offsamples=int(self.offsamples),
+                    mesh_faces=None if self.mesh_faces is None else int(self.mesh_faces))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RenderSettings":
+        return cls(**{k: d[k] for k in ("shadows", "reflections", "offsamples", "mesh_faces") if k in d})
 
 
 def camera_is_upside_down(cam_xmat: np.ndarray) -> bool:
@@ -146,6 +165,10 @@ class FrameRenderer:
         model.vis.global_.offheight = max(int(model.vis.global_.offheight), size)
         if not _LIVE:
             _preload_triton()
+        if settings.mesh_faces is not None:
+            from .meshes import render_model
+
+            model = render_model(model, settings.mesh_faces)    # a copy: the physics keeps full meshes
         try:
             self._renderer = mujoco.Renderer(model, size, size)
         except Exception as e:

@@ -42,10 +42,10 @@ class TaskResult:
 def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *, task: str | None = None,
              camera: str | None = None, image_size: int | None = None, max_steps: int = 500,
              parallel: int = 4, gif_dir: str | Path | None = None, gif_episodes: int = 0,
-             render: RenderSettings = RenderSettings(), progress: bool | None = None) -> TaskResult:
+             render: RenderSettings | None = None, progress: bool | None = None) -> TaskResult:
     """Roll the policy out once per configuration seed (use held-out seeds: `config_seeds('heldout', n)`).
 
-    task/camera/image_size default to those of the policy's training demos. `parallel`
+    task/camera/image_size/render default to those of the policy's training demos. `parallel`
     environments run in lockstep. With gif_dir and gif_episodes > 0 the first episodes are saved
     as animated GIFs.
     """
@@ -53,6 +53,8 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
     task = task or meta.get("task")
     camera = camera or meta.get("camera", "corner")
     image_size = int(image_size or meta.get("demo_image_size") or meta["img_size"][0])
+    if render is None:
+        render = RenderSettings.from_dict(meta["render"]) if "render" in meta else RenderSettings()
     if not task:
         raise ValueError("the policy does not say which task it was trained on: pass task=")
     configs = [int(c) for c in configs]

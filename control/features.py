@@ -107,7 +107,8 @@ def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | None = N
     if not manifest["episodes"]:
         raise DemoError(f"{demo_dir} has no successful episodes to encode")
     meta = backbone_meta(backbone, block)
-    meta.update(task=manifest["task"], camera=manifest["camera"], demo_image_size=manifest["image_size"])
+    meta.update(task=manifest["task"], camera=manifest["camera"], demo_image_size=manifest["image_size"],
+                render=manifest["render"])
     meta["configs"] = [e["config"] for e in manifest["episodes"]]
     if cache_dir is None:
         H = meta["img_size"][0]

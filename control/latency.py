@@ -25,6 +25,16 @@ class LatencyReport:
     stages: dict[str, np.ndarray]              # stage -> (S,) ms
     meta: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def concat(cls, reports: Sequence["LatencyReport"]) -> "LatencyReport":
+        """One report over the steps of several (e.g. interleaved rounds); meta of the first, steps summed."""
+        if not reports:
+            raise ValueError("no reports to concatenate")
+        names = [s for s in STAGES if all(s in r.stages for r in reports)]
+        return cls(np.concatenate([r.total for r in reports]),
+                   {s: np.concatenate([r.stages[s] for r in reports]) for s in names},
+                   dict(reports[0].meta, rounds=len(reports)))
+
     def percentiles(self, q: Sequence[float] = (50, 95, 99)) -> dict[str, float]:
         return {f"p{int(p)}": float(np.percentile(self.total, p)) for p in q}
 

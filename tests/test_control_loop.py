@@ -180,3 +180,33 @@ def test_demo_section_quick(tmp_path):
     html = "\n".join(sec.blocks)
     assert sec.order == 40 and sec.title.startswith("Control")
     assert "Skipped" in html or ("<img" in html and "p99" in html and "success_rate" in html)
+
+
+def test_demos_record_their_render_settings_and_policies_are_evaluated_with_them(demo_dir, bb, tmp_path, monkeypatch):
+    import importlib
+    import json
+
+    from control import RenderSettings
+
+    ev = importlib.import_module("control.evaluate")          # `control.evaluate` the attribute is the function
+
+    m = load_manifest(demo_dir)
+    assert m["render"] == RenderSettings().as_dict()
+    d = tmp_path / "copy"
+    shutil.copytree(demo_dir, d)
+    with pytest.raises(DemoError, match="other settings"):          # full meshes would be another scene
+        collect_demos("reach-v3", d, 3, image_size=64, max_steps=100, render=RenderSettings(mesh_faces=None),
+                      progress=False)
+    legacy = json.loads((d / "manifest.json").read_text())
+    legacy.pop("render")                                             # written before settings were recorded
+    (d / "manifest.json").write_text(json.dumps(legacy))
+    assert load_manifest(d)["render"]["mesh_faces"] is None
+
+    cache = cache_features(demo_dir, bb)
+    pol = PatchTokenPolicy("mean", epochs=1, seed=0).fit(cache, progress=False)
+    assert pol.meta_["render"] == m["render"]
+    seen = []
+    real = ev.MetaWorldTask
+    monkeypatch.setattr(ev, "MetaWorldTask", lambda *a, **k: seen.append(k["render"]) or real(*a, **k))
+    evaluate(pol, bb, config_seeds("heldout", 1), max_steps=2, parallel=1, progress=False)
+    assert seen == [RenderSettings.from_dict(m["render"])]
