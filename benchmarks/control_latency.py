@@ -1,11 +1,14 @@
 """Control-loop latency: render + preprocess + encode + attention head + env step, per step.
 
-Encoders: the embedded default at 224 px, and a faster one: the same weights at a lower input
-size (--fast-size, fewer tokens), or a distilled student given by --fast-backbone/--fast-weights.
-Each at 1 thread and at --threads. Targets (quiet machine, 2 threads): default p50 <= 60 ms and
-p99 <= 90 ms; the fast encoder's p50 <= half the default's.
+Encoders: the embedded default at 224 px, and a faster one: control's shipped fast encoder (4
+blocks, 112 px; the default), the default's weights at --fast-size (--fast default), or a
+distilled student given by --fast-backbone/--fast-weights. Each at 1 thread and at --threads; the
+two encoders take turns over --rounds rounds. Rendering uses the default RenderSettings
+(simplified meshes); the JSON also records render rates with full meshes and the frames' PSNR
+against them. Targets (quiet machine, 2 threads): default p50 <= 60 ms and p99 <= 90 ms; the fast
+encoder's p50 <= half the default's.
 
-    .venv/bin/python benchmarks/control_latency.py --threads 2 --steps 200
+    .venv/bin/python benchmarks/control_latency.py --threads 2 --steps 300
 """
 from __future__ import annotations
 
@@ -38,6 +41,11 @@ def load_encoders(args: argparse.Namespace) -> list[tuple[str, object, bool]]:
                              pretrained=args.fast_weights is not None)
         out.append((f"{args.fast_backbone} ({fast.config.depth} blocks) @{fast.config.img_size[0]}", fast,
                     args.fast_weights is not None))
+    elif args.fast == "shipped":
+        from control import load_fast_encoder
+
+        fast = load_fast_encoder()
+        out.append((f"fast encoder ({fast.config.depth} blocks) @{fast.config.img_size[0]}", fast, True))
     else:
         fast = (load_backbone(args.backbone, weights=args.weights, img_size=args.fast_size) if real
                 else load_backbone(args.stand_in, pretrained=False, img_size=args.fast_size))
@@ -61,6 +69,21 @@ def render_fps(settings, size: int, task: str, n: int = 30) -> float:
         return n / (time.perf_counter() - t0)
 
 
+def lod_psnr(size: int, task: str, configs: int = 5) -> float:
+    """PSNR (dB) of frames drawn with the default simplified meshes against full-mesh frames."""
+    import numpy as np
+
+    from control import MetaWorldTask, RenderSettings, config_seeds
+
+    err = []
+    with MetaWorldTask(task, image_size=size, render=RenderSettings(mesh_faces=None)) as full, \
+            MetaWorldTask(task, image_size=size) as lod:
+        for c in config_seeds("heldout", configs):
+            full.reset(c), lod.reset(c)
+            err.append(np.mean((full.render().astype(np.float64) - lod.render()) ** 2))
+    return float(10 * np.log10(255.0 ** 2 / np.mean(err)))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2, help="the larger thread count (1 is always measured too)")
@@ -69,7 +92,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="the encoders take turns, steps split over rounds")
     ap.add_argument("--task", default="reach-v3")
     ap.add_argument("--size", type=int, default=224, help="input size of the default encoder")
-    ap.add_argument("--fast-size", type=int, default=128, help="input size of the faster encoder")
+    ap.add_argument("--fast", choices=("shipped", "default"), default="shipped",
+                    help="the faster encoder: control's shipped fast encoder (its own size), or the default at --fast-size")
+    ap.add_argument("--fast-size", type=int, default=112, help="input size of --fast default / --fast-backbone")
     ap.add_argument("--fast-backbone", default=None, help="timm name of a distilled student (with --fast-weights)")
     ap.add_argument("--fast-weights", default=None)
     ap.add_argument("--stand-in", default="vit_tiny_patch16_224", help="architecture timed if no default ships")
@@ -89,9 +114,11 @@ def main() -> int:
 
     render = dict(metaworld_default_fps=render_fps(RenderSettings.metaworld(), args.size, args.task),
                   fast_full_mesh_fps=render_fps(RenderSettings(mesh_faces=None), args.size, args.task),
-                  fast_fps=render_fps(RenderSettings(), args.size, args.task), mesh_faces=RenderSettings().mesh_faces)
+                  fast_fps=render_fps(RenderSettings(), args.size, args.task), mesh_faces=RenderSettings().mesh_faces,
+                  psnr_db_vs_full_meshes={s: lod_psnr(s, args.task) for s in sorted({args.size, args.fast_size})})
     print(f"rendering {args.size}px: Meta-World's visuals {render['metaworld_default_fps']:.1f} frames/s, "
-          f"fast defaults {render['fast_fps']:.1f} frames/s (full meshes: {render['fast_full_mesh_fps']:.1f})", flush=True)
+          f"fast defaults {render['fast_fps']:.1f} frames/s (full meshes: {render['fast_full_mesh_fps']:.1f}); "
+          f"simplified vs full meshes: PSNR {render['psnr_db_vs_full_meshes']} dB", flush=True)
     encoders = load_encoders(args)
     rows, runs, figs, round_ratios = [], [], [], {}
     for threads in sorted({1, args.threads}):
