@@ -34,7 +34,8 @@ def main() -> int:
     ap.add_argument("--epochs", type=int, default=60)
     ap.add_argument("--frames", type=int, default=1)
     ap.add_argument("--token-dropout", type=float, default=0.0, help="attention pooling only")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0],
+                    help="training seeds of each head: BC success varies a lot from seed to seed")
     ap.add_argument("--block", type=int, default=None,
                     help="backbone block of every pooling (default: control.default_block per pooling: the "
                          "last for cls, the end of the first quarter for attention and mean)")
@@ -75,7 +76,7 @@ def main() -> int:
               for p in args.poolings}
     results: list[dict] = []
     settings = dict(tasks=args.tasks, demos=args.demos, configs=args.configs, max_steps=args.max_steps,
-                    poolings=args.poolings, epochs=args.epochs, frames=args.frames, seed=args.seed,
+                    poolings=args.poolings, epochs=args.epochs, frames=args.frames, seeds=args.seeds,
                     token_dropout=args.token_dropout, blocks=blocks,
                     encoder=enc, weights_sha256=bb.weights_sha256, camera=args.camera, demo_size=args.demo_size,
                     render=render.as_dict(),
@@ -90,9 +91,9 @@ def main() -> int:
         if same == {k: v for k, v in settings.items() if k not in ("tasks", "heldout_seeds")}:
             results = [r for r in old.get("results", []) if r["task"] in args.tasks]
             print(f"resuming: {len(results)} results kept from {out_path}", flush=True)
-    done = {(r["task"], r["pooling"]) for r in results}
+    done = {(r["task"], r["pooling"], r["seed"]) for r in results}
     for task in args.tasks:
-        if all((task, p) in done for p in args.poolings):
+        if all((task, p, sd) in done for p in args.poolings for sd in args.seeds):
             continue
         t0 = time.perf_counter()
         demo_dir = work / "demos" / f"{task}_{args.camera}_{args.demo_size}px{lod}"
@@ -100,14 +101,14 @@ def main() -> int:
                       render=render)
         caches = {b: cache_features(demo_dir, bb, block=b) for b in sorted(set(blocks.values()))}
         t_prep = time.perf_counter() - t0
-        for pooling in args.poolings:
-            if (task, pooling) in done:
+        for pooling, seed in [(p, sd) for p in args.poolings for sd in args.seeds]:
+            if (task, pooling, seed) in done:
                 continue
             t1 = time.perf_counter()
             cache = caches[blocks[pooling]]
             pol_dir = work / "policies" / (f"{task}_{enc}_{(bb.weights_sha256 or 'random')[:10]}_{pooling}"
-                                           f"_b{blocks[pooling]}_f{args.frames}_s{args.seed}{lod}")
-            pol = PatchTokenPolicy(pooling, frames=args.frames, epochs=args.epochs, seed=args.seed,
+                                           f"_b{blocks[pooling]}_f{args.frames}_s{seed}{lod}")
+            pol = PatchTokenPolicy(pooling, frames=args.frames, epochs=args.epochs, seed=seed,
                                    token_dropout=args.token_dropout if pooling == "attention" else 0.0)
             if (pol_dir / "config.json").is_file() and PatchTokenPolicy.load(pol_dir).get_params() == pol.get_params() \
                     and PatchTokenPolicy.load(pol_dir).meta_.get("fingerprint") == bb.weights_sha256:
@@ -117,18 +118,20 @@ def main() -> int:
                 pol.save(pol_dir)
             t_fit = time.perf_counter() - t1
             res = evaluate(pol, bb, heldout, max_steps=args.max_steps, parallel=args.parallel)
-            results.append(dict(task=task, pooling=pooling, block=blocks[pooling], success_rate=res.success_rate,
+            results.append(dict(task=task, pooling=pooling, seed=seed, block=blocks[pooling],
+                                success_rate=res.success_rate,
                                 successes=int(sum(res.successes)), episodes=len(res.successes),
                                 final_bc_loss=pol.history_[-1], demo_frames=len(cache),
                                 prep_s=round(t_prep, 1), fit_s=round(t_fit, 1),
                                 eval_s=round(time.perf_counter() - t1 - t_fit, 1), per_config=res.successes))
-            print(f"{task} {pooling}: {res.success_rate:.2f} ({sum(res.successes)}/{len(res.successes)}) "
+            print(f"{task} {pooling} seed {seed}: {res.success_rate:.2f} ({sum(res.successes)}/{len(res.successes)}) "
                   f"fit {t_fit:.0f} s, eval {results[-1]['eval_s']:.0f} s", flush=True)
             write_result("control_success", dict(settings=settings, results=results,
                                                  summary=_summary(results, args.poolings), complete=False), args.out)
     summary = _summary(results, args.poolings)
     print_table([{k: v for k, v in r.items() if k != "per_config"} for r in results])
     print_table(summary["by_pooling"])
+    print_table(summary["by_seed"])
     if summary["verdict"]:
         for other, t in summary["verdict"]["paired"].items():
             print(f"paired episodes, attention vs {other}: {t['attention_only']} won only by attention, "
@@ -160,29 +163,41 @@ def merge_parts(paths: list[str], out: str | None) -> int:
 
 
 def _summary(results: list[dict], poolings: list[str]) -> dict:
-    by = []
+    """Mean success per pooling over tasks and seeds; per seed; paired tests against attention."""
+    seeds = sorted({r.get("seed", 0) for r in results})
+    by, by_seed = [], []
     for p in poolings:
         rates = [r["success_rate"] for r in results if r["pooling"] == p]
         if rates:
-            by.append(dict(pooling=p, tasks=len(rates), mean_success=float(np.mean(rates))))
+            by.append(dict(pooling=p, runs=len(rates), mean_success=float(np.mean(rates))))
+    for sd in seeds:
+        row = {"seed": sd}
+        for p in poolings:
+            rates = [r["success_rate"] for r in results if r["pooling"] == p and r.get("seed", 0) == sd]
+            if rates:
+                row[p] = float(np.mean(rates))
+        by_seed.append(row)
     means = {r["pooling"]: r["mean_success"] for r in by}
     verdict = None
     if "attention" in means and "cls" in means:
+        diffs = [row["attention"] - row["cls"] for row in by_seed if "attention" in row and "cls" in row]
         verdict = dict(attention_beats_cls=means["attention"] > means["cls"],
                        attention_minus_cls=means["attention"] - means["cls"],
+                       attention_minus_cls_by_seed=diffs,
                        paired={p: _mcnemar(results, "attention", p) for p in poolings if p != "attention"})
-    return dict(by_pooling=by, verdict=verdict)
+    return dict(by_pooling=by, by_seed=by_seed, verdict=verdict)
 
 
 def _mcnemar(results: list[dict], a: str, b: str) -> dict:
-    """Exact McNemar test over paired episodes (same task and held-out configuration) of poolings a and b."""
+    """Exact McNemar test over paired episodes (same task, training seed and held-out configuration)
+    of poolings a and b. It treats the trained heads as fixed: seed-to-seed variation is in by_seed."""
     from scipy.stats import binomtest
 
-    runs = {(r["task"], r["pooling"]): r["per_config"] for r in results}
+    runs = {(r["task"], r.get("seed", 0), r["pooling"]): r["per_config"] for r in results}
     only_a = only_b = 0
-    for task in {t for t, _ in runs}:
-        if (task, a) in runs and (task, b) in runs:
-            for x, y in zip(runs[(task, a)], runs[(task, b)]):
+    for task, seed in {(t, sd) for t, sd, _ in runs}:
+        if (task, seed, a) in runs and (task, seed, b) in runs:
+            for x, y in zip(runs[(task, seed, a)], runs[(task, seed, b)]):
                 only_a += bool(x) and not y
                 only_b += bool(y) and not x
     p = binomtest(only_a, only_a + only_b).pvalue if only_a + only_b else 1.0

@@ -1,4 +1,4 @@
-"""benchmarks/control_success.py --merge: runs that split the tasks combine into one result, others are refused."""
+"""benchmarks/control_success.py: --merge combines runs that split the tasks (others are refused); the summary over seeds."""
 import json
 import sys
 from pathlib import Path
@@ -32,3 +32,15 @@ def test_merge_recomputes_the_summary_and_refuses_mismatched_parts(tmp_path):
         control_success.merge_parts([a, c], str(out))
     with pytest.raises(SystemExit, match="overlap"):
         control_success.merge_parts([a, a], str(out))
+
+
+def test_summary_averages_over_seeds_and_pairs_episodes_within_a_seed():
+    rows = [dict(task="t", pooling="attention", seed=0, success_rate=1.0, per_config=[1, 1]),
+            dict(task="t", pooling="cls", seed=0, success_rate=0.0, per_config=[0, 0]),
+            dict(task="t", pooling="attention", seed=1, success_rate=0.0, per_config=[0, 0]),
+            dict(task="t", pooling="cls", seed=1, success_rate=0.5, per_config=[0, 1])]
+    s = control_success._summary(rows, ["attention", "cls"])
+    assert {r["pooling"]: r["mean_success"] for r in s["by_pooling"]} == {"attention": 0.5, "cls": 0.25}
+    assert s["by_seed"] == [dict(seed=0, attention=1.0, cls=0.0), dict(seed=1, attention=0.0, cls=0.5)]
+    assert s["verdict"]["attention_minus_cls_by_seed"] == [1.0, -0.5]
+    assert s["verdict"]["paired"]["cls"]["attention_only"] == 2 and s["verdict"]["paired"]["cls"]["cls_only"] == 1
