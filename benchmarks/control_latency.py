@@ -3,9 +3,9 @@
 Encoders: the embedded default at 224 px, and a faster one: control's shipped fast encoder (4
 blocks, 112 px; the default), the default's weights at --fast-size (--fast default), or a
 distilled student given by --fast-backbone/--fast-weights. Each at 1 thread and at --threads; the
-two encoders take turns over --rounds rounds. Rendering uses the default RenderSettings
-(simplified meshes); the JSON also records render rates with full meshes and the frames' PSNR
-against them. Targets (quiet machine, 2 threads): default p50 <= 60 ms and p99 <= 90 ms; the fast
+two encoders take turns over --rounds rounds. The loop renders with the default RenderSettings
+(full meshes) or, with --mesh-faces N, simplified meshes; the JSON also records the render rates
+of both and the PSNR of simplified frames against full-mesh ones. Targets (quiet machine, 2 threads): default p50 <= 60 ms and p99 <= 90 ms; the fast
 encoder's p50 <= half the default's.
 
     .venv/bin/python benchmarks/control_latency.py --threads 2 --steps 300
@@ -70,14 +70,14 @@ def render_fps(settings, size: int, task: str, n: int = 30) -> float:
 
 
 def lod_psnr(size: int, task: str, configs: int = 5) -> float:
-    """PSNR (dB) of frames drawn with the default simplified meshes against full-mesh frames."""
+    """PSNR (dB) of frames drawn with RenderSettings.simplified() against full-mesh frames."""
     import numpy as np
 
     from control import MetaWorldTask, RenderSettings, config_seeds
 
     err = []
-    with MetaWorldTask(task, image_size=size, render=RenderSettings(mesh_faces=None)) as full, \
-            MetaWorldTask(task, image_size=size) as lod:
+    with MetaWorldTask(task, image_size=size, render=RenderSettings()) as full, \
+            MetaWorldTask(task, image_size=size, render=RenderSettings.simplified()) as lod:
         for c in config_seeds("heldout", configs):
             full.reset(c), lod.reset(c)
             err.append(np.mean((full.render().astype(np.float64) - lod.render()) ** 2))
@@ -102,6 +102,8 @@ def main() -> int:
     ap.add_argument("--weights", default=None, help="local weights for --backbone")
     ap.add_argument("--block", type=int, default=None,
                     help="block the attention head reads (default: control.default_block; -1 = the last)")
+    ap.add_argument("--mesh-faces", default=None, metavar="N|none",
+                    help="the loop renders big meshes simplified to ~N triangles (default: full meshes)")
     ap.add_argument("--out", default=None, help=f"JSON path (default {RESULTS}/control_latency.json)")
     args = ap.parse_args()
 
@@ -112,19 +114,23 @@ def main() -> int:
     from control import (LatencyReport, MetaWorldTask, PatchTokenPolicy, RenderSettings, VisuomotorAgent,
                          backbone_meta, measure_latency)
 
+    from control.cli import render_settings
+
+    loop_render = render_settings(args)
     render = dict(metaworld_default_fps=render_fps(RenderSettings.metaworld(), args.size, args.task),
-                  fast_full_mesh_fps=render_fps(RenderSettings(mesh_faces=None), args.size, args.task),
-                  fast_fps=render_fps(RenderSettings(), args.size, args.task), mesh_faces=RenderSettings().mesh_faces,
-                  psnr_db_vs_full_meshes={s: lod_psnr(s, args.task) for s in sorted({args.size, args.fast_size})})
+                  fast_fps=render_fps(RenderSettings(), args.size, args.task),
+                  simplified_fps=render_fps(RenderSettings.simplified(), args.size, args.task),
+                  loop_render=loop_render.as_dict(),
+                  simplified_psnr_db={s: lod_psnr(s, args.task) for s in sorted({args.size, args.fast_size})})
     print(f"rendering {args.size}px: Meta-World's visuals {render['metaworld_default_fps']:.1f} frames/s, "
-          f"fast defaults {render['fast_fps']:.1f} frames/s (full meshes: {render['fast_full_mesh_fps']:.1f}); "
-          f"simplified vs full meshes: PSNR {render['psnr_db_vs_full_meshes']} dB", flush=True)
+          f"fast defaults {render['fast_fps']:.1f} frames/s, with simplified meshes {render['simplified_fps']:.1f} "
+          f"(PSNR vs full meshes {render['simplified_psnr_db']} dB); the loop renders with {loop_render}", flush=True)
     encoders = load_encoders(args)
     rows, runs, figs, round_ratios = [], [], [], {}
     for threads in sorted({1, args.threads}):
         torch.set_num_threads(threads)
         # Encoders take turns in rounds, so drift in the machine's load hits both alike.
-        envs = [MetaWorldTask(args.task, image_size=bb.config.img_size[0]) for _, bb, _ in encoders]
+        envs = [MetaWorldTask(args.task, image_size=bb.config.img_size[0], render=loop_render) for _, bb, _ in encoders]
         agents = [VisuomotorAgent(PatchTokenPolicy("attention").init_untrained(backbone_meta(bb, args.block)), bb)
                   for _, bb, _ in encoders]
         parts: list[list] = [[] for _ in encoders]

@@ -194,8 +194,8 @@ def test_demos_record_their_render_settings_and_policies_are_evaluated_with_them
     assert m["render"] == RenderSettings().as_dict()
     d = tmp_path / "copy"
     shutil.copytree(demo_dir, d)
-    with pytest.raises(DemoError, match="other settings"):          # full meshes would be another scene
-        collect_demos("reach-v3", d, 3, image_size=64, max_steps=100, render=RenderSettings(mesh_faces=None),
+    with pytest.raises(DemoError, match="other settings"):          # simplified meshes would be another scene
+        collect_demos("reach-v3", d, 3, image_size=64, max_steps=100, render=RenderSettings.simplified(),
                       progress=False)
     legacy = json.loads((d / "manifest.json").read_text())
     legacy.pop("render")                                             # written before settings were recorded

@@ -68,9 +68,10 @@ def test_render_model_simplifies_big_meshes_in_their_own_frame_and_leaves_the_or
 def test_render_settings_validate_and_round_trip():
     with pytest.raises(ValueError, match="mesh_faces"):
         RenderSettings(mesh_faces=2)
-    for s in (RenderSettings(), RenderSettings.metaworld(), RenderSettings(mesh_faces=None)):
+    for s in (RenderSettings(), RenderSettings.metaworld(), RenderSettings.simplified()):
         assert RenderSettings.from_dict(s.as_dict()) == s
-    assert RenderSettings.metaworld().mesh_faces is None and RenderSettings().mesh_faces is not None
+    assert RenderSettings.metaworld().mesh_faces is None and RenderSettings().mesh_faces is None
+    assert RenderSettings.simplified().mesh_faces == 800
 
 
 def test_metaworld_frames_with_simplified_meshes_match_full_meshes_and_physics_is_the_same():
@@ -79,7 +80,7 @@ def test_metaworld_frames_with_simplified_meshes_match_full_meshes_and_physics_i
 
     try:
         full = MetaWorldTask("reach-v3", image_size=96, max_steps=20, render=RenderSettings(mesh_faces=None))
-        lod = MetaWorldTask("reach-v3", image_size=96, max_steps=20, render=RenderSettings(mesh_faces=800))
+        lod = MetaWorldTask("reach-v3", image_size=96, max_steps=20, render=RenderSettings.simplified())
     except RenderUnavailable as e:
         pytest.skip(f"no headless OpenGL: {e}")
     with full, lod:
