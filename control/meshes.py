@@ -3,7 +3,7 @@
 Mesa's CPU rasteriser spends most of a Meta-World frame transforming and lighting the Sawyer
 arm's ~68k mesh triangles, although at 112-224 px the whole arm covers a few thousand pixels.
 `render_model(model, max_faces)` returns a copy of a compiled MuJoCo model whose meshes above
-`max_faces` triangles are simplified by quadric edge collapse (the `fast-simplification`
+`MIN_GAIN * max_faces` triangles are simplified to ~`max_faces` by quadric edge collapse (the `fast-simplification`
 package); a renderer made from the copy draws the same `MjData` as the original model. The
 physics never sees the copy: collisions, inertia and contacts stay those of the full meshes.
 
@@ -63,7 +63,7 @@ def _simplify(model: Any, max_faces: int) -> dict[int, tuple[np.ndarray, np.ndar
 
 
 def render_model(model: Any, max_faces: int) -> Any:
-    """A copy of `model` whose meshes have at most ~max_faces triangles each (for rendering only).
+    """A copy of `model` whose meshes above MIN_GAIN * max_faces triangles have ~max_faces (rendering only).
 
     Simplification runs once per distinct mesh set and cap in a process; copies are cheap.
     """
