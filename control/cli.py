@@ -106,10 +106,13 @@ def render_settings(args: argparse.Namespace, stored: dict | None = None) -> Ren
     if str(v).lower() == "none":
         return RenderSettings(mesh_faces=None)
     try:
-        return RenderSettings(mesh_faces=int(v))
+        n = int(v)
+    except ValueError:
+        raise SystemExit(f"--mesh-faces takes a triangle count or 'none', got {v!r}") from None
+    try:
+        return RenderSettings(mesh_faces=n)
     except ValueError as e:
-        raise SystemExit(f"--mesh-faces: {e}" if "mesh_faces" in str(e) else
-                         f"--mesh-faces takes a triangle count or 'none', got {v!r}") from None
+        raise SystemExit(f"--mesh-faces: {e}") from None
 
 
 def load_backbone_for(args: argparse.Namespace, img_size: Any = None) -> Any:

@@ -95,3 +95,17 @@ def test_metaworld_frames_with_simplified_meshes_match_full_meshes_and_physics_i
         f_full, f_lod = full.render().astype(float), lod.render().astype(float)
         psnr = 10 * np.log10(255.0 ** 2 / np.mean((f_full - f_lod) ** 2))
         assert 25.0 < psnr < 80.0          # close to the full-mesh frame, yet really drawn from other meshes
+
+
+def test_mesh_faces_option_parses_counts_none_and_stored_settings():
+    import argparse
+
+    from control.cli import render_settings
+
+    ns = lambda v: argparse.Namespace(mesh_faces=v)  # noqa: E731
+    assert render_settings(ns("800")).mesh_faces == 800 and render_settings(ns("none")).mesh_faces is None
+    assert render_settings(ns(None), RenderSettings.simplified().as_dict()) == RenderSettings.simplified()
+    assert render_settings(ns(None)) == RenderSettings()
+    for bad, msg in (("abc", "triangle count"), ("2", ">= 4")):
+        with pytest.raises(SystemExit, match=msg):
+            render_settings(ns(bad))
