@@ -29,6 +29,9 @@ def main() -> int:
     ap.add_argument("--tasks", nargs="+", default=DEFAULT_TASKS)
     ap.add_argument("--demos", type=int, default=25, help="successful expert demos per task")
     ap.add_argument("--configs", type=int, default=50, help="held-out configurations per task")
+    ap.add_argument("--heldout-start", type=int, default=0,
+                    help="first held-out configuration (0: the test set; e.g. 500: a validation set disjoint from "
+                         "it, for choosing head settings without looking at the test configurations)")
     ap.add_argument("--max-steps", type=int, default=200, help="episode cap at evaluation (experts need <= ~110)")
     ap.add_argument("--poolings", nargs="+", default=["attention", "cls", "mean"])
     ap.add_argument("--epochs", type=int, default=60)
@@ -53,7 +56,8 @@ def main() -> int:
                     help="combine the JSONs of runs over disjoint --tasks (all other settings equal, e.g. one "
                          "process per core) into --out with a recomputed summary, then exit")
     ap.add_argument("--resume", action="store_true",
-                    help="keep (task, pooling) results already in the JSON when its settings match; run the rest")
+                    help="keep the results already in the JSON of every pooling whose own settings match (its block, "
+                         "encoder, configurations, seeds...; another pooling's block does not matter); run the rest")
     args = ap.parse_args()
     if args.merge:
         return merge_parts(args.merge, args.out)
@@ -69,7 +73,7 @@ def main() -> int:
     size = bb.config.img_size[0]
     enc = f"{bb.config.name}@{size}"
     work = Path(args.work_dir)
-    heldout = config_seeds("heldout", args.configs)
+    heldout = config_seeds("heldout", args.configs, start=args.heldout_start)
     render = render_settings(args)
     lod = "" if render.mesh_faces is None else f"_lod{render.mesh_faces}"    # full-mesh runs keep their old names
     blocks = {p: bb.resolve_blocks(args.block if args.block is not None else default_block(bb.config.depth, p))[0]
@@ -87,10 +91,10 @@ def main() -> int:
         import json
 
         old = json.loads(out_path.read_text())
-        same = {k: v for k, v in old.get("settings", {}).items() if k not in ("tasks", "heldout_seeds")}
-        if same == {k: v for k, v in settings.items() if k not in ("tasks", "heldout_seeds")}:
-            results = [r for r in old.get("results", []) if r["task"] in args.tasks]
-            print(f"resuming: {len(results)} results kept from {out_path}", flush=True)
+        keep = [p for p in args.poolings if _pooling_settings(old.get("settings", {}), p) == _pooling_settings(settings, p)]
+        results = [r for r in old.get("results", []) if r["task"] in args.tasks and r["pooling"] in keep
+                   and r.get("seed", 0) in args.seeds]
+        print(f"resuming: {len(results)} results of {keep or 'no pooling'} kept from {out_path}", flush=True)
     done = {(r["task"], r["pooling"], r["seed"]) for r in results}
     for task in args.tasks:
         if all((task, p, sd) in done for p in args.poolings for sd in args.seeds):
@@ -107,7 +111,8 @@ def main() -> int:
             t1 = time.perf_counter()
             cache = caches[blocks[pooling]]
             pol_dir = work / "policies" / (f"{task}_{enc}_{(bb.weights_sha256 or 'random')[:10]}_{pooling}"
-                                           f"_b{blocks[pooling]}_f{args.frames}_s{seed}{lod}")
+                                           f"_b{blocks[pooling]}_f{args.frames}_s{seed}{lod}"
+                                           f"{_td_suffix(args.token_dropout, pooling)}")
             pol = PatchTokenPolicy(pooling, frames=args.frames, epochs=args.epochs, seed=seed,
                                    token_dropout=args.token_dropout if pooling == "attention" else 0.0)
             if (pol_dir / "config.json").is_file() and PatchTokenPolicy.load(pol_dir).get_params() == pol.get_params() \
@@ -160,6 +165,21 @@ def merge_parts(paths: list[str], out: str | None) -> int:
                                          complete=all(p.get("complete") for p in parts),
                                          merged_from=[Path(p).name for p in paths]), out)
     return 0
+
+
+def _pooling_settings(settings: dict, pooling: str) -> dict:
+    """The settings one pooling's results depend on: all but the task list, the other poolings and their
+    blocks, and (except for attention) the token dropout."""
+    s = {k: v for k, v in settings.items() if k not in ("tasks", "poolings", "blocks", "seeds", "token_dropout")}
+    s["block"] = settings.get("blocks", {}).get(pooling)
+    if pooling == "attention":
+        s["token_dropout"] = settings.get("token_dropout", 0.0)
+    return s
+
+
+def _td_suffix(token_dropout: float, pooling: str) -> str:
+    """Policy-folder suffix for attention heads trained with token dropout (none without: old names stay)."""
+    return f"_td{token_dropout:g}" if pooling == "attention" and token_dropout > 0 else ""
 
 
 def _summary(results: list[dict], poolings: list[str]) -> dict:

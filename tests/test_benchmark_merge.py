@@ -44,3 +44,17 @@ def test_summary_averages_over_seeds_and_pairs_episodes_within_a_seed():
     assert s["by_seed"] == [dict(seed=0, attention=1.0, cls=0.0), dict(seed=1, attention=0.0, cls=0.5)]
     assert s["verdict"]["attention_minus_cls_by_seed"] == [1.0, -0.5]
     assert s["verdict"]["paired"]["cls"]["attention_only"] == 2 and s["verdict"]["paired"]["cls"]["cls_only"] == 1
+
+
+def test_resume_keeps_a_pooling_whose_own_settings_match():
+    old = dict(tasks=["t1", "t2"], poolings=["attention", "cls"], blocks={"attention": 2, "cls": 11},
+               seeds=[0, 1], token_dropout=0.0, epochs=60, heldout_seeds=[1000000, 1000049])
+    new = dict(old, tasks=["t1"], poolings=["attention", "cls"], blocks={"attention": 5, "cls": 11},
+               seeds=[0], token_dropout=0.3)
+    ps = control_success._pooling_settings
+    assert ps(old, "cls") == ps(new, "cls")                     # another pooling's block and dropout do not matter
+    assert ps(old, "attention") != ps(new, "attention")
+    assert ps(old, "attention") != ps(dict(old, token_dropout=0.3), "attention")
+    assert ps(old, "cls") != ps(dict(old, heldout_seeds=[1000500, 1000524]), "cls")   # validation vs test set
+    assert control_success._td_suffix(0.3, "attention") == "_td0.3"
+    assert control_success._td_suffix(0.3, "cls") == control_success._td_suffix(0.0, "attention") == ""
