@@ -40,8 +40,7 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0],
                     help="training seeds of each head: BC success varies a lot from seed to seed")
     ap.add_argument("--block", type=int, default=None,
-                    help="backbone block of every pooling (default: control.default_block per pooling: the "
-                         "last for cls, the end of the first quarter for attention and mean)")
+                    help="backbone block of every pooling (default: control.default_block, the last)")
     ap.add_argument("--size", type=int, default=None, help="encoder input size (default: the default's own)")
     ap.add_argument("--backbone", default=None, help="timm name (default: the embedded default)")
     ap.add_argument("--weights", default=None)

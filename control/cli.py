@@ -47,8 +47,7 @@ def register(subparsers: Any) -> None:
     q.add_argument("--lr", type=float, default=1e-3)
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--block", type=int, default=None,
-                   help="backbone block whose tokens are used (default: control.default_block: the last one "
-                        "for --pooling cls, else the end of the first quarter, 2 of 12)")
+                   help="backbone block whose tokens are used (default: control.default_block: the last one)")
     q.add_argument("--checkpoint", default=None, help="checkpoint directory (resume by re-running)")
     add_backbone_args(q)
     add_threads_arg(q)

@@ -87,27 +87,29 @@ def test_collect_resumes_without_rerecording_and_refuses_other_settings(demo_dir
 
 
 def test_feature_cache_holds_the_encoder_tokens_and_is_reused(demo_dir, bb, monkeypatch):
-    cache = cache_features(demo_dir, bb)
-    b = default_block(bb.config.depth)
-    assert cache.meta["block"] == b == 0                                  # depth 4: the first block
+    cache = cache_features(demo_dir, bb, block=0)
+    b = 0
+    assert cache.meta["block"] == b
     ep = next(iter_episodes(demo_dir))
     direct = bb.patch_grids(list(ep.frames[:3]), blocks=(b,))[b].flatten(2).transpose(1, 2)   # (3, N, C)
     torch.testing.assert_close(cache.tokens[:3].float(), direct, atol=2e-3, rtol=1e-2)       # float16 storage
-    last = cache_features(demo_dir, bb, block=-1)                         # CLS-only policies read the last block
-    assert last.meta["block"] == 3
+    last = cache_features(demo_dir, bb)                                   # default: the last block, for every pooling
+    assert last.meta["block"] == default_block(bb.config.depth) == 3
     torch.testing.assert_close(last.cls[:3].float(), bb.patch_grids(list(ep.frames[:3]), blocks=(-1,)).cls(3),
                                atol=2e-3, rtol=1e-2)
     assert len(cache) == sum(len(e) for e in iter_episodes(demo_dir))
     monkeypatch.setattr(type(bb), "patch_grids", lambda *a, **k: pytest.fail("re-encoded a cached frame"))
-    again = cache_features(demo_dir, bb)
+    again = cache_features(demo_dir, bb, block=0)
     assert torch.equal(again.tokens, cache.tokens)
 
 
-def test_default_block_is_early_for_patch_tokens_and_last_for_cls():
-    assert [default_block(d) for d in (1, 4, 8, 12, 24)] == [0, 0, 1, 2, 5]
-    assert default_block(12, "cls") == 11 and default_block(4, "mean") == 0
+def test_default_block_is_the_last_for_every_pooling():
+    assert [default_block(d) for d in (1, 4, 8, 12, 24)] == [0, 3, 7, 11, 23]
+    assert default_block(12, "cls") == default_block(12, "mean") == default_block(12, "attention") == 11
     with pytest.raises(ValueError, match="depth"):
         default_block(0)
+    with pytest.raises(ValueError, match="pooling"):
+        default_block(12, "max")
 
 
 def test_agent_acting_for_several_slots_equals_acting_for_each_alone(demo_dir, bb):
