@@ -37,6 +37,7 @@ def main() -> int:
     ap.add_argument("--epochs", type=int, default=60)
     ap.add_argument("--frames", type=int, default=1)
     ap.add_argument("--token-dropout", type=float, default=0.0, help="attention pooling only")
+    ap.add_argument("--num-queries", type=int, default=4, help="learned queries of the attention pooler")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0],
                     help="training seeds of each head: BC success varies a lot from seed to seed")
     ap.add_argument("--block", type=int, default=None,
@@ -80,7 +81,7 @@ def main() -> int:
     results: list[dict] = []
     settings = dict(tasks=args.tasks, demos=args.demos, configs=args.configs, max_steps=args.max_steps,
                     poolings=args.poolings, epochs=args.epochs, frames=args.frames, seeds=args.seeds,
-                    token_dropout=args.token_dropout, blocks=blocks,
+                    token_dropout=args.token_dropout, num_queries=args.num_queries, blocks=blocks,
                     encoder=enc, weights_sha256=bb.weights_sha256, camera=args.camera, demo_size=args.demo_size,
                     render=render.as_dict(),
                     threads=args.threads,
@@ -111,9 +112,11 @@ def main() -> int:
             cache = caches[blocks[pooling]]
             pol_dir = work / "policies" / (f"{task}_{enc}_{(bb.weights_sha256 or 'random')[:10]}_{pooling}"
                                            f"_b{blocks[pooling]}_f{args.frames}_s{seed}{lod}"
-                                           f"{_td_suffix(args.token_dropout, pooling)}")
+                                           f"{_attention_suffix(args.token_dropout, args.num_queries, pooling)}")
+            attn = pooling == "attention"
             pol = PatchTokenPolicy(pooling, frames=args.frames, epochs=args.epochs, seed=seed,
-                                   token_dropout=args.token_dropout if pooling == "attention" else 0.0)
+                                   token_dropout=args.token_dropout if attn else 0.0,
+                                   num_queries=args.num_queries if attn else 4)
             if (pol_dir / "config.json").is_file() and PatchTokenPolicy.load(pol_dir).get_params() == pol.get_params() \
                     and PatchTokenPolicy.load(pol_dir).meta_.get("fingerprint") == bb.weights_sha256:
                 pol = PatchTokenPolicy.load(pol_dir)
@@ -169,16 +172,21 @@ def merge_parts(paths: list[str], out: str | None) -> int:
 def _pooling_settings(settings: dict, pooling: str) -> dict:
     """The settings one pooling's results depend on: all but the task list, the other poolings and their
     blocks, and (except for attention) the token dropout."""
-    s = {k: v for k, v in settings.items() if k not in ("tasks", "poolings", "blocks", "seeds", "token_dropout")}
+    s = {k: v for k, v in settings.items()
+         if k not in ("tasks", "poolings", "blocks", "seeds", "token_dropout", "num_queries")}
     s["block"] = settings.get("blocks", {}).get(pooling)
     if pooling == "attention":
         s["token_dropout"] = settings.get("token_dropout", 0.0)
+        s["num_queries"] = settings.get("num_queries", 4)
     return s
 
 
-def _td_suffix(token_dropout: float, pooling: str) -> str:
-    """Policy-folder suffix for attention heads trained with token dropout (none without: old names stay)."""
-    return f"_td{token_dropout:g}" if pooling == "attention" and token_dropout > 0 else ""
+def _attention_suffix(token_dropout: float, num_queries: int, pooling: str) -> str:
+    """Policy-folder suffix for attention heads with token dropout or other than 4 queries (none for the
+    defaults, so older folders keep their names)."""
+    if pooling != "attention":
+        return ""
+    return (f"_td{token_dropout:g}" if token_dropout > 0 else "") + (f"_q{num_queries}" if num_queries != 4 else "")
 
 
 def _summary(results: list[dict], poolings: list[str]) -> dict:

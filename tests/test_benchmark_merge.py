@@ -56,5 +56,8 @@ def test_resume_keeps_a_pooling_whose_own_settings_match():
     assert ps(old, "attention") != ps(new, "attention")
     assert ps(old, "attention") != ps(dict(old, token_dropout=0.3), "attention")
     assert ps(old, "cls") != ps(dict(old, heldout_seeds=[1000500, 1000524]), "cls")   # validation vs test set
-    assert control_success._td_suffix(0.3, "attention") == "_td0.3"
-    assert control_success._td_suffix(0.3, "cls") == control_success._td_suffix(0.0, "attention") == ""
+    assert ps(old, "attention") != ps(dict(old, num_queries=1), "attention")
+    assert ps(old, "cls") == ps(dict(old, num_queries=1), "cls")
+    sfx = control_success._attention_suffix
+    assert sfx(0.3, 4, "attention") == "_td0.3" and sfx(0.0, 1, "attention") == "_q1"
+    assert sfx(0.3, 1, "cls") == sfx(0.0, 4, "attention") == ""
