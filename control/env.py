@@ -15,8 +15,8 @@ Three things about Meta-World v3 that this module settles once:
   arm's ~68k mesh triangles, whatever the frame size. `RenderSettings.simplified()` draws meshes
   of more than 3 x 800 triangles simplified to ~800 (`control.meshes`: a render-only copy of the
   model, the physics keeps the full meshes), ~11k triangles in all: frames within ~30 dB PSNR of
-  the full-mesh ones, rendered ~2x faster. Opt-in, because it costs the default encoder's
-  block-2 policies success (README). `RenderSettings.metaworld()` restores Meta-World's look.
+  the full-mesh ones, rendered ~2x faster. Opt-in: what it does to the default encoder's
+  policies is not measured (README). `RenderSettings.metaworld()` restores Meta-World's look.
   Demos record the settings they were rendered with, and policies are evaluated with those of
   their demos.
 * **Orientation.** The corner cameras are defined with their "up" axis pointing down in the
