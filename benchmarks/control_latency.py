@@ -104,6 +104,9 @@ def main() -> int:
                     help="block the attention head reads (default: control.default_block; -1 = the last)")
     ap.add_argument("--mesh-faces", default=None, metavar="N|none",
                     help="the loop renders big meshes simplified to ~N triangles (default: full meshes)")
+    ap.add_argument("--fast-mesh-faces", default=None, metavar="N|none",
+                    help="the faster encoder's loop renders with these meshes instead (default: as --mesh-faces); "
+                         "its policies must then be trained on demos rendered the same way")
     ap.add_argument("--out", default=None, help=f"JSON path (default {RESULTS}/control_latency.json)")
     args = ap.parse_args()
 
@@ -117,20 +120,28 @@ def main() -> int:
     from control.cli import render_settings
 
     loop_render = render_settings(args)
+    fast_render = (render_settings(argparse.Namespace(mesh_faces=args.fast_mesh_faces))
+                   if args.fast_mesh_faces is not None else loop_render)
     render = dict(metaworld_default_fps=render_fps(RenderSettings.metaworld(), args.size, args.task),
                   fast_fps=render_fps(RenderSettings(), args.size, args.task),
                   simplified_fps=render_fps(RenderSettings.simplified(), args.size, args.task),
-                  loop_render=loop_render.as_dict(),
+                  loop_render=loop_render.as_dict(), fast_loop_render=fast_render.as_dict(),
                   simplified_psnr_db={s: lod_psnr(s, args.task) for s in sorted({args.size, args.fast_size})})
     print(f"rendering {args.size}px: Meta-World's visuals {render['metaworld_default_fps']:.1f} frames/s, "
           f"fast defaults {render['fast_fps']:.1f} frames/s, with simplified meshes {render['simplified_fps']:.1f} "
-          f"(PSNR vs full meshes {render['simplified_psnr_db']} dB); the loop renders with {loop_render}", flush=True)
+          f"(PSNR vs full meshes {render['simplified_psnr_db']} dB); the loop renders with {loop_render}"
+          + ("" if fast_render == loop_render else f", the faster encoder's with {fast_render}"), flush=True)
     encoders = load_encoders(args)
+    renders = [loop_render, fast_render][:len(encoders)]
+    if fast_render != loop_render and len(encoders) == 2:
+        label, bb, real = encoders[1]
+        encoders[1] = (f"{label}, meshes {fast_render.mesh_faces or 'full'}", bb, real)
     rows, runs, figs, round_ratios = [], [], [], {}
     for threads in sorted({1, args.threads}):
         torch.set_num_threads(threads)
         # Encoders take turns in rounds, so drift in the machine's load hits both alike.
-        envs = [MetaWorldTask(args.task, image_size=bb.config.img_size[0], render=loop_render) for _, bb, _ in encoders]
+        envs = [MetaWorldTask(args.task, image_size=bb.config.img_size[0], render=r)
+                for (_, bb, _), r in zip(encoders, renders)]
         agents = [VisuomotorAgent(PatchTokenPolicy("attention").init_untrained(backbone_meta(bb, args.block)), bb)
                   for _, bb, _ in encoders]
         parts: list[list] = [[] for _ in encoders]
