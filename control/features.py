@@ -26,6 +26,7 @@ from backbone.artifacts import atomic_dir, read_config, write_json
 
 from .demos import iter_episodes, load_manifest
 from .errors import DemoError
+from .head import POOLINGS
 
 KIND = "control.features"
 FORMAT_VERSION = 1
@@ -81,8 +82,8 @@ def default_block(depth: int, pooling: str = "attention") -> int:
     """
     if depth < 1:
         raise ValueError(f"depth must be >= 1, got {depth}")
-    if pooling not in ("attention", "cls", "mean"):
-        raise ValueError(f"pooling must be 'attention', 'cls' or 'mean', got {pooling!r}")
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
     return depth - 1
 
 
@@ -100,7 +101,7 @@ def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | None = N
                    cache_dir: str | Path | None = None, progress: bool | None = None) -> FeatureCache:
     """Encode every frame of `demo_dir` once with the frozen `backbone` (block `block`) and cache it.
 
-    block None: `default_block(depth)`, the patch-token block; CLS-only policies want block=-1.
+    block None: `default_block(depth)`, the last block (what every pooling reads by default).
 
     A cache with the same backbone weights, input size, block and episodes is loaded instead of
     recomputed. `cache_dir` overrides the default location under `<demo_dir>/features/`.
