@@ -117,9 +117,10 @@ def main() -> int:
             pol = PatchTokenPolicy(pooling, frames=args.frames, epochs=args.epochs, seed=seed,
                                    token_dropout=args.token_dropout if attn else 0.0,
                                    num_queries=args.num_queries if attn else 4)
-            if (pol_dir / "config.json").is_file() and PatchTokenPolicy.load(pol_dir).get_params() == pol.get_params() \
-                    and PatchTokenPolicy.load(pol_dir).meta_.get("fingerprint") == bb.weights_sha256:
-                pol = PatchTokenPolicy.load(pol_dir)
+            cached = PatchTokenPolicy.load(pol_dir) if (pol_dir / "config.json").is_file() else None
+            if cached is not None and cached.get_params() == pol.get_params() \
+                    and cached.meta_.get("fingerprint") == bb.weights_sha256:
+                pol = cached
             else:
                 pol.fit(cache, checkpoint_dir=work / "ckpt" / pol_dir.name)
                 pol.save(pol_dir)
@@ -170,8 +171,9 @@ def merge_parts(paths: list[str], out: str | None) -> int:
 
 
 def _pooling_settings(settings: dict, pooling: str) -> dict:
-    """The settings one pooling's results depend on: all but the task list, the other poolings and their
-    blocks, and (except for attention) the token dropout."""
+    """The settings one pooling's results depend on: all but the task list, the seeds (results are kept
+    per seed), the other poolings and their blocks, and (except for attention) the token dropout and the
+    number of queries."""
     s = {k: v for k, v in settings.items()
          if k not in ("tasks", "poolings", "blocks", "seeds", "token_dropout", "num_queries")}
     s["block"] = settings.get("blocks", {}).get(pooling)

@@ -102,6 +102,11 @@ def render_settings(args: argparse.Namespace, stored: dict | None = None) -> Ren
     v = getattr(args, "mesh_faces", None)
     if v is None:
         return RenderSettings.from_dict(stored) if stored else RenderSettings()
+    return parse_mesh_faces(v)
+
+
+def parse_mesh_faces(v: Any) -> RenderSettings:
+    """RenderSettings for a --mesh-faces value: a triangle count or 'none' (SystemExit with the reason otherwise)."""
     if str(v).lower() == "none":
         return RenderSettings(mesh_faces=None)
     try:

@@ -100,7 +100,7 @@ def test_metaworld_frames_with_simplified_meshes_match_full_meshes_and_physics_i
 def test_mesh_faces_option_parses_counts_none_and_stored_settings():
     import argparse
 
-    from control.cli import render_settings
+    from control.cli import parse_mesh_faces, render_settings
 
     ns = lambda v: argparse.Namespace(mesh_faces=v)  # noqa: E731
     assert render_settings(ns("800")).mesh_faces == 800 and render_settings(ns("none")).mesh_faces is None
@@ -109,3 +109,4 @@ def test_mesh_faces_option_parses_counts_none_and_stored_settings():
     for bad, msg in (("abc", "triangle count"), ("2", ">= 4")):
         with pytest.raises(SystemExit, match=msg):
             render_settings(ns(bad))
+    assert parse_mesh_faces("800") == RenderSettings.simplified() and parse_mesh_faces("None") == RenderSettings()
