@@ -40,6 +40,9 @@ def main() -> int:
     ap.add_argument("--num-queries", type=int, default=4, help="learned queries of the attention pooler")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0],
                     help="training seeds of each head: BC success varies a lot from seed to seed")
+    ap.add_argument("--ensemble", type=int, default=1, metavar="K",
+                    help="act by the mean action of K heads; seed s is the ensemble of member seeds s*K .. s*K+K-1 "
+                         "(K=1: one head per seed, seed s)")
     ap.add_argument("--block", type=int, default=None,
                     help="backbone block of every pooling (default: control.default_block, the last)")
     ap.add_argument("--size", type=int, default=None, help="encoder input size (default: the default's own)")
@@ -47,6 +50,9 @@ def main() -> int:
     ap.add_argument("--weights", default=None)
     ap.add_argument("--camera", default="corner")
     ap.add_argument("--demo-size", type=int, default=224, help="rendered frame size (resized to the encoder's)")
+    ap.add_argument("--action-noise", type=float, default=0.0,
+                    help="std of Gaussian noise on the expert's executed actions while recording demos (labels stay "
+                         "the expert's): demos that visit and correct off-course states")
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--mesh-faces", default=None, metavar="N|none",
                     help="render meshes simplified to N triangles (default: RenderSettings'); 'none': full meshes")
@@ -65,7 +71,7 @@ def main() -> int:
     import torch
 
     from backbone import load_backbone
-    from control import PatchTokenPolicy, cache_features, collect_demos, config_seeds, default_block, evaluate
+    from control import PatchTokenPolicy, PolicyEnsemble, cache_features, collect_demos, config_seeds, default_block, evaluate
     from control.cli import render_settings
 
     torch.set_num_threads(args.threads)
@@ -82,7 +88,9 @@ def main() -> int:
     settings = dict(tasks=args.tasks, demos=args.demos, configs=args.configs, max_steps=args.max_steps,
                     poolings=args.poolings, epochs=args.epochs, frames=args.frames, seeds=args.seeds,
                     token_dropout=args.token_dropout, num_queries=args.num_queries, blocks=blocks,
+                    ensemble=args.ensemble,
                     encoder=enc, weights_sha256=bb.weights_sha256, camera=args.camera, demo_size=args.demo_size,
+                    action_noise=args.action_noise,
                     render=render.as_dict(),
                     threads=args.threads,
                     heldout_seeds=[heldout[0], heldout[-1]] if heldout else [])
@@ -100,9 +108,10 @@ def main() -> int:
         if all((task, p, sd) in done for p in args.poolings for sd in args.seeds):
             continue
         t0 = time.perf_counter()
-        demo_dir = work / "demos" / f"{task}_{args.camera}_{args.demo_size}px{lod}"
+        noise = f"_noise{args.action_noise:g}" if args.action_noise > 0 else ""
+        demo_dir = work / "demos" / f"{task}_{args.camera}_{args.demo_size}px{lod}{noise}"
         collect_demos(task, demo_dir, args.demos, camera=args.camera, image_size=args.demo_size, max_steps=500,
-                      render=render)
+                      render=render, action_noise=args.action_noise)
         caches = {b: cache_features(demo_dir, bb, block=b) for b in sorted(set(blocks.values()))}
         t_prep = time.perf_counter() - t0
         for pooling, seed in [(p, sd) for p in args.poolings for sd in args.seeds]:
@@ -110,26 +119,31 @@ def main() -> int:
                 continue
             t1 = time.perf_counter()
             cache = caches[blocks[pooling]]
-            pol_dir = work / "policies" / (f"{task}_{enc}_{(bb.weights_sha256 or 'random')[:10]}_{pooling}"
-                                           f"_b{blocks[pooling]}_f{args.frames}_s{seed}{lod}"
-                                           f"{_attention_suffix(args.token_dropout, args.num_queries, pooling)}")
-            attn = pooling == "attention"
-            pol = PatchTokenPolicy(pooling, frames=args.frames, epochs=args.epochs, seed=seed,
-                                   token_dropout=args.token_dropout if attn else 0.0,
-                                   num_queries=args.num_queries if attn else 4)
-            cached = PatchTokenPolicy.load(pol_dir) if (pol_dir / "config.json").is_file() else None
-            if cached is not None and cached.get_params() == pol.get_params() \
-                    and cached.meta_.get("fingerprint") == bb.weights_sha256:
-                pol = cached
-            else:
-                pol.fit(cache, checkpoint_dir=work / "ckpt" / pol_dir.name)
-                pol.save(pol_dir)
+            members = []
+            for member_seed in range(seed * args.ensemble, (seed + 1) * args.ensemble):
+                pol_dir = work / "policies" / (f"{task}_{enc}_{(bb.weights_sha256 or 'random')[:10]}_{pooling}"
+                                               f"_b{blocks[pooling]}_f{args.frames}_s{member_seed}{lod}{noise}"
+                                               f"{_attention_suffix(args.token_dropout, args.num_queries, pooling)}")
+                attn = pooling == "attention"
+                pol = PatchTokenPolicy(pooling, frames=args.frames, epochs=args.epochs, seed=member_seed,
+                                       token_dropout=args.token_dropout if attn else 0.0,
+                                       num_queries=args.num_queries if attn else 4)
+                cached = PatchTokenPolicy.load(pol_dir) if (pol_dir / "config.json").is_file() else None
+                if cached is not None and cached.get_params() == pol.get_params() \
+                        and cached.meta_.get("fingerprint") == bb.weights_sha256:
+                    pol = cached
+                else:
+                    pol.fit(cache, checkpoint_dir=work / "ckpt" / pol_dir.name)
+                    pol.save(pol_dir)
+                members.append(pol)
+            pol = members[0] if args.ensemble == 1 else PolicyEnsemble(members)
             t_fit = time.perf_counter() - t1
             res = evaluate(pol, bb, heldout, max_steps=args.max_steps, parallel=args.parallel)
             results.append(dict(task=task, pooling=pooling, seed=seed, block=blocks[pooling],
                                 success_rate=res.success_rate,
                                 successes=int(sum(res.successes)), episodes=len(res.successes),
-                                final_bc_loss=pol.history_[-1], demo_frames=len(cache),
+                                final_bc_loss=float(np.mean([m.history_[-1] for m in members])),
+                                demo_frames=len(cache),
                                 prep_s=round(t_prep, 1), fit_s=round(t_fit, 1),
                                 eval_s=round(time.perf_counter() - t1 - t_fit, 1), per_config=res.successes))
             print(f"{task} {pooling} seed {seed}: {res.success_rate:.2f} ({sum(res.successes)}/{len(res.successes)}) "
@@ -177,6 +191,8 @@ def _pooling_settings(settings: dict, pooling: str) -> dict:
     s = {k: v for k, v in settings.items()
          if k not in ("tasks", "poolings", "blocks", "seeds", "token_dropout", "num_queries")}
     s["block"] = settings.get("blocks", {}).get(pooling)
+    s.setdefault("ensemble", 1)                        # runs before --ensemble existed had one head per seed
+    s.setdefault("action_noise", 0.0)                  # ... and before --action-noise, noise-free demos
     if pooling == "attention":
         s["token_dropout"] = settings.get("token_dropout", 0.0)
         s["num_queries"] = settings.get("num_queries", 4)

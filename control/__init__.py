@@ -25,6 +25,6 @@ _API = {
     "features": ("FeatureCache", "backbone_meta", "cache_features", "default_block", "load_feature_cache"),
     "head": ("POOLINGS", "AttentionPool", "PolicyHead", "bc_loss"),
     "latency": ("STAGES", "LatencyReport", "measure_latency"),
-    "policy": ("PatchTokenPolicy",),
+    "policy": ("PatchTokenPolicy", "PolicyEnsemble", "load_policy"),
 }
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _API, globals())

@@ -13,7 +13,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import torch
 
-from .policy import PatchTokenPolicy
+from .policy import PatchTokenPolicy, PolicyEnsemble
 
 
 class StageTimer:
@@ -47,7 +47,7 @@ class VisuomotorAgent:
         a = agent.act([frame], proprio[None], slots=[0])   # (1, 4)
     """
 
-    def __init__(self, policy: PatchTokenPolicy, backbone: Any, *, check: bool = True) -> None:
+    def __init__(self, policy: PatchTokenPolicy | PolicyEnsemble, backbone: Any, *, check: bool = True) -> None:
         if check:
             policy.check_backbone(backbone)
         self.policy = policy

@@ -46,6 +46,8 @@ def register(subparsers: Any) -> None:
     q.add_argument("--batch-size", type=int, default=256)
     q.add_argument("--lr", type=float, default=1e-3)
     q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--ensemble", type=int, default=1, metavar="K",
+                   help="train K heads (seeds seed .. seed+K-1) that act by their mean action")
     q.add_argument("--block", type=int, default=None,
                    help="backbone block whose tokens are used (default: control.default_block: the last one)")
     q.add_argument("--checkpoint", default=None, help="checkpoint directory (resume by re-running)")
@@ -143,18 +145,26 @@ def _cmd_collect(args: argparse.Namespace) -> int:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from .features import cache_features, default_block
-    from .policy import PatchTokenPolicy
+    from .policy import PatchTokenPolicy, PolicyEnsemble
 
+    if args.ensemble < 1:
+        raise SystemExit(f"--ensemble must be >= 1, got {args.ensemble}")
     bb = load_backbone_for(args)
     block = args.block if args.block is not None else default_block(bb.config.depth, args.pooling)
     cache = cache_features(args.demos, bb, block=block)
-    pol = PatchTokenPolicy(args.pooling, num_queries=args.queries, num_heads=args.heads, frames=args.frames,
-                           hidden=args.hidden, token_dropout=args.token_dropout, epochs=args.epochs,
-                           batch_size=args.batch_size, lr=args.lr, seed=args.seed).fit(cache, checkpoint_dir=args.checkpoint)
+    members = []
+    for seed in range(args.seed, args.seed + args.ensemble):
+        ckpt = args.checkpoint if args.checkpoint is None or args.ensemble == 1 else f"{args.checkpoint}/member_seed{seed}"
+        members.append(PatchTokenPolicy(
+            args.pooling, num_queries=args.queries, num_heads=args.heads, frames=args.frames, hidden=args.hidden,
+            token_dropout=args.token_dropout, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+            seed=seed).fit(cache, checkpoint_dir=ckpt))
+    pol = members[0] if args.ensemble == 1 else PolicyEnsemble(members)
     pol.save(args.out)
-    print(f"trained {args.pooling} policy on {len(cache)} frames of {cache.meta['task']} "
-          f"({bb.config.name} {bb.config.img_size[0]}px, block {cache.meta['block']}); "
-          f"final loss {pol.history_[-1]:.4f}; saved to {args.out}")
+    loss = " ".join(f"{m.history_[-1]:.4f}" for m in members)
+    print(f"trained {args.pooling} policy ({args.ensemble} head{'s' * (args.ensemble > 1)}) on {len(cache)} frames of "
+          f"{cache.meta['task']} ({bb.config.name} {bb.config.img_size[0]}px, block {cache.meta['block']}); "
+          f"final loss {loss}; saved to {args.out}")
     return 0
 
 
@@ -163,9 +173,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
     from .env import config_seeds
     from .evaluate import evaluate
-    from .policy import PatchTokenPolicy
+    from .policy import load_policy
 
-    pol = PatchTokenPolicy.load(args.policy)
+    pol = load_policy(args.policy)
     bb = load_backbone_for(args, pol.meta_["img_size"])
     res = evaluate(pol, bb, config_seeds("heldout", args.configs), task=args.task, max_steps=args.max_steps,
                    parallel=args.parallel, gif_dir=args.gif_dir, gif_episodes=args.gifs,
@@ -185,10 +195,10 @@ def _cmd_latency(args: argparse.Namespace) -> int:
     from .agent import VisuomotorAgent
     from .env import MetaWorldTask
     from .features import backbone_meta
-    from .policy import PatchTokenPolicy
+    from .policy import PatchTokenPolicy, load_policy
 
     if args.policy:
-        pol = PatchTokenPolicy.load(args.policy)
+        pol = load_policy(args.policy)
         bb = load_backbone_for(args, pol.meta_["img_size"])
         task, camera = pol.meta_.get("task", args.task), args.camera or pol.meta_.get("camera", "corner")
     else:

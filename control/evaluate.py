@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 
 from .agent import StageTimer, VisuomotorAgent
 from .env import MetaWorldTask, RenderSettings, State
-from .policy import PatchTokenPolicy
+from .policy import PatchTokenPolicy, PolicyEnsemble
 
 
 @dataclass
@@ -39,7 +39,7 @@ class TaskResult:
         return d
 
 
-def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *, task: str | None = None,
+def evaluate(policy: PatchTokenPolicy | PolicyEnsemble, backbone: Any, configs: Sequence[int], *, task: str | None = None,
              camera: str | None = None, image_size: int | None = None, max_steps: int = 500,
              parallel: int = 4, gif_dir: str | Path | None = None, gif_episodes: int = 0,
              render: RenderSettings | None = None, progress: bool | None = None) -> TaskResult:

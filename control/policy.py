@@ -12,6 +12,7 @@ generator included), so a resumed run ends where an uninterrupted one would.
 """
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -229,6 +230,92 @@ class PatchTokenPolicy:
     def _check_fitted(self) -> None:
         if not hasattr(self, "head_"):
             raise ValueError("this PatchTokenPolicy is not fitted: call fit(cache) or PatchTokenPolicy.load(dir)")
+
+
+ENSEMBLE_KIND = "control.policy_ensemble"
+
+
+class PolicyEnsemble:
+    """K behaviour-cloned heads on the same backbone block, acting by the mean of their actions.
+
+    BC heads trained with different seeds disagree most where the demos say least, and one seed's
+    mistakes compound in closed loop; averaging the members' actions cancels part of that variance.
+
+        ens = PolicyEnsemble.fit_seeds(cache, PatchTokenPolicy("attention"), seeds=[0, 1, 2])
+        ens.save("runs/policies/reach-attn-x3")       # config.json + member_0/ member_1/ ... (safetensors)
+        ens = load_policy("runs/policies/reach-attn-x3")  # a PatchTokenPolicy or a PolicyEnsemble
+
+    Members must share pooling, frame stack and backbone (the agent feeds them one token batch).
+    """
+
+    def __init__(self, members: list[PatchTokenPolicy]) -> None:
+        if not members:
+            raise ValueError("an ensemble needs at least one member policy")
+        for m in members:
+            m._check_fitted()
+        first = members[0]
+        for i, m in enumerate(members[1:], 1):
+            if (m.pooling, m.frames) != (first.pooling, first.frames) or \
+                    {k: m.meta_.get(k) for k in ("fingerprint", "img_size", "block")} != \
+                    {k: first.meta_.get(k) for k in ("fingerprint", "img_size", "block")}:
+                raise ValueError(f"ensemble member {i} ({m.pooling}, {m.frames} frames, block {m.meta_.get('block')}) "
+                                 f"does not match member 0 ({first.pooling}, {first.frames} frames, block "
+                                 f"{first.meta_.get('block')}, same backbone); train all members on one feature cache")
+        self.members = list(members)
+
+    @classmethod
+    def fit_seeds(cls, cache: FeatureCache, template: PatchTokenPolicy, seeds: list[int], **fit_kw: Any
+                  ) -> "PolicyEnsemble":
+        """Train one copy of `template` (its hyperparameters, not its weights) per seed on `cache`."""
+        params = template.get_params()
+        return cls([PatchTokenPolicy(**dict(params, seed=int(s))).fit(cache, **fit_kw) for s in seeds])
+
+    # the attributes the agent and evaluate() read from a policy
+    pooling = property(lambda self: self.members[0].pooling)
+    frames = property(lambda self: self.members[0].frames)
+    meta_ = property(lambda self: self.members[0].meta_)
+    seeds = property(lambda self: [m.seed for m in self.members])
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def __repr__(self) -> str:
+        return f"PolicyEnsemble({len(self)} x {self.pooling}, seeds={self.seeds})"
+
+    @torch.inference_mode()
+    def predict(self, tokens: torch.Tensor, cls: torch.Tensor | None, proprio: torch.Tensor | np.ndarray
+                ) -> np.ndarray:
+        """Mean of the members' actions (each already clamped to [-1, 1]): (B, 4)."""
+        return np.mean([m.predict(tokens, cls, proprio) for m in self.members], axis=0)
+
+    def check_backbone(self, backbone: Any) -> None:
+        self.members[0].check_backbone(backbone)      # members share it (checked in __init__)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the ensemble directory atomically: config.json + one policy folder per member."""
+        with atomic_dir(path) as tmp:
+            names = []
+            for i, m in enumerate(self.members):
+                (tmp / f"member_{i}").mkdir()
+                m._write(tmp / f"member_{i}")
+                names.append(f"member_{i}")
+            write_json(tmp / "config.json", dict(kind=ENSEMBLE_KIND, format_version=FORMAT_VERSION, members=names,
+                                                 seeds=self.seeds))
+        return Path(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "PolicyEnsemble":
+        cfg = read_config(path, ENSEMBLE_KIND, FORMAT_VERSION)
+        return cls([PatchTokenPolicy.load(Path(path) / name) for name in cfg["members"]])
+
+
+def load_policy(path: str | Path) -> PatchTokenPolicy | PolicyEnsemble:
+    """Load a saved policy folder: a single head or an ensemble, whichever it holds."""
+    try:
+        kind = json.loads((Path(path) / "config.json").read_text()).get("kind")
+    except (OSError, ValueError, AttributeError):
+        kind = None                                   # PatchTokenPolicy.load says what is wrong
+    return PolicyEnsemble.load(path) if kind == ENSEMBLE_KIND else PatchTokenPolicy.load(path)
 
 
 @torch.no_grad()

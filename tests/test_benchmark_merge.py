@@ -58,6 +58,8 @@ def test_resume_keeps_a_pooling_whose_own_settings_match():
     assert ps(old, "cls") != ps(dict(old, heldout_seeds=[1000500, 1000524]), "cls")   # validation vs test set
     assert ps(old, "attention") != ps(dict(old, num_queries=1), "attention")
     assert ps(old, "cls") == ps(dict(old, num_queries=1), "cls")
+    assert ps(old, "cls") == ps(dict(old, ensemble=1), "cls")         # runs from before --ensemble: one head
+    assert ps(old, "cls") != ps(dict(old, ensemble=3), "cls")
     sfx = control_success._attention_suffix
     assert sfx(0.3, 4, "attention") == "_td0.3" and sfx(0.0, 1, "attention") == "_q1"
     assert sfx(0.3, 1, "cls") == sfx(0.0, 4, "attention") == ""

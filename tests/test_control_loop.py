@@ -173,6 +173,15 @@ def test_cli_collect_train_evaluate_latency(tmp_path, bb, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert rc == 0 and "PASS" in out and ("success 0/1" in out or "success 1/1" in out)
     assert (tmp_path / "h.png").stat().st_size > 0 and (tmp_path / "ev.json").is_file()
+    e = str(tmp_path / "ens")
+    assert main(["control", "train", "--demos", d, "--out", e, "--epochs", "1", "--heads", "3", "--ensemble", "2",
+                 "--seed", "5", "--threads", "1"]) == 0
+    assert "(2 heads)" in capsys.readouterr().out
+    from control.policy import PolicyEnsemble, load_policy
+    ens = load_policy(e)
+    assert isinstance(ens, PolicyEnsemble) and ens.seeds == [5, 6]
+    assert main(["control", "evaluate", "--policy", e, "--configs", "1", "--max-steps", "2"]) == 0
+    assert "on held-out configurations" in capsys.readouterr().out
 
 
 def test_demo_section_quick(tmp_path):

@@ -114,3 +114,40 @@ def test_check_backbone_rejects_a_backbone_with_other_weights():
     pol.check_backbone(a)
     with pytest.raises(ArtifactError, match="retrain"):
         pol.check_backbone(b)
+
+
+def test_ensemble_acts_by_the_mean_of_its_members_and_round_trips(tmp_path):
+    from control.policy import PolicyEnsemble, load_policy
+
+    cache = marked_token_cache(M=96)
+    ens = PolicyEnsemble.fit_seeds(cache, small(epochs=2), seeds=[3, 4], progress=False)
+    assert ens.seeds == [3, 4] and len(ens) == 2 and ens.pooling == "attention"
+    assert not torch.equal(ens.members[0].head_.pool.query, ens.members[1].head_.pool.query)
+    idx = cache.stack_index(1)[:5]
+    args = (cache.tokens[idx], cache.cls[idx], cache.proprio[:5].numpy())
+    a, b = (m.predict(*args) for m in ens.members)
+    assert not np.allclose(a, b)
+    np.testing.assert_allclose(ens.predict(*args), (a + b) / 2, rtol=1e-6)
+    ens.save(tmp_path / "ens")
+    back = load_policy(tmp_path / "ens")
+    assert isinstance(back, PolicyEnsemble) and back.seeds == [3, 4]
+    np.testing.assert_array_equal(back.predict(*args), ens.predict(*args))
+    ens.members[0].save(tmp_path / "one")
+    assert isinstance(load_policy(tmp_path / "one"), PatchTokenPolicy)
+    with pytest.raises(ArtifactError, match="missing"):
+        load_policy(tmp_path / "nothing")
+
+
+def test_ensemble_refuses_members_that_see_other_inputs():
+    from control.policy import PolicyEnsemble
+
+    cache = marked_token_cache(M=64)
+    att = small(epochs=1).fit(cache, progress=False)
+    with pytest.raises(ValueError, match="member 1"):
+        PolicyEnsemble([att, small("mean", epochs=1).fit(cache, progress=False)])
+    with pytest.raises(ValueError, match="member 1"):
+        PolicyEnsemble([att, small(epochs=1, frames=2).fit(cache, progress=False)])
+    with pytest.raises(ValueError, match="fit"):
+        PolicyEnsemble([att, small()])
+    with pytest.raises(ValueError, match="at least one"):
+        PolicyEnsemble([])
