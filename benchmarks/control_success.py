@@ -38,6 +38,8 @@ def main() -> int:
     ap.add_argument("--frames", type=int, default=1)
     ap.add_argument("--token-dropout", type=float, default=0.0, help="attention pooling only")
     ap.add_argument("--num-queries", type=int, default=4, help="learned queries of the attention pooler")
+    ap.add_argument("--keypoints", action="store_true",
+                    help="attention pooling also hands the MLP where each query looked (soft-argmax x, y)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0],
                     help="training seeds of each head: BC success varies a lot from seed to seed")
     ap.add_argument("--ensemble", type=int, default=1, metavar="K",
@@ -87,7 +89,7 @@ def main() -> int:
     results: list[dict] = []
     settings = dict(tasks=args.tasks, demos=args.demos, configs=args.configs, max_steps=args.max_steps,
                     poolings=args.poolings, epochs=args.epochs, frames=args.frames, seeds=args.seeds,
-                    token_dropout=args.token_dropout, num_queries=args.num_queries, blocks=blocks,
+                    token_dropout=args.token_dropout, num_queries=args.num_queries, keypoints=args.keypoints, blocks=blocks,
                     ensemble=args.ensemble,
                     encoder=enc, weights_sha256=bb.weights_sha256, camera=args.camera, demo_size=args.demo_size,
                     action_noise=args.action_noise,
@@ -123,11 +125,12 @@ def main() -> int:
             for member_seed in range(seed * args.ensemble, (seed + 1) * args.ensemble):
                 pol_dir = work / "policies" / (f"{task}_{enc}_{(bb.weights_sha256 or 'random')[:10]}_{pooling}"
                                                f"_b{blocks[pooling]}_f{args.frames}_s{member_seed}{lod}{noise}"
-                                               f"{_attention_suffix(args.token_dropout, args.num_queries, pooling)}")
+                                               f"{_attention_suffix(args.token_dropout, args.num_queries, pooling, args.keypoints)}")
                 attn = pooling == "attention"
                 pol = PatchTokenPolicy(pooling, frames=args.frames, epochs=args.epochs, seed=member_seed,
                                        token_dropout=args.token_dropout if attn else 0.0,
-                                       num_queries=args.num_queries if attn else 4)
+                                       num_queries=args.num_queries if attn else 4,
+                                       keypoints=args.keypoints and attn)
                 cached = PatchTokenPolicy.load(pol_dir) if (pol_dir / "config.json").is_file() else None
                 if cached is not None and cached.get_params() == pol.get_params() \
                         and cached.meta_.get("fingerprint") == bb.weights_sha256:
@@ -186,25 +189,27 @@ def merge_parts(paths: list[str], out: str | None) -> int:
 
 def _pooling_settings(settings: dict, pooling: str) -> dict:
     """The settings one pooling's results depend on: all but the task list, the seeds (results are kept
-    per seed), the other poolings and their blocks, and (except for attention) the token dropout and the
-    number of queries."""
+    per seed), the other poolings and their blocks, and (except for attention) the token dropout, the
+    number of queries and keypoints."""
     s = {k: v for k, v in settings.items()
-         if k not in ("tasks", "poolings", "blocks", "seeds", "token_dropout", "num_queries")}
+         if k not in ("tasks", "poolings", "blocks", "seeds", "token_dropout", "num_queries", "keypoints")}
     s["block"] = settings.get("blocks", {}).get(pooling)
     s.setdefault("ensemble", 1)                        # runs before --ensemble existed had one head per seed
     s.setdefault("action_noise", 0.0)                  # ... and before --action-noise, noise-free demos
     if pooling == "attention":
         s["token_dropout"] = settings.get("token_dropout", 0.0)
         s["num_queries"] = settings.get("num_queries", 4)
+        s["keypoints"] = settings.get("keypoints", False)
     return s
 
 
-def _attention_suffix(token_dropout: float, num_queries: int, pooling: str) -> str:
+def _attention_suffix(token_dropout: float, num_queries: int, pooling: str, keypoints: bool = False) -> str:
     """Policy-folder suffix for attention heads with token dropout or other than 4 queries (none for the
     defaults, so older folders keep their names)."""
     if pooling != "attention":
         return ""
-    return (f"_td{token_dropout:g}" if token_dropout > 0 else "") + (f"_q{num_queries}" if num_queries != 4 else "")
+    return (f"_td{token_dropout:g}" if token_dropout > 0 else "") + (f"_q{num_queries}" if num_queries != 4 else "") \
+        + ("_kp" if keypoints else "")
 
 
 def _summary(results: list[dict], poolings: list[str]) -> dict:

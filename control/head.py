@@ -14,6 +14,12 @@ fixed and training computes it once). A learned
 position embedding (zero at init) is added to the keys/values so the queries can address the
 grid even if the backbone's own position signal has faded by the last block. With a frame stack
 of F frames each frame is pooled by the same pooler and the results are concatenated.
+
+With keypoints=True the attention head also reports *where* each head's query looked: the
+attention-weighted mean (x, y) of the patch centres in [-1, 1] (a spatial soft-argmax, as in
+deep spatial autoencoders for visuomotor learning), H*Q*2 numbers per frame beside the pooled
+features. Content alone tells the MLP what was found; these coordinates tell it where, without
+having to learn a position code from a few demos.
 """
 from __future__ import annotations
 
@@ -78,7 +84,8 @@ class PolicyHead(nn.Module):
 
     def __init__(self, embed_dim: int, num_tokens: int, proprio_dim: int = 4, action_dim: int = 4, *,
                  pooling: str = "attention", num_queries: int = 4, num_heads: int = 4, frames: int = 1,
-                 hidden: int = 256, token_dropout: float = 0.0) -> None:
+                 hidden: int = 256, token_dropout: float = 0.0, keypoints: bool = False,
+                 grid: tuple[int, int] | None = None) -> None:
         super().__init__()
         if not 0.0 <= token_dropout < 1.0:
             raise ValueError(f"token_dropout must be in [0, 1), got {token_dropout}")
@@ -88,10 +95,14 @@ class PolicyHead(nn.Module):
         if frames < 1:
             raise ValueError(f"frames must be >= 1, got {frames}")
         self.pooling, self.frames, self.num_tokens, self.embed_dim = pooling, frames, num_tokens, embed_dim
+        self.keypoints = keypoints and pooling == "attention"
         if pooling == "attention":
             self.pos = nn.Parameter(torch.zeros(num_tokens, embed_dim))             # (N, C)
             self.pool = AttentionPool(embed_dim, num_queries, num_heads)
             per_frame = num_queries * embed_dim
+            if self.keypoints:
+                self.register_buffer("coords", patch_coords(num_tokens, grid), persistent=False)   # (N, 2)
+                per_frame += num_heads * num_queries * 2
         else:
             per_frame = embed_dim
         self.mlp = nn.Sequential(
@@ -126,7 +137,9 @@ class PolicyHead(nn.Module):
             if self.training and self.token_dropout > 0:    # regulariser: hide random patches from the queries
                 keep = torch.rand(x.shape[:2], generator=generator) >= self.token_dropout   # (B*F, N)
                 keep[:, 0] |= ~keep.any(1)                                          # never hide all of them
-            x = self.pool(x, self.pos, keep=keep)                                   # (B*F, Q, C)
+            x, att = self.pool(x, self.pos, return_weights=True, keep=keep)        # (B*F, Q, C), (B*F, H, Q, N)
+            if self.keypoints:                                                      # where each query looked
+                x = torch.cat([x.flatten(1), (att @ self.coords).flatten(1)], 1)    # (B*F, Q*C + H*Q*2)
         feats = torch.cat([x.reshape(B, -1), proprio], dim=-1)                      # (B, F*D + P)
         return self.mlp(feats)                                                      # (B, A)
 
@@ -142,6 +155,21 @@ class PolicyHead(nn.Module):
             raise ValueError(f"pooling={self.pooling!r} has no attention map")
         _, att = self.pool(self.prepare(tokens, None), self.pos, return_weights=True)    # (B, H, Q, N)
         return att.mean(dim=(1, 2))                                                      # (B, N)
+
+
+def patch_coords(num_tokens: int, grid: tuple[int, int] | None = None) -> torch.Tensor:
+    """(N, 2) centres (x, y) in [-1, 1] of a row-major h*w patch grid (square when grid is None)."""
+    if grid is None:
+        side = math.isqrt(num_tokens)
+        if side * side != num_tokens:
+            raise ValueError(f"{num_tokens} tokens are not a square grid: pass grid=(h, w)")
+        grid = (side, side)
+    h, w = int(grid[0]), int(grid[1])
+    if h * w != num_tokens:
+        raise ValueError(f"grid {h}x{w} does not hold {num_tokens} tokens")
+    ys = (torch.arange(h) + 0.5) / h * 2 - 1
+    xs = (torch.arange(w) + 0.5) / w * 2 - 1
+    return torch.stack(torch.meshgrid(xs, ys, indexing="xy"), -1).reshape(-1, 2)   # row-major: x varies fastest
 
 
 def bc_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -30,8 +30,8 @@ from .head import PolicyHead, bc_loss
 
 KIND = "control.policy"
 FORMAT_VERSION = 1
-_HPARAMS = ("pooling", "num_queries", "num_heads", "frames", "hidden", "token_dropout", "epochs", "batch_size",
-            "lr", "weight_decay", "seed")
+_HPARAMS = ("pooling", "num_queries", "num_heads", "frames", "hidden", "token_dropout", "keypoints", "epochs",
+            "batch_size", "lr", "weight_decay", "seed")
 
 
 class PatchTokenPolicy:
@@ -39,19 +39,21 @@ class PatchTokenPolicy:
 
     pooling: "attention" (learned-query cross-attention over the patch grid), "cls" or "mean".
     frames: how many of the latest frames the head sees (frame stack, oldest first).
+    keypoints: attention pooling also hands the MLP where each query looked (soft-argmax x, y).
     Learned attributes: head_ (PolicyHead), proprio_mean_/proprio_std_ (4,), meta_ (dict:
     the backbone the tokens came from), history_ (mean loss per epoch), n_samples_.
     """
 
     def __init__(self, pooling: str = "attention", *, num_queries: int = 4, num_heads: int = 4, frames: int = 1,
-                 hidden: int = 256, token_dropout: float = 0.0, epochs: int = 60, batch_size: int = 256, lr: float = 1e-3,
-                 weight_decay: float = 1e-4, seed: int = 0) -> None:
+                 hidden: int = 256, token_dropout: float = 0.0, keypoints: bool = False, epochs: int = 60,
+                 batch_size: int = 256, lr: float = 1e-3, weight_decay: float = 1e-4, seed: int = 0) -> None:
         self.pooling = pooling
         self.num_queries = num_queries
         self.num_heads = num_heads
         self.frames = frames
         self.hidden = hidden
         self.token_dropout = token_dropout
+        self.keypoints = keypoints
         self.epochs = epochs
         self.batch_size = batch_size
         self.lr = lr
@@ -65,18 +67,20 @@ class PatchTokenPolicy:
         return "PatchTokenPolicy(" + ", ".join(f"{k}={v!r}" for k, v in self.get_params().items()) + ")"
 
     # -- training ---------------------------------------------------------------------------------
-    def _build(self, embed_dim: int, num_tokens: int, proprio_dim: int, action_dim: int) -> PolicyHead:
+    def _build(self, embed_dim: int, num_tokens: int, proprio_dim: int, action_dim: int,
+               grid: list[int] | None = None) -> PolicyHead:
         with torch.random.fork_rng(devices=[]):           # seeded init without touching the global RNG
             torch.manual_seed(self.seed)
             return PolicyHead(embed_dim, num_tokens, proprio_dim, action_dim, pooling=self.pooling,
                               num_queries=self.num_queries, num_heads=self.num_heads, frames=self.frames,
-                              hidden=self.hidden, token_dropout=self.token_dropout)
+                              hidden=self.hidden, token_dropout=self.token_dropout, keypoints=self.keypoints,
+                              grid=tuple(grid) if grid else None)
 
     def init_untrained(self, backbone_meta: dict[str, Any], proprio_dim: int = 4, action_dim: int = 4
                        ) -> "PatchTokenPolicy":
         """A randomly initialised head of the right shape (for latency measurements only)."""
         n = backbone_meta["grid"][0] * backbone_meta["grid"][1]
-        self.head_ = self._build(backbone_meta["embed_dim"], n, proprio_dim, action_dim).eval()
+        self.head_ = self._build(backbone_meta["embed_dim"], n, proprio_dim, action_dim, backbone_meta["grid"]).eval()
         self.proprio_mean_ = torch.zeros(proprio_dim)
         self.proprio_std_ = torch.ones(proprio_dim)
         self.meta_ = dict(backbone_meta)
@@ -92,7 +96,7 @@ class PatchTokenPolicy:
             raise ValueError("pooling='cls' needs a backbone with a CLS token")
         M, N, C = cache.tokens.shape
         P, A = cache.proprio.shape[1], cache.actions.shape[1]
-        head = self._build(C, N, P, A)
+        head = self._build(C, N, P, A, cache.meta.get("grid"))
         mean = cache.proprio.mean(0)
         std = cache.proprio.std(0).clamp_min(1e-3)
         opt = torch.optim.AdamW(head.parameters(), lr=self.lr, weight_decay=self.weight_decay)
@@ -170,10 +174,11 @@ class PatchTokenPolicy:
     @classmethod
     def load(cls, path: str | Path) -> "PatchTokenPolicy":
         cfg = read_config(path, KIND, FORMAT_VERSION)
-        pol = cls(**cfg["params"])
+        pol = cls(**{"keypoints": False, **cfg["params"]})     # policies saved before keypoints existed had none
         t = load_file(str(Path(path) / "model.safetensors"))
         s = cfg["shapes"]
-        pol.head_ = pol._build(s["embed_dim"], s["num_tokens"], s["proprio_dim"], s["action_dim"])
+        pol.head_ = pol._build(s["embed_dim"], s["num_tokens"], s["proprio_dim"], s["action_dim"],
+                               cfg["meta"].get("grid"))
         state = {k[len("head."):]: v for k, v in t.items() if k.startswith("head.")}
         try:
             pol.head_.load_state_dict(state, strict=True)
@@ -208,7 +213,7 @@ class PatchTokenPolicy:
     def _resume(self, ckpt: Path, head: PolicyHead, opt: torch.optim.Optimizer, gen: torch.Generator,
                 cache: FeatureCache) -> tuple[int, list[float]]:
         cfg = read_config(ckpt, KIND, FORMAT_VERSION)
-        if cfg["params"] != self.get_params():
+        if {"keypoints": False, **cfg["params"]} != self.get_params():
             raise ArtifactError(f"checkpoint {ckpt} was made with {cfg['params']}, not {self.get_params()}; "
                                 "use another checkpoint_dir or the same hyperparameters")
         if cfg["meta"].get("fingerprint") != cache.meta.get("fingerprint") or cfg["n_samples"] != len(cache):

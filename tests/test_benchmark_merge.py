@@ -60,6 +60,9 @@ def test_resume_keeps_a_pooling_whose_own_settings_match():
     assert ps(old, "cls") == ps(dict(old, num_queries=1), "cls")
     assert ps(old, "cls") == ps(dict(old, ensemble=1), "cls")         # runs from before --ensemble: one head
     assert ps(old, "cls") != ps(dict(old, ensemble=3), "cls")
+    assert ps(old, "attention") != ps(dict(old, keypoints=True), "attention")
+    assert ps(old, "cls") == ps(dict(old, keypoints=True), "cls") and ps(old, "attention") == ps(dict(old, keypoints=False), "attention")
     sfx = control_success._attention_suffix
     assert sfx(0.3, 4, "attention") == "_td0.3" and sfx(0.0, 1, "attention") == "_q1"
     assert sfx(0.3, 1, "cls") == sfx(0.0, 4, "attention") == ""
+    assert sfx(0.0, 4, "attention", True) == "_kp" and sfx(0.0, 4, "cls", True) == ""

@@ -86,3 +86,34 @@ def test_token_dropout_acts_in_training_only():
     assert not torch.allclose(head.forward_prepared(x, prop, g(0)), head.forward_prepared(x, prop, g(1)))
     head.eval()
     torch.testing.assert_close(head.forward_prepared(x, prop, g(0)), head.forward_prepared(x, prop, g(1)))
+
+
+def test_patch_coords_are_row_major_centres_in_minus_one_one():
+    from control.head import patch_coords
+
+    c = patch_coords(6, (2, 3))                                     # 2 rows, 3 columns
+    torch.testing.assert_close(c[:3, 0], torch.tensor([-2 / 3, 0.0, 2 / 3]))   # x varies along a row
+    torch.testing.assert_close(c[::3, 1], torch.tensor([-0.5, 0.5]))            # y steps between rows
+    assert patch_coords(9).shape == (9, 2)
+    with pytest.raises(ValueError, match="square"):
+        patch_coords(6)
+    with pytest.raises(ValueError, match="does not hold"):
+        patch_coords(6, (2, 2))
+
+
+def test_keypoints_report_where_a_query_attends():
+    torch.manual_seed(0)
+    head = PolicyHead(16, 9, pooling="attention", num_queries=1, num_heads=1, keypoints=True, grid=(3, 3))
+    assert head.mlp[0].in_features == 16 + 1 * 1 * 2 + 4
+    assert PolicyHead(16, 9, num_queries=2, num_heads=2, keypoints=True).mlp[0].in_features == 2 * 16 + 2 * 2 * 2 + 4
+    tokens = torch.zeros(1, 9, 16)
+    with torch.no_grad():                                          # one token the query's key matches strongly
+        target = head.pool.q_proj(head.pool.query)[0] @ head.pool.k_proj.weight   # (C,)
+        tokens[0, 5] = 1e3 * target / target.norm()                # row 1, column 2: centre (2/3, 0)
+    _, att = head.pool(tokens, head.pos, return_weights=True)
+    kp = att @ head.coords                                         # (1, H, Q, 2)
+    torch.testing.assert_close(kp[0, 0, 0], torch.tensor([2 / 3, 0.0]), atol=1e-3, rtol=0)
+    seen = {}
+    head.mlp[0].register_forward_hook(lambda m, i, o: seen.update(x=i[0]))
+    head.forward_prepared(tokens[:, None], torch.zeros(1, 4))
+    torch.testing.assert_close(seen["x"][0, 16:18], kp[0, 0, 0])

@@ -151,3 +151,22 @@ def test_ensemble_refuses_members_that_see_other_inputs():
         PolicyEnsemble([att, small()])
     with pytest.raises(ValueError, match="at least one"):
         PolicyEnsemble([])
+
+
+def test_keypoint_policy_round_trips_and_old_policies_without_the_key_still_load(tmp_path):
+    import json
+
+    cache = marked_token_cache(M=64)
+    kp = small(keypoints=True, epochs=1).fit(cache, progress=False)
+    kp.save(tmp_path / "kp")
+    back = PatchTokenPolicy.load(tmp_path / "kp")
+    assert back.keypoints and back.head_.keypoints
+    idx = cache.stack_index(1)[:3]
+    args = (cache.tokens[idx], cache.cls[idx], cache.proprio[:3].numpy())
+    np.testing.assert_array_equal(kp.predict(*args), back.predict(*args))
+    small(epochs=1).fit(cache, progress=False).save(tmp_path / "old")
+    cfg_path = tmp_path / "old" / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    del cfg["params"]["keypoints"]                                # as written before the option existed
+    cfg_path.write_text(json.dumps(cfg))
+    assert PatchTokenPolicy.load(tmp_path / "old").keypoints is False
