@@ -52,6 +52,8 @@ def main() -> int:
     ap.add_argument("--weights", default=None)
     ap.add_argument("--camera", default="corner")
     ap.add_argument("--demo-size", type=int, default=224, help="rendered frame size (resized to the encoder's)")
+    ap.add_argument("--hold-steps", type=int, default=0,
+                    help="demos go on this many expert steps past the first success (what to do at the goal)")
     ap.add_argument("--action-noise", type=float, default=0.0,
                     help="std of Gaussian noise on the expert's executed actions while recording demos (labels stay "
                          "the expert's): demos that visit and correct off-course states")
@@ -92,7 +94,7 @@ def main() -> int:
                     token_dropout=args.token_dropout, num_queries=args.num_queries, keypoints=args.keypoints, blocks=blocks,
                     ensemble=args.ensemble,
                     encoder=enc, weights_sha256=bb.weights_sha256, camera=args.camera, demo_size=args.demo_size,
-                    action_noise=args.action_noise,
+                    action_noise=args.action_noise, hold_steps=args.hold_steps,
                     render=render.as_dict(),
                     threads=args.threads,
                     heldout_seeds=[heldout[0], heldout[-1]] if heldout else [])
@@ -110,10 +112,11 @@ def main() -> int:
         if all((task, p, sd) in done for p in args.poolings for sd in args.seeds):
             continue
         t0 = time.perf_counter()
-        noise = f"_noise{args.action_noise:g}" if args.action_noise > 0 else ""
+        noise = (f"_noise{args.action_noise:g}" if args.action_noise > 0 else "") \
+            + (f"_hold{args.hold_steps}" if args.hold_steps > 0 else "")
         demo_dir = work / "demos" / f"{task}_{args.camera}_{args.demo_size}px{lod}{noise}"
         collect_demos(task, demo_dir, args.demos, camera=args.camera, image_size=args.demo_size, max_steps=500,
-                      render=render, action_noise=args.action_noise)
+                      render=render, action_noise=args.action_noise, hold_steps=args.hold_steps)
         caches = {b: cache_features(demo_dir, bb, block=b) for b in sorted(set(blocks.values()))}
         t_prep = time.perf_counter() - t0
         for pooling, seed in [(p, sd) for p in args.poolings for sd in args.seeds]:
@@ -196,6 +199,7 @@ def _pooling_settings(settings: dict, pooling: str) -> dict:
     s["block"] = settings.get("blocks", {}).get(pooling)
     s.setdefault("ensemble", 1)                        # runs before --ensemble existed had one head per seed
     s.setdefault("action_noise", 0.0)                  # ... and before --action-noise, noise-free demos
+    s.setdefault("hold_steps", 0)                      # ... and before --hold-steps, demos that end at success
     if pooling == "attention":
         s["token_dropout"] = settings.get("token_dropout", 0.0)
         s["num_queries"] = settings.get("num_queries", 4)

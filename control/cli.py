@@ -29,6 +29,8 @@ def register(subparsers: Any) -> None:
     q.add_argument("--episodes", type=int, default=25)
     _env_args(q)
     q.add_argument("--noise", type=float, default=0.0, help="std of Gaussian noise added to executed actions")
+    q.add_argument("--hold-steps", type=int, default=0,
+                   help="record the expert this many steps past its first success (what to do at the goal)")
     q.add_argument("--seed", type=int, default=0, help="noise seed")
     q.add_argument("--first-config", type=int, default=0, help="first training configuration seed")
     q.set_defaults(func=_cmd_collect)
@@ -134,7 +136,8 @@ def _cmd_collect(args: argparse.Namespace) -> int:
     from .demos import collect_demos, load_manifest
 
     out = collect_demos(args.task, args.out, args.episodes, camera=args.camera, image_size=args.image_size,
-                        max_steps=args.max_steps, action_noise=args.noise, seed=args.seed,
+                        max_steps=args.max_steps, action_noise=args.noise, hold_steps=args.hold_steps,
+                        seed=args.seed,
                         first_config=args.first_config, render=render_settings(args))
     m = load_manifest(out)
     steps = [e["steps"] for e in m["episodes"]]

@@ -33,7 +33,7 @@ from .errors import DemoError
 
 KIND = "control.demos"
 FORMAT_VERSION = 1
-_SETTINGS = ("task", "camera", "image_size", "max_steps", "action_noise", "seed", "render")
+_SETTINGS = ("task", "camera", "image_size", "max_steps", "action_noise", "hold_steps", "seed", "render")
 # Manifests written before render settings were recorded were rendered with full meshes.
 _LEGACY_RENDER = dict(shadows=False, reflections=False, offsamples=0, mesh_faces=None)
 
@@ -52,13 +52,17 @@ class Episode:
 
 
 def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: str = DEFAULT_CAMERA,
-                  image_size: int = 224, max_steps: int = 500, action_noise: float = 0.0, seed: int = 0,
+                  image_size: int = 224, max_steps: int = 500, action_noise: float = 0.0, hold_steps: int = 0,
+                  seed: int = 0,
                   first_config: int = 0, render: RenderSettings = RenderSettings(),
                   max_failures: int | None = None, progress: bool | None = None) -> Path:
     """Record `n_episodes` successful expert episodes of `task` on training configurations.
 
     Configurations are tried in order from `first_config` (training seeds, below HELDOUT_OFFSET);
     those where the expert fails within `max_steps` are skipped and listed in the manifest.
+    With hold_steps=K the expert goes on for K steps after its first success (K more frames
+    per episode), so the demos show what to do *at* the goal and not
+    only on the way there; without them the last recorded state is the last one short of success.
     Re-running with the same settings resumes; other settings on an existing directory raise
     DemoError, and so do more than `max_failures` failed configurations in one call (default
     10 * n_episodes + 10: the cap is probably too short for this task). Returns the directory.
@@ -67,9 +71,12 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
         raise ValueError(f"n_episodes must be >= 1, got {n_episodes}")
     if action_noise < 0:
         raise ValueError(f"action_noise must be >= 0, got {action_noise}")
+    if hold_steps < 0:
+        raise ValueError(f"hold_steps must be >= 0, got {hold_steps}")
     out = Path(out_dir)
     settings = dict(task=task, camera=camera, image_size=int(image_size), max_steps=int(max_steps),
-                    action_noise=float(action_noise), seed=int(seed), render=render.as_dict())
+                    action_noise=float(action_noise), hold_steps=int(hold_steps), seed=int(seed),
+                    render=render.as_dict())
     manifest = _open_manifest(out, settings)
     done = {e["config"] for e in manifest["episodes"]}
     failed = set(manifest["failed_configs"])
@@ -77,7 +84,8 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
         return out
     max_failures = 10 * n_episodes + 10 if max_failures is None else max_failures
     new_failures = 0
-    with MetaWorldTask(task, camera=camera, image_size=image_size, max_steps=max_steps, render=render) as env, \
+    with MetaWorldTask(task, camera=camera, image_size=image_size, max_steps=max_steps, render=render,
+                       stop_on_success=hold_steps == 0) as env, \
             tqdm(total=n_episodes, initial=len(done), desc=f"demos {task}", unit="ep",
                  disable=None if progress is None else not progress) as bar:
         config = first_config
@@ -87,7 +95,7 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
             if config in done or config in failed:
                 config += 1
                 continue
-            ep = record_episode(env, config, action_noise=action_noise,
+            ep = record_episode(env, config, action_noise=action_noise, hold_steps=hold_steps,
                                 rng=np.random.default_rng([seed, config]))
             if ep is None:
                 failed.add(config)
@@ -108,12 +116,18 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
     return out
 
 
-def record_episode(env: MetaWorldTask, config: int, *, action_noise: float = 0.0,
+def record_episode(env: MetaWorldTask, config: int, *, action_noise: float = 0.0, hold_steps: int = 0,
                    rng: np.random.Generator | None = None) -> Episode | None:
-    """Run the scripted expert once on `config`; the Episode if it succeeded, else None."""
+    """Run the scripted expert once on `config`; the Episode if it succeeded, else None.
+
+    It ends at the first success, or `hold_steps` steps later (the task must then be made with
+    stop_on_success=False)."""
+    if hold_steps > 0 and env.stop_on_success:
+        raise ValueError("hold_steps > 0 needs a MetaWorldTask made with stop_on_success=False")
     rng = rng or np.random.default_rng(config)
     state = env.reset(config)
     frames, proprio, actions = [], [], []
+    first_success = None
     while not state.done:
         frames.append(env.render())
         proprio.append(state.proprio)
@@ -121,7 +135,11 @@ def record_episode(env: MetaWorldTask, config: int, *, action_noise: float = 0.0
         actions.append(a)
         executed = a + rng.normal(0.0, action_noise, size=a.shape) if action_noise > 0 else a
         state = env.step(executed)
-    if not state.success:
+        if state.success and first_success is None:
+            first_success = state.steps
+        if first_success is not None and state.steps - first_success >= hold_steps:
+            break
+    if first_success is None:
         return None
     return Episode(np.stack(frames), np.stack(proprio).astype(np.float32), np.stack(actions).astype(np.float32),
                    int(config), env.config_vector())
@@ -135,6 +153,7 @@ def load_manifest(demo_dir: str | Path) -> dict:
     if m.get("kind") != KIND or m.get("format_version") != FORMAT_VERSION:
         raise DemoError(f"{path} is not a format-{FORMAT_VERSION} demo manifest; re-collect the demos")
     m.setdefault("render", dict(_LEGACY_RENDER))
+    m.setdefault("hold_steps", 0)                         # manifests from before hold_steps ended at success
     return m
 
 

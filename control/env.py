@@ -226,11 +226,13 @@ class MetaWorldTask:
 
     The goal is observable in `State.full` (the scripted experts need it); the visual policy
     sees only `render()` frames and `State.proprio`. Episodes end on success or after
-    `max_steps` steps.
+    `max_steps` steps (with stop_on_success=False only after `max_steps`: demos that go on
+    past the first success).
     """
 
     def __init__(self, name: str, *, camera: str = DEFAULT_CAMERA, image_size: int = 224,
-                 max_steps: int = 500, render: RenderSettings | None = RenderSettings()) -> None:
+                 max_steps: int = 500, render: RenderSettings | None = RenderSettings(),
+                 stop_on_success: bool = True) -> None:
         mw = _metaworld()
         envs = mw.env_dict.ALL_V3_ENVIRONMENTS
         if name not in envs:
@@ -239,6 +241,7 @@ class MetaWorldTask:
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         self.name, self.camera, self.image_size, self.max_steps = name, camera, int(image_size), int(max_steps)
+        self.stop_on_success = bool(stop_on_success)
         env = envs[name]()
         # What metaworld's goal-observable classes do, without touching the global numpy RNG.
         env._partially_observable = False
@@ -306,7 +309,7 @@ class MetaWorldTask:
         full, _r, _term, trunc, info = self.env.step(a)
         steps = self._state.steps + 1
         success = bool(info.get("success", 0.0) > 0.5)
-        done = success or trunc or steps >= self.max_steps
+        done = (success and self.stop_on_success) or trunc or steps >= self.max_steps
         self._state = State(_proprio(full), full, success, steps, bool(done))
         return self._state
 

@@ -75,6 +75,28 @@ def test_action_noise_perturbs_the_visited_states_but_labels_stay_expert_actions
         assert s.success
 
 
+def test_hold_steps_record_the_expert_past_its_first_success():
+    from control import record_episode
+
+    try:
+        stop = MetaWorldTask("reach-v3", image_size=32, max_steps=150)
+        go_on = MetaWorldTask("reach-v3", image_size=32, max_steps=150, stop_on_success=False)
+    except RenderUnavailable as e:
+        pytest.skip(f"no headless OpenGL: {e}")
+    with stop, go_on:
+        short = record_episode(stop, 5)
+        with pytest.raises(ValueError, match="stop_on_success"):
+            record_episode(stop, 5, hold_steps=4)
+        held = record_episode(go_on, 5, hold_steps=4)
+        assert short is not None and held is not None and len(held) == len(short) + 4
+        np.testing.assert_allclose(held.proprio[:len(short)], short.proprio, atol=1e-6)   # same run up to success
+        s = go_on.reset(5)
+        for a in held.actions:                                   # the success flag is up after len(short) steps
+            s = go_on.step(a)
+            assert s.success == (s.steps >= len(short)) or s.steps > len(short)
+        assert not s.done
+
+
 def test_collect_resumes_without_rerecording_and_refuses_other_settings(demo_dir, tmp_path):
     d = tmp_path / "copy"
     shutil.copytree(demo_dir, d)
