@@ -26,6 +26,9 @@ def main() -> int:
     ap.add_argument("--max-steps", type=int, default=150)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=None, help=f"JSON path (default {RESULTS}/control_endpoints.json)")
+    ap.add_argument("--png", default=None,
+                    help="also draw where each query of the first attention policy looks on the first frame of "
+                         "3 configurations (default: beside the JSON)")
     args = ap.parse_args()
 
     import torch
@@ -66,8 +69,52 @@ def main() -> int:
                          failures_passing_within_5cm=sum(e["closest"] < 0.05 for e in episodes if not e["success"])))
         runs.append(dict(policy=str(path), episodes=episodes))
     print_table(rows)
-    write_result("control_endpoints", dict(settings=vars(args), summary=rows, runs=runs), args.out)
+    path = write_result("control_endpoints", dict(settings=vars(args), summary=rows, runs=runs), args.out)
+    attn = [p for p in args.policies if load_policy(p).pooling == "attention"]
+    if attn:
+        png = Path(args.png) if args.png else path.with_suffix(".png")
+        query_maps(load_policy(attn[0]), config_seeds("heldout", 3, start=args.heldout_start), png)
+        print("attention maps:", png)
     return 0
+
+
+def query_maps(pol, configs: list[int], png: Path) -> None:
+    """One row per configuration: its first frame, then each query's attention (mean over heads)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import torch
+    from PIL import Image
+
+    from backbone import load_backbone
+    from control import MetaWorldTask, VisuomotorAgent
+
+    bb = load_backbone(img_size=pol.meta_["img_size"][0])
+    head = pol.members[0].head_ if hasattr(pol, "members") else pol.head_
+    h, w = bb.config.grid
+    Q = head.pool.num_queries
+    fig, axes = plt.subplots(len(configs), Q + 1, figsize=(2.2 * (Q + 1), 2.3 * len(configs)), squeeze=False)
+    with MetaWorldTask(pol.meta_["task"], camera=pol.meta_.get("camera", "corner"),
+                       image_size=bb.config.img_size[0]) as env:
+        for row, c in enumerate(configs):
+            env.reset(c)
+            frame = env.render()
+            tokens, _ = VisuomotorAgent(pol, bb).encode([frame])                     # (1, N, C)
+            with torch.no_grad():
+                _, att = head.pool(head.prepare(tokens, None), head.pos, return_weights=True)   # (1, H, Q, N)
+            axes[row, 0].imshow(frame)
+            axes[row, 0].set_title(f"config {c}", fontsize=8)
+            for q in range(Q):
+                a = att[0, :, q].mean(0).reshape(h, w).numpy()
+                up = Image.fromarray((a / a.max() * 255).astype(np.uint8)).resize(frame.shape[:2][::-1], Image.BILINEAR)
+                axes[row, q + 1].imshow(frame)
+                axes[row, q + 1].imshow(np.asarray(up), cmap="magma", alpha=0.6)
+                axes[row, q + 1].set_title(f"query {q}", fontsize=8)
+    for a in axes.flat:
+        a.axis("off")
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=80)
 
 
 if __name__ == "__main__":
