@@ -75,7 +75,8 @@ def main() -> int:
     import torch
 
     from backbone import load_backbone
-    from control import PatchTokenPolicy, PolicyEnsemble, cache_features, collect_demos, config_seeds, default_block, evaluate
+    from control import (PatchTokenPolicy, PolicyEnsemble, cache_features, collect_demos, config_seeds, default_block,
+                         evaluate)
     from control.cli import render_settings
 
     torch.set_num_threads(args.threads)
@@ -91,8 +92,8 @@ def main() -> int:
     results: list[dict] = []
     settings = dict(tasks=args.tasks, demos=args.demos, configs=args.configs, max_steps=args.max_steps,
                     poolings=args.poolings, epochs=args.epochs, frames=args.frames, seeds=args.seeds,
-                    token_dropout=args.token_dropout, num_queries=args.num_queries, keypoints=args.keypoints, blocks=blocks,
-                    ensemble=args.ensemble,
+                    token_dropout=args.token_dropout, num_queries=args.num_queries, keypoints=args.keypoints,
+                    blocks=blocks, ensemble=args.ensemble,
                     encoder=enc, weights_sha256=bb.weights_sha256, camera=args.camera, demo_size=args.demo_size,
                     action_noise=args.action_noise, hold_steps=args.hold_steps,
                     render=render.as_dict(),
@@ -112,9 +113,9 @@ def main() -> int:
         if all((task, p, sd) in done for p in args.poolings for sd in args.seeds):
             continue
         t0 = time.perf_counter()
-        noise = (f"_noise{args.action_noise:g}" if args.action_noise > 0 else "") \
-            + (f"_hold{args.hold_steps}" if args.hold_steps > 0 else "")
-        demo_dir = work / "demos" / f"{task}_{args.camera}_{args.demo_size}px{lod}{noise}"
+        demo_sfx = (f"_noise{args.action_noise:g}" if args.action_noise > 0 else "") \
+            + (f"_hold{args.hold_steps}" if args.hold_steps > 0 else "")          # none: older folder names
+        demo_dir = work / "demos" / f"{task}_{args.camera}_{args.demo_size}px{lod}{demo_sfx}"
         collect_demos(task, demo_dir, args.demos, camera=args.camera, image_size=args.demo_size, max_steps=500,
                       render=render, action_noise=args.action_noise, hold_steps=args.hold_steps)
         caches = {b: cache_features(demo_dir, bb, block=b) for b in sorted(set(blocks.values()))}
@@ -127,7 +128,7 @@ def main() -> int:
             members = []
             for member_seed in range(seed * args.ensemble, (seed + 1) * args.ensemble):
                 pol_dir = work / "policies" / (f"{task}_{enc}_{(bb.weights_sha256 or 'random')[:10]}_{pooling}"
-                                               f"_b{blocks[pooling]}_f{args.frames}_s{member_seed}{lod}{noise}"
+                                               f"_b{blocks[pooling]}_f{args.frames}_s{member_seed}{lod}{demo_sfx}"
                                                f"{_attention_suffix(args.token_dropout, args.num_queries, pooling, args.keypoints)}")
                 attn = pooling == "attention"
                 pol = PatchTokenPolicy(pooling, frames=args.frames, epochs=args.epochs, seed=member_seed,
@@ -208,8 +209,8 @@ def _pooling_settings(settings: dict, pooling: str) -> dict:
 
 
 def _attention_suffix(token_dropout: float, num_queries: int, pooling: str, keypoints: bool = False) -> str:
-    """Policy-folder suffix for attention heads with token dropout or other than 4 queries (none for the
-    defaults, so older folders keep their names)."""
+    """Policy-folder suffix for attention heads with token dropout, other than 4 queries or keypoints (none
+    for the defaults, so older folders keep their names)."""
     if pooling != "attention":
         return ""
     return (f"_td{token_dropout:g}" if token_dropout > 0 else "") + (f"_q{num_queries}" if num_queries != 4 else "") \

@@ -60,9 +60,9 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
 
     Configurations are tried in order from `first_config` (training seeds, below HELDOUT_OFFSET);
     those where the expert fails within `max_steps` are skipped and listed in the manifest.
-    With hold_steps=K the expert goes on for K steps after its first success (K more frames
-    per episode), so the demos show what to do *at* the goal and not
-    only on the way there; without them the last recorded state is the last one short of success.
+    With hold_steps=K the expert goes on for K steps after its first success (K more frames per
+    episode), so the demos show what to do *at* the goal and not only on the way there; without
+    them the last recorded state is the last one short of success.
     Re-running with the same settings resumes; other settings on an existing directory raise
     DemoError, and so do more than `max_failures` failed configurations in one call (default
     10 * n_episodes + 10: the cap is probably too short for this task). Returns the directory.
