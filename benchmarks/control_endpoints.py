@@ -38,12 +38,14 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     bb = None
-    runs, rows = [], []
+    runs, rows, first_attention = [], [], None
     for path in args.policies:
         pol = load_policy(path)
         if bb is None or list(bb.config.img_size) != pol.meta_["img_size"]:
             bb = load_backbone(img_size=pol.meta_["img_size"][0])
         agent = VisuomotorAgent(pol, bb)
+        if pol.pooling == "attention" and first_attention is None:
+            first_attention = (pol, bb)
         episodes = []
         with MetaWorldTask(pol.meta_["task"], camera=pol.meta_.get("camera", "corner"),
                            image_size=int(pol.meta_.get("demo_image_size") or pol.meta_["img_size"][0]),
@@ -70,15 +72,14 @@ def main() -> int:
         runs.append(dict(policy=str(path), episodes=episodes))
     print_table(rows)
     path = write_result("control_endpoints", dict(settings=vars(args), summary=rows, runs=runs), args.out)
-    attn = [p for p in args.policies if load_policy(p).pooling == "attention"]
-    if attn:
+    if first_attention is not None:
         png = Path(args.png) if args.png else path.with_suffix(".png")
-        query_maps(load_policy(attn[0]), config_seeds("heldout", 3, start=args.heldout_start), png)
+        query_maps(*first_attention, config_seeds("heldout", 3, start=args.heldout_start), png)
         print("attention maps:", png)
     return 0
 
 
-def query_maps(pol, configs: list[int], png: Path) -> None:
+def query_maps(pol, bb, configs: list[int], png: Path) -> None:
     """One row per configuration: its first frame, then each query's attention (mean over heads)."""
     import matplotlib
     matplotlib.use("Agg")
@@ -86,10 +87,8 @@ def query_maps(pol, configs: list[int], png: Path) -> None:
     import torch
     from PIL import Image
 
-    from backbone import load_backbone
     from control import MetaWorldTask, VisuomotorAgent
 
-    bb = load_backbone(img_size=pol.meta_["img_size"][0])
     head = pol.members[0].head_ if hasattr(pol, "members") else pol.head_
     h, w = bb.config.grid
     Q = head.pool.num_queries
