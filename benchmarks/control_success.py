@@ -40,6 +40,12 @@ def main() -> int:
     ap.add_argument("--num-queries", type=int, default=4, help="learned queries of the attention pooler")
     ap.add_argument("--keypoints", action="store_true",
                     help="attention pooling also hands the MLP where each query looked (soft-argmax x, y)")
+    ap.add_argument("--pos-code", choices=["learned", "sincos"], default="learned",
+                    help="attention pooling: learned position code (zero at init) or a fixed 2-d sine-cosine one")
+    ap.add_argument("--query-diversity", type=float, default=0.0, metavar="W",
+                    help="attention pooling: weight of the penalty on queries whose attention maps overlap")
+    ap.add_argument("--with-cls", action="store_true",
+                    help="attention pooling: the MLP also gets the CLS token (patch tokens on top of the summary)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0],
                     help="training seeds of each head: BC success varies a lot from seed to seed")
     ap.add_argument("--ensemble", type=int, default=1, metavar="K",
@@ -93,6 +99,7 @@ def main() -> int:
     settings = dict(tasks=args.tasks, demos=args.demos, configs=args.configs, max_steps=args.max_steps,
                     poolings=args.poolings, epochs=args.epochs, frames=args.frames, seeds=args.seeds,
                     token_dropout=args.token_dropout, num_queries=args.num_queries, keypoints=args.keypoints,
+                    pos_code=args.pos_code, query_diversity=args.query_diversity, with_cls=args.with_cls,
                     blocks=blocks, ensemble=args.ensemble,
                     encoder=enc, weights_sha256=bb.weights_sha256, camera=args.camera, demo_size=args.demo_size,
                     action_noise=args.action_noise, hold_steps=args.hold_steps,
@@ -129,12 +136,15 @@ def main() -> int:
             for member_seed in range(seed * args.ensemble, (seed + 1) * args.ensemble):
                 pol_dir = work / "policies" / (f"{task}_{enc}_{(bb.weights_sha256 or 'random')[:10]}_{pooling}"
                                                f"_b{blocks[pooling]}_f{args.frames}_s{member_seed}{lod}{demo_sfx}"
-                                               f"{_attention_suffix(args.token_dropout, args.num_queries, pooling, args.keypoints)}")
+                                               f"{_attention_suffix(args, pooling)}")
                 attn = pooling == "attention"
                 pol = PatchTokenPolicy(pooling, frames=args.frames, epochs=args.epochs, seed=member_seed,
                                        token_dropout=args.token_dropout if attn else 0.0,
                                        num_queries=args.num_queries if attn else 4,
-                                       keypoints=args.keypoints and attn)
+                                       keypoints=args.keypoints and attn,
+                                       pos_code=args.pos_code if attn else "learned",
+                                       query_diversity=args.query_diversity if attn else 0.0,
+                                       with_cls=args.with_cls and attn)
                 cached = PatchTokenPolicy.load(pol_dir) if (pol_dir / "config.json").is_file() else None
                 if cached is not None and cached.get_params() == pol.get_params() \
                         and cached.meta_.get("fingerprint") == bb.weights_sha256:
@@ -194,27 +204,31 @@ def merge_parts(paths: list[str], out: str | None) -> int:
 def _pooling_settings(settings: dict, pooling: str) -> dict:
     """The settings one pooling's results depend on: all but the task list, the seeds (results are kept
     per seed), the other poolings and their blocks, and (except for attention) the token dropout, the
-    number of queries and keypoints."""
-    s = {k: v for k, v in settings.items()
-         if k not in ("tasks", "poolings", "blocks", "seeds", "token_dropout", "num_queries", "keypoints")}
+    number of queries, keypoints and the other options of the attention head."""
+    s = {k: v for k, v in settings.items() if k not in ("tasks", "poolings", "blocks", "seeds") + _ATTENTION_OPTIONS}
     s["block"] = settings.get("blocks", {}).get(pooling)
     s.setdefault("ensemble", 1)                        # runs before --ensemble existed had one head per seed
     s.setdefault("action_noise", 0.0)                  # ... and before --action-noise, noise-free demos
     s.setdefault("hold_steps", 0)                      # ... and before --hold-steps, demos that end at success
-    if pooling == "attention":
-        s["token_dropout"] = settings.get("token_dropout", 0.0)
-        s["num_queries"] = settings.get("num_queries", 4)
-        s["keypoints"] = settings.get("keypoints", False)
+    if pooling == "attention":                         # runs from before an option existed: its default
+        s.update({k: settings.get(k, default) for k, default in _ATTENTION_OPTIONS_DEFAULTS.items()})
     return s
 
 
-def _attention_suffix(token_dropout: float, num_queries: int, pooling: str, keypoints: bool = False) -> str:
-    """Policy-folder suffix for attention heads with token dropout, other than 4 queries or keypoints (none
-    for the defaults, so older folders keep their names)."""
+_ATTENTION_OPTIONS_DEFAULTS = dict(token_dropout=0.0, num_queries=4, keypoints=False, pos_code="learned",
+                                   query_diversity=0.0, with_cls=False)
+_ATTENTION_OPTIONS = tuple(_ATTENTION_OPTIONS_DEFAULTS)
+
+
+def _attention_suffix(args: argparse.Namespace, pooling: str) -> str:
+    """Policy-folder suffix of an attention head's options other than the defaults (none for the
+    defaults, so older folders keep their names)."""
     if pooling != "attention":
         return ""
-    return (f"_td{token_dropout:g}" if token_dropout > 0 else "") + (f"_q{num_queries}" if num_queries != 4 else "") \
-        + ("_kp" if keypoints else "")
+    return (f"_td{args.token_dropout:g}" if args.token_dropout > 0 else "") \
+        + (f"_q{args.num_queries}" if args.num_queries != 4 else "") + ("_kp" if args.keypoints else "") \
+        + ("_sincos" if args.pos_code != "learned" else "") \
+        + (f"_div{args.query_diversity:g}" if args.query_diversity > 0 else "") + ("_cls" if args.with_cls else "")
 
 
 def _summary(results: list[dict], poolings: list[str]) -> dict:

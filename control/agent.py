@@ -54,7 +54,7 @@ class VisuomotorAgent:
         self.backbone = backbone
         self.block = int(policy.meta_["block"])
         self.frames = int(policy.frames)
-        self.uses_cls = policy.pooling == "cls"
+        self.uses_cls = policy.uses_cls
         self._stacks: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
 
     def reset(self, slots: Sequence[int] | None = None) -> None:

@@ -44,6 +44,12 @@ def register(subparsers: Any) -> None:
     q.add_argument("--heads", type=int, default=4)
     q.add_argument("--hidden", type=int, default=256)
     q.add_argument("--token-dropout", type=float, default=0.0, help="attention pooling: hide this share of patches")
+    q.add_argument("--keypoints", action="store_true", help="attention pooling: also where each query looked (x, y)")
+    q.add_argument("--pos-code", choices=("learned", "sincos"), default="learned",
+                   help="attention pooling: learned position code, or a fixed 2-d sine-cosine one (queries start orthogonal)")
+    q.add_argument("--query-diversity", type=float, default=0.0, metavar="W",
+                   help="attention pooling: weight of the penalty on queries whose attention maps overlap")
+    q.add_argument("--with-cls", action="store_true", help="attention pooling: the CLS token beside the pooled patches")
     q.add_argument("--epochs", type=int, default=60)
     q.add_argument("--batch-size", type=int, default=256)
     q.add_argument("--lr", type=float, default=1e-3)
@@ -160,8 +166,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         ckpt = args.checkpoint if args.checkpoint is None or args.ensemble == 1 else f"{args.checkpoint}/member_seed{seed}"
         members.append(PatchTokenPolicy(
             args.pooling, num_queries=args.queries, num_heads=args.heads, frames=args.frames, hidden=args.hidden,
-            token_dropout=args.token_dropout, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-            seed=seed).fit(cache, checkpoint_dir=ckpt))
+            token_dropout=args.token_dropout, keypoints=args.keypoints, pos_code=args.pos_code,
+            query_diversity=args.query_diversity, with_cls=args.with_cls, epochs=args.epochs,
+            batch_size=args.batch_size, lr=args.lr, seed=seed).fit(cache, checkpoint_dir=ckpt))
     pol = members[0] if args.ensemble == 1 else PolicyEnsemble(members)
     pol.save(args.out)
     loss = " ".join(f"{m.history_[-1]:.4f}" for m in members)

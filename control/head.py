@@ -20,6 +20,18 @@ attention-weighted mean (x, y) of the patch centres in [-1, 1] (a spatial soft-a
 deep spatial autoencoders for visuomotor learning), H*Q*2 numbers per frame beside the pooled
 features. Content alone tells the MLP what was found; these coordinates tell it where, without
 having to learn a position code from a few demos.
+
+Two remedies for queries that collapse onto one diffuse region (control/RESULTS.md: with 25 demos
+the four queries of a trained head end up near copies of one another, looking at the arm):
+
+* pos_code="sincos": a fixed 2-d sine-cosine position code (as in MAE) instead of the learned,
+  zero-initialised one, so a query can address a place from the first step of training; the
+  queries start orthogonal.
+* query_diversity=w: `diversity_penalty` (mean squared cosine similarity between the attention
+  maps of different queries) is added to the BC loss with weight w.
+
+with_cls=True hands the MLP the LN'ed CLS token beside the attention-pooled patch tokens (global
+summary + spatial addressing), so the ablation can ask whether the patch tokens add anything to it.
 """
 from __future__ import annotations
 
@@ -30,17 +42,20 @@ from torch import nn
 from torch.nn import functional as F
 
 POOLINGS = ("attention", "cls", "mean")
+POS_CODES = ("learned", "sincos")
 
 
 class AttentionPool(nn.Module):
     """Multi-head cross-attention from Q learned queries to N tokens: (B, N, C) -> (B, Q, C)."""
 
-    def __init__(self, dim: int, num_queries: int = 4, num_heads: int = 4) -> None:
+    def __init__(self, dim: int, num_queries: int = 4, num_heads: int = 4, orthogonal: bool = False) -> None:
         super().__init__()
         if dim % num_heads:
             raise ValueError(f"embed dim {dim} is not divisible by num_heads={num_heads}")
         self.dim, self.num_queries, self.num_heads = dim, num_queries, num_heads
         self.query = nn.Parameter(torch.randn(num_queries, dim) * dim ** -0.5)   # (Q, C)
+        if orthogonal:                                  # queries start mutually orthogonal, same scale
+            nn.init.orthogonal_(self.query)
         self.q_proj = nn.Linear(dim, dim)
         self.k_proj = nn.Linear(dim, dim)
         self.v_proj = nn.Linear(dim, dim)
@@ -85,10 +100,15 @@ class PolicyHead(nn.Module):
     def __init__(self, embed_dim: int, num_tokens: int, proprio_dim: int = 4, action_dim: int = 4, *,
                  pooling: str = "attention", num_queries: int = 4, num_heads: int = 4, frames: int = 1,
                  hidden: int = 256, token_dropout: float = 0.0, keypoints: bool = False,
-                 grid: tuple[int, int] | None = None) -> None:
+                 grid: tuple[int, int] | None = None, pos_code: str = "learned", query_diversity: float = 0.0,
+                 with_cls: bool = False) -> None:
         super().__init__()
         if not 0.0 <= token_dropout < 1.0:
             raise ValueError(f"token_dropout must be in [0, 1), got {token_dropout}")
+        if pos_code not in POS_CODES:
+            raise ValueError(f"pos_code must be one of {POS_CODES}, got {pos_code!r}")
+        if query_diversity < 0:
+            raise ValueError(f"query_diversity must be >= 0, got {query_diversity}")
         self.token_dropout = token_dropout
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
@@ -96,10 +116,15 @@ class PolicyHead(nn.Module):
             raise ValueError(f"frames must be >= 1, got {frames}")
         self.pooling, self.frames, self.num_tokens, self.embed_dim = pooling, frames, num_tokens, embed_dim
         self.keypoints = keypoints and pooling == "attention"
+        self.with_cls = with_cls and pooling == "attention"
+        self.query_diversity = query_diversity if pooling == "attention" else 0.0
         if pooling == "attention":
-            self.pos = nn.Parameter(torch.zeros(num_tokens, embed_dim))             # (N, C)
-            self.pool = AttentionPool(embed_dim, num_queries, num_heads)
-            per_frame = num_queries * embed_dim
+            if pos_code == "sincos":
+                self.register_buffer("pos", sincos_2d(num_tokens, embed_dim, grid), persistent=False)   # (N, C)
+            else:
+                self.pos = nn.Parameter(torch.zeros(num_tokens, embed_dim))         # (N, C)
+            self.pool = AttentionPool(embed_dim, num_queries, num_heads, orthogonal=pos_code == "sincos")
+            per_frame = num_queries * embed_dim + (embed_dim if self.with_cls else 0)
             if self.keypoints:
                 self.register_buffer("coords", patch_coords(num_tokens, grid), persistent=False)   # (N, 2)
                 per_frame += num_heads * num_queries * 2
@@ -112,27 +137,37 @@ class PolicyHead(nn.Module):
         )
 
     def prepare(self, tokens: torch.Tensor, cls: torch.Tensor | None) -> torch.Tensor:
-        """Parameter-free per-frame input: tokens (..., N, C) -> LN'ed (..., N, C) for "attention",
-        mean of LN'ed tokens (..., C) for "mean", LN'ed CLS (..., C) for "cls"."""
+        """Parameter-free per-frame input: tokens (..., N, C) -> LN'ed (..., N, C) for "attention"
+        ((..., N+1, C) with_cls: the LN'ed CLS token last), mean of LN'ed tokens (..., C) for "mean",
+        LN'ed CLS (..., C) for "cls"."""
         C = tokens.shape[-1]
-        if self.pooling == "cls":
+        if self.pooling == "cls" or self.with_cls:
             if cls is None:
-                raise ValueError("pooling='cls' needs the CLS token; this backbone has none")
-            return F.layer_norm(cls.float(), (C,))
+                raise ValueError(f"pooling={self.pooling!r}{' with_cls' if self.with_cls else ''} needs the CLS "
+                                 "token; this backbone has none")
+            if self.pooling == "cls":
+                return F.layer_norm(cls.float(), (C,))
         x = F.layer_norm(tokens.float(), (C,))    # affine-free: the projections that follow absorb scale/shift
+        if self.with_cls:
+            x = torch.cat([x, F.layer_norm(cls.float(), (C,)).unsqueeze(-2)], dim=-2)
         return x.mean(dim=-2) if self.pooling == "mean" else x
 
     def forward_prepared(self, x: torch.Tensor, proprio: torch.Tensor,
-                         generator: torch.Generator | None = None) -> torch.Tensor:
+                         generator: torch.Generator | None = None, return_penalty: bool = False
+                         ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """x: prepared frames (B, F, N, C) for "attention" or (B, F, C); proprio (B, P) -> (B, A).
 
         In training mode with token_dropout > 0, random patches are hidden from the queries
-        (drawn from `generator`, so seeded training stays reproducible)."""
+        (drawn from `generator`, so seeded training stays reproducible). return_penalty: also the
+        weighted query-diversity penalty (a scalar, 0 unless query_diversity > 0), for the loss."""
         B = x.shape[0]
         if x.shape[1] != self.frames:
             raise ValueError(f"expected a stack of {self.frames} frames, got {tuple(x.shape)}")
+        penalty = x.new_zeros(())
         if self.pooling == "attention":
-            x = x.flatten(0, 1)                                                     # (B*F, N, C)
+            x = x.flatten(0, 1)                                                     # (B*F, N(+1), C)
+            if self.with_cls:
+                x, cls = x[:, :-1], x[:, -1]                                        # (B*F, N, C), (B*F, C)
             keep = None
             if self.training and self.token_dropout > 0:    # regulariser: hide random patches from the queries
                 keep = torch.rand(x.shape[:2], generator=generator) >= self.token_dropout   # (B*F, N)
@@ -140,8 +175,13 @@ class PolicyHead(nn.Module):
             x, att = self.pool(x, self.pos, return_weights=True, keep=keep)        # (B*F, Q, C), (B*F, H, Q, N)
             if self.keypoints:                                                      # where each query looked
                 x = torch.cat([x.flatten(1), (att @ self.coords).flatten(1)], 1)    # (B*F, Q*C + H*Q*2)
+            if self.with_cls:
+                x = torch.cat([x.flatten(1), cls], 1)                               # (B*F, D + C)
+            if self.query_diversity > 0:
+                penalty = self.query_diversity * diversity_penalty(att)
         feats = torch.cat([x.reshape(B, -1), proprio], dim=-1)                      # (B, F*D + P)
-        return self.mlp(feats)                                                      # (B, A)
+        out = self.mlp(feats)                                                       # (B, A)
+        return (out, penalty) if return_penalty else out
 
     def forward(self, tokens: torch.Tensor, cls: torch.Tensor | None, proprio: torch.Tensor) -> torch.Tensor:
         if tokens.ndim != 4 or tokens.shape[1] != self.frames or tokens.shape[2] != self.num_tokens:
@@ -159,6 +199,13 @@ class PolicyHead(nn.Module):
 
 def patch_coords(num_tokens: int, grid: tuple[int, int] | None = None) -> torch.Tensor:
     """(N, 2) centres (x, y) in [-1, 1] of a row-major h*w patch grid (square when grid is None)."""
+    h, w = _grid_hw(num_tokens, grid)
+    ys = (torch.arange(h) + 0.5) / h * 2 - 1
+    xs = (torch.arange(w) + 0.5) / w * 2 - 1
+    return torch.stack(torch.meshgrid(xs, ys, indexing="xy"), -1).reshape(-1, 2)   # row-major: x varies fastest
+
+
+def _grid_hw(num_tokens: int, grid: tuple[int, int] | None) -> tuple[int, int]:
     if grid is None:
         side = math.isqrt(num_tokens)
         if side * side != num_tokens:
@@ -167,9 +214,40 @@ def patch_coords(num_tokens: int, grid: tuple[int, int] | None = None) -> torch.
     h, w = int(grid[0]), int(grid[1])
     if h * w != num_tokens:
         raise ValueError(f"grid {h}x{w} does not hold {num_tokens} tokens")
-    ys = (torch.arange(h) + 0.5) / h * 2 - 1
-    xs = (torch.arange(w) + 0.5) / w * 2 - 1
-    return torch.stack(torch.meshgrid(xs, ys, indexing="xy"), -1).reshape(-1, 2)   # row-major: x varies fastest
+    return h, w
+
+
+def sincos_2d(num_tokens: int, dim: int, grid: tuple[int, int] | None = None) -> torch.Tensor:
+    """(N, dim) fixed 2-d sine-cosine position code of a row-major patch grid: the first half of the
+    channels encodes x, the second y, each as sin/cos pairs at dim/4 frequencies spaced geometrically
+    from half a period across the grid to one period every four patches (at one period every two, sin
+    would be 0 at every patch)."""
+    if dim % 4:
+        raise ValueError(f"a 2-d sine-cosine code needs dim divisible by 4, got {dim}")
+    h, w = _grid_hw(num_tokens, grid)
+    cells = torch.stack(torch.meshgrid(torch.arange(w), torch.arange(h), indexing="xy"), -1)
+    cells = cells.reshape(-1, 2).float()                                            # (N, 2) patch (col, row)
+    lo = math.pi / max(h, w)
+    freqs = lo * (math.pi / 2 / lo) ** (torch.arange(dim // 4, dtype=torch.float32) / max(1, dim // 4 - 1))
+    parts = []
+    for axis in (0, 1):
+        ang = cells[:, axis:axis + 1] * freqs                                       # (N, dim/4)
+        parts += [ang.sin(), ang.cos()]
+    return torch.cat(parts, dim=1)                                                  # (N, dim)
+
+
+def diversity_penalty(att: torch.Tensor) -> torch.Tensor:
+    """Mean squared cosine similarity between the attention maps of different queries.
+
+    att (B, H, Q, N) -> scalar in [0, 1]: 1 when every query looks where the others do, 0 when
+    their maps do not overlap. Maps are averaged over heads first (a query is one place to look)."""
+    a = F.normalize(att.mean(dim=1), dim=-1)                                        # (B, Q, N)
+    Q = a.shape[1]
+    if Q < 2:
+        return att.new_zeros(())
+    cos = a @ a.transpose(1, 2)                                                     # (B, Q, Q)
+    off = cos.pow(2).sum(dim=(1, 2)) - cos.diagonal(dim1=1, dim2=2).pow(2).sum(-1)  # (B,)
+    return (off / (Q * (Q - 1))).mean()
 
 
 def bc_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

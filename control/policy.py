@@ -30,8 +30,10 @@ from .head import PolicyHead, bc_loss
 
 KIND = "control.policy"
 FORMAT_VERSION = 1
-_HPARAMS = ("pooling", "num_queries", "num_heads", "frames", "hidden", "token_dropout", "keypoints", "epochs",
-            "batch_size", "lr", "weight_decay", "seed")
+_HPARAMS = ("pooling", "num_queries", "num_heads", "frames", "hidden", "token_dropout", "keypoints", "pos_code",
+            "query_diversity", "with_cls", "epochs", "batch_size", "lr", "weight_decay", "seed")
+# what policies saved before an option existed were trained with
+_OLD_DEFAULTS = dict(keypoints=False, pos_code="learned", query_diversity=0.0, with_cls=False)
 
 
 class PatchTokenPolicy:
@@ -40,12 +42,15 @@ class PatchTokenPolicy:
     pooling: "attention" (learned-query cross-attention over the patch grid), "cls" or "mean".
     frames: how many of the latest frames the head sees (frame stack, oldest first).
     keypoints: attention pooling also hands the MLP where each query looked (soft-argmax x, y).
+    pos_code ("learned" | "sincos"), query_diversity (weight of the penalty on queries that look at
+    the same place), with_cls (the CLS token beside the pooled patch tokens): see control.head.
     Learned attributes: head_ (PolicyHead), proprio_mean_/proprio_std_ (4,), meta_ (dict:
     the backbone the tokens came from), history_ (mean loss per epoch), n_samples_.
     """
 
     def __init__(self, pooling: str = "attention", *, num_queries: int = 4, num_heads: int = 4, frames: int = 1,
-                 hidden: int = 256, token_dropout: float = 0.0, keypoints: bool = False, epochs: int = 60,
+                 hidden: int = 256, token_dropout: float = 0.0, keypoints: bool = False, pos_code: str = "learned",
+                 query_diversity: float = 0.0, with_cls: bool = False, epochs: int = 60,
                  batch_size: int = 256, lr: float = 1e-3, weight_decay: float = 1e-4, seed: int = 0) -> None:
         self.pooling = pooling
         self.num_queries = num_queries
@@ -54,6 +59,9 @@ class PatchTokenPolicy:
         self.hidden = hidden
         self.token_dropout = token_dropout
         self.keypoints = keypoints
+        self.pos_code = pos_code
+        self.query_diversity = query_diversity
+        self.with_cls = with_cls
         self.epochs = epochs
         self.batch_size = batch_size
         self.lr = lr
@@ -62,6 +70,11 @@ class PatchTokenPolicy:
 
     def get_params(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in _HPARAMS}
+
+    @property
+    def uses_cls(self) -> bool:
+        """Whether the head reads the CLS token (pooling "cls", or attention with_cls)."""
+        return self.pooling == "cls" or (self.pooling == "attention" and self.with_cls)
 
     def __repr__(self) -> str:
         return "PatchTokenPolicy(" + ", ".join(f"{k}={v!r}" for k, v in self.get_params().items()) + ")"
@@ -74,7 +87,8 @@ class PatchTokenPolicy:
             return PolicyHead(embed_dim, num_tokens, proprio_dim, action_dim, pooling=self.pooling,
                               num_queries=self.num_queries, num_heads=self.num_heads, frames=self.frames,
                               hidden=self.hidden, token_dropout=self.token_dropout, keypoints=self.keypoints,
-                              grid=tuple(grid) if grid else None)
+                              grid=tuple(grid) if grid else None, pos_code=self.pos_code,
+                              query_diversity=self.query_diversity, with_cls=self.with_cls)
 
     def init_untrained(self, backbone_meta: dict[str, Any], proprio_dim: int = 4, action_dim: int = 4
                        ) -> "PatchTokenPolicy":
@@ -92,8 +106,9 @@ class PatchTokenPolicy:
         """Behaviour cloning on `cache` (MSE between predicted and expert actions). Returns self."""
         if len(cache) == 0:
             raise ValueError("the feature cache is empty")
-        if self.pooling == "cls" and cache.cls is None:
-            raise ValueError("pooling='cls' needs a backbone with a CLS token")
+        if self.uses_cls and cache.cls is None:
+            raise ValueError(f"pooling={self.pooling!r}{' with_cls' if self.with_cls else ''} needs a backbone "
+                             "with a CLS token")
         M, N, C = cache.tokens.shape
         P, A = cache.proprio.shape[1], cache.actions.shape[1]
         head = self._build(C, N, P, A, cache.meta.get("grid"))
@@ -126,11 +141,12 @@ class PatchTokenPolicy:
                 rows = perm[s * self.batch_size:(s + 1) * self.batch_size]         # (B,)
                 x = frames_in[stack[rows]].float()                                  # (B, F, N, C) or (B, F, C)
                 prop = (cache.proprio[rows] - mean) / std                           # (B, P)
-                loss = bc_loss(head.forward_prepared(x, prop, generator=gen), cache.actions[rows])
+                pred, penalty = head.forward_prepared(x, prop, generator=gen, return_penalty=True)
+                loss = bc_loss(pred, cache.actions[rows])
                 opt.zero_grad(set_to_none=True)
-                loss.backward()
+                (loss + penalty).backward()
                 opt.step()
-                tot += loss.item() * len(rows)
+                tot += loss.item() * len(rows)                                      # history: the BC loss alone
             history.append(tot / M)
             bar.set_postfix(loss=f"{history[-1]:.4f}")
             if ckpt is not None and ((epoch + 1) % checkpoint_every == 0 or epoch + 1 == self.epochs):
@@ -174,7 +190,7 @@ class PatchTokenPolicy:
     @classmethod
     def load(cls, path: str | Path) -> "PatchTokenPolicy":
         cfg = read_config(path, KIND, FORMAT_VERSION)
-        pol = cls(**{"keypoints": False, **cfg["params"]})     # policies saved before keypoints existed had none
+        pol = cls(**{**_OLD_DEFAULTS, **cfg["params"]})
         t = load_file(str(Path(path) / "model.safetensors"))
         s = cfg["shapes"]
         pol.head_ = pol._build(s["embed_dim"], s["num_tokens"], s["proprio_dim"], s["action_dim"],
@@ -262,7 +278,7 @@ class PolicyEnsemble:
             m._check_fitted()
         first = members[0]
         for i, m in enumerate(members[1:], 1):
-            if (m.pooling, m.frames) != (first.pooling, first.frames) or \
+            if (m.pooling, m.frames, m.uses_cls) != (first.pooling, first.frames, first.uses_cls) or \
                     {k: m.meta_.get(k) for k in ("fingerprint", "img_size", "block")} != \
                     {k: first.meta_.get(k) for k in ("fingerprint", "img_size", "block")}:
                 raise ValueError(f"ensemble member {i} ({m.pooling}, {m.frames} frames, block {m.meta_.get('block')}) "
@@ -279,6 +295,7 @@ class PolicyEnsemble:
 
     # the attributes the agent and evaluate() read from a policy
     pooling = property(lambda self: self.members[0].pooling)
+    uses_cls = property(lambda self: self.members[0].uses_cls)
     frames = property(lambda self: self.members[0].frames)
     meta_ = property(lambda self: self.members[0].meta_)
     seeds = property(lambda self: [m.seed for m in self.members])

@@ -62,7 +62,21 @@ def test_resume_keeps_a_pooling_whose_own_settings_match():
     assert ps(old, "cls") != ps(dict(old, ensemble=3), "cls")
     assert ps(old, "attention") != ps(dict(old, keypoints=True), "attention")
     assert ps(old, "cls") == ps(dict(old, keypoints=True), "cls") and ps(old, "attention") == ps(dict(old, keypoints=False), "attention")
-    sfx = control_success._attention_suffix
-    assert sfx(0.3, 4, "attention") == "_td0.3" and sfx(0.0, 1, "attention") == "_q1"
-    assert sfx(0.3, 1, "cls") == sfx(0.0, 4, "attention") == ""
-    assert sfx(0.0, 4, "attention", True) == "_kp" and sfx(0.0, 4, "cls", True) == ""
+    for opt, value in [("pos_code", "sincos"), ("query_diversity", 0.1), ("with_cls", True)]:
+        assert ps(old, "attention") != ps(dict(old, **{opt: value}), "attention"), opt
+        assert ps(old, "cls") == ps(dict(old, **{opt: value}), "cls"), opt
+    assert ps(old, "attention") == ps(dict(old, pos_code="learned", query_diversity=0.0, with_cls=False), "attention")
+
+
+def test_policy_folder_suffix_names_every_non_default_attention_option():
+    from argparse import Namespace
+
+    base = dict(token_dropout=0.0, num_queries=4, keypoints=False, pos_code="learned", query_diversity=0.0,
+                with_cls=False)
+
+    def sfx(pooling="attention", **kw):
+        return control_success._attention_suffix(Namespace(**dict(base, **kw)), pooling)
+
+    assert sfx() == "" and sfx("cls", token_dropout=0.3, keypoints=True, with_cls=True) == ""
+    assert sfx(token_dropout=0.3) == "_td0.3" and sfx(num_queries=1) == "_q1" and sfx(keypoints=True) == "_kp"
+    assert sfx(pos_code="sincos", query_diversity=0.05, with_cls=True) == "_sincos_div0.05_cls"

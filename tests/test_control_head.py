@@ -117,3 +117,65 @@ def test_keypoints_report_where_a_query_attends():
     head.mlp[0].register_forward_hook(lambda m, i, o: seen.update(x=i[0]))
     head.forward_prepared(tokens[:, None], torch.zeros(1, 4))
     torch.testing.assert_close(seen["x"][0, 16:18], kp[0, 0, 0])
+
+
+def test_sincos_code_gives_every_patch_its_own_code_varying_on_the_grid():
+    from control.head import sincos_2d
+
+    pe = sincos_2d(12, 32, grid=(3, 4))                            # 3 rows x 4 columns, row-major
+    assert pe.shape == (12, 32)
+    assert torch.cdist(pe, pe).add(torch.eye(12) * 1e3).min() > 0.1    # no two patches share a code
+    x_half, y_half = pe[:, :16], pe[:, 16:]
+    torch.testing.assert_close(x_half[0], x_half[4])               # same column, other row: same x code
+    torch.testing.assert_close(y_half[0], y_half[3])               # same row, other column: same y code
+    assert not torch.allclose(x_half[0], x_half[1]) and not torch.allclose(y_half[0], y_half[4])
+    assert (pe.std(dim=0) > 0.05).all()                            # no channel is constant over the grid
+    with pytest.raises(ValueError, match="divisible by 4"):
+        sincos_2d(12, 30, grid=(3, 4))
+
+
+def test_diversity_penalty_matches_pairwise_cosines_and_spans_zero_to_one():
+    from control.head import diversity_penalty
+
+    torch.manual_seed(0)
+    att = torch.rand(3, 2, 4, 10).softmax(-1)                      # (B, H, Q, N)
+    a = att.mean(1)
+    want = torch.stack([torch.stack([torch.nn.functional.cosine_similarity(a[b, i], a[b, j], dim=0) ** 2
+                                     for i in range(4) for j in range(4) if i != j]).mean() for b in range(3)]).mean()
+    torch.testing.assert_close(diversity_penalty(att), want)
+    same = torch.rand(1, 1, 1, 10).softmax(-1).expand(2, 2, 3, 10)
+    torch.testing.assert_close(diversity_penalty(same), torch.tensor(1.0))
+    apart = torch.eye(10)[:3].expand(2, 2, 3, 10)                  # three queries on three different patches
+    assert diversity_penalty(apart) == 0
+
+
+def test_query_diversity_adds_a_penalty_in_training_and_sincos_code_is_fixed():
+    torch.manual_seed(0)
+    head = PolicyHead(16, 9, pooling="attention", num_queries=3, num_heads=2, pos_code="sincos",
+                      query_diversity=0.5, grid=(3, 3))
+    assert "pos" not in dict(head.named_parameters()) and "pos" not in head.state_dict()
+    q = head.pool.query.detach()
+    torch.testing.assert_close(q @ q.T, torch.eye(3), atol=1e-5, rtol=0)   # queries start orthogonal
+    x, prop = torch.randn(5, 1, 9, 16), torch.randn(5, 4)
+    out, penalty = head.forward_prepared(x, prop, return_penalty=True)
+    assert out.shape == (5, 4) and 0 < penalty <= 0.5
+    _, none = PolicyHead(16, 9, num_queries=3, num_heads=2).forward_prepared(x, prop, return_penalty=True)
+    assert none == 0
+    with pytest.raises(ValueError, match="pos_code"):
+        PolicyHead(16, 9, pos_code="rope")
+    with pytest.raises(ValueError, match="query_diversity"):
+        PolicyHead(16, 9, query_diversity=-1.0)
+
+
+def test_with_cls_hands_the_mlp_the_cls_token_beside_the_pooled_patches():
+    torch.manual_seed(0)
+    head = PolicyHead(16, 9, pooling="attention", num_queries=2, num_heads=2, with_cls=True).eval()
+    assert head.mlp[0].in_features == 2 * 16 + 16 + 4
+    tokens, cls, prop = torch.randn(2, 1, 9, 16), torch.randn(2, 1, 16), torch.randn(2, 4)
+    assert head.prepare(tokens, cls).shape == (2, 1, 10, 16)
+    a = head(tokens, cls, prop)
+    assert not torch.allclose(a, head(tokens, torch.randn(2, 1, 16), prop))       # the CLS token matters
+    assert not torch.allclose(a, head(torch.randn(2, 1, 9, 16), cls, prop))       # and so do the patches
+    with pytest.raises(ValueError, match="CLS"):
+        head(tokens, None, prop)
+    assert PolicyHead(16, 9, pooling="cls", with_cls=True).with_cls is False       # an attention option only

@@ -204,6 +204,12 @@ def test_cli_collect_train_evaluate_latency(tmp_path, bb, monkeypatch, capsys):
     assert isinstance(ens, PolicyEnsemble) and ens.seeds == [5, 6]
     assert main(["control", "evaluate", "--policy", e, "--configs", "1", "--max-steps", "2"]) == 0
     assert "on held-out configurations" in capsys.readouterr().out
+    w = str(tmp_path / "withcls")
+    assert main(["control", "train", "--demos", d, "--out", w, "--epochs", "1", "--heads", "3", "--pos-code", "sincos",
+                 "--query-diversity", "0.1", "--with-cls", "--keypoints", "--threads", "1"]) == 0
+    pol = load_policy(w)
+    assert (pol.pos_code, pol.query_diversity, pol.with_cls, pol.keypoints) == ("sincos", 0.1, True, True)
+    assert main(["control", "evaluate", "--policy", w, "--configs", "1", "--max-steps", "2"]) == 0   # the agent feeds CLS
 
 
 def test_demo_section_quick(tmp_path):

@@ -1,4 +1,6 @@
 """Behaviour cloning on cached tokens: seeded, resumable, saved as safetensors, tied to its backbone."""
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -167,6 +169,35 @@ def test_keypoint_policy_round_trips_and_old_policies_without_the_key_still_load
     small(epochs=1).fit(cache, progress=False).save(tmp_path / "old")
     cfg_path = tmp_path / "old" / "config.json"
     cfg = json.loads(cfg_path.read_text())
-    del cfg["params"]["keypoints"]                                # as written before the option existed
+    for key in ("keypoints", "pos_code", "query_diversity", "with_cls"):    # as written before the options existed
+        del cfg["params"][key]
     cfg_path.write_text(json.dumps(cfg))
-    assert PatchTokenPolicy.load(tmp_path / "old").keypoints is False
+    old = PatchTokenPolicy.load(tmp_path / "old")
+    assert (old.keypoints, old.pos_code, old.query_diversity, old.with_cls) == (False, "learned", 0.0, False)
+
+
+def test_diverse_sincos_policy_with_cls_round_trips_and_its_queries_look_at_different_places(tmp_path):
+    from control.agent import VisuomotorAgent
+    from control.head import diversity_penalty
+    from control.policy import _prepare_frames
+
+    cache = marked_token_cache(M=256)
+    plain = small(epochs=15).fit(cache, progress=False)
+    pol = small(epochs=15, pos_code="sincos", query_diversity=0.1, with_cls=True).fit(cache, progress=False)
+    assert pol.uses_cls and not plain.uses_cls and VisuomotorAgent(pol, None, check=False).uses_cls
+
+    def overlap(p):
+        x = _prepare_frames(p.head_, cache)[:64].float()
+        x = x[:, :-1] if p.with_cls else x
+        return float(diversity_penalty(p.head_.pool(x, p.head_.pos, return_weights=True)[1]))
+
+    assert overlap(pol) < 0.5 * overlap(plain)
+    pol.save(tmp_path / "p")
+    back = PatchTokenPolicy.load(tmp_path / "p")
+    assert back.get_params() == pol.get_params()
+    idx = cache.stack_index(1)[:5]
+    args = (cache.tokens[idx], cache.cls[idx], cache.proprio[:5].numpy())
+    np.testing.assert_array_equal(pol.predict(*args), back.predict(*args))
+    no_cls = dataclasses.replace(cache, cls=None)
+    with pytest.raises(ValueError, match="CLS"):
+        small(with_cls=True).fit(no_cls, progress=False)
