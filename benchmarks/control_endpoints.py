@@ -99,8 +99,7 @@ def query_maps(pol, bb, configs: list[int], png: Path) -> None:
             env.reset(c)
             frame = env.render()
             tokens, _ = VisuomotorAgent(pol, bb).encode([frame])                     # (1, N, C)
-            with torch.no_grad():
-                _, att = head.pool(head.prepare(tokens, None), head.pos, return_weights=True)   # (1, H, Q, N)
+            att = head.query_attention(tokens)                                       # (1, H, Q, N)
             axes[row, 0].imshow(frame)
             axes[row, 0].set_title(f"config {c}", fontsize=8)
             for q in range(Q):

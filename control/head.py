@@ -189,12 +189,17 @@ class PolicyHead(nn.Module):
         return self.forward_prepared(self.prepare(tokens, cls), proprio)
 
     @torch.no_grad()
-    def attention_map(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Where the attention pooler looks: (B, N, C) tokens of one frame -> (B, N) weights, mean over heads and queries."""
+    def query_attention(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Where each query looks: (B, N, C) patch tokens of one frame -> (B, H, Q, N) attention weights."""
         if self.pooling != "attention":
             raise ValueError(f"pooling={self.pooling!r} has no attention map")
-        _, att = self.pool(self.prepare(tokens, None), self.pos, return_weights=True)    # (B, H, Q, N)
-        return att.mean(dim=(1, 2))                                                      # (B, N)
+        x = F.layer_norm(tokens.float(), (tokens.shape[-1],))                           # as prepare(), without CLS
+        return self.pool(x, self.pos, return_weights=True)[1]
+
+    @torch.no_grad()
+    def attention_map(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Where the attention pooler looks: (B, N, C) tokens of one frame -> (B, N) weights, mean over heads and queries."""
+        return self.query_attention(tokens).mean(dim=(1, 2))                           # (B, N)
 
 
 def patch_coords(num_tokens: int, grid: tuple[int, int] | None = None) -> torch.Tensor:

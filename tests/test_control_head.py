@@ -178,4 +178,6 @@ def test_with_cls_hands_the_mlp_the_cls_token_beside_the_pooled_patches():
     assert not torch.allclose(a, head(torch.randn(2, 1, 9, 16), cls, prop))       # and so do the patches
     with pytest.raises(ValueError, match="CLS"):
         head(tokens, None, prop)
+    m = head.attention_map(tokens[:, 0])                           # maps need the patches only
+    assert m.shape == (2, 9) and torch.allclose(m.sum(-1), torch.ones(2))
     assert PolicyHead(16, 9, pooling="cls", with_cls=True).with_cls is False       # an attention option only
