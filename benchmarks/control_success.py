@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from common import RESULTS, ROOT, print_table, write_result
+from control.options import DEFAULT_POS_CODE, DEFAULT_QUERY_DIVERSITY, POS_CODES
 
 DEFAULT_TASKS = ["reach-v3", "push-v3", "button-press-v3", "drawer-open-v3"]
 
@@ -40,9 +41,9 @@ def main() -> int:
     ap.add_argument("--num-queries", type=int, default=4, help="learned queries of the attention pooler")
     ap.add_argument("--keypoints", action="store_true",
                     help="attention pooling also hands the MLP where each query looked (soft-argmax x, y)")
-    ap.add_argument("--pos-code", choices=["learned", "sincos"], default="learned",
+    ap.add_argument("--pos-code", choices=POS_CODES, default=DEFAULT_POS_CODE,
                     help="attention pooling: learned position code (zero at init) or a fixed 2-d sine-cosine one")
-    ap.add_argument("--query-diversity", type=float, default=0.0, metavar="W",
+    ap.add_argument("--query-diversity", type=float, default=DEFAULT_QUERY_DIVERSITY, metavar="W",
                     help="attention pooling: weight of the penalty on queries whose attention maps overlap")
     ap.add_argument("--with-cls", action="store_true",
                     help="attention pooling: the MLP also gets the CLS token (patch tokens on top of the summary)")

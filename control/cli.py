@@ -16,6 +16,7 @@ from typing import Any
 from backbone.cli import add_backbone_args, add_threads_arg
 
 from .env import RenderSettings
+from .options import DEFAULT_POS_CODE, DEFAULT_QUERY_DIVERSITY, POS_CODES
 
 
 def register(subparsers: Any) -> None:
@@ -45,9 +46,9 @@ def register(subparsers: Any) -> None:
     q.add_argument("--hidden", type=int, default=256)
     q.add_argument("--token-dropout", type=float, default=0.0, help="attention pooling: hide this share of patches")
     q.add_argument("--keypoints", action="store_true", help="attention pooling: also where each query looked (x, y)")
-    q.add_argument("--pos-code", choices=("learned", "sincos"), default="learned",
+    q.add_argument("--pos-code", choices=POS_CODES, default=DEFAULT_POS_CODE,
                    help="attention pooling: learned position code, or a fixed 2-d sine-cosine one (queries start orthogonal)")
-    q.add_argument("--query-diversity", type=float, default=0.0, metavar="W",
+    q.add_argument("--query-diversity", type=float, default=DEFAULT_QUERY_DIVERSITY, metavar="W",
                    help="attention pooling: weight of the penalty on queries whose attention maps overlap")
     q.add_argument("--with-cls", action="store_true", help="attention pooling: the CLS token beside the pooled patches")
     q.add_argument("--epochs", type=int, default=60)

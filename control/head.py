@@ -41,8 +41,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .options import DEFAULT_POS_CODE, DEFAULT_QUERY_DIVERSITY, POS_CODES
+
 POOLINGS = ("attention", "cls", "mean")
-POS_CODES = ("learned", "sincos")
 
 
 class AttentionPool(nn.Module):
@@ -100,7 +101,8 @@ class PolicyHead(nn.Module):
     def __init__(self, embed_dim: int, num_tokens: int, proprio_dim: int = 4, action_dim: int = 4, *,
                  pooling: str = "attention", num_queries: int = 4, num_heads: int = 4, frames: int = 1,
                  hidden: int = 256, token_dropout: float = 0.0, keypoints: bool = False,
-                 grid: tuple[int, int] | None = None, pos_code: str = "learned", query_diversity: float = 0.0,
+                 grid: tuple[int, int] | None = None, pos_code: str = DEFAULT_POS_CODE,
+                 query_diversity: float = DEFAULT_QUERY_DIVERSITY,
                  with_cls: bool = False) -> None:
         super().__init__()
         if not 0.0 <= token_dropout < 1.0:

@@ -159,7 +159,8 @@ def test_query_diversity_adds_a_penalty_in_training_and_sincos_code_is_fixed():
     x, prop = torch.randn(5, 1, 9, 16), torch.randn(5, 4)
     out, penalty = head.forward_prepared(x, prop, return_penalty=True)
     assert out.shape == (5, 4) and 0 < penalty <= 0.5
-    _, none = PolicyHead(16, 9, num_queries=3, num_heads=2).forward_prepared(x, prop, return_penalty=True)
+    _, none = PolicyHead(16, 9, num_queries=3, num_heads=2, query_diversity=0.0).forward_prepared(
+        x, prop, return_penalty=True)
     assert none == 0
     with pytest.raises(ValueError, match="pos_code"):
         PolicyHead(16, 9, pos_code="rope")

@@ -166,7 +166,7 @@ def test_keypoint_policy_round_trips_and_old_policies_without_the_key_still_load
     idx = cache.stack_index(1)[:3]
     args = (cache.tokens[idx], cache.cls[idx], cache.proprio[:3].numpy())
     np.testing.assert_array_equal(kp.predict(*args), back.predict(*args))
-    small(epochs=1).fit(cache, progress=False).save(tmp_path / "old")
+    small(epochs=1, pos_code="learned", query_diversity=0.0).fit(cache, progress=False).save(tmp_path / "old")
     cfg_path = tmp_path / "old" / "config.json"
     cfg = json.loads(cfg_path.read_text())
     for key in ("keypoints", "pos_code", "query_diversity", "with_cls"):    # as written before the options existed
@@ -179,17 +179,14 @@ def test_keypoint_policy_round_trips_and_old_policies_without_the_key_still_load
 def test_diverse_sincos_policy_with_cls_round_trips_and_its_queries_look_at_different_places(tmp_path):
     from control.agent import VisuomotorAgent
     from control.head import diversity_penalty
-    from control.policy import _prepare_frames
 
     cache = marked_token_cache(M=256)
-    plain = small(epochs=15).fit(cache, progress=False)
+    plain = small(epochs=15, pos_code="learned", query_diversity=0.0).fit(cache, progress=False)
     pol = small(epochs=15, pos_code="sincos", query_diversity=0.1, with_cls=True).fit(cache, progress=False)
     assert pol.uses_cls and not plain.uses_cls and VisuomotorAgent(pol, None, check=False).uses_cls
 
     def overlap(p):
-        x = _prepare_frames(p.head_, cache)[:64].float()
-        x = x[:, :-1] if p.with_cls else x
-        return float(diversity_penalty(p.head_.pool(x, p.head_.pos, return_weights=True)[1]))
+        return float(diversity_penalty(p.head_.query_attention(cache.tokens[:64])))
 
     assert overlap(pol) < 0.5 * overlap(plain)
     pol.save(tmp_path / "p")
