@@ -10,9 +10,8 @@ Pooling is the one thing the ablation varies:
 
 Tokens are layer-normalised first (patch tokens of the last block are un-normalised; the
 normalisation has no parameters, so for "mean" and "cls" the whole visual feature of a frame is
-fixed and training computes it once). A learned
-position embedding (zero at init) is added to the keys/values so the queries can address the
-grid even if the backbone's own position signal has faded by the last block. With a frame stack
+fixed and training computes it once). A position code is added to the keys/values so the queries
+can address the grid even if the backbone's own position signal has faded by the last block. With a frame stack
 of F frames each frame is pooled by the same pooler and the results are concatenated.
 
 With keypoints=True the attention head also reports *where* each head's query looked: the
@@ -21,14 +20,15 @@ deep spatial autoencoders for visuomotor learning), H*Q*2 numbers per frame besi
 features. Content alone tells the MLP what was found; these coordinates tell it where, without
 having to learn a position code from a few demos.
 
-Two remedies for queries that collapse onto one diffuse region (control/RESULTS.md: with 25 demos
-the four queries of a trained head end up near copies of one another, looking at the arm):
+Two remedies for queries that collapse onto one region (control/RESULTS.md: with 25 demos the
+four queries of a trained head ended up near copies of one another, looking at the arm); both are
+the defaults (control/options.py), measured better than the old head on held-out configurations:
 
-* pos_code="sincos": a fixed 2-d sine-cosine position code (as in MAE) instead of the learned,
-  zero-initialised one, so a query can address a place from the first step of training; the
-  queries start orthogonal.
-* query_diversity=w: `diversity_penalty` (mean squared cosine similarity between the attention
-  maps of different queries) is added to the BC loss with weight w.
+* pos_code="sincos": a fixed 2-d sine-cosine position code instead of the learned, zero-initialised
+  one ("learned"), so a query can address a place from the first step of training; the queries
+  start orthogonal.
+* query_diversity=w (default 0.02): `diversity_penalty` (mean squared cosine similarity between the
+  attention maps of different queries) is added to the BC loss with weight w.
 
 with_cls=True hands the MLP the LN'ed CLS token beside the attention-pooled patch tokens (global
 summary + spatial addressing), so the ablation can ask whether the patch tokens add anything to it.
