@@ -51,7 +51,8 @@ class PatchTokenPolicy:
 
     def __init__(self, pooling: str = "attention", *, num_queries: int = 4, num_heads: int = 4, frames: int = 1,
                  hidden: int = 256, token_dropout: float = 0.0, keypoints: bool = False,
-                 pos_code: str = DEFAULT_POS_CODE, query_diversity: float = DEFAULT_QUERY_DIVERSITY, with_cls: bool = False, epochs: int = 60,
+                 pos_code: str = DEFAULT_POS_CODE, query_diversity: float = DEFAULT_QUERY_DIVERSITY,
+                 with_cls: bool = False, epochs: int = 60,
                  batch_size: int = 256, lr: float = 1e-3, weight_decay: float = 1e-4, seed: int = 0) -> None:
         self.pooling = pooling
         self.num_queries = num_queries
