@@ -47,7 +47,8 @@ def register(subparsers: Any) -> None:
     q.add_argument("--token-dropout", type=float, default=0.0, help="attention pooling: hide this share of patches")
     q.add_argument("--keypoints", action="store_true", help="attention pooling: also where each query looked (x, y)")
     q.add_argument("--pos-code", choices=POS_CODES, default=DEFAULT_POS_CODE,
-                   help="attention pooling: learned position code, or a fixed 2-d sine-cosine one (queries start orthogonal)")
+                   help="attention pooling: a fixed 2-d sine-cosine position code with orthogonal queries (default), "
+                        "or a learned one (the earlier head)")
     q.add_argument("--query-diversity", type=float, default=DEFAULT_QUERY_DIVERSITY, metavar="W",
                    help="attention pooling: weight of the penalty on queries whose attention maps overlap")
     q.add_argument("--with-cls", action="store_true", help="attention pooling: the CLS token beside the pooled patches")

@@ -209,7 +209,8 @@ def test_cli_collect_train_evaluate_latency(tmp_path, bb, monkeypatch, capsys):
                  "--query-diversity", "0.1", "--with-cls", "--keypoints", "--threads", "1"]) == 0
     pol = load_policy(w)
     assert (pol.pos_code, pol.query_diversity, pol.with_cls, pol.keypoints) == ("sincos", 0.1, True, True)
-    assert main(["control", "evaluate", "--policy", w, "--configs", "1", "--max-steps", "2"]) == 0   # the agent feeds CLS
+    # the agent feeds such a head the CLS token as well
+    assert main(["control", "evaluate", "--policy", w, "--configs", "1", "--max-steps", "2"]) == 0
 
 
 def test_demo_section_quick(tmp_path):
