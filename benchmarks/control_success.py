@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from common import RESULTS, ROOT, print_table, write_result
-from control.options import DEFAULT_POS_CODE, DEFAULT_QUERY_DIVERSITY, POS_CODES
+from control.options import DEFAULT_POS_CODE, DEFAULT_QUERY_DIVERSITY, LEGACY_HEAD_OPTIONS, POS_CODES
 
 DEFAULT_TASKS = ["reach-v3", "push-v3", "button-press-v3", "drawer-open-v3"]
 
@@ -216,8 +216,7 @@ def _pooling_settings(settings: dict, pooling: str) -> dict:
     return s
 
 
-_ATTENTION_OPTIONS_DEFAULTS = dict(token_dropout=0.0, num_queries=4, keypoints=False, pos_code="learned",
-                                   query_diversity=0.0, with_cls=False)
+_ATTENTION_OPTIONS_DEFAULTS = dict(token_dropout=0.0, num_queries=4, **LEGACY_HEAD_OPTIONS)
 _ATTENTION_OPTIONS = tuple(_ATTENTION_OPTIONS_DEFAULTS)
 
 

@@ -8,3 +8,5 @@ queries whose attention maps overlap. Policies saved before these options existe
 POS_CODES = ("learned", "sincos")
 DEFAULT_POS_CODE = "sincos"
 DEFAULT_QUERY_DIVERSITY = 0.02
+# what a policy config or benchmark result written before an option existed was made with
+LEGACY_HEAD_OPTIONS = dict(keypoints=False, pos_code="learned", query_diversity=0.0, with_cls=False)

@@ -27,14 +27,12 @@ from backbone.errors import ArtifactError
 
 from .features import FeatureCache, backbone_fingerprint
 from .head import PolicyHead, bc_loss
-from .options import DEFAULT_POS_CODE, DEFAULT_QUERY_DIVERSITY
+from .options import DEFAULT_POS_CODE, DEFAULT_QUERY_DIVERSITY, LEGACY_HEAD_OPTIONS
 
 KIND = "control.policy"
 FORMAT_VERSION = 1
 _HPARAMS = ("pooling", "num_queries", "num_heads", "frames", "hidden", "token_dropout", "keypoints", "pos_code",
             "query_diversity", "with_cls", "epochs", "batch_size", "lr", "weight_decay", "seed")
-# what policies saved before an option existed were trained with
-_OLD_DEFAULTS = dict(keypoints=False, pos_code="learned", query_diversity=0.0, with_cls=False)
 
 
 class PatchTokenPolicy:
@@ -192,7 +190,7 @@ class PatchTokenPolicy:
     @classmethod
     def load(cls, path: str | Path) -> "PatchTokenPolicy":
         cfg = read_config(path, KIND, FORMAT_VERSION)
-        pol = cls(**{**_OLD_DEFAULTS, **cfg["params"]})
+        pol = cls(**{**LEGACY_HEAD_OPTIONS, **cfg["params"]})
         t = load_file(str(Path(path) / "model.safetensors"))
         s = cfg["shapes"]
         pol.head_ = pol._build(s["embed_dim"], s["num_tokens"], s["proprio_dim"], s["action_dim"],
