@@ -11,8 +11,9 @@ Pooling is the one thing the ablation varies:
 Tokens are layer-normalised first (patch tokens of the last block are un-normalised; the
 normalisation has no parameters, so for "mean" and "cls" the whole visual feature of a frame is
 fixed and training computes it once). A position code is added to the keys/values so the queries
-can address the grid even if the backbone's own position signal has faded by the last block. With a frame stack
-of F frames each frame is pooled by the same pooler and the results are concatenated.
+can address the grid even if the backbone's own position signal has faded by the last block.
+With a frame stack of F frames each frame is pooled by the same pooler and the results are
+concatenated.
 
 With keypoints=True the attention head also reports *where* each head's query looked: the
 attention-weighted mean (x, y) of the patch centres in [-1, 1] (a spatial soft-argmax, as in
