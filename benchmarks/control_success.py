@@ -42,7 +42,8 @@ def main() -> int:
     ap.add_argument("--keypoints", action="store_true",
                     help="attention pooling also hands the MLP where each query looked (soft-argmax x, y)")
     ap.add_argument("--pos-code", choices=POS_CODES, default=DEFAULT_POS_CODE,
-                    help="attention pooling: learned position code (zero at init) or a fixed 2-d sine-cosine one")
+                    help="attention pooling: a fixed 2-d sine-cosine position code (default) or a learned one, zero "
+                         "at init (the earlier head)")
     ap.add_argument("--query-diversity", type=float, default=DEFAULT_QUERY_DIVERSITY, metavar="W",
                     help="attention pooling: weight of the penalty on queries whose attention maps overlap")
     ap.add_argument("--with-cls", action="store_true",
@@ -143,7 +144,9 @@ def main() -> int:
                                        token_dropout=args.token_dropout if attn else 0.0,
                                        num_queries=args.num_queries if attn else 4,
                                        keypoints=args.keypoints and attn,
-                                       pos_code=args.pos_code if attn else "learned",
+                                       # other poolings ignore these; the legacy values keep their saved
+                                       # policies' parameters, and so the cached heads, as they were
+                                       pos_code=args.pos_code if attn else LEGACY_HEAD_OPTIONS["pos_code"],
                                        query_diversity=args.query_diversity if attn else 0.0,
                                        with_cls=args.with_cls and attn)
                 cached = PatchTokenPolicy.load(pol_dir) if (pol_dir / "config.json").is_file() else None
@@ -227,7 +230,7 @@ def _attention_suffix(args: argparse.Namespace, pooling: str) -> str:
         return ""
     return (f"_td{args.token_dropout:g}" if args.token_dropout > 0 else "") \
         + (f"_q{args.num_queries}" if args.num_queries != 4 else "") + ("_kp" if args.keypoints else "") \
-        + ("_sincos" if args.pos_code != "learned" else "") \
+        + ("_sincos" if args.pos_code != LEGACY_HEAD_OPTIONS["pos_code"] else "") \
         + (f"_div{args.query_diversity:g}" if args.query_diversity > 0 else "") + ("_cls" if args.with_cls else "")
 
 
