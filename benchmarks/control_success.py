@@ -73,12 +73,17 @@ def main() -> int:
     ap.add_argument("--merge", nargs="+", default=None, metavar="PART_JSON",
                     help="combine the JSONs of runs over disjoint --tasks (all other settings equal, e.g. one "
                          "process per core) into --out with a recomputed summary, then exit")
+    ap.add_argument("--compare", nargs="+", default=None, metavar="RUN_JSON:POOLING",
+                    help="pair the heads of finished runs on the same held-out episodes (e.g. one pooling at two "
+                         "epoch budgets): mean success, per seed, exact McNemar against the first; to --out, then exit")
     ap.add_argument("--resume", action="store_true",
                     help="keep the results already in the JSON of every pooling whose own settings match (its block, "
                          "encoder, configurations, seeds...; another pooling's block does not matter); run the rest")
     args = ap.parse_args()
     if args.merge:
         return merge_parts(args.merge, args.out)
+    if args.compare:
+        return compare_runs(args.compare, args.out)
 
     import torch
 
@@ -202,6 +207,50 @@ def merge_parts(paths: list[str], out: str | None) -> int:
     write_result("control_success", dict(settings=settings, results=results, summary=summary,
                                          complete=all(p.get("complete") for p in parts),
                                          merged_from=[Path(p).name for p in paths]), out)
+    return 0
+
+
+# what must be equal for two runs' episodes to be the same episodes
+_EPISODE_SETTINGS = ("configs", "heldout_seeds", "max_steps", "encoder", "weights_sha256", "demos", "camera",
+                     "demo_size", "hold_steps", "action_noise", "render")
+
+
+def compare_runs(specs: list[str], out: str | None) -> int:
+    """Heads from different runs (RUN_JSON:POOLING each) on the episodes they share: the tasks and seeds
+    every run has, the same held-out configurations. Refuses runs whose episodes differ."""
+    import json
+
+    runs = []
+    for spec in specs:
+        path, _, pooling = spec.rpartition(":")
+        if not path:
+            raise SystemExit(f"{spec!r}: give RUN_JSON:POOLING, e.g. results.json:attention")
+        d = json.loads(Path(path).read_text())
+        runs.append((f"{Path(path).stem}:{pooling}", d, pooling))
+    first = {k: runs[0][1]["settings"].get(k) for k in _EPISODE_SETTINGS}
+    for label, d, _ in runs[1:]:
+        other = {k: d["settings"].get(k) for k in _EPISODE_SETTINGS}
+        if other != first:
+            diff = sorted(k for k in first if first[k] != other[k])
+            raise SystemExit(f"{label} was rolled out on other episodes than {runs[0][0]} ({', '.join(diff)} differ)")
+    keys = [{(r["task"], r.get("seed", 0)) for r in d["results"] if r["pooling"] == p} for _, d, p in runs]
+    shared = set.intersection(*keys)
+    if not shared:
+        raise SystemExit("these runs share no (task, seed) heads")
+    results = [dict(r, pooling=label) for label, d, p in runs for r in d["results"]
+               if r["pooling"] == p and (r["task"], r.get("seed", 0)) in shared]
+    labels = [label for label, _, _ in runs]
+    summary = _summary(results, labels)
+    paired = {b: _mcnemar(results, labels[0], b) for b in labels[1:]}
+    print_table(summary["by_pooling"])
+    print_table(summary["by_seed"])
+    for b, t in paired.items():
+        print(f"{labels[0]} vs {b}: {t[f'{labels[0]}_only']} vs {t[f'{b}_only']} paired episodes, "
+              f"exact McNemar p = {t['p_two_sided']:.3g}")
+    write_result("control_success_compare", dict(runs=specs, tasks=sorted({t for t, _ in shared}),
+                                                 seeds=sorted({s for _, s in shared}), episodes=first,
+                                                 by_pooling=summary["by_pooling"], by_seed=summary["by_seed"],
+                                                 paired=paired), out)
     return 0
 
 

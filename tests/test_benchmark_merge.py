@@ -1,4 +1,5 @@
-"""benchmarks/control_success.py: --merge combines runs that split the tasks (others are refused); the summary over seeds."""
+"""benchmarks/control_success.py: --merge combines runs that split the tasks (others are refused); the summary over seeds;
+--compare pairs heads of different runs on the same episodes."""
 import json
 import sys
 from pathlib import Path
@@ -80,3 +81,27 @@ def test_policy_folder_suffix_names_every_non_default_attention_option():
     assert sfx() == "" and sfx("cls", token_dropout=0.3, keypoints=True, with_cls=True) == ""
     assert sfx(token_dropout=0.3) == "_td0.3" and sfx(num_queries=1) == "_q1" and sfx(keypoints=True) == "_kp"
     assert sfx(pos_code="sincos", query_diversity=0.05, with_cls=True) == "_sincos_div0.05_cls"
+
+
+def _run(path, rows, **settings):
+    episodes = {**dict(configs=2, heldout_seeds=[1000000, 1000001], max_steps=200, hold_steps=20), **settings}
+    path.write_text(json.dumps(dict(settings=episodes, results=[
+        dict(task=t, pooling=p, seed=s, success_rate=sum(w) / len(w), per_config=w) for t, p, s, w in rows])))
+    return str(path)
+
+
+def test_compare_pairs_heads_of_two_runs_on_their_shared_episodes_and_refuses_other_episodes(tmp_path):
+    a = _run(tmp_path / "long.json", [("t", "attention", 0, [1, 1]), ("t", "attention", 1, [1, 0]),
+                                      ("u", "attention", 0, [0, 0])])
+    b = _run(tmp_path / "short.json", [("t", "cls", 0, [0, 0]), ("t", "cls", 1, [0, 1]), ("t", "attention", 0, [0, 0])])
+    out = tmp_path / "cmp.json"
+    assert control_success.compare_runs([f"{a}:attention", f"{b}:cls"], str(out)) == 0
+    c = json.loads(out.read_text())
+    assert c["tasks"] == ["t"] and c["seeds"] == [0, 1]                  # task u is only in one run: left out
+    assert {r["pooling"]: r["mean_success"] for r in c["by_pooling"]} == {"long:attention": 0.75, "short:cls": 0.25}
+    assert c["paired"]["short:cls"] == {"long:attention_only": 3, "short:cls_only": 1, "p_two_sided": 0.625}
+    d = _run(tmp_path / "other.json", [("t", "cls", 0, [0, 0])], max_steps=150)
+    with pytest.raises(SystemExit, match="max_steps"):
+        control_success.compare_runs([f"{a}:attention", f"{d}:cls"], str(out))
+    with pytest.raises(SystemExit, match="RUN_JSON:POOLING"):
+        control_success.compare_runs([a], str(out))
