@@ -1,5 +1,5 @@
-"""benchmarks/control_success.py: --merge combines runs that split the tasks (others are refused); the summary over seeds;
---compare pairs heads of different runs on the same episodes."""
+"""benchmarks/control_success.py: --merge combines runs that split the tasks (others are refused); the summary
+over seeds; --compare pairs heads of different runs on the same episodes."""
 import json
 import sys
 from pathlib import Path
@@ -93,7 +93,8 @@ def _run(path, rows, **settings):
 def test_compare_pairs_heads_of_two_runs_on_their_shared_episodes_and_refuses_other_episodes(tmp_path):
     a = _run(tmp_path / "long.json", [("t", "attention", 0, [1, 1]), ("t", "attention", 1, [1, 0]),
                                       ("u", "attention", 0, [0, 0])])
-    b = _run(tmp_path / "short.json", [("t", "cls", 0, [0, 0]), ("t", "cls", 1, [0, 1]), ("t", "attention", 0, [0, 0])])
+    b = _run(tmp_path / "short.json", [("t", "cls", 0, [0, 0]), ("t", "cls", 1, [0, 1]),
+                                       ("t", "attention", 0, [0, 0])])
     out = tmp_path / "cmp.json"
     assert control_success.compare_runs([f"{a}:attention", f"{b}:cls"], str(out)) == 0
     c = json.loads(out.read_text())
