@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from common import RESULTS, ROOT, print_table, write_result
-from control.options import DEFAULT_POS_CODE, DEFAULT_QUERY_DIVERSITY, LEGACY_HEAD_OPTIONS, POS_CODES
+from control.options import (DEFAULT_BC_EPOCHS, DEFAULT_POS_CODE, DEFAULT_QUERY_DIVERSITY, LEGACY_HEAD_OPTIONS,
+                             POS_CODES)
 
 DEFAULT_TASKS = ["reach-v3", "push-v3", "button-press-v3", "drawer-open-v3"]
 
@@ -35,7 +36,8 @@ def main() -> int:
                          "it, for choosing head settings without looking at the test configurations)")
     ap.add_argument("--max-steps", type=int, default=200, help="episode cap at evaluation (experts need <= ~110)")
     ap.add_argument("--poolings", nargs="+", default=["attention", "cls", "mean"])
-    ap.add_argument("--epochs", type=int, default=60)
+    ap.add_argument("--epochs", type=int, default=DEFAULT_BC_EPOCHS,
+                    help="behaviour-cloning epochs of every head (the results before 2026-11-30 used 60)")
     ap.add_argument("--frames", type=int, default=1)
     ap.add_argument("--token-dropout", type=float, default=0.0, help="attention pooling only")
     ap.add_argument("--num-queries", type=int, default=4, help="learned queries of the attention pooler")

@@ -16,7 +16,7 @@ from typing import Any
 from backbone.cli import add_backbone_args, add_threads_arg
 
 from .env import RenderSettings
-from .options import DEFAULT_POS_CODE, DEFAULT_QUERY_DIVERSITY, POS_CODES
+from .options import DEFAULT_BC_EPOCHS, DEFAULT_POS_CODE, DEFAULT_QUERY_DIVERSITY, POS_CODES
 
 
 def register(subparsers: Any) -> None:
@@ -52,7 +52,7 @@ def register(subparsers: Any) -> None:
     q.add_argument("--query-diversity", type=float, default=DEFAULT_QUERY_DIVERSITY, metavar="W",
                    help="attention pooling: weight of the penalty on queries whose attention maps overlap")
     q.add_argument("--with-cls", action="store_true", help="attention pooling: the CLS token beside the pooled patches")
-    q.add_argument("--epochs", type=int, default=60)
+    q.add_argument("--epochs", type=int, default=DEFAULT_BC_EPOCHS)
     q.add_argument("--batch-size", type=int, default=256)
     q.add_argument("--lr", type=float, default=1e-3)
     q.add_argument("--seed", type=int, default=0)

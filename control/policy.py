@@ -1,7 +1,7 @@
 """PatchTokenPolicy: behaviour cloning of a small head on cached frozen patch tokens.
 
     cache = cache_features("runs/demos/reach", bb)                  # encode every demo frame once
-    pol = PatchTokenPolicy(pooling="attention", frames=1, epochs=60, seed=0).fit(cache)
+    pol = PatchTokenPolicy(pooling="attention", frames=1, epochs=200, seed=0).fit(cache)
     pol.save("runs/policies/reach-attn")                           # config.json + model.safetensors
     pol = PatchTokenPolicy.load("runs/policies/reach-attn")
     actions = pol.predict(tokens, cls, proprio)                     # (B, F, N, C), (B, F, C), (B, 4) -> (B, 4)
@@ -27,7 +27,7 @@ from backbone.errors import ArtifactError
 
 from .features import FeatureCache, backbone_fingerprint
 from .head import PolicyHead, bc_loss
-from .options import DEFAULT_POS_CODE, DEFAULT_QUERY_DIVERSITY, LEGACY_HEAD_OPTIONS
+from .options import DEFAULT_BC_EPOCHS, DEFAULT_POS_CODE, DEFAULT_QUERY_DIVERSITY, LEGACY_HEAD_OPTIONS
 
 KIND = "control.policy"
 FORMAT_VERSION = 1
@@ -50,7 +50,7 @@ class PatchTokenPolicy:
     def __init__(self, pooling: str = "attention", *, num_queries: int = 4, num_heads: int = 4, frames: int = 1,
                  hidden: int = 256, token_dropout: float = 0.0, keypoints: bool = False,
                  pos_code: str = DEFAULT_POS_CODE, query_diversity: float = DEFAULT_QUERY_DIVERSITY,
-                 with_cls: bool = False, epochs: int = 60,
+                 with_cls: bool = False, epochs: int = DEFAULT_BC_EPOCHS,
                  batch_size: int = 256, lr: float = 1e-3, weight_decay: float = 1e-4, seed: int = 0) -> None:
         self.pooling = pooling
         self.num_queries = num_queries
