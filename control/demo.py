@@ -82,9 +82,10 @@ def _backbone(ctx: DemoContext, unavailable: type) -> tuple[Any, str, bool]:
 
 def _short_evaluation(sec: Section, bb: Any, ctx: DemoContext, label: str) -> None:
     from . import PatchTokenPolicy, cache_features, collect_demos, config_seeds, evaluate
+    from .options import DEFAULT_BC_EPOCHS
 
     task = "reach-v3" if ctx.quick else EASY_TASK
-    n_demos, n_cfg, cap, epochs = (1, 1, 5, 2) if ctx.quick else (8, 8, 100, 30)
+    n_demos, n_cfg, cap, epochs = (1, 1, 5, 2) if ctx.quick else (8, 8, 100, DEFAULT_BC_EPOCHS)
     demo_cap = max(cap, 150)                   # the scripted expert needs up to ~100 steps
     size = bb.config.img_size[0]
     t0 = time.perf_counter()
