@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
-from backbone.artifacts import atomic_dir, read_config, write_json
+from backbone.artifacts import atomic_dir, check_tensor_metadata, read_config, tensor_metadata, write_json
 from backbone.errors import ArtifactError, BackboneUnavailable
 
 from .search import load_index, save_index
@@ -74,9 +74,9 @@ def save_patchcore(det: Any, path: str | os.PathLike, backbone_source: dict | No
         "backbone": describe_backbone(bb), "backbone_source": source,
     }
     cfg["params"]["blocks"] = list(cfg["params"]["blocks"]) if cfg["params"]["blocks"] is not None else None
-    with atomic_dir(path) as tmp:
+    with atomic_dir(path, KIND) as tmp:
         save_file({"bank": det.bank_, "calibration_scores": np.asarray(det.calibration_scores_, np.float32)},
-                  str(tmp / "bank.safetensors"))
+                  str(tmp / "bank.safetensors"), metadata=tensor_metadata(cfg))
         save_index(det.index_, tmp / "index.faiss")
         write_json(tmp / "config.json", cfg)
 
@@ -115,6 +115,7 @@ def load_patchcore(cls: type, path: str | os.PathLike, backbone: Any = None) -> 
     cfg = read_config(path, KIND, FORMAT_VERSION)
     bb = backbone if backbone is not None else _rebuild_backbone(cfg, path)
     check_backbone(cfg, bb, path)
+    check_tensor_metadata(path / "bank.safetensors", cfg)
     try:
         tensors = load_file(str(path / "bank.safetensors"))
         index = load_index(path / "index.faiss")

@@ -56,6 +56,11 @@ def _normals(data: str) -> list[Path]:
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:
+    from backbone.artifacts import check_artifact_dir
+
+    from .artifact import KIND
+
+    check_artifact_dir(args.out, KIND)
     _faiss_threads(args)
     bb, source = _backbone(args)
     train = _normals(args.data)
@@ -83,7 +88,7 @@ def _save_png(path: Path, arr: np.ndarray) -> None:
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
-    from backbone.artifacts import atomic_write_text
+    from backbone.artifacts import atomic_write_text, output_dir
     from backbone.cli import list_images
 
     from .images import read_image
@@ -91,9 +96,9 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     from .viz import overlay
 
     _faiss_threads(args)
+    out = output_dir(args.out, "anomaly.predict")
     det = PatchCore.load(args.model)
     files = list_images(args.images)
-    out = Path(args.out)
     (out / "overlays").mkdir(parents=True, exist_ok=True)
     root = Path(args.images[0]) if len(args.images) == 1 and Path(args.images[0]).is_dir() else None
     rows = []
@@ -119,12 +124,13 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from backbone.artifacts import write_json
+    from backbone.artifacts import check_output_file, write_json
 
     from .datasets import read_folders, read_mvtec
     from .evaluation import evaluate_dataset
     from .patchcore import PatchCore
 
+    check_output_file(args.out, "anomaly.evaluate")
     _faiss_threads(args)
     det = PatchCore.load(args.model)
     ds = read_mvtec(args.data) if args.data else read_folders(None, args.test, args.masks)
@@ -137,16 +143,17 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             print(f"{r['defect']:18s} {r['n']:4d} {r['image_auroc']:7.4f} {r['detected']:9.2%}")
     if args.out:
         write_json(args.out, {"model": str(args.model), "data": str(args.data or args.test), "metrics": metrics,
-                              "per_defect_type": per_type, "threshold": det.threshold_})
+                              "per_defect_type": per_type, "threshold": det.threshold_}, kind="anomaly.evaluate")
         print(f"wrote {args.out}")
     return 0
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    from backbone.artifacts import write_json
+    from backbone.artifacts import check_output_file, write_json
 
     from .audit import contamination_audit
 
+    check_output_file(args.out, "anomaly.audit")
     _faiss_threads(args)
     bb, _ = _backbone(args)
     train = _normals(args.data)
@@ -158,14 +165,17 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         print(f"{r['rank']:4d} {r['score']:9.4f} {r['robust_z']:9.2f}  {r['image']}{'   <- look at this' if r['flagged'] else ''}")
     print(f"{int(res.flagged.sum())} of {len(train)} training images flagged (robust z > 3.5)")
     if args.out:
-        write_json(args.out, {"data": str(args.data), "folds": args.folds, "ranking": res.ranking()})
+        write_json(args.out, {"data": str(args.data), "folds": args.folds, "ranking": res.ranking()}, kind="anomaly.audit")
         print(f"wrote {args.out}")
     return 0
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
+    from backbone.artifacts import output_dir
+
     from .synthetic import make_synthetic_mvtec
 
+    output_dir(args.out, "anomaly.synthetic")
     for c in args.category:
         p = make_synthetic_mvtec(args.out, c, n_train=args.n_train, n_test_good=args.n_test_good,
                                  n_test_defect=args.n_test_defect, size=(args.height, args.width), seed=args.seed)

@@ -1,21 +1,35 @@
-"""Atomic artifact directories and file hashing, shared by every application.
+"""Artifact directories, output folders and files that frozenvit writes, without ever losing a user's data.
 
-An artifact is a directory: `config.json` plus tensors in `.safetensors` and any index files.
-It is written into a temporary sibling and renamed into place, so a crash leaves the old
-artifact or none, never half of one.
+Three promises, shared by every application:
+
+- **Nothing of the user's is deleted or overwritten.** Every folder frozenvit writes carries a marker,
+  `.frozenvit.json` ({"kind": ..., "files": [...]}). A non-empty `--out` without our marker of the same kind,
+  an artifact folder holding files we did not write, or an existing output file we did not write is refused
+  with `OutputConflict`, before any work starts.
+- **Replacing an artifact is safe at every instant.** An artifact is written into a temporary sibling
+  `.NAME.tmp-*`; the marker, listing every file, is written last, so a temporary folder with a marker is
+  complete. The old artifact is moved aside to `.NAME.old-*`, the new one renamed into place, the old one
+  removed. A crash between the two renames leaves no folder at the path: the next load or write finds the
+  complete sibling, renames it back and logs that it did. Stale siblings are removed on the next write.
+- **What was written is what is read.** `tensor_metadata(config)` stores a digest of the config beside the
+  tensors (safetensors metadata); `check_tensor_metadata` refuses a config edited by hand.
 """
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
-from .errors import ArtifactError
+from .errors import ArtifactError, OutputConflict
+
+log = logging.getLogger("frozenvit.artifacts")
 
 
 def _umask() -> int:
@@ -32,32 +46,233 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-@contextlib.contextmanager
-def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary directory; on success it replaces `target` in one rename.
+MARKER = ".frozenvit.json"
+_CRASH_POINTS: dict[str, Any] = {}      # tests install callables here to simulate a kill at each step
 
-    If the body raises, the temporary directory is removed and `target` is untouched.
+
+def _crash_point(name: str) -> None:
+    hook = _CRASH_POINTS.get(name)
+    if hook is not None:
+        hook()
+
+
+def _read_marker(directory: Path) -> dict | None:
+    try:
+        m = json.loads((directory / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return m if isinstance(m, dict) and "kind" in m else None
+
+
+def _legacy_kind(directory: Path) -> str | None:
+    """Kind of a folder written before markers existed (its config.json or manifest.json names it)."""
+    for name in ("config.json", "manifest.json"):
+        try:
+            kind = json.loads((directory / name).read_text()).get("kind")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(kind, str):
+            return kind
+    return None
+
+
+def _files(directory: Path) -> list[str]:
+    return sorted(str(f.relative_to(directory)) for f in directory.rglob("*") if not f.is_dir())
+
+
+def _refuse(path: Path, why: str, flag: str) -> OutputConflict:
+    return OutputConflict(f"{flag} {path} {why}; frozenvit never deletes or overwrites what it did not write. "
+                          f"Choose a new {flag} path (or an empty folder), or move those files away")
+
+
+def _check_owned_dir(path: Path, kind: str, flag: str, whole: bool) -> None:
+    """Raise OutputConflict unless `path` is absent, empty, or a frozenvit folder of this kind.
+
+    `whole`: the folder will be replaced as a whole, so it must hold nothing but the files we listed.
+    """
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        raise _refuse(path, "exists and is not a folder", flag)
+    if not path.exists() or not any(path.iterdir()):
+        return
+    marker = _read_marker(path)
+    have = marker["kind"] if marker else _legacy_kind(path)
+    if have is None:
+        raise _refuse(path, "is a non-empty folder that frozenvit did not write", flag)
+    if have != kind:
+        raise _refuse(path, f"holds a frozenvit {have!r} output, not a {kind!r}", flag)
+    if whole and marker is not None and "files" in marker:
+        foreign = sorted(set(_files(path)) - set(marker["files"]) - {MARKER})
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            raise _refuse(path, f"holds files that frozenvit did not write ({shown})", flag)
+
+
+def _siblings(target: Path, tag: str) -> list[Path]:
+    if not target.parent.is_dir():
+        return []
+    return sorted(target.parent.glob(f".{glob.escape(target.name)}.{tag}-*"), key=lambda p: p.stat().st_mtime)
+
+
+def recover(target: str | os.PathLike) -> bool:
+    """If a write was killed between its two renames, put the complete artifact back at `target`.
+
+    Prefers the newest complete new version, else the old one. Returns True when it restored one.
     """
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    os.chmod(tmp, 0o777 & ~_umask())          # mkdtemp makes 0700: give the artifact normal permissions
+    if target.exists() or target.is_symlink():
+        return False
+    for tag in ("tmp", "old"):
+        for cand in reversed(_siblings(target, tag)):
+            if not cand.is_dir():
+                continue
+            complete = _read_marker(cand) is not None if tag == "tmp" else any(cand.iterdir())
+            if complete:
+                os.replace(cand, target)
+                log.warning("recovered %s from an interrupted write (%s version, %s)", target,
+                            "new" if tag == "tmp" else "previous", cand.name)
+                return True
+    return False
+
+
+def _clean_stale(target: Path) -> None:
+    """Remove `.NAME.tmp-*` / `.NAME.old-*` siblings left by killed writes (names only frozenvit makes)."""
+    for tag in ("tmp", "old"):
+        for p in _siblings(target, tag):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def check_artifact_dir(target: str | os.PathLike, kind: str, flag: str = "--out") -> None:
+    """Refuse early (before hours of work) a `target` that `atomic_dir(target, kind)` would refuse."""
+    recover(target)
+    _check_owned_dir(Path(target), kind, flag, whole=True)
+
+
+@contextlib.contextmanager
+def atomic_dir(target: str | os.PathLike, kind: str, flag: str = "--out") -> Iterator[Path]:
+    """Yield a temporary folder; when the body returns it replaces `target` as a whole.
+
+    Refuses (OutputConflict, before the body runs) a `target` that is not absent, empty, or a frozenvit
+    artifact of this `kind` holding only files frozenvit wrote. If the body raises, `target` is untouched.
+    """
+    target = Path(target)
+    recover(target)
+    _check_owned_dir(target, kind, flag, whole=True)
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _clean_stale(target)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    except OSError as e:
+        raise OutputConflict(f"{flag} {target} cannot be written ({e.strerror}); choose a writable path") from e
+    try:
+        os.chmod(tmp, 0o777 & ~_umask())          # mkdtemp makes 0700: give the artifact normal permissions
         yield tmp
-        for f in tmp.rglob("*"):  # flush file contents before the rename makes them visible
-            if f.is_file():
-                with open(f, "rb") as fh:
-                    os.fsync(fh.fileno())
-        old = None
-        if target.exists():
-            old = target.parent / f".{target.name}.old-{os.getpid()}"
-            os.replace(target, old)
-        os.replace(tmp, target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        files = _files(tmp)
+        for f in files:                           # flush contents before the marker declares them complete
+            with open(tmp / f, "rb") as fh:
+                os.fsync(fh.fileno())
+        write_json(tmp / MARKER, {"kind": kind, "files": files})
+        _fsync_dir(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if target.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+        _crash_point("before_hide_old")
+        os.replace(target, old)                   # replaces the empty folder `old`
+        _crash_point("between_renames")
+        os.replace(tmp, target)
+        _crash_point("before_remove_old")
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, target)
+    _fsync_dir(target.parent)
+
+
+def output_dir(path: str | os.PathLike, kind: str, flag: str = "--out") -> Path:
+    """Claim a folder that a command fills file by file (reports, predictions, demos, runs).
+
+    Accepted: absent, empty, or a folder frozenvit wrote with the same `kind` (files in it are
+    overwritten by name, never deleted). Anything else raises OutputConflict and nothing is written.
+    """
+    path = Path(path)
+    _check_owned_dir(path, kind, flag, whole=False)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if _read_marker(path) is None:
+            write_json(path / MARKER, {"kind": kind})
+    except OSError as e:
+        raise OutputConflict(f"{flag} {path} cannot be written ({e.strerror}); choose a writable path") from e
+    return path
+
+
+def check_output_file(path: str | os.PathLike | None, kind: str, flag: str = "--out") -> None:
+    """Refuse to overwrite a file frozenvit did not write (JSON with our `frozenvit` key, PNG with our tEXt)."""
+    if path is None:
+        return
+    path = Path(path)
+    if path.is_dir():
+        raise _refuse(path, "is a folder, a file path is expected here", flag)
+    if not path.exists():
+        if not path.parent.exists():
+            with contextlib.suppress(OSError):
+                path.parent.mkdir(parents=True)
+        if not os.access(path.parent if path.parent.exists() else ".", os.W_OK):
+            raise OutputConflict(f"{flag} {path} cannot be written (no write permission in {path.parent}); "
+                                 "choose a writable path")
+        return
+    if file_kind(path) != kind:
+        raise _refuse(path, "exists and was not written by this frozenvit command", flag)
+
+
+def file_kind(path: Path) -> str | None:
+    """The `kind` frozenvit stamped into a JSON or PNG file it wrote, else None."""
+    try:
+        if path.suffix.lower() == ".json":
+            obj = json.loads(path.read_text())
+            return obj.get("frozenvit") if isinstance(obj, dict) else None
+        if path.suffix.lower() == ".png":
+            from PIL import Image
+
+            with Image.open(path) as im:
+                return im.info.get("frozenvit")
+    except Exception:   # unreadable: not ours
+        return None
+    return None
+
+
+def config_digest(cfg: dict) -> str:
+    """sha256 of a config as JSON with sorted keys: stored with the tensors, checked on load."""
+    return hashlib.sha256(json.dumps(_finite(cfg), sort_keys=True, default=_json_default).encode()).hexdigest()
+
+
+def tensor_metadata(cfg: dict) -> dict[str, str]:
+    """safetensors metadata that ties a tensor file to its config.json."""
+    return {"format": "pt", "frozenvit_config_sha256": config_digest(cfg)}
+
+
+def check_tensor_metadata(tensor_file: str | os.PathLike, cfg: dict) -> None:
+    """Raise ArtifactError when `cfg` is not the config the tensors were saved with (edited by hand)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(tensor_file), framework="pt") as f:
+            meta = f.metadata() or {}
+    except Exception as e:
+        raise ArtifactError(f"{tensor_file} cannot be read ({type(e).__name__}: {e}); the artifact is corrupt, "
+                            "write it again") from e
+    want = meta.get("frozenvit_config_sha256")
+    if want is not None and want != config_digest(cfg):
+        raise ArtifactError(f"{Path(tensor_file).parent}/config.json does not match the tensors it was saved with "
+                            "(edited by hand?); write the artifact again instead of editing its config")
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -82,12 +297,17 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def write_json(path: str | os.PathLike, obj: Any) -> None:
+def write_json(path: str | os.PathLike, obj: Any, kind: str | None = None) -> None:
+    """Write JSON atomically; with `kind`, stamp {"frozenvit": kind} so a re-run may replace it. NaN -> null."""
+    if kind is not None:
+        obj = {"frozenvit": kind, **obj}
+    obj = _finite(obj)
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
 
 
 def read_config(directory: str | os.PathLike, kind: str, version: int) -> dict:
     """Read `config.json` of an artifact and check its kind and format version."""
+    recover(directory)
     path = Path(directory) / "config.json"
     if not path.is_file():
         raise ArtifactError(f"{directory} is not a {kind} artifact: {path.name} is missing")
@@ -117,3 +337,22 @@ def _json_default(o: Any) -> Any:
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _finite(o: Any) -> Any:
+    """JSON has no NaN/inf: write them as null."""
+    import math
+
+    import numpy as np
+
+    if isinstance(o, np.ndarray):
+        o = o.tolist()
+    elif isinstance(o, np.generic):
+        o = o.item()
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {k: _finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite(v) for v in o]
+    return o

@@ -75,16 +75,15 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
     from .inspect import inspect_backbone, plot_inspection
 
+    from .artifacts import output_dir, write_json
+
+    out = output_dir(args.out, "backbone.inspect")
     bb = backbone_from_args(args)
     files = list_images(args.images)[: args.max_images]
     images = [Image.open(f) for f in files]
     rep = inspect_backbone(bb, images, batch_size=args.batch_size)
     print(rep.table())
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     plot_inspection(rep, out / "inspect.png")
-    from .artifacts import write_json
-
     write_json(out / "inspect.json", rep.as_dict())
     print(f"wrote {out / 'inspect.png'} and {out / 'inspect.json'}")
     return 0

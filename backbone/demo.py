@@ -10,6 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .artifacts import output_dir
 from .report import DemoContext, Section, write_report
 
 log = logging.getLogger("frozenvit.demo")
@@ -60,7 +61,7 @@ def backbone_section(ctx: DemoContext) -> Section:
 def run_demo(out: Path, threads: int = 2, quick: bool = False, only: Sequence[str] | None = None) -> Path:
     """Run the backbone section and every `frozenvit.demo` entry point; a failing section is reported, not fatal."""
     ctx = DemoContext(out_dir=Path(out), threads=threads, quick=quick)
-    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    output_dir(ctx.out_dir, "demo-report")
     makers = [("backbone", backbone_section)]
     makers += [(ep.name, ep) for ep in sorted(entry_points(group="frozenvit.demo"), key=lambda e: e.name)]
     sections = []

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
-from backbone.artifacts import atomic_dir, sha256_file, write_json
+from backbone.artifacts import atomic_dir, atomic_write_bytes, sha256_file, write_json
 from backbone.distill_data import IMAGE_EXTS, AugmentConfig, augment, build_cache, list_images  # noqa: F401
 from backbone.errors import FrozenVitError
 from backbone.teacher import Teacher, make_teacher
@@ -206,7 +206,7 @@ def _load_optim(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], gr
 
 def save_checkpoint(out: Path, model: Distiller, opt: torch.optim.Optimizer, state: dict) -> None:
     """out/ckpt/{model,optim}.safetensors + state.json, replaced atomically."""
-    with atomic_dir(out / "ckpt") as tmp:
+    with atomic_dir(out / "ckpt", "distill_checkpoint") as tmp:
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, tmp / "model.safetensors")
         save_file(_optim_tensors(opt), tmp / "optim.safetensors")
         groups = [{k: v for k, v in g.items()} for g in opt.state_dict()["param_groups"]]
@@ -216,11 +216,9 @@ def save_checkpoint(out: Path, model: Distiller, opt: torch.optim.Optimizer, sta
 def export_student(model: Distiller, path: str | Path, dtype: torch.dtype = torch.float16) -> str:
     """Write the bare timm ViT (no heads) to a .safetensors file; returns its sha256."""
     sd = {k: v.detach().to(dtype).contiguous() for k, v in model.student.state_dict().items()}
-    with atomic_dir(Path(path).with_suffix(".d")) as tmp:
-        save_file(sd, tmp / "w.safetensors", metadata={"format": "pt"})
-        (tmp / "w.safetensors").replace(path)
-    import shutil
-    shutil.rmtree(Path(path).with_suffix(".d"), ignore_errors=True)
+    from safetensors.torch import save as save_bytes
+
+    atomic_write_bytes(path, save_bytes(sd, metadata={"format": "pt"}))
     return sha256_file(path)
 
 

@@ -14,9 +14,11 @@ from typing import Any, Sequence
 def _run(args: argparse.Namespace) -> int:
     import torch
 
+    from backbone.artifacts import output_dir
     from backbone.distill import AugmentConfig, DistillConfig, build_cache, distill
     from backbone.teacher import make_teacher
 
+    out = output_dir(args.out, "distill_run")     # refuse a folder we did not write before any work
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)
     teacher = make_teacher(args.teacher, img_size=args.img_size)
@@ -26,7 +28,6 @@ def _run(args: argparse.Namespace) -> int:
                         ckpt_every_s=args.ckpt_minutes * 60,
                         w_kd=args.w_kd, w_dense=args.w_dense, warmup_steps=args.warmup_steps, init=args.init or "",
                         augment=AugmentConfig(scale=(args.min_scale, 1.0), mix_prob=args.mix_prob))
-    out = Path(args.out)
     images = build_cache(args.data, args.cache_dir or out / "cache", cfg.cache_size)
     distill(teacher, images, cfg, out, resume=args.resume, max_steps=args.max_steps)
     print(f"student: {out / 'student.safetensors'}  log: {out / 'log.jsonl'}")

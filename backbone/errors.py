@@ -24,3 +24,7 @@ class ArtifactError(FrozenVitError, RuntimeError):
 
 class BackboneUnavailable(FrozenVitError, RuntimeError):
     """Weights cannot be obtained (offline, no local file, no embedded default)."""
+
+
+class OutputConflict(FrozenVitError, FileExistsError):
+    """An output path holds something frozenvit did not write (or another kind of artifact): it is left untouched."""

@@ -141,8 +141,11 @@ def load_backbone_for(args: argparse.Namespace, img_size: Any = None) -> Any:
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
-    from .demos import collect_demos, load_manifest
+    from backbone.artifacts import output_dir
 
+    from .demos import KIND, collect_demos, load_manifest
+
+    output_dir(args.out, KIND)
     out = collect_demos(args.task, args.out, args.episodes, camera=args.camera, image_size=args.image_size,
                         max_steps=args.max_steps, action_noise=args.noise, hold_steps=args.hold_steps,
                         seed=args.seed,
@@ -158,8 +161,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .features import cache_features, default_block
     from .policy import PatchTokenPolicy, PolicyEnsemble
 
+    from backbone.artifacts import check_artifact_dir
+
+    from .policy import ENSEMBLE_KIND, KIND
+
     if args.ensemble < 1:
         raise SystemExit(f"--ensemble must be >= 1, got {args.ensemble}")
+    check_artifact_dir(args.out, KIND if args.ensemble == 1 else ENSEMBLE_KIND)
+    if args.checkpoint and args.ensemble == 1:
+        check_artifact_dir(args.checkpoint, KIND, flag="--checkpoint")
     bb = load_backbone_for(args)
     block = args.block if args.block is not None else default_block(bb.config.depth, args.pooling)
     cache = cache_features(args.demos, bb, block=block)
@@ -181,12 +191,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from backbone.artifacts import write_json
+    from backbone.artifacts import check_output_file, output_dir, write_json
 
     from .env import config_seeds
     from .evaluate import evaluate
     from .policy import load_policy
 
+    check_output_file(args.json, "control.evaluate", flag="--json")
+    if args.gif_dir:
+        output_dir(args.gif_dir, "control.gifs", flag="--gif-dir")
     pol = load_policy(args.policy)
     bb = load_backbone_for(args, pol.meta_["img_size"])
     res = evaluate(pol, bb, config_seeds("heldout", args.configs), task=args.task, max_steps=args.max_steps,
@@ -197,18 +210,20 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     for g in res.gifs:
         print("gif:", g)
     if args.json:
-        write_json(args.json, res.to_dict())
+        write_json(args.json, res.to_dict(), kind="control.evaluate")
     return 0
 
 
 def _cmd_latency(args: argparse.Namespace) -> int:
-    from backbone.artifacts import write_json
+    from backbone.artifacts import check_output_file, write_json
 
     from .agent import VisuomotorAgent
     from .env import MetaWorldTask
     from .features import backbone_meta
     from .policy import PatchTokenPolicy, load_policy
 
+    check_output_file(args.json, "control.latency", flag="--json")
+    check_output_file(args.hist, "control.latency", flag="--hist")
     if args.policy:
         pol = load_policy(args.policy)
         bb = load_backbone_for(args, pol.meta_["img_size"])
@@ -233,10 +248,10 @@ def _cmd_latency(args: argparse.Namespace) -> int:
         ok, msg = rep.verdict(args.budget_ms)
         print(msg)
     if args.hist:
-        rep.histogram(args.budget_ms).savefig(args.hist, dpi=100)
+        rep.histogram(args.budget_ms).savefig(args.hist, dpi=100, metadata={"frozenvit": "control.latency"})
         print("histogram:", args.hist)
     if args.json:
-        write_json(args.json, rep.to_dict())
+        write_json(args.json, rep.to_dict(), kind="control.latency")
     return 0 if ok else 1
 
 

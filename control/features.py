@@ -136,7 +136,7 @@ def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | None = N
         parts["episode"].append(torch.full((len(ep),), e, dtype=torch.int64))
         parts["step"].append(torch.arange(len(ep), dtype=torch.int64))
     tensors = {k: torch.cat(v).contiguous() for k, v in parts.items()}
-    with atomic_dir(cache_dir) as tmp:
+    with atomic_dir(cache_dir, KIND) as tmp:
         save_file(tensors, str(tmp / "features.safetensors"))
         write_json(tmp / "config.json", dict(kind=KIND, format_version=FORMAT_VERSION, **meta))
     return _as_cache(tensors, meta)

@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
-from backbone.artifacts import atomic_dir, read_config, write_json
+from backbone.artifacts import atomic_dir, check_tensor_metadata, read_config, tensor_metadata, write_json
 from backbone.errors import ArtifactError
 
 from .features import FeatureCache, backbone_fingerprint
@@ -183,13 +183,14 @@ class PatchTokenPolicy:
     def save(self, path: str | Path) -> Path:
         """Write the policy directory atomically: config.json + model.safetensors."""
         self._check_fitted()
-        with atomic_dir(path) as tmp:
+        with atomic_dir(path, KIND) as tmp:
             self._write(tmp)
         return Path(path)
 
     @classmethod
     def load(cls, path: str | Path) -> "PatchTokenPolicy":
         cfg = read_config(path, KIND, FORMAT_VERSION)
+        check_tensor_metadata(Path(path) / "model.safetensors", cfg)
         pol = cls(**{**LEGACY_HEAD_OPTIONS, **cfg["params"]})
         t = load_file(str(Path(path) / "model.safetensors"))
         s = cfg["shapes"]
@@ -209,20 +210,20 @@ class PatchTokenPolicy:
         tensors = {f"head.{k}": v.detach().contiguous() for k, v in self.head_.state_dict().items()}
         tensors["proprio_mean"] = self.proprio_mean_.contiguous()
         tensors["proprio_std"] = self.proprio_std_.contiguous()
-        save_file(tensors, str(directory / "model.safetensors"))
         last = self.head_.mlp[-1]
         shapes = dict(embed_dim=self.head_.embed_dim, num_tokens=self.head_.num_tokens,
                       proprio_dim=int(self.proprio_mean_.numel()), action_dim=int(last.out_features))
-        write_json(directory / "config.json", dict(
-            kind=KIND, format_version=FORMAT_VERSION, params=self.get_params(), shapes=shapes,
-            meta=self.meta_, history=list(self.history_), n_samples=int(self.n_samples_)))
+        cfg = dict(kind=KIND, format_version=FORMAT_VERSION, params=self.get_params(), shapes=shapes,
+                   meta=self.meta_, history=list(self.history_), n_samples=int(self.n_samples_))
+        save_file(tensors, str(directory / "model.safetensors"), metadata=tensor_metadata(cfg))
+        write_json(directory / "config.json", cfg)
 
     def _checkpoint(self, ckpt: Path, opt: torch.optim.Optimizer, gen: torch.Generator, epoch: int) -> None:
         state = {"epoch": torch.tensor(epoch), "generator": gen.get_state()}
         for i, s in opt.state_dict()["state"].items():
             for k, v in s.items():
                 state[f"opt.{i}.{k}"] = torch.as_tensor(v).detach().clone().contiguous()
-        with atomic_dir(ckpt) as tmp:
+        with atomic_dir(ckpt, KIND, flag="--checkpoint") as tmp:
             self._write(tmp)
             save_file(state, str(tmp / "train_state.safetensors"))
 
@@ -317,7 +318,7 @@ class PolicyEnsemble:
 
     def save(self, path: str | Path) -> Path:
         """Write the ensemble directory atomically: config.json + one policy folder per member."""
-        with atomic_dir(path) as tmp:
+        with atomic_dir(path, ENSEMBLE_KIND) as tmp:
             names = []
             for i, m in enumerate(self.members):
                 (tmp / f"member_{i}").mkdir()

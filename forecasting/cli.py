@@ -82,12 +82,13 @@ def make_models(names: list[str], h: int, season_length: int, input_size: int, m
 def _cmd_backtest(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from backbone.artifacts import atomic_write_text, write_json
+    from backbone.artifacts import atomic_write_text, output_dir, write_json
 
     from .backtest import backtest
     from .data import read_long_csv, read_wide_csv
     from .plots import plot_forecasts, plot_mase_by_horizon
 
+    out = output_dir(args.out, "forecast.backtest")
     if args.wide:
         cols = args.columns.split(",") if args.columns else None
         df = read_wide_csv(args.csv, args.time_col, cols, fill=args.fill)
@@ -107,8 +108,6 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     print(hz.T.to_string(float_format=lambda v: f"{v:.3f}"))
     print()
     print(res.summary().to_string(float_format=lambda v: f"{v:.4g}"))
-    out = args.out
-    out.mkdir(parents=True, exist_ok=True)
     write_json(out / "summary.json", {"csv": str(args.csv), "input_size": size, **res.to_dict()})
     atomic_write_text(out / "forecasts.csv", res.forecasts.to_csv(index=False))
     atomic_write_text(out / "mase_by_horizon.csv", hz.to_csv())
@@ -123,10 +122,11 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
 def _cmd_paper(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from backbone.artifacts import write_json
+    from backbone.artifacts import check_output_file, write_json
 
     from .paper import ETTH_BORDERS, ETTM_BORDERS, paper_config, paper_protocol, scores_table
 
+    check_output_file(args.out, "forecast.paper")
     if not args.csv.is_file():
         raise SeriesError(f"{args.csv} not found; pass the path of an ETT csv (date,HUFL,...,OT)")
     overrides = {k: v for k, v in (("max_epochs", args.max_epochs), ("patience", args.patience)) if v is not None}
@@ -145,5 +145,5 @@ def _cmd_paper(args: argparse.Namespace) -> int:
     rows = scores_table(scores)
     print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if args.out:
-        write_json(args.out, {"csv": str(args.csv), "overrides": overrides, "results": rows})
+        write_json(args.out, {"csv": str(args.csv), "overrides": overrides, "results": rows}, kind="forecast.paper")
     return 0

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from backbone.artifacts import atomic_dir, read_config, write_json
+from backbone.artifacts import atomic_dir, check_tensor_metadata, read_config, tensor_metadata, write_json
 
 from .errors import SeriesError
 
@@ -241,11 +241,12 @@ class NeuralForecaster:
 
         if not hasattr(self, "net_"):
             raise SeriesError(f"{self.alias} is not fitted; nothing to save")
-        with atomic_dir(path) as tmp:
-            write_json(tmp / "config.json", {"kind": f"forecasting.{type(self).__name__}",
-                                             "format_version": FORMAT_VERSION, "class": type(self).__name__,
-                                             "params": self.get_params(), "history": self.history_})
-            save_file({k: v.contiguous() for k, v in self.net_.state_dict().items()}, str(tmp / "model.safetensors"))
+        with atomic_dir(path, f"forecasting.{type(self).__name__}") as tmp:
+            cfg = {"kind": f"forecasting.{type(self).__name__}", "format_version": FORMAT_VERSION,
+                   "class": type(self).__name__, "params": self.get_params(), "history": self.history_}
+            save_file({k: v.contiguous() for k, v in self.net_.state_dict().items()}, str(tmp / "model.safetensors"),
+                      metadata=tensor_metadata(cfg))
+            write_json(tmp / "config.json", cfg)
         return Path(path)
 
     @classmethod
@@ -258,6 +259,7 @@ class NeuralForecaster:
         raw = json.loads((Path(path) / "config.json").read_text()) if (Path(path) / "config.json").is_file() else {}
         klass = _REGISTRY.get(raw.get("class", ""), cls) if cls is NeuralForecaster else cls
         cfg = read_config(path, f"forecasting.{klass.__name__}", FORMAT_VERSION)
+        check_tensor_metadata(Path(path) / "model.safetensors", cfg)
         model = klass(**cfg["params"])
         net = model._build()
         net.load_state_dict(load_file(str(Path(path) / "model.safetensors")))

@@ -136,7 +136,7 @@ def test_audit_ranks_a_defective_training_image_first(bb, normals):
 def test_save_load_round_trip_predicts_the_same(fitted, bb, tmp_path):
     imgs = [render_sample("weave", "scratch", 0, i, size=(96, 112))[0] for i in range(2)]
     fitted.save(tmp_path / "m")
-    assert {p.name for p in (tmp_path / "m").iterdir()} == {"config.json", "bank.safetensors", "index.faiss"}
+    assert {p.name for p in (tmp_path / "m").iterdir()} == {"config.json", "bank.safetensors", "index.faiss", ".frozenvit.json"}
     loaded = PatchCore.load(tmp_path / "m", backbone=bb)
     a, b = fitted.predict(imgs), loaded.predict(imgs)
     assert np.array_equal(a.scores, b.scores) and np.array_equal(a.maps[0], b.maps[0])

@@ -54,7 +54,7 @@ def test_save_and_load_round_trip_predicts_identically(tmp_path):
     cache = marked_token_cache(M=96)
     pol = small(frames=2).fit(cache, progress=False)
     pol.save(tmp_path / "pol")
-    assert sorted(p.name for p in (tmp_path / "pol").iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "pol").iterdir()) == [".frozenvit.json", "config.json", "model.safetensors"]
     back = PatchTokenPolicy.load(tmp_path / "pol")
     idx = cache.stack_index(2)[:7]                                                  # (7, 2)
     args = (cache.tokens[idx], cache.cls[idx], cache.proprio[:7].numpy())
@@ -155,25 +155,18 @@ def test_ensemble_refuses_members_that_see_other_inputs():
         PolicyEnsemble([])
 
 
-def test_keypoint_policy_round_trips_and_old_policies_without_the_key_still_load(tmp_path):
+def test_a_policy_config_edited_by_hand_is_refused(tmp_path):
     import json
 
-    cache = marked_token_cache(M=64)
-    kp = small(keypoints=True, epochs=1).fit(cache, progress=False)
-    kp.save(tmp_path / "kp")
-    back = PatchTokenPolicy.load(tmp_path / "kp")
-    assert back.keypoints and back.head_.keypoints
-    idx = cache.stack_index(1)[:3]
-    args = (cache.tokens[idx], cache.cls[idx], cache.proprio[:3].numpy())
-    np.testing.assert_array_equal(kp.predict(*args), back.predict(*args))
-    small(epochs=1, pos_code="learned", query_diversity=0.0).fit(cache, progress=False).save(tmp_path / "old")
-    cfg_path = tmp_path / "old" / "config.json"
+    from backbone.errors import ArtifactError
+
+    small(epochs=1).fit(marked_token_cache(M=64), progress=False).save(tmp_path / "p")
+    cfg_path = tmp_path / "p" / "config.json"
     cfg = json.loads(cfg_path.read_text())
-    for key in ("keypoints", "pos_code", "query_diversity", "with_cls"):    # as written before the options existed
-        del cfg["params"][key]
+    cfg["meta"]["block"] = 2                           # features of another block: every action would be wrong
     cfg_path.write_text(json.dumps(cfg))
-    old = PatchTokenPolicy.load(tmp_path / "old")
-    assert (old.keypoints, old.pos_code, old.query_diversity, old.with_cls) == (False, "learned", 0.0, False)
+    with pytest.raises(ArtifactError, match="edited by hand"):
+        PatchTokenPolicy.load(tmp_path / "p")
 
 
 def test_diverse_sincos_policy_with_cls_round_trips_and_its_queries_look_at_different_places(tmp_path):
