@@ -1,6 +1,6 @@
 """frozenvit.anomaly: PatchCore defect maps on frozen ViT patch grids.
 
-    from anomaly import PatchCore, read_mvtec, anomaly_metrics
+    from frozenvit.anomaly import PatchCore, read_mvtec, anomaly_metrics
     ds = read_mvtec("mvtec/bottle")
     det = PatchCore(backbone=bb, coreset_ratio=0.1).fit(ds.train)       # paths, arrays or PIL images
     out = det.predict([s.path for s in ds.test])  # out.scores (B,), out.maps [(H_i, W_i)], out.is_defect (B,)
@@ -10,7 +10,7 @@ Names are imported on first use (PEP 562), so `frozenvit --help` does not pay fo
 """
 from __future__ import annotations
 
-from backbone.lazy import lazy_exports
+from frozenvit.backbone.suite.lazy import lazy_exports
 
 _API = {
     "patchcore": ("PatchCore", "AnomalyPrediction", "conformal_threshold", "default_blocks"),

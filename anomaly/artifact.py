@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
-from backbone.artifacts import atomic_dir, check_tensor_metadata, read_config, tensor_metadata, write_json
-from backbone.errors import ArtifactError, BackboneUnavailable
+from frozenvit.backbone.suite.artifacts import atomic_dir, check_tensor_metadata, read_config, tensor_metadata, write_json
+from frozenvit.backbone.errors import ArtifactError, BackboneUnavailable
 
 from .search import load_index, save_index
 
@@ -53,7 +53,7 @@ def describe_backbone(bb: Any) -> dict[str, Any]:
 
 def _is_embedded_default(bb: Any) -> bool:
     try:
-        from backbone import default_spec
+        from frozenvit.backbone import default_spec
 
         return bool(bb.weights_sha256) and default_spec().get("sha256") == bb.weights_sha256
     except BackboneUnavailable:
@@ -82,7 +82,7 @@ def save_patchcore(det: Any, path: str | os.PathLike, backbone_source: dict | No
 
 
 def _rebuild_backbone(cfg: dict, path: Path) -> Any:
-    from backbone import load_backbone
+    from frozenvit.backbone import load_backbone
 
     src = cfg.get("backbone_source")
     desc = cfg["backbone"]

@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from backbone.cli import add_backbone_args, add_threads_arg
+from frozenvit.backbone.commands import add_backbone_args
+from frozenvit.backbone.suite.cli import add_threads_arg
 
 CHUNK = 64   # images per predict call in the CLI: bounds the memory held by full-size maps
 
@@ -24,7 +25,7 @@ def _faiss_threads(args: argparse.Namespace) -> None:
 
 def _backbone(args: argparse.Namespace) -> tuple[Any, dict | None]:
     """The backbone named on the command line, and how to rebuild it later (None: cannot)."""
-    from backbone import load_backbone
+    from frozenvit.backbone import load_backbone
 
     random = getattr(args, "random_weights", False)
     bb = load_backbone(args.backbone, weights=args.weights, img_size=args.img_size, pretrained=not random,
@@ -56,7 +57,7 @@ def _normals(data: str) -> list[Path]:
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:
-    from backbone.artifacts import check_artifact_dir
+    from frozenvit.backbone.suite.artifacts import check_artifact_dir
 
     from .artifact import KIND
 
@@ -80,7 +81,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
 def _save_png(path: Path, arr: np.ndarray) -> None:
     from PIL import Image
 
-    from backbone.artifacts import atomic_write_bytes
+    from frozenvit.backbone.suite.artifacts import atomic_write_bytes
 
     buf = io.BytesIO()
     Image.fromarray(arr).save(buf, format="PNG")
@@ -88,17 +89,18 @@ def _save_png(path: Path, arr: np.ndarray) -> None:
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
-    from backbone.artifacts import atomic_write_text, output_dir
-    from backbone.cli import list_images
+    from frozenvit.backbone.suite.artifacts import atomic_write_text, check_output_dir, output_dir
+    from frozenvit.backbone.commands import list_images
 
     from .images import read_image
     from .patchcore import PatchCore
     from .viz import overlay
 
     _faiss_threads(args)
-    out = output_dir(args.out, "anomaly.predict")
+    check_output_dir(args.out, "anomaly.predict")
     det = PatchCore.load(args.model)
     files = list_images(args.images)
+    out = output_dir(args.out, "anomaly.predict")
     (out / "overlays").mkdir(parents=True, exist_ok=True)
     root = Path(args.images[0]) if len(args.images) == 1 and Path(args.images[0]).is_dir() else None
     rows = []
@@ -124,7 +126,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from backbone.artifacts import check_output_file, write_json
+    from frozenvit.backbone.suite.artifacts import check_output_file, write_json
 
     from .datasets import read_folders, read_mvtec
     from .evaluation import evaluate_dataset
@@ -149,7 +151,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    from backbone.artifacts import check_output_file, write_json
+    from frozenvit.backbone.suite.artifacts import check_output_file, write_json
 
     from .audit import contamination_audit
 
@@ -171,7 +173,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
-    from backbone.artifacts import output_dir
+    from frozenvit.backbone.suite.artifacts import output_dir
 
     from .synthetic import make_synthetic_mvtec
 

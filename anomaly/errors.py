@@ -1,7 +1,7 @@
 """Errors of the anomaly package. Each names the file or setting at fault and says what to do."""
 from __future__ import annotations
 
-from backbone.errors import FrozenVitError
+from frozenvit.backbone.errors import FrozenVitError
 
 
 class DatasetError(FrozenVitError, ValueError):

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from backbone.errors import ImageFormatError
+from frozenvit.backbone.errors import ImageFormatError
 
 from .errors import DatasetError
 

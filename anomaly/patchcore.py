@@ -122,7 +122,7 @@ class PatchCore:
     def _resolve_backbone(self) -> Any:
         if self.backbone is not None:
             return self.backbone
-        from backbone import load_backbone
+        from frozenvit.backbone import load_backbone
 
         return load_backbone()
 

@@ -1,6 +1,6 @@
 """frozenvit.backbone: frozen timm ViTs that hand out grids of patch tokens.
 
-    from backbone import load_backbone
+    from frozenvit.backbone import load_backbone
     bb = load_backbone()                                    # embedded offline default
     bb = load_backbone("vit_small_patch14_reg4_dinov2", weights="dinov2.safetensors", img_size=448)
     grids = bb.patch_grids(images, blocks=(7, 10))          # {block: (B, C, h, w)} + prefix tokens
@@ -9,7 +9,7 @@ Names are imported on first use, so `frozenvit --help` and the error types do no
 """
 from .errors import (ArtifactError, BackboneUnavailable, FrozenVitError, GridMismatch, ImageFormatError,
                      PreprocessingMismatch)
-from .lazy import lazy_exports
+from .suite.lazy import lazy_exports
 
 _API = {
     "loading": ("load_backbone", "default_spec"),

@@ -1,9 +1,11 @@
-"""Named errors. Each says what went wrong and what to do about it."""
+"""Errors of the ViT runtime. The suite-wide ones (FrozenVitError, ArtifactError, OutputConflict) live in
+`frozenvit.backbone.suite.errors` and are exported here too, as part of the backbone's public API."""
 from __future__ import annotations
 
+from .suite.errors import ArtifactError, FrozenVitError, OutputConflict
 
-class FrozenVitError(Exception):
-    """Base class of every error this suite raises on purpose."""
+__all__ = ["FrozenVitError", "ArtifactError", "OutputConflict", "GridMismatch", "PreprocessingMismatch",
+           "ImageFormatError", "BackboneUnavailable"]
 
 
 class GridMismatch(FrozenVitError, ValueError):
@@ -18,13 +20,5 @@ class ImageFormatError(FrozenVitError, ValueError):
     """An image cannot be read or has an unsupported layout (channels, dtype, dimensions)."""
 
 
-class ArtifactError(FrozenVitError, RuntimeError):
-    """A saved artifact is missing, corrupt, of another format version, or built on another backbone."""
-
-
 class BackboneUnavailable(FrozenVitError, RuntimeError):
     """Weights cannot be obtained (offline, no local file, no embedded default)."""
-
-
-class OutputConflict(FrozenVitError, FileExistsError):
-    """An output path holds something frozenvit did not write (or another kind of artifact): it is left untouched."""

@@ -10,7 +10,7 @@ from typing import Any
 import timm
 import torch
 
-from .artifacts import sha256_file
+from .suite.artifacts import sha256_file
 from .config import BackboneConfig, Grid
 from .errors import BackboneUnavailable, GridMismatch
 from .model import FrozenBackbone

@@ -159,3 +159,16 @@ class FrozenBackbone(nn.Module):
         c = self.config
         return PatchGrids({b: torch.cat(parts_g[b]) for b in idx}, {b: torch.cat(parts_p[b]) for b in idx},
                           mappings, c.num_registers, c.has_cls, c.has_dist_token, c.depth)
+
+
+def vit_tokens(vit: nn.Module, x: torch.Tensor, blocks: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    """A timm ViT's forward with gradients, for training on its tokens (distillation), via forward_intermediates.
+
+    x: (B, 3, H, W). Returns the final normed tokens (B, P+N, D) and {block: (B, P+N, D)} before the norm.
+    """
+    blocks = sorted({int(b) for b in blocks})
+    P = vit.num_prefix_tokens
+    final, inter = vit.forward_intermediates(x, indices=blocks, return_prefix_tokens=P > 0, output_fmt="NLC")
+    if P:
+        inter = [torch.cat([pre, tok], dim=1) for tok, pre in inter]      # (B, P+N, D)
+    return final, dict(zip(blocks, inter))

@@ -25,8 +25,8 @@ METRICS = ("image_auroc", "pixel_auroc", "aupro", "image_f1_max", "pixel_f1_max"
 
 
 def backbones(weights: str | None, arch: str, img_size: int) -> tuple[list[tuple[str, object]], str]:
-    from backbone import default_spec, load_backbone
-    from backbone.errors import BackboneUnavailable
+    from frozenvit.backbone import default_spec, load_backbone
+    from frozenvit.backbone.errors import BackboneUnavailable
 
     if weights:   # a checkpoint that is not (yet) the embedded default, e.g. a distillation run in progress
         bb = load_backbone(arch, weights=weights, img_size=img_size, num_classes=0)
@@ -66,8 +66,8 @@ def main() -> None:
     import faiss
 
     faiss.omp_set_num_threads(args.threads)
-    from anomaly import PatchCore, make_synthetic_mvtec, read_mvtec
-    from anomaly.evaluation import evaluate_dataset
+    from frozenvit.anomaly import PatchCore, make_synthetic_mvtec, read_mvtec
+    from frozenvit.anomaly.evaluation import evaluate_dataset
 
     models, status = backbones(args.weights, args.arch, args.img_size)
     rows = []

@@ -27,7 +27,7 @@ def rss_mb() -> float:
 
 
 def bench_coreset(n: int, d: int, ratio: float, chunk: int) -> list[dict]:
-    from anomaly.coreset import chunked_coreset, greedy_coreset
+    from frozenvit.anomaly.coreset import chunked_coreset, greedy_coreset
 
     x = np.random.default_rng(0).standard_normal((n, d), dtype=np.float32)   # (N, D), no float64 temporary
     rows = []
@@ -45,8 +45,8 @@ def bench_coreset(n: int, d: int, ratio: float, chunk: int) -> list[dict]:
 
 
 def get_backbone():
-    from backbone import load_backbone
-    from backbone.errors import BackboneUnavailable
+    from frozenvit.backbone import load_backbone
+    from frozenvit.backbone.errors import BackboneUnavailable
 
     try:
         return load_backbone(), "embedded default"
@@ -72,7 +72,7 @@ def main() -> None:
     import faiss
 
     faiss.omp_set_num_threads(args.threads)
-    from anomaly import PatchCore, render_sample
+    from frozenvit.anomaly import PatchCore, render_sample
 
     rows = [] if args.skip_coreset else bench_coreset(args.n, args.d, args.ratio, args.chunk)
     bb, which = get_backbone()

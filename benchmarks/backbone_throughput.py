@@ -11,7 +11,7 @@ import torch
 
 from common import median, print_table, time_call, write_result
 
-from backbone import load_backbone
+from frozenvit.backbone import load_backbone
 
 MODELS = ["vit_tiny_patch16_224", "vit_small_patch14_dinov2", "default"]
 

@@ -54,7 +54,7 @@ def print_table(rows: Sequence[dict[str, Any]], floatfmt: str = "{:.3f}") -> Non
 
 
 def write_result(name: str, payload: dict[str, Any], out: str | Path | None = None) -> Path:
-    from backbone.artifacts import write_json
+    from frozenvit.backbone.suite.artifacts import write_json
 
     path = Path(out) if out else RESULTS / f"{name}.json"
     write_json(path, {"benchmark": name, "machine": machine(), "when": time.strftime("%Y-%m-%dT%H:%M:%S"), **payload})

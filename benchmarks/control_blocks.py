@@ -35,9 +35,9 @@ def main() -> int:
 
     import torch
 
-    from backbone import load_backbone
-    from control import PatchTokenPolicy, cache_features, collect_demos
-    from control.features import FeatureCache
+    from frozenvit.backbone import load_backbone
+    from frozenvit.control import PatchTokenPolicy, cache_features, collect_demos
+    from frozenvit.control.features import FeatureCache
 
     torch.set_num_threads(args.threads)
     bb = load_backbone(args.backbone, weights=args.weights, img_size=args.size)

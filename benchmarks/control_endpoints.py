@@ -33,8 +33,8 @@ def main() -> int:
 
     import torch
 
-    from backbone import load_backbone
-    from control import MetaWorldTask, VisuomotorAgent, config_seeds, load_policy
+    from frozenvit.backbone import load_backbone
+    from frozenvit.control import MetaWorldTask, VisuomotorAgent, config_seeds, load_policy
 
     torch.set_num_threads(args.threads)
     bb = None
@@ -87,7 +87,7 @@ def query_maps(pol, bb, configs: list[int], png: Path) -> None:
     import torch
     from PIL import Image
 
-    from control import MetaWorldTask, VisuomotorAgent
+    from frozenvit.control import MetaWorldTask, VisuomotorAgent
 
     head = pol.members[0].head_ if hasattr(pol, "members") else pol.head_
     h, w = bb.config.grid

@@ -25,8 +25,8 @@ TARGET_P50_MS, TARGET_P99_MS = 60.0, 90.0
 
 def load_encoders(args: argparse.Namespace) -> list[tuple[str, object, bool]]:
     """(label, backbone, pretrained?) for the default at 224 and the faster encoder."""
-    from backbone import load_backbone
-    from backbone.errors import BackboneUnavailable
+    from frozenvit.backbone import load_backbone
+    from frozenvit.backbone.errors import BackboneUnavailable
 
     try:
         default = load_backbone(args.backbone, weights=args.weights, img_size=args.size)
@@ -43,7 +43,7 @@ def load_encoders(args: argparse.Namespace) -> list[tuple[str, object, bool]]:
         out.append((f"{args.fast_backbone} ({fast.config.depth} blocks) @{fast.config.img_size[0]}", fast,
                     args.fast_weights is not None))
     elif args.fast == "shipped":
-        from control import load_fast_encoder
+        from frozenvit.control import load_fast_encoder
 
         fast = load_fast_encoder()
         out.append((f"fast encoder ({fast.config.depth} blocks) @{fast.config.img_size[0]}", fast, True))
@@ -58,7 +58,7 @@ def render_fps(settings, size: int, task: str, n: int = 30) -> float:
     """Frames per second of the offscreen renderer alone (after 3 warm-up frames)."""
     import time
 
-    from control import MetaWorldTask
+    from frozenvit.control import MetaWorldTask
 
     with MetaWorldTask(task, image_size=size, render=settings) as env:
         env.reset(0)
@@ -74,7 +74,7 @@ def lod_psnr(size: int, task: str, configs: int = 5) -> float:
     """PSNR (dB) of frames drawn with RenderSettings.simplified() against full-mesh frames."""
     import numpy as np
 
-    from control import MetaWorldTask, RenderSettings, config_seeds
+    from frozenvit.control import MetaWorldTask, RenderSettings, config_seeds
 
     err = []
     with MetaWorldTask(task, image_size=size, render=RenderSettings()) as full, \
@@ -115,10 +115,10 @@ def main() -> int:
 
     import numpy as np
 
-    from control import (LatencyReport, MetaWorldTask, PatchTokenPolicy, RenderSettings, VisuomotorAgent,
+    from frozenvit.control import (LatencyReport, MetaWorldTask, PatchTokenPolicy, RenderSettings, VisuomotorAgent,
                          backbone_meta, measure_latency)
 
-    from control.cli import parse_mesh_faces, render_settings
+    from frozenvit.control.cli import parse_mesh_faces, render_settings
 
     loop_render = render_settings(args)
     fast_render = parse_mesh_faces(args.fast_mesh_faces) if args.fast_mesh_faces is not None else loop_render

@@ -2,7 +2,7 @@
 
 Recipe (issue 6, "a faster encoder from the backbone distillation command"):
   1. export the frames of the recorded expert demos (training configurations only) as PNG files;
-  2. `frozenvit backbone distill --teacher default` on them: a ViT-Tiny with 4 blocks instead of 12,
+  2. `frozenvit distill --teacher default` on them: a ViT-Tiny with 4 blocks instead of 12,
      at 112 px (7x7 tokens) instead of 224 (14x14), started from the default's first 4 blocks
      (`--init default`) and trained to regress the default's block-5 and block-11 patch tokens at the
      same input size.
@@ -27,7 +27,7 @@ def export_frames(demo_dirs: list[Path], out: Path, every: int = 1) -> int:
     from PIL import Image
     from tqdm.auto import tqdm
 
-    from control.demos import iter_episodes, load_manifest
+    from frozenvit.control.demos import iter_episodes, load_manifest
 
     n = 0
     for d in demo_dirs:
@@ -63,7 +63,7 @@ def main() -> int:
         return 2
     n = export_frames(demo_dirs, args.out / "frames")
     print(f"{n} frames from {len(demo_dirs)} tasks: {', '.join(d.name for d in demo_dirs)}", flush=True)
-    from backbone.cli import main as cli
+    from frozenvit.backbone.suite.cli import main as cli
 
     argv = ["backbone", "distill", "--teacher", "default", "--init", "default",
             "--student", "vit_tiny_patch16_224", "--student-kwargs", json.dumps({"depth": args.depth}),

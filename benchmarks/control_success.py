@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from common import RESULTS, ROOT, print_table, write_result
-from control.options import (DEFAULT_BC_EPOCHS, DEFAULT_POS_CODE, DEFAULT_QUERY_DIVERSITY, LEGACY_HEAD_OPTIONS,
+from frozenvit.control.defaults import (DEFAULT_BC_EPOCHS, DEFAULT_POS_CODE, DEFAULT_QUERY_DIVERSITY, LEGACY_HEAD_OPTIONS,
                              POS_CODES)
 
 DEFAULT_TASKS = ["reach-v3", "push-v3", "button-press-v3", "drawer-open-v3"]
@@ -89,10 +89,10 @@ def main() -> int:
 
     import torch
 
-    from backbone import load_backbone
-    from control import (PatchTokenPolicy, PolicyEnsemble, cache_features, collect_demos, config_seeds, default_block,
+    from frozenvit.backbone import load_backbone
+    from frozenvit.control import (PatchTokenPolicy, PolicyEnsemble, cache_features, collect_demos, config_seeds, default_block,
                          evaluate)
-    from control.cli import render_settings
+    from frozenvit.control.cli import render_settings
 
     torch.set_num_threads(args.threads)
     bb = load_backbone(args.backbone, weights=args.weights, img_size=args.size)

@@ -24,10 +24,10 @@ sys.path.insert(0, str(ROOT))
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from backbone.artifacts import write_json  # noqa: E402
+from frozenvit.backbone.suite.artifacts import write_json  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine  # noqa: E402
-from forecasting.paper import paper_config, paper_protocol, scores_table  # noqa: E402
+from frozenvit.forecasting.paper import paper_config, paper_protocol, scores_table  # noqa: E402
 
 DEFAULT_CSV = ROOT.parent / "shared" / "data" / "ett" / "ETTh2.csv"
 

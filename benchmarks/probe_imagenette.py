@@ -5,7 +5,7 @@ features), trained on N images per class of Imagenette train (seeded draw), scor
 val split (3,925 images). ViT features: last block after the final norm, CLS and mean of the patch
 tokens concatenated ("cls+mean"; "mean" alone is reported too). Teacher: global-average-pooled
 1280-d head features. Also: attention entropy / mean attention distance per block of the student
-(backbone.inspect) and forward latency of the student vs timm's vit_tiny_patch16_224 at 224 px.
+(frozenvit.backbone.diagnostics) and forward latency of the student vs timm's vit_tiny_patch16_224 at 224 px.
 
     .venv/bin/python benchmarks/probe_imagenette.py --threads 2
     .venv/bin/python benchmarks/probe_imagenette.py --student runs/distill/ckpt --val-per-class 50 --models student
@@ -83,7 +83,7 @@ def vit_features(bb, images: list, batch: int = 32) -> dict[str, np.ndarray]:
 def teacher_features(images: list, batch: int = 32) -> dict[str, np.ndarray]:
     import torch
 
-    from backbone.teacher import TEACHER_MEAN, TEACHER_STD, load_efficientnet_lite0_teacher
+    from frozenvit.backbone.distill.teacher import TEACHER_MEAN, TEACHER_STD, load_efficientnet_lite0_teacher
 
     model = load_efficientnet_lite0_teacher()
     mean = torch.tensor(TEACHER_MEAN).view(1, 3, 1, 1)
@@ -124,7 +124,7 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    from backbone import load_backbone
+    from frozenvit.backbone import load_backbone
 
     torch.set_num_threads(args.threads)
     root = Path(args.data)
@@ -155,7 +155,7 @@ def main() -> int:
                 desc = f"embedded default {bb.name} at 224 px, sha256 {bb.weights_sha256[:12]}"
             ftr_, fva_ = vit_features(bb, itr), vit_features(bb, iva)
             if name == "student":
-                from backbone.inspect import inspect_backbone
+                from frozenvit.backbone.diagnostics import inspect_backbone
 
                 rep = inspect_backbone(bb, iva[:: max(1, len(iva) // args.inspect_images)][: args.inspect_images])
                 extra["student_attention"] = {"entropy_per_block": rep.entropy.mean(1).round(4).tolist(),

@@ -1,6 +1,6 @@
 """frozenvit.control: a patch-token visuomotor policy on Meta-World.
 
-    from control import MetaWorldTask, collect_demos, cache_features, PatchTokenPolicy, evaluate, measure_latency
+    from frozenvit.control import MetaWorldTask, collect_demos, cache_features, PatchTokenPolicy, evaluate, measure_latency
     collect_demos("reach-v3", "runs/demos/reach", n_episodes=25)            # scripted expert, successes only
     cache = cache_features("runs/demos/reach", bb)                          # frozen encoder once per frame
     pol = PatchTokenPolicy(pooling="attention").fit(cache)                  # behaviour cloning (MSE)
@@ -12,7 +12,7 @@ Names are imported on first use (PEP 562): `frozenvit --help` does not load torc
 """
 from __future__ import annotations
 
-from backbone.lazy import lazy_exports
+from frozenvit.backbone.suite.lazy import lazy_exports
 
 _API = {
     "agent": ("StageTimer", "VisuomotorAgent"),

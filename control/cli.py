@@ -13,10 +13,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from backbone.cli import add_backbone_args, add_threads_arg
+from frozenvit.backbone.commands import add_backbone_args
+from frozenvit.backbone.suite.cli import add_threads_arg
 
 from .env import RenderSettings
-from .options import DEFAULT_BC_EPOCHS, DEFAULT_POS_CODE, DEFAULT_QUERY_DIVERSITY, POS_CODES
+from .defaults import DEFAULT_BC_EPOCHS, DEFAULT_POS_CODE, DEFAULT_QUERY_DIVERSITY, POS_CODES
 
 
 def register(subparsers: Any) -> None:
@@ -133,7 +134,7 @@ def parse_mesh_faces(v: Any) -> RenderSettings:
 
 def load_backbone_for(args: argparse.Namespace, img_size: Any = None) -> Any:
     """The backbone the command asks for (tests replace this function)."""
-    from backbone import load_backbone
+    from frozenvit.backbone import load_backbone
 
     size = args.img_size or img_size
     return load_backbone(args.backbone, weights=args.weights, img_size=size,
@@ -141,7 +142,7 @@ def load_backbone_for(args: argparse.Namespace, img_size: Any = None) -> Any:
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
-    from backbone.artifacts import output_dir
+    from frozenvit.backbone.suite.artifacts import output_dir
 
     from .demos import KIND, collect_demos, load_manifest
 
@@ -161,7 +162,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .features import cache_features, default_block
     from .policy import PatchTokenPolicy, PolicyEnsemble
 
-    from backbone.artifacts import check_artifact_dir
+    from frozenvit.backbone.suite.artifacts import check_artifact_dir
 
     from .policy import ENSEMBLE_KIND, KIND
 
@@ -191,7 +192,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from backbone.artifacts import check_output_file, output_dir, write_json
+    from frozenvit.backbone.suite.artifacts import check_output_file, output_dir, write_json
 
     from .env import config_seeds
     from .evaluate import evaluate
@@ -215,7 +216,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_latency(args: argparse.Namespace) -> int:
-    from backbone.artifacts import check_output_file, write_json
+    from frozenvit.backbone.suite.artifacts import check_output_file, write_json
 
     from .agent import VisuomotorAgent
     from .env import MetaWorldTask

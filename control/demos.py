@@ -26,7 +26,7 @@ from typing import Iterator
 import numpy as np
 from tqdm.auto import tqdm
 
-from backbone.artifacts import atomic_write_bytes, write_json
+from frozenvit.backbone.suite.artifacts import atomic_write_bytes, write_json
 
 from .env import DEFAULT_CAMERA, HELDOUT_OFFSET, MetaWorldTask, RenderSettings
 from .errors import DemoError

@@ -1,7 +1,7 @@
 """The shipped fast encoder for the control loop.
 
 `load_fast_encoder()` returns a 4-block ViT-Tiny/16 at 112 px (7 x 7 tokens) distilled from the
-embedded default on Meta-World expert-demo frames by `frozenvit backbone distill` (recipe and figures:
+embedded default on Meta-World expert-demo frames by `frozenvit distill` (recipe and figures:
 control/assets/MODEL_CARD.md, benchmarks/control_student.py). It only knows Meta-World's look; for
 anything else use the embedded default or your own backbone.
 """
@@ -19,8 +19,8 @@ FAST_ENCODER_SIZE = 112
 def load_fast_encoder(verify: bool = True) -> Any:
     """The frozen fast encoder (a backbone.FrozenBackbone); raises BackboneUnavailable if the file is
     missing or (verify) does not match its recorded checksum."""
-    from backbone import BackboneUnavailable, load_backbone
-    from backbone.artifacts import sha256_file
+    from frozenvit.backbone import BackboneUnavailable, load_backbone
+    from frozenvit.backbone.suite.artifacts import sha256_file
 
     if not FAST_ENCODER.is_file():
         raise BackboneUnavailable(f"{FAST_ENCODER} is missing: reinstall frozenvit, or distil one with "

@@ -1,7 +1,7 @@
 """Named errors of the control package. Each says what to do."""
 from __future__ import annotations
 
-from backbone.errors import FrozenVitError
+from frozenvit.backbone.errors import FrozenVitError
 
 
 class TaskError(FrozenVitError, ValueError):

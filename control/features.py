@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
-from backbone.artifacts import atomic_dir, read_config, write_json
+from frozenvit.backbone.suite.artifacts import atomic_dir, read_config, write_json
 
 from .demos import iter_episodes, load_manifest
 from .errors import DemoError

@@ -42,7 +42,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .options import DEFAULT_POS_CODE, DEFAULT_QUERY_DIVERSITY, POS_CODES
+from .defaults import DEFAULT_POS_CODE, DEFAULT_QUERY_DIVERSITY, POS_CODES
 
 POOLINGS = ("attention", "cls", "mean")
 

@@ -22,12 +22,12 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
-from backbone.artifacts import atomic_dir, check_tensor_metadata, read_config, tensor_metadata, write_json
-from backbone.errors import ArtifactError
+from frozenvit.backbone.suite.artifacts import atomic_dir, check_tensor_metadata, read_config, tensor_metadata, write_json
+from frozenvit.backbone.errors import ArtifactError
 
 from .features import FeatureCache, backbone_fingerprint
 from .head import PolicyHead, bc_loss
-from .options import DEFAULT_BC_EPOCHS, DEFAULT_POS_CODE, DEFAULT_QUERY_DIVERSITY, LEGACY_HEAD_OPTIONS
+from .defaults import DEFAULT_BC_EPOCHS, DEFAULT_POS_CODE, DEFAULT_QUERY_DIVERSITY, LEGACY_HEAD_OPTIONS
 
 KIND = "control.policy"
 FORMAT_VERSION = 1

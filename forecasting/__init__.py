@@ -1,7 +1,7 @@
 """forecasting: PatchTST and DLinear beside honest baselines, evaluated by rolling-origin
 backtests with MASE per horizon step. Imports no vision code.
 
-    from forecasting import read_wide_csv, backtest, SeasonalNaive, ETS, DLinear, PatchTST
+    from frozenvit.forecasting import read_wide_csv, backtest, SeasonalNaive, ETS, DLinear, PatchTST
     df = read_wide_csv("ETTh2.csv")                                   # long: unique_id, ds, y
     res = backtest(df, [SeasonalNaive(24), ETS(24), DLinear(h=48), PatchTST(h=48)],
                    h=48, n_windows=8, season_length=24)
@@ -11,7 +11,7 @@ Names are imported on first use (PEP 562): `frozenvit --help` does not load torc
 """
 from __future__ import annotations
 
-from backbone.lazy import lazy_exports
+from frozenvit.backbone.suite.lazy import lazy_exports
 
 _API = {
     "backtest": ("BacktestResult", "backtest"),

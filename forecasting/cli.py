@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from backbone.cli import add_threads_arg
+from frozenvit.backbone.suite.cli import add_threads_arg
 
 from .errors import SeriesError
 
@@ -82,13 +82,13 @@ def make_models(names: list[str], h: int, season_length: int, input_size: int, m
 def _cmd_backtest(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from backbone.artifacts import atomic_write_text, output_dir, write_json
+    from frozenvit.backbone.suite.artifacts import atomic_write_text, check_output_dir, output_dir, write_json
 
     from .backtest import backtest
     from .data import read_long_csv, read_wide_csv
     from .plots import plot_forecasts, plot_mase_by_horizon
 
-    out = output_dir(args.out, "forecast.backtest")
+    check_output_dir(args.out, "forecast.backtest")
     if args.wide:
         cols = args.columns.split(",") if args.columns else None
         df = read_wide_csv(args.csv, args.time_col, cols, fill=args.fill)
@@ -108,6 +108,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     print(hz.T.to_string(float_format=lambda v: f"{v:.3f}"))
     print()
     print(res.summary().to_string(float_format=lambda v: f"{v:.4g}"))
+    out = output_dir(args.out, "forecast.backtest")
     write_json(out / "summary.json", {"csv": str(args.csv), "input_size": size, **res.to_dict()})
     atomic_write_text(out / "forecasts.csv", res.forecasts.to_csv(index=False))
     atomic_write_text(out / "mase_by_horizon.csv", hz.to_csv())
@@ -122,7 +123,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
 def _cmd_paper(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from backbone.artifacts import check_output_file, write_json
+    from frozenvit.backbone.suite.artifacts import check_output_file, write_json
 
     from .paper import ETTH_BORDERS, ETTM_BORDERS, paper_config, paper_protocol, scores_table
 

@@ -1,7 +1,7 @@
 """Named errors of the forecasting application."""
 from __future__ import annotations
 
-from backbone.errors import FrozenVitError
+from frozenvit.backbone.suite.errors import FrozenVitError
 
 
 class SeriesError(FrozenVitError, ValueError):

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from backbone.artifacts import atomic_dir, check_tensor_metadata, read_config, tensor_metadata, write_json
+from frozenvit.backbone.suite.artifacts import atomic_dir, check_tensor_metadata, read_config, tensor_metadata, write_json
 
 from .errors import SeriesError
 

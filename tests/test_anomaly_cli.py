@@ -7,14 +7,14 @@ import pytest
 import torch
 from PIL import Image
 
-from backbone.cli import main
+from frozenvit.backbone.suite.cli import main
 
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
     from safetensors.torch import save_file
 
-    from backbone import load_backbone
+    from frozenvit.backbone import load_backbone
 
     tmp = tmp_path_factory.mktemp("anomaly_cli")
     torch.manual_seed(0)

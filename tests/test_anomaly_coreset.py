@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from anomaly.coreset import (chunked_coreset, greedy_coreset, greedy_kcenter, greedy_kcenter_reference,
+from frozenvit.anomaly.coreset import (chunked_coreset, greedy_coreset, greedy_kcenter, greedy_kcenter_reference,
                              random_projection)
 
 

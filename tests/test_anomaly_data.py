@@ -3,11 +3,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from anomaly.datasets import read_dataset, read_folders, read_mvtec
-from anomaly.errors import DatasetError
-from anomaly.images import read_image, read_mask
-from anomaly.synthetic import CATEGORIES, DEFECTS, make_synthetic_mvtec, render_sample
-from backbone.errors import ImageFormatError
+from frozenvit.anomaly.datasets import read_dataset, read_folders, read_mvtec
+from frozenvit.anomaly.errors import DatasetError
+from frozenvit.anomaly.images import read_image, read_mask
+from frozenvit.anomaly.synthetic import CATEGORIES, DEFECTS, make_synthetic_mvtec, render_sample
+from frozenvit.backbone.errors import ImageFormatError
 
 
 @pytest.mark.parametrize("category", CATEGORIES)
@@ -19,7 +19,7 @@ def test_synthetic_mask_is_exactly_where_the_defect_painted(category, defect):
     again, _ = render_sample(category, defect, seed=0, index=2, size=(64, 80))
     assert (img == again).all()                       # deterministic
     assert img.shape == (64, 80, 3) and mask.shape == (64, 80) and mask.sum() >= 6
-    from anomaly.synthetic import _rng, _u8, render_normal
+    from frozenvit.anomaly.synthetic import _rng, _u8, render_normal
     clean, _ = render_normal(category, _rng(0, CATEGORIES.index(category), 1 + DEFECTS.index(defect), 2), (64, 80))
     changed = np.abs(img.astype(int) - _u8(clean).astype(int)).max(axis=2) > 0
     assert not (changed & ~mask).any()                  # nothing outside the mask changed

@@ -1,16 +1,16 @@
 """The demo section runs in quick mode, or says plainly that the embedded default is missing."""
-from backbone.report import DemoContext
+from frozenvit.backbone.suite.report import DemoContext
 
 
 def test_demo_section_quick(tmp_path):
-    from anomaly.demo import section
-    from backbone.errors import BackboneUnavailable
+    from frozenvit.anomaly.demo_section import section
+    from frozenvit.backbone.errors import BackboneUnavailable
 
     sec = section(DemoContext(out_dir=tmp_path, threads=1, quick=True))
     html = "\n".join(sec.blocks)
     assert sec.order == 20 and sec.title.startswith("Anomaly")
     try:
-        from backbone import load_backbone
+        from frozenvit.backbone import load_backbone
         load_backbone()
     except BackboneUnavailable:
         assert "not shipped" in html

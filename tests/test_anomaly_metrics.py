@@ -4,7 +4,7 @@ import pytest
 from scipy import ndimage
 from sklearn.metrics import f1_score, roc_auc_score
 
-from anomaly.metrics import aupro, f1_max, image_auroc, pixel_auroc, pro_curve
+from frozenvit.anomaly.metrics import aupro, f1_max, image_auroc, pixel_auroc, pro_curve
 
 
 def brute_force_aupro(masks, maps, fpr_limit=0.3):

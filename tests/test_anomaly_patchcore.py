@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from anomaly import PatchCore, conformal_threshold, contamination_audit, default_blocks, render_sample
-from anomaly.scoring import center_tokens, fuse_blocks, local_aggregate
-from backbone.errors import ArtifactError
+from frozenvit.anomaly import PatchCore, conformal_threshold, contamination_audit, default_blocks, render_sample
+from frozenvit.anomaly.scoring import center_tokens, fuse_blocks, local_aggregate
+from frozenvit.backbone.errors import ArtifactError
 
 from conftest import tiny_vit
 
@@ -162,7 +162,7 @@ def test_load_refuses_another_backbone_or_format_version(fitted, tmp_path):
 def test_failed_save_leaves_the_previous_artifact(fitted, tmp_path, monkeypatch):
     fitted.save(tmp_path / "m")
     before = (tmp_path / "m" / "config.json").read_text()
-    import anomaly.artifact as art
+    import frozenvit.anomaly.artifact as art
     monkeypatch.setattr(art, "save_index", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
     with pytest.raises(OSError):
         fitted.save(tmp_path / "m")

@@ -2,11 +2,11 @@ import json
 
 import pytest
 
-from backbone import artifacts
-from backbone.artifacts import (atomic_dir, check_output_file, check_tensor_metadata, output_dir, read_config,
+from frozenvit.backbone.suite import artifacts
+from frozenvit.backbone.suite.artifacts import (atomic_dir, check_output_file, check_tensor_metadata, output_dir, read_config,
                                 tensor_metadata, write_json)
-from backbone.errors import ArtifactError, OutputConflict
-from backbone.report import Section, write_report
+from frozenvit.backbone.errors import ArtifactError, OutputConflict
+from frozenvit.backbone.suite.report import Section, write_report
 
 
 def _write(path, version=1, fail=False):

@@ -8,8 +8,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from backbone import BackboneUnavailable, GridMismatch, load_backbone
-from backbone.weights import resample_pos_embed
+from frozenvit.backbone import BackboneUnavailable, GridMismatch, load_backbone
+from frozenvit.backbone.weights import resample_pos_embed
 from conftest import tiny_vit
 
 
@@ -141,7 +141,7 @@ def test_cnn_backbone_hands_out_grids_with_the_same_interface():
 
 
 def test_info_cli_reports_reg4_dinov2_contract(capsys):
-    from backbone.cli import main
+    from frozenvit.backbone.suite.cli import main
 
     assert main(["backbone", "info", "vit_small_patch14_reg4_dinov2", "--img-size", "224"]) == 0
     out = capsys.readouterr().out
@@ -150,14 +150,16 @@ def test_info_cli_reports_reg4_dinov2_contract(capsys):
     assert "(0.485, 0.456, 0.406)" in out and "(0.229, 0.224, 0.225)" in out
 
 
-def test_cli_lists_backbone_subcommands():
-    out = subprocess.run([sys.executable, "-m", "backbone.cli", "backbone", "--help"],
-                         capture_output=True, text=True, check=True).stdout
-    assert "info" in out and "inspect" in out and "distill" in out
+def test_cli_lists_backbone_subcommands_and_distill():
+    run = lambda *a: subprocess.run([sys.executable, "-m", "frozenvit.backbone.suite.cli", *a],  # noqa: E731
+                                    capture_output=True, text=True, check=True).stdout
+    out = run("backbone", "--help")
+    assert "info" in out and "inspect" in out
+    assert "--teacher" in run("distill", "--help")
 
 
 def test_cli_error_is_named_and_exit_code_2(capsys):
-    from backbone.cli import main
+    from frozenvit.backbone.suite.cli import main
 
     assert main(["backbone", "info", "vit_does_not_exist"]) == 2
     assert "BackboneUnavailable" in capsys.readouterr().err

@@ -3,8 +3,8 @@ import pytest
 import torch
 from PIL import Image
 
-from backbone import ImageFormatError, PreprocessingMismatch, load_backbone
-from backbone.inspect import _attention_probs, inspect_backbone
+from frozenvit.backbone import ImageFormatError, PreprocessingMismatch, load_backbone
+from frozenvit.backbone.diagnostics import _attention_probs, inspect_backbone
 from conftest import tiny_vit
 
 

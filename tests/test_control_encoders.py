@@ -2,12 +2,12 @@
 import numpy as np
 import torch
 
-from control import load_fast_encoder
-from control.encoders import FAST_ENCODER, FAST_ENCODER_SHA256
+from frozenvit.control import load_fast_encoder
+from frozenvit.control.encoders import FAST_ENCODER, FAST_ENCODER_SHA256
 
 
 def test_fast_encoder_loads_as_a_4_block_vit_at_112px_with_its_checksum():
-    from backbone.artifacts import sha256_file
+    from frozenvit.backbone.suite.artifacts import sha256_file
 
     assert sha256_file(FAST_ENCODER) == FAST_ENCODER_SHA256
     bb = load_fast_encoder()
@@ -22,8 +22,8 @@ def test_fast_encoder_loads_as_a_4_block_vit_at_112px_with_its_checksum():
 def test_a_tampered_fast_encoder_is_refused(tmp_path, monkeypatch):
     import pytest
 
-    import control.encoders as enc
-    from backbone import BackboneUnavailable
+    import frozenvit.control.encoders as enc
+    from frozenvit.backbone import BackboneUnavailable
 
     bad = tmp_path / "x.safetensors"
     bad.write_bytes(FAST_ENCODER.read_bytes()[:-1] + b"\0")

@@ -2,12 +2,12 @@
 import numpy as np
 import pytest
 
-from control.env import HELDOUT_OFFSET, camera_is_upside_down, config_seeds
+from frozenvit.control.env import HELDOUT_OFFSET, camera_is_upside_down, config_seeds
 
 metaworld = pytest.importorskip("metaworld")
 mujoco = pytest.importorskip("mujoco")
 
-from control import FrameRenderer, MetaWorldTask, RenderUnavailable, TaskError  # noqa: E402
+from frozenvit.control import FrameRenderer, MetaWorldTask, RenderUnavailable, TaskError  # noqa: E402
 
 
 def test_training_and_heldout_configuration_seeds_are_disjoint():

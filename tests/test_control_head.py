@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch import nn
 
-from control.head import AttentionPool, PolicyHead
+from frozenvit.control.head import AttentionPool, PolicyHead
 
 
 def test_attention_pool_matches_nn_multihead_attention_with_copied_weights():
@@ -89,7 +89,7 @@ def test_token_dropout_acts_in_training_only():
 
 
 def test_patch_coords_are_row_major_centres_in_minus_one_one():
-    from control.head import patch_coords
+    from frozenvit.control.head import patch_coords
 
     c = patch_coords(6, (2, 3))                                     # 2 rows, 3 columns
     torch.testing.assert_close(c[:3, 0], torch.tensor([-2 / 3, 0.0, 2 / 3]))   # x varies along a row
@@ -120,7 +120,7 @@ def test_keypoints_report_where_a_query_attends():
 
 
 def test_sincos_code_gives_every_patch_its_own_code_varying_on_the_grid():
-    from control.head import sincos_2d
+    from frozenvit.control.head import sincos_2d
 
     pe = sincos_2d(12, 32, grid=(3, 4))                            # 3 rows x 4 columns, row-major
     assert pe.shape == (12, 32)
@@ -135,7 +135,7 @@ def test_sincos_code_gives_every_patch_its_own_code_varying_on_the_grid():
 
 
 def test_diversity_penalty_matches_pairwise_cosines_and_spans_zero_to_one():
-    from control.head import diversity_penalty
+    from frozenvit.control.head import diversity_penalty
 
     torch.manual_seed(0)
     att = torch.rand(3, 2, 4, 10).softmax(-1)                      # (B, H, Q, N)

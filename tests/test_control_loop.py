@@ -9,11 +9,11 @@ import torch
 
 pytest.importorskip("metaworld")
 
-from backbone.report import DemoContext  # noqa: E402
-from control import (DemoError, MetaWorldTask, PatchTokenPolicy, RenderUnavailable, VisuomotorAgent,  # noqa: E402
+from frozenvit.backbone.suite.report import DemoContext  # noqa: E402
+from frozenvit.control import (DemoError, MetaWorldTask, PatchTokenPolicy, RenderUnavailable, VisuomotorAgent,  # noqa: E402
                      backbone_meta, cache_features, collect_demos, config_seeds, default_block, evaluate, iter_episodes,
                      load_manifest, measure_latency)
-from control.latency import STAGES, LatencyReport  # noqa: E402
+from frozenvit.control.latency import STAGES, LatencyReport  # noqa: E402
 from tests.conftest import tiny_vit  # noqa: E402
 
 
@@ -55,7 +55,7 @@ def test_collect_skips_configurations_where_the_expert_fails(tmp_path):
 
 
 def test_action_noise_perturbs_the_visited_states_but_labels_stay_expert_actions():
-    from control import record_episode
+    from frozenvit.control import record_episode
 
     try:
         env = MetaWorldTask("reach-v3", image_size=32, max_steps=150)
@@ -76,7 +76,7 @@ def test_action_noise_perturbs_the_visited_states_but_labels_stay_expert_actions
 
 
 def test_hold_steps_record_the_expert_past_its_first_success():
-    from control import record_episode
+    from frozenvit.control import record_episode
 
     try:
         stop = MetaWorldTask("reach-v3", image_size=32, max_steps=150)
@@ -180,8 +180,8 @@ def test_latency_verdict_compares_p99_with_the_budget():
 
 
 def test_cli_collect_train_evaluate_latency(tmp_path, bb, monkeypatch, capsys):
-    from backbone.cli import main
-    from control import cli
+    from frozenvit.backbone.suite.cli import main
+    from frozenvit.control import cli
 
     monkeypatch.setattr(cli, "load_backbone_for", lambda args, img_size=None: bb)
     d, p = str(tmp_path / "demos"), str(tmp_path / "pol")
@@ -199,7 +199,7 @@ def test_cli_collect_train_evaluate_latency(tmp_path, bb, monkeypatch, capsys):
     assert main(["control", "train", "--demos", d, "--out", e, "--epochs", "1", "--heads", "3", "--ensemble", "2",
                  "--seed", "5", "--threads", "1"]) == 0
     assert "(2 heads)" in capsys.readouterr().out
-    from control.policy import PolicyEnsemble, load_policy
+    from frozenvit.control.policy import PolicyEnsemble, load_policy
     ens = load_policy(e)
     assert isinstance(ens, PolicyEnsemble) and ens.seeds == [5, 6]
     assert main(["control", "evaluate", "--policy", e, "--configs", "1", "--max-steps", "2"]) == 0
@@ -214,7 +214,7 @@ def test_cli_collect_train_evaluate_latency(tmp_path, bb, monkeypatch, capsys):
 
 
 def test_demo_section_quick(tmp_path):
-    from control.demo import section
+    from frozenvit.control.demo_section import section
 
     sec = section(DemoContext(out_dir=tmp_path, threads=1, quick=True))
     html = "\n".join(sec.blocks)
@@ -226,9 +226,9 @@ def test_demos_record_their_render_settings_and_policies_are_evaluated_with_them
     import importlib
     import json
 
-    from control import RenderSettings
+    from frozenvit.control import RenderSettings
 
-    ev = importlib.import_module("control.evaluate")          # `control.evaluate` the attribute is the function
+    ev = importlib.import_module("frozenvit.control.evaluate")          # `control.evaluate` the attribute is the function
 
     m = load_manifest(demo_dir)
     assert m["render"] == RenderSettings().as_dict()

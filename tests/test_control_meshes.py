@@ -7,8 +7,8 @@ import pytest
 mujoco = pytest.importorskip("mujoco")
 pytest.importorskip("fast_simplification")
 
-from control.env import RenderSettings  # noqa: E402
-from control.meshes import MIN_GAIN, face_counts, render_model  # noqa: E402
+from frozenvit.control.env import RenderSettings  # noqa: E402
+from frozenvit.control.meshes import MIN_GAIN, face_counts, render_model  # noqa: E402
 
 
 def _sphere_xml(n_lat: int = 40, n_lon: int = 60, texcoord: bool = True) -> str:
@@ -76,7 +76,7 @@ def test_render_settings_validate_and_round_trip():
 
 def test_metaworld_frames_with_simplified_meshes_match_full_meshes_and_physics_is_the_same():
     pytest.importorskip("metaworld")
-    from control import MetaWorldTask, RenderUnavailable
+    from frozenvit.control import MetaWorldTask, RenderUnavailable
 
     try:
         full = MetaWorldTask("reach-v3", image_size=96, max_steps=20, render=RenderSettings(mesh_faces=None))
@@ -100,7 +100,7 @@ def test_metaworld_frames_with_simplified_meshes_match_full_meshes_and_physics_i
 def test_mesh_faces_option_parses_counts_none_and_stored_settings():
     import argparse
 
-    from control.cli import parse_mesh_faces, render_settings
+    from frozenvit.control.cli import parse_mesh_faces, render_settings
 
     ns = lambda v: argparse.Namespace(mesh_faces=v)  # noqa: E731
     assert render_settings(ns("800")).mesh_faces == 800 and render_settings(ns("none")).mesh_faces is None

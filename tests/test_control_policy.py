@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from backbone.errors import ArtifactError
-from control import policy as policy_mod
-from control.features import FeatureCache
-from control.policy import PatchTokenPolicy
+from frozenvit.backbone.errors import ArtifactError
+from frozenvit.control import policy as policy_mod
+from frozenvit.control.features import FeatureCache
+from frozenvit.control.policy import PatchTokenPolicy
 
 
 def marked_token_cache(M=480, grid=(4, 4), C=16, seed=0, episode_len=12) -> FeatureCache:
@@ -110,7 +110,7 @@ def test_check_backbone_rejects_a_backbone_with_other_weights():
     a = tiny_vit()
     torch.manual_seed(1)
     b = tiny_vit()
-    from control.features import backbone_meta
+    from frozenvit.control.features import backbone_meta
 
     pol = small().init_untrained(backbone_meta(a, -1))
     pol.check_backbone(a)
@@ -119,7 +119,7 @@ def test_check_backbone_rejects_a_backbone_with_other_weights():
 
 
 def test_ensemble_acts_by_the_mean_of_its_members_and_round_trips(tmp_path):
-    from control.policy import PolicyEnsemble, load_policy
+    from frozenvit.control.policy import PolicyEnsemble, load_policy
 
     cache = marked_token_cache(M=96)
     ens = PolicyEnsemble.fit_seeds(cache, small(epochs=2), seeds=[3, 4], progress=False)
@@ -141,7 +141,7 @@ def test_ensemble_acts_by_the_mean_of_its_members_and_round_trips(tmp_path):
 
 
 def test_ensemble_refuses_members_that_see_other_inputs():
-    from control.policy import PolicyEnsemble
+    from frozenvit.control.policy import PolicyEnsemble
 
     cache = marked_token_cache(M=64)
     att = small(epochs=1).fit(cache, progress=False)
@@ -158,7 +158,7 @@ def test_ensemble_refuses_members_that_see_other_inputs():
 def test_a_policy_config_edited_by_hand_is_refused(tmp_path):
     import json
 
-    from backbone.errors import ArtifactError
+    from frozenvit.backbone.errors import ArtifactError
 
     small(epochs=1).fit(marked_token_cache(M=64), progress=False).save(tmp_path / "p")
     cfg_path = tmp_path / "p" / "config.json"
@@ -170,8 +170,8 @@ def test_a_policy_config_edited_by_hand_is_refused(tmp_path):
 
 
 def test_diverse_sincos_policy_with_cls_round_trips_and_its_queries_look_at_different_places(tmp_path):
-    from control.agent import VisuomotorAgent
-    from control.head import diversity_penalty
+    from frozenvit.control.agent import VisuomotorAgent
+    from frozenvit.control.head import diversity_penalty
 
     cache = marked_token_cache(M=256)
     plain = small(epochs=15, pos_code="learned", query_diversity=0.0).fit(cache, progress=False)

@@ -17,7 +17,7 @@ def _spec() -> dict:
 
 
 def test_asset_checksum_matches_default_json_and_model_card():
-    from backbone.artifacts import sha256_file
+    from frozenvit.backbone.suite.artifacts import sha256_file
 
     spec = _spec()
     sha = sha256_file(ASSETS / spec["file"])
@@ -38,7 +38,7 @@ def test_asset_is_a_small_bare_vit_at_the_training_grid():
 
 
 def test_default_backbone_loads_with_the_documented_grid():
-    from backbone import load_backbone
+    from frozenvit.backbone import load_backbone
 
     spec = _spec()
     bb = load_backbone()

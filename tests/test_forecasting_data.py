@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from forecasting import SeriesError, long_to_wide, read_long_csv, read_wide_csv, validate
+from frozenvit.forecasting import SeriesError, long_to_wide, read_long_csv, read_wide_csv, validate
 
 
 def _long(n: int = 10, uid: str = "a") -> pd.DataFrame:

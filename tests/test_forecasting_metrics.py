@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from forecasting import Naive, SeasonalNaive, backtest, diebold_mariano, read_m4
+from frozenvit.forecasting import Naive, SeasonalNaive, backtest, diebold_mariano, read_m4
 
 M4 = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "m4_hourly"
 

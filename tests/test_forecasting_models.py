@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from forecasting import DLinear, PatchTST, PatchTSTNet, RevIN, patch_count, patchify
-from forecasting.layers import ResidualAttention, moving_average
+from frozenvit.forecasting import DLinear, PatchTST, PatchTSTNet, RevIN, patch_count, patchify
+from frozenvit.forecasting.layers import ResidualAttention, moving_average
 
 
 @pytest.mark.parametrize("subtract_last", [False, True])
@@ -89,7 +89,7 @@ def test_saved_model_loads_and_predicts_identically(cls, tmp_path):
 
 
 def test_fit_rejects_series_shorter_than_lookback_plus_horizon_and_tail():
-    from forecasting import SeriesError
+    from frozenvit.forecasting import SeriesError
 
     with pytest.raises(SeriesError, match="at least 56 values"):
         DLinear(h=8, input_size=40, progress=False).fit([np.ones(50)])
@@ -106,7 +106,7 @@ def test_normalized_loss_weighs_series_of_any_magnitude_alike():
 
 
 def test_fast_dropout_keeps_the_expectation_and_is_seeded_and_off_in_eval():
-    from forecasting.layers import FastDropout
+    from frozenvit.forecasting.layers import FastDropout
 
     drop = FastDropout(0.3)
     x = torch.ones(200_000)

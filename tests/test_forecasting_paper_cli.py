@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from forecasting.paper import paper_protocol, split_scale
+from frozenvit.forecasting.paper import paper_protocol, split_scale
 
 
 
@@ -55,7 +55,7 @@ def test_split_scale_ignores_rows_after_the_training_segment():
 
 
 def test_cli_backtest_writes_tables_and_pictures(tmp_path, capsys):
-    from backbone.cli import main
+    from frozenvit.backbone.suite.cli import main
 
     t = np.arange(300)
     wide = pd.DataFrame({"date": pd.date_range("2021-01-01", periods=300, freq="h").astype(str),
@@ -76,7 +76,7 @@ def test_cli_backtest_writes_tables_and_pictures(tmp_path, capsys):
 
 
 def test_cli_reports_bad_input_as_a_named_error(tmp_path, capsys):
-    from backbone.cli import main
+    from frozenvit.backbone.suite.cli import main
 
     pd.DataFrame({"unique_id": ["a"] * 3, "ds": [0, 2, 1], "y": [1.0, 2, 3]}).to_csv(tmp_path / "l.csv", index=False)
     assert main(["forecast", "backtest", "--csv", str(tmp_path / "l.csv"), "--models", "snaive"]) == 2
@@ -85,9 +85,9 @@ def test_cli_reports_bad_input_as_a_named_error(tmp_path, capsys):
 
 def test_demo_section_runs_offline_in_quick_mode(tmp_path):
     pytest.importorskip("statsmodels")
-    from backbone.report import DemoContext
+    from frozenvit.backbone.suite.report import DemoContext
 
-    from forecasting.demo import section
+    from frozenvit.forecasting.demo_section import section
 
     sec = section(DemoContext(out_dir=tmp_path, threads=1, quick=True))
     html = "\n".join(sec.blocks)

@@ -11,7 +11,7 @@ def _run(code: str) -> str:
     return out.stdout.strip()
 
 
-@pytest.mark.parametrize("pkg,name", [("control", "evaluate"), ("forecasting", "backtest")])
+@pytest.mark.parametrize("pkg,name", [("frozenvit.control", "evaluate"), ("frozenvit.forecasting", "backtest")])
 def test_a_function_named_like_its_module_stays_the_function_after_the_module_is_imported(pkg, name):
     got = _run(f"import {pkg}.{name}\nimport {pkg}\nfrom {pkg} import {name}\n"
                f"print(callable({name}), callable(getattr({pkg}, {name!r})))")
@@ -19,6 +19,6 @@ def test_a_function_named_like_its_module_stays_the_function_after_the_module_is
 
 
 def test_building_the_cli_parser_imports_neither_torch_nor_the_applications():
-    got = _run("import sys\nfrom backbone.cli import build_parser\nbuild_parser()\n"
+    got = _run("import sys\nfrom frozenvit.backbone.suite.cli import build_parser\nbuild_parser()\n"
                "print(sorted(m for m in ('torch', 'faiss', 'metaworld', 'statsforecast') if m in sys.modules))")
     assert got == "[]"

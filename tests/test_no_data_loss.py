@@ -2,7 +2,7 @@
 --gif-dir, --checkpoint) that points at a user's folder or file is refused with exit 2 before any work."""
 import pytest
 
-from backbone.cli import main
+from frozenvit.backbone.suite.cli import main
 
 # (argv with {out} for the user's path, the kind of path: "dir" or "file")
 COMMANDS = {
@@ -21,7 +21,7 @@ COMMANDS = {
     "forecast backtest": ("forecast backtest --csv {data}/series.csv --h 4 --out {out}", "dir"),
     "forecast paper": ("forecast paper --csv {data}/series.csv --out {out}", "file"),
     "backbone inspect": ("backbone inspect --images {data} --out {out}", "dir"),
-    "backbone distill": ("backbone distill --data {data} --out {out}", "dir"),
+    "distill": ("distill --data {data} --out {out}", "dir"),
     "demo": ("demo --quick --out {out}", "dir"),
 }
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from backbone.report import DemoContext, Section
+from frozenvit.backbone.suite.report import DemoContext, Section
 
 EASY_TASK = "button-press-topdown-v3"
 BUDGET_MS = 90.0
@@ -25,7 +25,7 @@ def section(ctx: DemoContext) -> Section:
         task_names()
     except Exception as e:  # Meta-World is an optional extra
         return sec.text(f"Skipped: {e}")
-    from backbone.errors import BackboneUnavailable
+    from frozenvit.backbone.errors import BackboneUnavailable
 
     from . import MetaWorldTask, PatchTokenPolicy, RenderUnavailable, VisuomotorAgent, backbone_meta, measure_latency
 
@@ -52,7 +52,7 @@ def section(ctx: DemoContext) -> Section:
         return sec.text("No evaluation: without the embedded default's pretrained weights, task success would "
                         "measure a random encoder. Run `frozenvit control collect/train/evaluate` with a real backbone.")
     if real and not ctx.quick:   # evaluate on the faster encoder: the default at its training size, 4x fewer tokens
-        from backbone import load_backbone
+        from frozenvit.backbone import load_backbone
 
         size_fast = int(_default_spec().get("train_img_size", 128))
         bb = load_backbone(img_size=size_fast)
@@ -62,13 +62,13 @@ def section(ctx: DemoContext) -> Section:
 
 
 def _default_spec() -> dict:
-    from backbone import default_spec
+    from frozenvit.backbone import default_spec
 
     return default_spec()
 
 
 def _backbone(ctx: DemoContext, unavailable: type) -> tuple[Any, str, bool]:
-    from backbone import load_backbone
+    from frozenvit.backbone import load_backbone
 
     if ctx.quick:
         bb = load_backbone("vit_tiny_patch16_224", pretrained=False, img_size=64, depth=4, embed_dim=48, num_heads=3)
@@ -82,7 +82,7 @@ def _backbone(ctx: DemoContext, unavailable: type) -> tuple[Any, str, bool]:
 
 def _short_evaluation(sec: Section, bb: Any, ctx: DemoContext, label: str) -> None:
     from . import PatchTokenPolicy, cache_features, collect_demos, config_seeds, evaluate
-    from .options import DEFAULT_BC_EPOCHS
+    from .defaults import DEFAULT_BC_EPOCHS
 
     task = "reach-v3" if ctx.quick else EASY_TASK
     n_demos, n_cfg, cap, epochs = (1, 1, 5, 2) if ctx.quick else (8, 8, 100, DEFAULT_BC_EPOCHS)

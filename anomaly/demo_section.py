@@ -63,12 +63,12 @@ def overlay_figure(det: Any, ds: Any, n: int = 6):
 
 
 def section(ctx: Any) -> Any:
-    from backbone.errors import BackboneUnavailable
-    from backbone.report import Section
+    from frozenvit.backbone.errors import BackboneUnavailable
+    from frozenvit.backbone.suite.report import Section
 
     sec = Section("Anomaly: PatchCore defect maps", order=20)
     try:
-        from backbone import load_backbone
+        from frozenvit.backbone import load_backbone
 
         bb = load_backbone()
     except BackboneUnavailable as e:

@@ -9,7 +9,7 @@ import time
 
 import pandas as pd
 
-from backbone.report import DemoContext, Section
+from frozenvit.backbone.suite.report import DemoContext, Section
 
 
 def co2_monthly() -> pd.DataFrame:

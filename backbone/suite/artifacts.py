@@ -197,6 +197,16 @@ def atomic_dir(target: str | os.PathLike, kind: str, flag: str = "--out") -> Ite
     _fsync_dir(target.parent)
 
 
+def check_output_dir(path: str | os.PathLike, kind: str, flag: str = "--out") -> None:
+    """Refuse early, writing nothing, a folder that `output_dir(path, kind)` would refuse."""
+    path = Path(path)
+    _check_owned_dir(path, kind, flag, whole=False)
+    parent = next((p for p in [path, *path.parents] if p.exists()), Path("."))
+    if not os.access(parent, os.W_OK):
+        raise OutputConflict(f"{flag} {path} cannot be written (no write permission in {parent}); "
+                             "choose a writable path")
+
+
 def output_dir(path: str | os.PathLike, kind: str, flag: str = "--out") -> Path:
     """Claim a folder that a command fills file by file (reports, predictions, demos, runs).
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from backbone.errors import BackboneUnavailable, ArtifactError
+from frozenvit.backbone.errors import ArtifactError, BackboneUnavailable
+from frozenvit.backbone.model import vit_tokens
 
 TEACHER_ARCH = "tf_efficientnet_lite0"
 # Preprocessing the weights were trained with (timm's pretrained_cfg for tf_efficientnet_lite0).
@@ -137,10 +138,8 @@ class ViTTeacher(Teacher):
         self.blocks = (d // 2 - 1, d - 1)
 
     def maps_and_logits(self, x):
-        from backbone.distill import vit_forward_blocks
-
         m = self.model
-        final, mids = vit_forward_blocks(m, x, self.blocks)
+        final, mids = vit_tokens(m, x, self.blocks)
         P = m.num_prefix_tokens
         h, w = m.patch_embed.dynamic_feat_size(x.shape[-2:]) if hasattr(m.patch_embed, "dynamic_feat_size") \
             else m.patch_embed.grid_size
@@ -165,7 +164,7 @@ def make_teacher(spec: str, img_size: int | None = None) -> Teacher:
     if kind == "efficientnet_lite0":
         return EfficientNetTeacher(rest or None)
     if kind in ("default", "timm"):
-        from backbone import load_backbone
+        from frozenvit.backbone import load_backbone
 
         name, _, weights = rest.partition(":")
         bb = (load_backbone(img_size=img_size) if kind == "default"

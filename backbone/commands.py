@@ -1,28 +1,18 @@
-"""The `frozenvit` command. Applications plug in through the entry-point group `frozenvit.commands`.
+"""`frozenvit backbone info | inspect`, and the command-line helpers the applications share for naming a backbone.
 
-Each entry point is `register(subparsers)` adding one parser; leaves set `func(args) -> int`.
-The backbone never imports an application.
+Registered through the entry-point group `frozenvit.commands` like every application.
 """
 from __future__ import annotations
 
 import argparse
 import logging
-import sys
-from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from .errors import FrozenVitError
+from .suite.cli import add_threads_arg
 
-COMMANDS_GROUP = "frozenvit.commands"
-DEMO_GROUP = "frozenvit.demo"
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
-
-
-def add_threads_arg(parser: argparse.ArgumentParser, default: int | None = None) -> None:
-    """--threads N: torch intra-op threads for this command (main() applies it)."""
-    parser.add_argument("--threads", type=int, default=default,
-                        help="torch threads (default: torch's choice); 1 is steadiest on a busy 2-core machine")
 
 
 def add_backbone_args(parser: argparse.ArgumentParser) -> None:
@@ -73,13 +63,13 @@ def _cmd_info(args: argparse.Namespace) -> int:
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from PIL import Image
 
-    from .inspect import inspect_backbone, plot_inspection
+    from .diagnostics import inspect_backbone, plot_inspection
+    from .suite.artifacts import check_output_dir, output_dir, write_json
 
-    from .artifacts import output_dir, write_json
-
-    out = output_dir(args.out, "backbone.inspect")
+    check_output_dir(args.out, "backbone.inspect")
     bb = backbone_from_args(args)
     files = list_images(args.images)[: args.max_images]
+    out = output_dir(args.out, "backbone.inspect")
     images = [Image.open(f) for f in files]
     rep = inspect_backbone(bb, images, batch_size=args.batch_size)
     print(rep.table())
@@ -89,68 +79,20 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
-
-    path = run_demo(Path(args.out), threads=args.threads or 2, quick=args.quick, only=args.only)
-    print(f"wrote {path}")
-    return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="frozenvit", description="Downstream applications on frozen ViT backbones")
-    p.add_argument("-v", "--verbose", action="store_true")
-    sub = p.add_subparsers(dest="command", required=True)
-
-    bbp = sub.add_parser("backbone", help="inspect, describe and distil backbones")
+def register(subparsers: Any) -> None:
+    bbp = subparsers.add_parser("backbone", help="describe and inspect backbones")
     bsub = bbp.add_subparsers(dest="backbone_command", required=True)
     q = bsub.add_parser("info", help="print the preprocessing and grid contract of a backbone")
     q.add_argument("name", nargs="?", default=None, help="timm model name (default: the embedded default)")
-    q.add_argument("--weights", default=None)
-    q.add_argument("--img-size", type=int, default=None)
+    q.add_argument("--weights", default=None, help="local .safetensors/.pth weights for NAME")
+    q.add_argument("--img-size", type=int, default=None, help="input size (default: the model's)")
     q.set_defaults(func=_cmd_info)
     q = bsub.add_parser("inspect", help="attention entropy/distance and token-norm outliers on given images")
     add_backbone_args(q)
     add_threads_arg(q)
     q.add_argument("--images", nargs="+", required=True, help="image files or folders")
-    q.add_argument("--max-images", type=int, default=32)
-    q.add_argument("--batch-size", type=int, default=8)
-    q.add_argument("--out", default="inspect-out")
+    q.add_argument("--max-images", type=int, default=32, help="use at most this many images")
+    q.add_argument("--batch-size", type=int, default=8, help="images per forward pass")
+    q.add_argument("--out", default="inspect-out",
+                   help="folder for inspect.png and inspect.json: new, empty, or an earlier inspect output")
     q.set_defaults(func=_cmd_inspect)
-    from . import distill_cli
-
-    distill_cli.register(bsub)
-
-    q = sub.add_parser("demo", help="run every application's demo on the embedded default; write an HTML report")
-    q.add_argument("--out", default="demo-report")
-    q.add_argument("--quick", action="store_true", help="tiny workloads (smoke test)")
-    q.add_argument("--only", nargs="*", default=None, help="section names to run (default: all)")
-    add_threads_arg(q, default=2)
-    q.set_defaults(func=_cmd_demo)
-
-    for ep in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
-        try:
-            ep.load()(sub)
-        except Exception as e:  # one broken plugin must not take the whole CLI down
-            print(f"warning: command plugin {ep.name!r} failed to load: {e}", file=sys.stderr)
-    return p
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
-    threads = getattr(args, "threads", None)
-    if threads:
-        import torch
-
-        torch.set_num_threads(threads)
-    try:
-        return int(args.func(args) or 0)
-    except FrozenVitError as e:
-        print(f"error ({type(e).__name__}): {e}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
-"""`frozenvit backbone distill` and `python -m backbone.distill ship`: argument parsing only.
+"""`frozenvit distill` and `python -m frozenvit.backbone.distill ship`: argument parsing only.
 
 The parsers import nothing heavy, so `frozenvit --help` stays fast; torch, timm and the training
-loop (backbone/distill.py) load when a command runs.
+loop (backbone/distill/train.py) load when a command runs.
 """
 from __future__ import annotations
 
@@ -10,13 +10,16 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+from frozenvit.backbone.suite.cli import add_threads_arg
+
 
 def _run(args: argparse.Namespace) -> int:
     import torch
 
-    from backbone.artifacts import output_dir
-    from backbone.distill import AugmentConfig, DistillConfig, build_cache, distill
-    from backbone.teacher import make_teacher
+    from frozenvit.backbone.suite.artifacts import output_dir
+    from .data import AugmentConfig, build_cache
+    from .train import DistillConfig, distill
+    from .teacher import make_teacher
 
     out = output_dir(args.out, "distill_run")     # refuse a folder we did not write before any work
     if getattr(args, "threads", None):
@@ -35,7 +38,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    """Add `distill` to the `frozenvit backbone` sub-commands."""
+    """Add `frozenvit distill` (entry point `frozenvit.commands`; also `python -m frozenvit.backbone.distill`)."""
     p = subparsers.add_parser("distill", help="distil a ViT student from a frozen teacher on a folder of images",
                               description=_distill_doc(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--teacher", default="efficientnet_lite0",
@@ -65,11 +68,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-steps", type=int, default=None, help="stop after this many steps (schedule unchanged)")
     p.add_argument("--out", required=True, help="run directory (checkpoints, log, student)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/ckpt if present")
-    try:
-        from backbone.cli import add_threads_arg
-        add_threads_arg(p)
-    except ImportError:
-        p.add_argument("--threads", type=int, default=None)
+    add_threads_arg(p)
     p.set_defaults(func=_run)
 
 
@@ -77,18 +76,18 @@ def _distill_doc() -> str:
     """The training module's docstring (the recipe), read without importing torch."""
     import ast
 
-    return ast.get_docstring(ast.parse((Path(__file__).parent / "distill.py").read_text())) or ""
+    return ast.get_docstring(ast.parse((Path(__file__).parent / "train.py").read_text())) or ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m backbone.distill distill ...` (same as `frozenvit backbone distill`) or `... ship ...`."""
-    parser = argparse.ArgumentParser(prog="python -m backbone.distill")
+    """`python -m frozenvit.backbone.distill distill ...` (same as `frozenvit distill`) or `... ship ...`."""
+    parser = argparse.ArgumentParser(prog="python -m frozenvit.backbone.distill")
     sub = parser.add_subparsers(dest="cmd", required=True)
     register(sub)
     p = sub.add_parser("ship", help="install a run's student as the embedded default (backbone/assets)")
     p.add_argument("--student", required=True, help="student .safetensors from a distill run")
     p.add_argument("--name", required=True)
-    p.add_argument("--assets", default=str(Path(__file__).parent / "assets"))
+    p.add_argument("--assets", default=str(Path(__file__).parents[1] / "assets"))
     p.add_argument("--train-img-size", type=int, default=128)
     p.set_defaults(func=_ship)
     args = parser.parse_args(argv)
@@ -96,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _ship(a: argparse.Namespace) -> int:
-    from backbone.distill import ship_student
+    from .train import ship_student
 
     print(json.dumps(ship_student(a.student, a.assets, a.name, train_img_size=a.train_img_size), indent=2))
     return 0

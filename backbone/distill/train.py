@@ -1,6 +1,6 @@
 """Distil a ViT student from a frozen teacher on a folder of images (DeiT idea, dense + logit targets).
 
-    frozenvit backbone distill --teacher efficientnet_lite0 --student vit_tiny_patch16_224 \
+    frozenvit distill --teacher efficientnet_lite0 --student vit_tiny_patch16_224 \
         --data ../shared/data/imagenette/train --img-size 128 --epochs 20 --out runs/distill
 
 Recipe. Images are decoded once into a uint8 memmap cache a little larger than the training crop.
@@ -16,13 +16,12 @@ last one because the data order and augmentation are pure functions of (seed, st
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,30 +30,15 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
-from backbone.artifacts import atomic_dir, atomic_write_bytes, sha256_file, write_json
-from backbone.distill_data import IMAGE_EXTS, AugmentConfig, augment, build_cache, list_images  # noqa: F401
-from backbone.errors import FrozenVitError
-from backbone.teacher import Teacher, make_teacher
+from frozenvit.backbone.errors import FrozenVitError
+from frozenvit.backbone.model import vit_tokens
+from frozenvit.backbone.suite.artifacts import atomic_dir, atomic_write_bytes, sha256_file, write_json
+
+from .data import AugmentConfig, augment
+from .teacher import Teacher
 
 
 # ----------------------------------------------------------------------------- student
-def vit_forward_blocks(vit: nn.Module, x: torch.Tensor, blocks: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-    """timm VisionTransformer forward that also returns the tokens after the given blocks.
-
-    x: (B, 3, H, W). Returns final normed tokens (B, P+N, D) and {block: (B, P+N, D)} (pre-norm).
-    """
-    x = vit.patch_embed(x)  # (B, N, D) or (B, h, w, D)
-    x = vit._pos_embed(x)  # (B, P+N, D)
-    x = vit.patch_drop(x)
-    x = vit.norm_pre(x)
-    outs = {}
-    for i, blk in enumerate(vit.blocks):
-        x = blk(x)
-        if i in blocks:
-            outs[i] = x
-    return vit.norm(x), outs
-
-
 class Distiller(nn.Module):
     """Student ViT + training-only heads (dense projections, logit head)."""
 
@@ -72,7 +56,7 @@ class Distiller(nn.Module):
         """x: (B, 3, H, W) -> ({block: (B, N, C_target)}, logits (B, K) or None)."""
         s = self.student
         last = len(s.blocks) - 1
-        final, mids = vit_forward_blocks(s, x, [int(b) for b in self.dense])
+        final, mids = vit_tokens(s, x, [int(b) for b in self.dense])
         P = s.num_prefix_tokens
         preds = {}
         for b, head in self.dense.items():
@@ -96,10 +80,10 @@ def init_student_from(student: nn.Module, path: str | Path) -> dict[str, int]:
     """Start a student from a (deeper) ViT's weights, DistilBERT-style: its first len(student.blocks)
     blocks, patch embedding, prefix tokens and final norm; the position embedding is resampled to the
     student's grid; tensors of other shapes (heads, wider models) are left random. Returns counts."""
-    from backbone.weights import read_state_dict, resample_pos_embed
+    from frozenvit.backbone.weights import read_state_dict, resample_pos_embed
 
     if str(path) == "default":
-        from backbone.loading import ASSETS, default_spec
+        from frozenvit.backbone.loading import ASSETS, default_spec
 
         path = ASSETS / default_spec()["file"]
     own = student.state_dict()
@@ -325,9 +309,6 @@ def distill(teacher: Teacher, images: np.ndarray, cfg: DistillConfig, out: str |
     return model
 
 
-from backbone.distill_cli import main, register  # noqa: E402,F401  (CLI lives apart: no torch at parse time)
-
-
 def ship_student(student_file: str | Path, assets_dir: str | Path, name: str, teacher: Teacher | None = None,
                  train_img_size: int = 128, img_size: int = 224, arch: str = "vit_tiny_patch16_224",
                  model_kwargs: dict | None = None) -> dict:
@@ -363,6 +344,3 @@ def ship_student(student_file: str | Path, assets_dir: str | Path, name: str, te
     write_json(assets_dir / "default.json", spec)
     return spec
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,8 +1,4 @@
-"""Images for distillation: a decoded uint8 cache of a folder, and the on-the-fly augmentation.
-
-Kept apart from the training loop (backbone/distill.py) so that both stay small; distill.py
-re-exports everything here.
-"""
+"""Images for distillation: a decoded uint8 cache of a folder, and the on-the-fly augmentation."""
 from __future__ import annotations
 
 import json
@@ -15,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from backbone.artifacts import write_json
-from backbone.errors import FrozenVitError
+from frozenvit.backbone.suite.artifacts import write_json
+from frozenvit.backbone.errors import FrozenVitError
 
 IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".JPEG"}
 

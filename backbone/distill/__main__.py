@@ -1,0 +1,4 @@
+"""python -m frozenvit.backbone.distill distill ... | ship ..."""
+from .cli import main
+
+raise SystemExit(main())

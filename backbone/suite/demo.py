@@ -1,0 +1,42 @@
+"""`frozenvit demo`: every section registered in the entry-point group `frozenvit.demo`, one HTML report."""
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Sequence
+
+from .artifacts import output_dir
+from .report import DemoContext, Section, write_report
+
+log = logging.getLogger("frozenvit.demo")
+DEMO_GROUP = "frozenvit.demo"
+
+
+def run_demo(out: Path, threads: int = 2, quick: bool = False, only: Sequence[str] | None = None) -> Path:
+    """Run every `frozenvit.demo` entry point (the backbone's and each application's) into one HTML report.
+
+    A failing section is reported in the page, not fatal. `out` must be new, empty or an earlier report.
+    """
+    ctx = DemoContext(out_dir=Path(out), threads=threads, quick=quick)
+    output_dir(ctx.out_dir, "demo-report")
+    makers = sorted(entry_points(group=DEMO_GROUP), key=lambda e: e.name)
+    sections = []
+    for maker in makers:
+        name = maker.name
+        if only and name not in only:
+            continue
+        t0 = time.perf_counter()
+        print(f"[demo] {name} ...", flush=True)
+        try:
+            sec = maker.load()(ctx)
+        except Exception as e:
+            log.error("demo section %s failed: %s", name, e)
+            sec = Section(f"{name}: failed", order=90).pre("".join(traceback.format_exception(e))[-3000:])
+        sec.text(f"(section computed in {time.perf_counter() - t0:.1f} s with {threads} threads)")
+        sections.append(sec)
+        print(f"[demo] {name} done in {time.perf_counter() - t0:.1f} s", flush=True)
+    sections.sort(key=lambda s: s.order)
+    return write_report(ctx.out_dir / "index.html", "frozenvit demo", sections)
