@@ -23,7 +23,7 @@ from typing import Iterable
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from frozenvit.backbone.suite.progress import progress_bar
 
 
 def random_projection(x: np.ndarray, proj_dim: int | None, seed: int = 0, chunk: int = 65536) -> np.ndarray:
@@ -58,7 +58,7 @@ def greedy_kcenter(z: np.ndarray, n: int, start: int = 0, candidates: int = 2048
     zz = torch.linalg.vector_norm(zt, dim=1).square_()               # (N,), no (N, k) temporary
     mind = _sqdist(zt, zz, zt[start:start + 1], zz[start:start + 1])[:, 0]  # (N,) to nearest centre
     centers = [start]
-    bar = tqdm(total=n, initial=1, desc="coreset", unit="pt", leave=False,
+    bar = progress_bar(total=n, initial=1, desc="coreset", unit="pt", leave=False,
                disable=None if progress is None else not progress)
     while len(centers) < n:
         t = min(candidates, N - 1)

@@ -18,7 +18,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from frozenvit.backbone.suite.progress import progress_bar
 
 from .coreset import chunked_coreset, coreset_size, greedy_coreset
 from .images import as_image
@@ -130,7 +130,7 @@ class PatchCore:
         """Yield fused features (b, D, h, w) and GridMappings per batch; paths are read lazily."""
         bb = self.backbone_
         n = len(images)
-        for i in tqdm(range(0, n, self.batch_size), desc=desc, unit="batch", leave=False,
+        for i in progress_bar(range(0, n, self.batch_size), desc=desc, unit="batch", leave=False,
                       disable=None if self.progress is None else not self.progress):
             batch = [as_image(x) for x in images[i:i + self.batch_size]]
             g = bb.patch_grids(batch, blocks=self.blocks_, batch_size=self.batch_size, progress=False)

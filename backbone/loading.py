@@ -13,6 +13,7 @@ import torch
 from .suite.artifacts import sha256_file
 from .config import BackboneConfig, Grid
 from .errors import BackboneUnavailable, GridMismatch
+from .suite.errors import UsageError
 from .model import FrozenBackbone
 from .weights import hub_is_allowed, offline_message, read_state_dict, resample_pos_embed
 
@@ -41,7 +42,8 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
     """Build a frozen backbone.
 
     name: a timm model name (ViTs: vit_*, deit_*, *dinov2*, incl. registers and distilled; CNNs are
-        built features_only). None: the embedded default shipped in backbone/assets/.
+        built features_only). None: the embedded default shipped in backbone/assets/ (with pretrained=False:
+        its architecture and preprocessing, random weights).
     weights: a local .safetensors or .pth (loaded with weights_only=True, never unpickled).
     img_size: build at this input size; absolute position embeddings are resampled (bicubic) from
         the weights' grid. allow_interpolation=False raises GridMismatch instead.
@@ -49,19 +51,21 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
     resize: preprocessing policy, "stretch" or "pad" (keep aspect, pad with the mean colour).
     model_kwargs: passed to timm.create_model (e.g. depth=2 for tiny test models).
 
-    Raises BackboneUnavailable when weights cannot be had (offline hub name: within ~2 s).
+    Raises BackboneUnavailable when weights cannot be had (offline hub name: within ~1.5 s), UsageError
+    for `weights` without `name`.
     """
     sha = None
     if name is None:
         if weights is not None:
-            raise ValueError("weights given without a model name: pass the timm name too")
+            raise UsageError(f"weights {weights} given without a model name: pass the timm name too "
+                             "(CLI: --backbone NAME --weights FILE)")
         spec = default_spec()
         name = spec["arch"]
-        weights = ASSETS / spec["file"]
         model_kwargs = {**spec.get("model_kwargs", {}), **model_kwargs}
         img_size = img_size or spec.get("img_size")
         overrides = {k: spec[k] for k in ("mean", "std", "interpolation", "crop_pct") if k in spec}
-        if verify and spec.get("sha256"):
+        weights = ASSETS / spec["file"] if pretrained else None   # pretrained=False: the default's architecture, random
+        if weights is not None and verify and spec.get("sha256"):
             sha = sha256_file(weights)
             if sha != spec["sha256"]:
                 raise BackboneUnavailable(f"{weights} does not match the checksum in default.json; reinstall frozenvit")

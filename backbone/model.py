@@ -6,7 +6,7 @@ from typing import Any, Iterable, Sequence
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
+from frozenvit.backbone.suite.progress import progress_bar
 
 from .config import BackboneConfig
 from .errors import GridMismatch
@@ -151,7 +151,7 @@ class FrozenBackbone(nn.Module):
         show = progress if progress is not None else len(starts) > 4
         parts_g: dict[int, list[torch.Tensor]] = {b: [] for b in idx}
         parts_p: dict[int, list[torch.Tensor]] = {b: [] for b in idx}
-        for i in tqdm(starts, desc="patch grids", unit="batch", disable=not show, leave=False):
+        for i in progress_bar(starts, desc="patch grids", unit="batch", disable=not show, leave=False):
             g, p = self.forward_pixels(get(i, min(i + batch_size, n)), idx, norm=norm)
             for b in idx:
                 parts_g[b].append(g[b])

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
-from tqdm.auto import tqdm
+from frozenvit.backbone.suite.progress import progress_bar
 
 from frozenvit.backbone.suite.artifacts import atomic_write_bytes, write_json
 
@@ -86,7 +86,7 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
     new_failures = 0
     with MetaWorldTask(task, camera=camera, image_size=image_size, max_steps=max_steps, render=render,
                        stop_on_success=hold_steps == 0) as env, \
-            tqdm(total=n_episodes, initial=len(done), desc=f"demos {task}", unit="ep",
+            progress_bar(total=n_episodes, initial=len(done), desc=f"demos {task}", unit="ep",
                  disable=None if progress is None else not progress) as bar:
         config = first_config
         while len(done) < n_episodes:

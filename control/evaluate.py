@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 from PIL import Image
-from tqdm.auto import tqdm
+from frozenvit.backbone.suite.progress import progress_bar
 
 from .agent import StageTimer, VisuomotorAgent
 from .env import MetaWorldTask, RenderSettings, State
@@ -78,7 +78,7 @@ def evaluate(policy: PatchTokenPolicy | PolicyEnsemble, backbone: Any, configs: 
 
         for s in range(n_env):
             assign(s)
-        bar = tqdm(total=len(configs), desc=f"eval {task}", unit="ep",
+        bar = progress_bar(total=len(configs), desc=f"eval {task}", unit="ep",
                    disable=None if progress is None else not progress)
         while any(c is not None for c in slot_cfg):
             live = [s for s in range(n_env) if slot_cfg[s] is not None]

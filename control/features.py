@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
-from tqdm.auto import tqdm
+from frozenvit.backbone.suite.progress import progress_bar
 
 from frozenvit.backbone.suite.artifacts import atomic_dir, read_config, write_json
 
@@ -123,7 +123,7 @@ def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | None = N
         if {k: cached.meta.get(k) for k in meta} == meta:
             return cached
     parts: dict[str, list[torch.Tensor]] = {k: [] for k in ("tokens", "cls", "proprio", "actions", "episode", "step")}
-    episodes = tqdm(iter_episodes(demo_dir), total=len(manifest["episodes"]), desc="encode demos", unit="ep",
+    episodes = progress_bar(iter_episodes(demo_dir), total=len(manifest["episodes"]), desc="encode demos", unit="ep",
                     disable=None if progress is None else not progress)
     for e, ep in enumerate(episodes):
         g = backbone.patch_grids(list(ep.frames), blocks=(meta["block"],), batch_size=batch_size, progress=False)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
-from tqdm.auto import tqdm
+from frozenvit.backbone.suite.progress import progress_bar
 
 from frozenvit.backbone.suite.artifacts import atomic_dir, check_tensor_metadata, read_config, tensor_metadata, write_json
 from frozenvit.backbone.errors import ArtifactError
@@ -129,7 +129,7 @@ class PatchTokenPolicy:
         self.proprio_mean_, self.proprio_std_ = mean, std
         self.n_samples_ = M
         head.train()
-        bar = tqdm(range(start_epoch, self.epochs), desc=f"bc {self.pooling}", unit="epoch",
+        bar = progress_bar(range(start_epoch, self.epochs), desc=f"bc {self.pooling}", unit="epoch",
                    disable=None if progress is None else not progress)
         for epoch in bar:
             perm = torch.randperm(M, generator=gen)

@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
+from frozenvit.backbone.suite.progress import progress_bar
 
 from .baselines import SeasonalNaive
 from .data import DS, ID, Y, validate
@@ -185,7 +185,7 @@ def backtest(df: pd.DataFrame, models: Sequence, h: int, n_windows: int = 1, ste
 
 def _run_local(model, series: dict, cuts: dict, h: int, progress: bool | None) -> np.ndarray:
     out = []
-    it = tqdm(series.items(), desc=model.alias, disable=None if progress is None else not progress, leave=False)
+    it = progress_bar(series.items(), desc=model.alias, disable=None if progress is None else not progress, leave=False)
     for uid, (_, y) in it:
         for c in cuts[uid]:
             f = copy.deepcopy(model).fit(y[:c]).predict(h)                  # history only: y[:c]

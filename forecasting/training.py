@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
+from frozenvit.backbone.suite.progress import progress_bar
 
 from frozenvit.backbone.suite.artifacts import atomic_dir, check_tensor_metadata, read_config, tensor_metadata, write_json
 
@@ -158,7 +158,7 @@ class NeuralForecaster:
         best, best_state, bad = float("inf"), None, 0
         self.history_: list[dict] = []
         n_per_epoch = len(train) if not self.windows_per_epoch else min(len(train), int(self.windows_per_epoch))
-        bar = tqdm(range(int(self.max_epochs)), desc=self.alias, disable=None if self.progress is None
+        bar = progress_bar(range(int(self.max_epochs)), desc=self.alias, disable=None if self.progress is None
                    else not self.progress, leave=False)
         for epoch in bar:
             lr = self.lr * self.lr_decay ** max(0, epoch - self.lr_decay_after)

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from frozenvit.backbone.suite.cli import add_threads_arg
+from frozenvit.backbone.suite.cli import add_threads_arg, number
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -49,24 +49,28 @@ def register(subparsers: Any) -> None:
                    help="start the student from these ViT weights' first blocks (e.g. the teacher's; "
                         "'default' = the embedded default) instead of from scratch")
     p.add_argument("--data", required=True, help="folder of training images (searched recursively)")
-    p.add_argument("--img-size", type=int, default=128, help="training resolution (px)")
-    p.add_argument("--cache-size", type=int, default=0, help="decoded cache side (px); default 1.125 x img-size")
+    p.add_argument("--img-size", type=number(int, min=16), default=128, help="training resolution (px)")
+    p.add_argument("--cache-size", type=number(int, min=0), default=0, help="decoded cache side (px); 0: 1.125 x img-size")
     p.add_argument("--cache-dir", default=None, help="where to keep the decoded cache (default OUT/cache)")
-    p.add_argument("--epochs", type=float, default=10.0)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--lr", type=float, default=8e-4)
-    p.add_argument("--warmup-steps", type=int, default=250)
+    p.add_argument("--epochs", type=number(float, min=0, min_open=True), default=10.0,
+                   help="passes over the training images (fractions allowed)")
+    p.add_argument("--batch-size", type=number(int, min=1), default=64, help="images per step")
+    p.add_argument("--lr", type=number(float, min=0, min_open=True), default=8e-4,
+                   help="peak AdamW learning rate (cosine schedule)")
+    p.add_argument("--warmup-steps", type=number(int, min=0), default=250, help="linear warm-up steps")
     p.add_argument("--w-kd", type=float, default=0.1, help="weight of the logit distillation loss (x T^2 KL)")
     p.add_argument("--w-dense", type=float, default=200.0,
                    help="weight of the dense feature losses (element-mean smooth-L1: their gradients are ~100x "
                         "smaller than the KD term's at weight 1)")
     p.add_argument("--min-scale", type=float, default=0.35, help="smallest area fraction of the random resized crop")
     p.add_argument("--mix-prob", type=float, default=0.2, help="probability that a batch is mixup'ed or cutmix'ed")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
-    p.add_argument("--ckpt-minutes", type=float, default=5.0)
-    p.add_argument("--max-steps", type=int, default=None, help="stop after this many steps (schedule unchanged)")
-    p.add_argument("--out", required=True, help="run directory (checkpoints, log, student)")
+    p.add_argument("--seed", type=int, default=0, help="seed of data order and augmentation")
+    p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16", help="autocast precision of the forward passes")
+    p.add_argument("--ckpt-minutes", type=number(float, min=0, min_open=True), default=5.0,
+                   help="minutes between checkpoints in OUT/ckpt")
+    p.add_argument("--max-steps", type=number(int, min=1), default=None, help="stop after this many steps (schedule unchanged)")
+    p.add_argument("--out", required=True,
+                   help="run directory (checkpoints, log, student): new, empty, or an earlier distill run")
     p.add_argument("--resume", action="store_true", help="continue from OUT/ckpt if present")
     add_threads_arg(p)
     p.set_defaults(func=_run)

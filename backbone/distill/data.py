@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
+from frozenvit.backbone.suite.progress import progress_bar
 
 from frozenvit.backbone.suite.artifacts import write_json
 from frozenvit.backbone.errors import FrozenVitError
@@ -44,7 +44,7 @@ def build_cache(root: str | Path, cache_dir: str | Path, size: int, progress: bo
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = data_path.with_suffix(".tmp")
     arr = np.memmap(tmp, dtype=np.uint8, mode="w+", shape=(len(files), size, size, 3))
-    for i, f in enumerate(tqdm(files, desc=f"decode {size}px", disable=None if progress is None else not progress)):
+    for i, f in enumerate(progress_bar(files, desc=f"decode {size}px", disable=None if progress is None else not progress)):
         with Image.open(f) as im:
             im = im.convert("RGB")
             w, h = im.size

@@ -28,7 +28,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
-from tqdm.auto import tqdm
+from frozenvit.backbone.suite.progress import progress_bar
 
 from frozenvit.backbone.errors import FrozenVitError
 from frozenvit.backbone.model import vit_tokens
@@ -254,7 +254,7 @@ def distill(teacher: Teacher, images: np.ndarray, cfg: DistillConfig, out: str |
     t_log, n_log = time.time(), 0
     run = {"kd": 0.0, "loss": 0.0, **{f"dense{b}": 0.0 for b in pairs}}
     end = total if max_steps is None else min(total, step + max_steps)
-    bar = tqdm(total=total, initial=step, desc="distill", disable=None if progress is None else not progress)
+    bar = progress_bar(total=total, initial=step, desc="distill", disable=None if progress is None else not progress)
     log_f = open(out / "log.jsonl", "a")
     while step < end:
         t0 = time.time()

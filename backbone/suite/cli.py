@@ -8,13 +8,67 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import tempfile
+import time
+import traceback
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
-from .errors import FrozenVitError
+from .errors import FrozenVitError, UsageError
 
 COMMANDS_GROUP = "frozenvit.commands"
+LOG_DIR = Path(tempfile.gettempdir()) / "frozenvit-logs"
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions as written; every option's help ends with its default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.help is argparse.SUPPRESS or "%(default)" in text or not action.option_strings:
+            return text
+        if isinstance(action, (argparse._StoreConstAction, argparse._HelpAction, argparse._VersionAction)):
+            return text                                   # flags: their presence is the value
+        return f"{text} (default: %(default)s)".lstrip()
+
+
+class Parser(argparse.ArgumentParser):
+    """The suite's parser: defaults in --help, and a usage mistake is a named error with exit status 2.
+
+    Sub-parsers made by `add_subparsers().add_parser(...)` are of this class too (argparse passes it on).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("formatter_class") in (None, argparse.HelpFormatter, argparse.RawDescriptionHelpFormatter):
+            kwargs["formatter_class"] = HelpFormatter
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> None:   # type: ignore[override]
+        self.print_usage(sys.stderr)
+        print(f"error (UsageError): {message}; see `{self.prog} --help`", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def number(kind: Callable[[str], Any] = int, min: float | None = None, max: float | None = None,
+           min_open: bool = False) -> Callable[[str], Any]:
+    """argparse `type=` for a number in a range: `number(int, min=1)`, `number(float, min=0, max=1)`.
+
+    A value outside is refused (exit 2, the flag named), never reinterpreted.
+    """
+    def parse(text: str) -> Any:
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}")
+        if min is not None and (v < min or (min_open and v == min)):
+            raise argparse.ArgumentTypeError(f"must be {'>' if min_open else '>='} {min:g}, got {text}")
+        if max is not None and v > max:
+            raise argparse.ArgumentTypeError(f"must be <= {max:g}, got {text}")
+        return v
+
+    parse.__name__ = kind.__name__          # argparse names the type in its messages
+    return parse
 
 
 def add_threads_arg(parser: argparse.ArgumentParser, default: int | None = None) -> None:
@@ -33,7 +87,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="frozenvit", description="Downstream applications on frozen ViT backbones")
+    p = Parser(prog="frozenvit", description="Downstream applications on frozen ViT backbones")
     p.add_argument("-v", "--verbose", action="store_true", help="log INFO messages")
     sub = p.add_subparsers(dest="command", required=True)
     q = sub.add_parser("demo", help="run every application's demo on the embedded default; write an HTML report")
@@ -63,9 +117,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.set_num_threads(threads)
     try:
         return int(args.func(args) or 0)
-    except FrozenVitError as e:
+    except FrozenVitError as e:              # the user's mistake: one line that says what to do
         print(f"error ({type(e).__name__}): {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:                   # our bug: one line, the traceback in a log file
+        log = _write_crash_log(argv)
+        print(f"error: unexpected {type(e).__name__}: {e}. This is a bug in frozenvit, not your input; "
+              f"the traceback is in {log}", file=sys.stderr)
+        return 1
+
+
+def _write_crash_log(argv: Sequence[str] | None) -> Path:
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    path = LOG_DIR / f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{id(argv) % 100000:05d}.log"
+    cmd = " ".join(sys.argv[:1] + list(argv if argv is not None else sys.argv[1:]))
+    path.write_text(f"command: {cmd}\n\n{traceback.format_exc()}")
+    return path
 
 
 if __name__ == "__main__":

@@ -15,3 +15,7 @@ class ArtifactError(FrozenVitError, RuntimeError):
 
 class OutputConflict(FrozenVitError, FileExistsError):
     """An output path holds something frozenvit did not write (or another kind of artifact): it is left untouched."""
+
+
+class UsageError(FrozenVitError, ValueError):
+    """A command-line value that cannot be meant (`--step-size 0`, `--configs -3`, `--weights` without `--backbone`)."""

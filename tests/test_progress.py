@@ -1,0 +1,29 @@
+"""Long jobs are visible in a log file: plain lines with count, rate and ETA when stderr is not a terminal."""
+from frozenvit.backbone.suite.progress import _LogLines, progress_bar
+
+
+def test_redirected_stderr_gets_log_lines_with_count_rate_and_eta(capsys, monkeypatch):
+    monkeypatch.setenv("FROZENVIT_PROGRESS_SECONDS", "0")
+    bar = progress_bar(range(4), desc="bc attention", unit="epoch")        # pytest's stderr is not a terminal
+    assert isinstance(bar, _LogLines)
+    for i in bar:
+        bar.set_postfix(loss=0.5 / (i + 1))
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 5                                                  # one per epoch, and the last
+    assert lines[0].startswith("bc attention: 1/4 epoch [") and "epoch/s" in lines[0]
+    assert "<" in lines[0]                                                  # an ETA while work is left
+    assert lines[-1].startswith("bc attention: 4/4 epoch") and "loss=0.125" in lines[-1]
+
+
+def test_lines_are_throttled_and_a_quick_job_prints_nothing(capsys, monkeypatch):
+    monkeypatch.setenv("FROZENVIT_PROGRESS_SECONDS", "3600")
+    with progress_bar(total=1000, desc="quick") as bar:
+        for _ in range(1000):
+            bar.update(1)
+    assert capsys.readouterr().err == ""
+
+
+def test_disabled_progress_prints_nothing(capsys, monkeypatch):
+    monkeypatch.setenv("FROZENVIT_PROGRESS_SECONDS", "0")
+    assert list(progress_bar(range(3), desc="x", disable=True)) == [0, 1, 2]
+    assert capsys.readouterr().err == ""
