@@ -28,9 +28,15 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
-def tiny_vit(name: str = "vit_tiny_patch16_224", img_size: int = 64, **kw):
+def _tiny_vit(name: str = "vit_tiny_patch16_224", img_size: int = 64, **kw):
     """A tiny random ViT: 4 blocks of width 48, built locally (no weights, no network)."""
     from frozenvit.backbone import load_backbone
 
     kw = {"depth": 4, "embed_dim": 48, "num_heads": 3, **kw}
     return load_backbone(name, pretrained=False, img_size=img_size, **kw)
+
+
+@pytest.fixture(scope="session")
+def make_tiny_vit():
+    """Factory of tiny random ViTs: make_tiny_vit(img_size=96, resize="pad", ...)."""
+    return _tiny_vit

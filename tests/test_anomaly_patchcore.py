@@ -9,16 +9,15 @@ from frozenvit.anomaly import PatchCore, conformal_threshold, contamination_audi
 from frozenvit.anomaly.scoring import center_tokens, fuse_blocks, local_aggregate
 from frozenvit.backbone.errors import ArtifactError
 
-from conftest import tiny_vit
 
 # tests fit on a handful of normals on purpose; the small-holdout warning is asserted in its own test
 pytestmark = pytest.mark.filterwarnings("ignore:only .* held-out normals:UserWarning")
 
 
 @pytest.fixture(scope="module")
-def bb():
+def bb(make_tiny_vit):
     torch.manual_seed(0)
-    return tiny_vit()
+    return make_tiny_vit()
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +55,9 @@ def test_patch_scores_are_brute_force_nearest_bank_distances(bb, fitted, normals
 
 
 @pytest.mark.parametrize("resize", ["stretch", "pad"])
-def test_maps_have_original_size_and_peak_on_the_defect(normals, resize):
+def test_maps_have_original_size_and_peak_on_the_defect(make_tiny_vit, normals, resize):
     torch.manual_seed(0)
-    bb = tiny_vit(resize=resize)
+    bb = make_tiny_vit(resize=resize)
     det = PatchCore(bb, coreset_ratio=0.5, progress=False).fit(normals)
     img, mask = with_square(render_sample("weave", None, 0, 50, size=(96, 112))[0], 8, 70, (36, 36))
     small, _ = with_square(render_sample("weave", None, 0, 51, size=(60, 150))[0], 0, 0, (1, 1))
@@ -143,13 +142,13 @@ def test_save_load_round_trip_predicts_the_same(fitted, bb, tmp_path):
     assert loaded.threshold_ == fitted.threshold_ and loaded.blocks_ == fitted.blocks_
 
 
-def test_load_refuses_another_backbone_or_format_version(fitted, tmp_path):
+def test_load_refuses_another_backbone_or_format_version(make_tiny_vit, fitted, tmp_path):
     fitted.save(tmp_path / "m")
     torch.manual_seed(1)
     with pytest.raises(ArtifactError, match="fingerprint"):
-        PatchCore.load(tmp_path / "m", backbone=tiny_vit())                     # same shape, other weights
+        PatchCore.load(tmp_path / "m", backbone=make_tiny_vit())                     # same shape, other weights
     with pytest.raises(ArtifactError, match="img_size"):
-        PatchCore.load(tmp_path / "m", backbone=tiny_vit(img_size=96))
+        PatchCore.load(tmp_path / "m", backbone=make_tiny_vit(img_size=96))
     with pytest.raises(ArtifactError, match="pass the same backbone"):
         PatchCore.load(tmp_path / "m")                                          # random weights: not rebuildable
     cfg = json.loads((tmp_path / "m" / "config.json").read_text())

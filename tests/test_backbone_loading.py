@@ -10,7 +10,6 @@ from safetensors.torch import save_file
 
 from frozenvit.backbone import BackboneUnavailable, GridMismatch, load_backbone
 from frozenvit.backbone.weights import resample_pos_embed
-from conftest import tiny_vit
 
 
 def _images(n=3, seed=0):
@@ -19,8 +18,8 @@ def _images(n=3, seed=0):
 
 
 @pytest.mark.parametrize("suffix", [".safetensors", ".pth"])
-def test_local_checkpoint_round_trip_gives_identical_grids(tmp_path, suffix):
-    bb = tiny_vit()
+def test_local_checkpoint_round_trip_gives_identical_grids(make_tiny_vit, tmp_path, suffix):
+    bb = make_tiny_vit()
     path = tmp_path / f"w{suffix}"
     sd = {k: v.contiguous() for k, v in bb.model.state_dict().items()}
     save_file(sd, str(path)) if suffix == ".safetensors" else torch.save(sd, path)
@@ -52,8 +51,8 @@ def test_pos_embed_interpolation_keeps_prefix_and_resizes_grid():
     torch.testing.assert_close(out[:, :5], pos[:, :5])
 
 
-def test_loading_at_new_img_size_resamples_and_changes_grid(tmp_path):
-    bb = tiny_vit(img_size=64)
+def test_loading_at_new_img_size_resamples_and_changes_grid(make_tiny_vit, tmp_path):
+    bb = make_tiny_vit(img_size=64)
     path = tmp_path / "w.safetensors"
     save_file({k: v.contiguous() for k, v in bb.model.state_dict().items()}, str(path))
     big = load_backbone("vit_tiny_patch16_224", weights=path, img_size=96, depth=4, embed_dim=48, num_heads=3)
@@ -62,8 +61,8 @@ def test_loading_at_new_img_size_resamples_and_changes_grid(tmp_path):
     assert g[3].shape == (2, 48, 6, 6)
 
 
-def test_grid_mismatch_when_interpolation_not_allowed(tmp_path):
-    bb = tiny_vit(img_size=64)
+def test_grid_mismatch_when_interpolation_not_allowed(make_tiny_vit, tmp_path):
+    bb = make_tiny_vit(img_size=64)
     path = tmp_path / "w.safetensors"
     save_file({k: v.contiguous() for k, v in bb.model.state_dict().items()}, str(path))
     with pytest.raises(GridMismatch, match="4x4 grid"):
@@ -71,9 +70,9 @@ def test_grid_mismatch_when_interpolation_not_allowed(tmp_path):
                       depth=4, embed_dim=48, num_heads=3)
 
 
-def test_img_size_not_divisible_by_patch_raises_grid_mismatch():
+def test_img_size_not_divisible_by_patch_raises_grid_mismatch(make_tiny_vit):
     with pytest.raises(GridMismatch, match="multiple of 16"):
-        tiny_vit(img_size=70)
+        make_tiny_vit(img_size=70)
 
 
 def test_offline_hub_name_fails_fast_with_a_local_file_hint(monkeypatch):
@@ -89,23 +88,23 @@ def test_unknown_model_name_is_a_clear_error():
         load_backbone("vit_does_not_exist", pretrained=False)
 
 
-def test_backbone_is_frozen_and_stays_frozen():
-    bb = tiny_vit()
+def test_backbone_is_frozen_and_stays_frozen(make_tiny_vit):
+    bb = make_tiny_vit()
     bb.train()
     assert not bb.model.training
     assert not any(p.requires_grad for p in bb.parameters())
 
 
-def test_patch_grids_match_timm_forward_features_last_block_with_norm():
-    bb = tiny_vit()
+def test_patch_grids_match_timm_forward_features_last_block_with_norm(make_tiny_vit):
+    bb = make_tiny_vit()
     pixels = bb.preprocess(_images(2)).pixels
     ours = bb.patch_grids(pixels, blocks=-1, norm=True)[3]
     ref = bb.model.forward_features(pixels)[:, bb.config.num_prefix_tokens:]     # (B, hw, C)
     torch.testing.assert_close(ours.flatten(2).transpose(1, 2), ref)
 
 
-def test_patch_grids_are_deterministic_and_batching_invariant():
-    bb = tiny_vit()
+def test_patch_grids_are_deterministic_and_batching_invariant(make_tiny_vit):
+    bb = make_tiny_vit()
     imgs = _images(5)
     a = bb.patch_grids(imgs, blocks=2, batch_size=2)[2]
     b = bb.patch_grids(imgs, blocks=2, batch_size=5)[2]
@@ -179,8 +178,8 @@ def test_dinov2_reg4_checkpoint_at_518_loads_at_224_with_its_own_contract(tmp_pa
     assert g[0].shape == (1, 384, 16, 16) and g.registers(0).shape == (1, 4, 384)
 
 
-def test_negative_block_indices_address_the_same_grids_as_positive_ones():
-    bb = tiny_vit()
+def test_negative_block_indices_address_the_same_grids_as_positive_ones(make_tiny_vit):
+    bb = make_tiny_vit()
     g = bb.patch_grids(_images(2), blocks=(-1, 1))
     assert g.blocks == [3, 1]
     assert g[-1] is g[3] and torch.equal(g.cls(-1), g.cls(3))

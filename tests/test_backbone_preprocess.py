@@ -5,7 +5,6 @@ from PIL import Image
 
 from frozenvit.backbone import ImageFormatError, PreprocessingMismatch, load_backbone
 from frozenvit.backbone.diagnostics import _attention_probs, inspect_backbone
-from conftest import tiny_vit
 
 
 def _photo(h=48, w=80, seed=0):
@@ -17,8 +16,8 @@ def _photo(h=48, w=80, seed=0):
 
 
 @pytest.fixture(scope="module")
-def bb():
-    return tiny_vit()   # ViT-Tiny preprocessing: mean = std = 0.5
+def bb(make_tiny_vit):
+    return make_tiny_vit()   # ViT-Tiny preprocessing: mean = std = 0.5
 
 
 @pytest.fixture(scope="module")
@@ -96,8 +95,8 @@ def test_stretch_mapping_returns_token_maps_at_original_size(bb):
     assert up[0, 0] == tokens[0, 0] and up[-1, -1] == tokens[-1, -1]   # corners land on corner tokens
 
 
-def test_pad_mapping_puts_content_back_where_it_was():
-    bb = tiny_vit(img_size=64)
+def test_pad_mapping_puts_content_back_where_it_was(make_tiny_vit):
+    bb = make_tiny_vit(img_size=64)
     bbp = type(bb)(bb.model, bb.config, resize="pad")
     img = np.zeros((32, 64), np.uint8)
     img[:, 40:] = 255                                                   # right part bright
@@ -111,8 +110,8 @@ def test_pad_mapping_puts_content_back_where_it_was():
     assert not m.canvas_mask()[:16].any() and m.canvas_mask()[16:48].all()
 
 
-def test_attention_probabilities_reproduce_the_module_output():
-    bb = tiny_vit()
+def test_attention_probabilities_reproduce_the_module_output(make_tiny_vit):
+    bb = make_tiny_vit()
     blk = bb.model.blocks[0]
     x = torch.randn(2, 17, 48)
     p = _attention_probs(blk.attn, x)                                   # (2, 3, 17, 17)
@@ -122,8 +121,8 @@ def test_attention_probabilities_reproduce_the_module_output():
     torch.testing.assert_close(blk.attn(x), ref, atol=1e-5, rtol=1e-4)
 
 
-def test_inspect_reports_entropy_within_bounds_per_block_and_head():
-    bb = tiny_vit()
+def test_inspect_reports_entropy_within_bounds_per_block_and_head(make_tiny_vit):
+    bb = make_tiny_vit()
     rep = inspect_backbone(bb, [_photo(seed=i) for i in range(3)])
     assert rep.entropy.shape == (4, 3) and rep.distance.shape == (4, 3)
     assert (rep.entropy > 0).all() and (rep.entropy <= rep.entropy_max + 1e-5).all()

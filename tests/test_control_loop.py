@@ -14,13 +14,12 @@ from frozenvit.control import (DemoError, MetaWorldTask, PatchTokenPolicy, Rende
                      backbone_meta, cache_features, collect_demos, config_seeds, default_block, evaluate, iter_episodes,
                      load_manifest, measure_latency)
 from frozenvit.control.latency import STAGES, LatencyReport  # noqa: E402
-from tests.conftest import tiny_vit  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def bb():
+def bb(make_tiny_vit):
     torch.manual_seed(0)
-    return tiny_vit()
+    return make_tiny_vit()
 
 
 @pytest.fixture(scope="module")

@@ -103,13 +103,12 @@ def test_predict_before_fit_says_how_to_get_a_policy():
         small().predict(torch.zeros(1, 1, 16, 16), None, np.zeros((1, 4)))
 
 
-def test_check_backbone_rejects_a_backbone_with_other_weights():
-    from tests.conftest import tiny_vit
+def test_check_backbone_rejects_a_backbone_with_other_weights(make_tiny_vit):
 
     torch.manual_seed(0)
-    a = tiny_vit()
+    a = make_tiny_vit()
     torch.manual_seed(1)
-    b = tiny_vit()
+    b = make_tiny_vit()
     from frozenvit.control.features import backbone_meta
 
     pol = small().init_untrained(backbone_meta(a, -1))
