@@ -9,8 +9,8 @@ import logging
 from pathlib import Path
 from typing import Any, Sequence
 
-from .errors import FrozenVitError
-from .suite.cli import add_threads_arg
+from .suite.cli import add_threads_arg, number
+from .suite.errors import UsageError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
 
@@ -19,7 +19,8 @@ def add_backbone_args(parser: argparse.ArgumentParser) -> None:
     """--backbone NAME --weights FILE --img-size N (no name: the embedded default)."""
     parser.add_argument("--backbone", default=None, help="timm model name (default: the embedded default)")
     parser.add_argument("--weights", default=None, help="local .safetensors/.pth weights for --backbone")
-    parser.add_argument("--img-size", type=int, default=None, help="input size; position embeddings are resampled")
+    parser.add_argument("--img-size", type=number(int, min=1), default=None,
+                        help="input size in pixels (None: the model's); position embeddings are resampled")
     parser.add_argument("--random-weights", action="store_true", help="random initialisation (baselines only)")
 
 
@@ -38,9 +39,9 @@ def list_images(paths: Sequence[str]) -> list[Path]:
         elif p.is_file():
             out.append(p)
         else:
-            raise FrozenVitError(f"{p} does not exist")
+            raise UsageError(f"{p} does not exist; pass image files or folders of images")
     if not out:
-        raise FrozenVitError(f"no images ({', '.join(IMAGE_SUFFIXES)}) found in {', '.join(paths)}")
+        raise UsageError(f"no images ({', '.join(IMAGE_SUFFIXES)}) found in {', '.join(paths)}")
     return out
 
 
@@ -85,14 +86,14 @@ def register(subparsers: Any) -> None:
     q = bsub.add_parser("info", help="print the preprocessing and grid contract of a backbone")
     q.add_argument("name", nargs="?", default=None, help="timm model name (default: the embedded default)")
     q.add_argument("--weights", default=None, help="local .safetensors/.pth weights for NAME")
-    q.add_argument("--img-size", type=int, default=None, help="input size (default: the model's)")
+    q.add_argument("--img-size", type=number(int, min=1), default=None, help="input size (None: the model's)")
     q.set_defaults(func=_cmd_info)
     q = bsub.add_parser("inspect", help="attention entropy/distance and token-norm outliers on given images")
     add_backbone_args(q)
     add_threads_arg(q)
     q.add_argument("--images", nargs="+", required=True, help="image files or folders")
-    q.add_argument("--max-images", type=int, default=32, help="use at most this many images")
-    q.add_argument("--batch-size", type=int, default=8, help="images per forward pass")
+    q.add_argument("--max-images", type=number(int, min=1), default=32, help="use at most this many images")
+    q.add_argument("--batch-size", type=number(int, min=1), default=8, help="images per forward pass")
     q.add_argument("--out", default="inspect-out",
                    help="folder for inspect.png and inspect.json: new, empty, or an earlier inspect output")
     q.set_defaults(func=_cmd_inspect)

@@ -16,16 +16,28 @@ from frozenvit.backbone.suite.cli import add_threads_arg, number
 def _run(args: argparse.Namespace) -> int:
     import torch
 
-    from frozenvit.backbone.suite.artifacts import output_dir
-    from .data import AugmentConfig, build_cache
-    from .train import DistillConfig, distill
-    from .teacher import make_teacher
+    from frozenvit.backbone.suite.artifacts import check_output_dir, output_dir
+    from frozenvit.backbone.suite.errors import UsageError
 
-    out = output_dir(args.out, "distill_run")     # refuse a folder we did not write before any work
+    from .data import AugmentConfig, build_cache, list_images
+    from .teacher import make_teacher
+    from .train import DistillConfig, distill
+
+    check_output_dir(args.out, "distill_run")     # refuse a folder we did not write before any work
+    try:
+        student_kwargs = json.loads(args.student_kwargs)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"--student-kwargs is not JSON ({e.msg}); write e.g. '{{\"depth\": 6}}'") from None
+    if not isinstance(student_kwargs, dict):
+        raise UsageError("--student-kwargs must be a JSON object, e.g. '{\"depth\": 6}'")
+    if not Path(args.data).is_dir():
+        raise UsageError(f"--data {args.data} is not a folder; point it at a folder of JPEG/PNG images")
+    list_images(args.data)                        # no images: a named error before the teacher loads
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)
     teacher = make_teacher(args.teacher, img_size=args.img_size)
-    cfg = DistillConfig(student=args.student, student_kwargs=json.loads(args.student_kwargs), img_size=args.img_size,
+    out = output_dir(args.out, "distill_run")
+    cfg = DistillConfig(student=args.student, student_kwargs=student_kwargs, img_size=args.img_size,
                         cache_size=args.cache_size or int(round(args.img_size * 1.125)), epochs=args.epochs,
                         batch_size=args.batch_size, lr=args.lr, seed=args.seed, precision=args.precision,
                         ckpt_every_s=args.ckpt_minutes * 60,

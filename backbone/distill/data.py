@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from frozenvit.backbone.suite.progress import progress_bar
 
 from frozenvit.backbone.suite.artifacts import write_json
-from frozenvit.backbone.errors import FrozenVitError
+from frozenvit.backbone.suite.errors import UsageError
 
 IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".JPEG"}
 
@@ -22,7 +22,7 @@ def list_images(root: str | Path) -> list[Path]:
     """Image files under root (recursively), sorted, so the index is reproducible."""
     files = sorted(p for p in Path(root).rglob("*") if p.suffix in IMAGE_EXTS or p.suffix.lower() in IMAGE_EXTS)
     if not files:
-        raise FrozenVitError(f"no images under {root}: point --data at a folder of JPEG/PNG files")
+        raise UsageError(f"no images under {root}: point --data at a folder of JPEG/PNG files")
     return files
 
 

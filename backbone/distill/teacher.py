@@ -17,6 +17,7 @@ import torch.nn as nn
 
 from frozenvit.backbone.errors import ArtifactError, BackboneUnavailable
 from frozenvit.backbone.model import vit_tokens
+from frozenvit.backbone.suite.errors import UsageError
 
 TEACHER_ARCH = "tf_efficientnet_lite0"
 # Preprocessing the weights were trained with (timm's pretrained_cfg for tf_efficientnet_lite0).
@@ -170,4 +171,4 @@ def make_teacher(spec: str, img_size: int | None = None) -> Teacher:
         bb = (load_backbone(img_size=img_size) if kind == "default"
               else load_backbone(name, weights=weights or None, img_size=img_size))
         return ViTTeacher(bb.model, bb.config.mean, bb.config.std, spec=spec)
-    raise ValueError(f"unknown teacher {spec!r}: use efficientnet_lite0, default, or timm:NAME:weights.safetensors")
+    raise UsageError(f"unknown teacher {spec!r}: use efficientnet_lite0, default, or timm:NAME:weights.safetensors")

@@ -15,7 +15,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .errors import FrozenVitError, UsageError
+from .errors import FrozenVitError
 
 COMMANDS_GROUP = "frozenvit.commands"
 LOG_DIR = Path(tempfile.gettempdir()) / "frozenvit-logs"
@@ -73,7 +73,7 @@ def number(kind: Callable[[str], Any] = int, min: float | None = None, max: floa
 
 def add_threads_arg(parser: argparse.ArgumentParser, default: int | None = None) -> None:
     """--threads N: torch intra-op threads for this command (main() applies it)."""
-    parser.add_argument("--threads", type=int, default=default,
+    parser.add_argument("--threads", type=number(int, min=1), default=default,
                         help="torch threads (default: %(default)s = torch's choice when None); "
                              "1 is steadiest on a busy 2-core machine")
 
@@ -94,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--out", default="demo-report",
                    help="report folder (default: %(default)s): new, empty, or an earlier demo report")
     q.add_argument("--quick", action="store_true", help="tiny workloads (smoke test)")
-    q.add_argument("--only", nargs="*", default=None, help="section names to run (default: all)")
+    q.add_argument("--only", nargs="*", default=None, metavar="SECTION",
+                   help="run only these sections (backbone, anomaly, control, forecasting; none given: all)")
     add_threads_arg(q, default=2)
     q.set_defaults(func=_cmd_demo)
 

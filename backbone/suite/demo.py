@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .artifacts import output_dir
+from .errors import UsageError
 from .report import DemoContext, Section, write_report
 
 log = logging.getLogger("frozenvit.demo")
@@ -21,8 +22,12 @@ def run_demo(out: Path, threads: int = 2, quick: bool = False, only: Sequence[st
     A failing section is reported in the page, not fatal. `out` must be new, empty or an earlier report.
     """
     ctx = DemoContext(out_dir=Path(out), threads=threads, quick=quick)
-    output_dir(ctx.out_dir, "demo-report")
     makers = sorted(entry_points(group=DEMO_GROUP), key=lambda e: e.name)
+    unknown = sorted(set(only or ()) - {m.name for m in makers})
+    if unknown:
+        raise UsageError(f"--only {' '.join(unknown)}: no such demo section; choose from "
+                         f"{', '.join(m.name for m in makers)}")
+    output_dir(ctx.out_dir, "demo-report")
     sections = []
     for maker in makers:
         name = maker.name

@@ -1,0 +1,49 @@
+"""Bad input to the backbone's, the trainer's and the demo's commands: exit 2, a named error, nothing written."""
+import pytest
+
+from frozenvit.backbone.suite.cli import main
+
+
+def _snapshot(root):
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
+
+
+CASES = [
+    # (id, argv with {tmp}, error class)
+    ("unknown model name", "backbone info vit_does_not_exist", "BackboneUnavailable"),
+    ("weights without a model name", "backbone info --weights {tmp}/w.safetensors", "UsageError"),
+    ("img-size not divisible by the patch", "backbone info vit_tiny_patch16_224 --img-size 70", "GridMismatch"),
+    ("img-size 0", "backbone info vit_tiny_patch16_224 --img-size 0", "UsageError"),
+    ("inspect: images that do not exist", "backbone inspect --images {tmp}/nothing --out {tmp}/o", "UsageError"),
+    ("inspect: a folder without images", "backbone inspect --images {tmp}/empty --out {tmp}/o", "UsageError"),
+    ("inspect: --max-images 0", "backbone inspect --images {tmp}/empty --max-images 0 --out {tmp}/o", "UsageError"),
+    ("inspect: --batch-size -1", "backbone inspect --images {tmp}/empty --batch-size -1 --out {tmp}/o", "UsageError"),
+    ("--threads 0", "backbone inspect --images {tmp}/empty --threads 0 --out {tmp}/o", "UsageError"),
+    ("distill: --data that does not exist", "distill --data {tmp}/nothing --out {tmp}/o", "UsageError"),
+    ("distill: --data without images", "distill --data {tmp}/empty --out {tmp}/o", "UsageError"),
+    ("distill: --epochs 0", "distill --data {tmp}/empty --epochs 0 --out {tmp}/o", "UsageError"),
+    ("distill: --student-kwargs not JSON", "distill --data {tmp}/empty --student-kwargs {{depth --out {tmp}/o",
+     "UsageError"),
+    ("distill: unknown teacher", "distill --data {tmp}/imgs --teacher resnet9000 --out {tmp}/o", "UsageError"),
+    ("demo: unknown section", "demo --only nosuchsection --out {tmp}/o", "UsageError"),
+    ("demo: --threads -2", "demo --threads -2 --out {tmp}/o", "UsageError"),
+]
+
+
+@pytest.mark.parametrize("argv,error", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_is_a_named_error_with_exit_2_and_writes_nothing(argv, error, tmp_path, capsys):
+    from PIL import Image
+
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "imgs").mkdir()
+    Image.new("RGB", (32, 32)).save(tmp_path / "imgs" / "a.png")
+    (tmp_path / "w.safetensors").write_bytes(b"not really")
+    before = _snapshot(tmp_path)
+    try:
+        code = main(argv.format(tmp=tmp_path).split())
+    except SystemExit as e:                     # argparse's range checks
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"error ({error})" in err
+    assert _snapshot(tmp_path) == before
