@@ -39,6 +39,7 @@ def _log(path) -> list[dict]:
     return [json.loads(line) for line in open(path / "log.jsonl")]
 
 
+@pytest.mark.slow
 def test_distillation_reduces_loss_on_a_few_images(tmp_path):
     torch.set_num_threads(1)
     distill(_teacher(), _images(), _cfg(epochs=6), tmp_path, progress=False)
@@ -49,6 +50,7 @@ def test_distillation_reduces_loss_on_a_few_images(tmp_path):
     assert (tmp_path / "student.safetensors").is_file()
 
 
+@pytest.mark.slow
 def test_resume_continues_from_checkpoint_exactly(tmp_path):
     torch.set_num_threads(1)
     cfg = _cfg(augment=AugmentConfig(mix_prob=0.5))
