@@ -29,15 +29,11 @@ def sample_photos(n: int = 6) -> list[np.ndarray]:
 
 
 def section(ctx: DemoContext) -> Section:
-    from .errors import BackboneUnavailable
     from .diagnostics import inspect_backbone, plot_inspection
     from .loading import load_backbone
 
     sec = Section("Backbone: the embedded default", order=10)
-    try:
-        bb = load_backbone()
-    except BackboneUnavailable as e:
-        return sec.text(f"No embedded default backbone in this build: {e}")
+    bb = load_backbone()
     sec.pre(bb.config.describe())
     photos = sample_photos(2 if ctx.quick else 6)
     rep = inspect_backbone(bb, photos)
