@@ -1,17 +1,14 @@
 """Helpers shared by the benchmark scripts: timing medians after warm-up, tables, JSON out."""
 from __future__ import annotations
 
-import json
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
 SHARED_DATA = ROOT.parent / "shared" / "data"
 

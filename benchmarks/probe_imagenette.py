@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import SHARED_DATA, median, print_table, time_call, write_result  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import SHARED_DATA, median, print_table, time_call, write_result  # noqa: E402
 
 SYNSETS = ["n01440764", "n02102040", "n02979186", "n03000684", "n03028079", "n03394916", "n03417042",
            "n03425413", "n03445777", "n03888257"]
