@@ -7,7 +7,9 @@ backtests with MASE per horizon step. Imports no vision code.
                    h=48, n_windows=8, season_length=24)
     res.mase_by_horizon()                                             # model x step
 
-Names are imported on first use (PEP 562): `frozenvit --help` does not load torch or statsforecast.
+Every model is a scikit-learn estimator with one contract, `Forecaster.forecast_cutoffs`, which
+`backtest` calls for all of them alike. Names are imported on first use (PEP 562): `frozenvit --help`
+does not load torch or statsforecast.
 """
 from __future__ import annotations
 
@@ -15,14 +17,15 @@ from frozenvit.backbone.suite.lazy import lazy_exports
 
 _API = {
     "backtest": ("BacktestResult", "backtest"),
+    "base": ("Forecaster",),
     "baselines": ("ETS", "LocalModel", "Naive", "SeasonalNaive"),
     "data": ("long_to_wide", "read_long_csv", "read_m4", "read_wide_csv", "validate", "wide_to_long"),
-    "dlinear": ("DLinear", "DLinearNet"),
+    "dlinear": ("DLinear", "DLinearConfig", "DLinearNet"),
     "errors": ("SeriesError",),
     "layers": ("RevIN", "FastDropout", "patch_count", "patchify"),
     "metrics": ("DMResult", "diebold_mariano", "mase", "mase_scale", "smape"),
     "paper": ("paper_config", "paper_protocol"),
-    "patchtst": ("PatchTST", "PatchTSTNet"),
+    "patchtst": ("PatchTST", "PatchTSTConfig", "PatchTSTNet"),
     "training": ("NeuralForecaster",),
 }
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _API, globals())

@@ -2,23 +2,22 @@
 
 For each series, window w = 0..n_windows-1 has its cutoff after position
 c_w = T - h - (n_windows - 1 - w) * step_size: the history is y[:c_w], the truth y[c_w:c_w + h].
-Local (statistical) models are refitted at every cutoff on the history only. Global (neural)
-models are trained once on every series' history before the first cutoff (or again every
-`refit_every` windows, on the history before that window) and then forecast each window from
-its own look-back. The MASE scale of a window is computed from that window's history only.
+Every model forecasts through one contract, `Forecaster.forecast_cutoffs` (forecasting.base):
+local (statistical) models refit at every cutoff on the history only; global (neural) models
+train once on every series' history before the first cutoff (or again every `refit_every`
+windows, on the history before that window) and forecast each window from its own look-back.
+The MASE scale of a window is computed from that window's history only.
 """
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
-from frozenvit.backbone.suite.progress import progress_bar
 
-from .baselines import SeasonalNaive
+from .base import Forecaster
 from .data import DS, ID, Y, validate
 from .errors import SeriesError
 from .metrics import diebold_mariano, mase_scale, smape_terms
@@ -39,7 +38,9 @@ class BacktestResult:
     models: list[str]
     h: int
     season_length: int
-    fitted: dict = field(default_factory=dict)     # alias -> last fitted global model
+    n_windows: int = 1                             # cutoffs per series, as asked
+    step_size: int | None = None                   # steps between a series' cutoffs (default h)
+    fitted: dict = field(default_factory=dict)     # alias -> the model fitted last, where one outlives a window
     seconds: dict = field(default_factory=dict)    # alias -> wall seconds (fit + predict)
 
     def errors(self, metric: str) -> pd.DataFrame:
@@ -108,10 +109,7 @@ class BacktestResult:
         return pd.DataFrame(rows).set_index("model") if rows else pd.DataFrame()
 
     def _default_baseline(self) -> str:
-        for m in self.models:
-            if m.startswith("SeasonalNaive"):
-                return m
-        return self.models[0]
+        return next((m for m in self.models if m.startswith("SeasonalNaive")), self.models[0])
 
     def summary(self) -> pd.DataFrame:
         """model x (MASE, sMAPE, MAE, MSE, DM statistic and p-value vs the baseline, seconds)."""
@@ -122,10 +120,19 @@ class BacktestResult:
         out["seconds"] = pd.Series(self.seconds)
         return out.rename_axis("model")
 
+    def cutoffs(self) -> dict[str, list]:
+        """unique_id -> its cutoffs (the last timestamp of each window's history), in order."""
+        return {str(uid): g.tolist() for uid, g in self.scales.groupby(ID, sort=False)["cutoff"]}
+
     def to_dict(self) -> dict:
+        """Settings, per-series cutoffs (timestamps as ISO text), summary rows and MASE by step: JSON-ready."""
         hz = self.mase_by_horizon()
+        def stamp(c):
+            return c.isoformat() if isinstance(c, pd.Timestamp) else int(c)
         return {"h": self.h, "season_length": self.season_length, "models": self.models,
-                "n_series": int(self.forecasts[ID].nunique()), "n_windows": int(self.scales["cutoff"].nunique()),
+                "n_series": int(self.forecasts[ID].nunique()), "n_windows": self.n_windows,
+                "step_size": self.step_size or self.h,
+                "cutoffs": {uid: [stamp(c) for c in cs] for uid, cs in self.cutoffs().items()},
                 "summary": self.summary().reset_index().to_dict(orient="records"),
                 "mase_by_horizon": {m: [float(v) for v in hz.loc[m]] for m in self.models}}
 
@@ -134,82 +141,54 @@ def _cutoff_positions(T: int, h: int, n_windows: int, step_size: int) -> list[in
     return [T - h - (n_windows - 1 - w) * step_size for w in range(n_windows)]
 
 
-def backtest(df: pd.DataFrame, models: Sequence, h: int, n_windows: int = 1, step_size: int | None = None,
-             season_length: int = 1, refit_every: int | None = None, progress: bool | None = None) -> BacktestResult:
+def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: int = 1,
+             step_size: int | None = None, season_length: int = 1, refit_every: int | None = None,
+             progress: bool | None = None) -> BacktestResult:
     """Rolling-origin evaluation of `models` on a long frame (unique_id, ds, y); see the module doc.
 
-    Raises SeriesError when a series is too short for the history the models need plus
-    h + (n_windows - 1) * step_size values to forecast.
+    `step_size` defaults to h. Raises SeriesError when a setting is below 1, or when a series is
+    too short for the history the models need plus h + (n_windows - 1) * step_size values to forecast.
     """
-    if h < 1 or n_windows < 1:
-        raise SeriesError(f"need h >= 1 and n_windows >= 1, got h={h}, n_windows={n_windows}")
-    step_size = h if step_size is None else int(step_size)
+    step_size = h if step_size is None else step_size
+    for name, v in (("h", h), ("n_windows", n_windows), ("step_size", step_size), ("season_length", season_length),
+                    ("refit_every", 1 if refit_every is None else refit_every)):
+        if int(v) != v or v < 1:
+            raise SeriesError(f"backtest needs {name} >= 1 (an integer), got {v!r}")
+    h, n_windows, step_size, season_length = int(h), int(n_windows), int(step_size), int(season_length)
     aliases = [m.alias for m in models]
     if len(set(aliases)) != len(aliases):
         raise ValueError(f"model aliases must be unique, got {aliases}; subclass or wrap to rename")
     df = validate(df)
-    need_hist = max([season_length + 1] + [m.min_train_length() for m in models if m.is_global])
+    need_hist = max([season_length + 1] + [m.min_history() for m in models])
     need = need_hist + h + (n_windows - 1) * step_size
-    series = {uid: (g[DS].to_numpy(), g[Y].to_numpy(dtype=float)) for uid, g in df.groupby(ID, sort=False)}
-    for uid, (_, y) in series.items():
-        if y.size < need:
-            raise SeriesError(f"series {uid!r} has {y.size} values; this backtest needs {need} "
-                              f"(history {need_hist} + h {h} + {n_windows - 1} more windows of {step_size})")
-    cuts = {uid: _cutoff_positions(y.size, h, n_windows, step_size) for uid, (_, y) in series.items()}
+    ids, ds, ys = [], [], []
+    for uid, g in df.groupby(ID, sort=False):
+        ids.append(uid), ds.append(g[DS].to_numpy()), ys.append(g[Y].to_numpy(dtype=float))
+        if len(g) < need:
+            raise SeriesError(f"series {uid!r} has {len(g)} values; this backtest needs {need} (history {need_hist} "
+                              f"+ --h {h} + {n_windows - 1} more --windows of --step-size {step_size}); use a smaller "
+                              "--h, fewer --windows, a smaller --step-size or a shorter --input-size")
+    cuts = np.array([_cutoff_positions(y.size, h, n_windows, step_size) for y in ys])      # (S, W)
 
-    rows = []     # one frame per (series, window)
-    scale_rows = []
-    for uid, (ds, y) in series.items():
-        for c in cuts[uid]:
-            rows.append(pd.DataFrame({ID: uid, "cutoff": ds[c - 1], DS: ds[c: c + h], "step": np.arange(1, h + 1),
+    rows, scale_rows = [], []          # one frame per (series, window)
+    for uid, t, y, cs in zip(ids, ds, ys, cuts):
+        for c in cs:
+            rows.append(pd.DataFrame({ID: uid, "cutoff": t[c - 1], DS: t[c: c + h], "step": np.arange(1, h + 1),
                                       Y: y[c: c + h]}))
-            scale_rows.append({ID: uid, "cutoff": ds[c - 1], "scale": mase_scale(y[:c], season_length)})
+            scale_rows.append({ID: uid, "cutoff": t[c - 1], "scale": mase_scale(y[:c], season_length)})
     frame = pd.concat(rows, ignore_index=True)
     scales = pd.DataFrame(scale_rows)
     if scales["scale"].isna().any():
         bad = scales.loc[scales["scale"].isna(), ID].unique()[:5].tolist()
-        raise SeriesError(f"MASE is undefined for series {bad}: their history is constant over the "
-                          f"season_length={season_length} difference; drop them or use another season_length")
+        raise SeriesError(f"MASE is undefined for series {bad}: their history does not change over "
+                          f"--season-length {season_length} steps; drop them or use another --season-length")
 
     fitted, seconds = {}, {}
     for model in models:
         t0 = time.perf_counter()
-        if model.is_global:
-            preds, fitted[model.alias] = _run_global(model, series, cuts, h, n_windows, refit_every, progress)
-        else:
-            preds = _run_local(model, series, cuts, h, progress)
+        preds, last = model.forecast_cutoffs(ys, cuts, h, refit_every=refit_every, progress=progress)  # (S, W, h)
         seconds[model.alias] = time.perf_counter() - t0
-        frame[model.alias] = preds
-    return BacktestResult(frame, scales, aliases, h, season_length, fitted, seconds)
-
-
-def _run_local(model, series: dict, cuts: dict, h: int, progress: bool | None) -> np.ndarray:
-    out = []
-    it = progress_bar(series.items(), desc=model.alias, disable=None if progress is None else not progress, leave=False)
-    for uid, (_, y) in it:
-        for c in cuts[uid]:
-            f = copy.deepcopy(model).fit(y[:c]).predict(h)                  # history only: y[:c]
-            out.append(np.asarray(f, dtype=float).reshape(h))
-    return np.concatenate(out)
-
-
-def _run_global(model, series: dict, cuts: dict, h: int, n_windows: int, refit_every: int | None,
-                progress: bool | None):
-    L = int(model.input_size)
-    every = refit_every or n_windows
-    preds = {(uid, w): None for uid in series for w in range(n_windows)}
-    fitted = None
-    for w0 in range(0, n_windows, every):
-        # train on each series' history before this block's first cutoff
-        hist = [y[: cuts[uid][w0]] for uid, (_, y) in series.items()]
-        fitted = copy.deepcopy(model)
-        if progress is not None:
-            fitted.progress = progress
-        fitted.fit(hist)
-        for w in range(w0, min(w0 + every, n_windows)):
-            keys = list(series)
-            ctx = np.stack([series[uid][1][cuts[uid][w] - L: cuts[uid][w]] for uid in keys])  # (S, L)
-            f = fitted.predict(ctx)                                                           # (S, h)
-            for uid, row in zip(keys, f):
-                preds[(uid, w)] = row
-    return np.concatenate([preds[(uid, w)] for uid in series for w in range(n_windows)]), fitted
+        frame[model.alias] = preds.reshape(-1)
+        if last is not None:
+            fitted[model.alias] = last
+    return BacktestResult(frame, scales, aliases, h, season_length, n_windows, step_size, fitted, seconds)

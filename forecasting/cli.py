@@ -1,14 +1,51 @@
-"""`frozenvit forecast backtest|paper`: rolling backtests and the paper protocol from the shell."""
+"""`frozenvit forecast backtest|paper`: rolling backtests and the paper protocol from the shell.
+
+Every value is checked before anything is read or written: a number out of range or an unknown
+model is a UsageError, a file that cannot serve as series a SeriesError (both exit status 2).
+Progress goes to stderr: a bar on a terminal, plain lines with rate and ETA in a log file.
+"""
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from frozenvit.backbone.suite.cli import add_threads_arg
+from frozenvit.backbone.suite.cli import add_threads_arg, number
+from frozenvit.backbone.suite.errors import UsageError
 
 from .errors import SeriesError
 
 MODEL_NAMES = ("snaive", "naive", "ets", "dlinear", "patchtst")
+NEURAL = ("dlinear", "patchtst")
+PAPER_MODELS = ("patchtst", "dlinear")
+PATCH_LEN = 16                      # PatchTST's patch: the shortest look-back it can take
+
+
+def names_of(choices: tuple[str, ...]):
+    """argparse `type=` for a comma-separated list of distinct names out of `choices`."""
+    def parse(text: str) -> list[str]:
+        names = [n.strip().lower() for n in text.split(",") if n.strip()]
+        unknown = [n for n in names if n not in choices]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown model(s) {unknown}; choose from {','.join(choices)}")
+        if not names:
+            raise argparse.ArgumentTypeError(f"name at least one model out of {','.join(choices)}")
+        if len(set(names)) < len(names):
+            raise argparse.ArgumentTypeError(f"a model is named twice in {text!r}")
+        return names
+
+    parse.__name__ = "model list"
+    return parse
+
+
+def positive_ints(text: str) -> list[int]:
+    """argparse `type=` for a comma-separated list of integers >= 1 (horizons)."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
+    return values
 
 
 def register(subparsers) -> None:
@@ -18,36 +55,51 @@ def register(subparsers) -> None:
     q = sub.add_parser("backtest", help="rolling-origin backtest of several models on a CSV")
     q.add_argument("--csv", required=True, type=Path, help="long (unique_id,ds,y) or, with --wide, wide CSV")
     q.add_argument("--wide", action="store_true", help="a date column then one column per series (ETT layout)")
-    q.add_argument("--columns", default=None, help="comma-separated series columns of a wide CSV (default: all)")
-    q.add_argument("--id-col", default="unique_id")
-    q.add_argument("--time-col", default=None, help="default: 'ds' (long) or the first column (wide)")
-    q.add_argument("--target-col", default="y")
-    q.add_argument("--fill", choices=("ffill", "interpolate", "zero"), default=None, help="fill gaps and NaN")
-    q.add_argument("--h", type=int, default=48, help="forecast horizon (steps)")
-    q.add_argument("--season-length", type=int, default=24)
-    q.add_argument("--windows", type=int, default=8, help="number of rolling cutoffs")
-    q.add_argument("--step-size", type=int, default=None, help="steps between cutoffs (default: h)")
-    q.add_argument("--models", default="snaive,ets,dlinear,patchtst", help=f"comma-separated: {','.join(MODEL_NAMES)}")
-    q.add_argument("--input-size", type=int, default=None,
-                   help="look-back of the neural models (default: 336, or less when the series are short)")
-    q.add_argument("--max-epochs", type=int, default=20)
-    q.add_argument("--refit-every", type=int, default=None, help="retrain neural models every k cutoffs")
-    q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--plot-series", type=int, default=3, help="series in the forecast plot")
-    q.add_argument("--out", type=Path, default=Path("forecast-out"))
+    q.add_argument("--columns", default=None,
+                   help="comma-separated series columns of a wide CSV; when not given: every column but the time")
+    q.add_argument("--id-col", default="unique_id", help="series id column of a long CSV")
+    q.add_argument("--time-col", default=None,
+                   help="time column; when not given: 'ds' in a long CSV, the first column in a wide one")
+    q.add_argument("--target-col", default="y", help="value column of a long CSV")
+    q.add_argument("--sort", action="store_true",
+                   help="sort each series' rows by time (else unsorted rows are refused)")
+    q.add_argument("--fill", choices=("ffill", "interpolate", "zero"), default=None,
+                   help="fill missing timestamps and empty values this way; when not given they are refused")
+    q.add_argument("--h", type=number(int, min=1), default=48, help="forecast horizon in steps")
+    q.add_argument("--season-length", type=number(int, min=1), default=24,
+                   help="season in steps: for seasonal naive, ETS and the MASE scale")
+    q.add_argument("--windows", type=number(int, min=1), default=8, help="number of rolling cutoffs per series")
+    q.add_argument("--step-size", type=number(int, min=1), default=None,
+                   help="steps between cutoffs; when not given: the horizon --h")
+    q.add_argument("--models", type=names_of(MODEL_NAMES), default="snaive,ets,dlinear,patchtst",
+                   help=f"comma-separated, out of {','.join(MODEL_NAMES)}")
+    q.add_argument("--input-size", type=number(int, min=1), default=None,
+                   help="look-back of the neural models (PatchTST: at least 16); when not given: 336, or less "
+                        "when the series are short")
+    q.add_argument("--max-epochs", type=number(int, min=1), default=20, help="training epochs of the neural models")
+    q.add_argument("--refit-every", type=number(int, min=1), default=None,
+                   help="retrain the neural models every k cutoffs; when not given: once, before the first")
+    q.add_argument("--seed", type=number(int, min=0), default=0, help="seed of the neural models' training")
+    q.add_argument("--plot-series", type=number(int, min=1), default=3, help="series shown in forecasts.png")
+    q.add_argument("--out", type=Path, default=Path("forecast-out"),
+                   help="output folder: new, empty, or an earlier forecast backtest's")
     add_threads_arg(q)
     q.set_defaults(func=_cmd_backtest)
 
     q = sub.add_parser("paper", help="the PatchTST paper protocol on an ETT file (MSE/MAE on the standardised scale)")
-    q.add_argument("--csv", required=True, type=Path)
-    q.add_argument("--horizons", default="96,192,336,720")
-    q.add_argument("--models", default="patchtst,dlinear")
+    q.add_argument("--csv", required=True, type=Path,
+                   help="an ETT CSV: a date column, then one column per variable (ETTh1/2, ETTm1/2)")
+    q.add_argument("--horizons", type=positive_ints, default="96,192,336,720", help="comma-separated horizons")
+    q.add_argument("--models", type=names_of(PAPER_MODELS), default="patchtst,dlinear",
+                   help=f"comma-separated, out of {','.join(PAPER_MODELS)}")
     q.add_argument("--minutely", action="store_true", help="ETTm borders (4x the hourly rows)")
-    q.add_argument("--max-epochs", type=int, default=None, help="cap epochs (default: the paper's schedule)")
-    q.add_argument("--patience", type=int, default=None)
-    q.add_argument("--windows-per-epoch", type=int, default=None,
-                   help="PatchTST: sample this many training windows per epoch (CPU budget)")
-    q.add_argument("--out", type=Path, default=None, help="JSON file for the scores")
+    q.add_argument("--max-epochs", type=number(int, min=1), default=None,
+                   help="cap on epochs; when not given: the paper's schedule")
+    q.add_argument("--patience", type=number(int, min=1), default=None,
+                   help="early-stopping patience in epochs; when not given: the paper's")
+    q.add_argument("--windows-per-epoch", type=number(int, min=1), default=None,
+                   help="PatchTST: sample this many training windows per epoch (CPU budget); when not given: all")
+    q.add_argument("--out", type=Path, default=None, help="JSON file for the scores; when not given: printed only")
     add_threads_arg(q)
     q.set_defaults(func=_cmd_paper)
 
@@ -57,14 +109,16 @@ def auto_input_size(min_len: int, h: int, windows: int, step: int, cap: int = 33
     validation tail of h before the first cutoff of the shortest series."""
     avail = min_len - h - (windows - 1) * step - 2 * h
     size = min(cap, avail) // 8 * 8
-    if size < 16:
-        raise SeriesError(f"the shortest series ({min_len} values) is too short for neural models with h={h} and "
-                          f"{windows} windows; drop dlinear/patchtst, or use fewer windows or a smaller h")
+    if size < PATCH_LEN:
+        raise SeriesError(f"the shortest series ({min_len} values) is too short for neural models with --h {h} and "
+                          f"--windows {windows}; drop dlinear/patchtst from --models, or use fewer --windows or a "
+                          "smaller --h")
     return size
 
 
 def make_models(names: list[str], h: int, season_length: int, input_size: int, max_epochs: int = 20,
                 seed: int = 0) -> list:
+    """The command's models by short name (see MODEL_NAMES), sized for a 2-core CPU."""
     from .baselines import ETS, Naive, SeasonalNaive
     from .dlinear import DLinear
     from .patchtst import PatchTST
@@ -73,10 +127,19 @@ def make_models(names: list[str], h: int, season_length: int, input_size: int, m
     factories = {"snaive": lambda: SeasonalNaive(season_length), "naive": Naive, "ets": lambda: ETS(season_length),
                  "dlinear": lambda: DLinear(**common),
                  "patchtst": lambda: PatchTST(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.1, **common)}
-    unknown = [n for n in names if n not in factories]
-    if unknown:
-        raise SeriesError(f"unknown model(s) {unknown}; choose from {','.join(MODEL_NAMES)}")
     return [factories[n]() for n in names]
+
+
+def _check_backtest_args(args: argparse.Namespace) -> None:
+    """Refuse combinations that cannot be meant, before any file is read."""
+    if args.columns is not None and not args.wide:
+        raise UsageError("--columns selects the series of a wide CSV; pass --wide too, or drop --columns")
+    if args.wide and (args.id_col != "unique_id" or args.target_col != "y"):
+        raise UsageError("--id-col and --target-col name columns of a long CSV; a wide CSV (--wide) has one "
+                         "column per series: select them with --columns")
+    if args.input_size is not None and "patchtst" in args.models and args.input_size < PATCH_LEN:
+        raise UsageError(f"--input-size {args.input_size} is shorter than one PatchTST patch ({PATCH_LEN} steps); "
+                         f"use --input-size {PATCH_LEN} or more")
 
 
 def _cmd_backtest(args: argparse.Namespace) -> int:
@@ -88,20 +151,21 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     from .data import read_long_csv, read_wide_csv
     from .plots import plot_forecasts, plot_mase_by_horizon
 
+    _check_backtest_args(args)
     check_output_dir(args.out, "forecast.backtest")
     if args.wide:
-        cols = args.columns.split(",") if args.columns else None
-        df = read_wide_csv(args.csv, args.time_col, cols, fill=args.fill)
+        cols = [c.strip() for c in args.columns.split(",")] if args.columns else None
+        df = read_wide_csv(args.csv, args.time_col, cols, sort=args.sort, fill=args.fill)
     else:
-        df = read_long_csv(args.csv, args.id_col, args.time_col or "ds", args.target_col, fill=args.fill)
-    names = [n.strip() for n in args.models.split(",") if n.strip()]
+        df = read_long_csv(args.csv, args.id_col, args.time_col or "ds", args.target_col, sort=args.sort,
+                           fill=args.fill)
     step = args.step_size or args.h
     size = args.input_size
-    if size is None and {"dlinear", "patchtst"} & set(names):
+    if size is None and set(NEURAL) & set(args.models):
         size = auto_input_size(int(df.groupby("unique_id").size().min()), args.h, args.windows, step)
-    models = make_models(names, args.h, args.season_length, size or 336, args.max_epochs, args.seed)
+    models = make_models(args.models, args.h, args.season_length, size or 336, args.max_epochs, args.seed)
     res = backtest(df, models, h=args.h, n_windows=args.windows, step_size=step, season_length=args.season_length,
-                   refit_every=args.refit_every)
+                   refit_every=args.refit_every, progress=None)    # None: a bar on a terminal, lines in a log
     hz = res.mase_by_horizon()
     pd.set_option("display.width", 160)
     print("MASE by horizon step (rows: step, columns: model)")
@@ -125,11 +189,15 @@ def _cmd_paper(args: argparse.Namespace) -> int:
 
     from frozenvit.backbone.suite.artifacts import check_output_file, write_json
 
+    from .data import long_to_wide, read_wide_csv
     from .paper import ETTH_BORDERS, ETTM_BORDERS, paper_config, paper_protocol, scores_table
 
+    borders = ETTM_BORDERS if args.minutely else ETTH_BORDERS
+    values = long_to_wide(read_wide_csv(args.csv)).to_numpy(dtype=float)          # (T, C)
+    if values.shape[0] < borders[2]:
+        raise SeriesError(f"{args.csv} has {values.shape[0]} rows; the paper protocol needs {borders[2]} "
+                          f"(train, validation and test end at rows {borders}); pass a full ETT file")
     check_output_file(args.out, "forecast.paper")
-    if not args.csv.is_file():
-        raise SeriesError(f"{args.csv} not found; pass the path of an ETT csv (date,HUFL,...,OT)")
     overrides = {k: v for k, v in (("max_epochs", args.max_epochs), ("patience", args.patience)) if v is not None}
     sub = {"windows_per_epoch": args.windows_per_epoch} if args.windows_per_epoch else {}
 
@@ -137,9 +205,7 @@ def _cmd_paper(args: argparse.Namespace) -> int:
         print(f"{s.model:9s} H={s.h:4d}  MSE {s.mse:.3f}  MAE {s.mae:.3f}  ({s.n_test_windows} test windows, "
               f"{s.epochs} epochs, {s.seconds_per_epoch:.1f} s/epoch)", flush=True)
 
-    scores = paper_protocol(pd.read_csv(args.csv), [int(h) for h in args.horizons.split(",")],
-                            [m.strip() for m in args.models.split(",")],
-                            borders=ETTM_BORDERS if args.minutely else ETTH_BORDERS,
+    scores = paper_protocol(values, args.horizons, args.models, borders=borders,
                             make_model=lambda name, h: paper_config(name, h, **overrides,
                                                                     **(sub if name == "patchtst" else {})),
                             on_result=report)

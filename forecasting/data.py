@@ -1,12 +1,16 @@
 """Series in long format (`unique_id`, `ds`, `y`), loaders from CSV and validation.
 
 Long format is the one statsforecast and neuralforecast use: one row per (series, timestamp).
-`ds` may be datetimes or integers (integer steps of 1). Validation never silently repairs
-data: unsorted rows, duplicates, irregular spacing, NaN and gaps raise `SeriesError` naming the
-series and the timestamp, unless the caller asks for a fill explicitly.
+`ds` may be datetimes or integers, at any regular step. Validation never silently repairs data:
+unsorted rows, duplicates, irregular spacing, NaN and gaps raise `SeriesError` naming the series
+and the timestamp, unless the caller asks for a sort or a fill explicitly (`sort=True`,
+`fill="ffill"`; on the command line `--sort`, `--fill ffill`). Text where a number or a
+timestamp belongs is never taken for a missing value: the readers name its line in the file.
 """
 from __future__ import annotations
 
+import csv
+import warnings
 from pathlib import Path
 from typing import Literal
 
@@ -23,15 +27,21 @@ def read_long_csv(path: str | Path, id_col: str = ID, time_col: str = DS, target
                   sort: bool = False, fill: Fill | None = None, min_length: int | None = None) -> pd.DataFrame:
     """Read a long CSV (one row per series and timestamp) and validate it.
 
-    Returns a DataFrame with columns `unique_id` (str), `ds` (datetime64 or int64), `y` (float64).
+    Returns a DataFrame with columns `unique_id` (str), `ds` (datetime64[ns] or int64), `y` (float64).
+    Raises SeriesError for a file that is missing, empty, not a CSV or without data rows, for
+    absent columns, and, naming the line, for an empty id or timestamp and for text in `y`.
     """
-    raw = pd.read_csv(path)
+    raw = _read_csv(path)
     missing = [c for c in (id_col, time_col, target_col) if c not in raw.columns]
     if missing:
-        raise SeriesError(f"{path}: columns {missing} not found (have {list(raw.columns)}); "
-                          "name them with id_col/time_col/target_col, or pass --wide for a wide file")
-    df = pd.DataFrame({ID: raw[id_col].astype(str), DS: _parse_ds(raw[time_col], path),
-                       Y: pd.to_numeric(raw[target_col], errors="coerce")})
+        raise SeriesError(f"{path}: columns {missing} not found (have {list(raw.columns)}); name them with "
+                          "--id-col/--time-col/--target-col, or pass --wide for a wide file")
+    ids = raw[id_col]
+    if ids.isna().any():
+        raise SeriesError(f"{_where(path, int(np.flatnonzero(ids.isna())[0]))}: the {id_col} field is empty; "
+                          "every row needs a series id")
+    df = pd.DataFrame({ID: ids.astype(str), DS: _parse_ds(raw[time_col], path),
+                       Y: _parse_values(raw[target_col], path)})
     return validate(df, sort=sort, fill=fill, min_length=min_length)
 
 
@@ -40,22 +50,31 @@ def read_wide_csv(path: str | Path, time_col: str | None = None, columns: list[s
     """Read a wide CSV (a time column, then one column per series, like the ETT files) as long format.
 
     `time_col` defaults to the first column; `columns` selects series (default: all others).
+    Raises SeriesError as `read_long_csv` does.
     """
-    raw = pd.read_csv(path)
+    raw = _read_csv(path)
     time_col = time_col or raw.columns[0]
     if time_col not in raw.columns:
-        raise SeriesError(f"{path}: time column {time_col!r} not found (have {list(raw.columns)})")
+        raise SeriesError(f"{path}: time column {time_col!r} not found (have {list(raw.columns)}); "
+                          "name it with --time-col")
     cols = columns or [c for c in raw.columns if c != time_col]
+    if not cols:
+        raise SeriesError(f"{path} has no series columns beside the time column {time_col!r}; a wide CSV has a "
+                          "time column, then one column per series (or pass a long CSV without --wide)")
     absent = [c for c in cols if c not in raw.columns]
     if absent:
-        raise SeriesError(f"{path}: series columns {absent} not found")
-    return validate(wide_to_long(raw, time_col, cols, source=str(path)), sort=sort, fill=fill,
-                    min_length=min_length)
+        raise SeriesError(f"{path}: series columns {absent} not found (have {list(raw.columns)}); "
+                          "check --columns")
+    ds = _parse_ds(raw[time_col], path)
+    long = pd.concat([pd.DataFrame({ID: str(c), DS: ds.to_numpy(), Y: _parse_values(raw[c], path).to_numpy()})
+                      for c in cols], ignore_index=True)
+    return validate(long, sort=sort, fill=fill, min_length=min_length)
 
 
 def wide_to_long(wide: pd.DataFrame, time_col: str, columns: list[str], source: str = "frame") -> pd.DataFrame:
+    """A wide frame (a time column, one column per series) as long format, not yet validated."""
     ds = _parse_ds(wide[time_col], source)
-    parts = [pd.DataFrame({ID: str(c), DS: ds.to_numpy(), Y: pd.to_numeric(wide[c], errors="coerce").to_numpy()})
+    parts = [pd.DataFrame({ID: str(c), DS: ds.to_numpy(), Y: _parse_values(wide[c], source).to_numpy()})
              for c in columns]
     return pd.concat(parts, ignore_index=True)
 
@@ -81,28 +100,120 @@ def read_m4(train_csv: str | Path, test_csv: str | Path | None = None) -> pd.Dat
     return pd.concat(parts, ignore_index=True)
 
 
+def _read_csv(path: str | Path) -> pd.DataFrame:
+    """The CSV's rows as pandas reads them; every way of not being a CSV with data is a SeriesError."""
+    path = Path(path)
+    if not path.exists():
+        raise SeriesError(f"{path} not found; pass the path of a CSV file with --csv")
+    if path.is_dir():
+        raise SeriesError(f"{path} is a folder; pass the path of a CSV file with --csv")
+    try:
+        raw = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise SeriesError(f"{path} is empty; a CSV needs a header line, then one line per row") from None
+    except UnicodeDecodeError as e:
+        raise SeriesError(f"{path} is not UTF-8 text (byte {e.start}); save it as a UTF-8 CSV") from None
+    except (pd.errors.ParserError, csv.Error, ValueError) as e:
+        raise SeriesError(f"{path} is not a readable CSV: {str(e).strip()}") from None
+    except OSError as e:
+        raise SeriesError(f"{path} cannot be read ({e.strerror or e}); check the path and its permissions") from None
+    if raw.empty:
+        raise SeriesError(f"{path} has no data rows below its header line {list(raw.columns)}")
+    return raw
+
+
+def _line_number(path: str | Path, row: int) -> int | None:
+    """The line of the file where data row `row` (0-based, as pandas counts them) starts; None if unknown."""
+    try:
+        with open(path, newline="", encoding="utf-8", errors="replace") as f:
+            reader, seen, start = csv.reader(f), -1, 1          # record -1 is the header
+            for rec in reader:
+                if any(field.strip() for field in rec):        # pandas skips blank lines
+                    if seen == row:
+                        return start
+                    seen += 1
+                start = reader.line_num + 1
+    except (OSError, csv.Error):
+        pass
+    return None
+
+
+def _where(source: str | Path, row: int) -> str:
+    """'FILE line N' for a file that exists (a CSV), else 'SOURCE row N' (a frame, counted from 0)."""
+    line = _line_number(source, row) if isinstance(source, Path) or Path(str(source)).is_file() else None
+    return f"{source} line {line}" if line is not None else f"{source} row {row}"
+
+
+def _parse_values(col: pd.Series, source: str | Path) -> pd.Series:
+    """A value column as float64. Empty fields and NaN stay NaN (missing, for --fill); text is a SeriesError."""
+    if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
+        return col.astype(float)
+    is_bool = col.map(lambda v: isinstance(v, (bool, np.bool_)))
+    num = pd.to_numeric(col.where(~is_bool), errors="coerce").astype(float)
+    bad = np.flatnonzero((col.notna() & num.isna()).to_numpy())
+    if bad.size:
+        i = int(bad[0])
+        raise SeriesError(f"{_where(source, i)}: {col.name} value {col.iloc[i]!r} is not a number ({bad.size} such "
+                          "value(s)); correct it, or leave the field empty to mark it missing for --fill")
+    return num
+
+
 def _parse_ds(col: pd.Series, source: str | Path) -> pd.Series:
+    """A time column as int64 steps or datetime64[ns] (time zones converted to UTC); SeriesError otherwise."""
+    name = col.name
+    empty = np.flatnonzero(col.isna().to_numpy())
+    if empty.size:
+        raise SeriesError(f"{_where(source, int(empty[0]))}: the {name} field is empty; every row needs a timestamp")
     if pd.api.types.is_integer_dtype(col):
         return col.astype(np.int64)
-    try:
-        return pd.to_datetime(col)
-    except (ValueError, TypeError) as e:
-        raise SeriesError(f"{source}: time column is neither integers nor parseable dates ({e})") from e
+    if pd.api.types.is_float_dtype(col):
+        whole = (col == np.round(col)) & (col.abs() < 2.0 ** 62)
+        if not whole.all():
+            i = int(np.flatnonzero(~whole.to_numpy())[0])
+            raise SeriesError(f"{_where(source, i)}: timestamp {col.iloc[i]!r} is neither an integer step nor a date")
+        return col.astype(np.int64)
+    if pd.api.types.is_datetime64_any_dtype(col):
+        parsed = col
+    else:
+        if pd.api.types.is_bool_dtype(col) or col.map(lambda v: isinstance(v, (bool, np.bool_))).any():
+            raise SeriesError(f"{source}: the {name} column holds true/false values; timestamps are integer "
+                              "steps or dates")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                parsed = pd.to_datetime(col, errors="coerce")
+                if not pd.api.types.is_datetime64_any_dtype(parsed):      # mixed UTC offsets
+                    parsed = pd.to_datetime(col, errors="coerce", utc=True)
+            except (ValueError, TypeError, OverflowError) as e:
+                raise SeriesError(f"{source}: the {name} column is neither integers nor dates ({e})") from None
+        bad = np.flatnonzero(parsed.isna().to_numpy())
+        if bad.size:
+            i = int(bad[0])
+            raise SeriesError(f"{_where(source, i)}: timestamp {col.iloc[i]!r} is not a date like {col.iloc[0]!r} "
+                              f"on the first row ({bad.size} such value(s)); write every timestamp the same way")
+    if getattr(parsed.dt, "tz", None) is not None:
+        parsed = parsed.dt.tz_convert("UTC").dt.tz_localize(None)
+    return parsed.astype("datetime64[ns]")
 
 
 def validate(df: pd.DataFrame, *, sort: bool = False, fill: Fill | None = None,
              min_length: int | None = None) -> pd.DataFrame:
-    """Check a long frame and return a clean copy (sorted by series then time, float `y`).
+    """Check a long frame and return a clean copy (grouped by series in first-seen order, float `y`).
 
-    Raises SeriesError for: missing columns, unsorted timestamps (unless `sort`), duplicates,
-    irregular spacing, gaps and NaN (unless `fill` is given), series shorter than `min_length`.
+    `ds` holds integers or datetimes (time zones are converted to UTC); `y` numbers, or NaN where a
+    value is missing. Raises SeriesError for: missing columns, no rows, empty timestamps, text in
+    `y`, unsorted timestamps (unless `sort`), duplicates, irregular spacing, gaps and NaN (unless
+    `fill`), series shorter than `min_length`.
     """
     missing = [c for c in (ID, DS, Y) if c not in df.columns]
     if missing:
         raise SeriesError(f"columns {missing} missing; long format needs unique_id, ds, y")
-    df = df[[ID, DS, Y]].copy()
-    df[ID] = df[ID].astype(str)
-    df[Y] = pd.to_numeric(df[Y], errors="coerce").astype(float)
+    if fill not in (None, "ffill", "interpolate", "zero"):
+        raise SeriesError(f"unknown fill {fill!r}; use --fill ffill, interpolate or zero")
+    if df.empty:
+        raise SeriesError("the series frame has no rows")
+    df = df[[ID, DS, Y]].reset_index(drop=True)
+    df = pd.DataFrame({ID: df[ID].astype(str), DS: _parse_ds(df[DS], "frame"), Y: _parse_values(df[Y], "frame")})
     out = []
     for uid, g in df.groupby(ID, sort=False):
         if sort:
@@ -122,14 +233,14 @@ def _check_one(uid: str, g: pd.DataFrame, fill: Fill | None, min_length: int | N
     if (d < 0).any():
         i = int(np.flatnonzero(d < 0)[0]) + 1
         raise SeriesError(f"series {uid!r}: timestamps not sorted ({ds.iloc[i]} after {ds.iloc[i - 1]}, "
-                          f"position {i}); sort by (unique_id, ds) or pass sort=True")
+                          f"position {i}); sort the rows by (unique_id, ds), or pass --sort")
     grid = _regular_grid(uid, ds)                 # every timestamp the series should have
     if len(grid) > len(ds):
         missing = ~pd.Index(grid).isin(ds)
         if fill is None:
             first = pd.Index(grid)[missing][0]
             raise SeriesError(f"series {uid!r}: {int(missing.sum())} missing timestamp(s) (gaps), first "
-                              f"{first}; pass fill='ffill'|'interpolate'|'zero' to fill them")
+                              f"{first}; fill them with --fill ffill, interpolate or zero")
         y_full = pd.Series(g[Y].to_numpy(dtype=float), index=pd.Index(ds)).reindex(grid).to_numpy()
         g = pd.DataFrame({DS: grid, Y: y_full})
     y = g[Y].to_numpy(dtype=float)
@@ -137,21 +248,23 @@ def _check_one(uid: str, g: pd.DataFrame, fill: Fill | None, min_length: int | N
     if nan.size:
         if fill is None:
             raise SeriesError(f"series {uid!r}: {nan.size} missing/non-finite value(s), first at "
-                              f"{g[DS].iloc[int(nan[0])]}; pass fill='ffill'|'interpolate'|'zero'")
+                              f"{g[DS].iloc[int(nan[0])]}; fill them with --fill ffill, interpolate or zero")
         y = _fill(y, fill, uid)
     if min_length is not None and len(y) < min_length:
         raise SeriesError(f"series {uid!r} has {len(y)} values but needs at least {min_length} "
-                          "(look-back + horizon [+ windows]); shorten the look-back/horizon or drop it")
+                          "(look-back + horizon [+ windows]); use a smaller --h or --input-size, or drop it")
     return pd.DataFrame({ID: uid, DS: g[DS].to_numpy(), Y: y})
 
 
 _CALENDAR = ("MS", "ME", "QS", "QE", "YS", "YE", "B")
+_MAX_GRID = 10_000            # a grid may be this long, or 10x the series, before gaps count as too sparse
 
 
 def _regular_grid(uid: str, ds: pd.Series) -> pd.Index | np.ndarray:
     """The regular grid from the first to the last timestamp; raises SeriesError when the
-    timestamps fit no grid. Fixed steps (integers, hours, days, weeks) use the most common
-    difference; calendar steps (months, quarters, years, business days) are tried by name."""
+    timestamps fit no grid, or leave over 90 % of a long grid empty. Fixed steps (integers, hours,
+    days, weeks) use the most common difference; calendar steps (months, quarters, years,
+    business days) are tried by name."""
     if len(ds) < 2:
         return ds.to_numpy()
     is_int = pd.api.types.is_integer_dtype(ds)
@@ -164,6 +277,12 @@ def _regular_grid(uid: str, ds: pd.Series) -> pd.Index | np.ndarray:
     step = int(vals[np.argmax(counts)])
     bad = np.flatnonzero(d % step)
     if not bad.size:
+        n = (int(t[-1]) - int(t[0])) // step + 1
+        if n > max(10 * len(t), _MAX_GRID):
+            i = int(np.flatnonzero(d > step)[0])
+            first = t[i] + step if is_int else pd.Timestamp(int(t[i]) + step)
+            raise SeriesError(f"series {uid!r}: {n - len(t)} of {n} timestamps are missing (gaps), first {first}; "
+                              "too sparse to fill: resample it to a coarser step, or drop it")
         full = np.arange(t[0], t[-1] + 1, step)
         return full if is_int else pd.DatetimeIndex(pd.to_datetime(full))
     if not is_int:
@@ -182,17 +301,7 @@ def _fill(y: np.ndarray, how: Fill, uid: str) -> np.ndarray:
     s = pd.Series(y).where(np.isfinite(y))
     if how == "zero":
         return s.fillna(0.0).to_numpy()
-    if how == "ffill":
-        s = s.ffill().bfill()
-    elif how == "interpolate":
-        s = s.interpolate(limit_direction="both")
-    else:
-        raise SeriesError(f"unknown fill {how!r}; use 'ffill', 'interpolate' or 'zero'")
+    s = s.ffill().bfill() if how == "ffill" else s.interpolate(limit_direction="both")
     if s.isna().any():
         raise SeriesError(f"series {uid!r} has no finite value at all; drop it")
     return s.to_numpy()
-
-
-def series_arrays(df: pd.DataFrame) -> dict[str, np.ndarray]:
-    """{unique_id: y as float64 (T,)} in first-seen order (df must be validated)."""
-    return {str(uid): g[Y].to_numpy(dtype=float) for uid, g in df.groupby(ID, sort=False)}

@@ -5,6 +5,8 @@
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -12,19 +14,28 @@ from .layers import RevIN, moving_average
 from .training import NeuralForecaster
 
 
+@dataclass(frozen=True)
+class DLinearConfig:
+    """DLinear's network: look-back L, horizon h, the trend's moving-average kernel, RevIN or not."""
+    input_size: int
+    h: int
+    kernel_size: int = 25
+    revin: bool = True
+
+
 class DLinearNet(nn.Module):
-    def __init__(self, input_size: int, h: int, kernel_size: int = 25, revin: bool = True) -> None:
+    def __init__(self, cfg: DLinearConfig) -> None:
         super().__init__()
-        self.kernel_size = kernel_size
-        self.revin = RevIN(affine=False) if revin else None
-        self.seasonal = nn.Linear(input_size, h)
-        self.trend = nn.Linear(input_size, h)
+        self.cfg = cfg
+        self.revin = RevIN(affine=False) if cfg.revin else None
+        self.seasonal = nn.Linear(cfg.input_size, cfg.h)
+        self.trend = nn.Linear(cfg.input_size, cfg.h)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, C, L) -> forecasts (B, C, h)."""
         if self.revin is not None:
             x, stats = self.revin.normalize(x)                         # (B, C, L)
-        trend = moving_average(x, self.kernel_size)                    # (B, C, L)
+        trend = moving_average(x, self.cfg.kernel_size)                # (B, C, L)
         y = self.seasonal(x - trend) + self.trend(trend)               # (B, C, h)
         return self.revin.denormalize(y, stats) if self.revin is not None else y
 
@@ -36,10 +47,11 @@ class DLinear(NeuralForecaster):
     the paper's DLinear runs on globally standardised data without it (`revin=False`).
     """
 
+    config_class, net_class = DLinearConfig, DLinearNet
+
     def __init__(self, h: int, input_size: int = 336, kernel_size: int = 25, revin: bool = True,
                  loss: str = "mse", normalize_loss: bool = True, lr: float = 1e-3, lr_decay: float = 0.9,
-                 lr_decay_after: int = 3,
-                 max_epochs: int = 20, patience: int = 5, batch_size: int = 128,
+                 lr_decay_after: int = 3, max_epochs: int = 20, patience: int = 5, batch_size: int = 128,
                  windows_per_epoch: int | None = None, val_size: int | None = None, seed: int = 0,
                  progress: bool | None = None, device: str = "cpu") -> None:
         self.h, self.input_size, self.kernel_size, self.revin = h, input_size, kernel_size, revin
@@ -48,6 +60,3 @@ class DLinear(NeuralForecaster):
         self.max_epochs, self.patience, self.batch_size = max_epochs, patience, batch_size
         self.windows_per_epoch, self.val_size, self.seed = windows_per_epoch, val_size, seed
         self.progress, self.device = progress, device
-
-    def _build(self) -> nn.Module:
-        return DLinearNet(self.input_size, self.h, self.kernel_size, self.revin)

@@ -18,18 +18,10 @@ def mase_scale(history: np.ndarray, season_length: int) -> float:
     """Mean |y_t - y_{t-m}| over the history (T,); NaN when it is zero (a constant history)."""
     history = np.asarray(history, dtype=float)
     if history.size <= season_length:
-        raise SeriesError(f"MASE needs more than season_length={season_length} values of history, "
-                          f"got {history.size}; use a longer history or a smaller season_length")
+        raise SeriesError(f"MASE needs more than --season-length {season_length} values of history, "
+                          f"got {history.size}; use a longer history or a smaller --season-length")
     s = float(np.mean(np.abs(history[season_length:] - history[:-season_length])))
     return s if s > 0 else float("nan")
-
-
-def abs_error(y: np.ndarray, f: np.ndarray) -> np.ndarray:
-    return np.abs(np.asarray(y, float) - np.asarray(f, float))
-
-
-def sq_error(y: np.ndarray, f: np.ndarray) -> np.ndarray:
-    return (np.asarray(y, float) - np.asarray(f, float)) ** 2
 
 
 def smape_terms(y: np.ndarray, f: np.ndarray) -> np.ndarray:
@@ -42,7 +34,7 @@ def smape_terms(y: np.ndarray, f: np.ndarray) -> np.ndarray:
 
 def mase(y: np.ndarray, f: np.ndarray, history: np.ndarray, season_length: int) -> float:
     """MASE of one forecast `f` (h,) of `y` (h,) made from `history` (T,)."""
-    return float(np.mean(abs_error(y, f)) / mase_scale(history, season_length))
+    return float(np.mean(np.abs(np.asarray(y, float) - np.asarray(f, float))) / mase_scale(history, season_length))
 
 
 def smape(y: np.ndarray, f: np.ndarray) -> float:

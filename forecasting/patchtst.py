@@ -7,6 +7,8 @@
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -14,29 +16,58 @@ from .layers import Encoder, FastDropout, RevIN, init_uniform_pos, patch_count, 
 from .training import NeuralForecaster
 
 
+@dataclass(frozen=True)
+class PatchTSTConfig:
+    """PatchTST's network, checked and derived once (the patch count), handed whole to PatchTSTNet."""
+    input_size: int                    # look-back L
+    h: int                             # horizon
+    patch_len: int = 16                # P
+    stride: int = 8                    # S
+    d_model: int = 64
+    n_heads: int = 4
+    d_ff: int = 128
+    n_layers: int = 3
+    dropout: float = 0.2
+    attn_dropout: float = 0.0
+    head_dropout: float = 0.0
+    norm: str = "batch"                # "batch" or "layer"
+    residual_attention: bool = True
+    revin: bool = True
+    revin_affine: bool = True
+    subtract_last: bool = False
+    pad_end: bool = True               # repeat the last value `stride` times: one more patch
+
+    def __post_init__(self) -> None:
+        patch_count(self.input_size, self.patch_len, self.stride, self.pad_end)   # raises if L < P
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if self.norm not in ("batch", "layer"):
+            raise ValueError(f"norm must be 'batch' or 'layer', got {self.norm!r}")
+
+    @property
+    def n_patches(self) -> int:
+        return patch_count(self.input_size, self.patch_len, self.stride, self.pad_end)
+
+
 class PatchTSTNet(nn.Module):
-    def __init__(self, input_size: int, h: int, patch_len: int = 16, stride: int = 8, d_model: int = 64,
-                 n_heads: int = 4, d_ff: int = 128, n_layers: int = 3, dropout: float = 0.2,
-                 attn_dropout: float = 0.0, head_dropout: float = 0.0, norm: str = "batch",
-                 residual_attention: bool = True, revin: bool = True, revin_affine: bool = True,
-                 subtract_last: bool = False, pad_end: bool = True) -> None:
+    def __init__(self, cfg: PatchTSTConfig) -> None:
         super().__init__()
-        self.patch_len, self.stride, self.pad_end = patch_len, stride, pad_end
-        self.n_patches = patch_count(input_size, patch_len, stride, pad_end)
-        self.revin = RevIN(revin_affine, subtract_last) if revin else None
-        self.embed = nn.Linear(patch_len, d_model)
-        self.pos = init_uniform_pos(self.n_patches, d_model)
-        self.drop = FastDropout(dropout)
-        self.encoder = Encoder(n_layers, d_model, n_heads, d_ff, dropout, attn_dropout, norm, residual_attention)
-        self.head = nn.Sequential(nn.Flatten(start_dim=-2), nn.Linear(d_model * self.n_patches, h),
-                                  FastDropout(head_dropout))
+        self.cfg, self.n_patches = cfg, cfg.n_patches
+        self.revin = RevIN(cfg.revin_affine, cfg.subtract_last) if cfg.revin else None
+        self.embed = nn.Linear(cfg.patch_len, cfg.d_model)
+        self.pos = init_uniform_pos(self.n_patches, cfg.d_model)
+        self.drop = FastDropout(cfg.dropout)
+        self.encoder = Encoder(cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.attn_dropout,
+                               cfg.norm, cfg.residual_attention)
+        self.head = nn.Sequential(nn.Flatten(start_dim=-2), nn.Linear(cfg.d_model * self.n_patches, cfg.h),
+                                  FastDropout(cfg.head_dropout))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, C, L) -> forecasts (B, C, h)."""
         B, C, _ = x.shape
         if self.revin is not None:
             x, stats = self.revin.normalize(x)                                     # (B, C, L)
-        p = patchify(x, self.patch_len, self.stride, self.pad_end)                 # (B, C, N, P)
+        p = patchify(x, self.cfg.patch_len, self.cfg.stride, self.cfg.pad_end)     # (B, C, N, P)
         z = self.embed(p).reshape(B * C, self.n_patches, -1)                       # (B*C, N, d)
         z = self.encoder(self.drop(z + self.pos))                                  # (B*C, N, d)
         z = z.reshape(B, C, self.n_patches, -1).transpose(-1, -2)                  # (B, C, d, N)
@@ -52,6 +83,8 @@ class PatchTST(NeuralForecaster):
     Defaults are the paper's patching (P = 16, S = 8, end padding) with a model sized for a
     2-core CPU; the paper's ETTh2 configuration is `paper_config(h)` in `forecasting.paper`.
     """
+
+    config_class, net_class = PatchTSTConfig, PatchTSTNet
 
     def __init__(self, h: int, input_size: int = 336, patch_len: int = 16, stride: int = 8, d_model: int = 64,
                  n_heads: int = 4, d_ff: int = 128, n_layers: int = 3, dropout: float = 0.2,
@@ -71,8 +104,3 @@ class PatchTST(NeuralForecaster):
         self.lr_decay_after, self.max_epochs, self.patience = lr_decay_after, max_epochs, patience
         self.batch_size, self.windows_per_epoch, self.val_size = batch_size, windows_per_epoch, val_size
         self.seed, self.progress, self.device = seed, progress, device
-
-    def _build(self) -> nn.Module:
-        return PatchTSTNet(self.input_size, self.h, self.patch_len, self.stride, self.d_model, self.n_heads,
-                           self.d_ff, self.n_layers, self.dropout, self.attn_dropout, self.head_dropout,
-                           self.norm, self.residual_attention, self.revin, self.revin_affine, self.subtract_last)

@@ -10,18 +10,22 @@ Seeded: the same data and seed give the same weights, without touching the globa
 from __future__ import annotations
 
 import copy
-import inspect
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import torch
+from sklearn.base import clone
 from torch import nn
+
+from frozenvit.backbone.suite.artifacts import (atomic_dir, check_tensor_metadata, read_config, tensor_metadata,
+                                                 write_json)
+from frozenvit.backbone.suite.errors import ArtifactError
 from frozenvit.backbone.suite.progress import progress_bar
 
-from frozenvit.backbone.suite.artifacts import atomic_dir, check_tensor_metadata, read_config, tensor_metadata, write_json
-
+from .base import Forecaster
 from .errors import SeriesError
 
 FORMAT_VERSION = 1
@@ -70,32 +74,32 @@ def _starts(T: int, L: int, h: int, lo: int, hi: int) -> np.ndarray:
     return np.arange(first, last + 1) if last >= first else np.empty(0, dtype=np.int64)
 
 
-class NeuralForecaster:
-    """Base of the neural forecasters: training, prediction, save/load. Subclasses define
-    `__init__` (hyperparameters only) and `_build() -> nn.Module` mapping (B, C, L) -> (B, C, h)."""
+class NeuralForecaster(Forecaster):
+    """Base of the neural forecasters: training, prediction, backtest windows, save/load.
 
-    is_global = True
+    A subclass defines `__init__` (hyperparameters only, stored under their own names) and two
+    class attributes: `config_class`, a frozen dataclass of the network's shape whose fields are
+    taken from the hyperparameters of the same name, and `net_class`, the nn.Module built from it,
+    mapping (B, C, L) -> (B, C, h).
+    """
+
+    config_class: type
+    net_class: type[nn.Module]
 
     def __init_subclass__(cls, **kw: object) -> None:
         super().__init_subclass__(**kw)
         _REGISTRY[cls.__name__] = cls
 
-    # -- sklearn-style parameters -------------------------------------------------------
-    def get_params(self) -> dict:
-        names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
-        return {n: getattr(self, n) for n in names}
-
     @property
-    def alias(self) -> str:
-        return type(self).__name__
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.get_params().items())})"
+    def net_config(self):
+        """The network's configuration (a `config_class` instance) from these hyperparameters."""
+        params = self.get_params()
+        return self.config_class(**{f.name: params[f.name] for f in fields(self.config_class) if f.name in params})
 
     def _build(self) -> nn.Module:
-        raise NotImplementedError
+        return self.net_class(self.net_config)
 
-    def min_train_length(self) -> int:
+    def min_history(self) -> int:
         """Values a series needs to give one training window and its validation tail."""
         tail = int(self.h) if self.val_size is None else int(self.val_size)
         return int(self.input_size) + int(self.h) + tail
@@ -158,8 +162,8 @@ class NeuralForecaster:
         best, best_state, bad = float("inf"), None, 0
         self.history_: list[dict] = []
         n_per_epoch = len(train) if not self.windows_per_epoch else min(len(train), int(self.windows_per_epoch))
-        bar = progress_bar(range(int(self.max_epochs)), desc=self.alias, disable=None if self.progress is None
-                   else not self.progress, leave=False)
+        bar = progress_bar(range(int(self.max_epochs)), desc=self.alias, unit="epoch", leave=False,
+                           disable=None if self.progress is None else not self.progress)
         for epoch in bar:
             lr = self.lr * self.lr_decay ** max(0, epoch - self.lr_decay_after)
             for g in opt.param_groups:
@@ -234,6 +238,28 @@ class NeuralForecaster:
         y = torch.cat(outs).transpose(1, 2).double().numpy()                             # (N, h, C)
         return y[..., 0] if squeeze else y
 
+    # -- backtest windows ---------------------------------------------------------------
+    def forecast_cutoffs(self, series: Sequence[np.ndarray], cutoffs: np.ndarray, h: int, *,
+                         refit_every: int | None = None, progress: bool | None = None
+                         ) -> tuple[np.ndarray, "NeuralForecaster"]:
+        """Train a fresh copy on every series' history before the first cutoff (again every
+        `refit_every` windows, on the history before that window), then forecast each window from
+        the input_size values before its cutoff (see `Forecaster.forecast_cutoffs`)."""
+        if int(h) != int(self.h):
+            raise SeriesError(f"{self.alias} forecasts h={self.h} steps but the backtest asks for h={h}; "
+                              "build the model with the backtest's horizon")
+        L, n_windows = int(self.input_size), cutoffs.shape[1]
+        every = refit_every or n_windows
+        out = np.empty((len(series), n_windows, h))
+        fitted = self
+        for w0 in range(0, n_windows, every):
+            fitted = clone(self) if progress is None else clone(self).set_params(progress=progress)
+            fitted.fit([y[: c[w0]] for y, c in zip(series, cutoffs)])                      # history only
+            for w in range(w0, min(w0 + every, n_windows)):
+                ctx = np.stack([y[c[w] - L: c[w]] for y, c in zip(series, cutoffs)])        # (S, L)
+                out[:, w] = fitted.predict(ctx)                                               # (S, h)
+        return out, fitted
+
     # -- artifacts ----------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
         """Write a directory: config.json (hyperparameters, history) + model.safetensors."""
@@ -256,11 +282,19 @@ class NeuralForecaster:
 
         from safetensors.torch import load_file
 
-        raw = json.loads((Path(path) / "config.json").read_text()) if (Path(path) / "config.json").is_file() else {}
-        klass = _REGISTRY.get(raw.get("class", ""), cls) if cls is NeuralForecaster else cls
+        try:
+            raw = json.loads((Path(path) / "config.json").read_text())
+        except (OSError, ValueError):     # read_config below says what is wrong
+            raw = {}
+        name = raw.get("class", "") if isinstance(raw, dict) else ""
+        klass = _REGISTRY.get(name, cls) if cls is NeuralForecaster else cls
         cfg = read_config(path, f"forecasting.{klass.__name__}", FORMAT_VERSION)
         check_tensor_metadata(Path(path) / "model.safetensors", cfg)
-        model = klass(**cfg["params"])
+        try:
+            model = klass(**cfg["params"])
+        except (KeyError, TypeError) as e:
+            raise ArtifactError(f"{path}/config.json has no valid {klass.__name__} parameters ({e}); "
+                                "the artifact is corrupt, write it again") from e
         net = model._build()
         net.load_state_dict(load_file(str(Path(path) / "model.safetensors")))
         model.net_, model.history_ = net.eval(), cfg.get("history", [])

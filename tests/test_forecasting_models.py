@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from frozenvit.forecasting import DLinear, PatchTST, PatchTSTNet, RevIN, patch_count, patchify
+from frozenvit.forecasting import DLinear, PatchTST, PatchTSTConfig, PatchTSTNet, RevIN, patch_count, patchify
 from frozenvit.forecasting.layers import ResidualAttention, moving_average
 
 
@@ -35,12 +35,12 @@ def test_patch_count_formula_gives_42_patches_for_336_lookback():
     assert p.shape == (1, 1, 42, 16)
     # the last patch holds the last 8 values then the last value repeated `stride` times
     assert p[0, 0, -1].tolist() == list(range(328, 336)) + [335.0] * 8
-    assert PatchTSTNet(336, 96).n_patches == 42
+    assert PatchTSTNet(PatchTSTConfig(input_size=336, h=96)).n_patches == 42
 
 
 def test_permuting_channels_permutes_patchtst_outputs():
     torch.manual_seed(0)
-    net = PatchTSTNet(64, 12, d_model=16, n_heads=2, d_ff=32, n_layers=2).eval()
+    net = PatchTSTNet(PatchTSTConfig(input_size=64, h=12, d_model=16, n_heads=2, d_ff=32, n_layers=2)).eval()
     x = torch.randn(3, 5, 64)
     perm = torch.tensor([3, 0, 4, 1, 2])
     with torch.no_grad():

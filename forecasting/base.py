@@ -1,0 +1,46 @@
+"""The one contract every forecaster keeps, so that `backtest` treats all models alike.
+
+A forecaster is a scikit-learn estimator (hyperparameters in `__init__`; `get_params`,
+`set_params`, `clone` and `repr` come from `BaseEstimator`) that forecasts the h values after
+given cutoffs of given series, using only the values before each cutoff:
+
+    preds, fitted = model.forecast_cutoffs(series, cutoffs, h)      # preds (S, W, h)
+
+Local models (`baselines.LocalModel`) refit one series' history at each cutoff; global models
+(`training.NeuralForecaster`) learn from every series' history at once and then forecast each
+window from its own look-back. Each class implements the contract its own way.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+from sklearn.base import BaseEstimator
+
+
+class Forecaster(BaseEstimator):
+    """Base of every model `backtest` accepts."""
+
+    @property
+    def alias(self) -> str:
+        """The model's column name in a backtest's forecasts."""
+        return type(self).__name__
+
+    def min_history(self) -> int:
+        """Values a series needs before its first cutoff for this model to forecast it."""
+        return 1
+
+    def forecast_cutoffs(self, series: Sequence[np.ndarray], cutoffs: np.ndarray, h: int, *,
+                         refit_every: int | None = None, progress: bool | None = None
+                         ) -> tuple[np.ndarray, "Forecaster | None"]:
+        """Forecast h steps after each cutoff, from the values before it only.
+
+        series: S one-dimensional float arrays. cutoffs: (S, W) ints, increasing along W; the
+        history of window w of series s is `series[s][:cutoffs[s, w]]`. `refit_every=k` lets a
+        global model retrain every k windows (default: once, before the first window); local models
+        refit at every cutoff anyway. `progress` None shows progress where someone can see it.
+
+        Returns the forecasts (S, W, h) and the model fitted last when it outlives a window
+        (a global model, to be saved), else None. `self` is not changed.
+        """
+        raise NotImplementedError
