@@ -30,6 +30,7 @@ FORMAT_VERSION = 1
 # preprocessing and geometry that must match between fit and load
 _CONTRACT = ("name", "kind", "img_size", "patch_size", "grid", "embed_dim", "depth", "mean", "std",
              "interpolation", "resize")
+_NOT_SAVED = ("backbone", "progress")   # constructor arguments that are not part of the model
 
 
 def backbone_fingerprint(bb: Any) -> str:
@@ -65,7 +66,7 @@ def save_patchcore(det: Any, path: str | os.PathLike, backbone_source: dict | No
     source = backbone_source or ({"default": True} if _is_embedded_default(bb) else None)
     cfg = {
         "kind": KIND, "format_version": FORMAT_VERSION,
-        "params": {k: getattr(det, k) for k in det.HYPERPARAMETERS},
+        "params": {k: v for k, v in det.get_params(deep=False).items() if k not in _NOT_SAVED},
         "blocks": list(det.blocks_), "grid": list(det.grid_),
         "threshold": float(det.threshold_), "map_range": [float(v) for v in det.map_range_],
         "n_train_images": int(det.n_train_images_), "n_train_patches": int(det.n_train_patches_),
@@ -82,6 +83,7 @@ def save_patchcore(det: Any, path: str | os.PathLike, backbone_source: dict | No
 
 
 def _rebuild_backbone(cfg: dict, path: Path) -> Any:
+    """The backbone an artifact was fitted on, rebuilt from its record at the recorded input size."""
     from frozenvit.backbone import load_backbone
 
     src = cfg.get("backbone_source")
@@ -91,10 +93,11 @@ def _rebuild_backbone(cfg: dict, path: Path) -> Any:
             f"{path} was fitted on {desc['name']!r} ({'random' if not desc.get('pretrained') else 'unnamed'} weights, "
             f"fingerprint {desc['fingerprint'][:18]}...) that cannot be rebuilt from the artifact; pass the same "
             "backbone: PatchCore.load(path, backbone=bb)")
+    size = tuple(desc["img_size"])                                      # (H, W) it was fitted at
     try:
         if src.get("default"):
-            return load_backbone(resize=desc.get("resize", "stretch"))
-        return load_backbone(src["name"], weights=src.get("weights"), img_size=src.get("img_size"),
+            return load_backbone(img_size=size, resize=desc.get("resize", "stretch"))
+        return load_backbone(src["name"], weights=src.get("weights"), img_size=size,
                              resize=desc.get("resize", "stretch"), **src.get("model_kwargs", {}))
     except BackboneUnavailable as e:
         raise ArtifactError(f"{path} needs backbone {src}, which cannot be loaded here: {e}") from e
@@ -113,31 +116,33 @@ def check_backbone(cfg: dict, bb: Any, path: Path) -> None:
 def load_patchcore(cls: type, path: str | os.PathLike, backbone: Any = None) -> Any:
     path = Path(path)
     cfg = read_config(path, KIND, FORMAT_VERSION)
-    bb = backbone if backbone is not None else _rebuild_backbone(cfg, path)
-    check_backbone(cfg, bb, path)
-    check_tensor_metadata(path / "bank.safetensors", cfg)
+    check_tensor_metadata(path / "bank.safetensors", cfg)               # before anything acts on the config
+    try:
+        bb = backbone if backbone is not None else _rebuild_backbone(cfg, path)
+        check_backbone(cfg, bb, path)
+        params = dict(cfg["params"])
+        if params.get("blocks") is not None:
+            params["blocks"] = tuple(params["blocks"])
+        det = cls(backbone=bb, **params)
+        det._check_params()
+        learned = dict(blocks_=tuple(cfg["blocks"]), grid_=tuple(cfg["grid"]), threshold_=float(cfg["threshold"]),
+                       map_range_=tuple(float(v) for v in cfg["map_range"]),
+                       n_train_images_=int(cfg["n_train_images"]), n_train_patches_=int(cfg["n_train_patches"]),
+                       holdout_indices_=np.array(cfg["holdout_indices"], dtype=int))
+        bank_shape = list(cfg["bank_shape"])
+    except (KeyError, TypeError, ValueError) as e:    # a config written by another tool or edited by hand
+        raise ArtifactError(f"{path}/config.json is not a complete {KIND} config ({type(e).__name__}: {e}); "
+                            "refit the model") from e
     try:
         tensors = load_file(str(path / "bank.safetensors"))
         index = load_index(path / "index.faiss")
+        bank, calibration = tensors["bank"], tensors["calibration_scores"]
     except Exception as e:   # missing or truncated files
         raise ArtifactError(f"{path}: bank or index cannot be read ({type(e).__name__}: {e}); refit the model") from e
-    bank = tensors["bank"]
-    if list(bank.shape) != cfg["bank_shape"] or index.ntotal != len(bank) or index.d != bank.shape[1]:
+    if list(bank.shape) != bank_shape or index.ntotal != len(bank) or index.d != bank.shape[1]:
         raise ArtifactError(f"{path}: bank {bank.shape} and index ({index.ntotal} x {index.d}) disagree with "
-                            f"config {cfg['bank_shape']}; the artifact is corrupt, refit it")
-    params = dict(cfg["params"])
-    if params.get("blocks") is not None:
-        params["blocks"] = tuple(params["blocks"])
-    det = cls(backbone=bb, **params)
-    det.backbone_ = bb
-    det.blocks_ = tuple(cfg["blocks"])
-    det.grid_ = tuple(cfg["grid"])
-    det.bank_ = bank
-    det.index_ = index
-    det.calibration_scores_ = tensors["calibration_scores"]
-    det.threshold_ = float(cfg["threshold"])
-    det.map_range_ = tuple(float(v) for v in cfg["map_range"])
-    det.n_train_images_ = int(cfg["n_train_images"])
-    det.n_train_patches_ = int(cfg["n_train_patches"])
-    det.holdout_indices_ = np.array(cfg["holdout_indices"], dtype=int)
+                            f"config {bank_shape}; the artifact is corrupt, refit it")
+    det.backbone_, det.bank_, det.index_, det.calibration_scores_ = bb, bank, index, calibration
+    for k, v in learned.items():
+        setattr(det, k, v)
     return det

@@ -12,7 +12,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from frozenvit.backbone.suite.errors import UsageError
+
 from .coreset import greedy_coreset
+from .errors import DatasetError
 from .search import build_index, knn
 
 
@@ -38,17 +41,17 @@ def contamination_audit(detector: Any, images: Sequence[Any], n_splits: int = 5,
     `detector` is an (unfitted or fitted) PatchCore; it is not modified. Features are extracted
     once; each fold costs one coreset and one index.
     """
-    from .patchcore import PatchCore, default_blocks
-
     images = list(images)
     n = len(images)
     if n < 2:
-        raise ValueError(f"the audit needs at least 2 images, got {n}")
-    k = max(2, min(n_splits, n))
-    det = PatchCore(**detector.get_params())
-    det.backbone_ = det._resolve_backbone()
-    det.blocks_ = tuple(det.backbone_.resolve_blocks(det.blocks if det.blocks is not None
-                                                     else default_blocks(det.backbone_.config.depth)))
+        raise DatasetError(f"the audit needs at least 2 normal images (each is scored by a bank of the others), got {n}")
+    if n_splits < 2:
+        raise UsageError(f"the audit needs n_splits >= 2 folds, got {n_splits}")
+    k = min(n_splits, n)
+    # a copy with the same hyperparameters that shares the frozen backbone (sklearn.base.clone would deep-copy it)
+    det = type(detector)(**detector.get_params(deep=False))
+    det._check_params()
+    det._setup_backbone()
     feats = np.concatenate([det._rows(f).reshape(len(f), -1, f.shape[1])
                             for f, _ in det._batches(images, "audit features")])          # (n, N, D)
     fold = np.random.default_rng(det.seed).permutation(n) % k                             # (n,)

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from frozenvit.backbone.commands import add_backbone_args
-from frozenvit.backbone.suite.cli import add_threads_arg
+from frozenvit.backbone.suite.cli import add_threads_arg, number
+from frozenvit.backbone.suite.errors import UsageError
 
 CHUNK = 64   # images per predict call in the CLI: bounds the memory held by full-size maps
 
@@ -28,10 +29,12 @@ def _backbone(args: argparse.Namespace) -> tuple[Any, dict | None]:
     from frozenvit.backbone import load_backbone
 
     random = getattr(args, "random_weights", False)
+    if random and args.weights:
+        raise UsageError("--random-weights and --weights contradict each other: drop one")
     bb = load_backbone(args.backbone, weights=args.weights, img_size=args.img_size, pretrained=not random,
                        resize=args.resize)
     if random:
-        source = None
+        source = None                 # random init is recorded as such (pretrained false) and cannot be rebuilt
     elif args.backbone is None:
         source = {"default": True}
     else:
@@ -43,8 +46,7 @@ def _backbone(args: argparse.Namespace) -> tuple[Any, dict | None]:
 def _detector(args: argparse.Namespace, bb: Any):
     from .patchcore import PatchCore
 
-    blocks = tuple(int(b) for b in args.blocks.split(",")) if args.blocks else None
-    return PatchCore(bb, blocks=blocks, coreset_ratio=args.coreset_ratio, reduce_dim=args.reduce_dim,
+    return PatchCore(bb, blocks=args.blocks, coreset_ratio=args.coreset_ratio, reduce_dim=args.reduce_dim,
                      image_score=args.image_score, index=args.index, target_fpr=args.target_fpr,
                      holdout=args.holdout, batch_size=args.batch_size, coreset_chunk=args.coreset_chunk,
                      seed=args.seed, progress=None)
@@ -63,8 +65,8 @@ def _cmd_fit(args: argparse.Namespace) -> int:
 
     check_artifact_dir(args.out, KIND)
     _faiss_threads(args)
-    bb, source = _backbone(args)
     train = _normals(args.data)
+    bb, source = _backbone(args)
     det = _detector(args, bb).fit(train)
     det.save(args.out, backbone_source=source)
     print(f"fitted on {det.n_train_images_} normal images ({det.n_train_patches_} patches, blocks {det.blocks_}); "
@@ -92,7 +94,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     from frozenvit.backbone.suite.artifacts import atomic_write_text, check_output_dir, output_dir
     from frozenvit.backbone.commands import list_images
 
-    from .images import read_image
+    from .images import image_size, read_image
     from .patchcore import PatchCore
     from .viz import overlay
 
@@ -100,6 +102,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     check_output_dir(args.out, "anomaly.predict")
     det = PatchCore.load(args.model)
     files = list_images(args.images)
+    for f in files:              # an unreadable file stops the run (ImageFormatError naming it) before any output
+        image_size(f)
     out = output_dir(args.out, "anomaly.predict")
     (out / "overlays").mkdir(parents=True, exist_ok=True)
     root = Path(args.images[0]) if len(args.images) == 1 and Path(args.images[0]).is_dir() else None
@@ -132,6 +136,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from .evaluation import evaluate_dataset
     from .patchcore import PatchCore
 
+    if args.masks and not args.test:
+        raise UsageError("--masks goes with --test (a plain folder of test images); an MVTec --data folder "
+                         "brings its own ground_truth/")
     check_output_file(args.out, "anomaly.evaluate")
     _faiss_threads(args)
     det = PatchCore.load(args.model)
@@ -157,8 +164,8 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
     check_output_file(args.out, "anomaly.audit")
     _faiss_threads(args)
-    bb, _ = _backbone(args)
     train = _normals(args.data)
+    bb, _ = _backbone(args)
     res = contamination_audit(_detector(args, bb), train, n_splits=args.folds,
                               names=[str(p) for p in train])
     rows = res.ranking(args.top)
@@ -199,22 +206,45 @@ def _reduce_dim(text: str) -> int | float | None:
     return value
 
 
+def _blocks(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(b) for b in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated block indices like 7,10, got {text!r}")
+
+
+def _open_fraction(text: str) -> float:
+    """A number strictly between 0 and 1."""
+    v = number(float, min=0, min_open=True)(text)
+    if v >= 1:
+        raise argparse.ArgumentTypeError(f"must be < 1, got {text}")
+    return v
+
+
 def _add_method_args(p: argparse.ArgumentParser) -> None:
     add_backbone_args(p)
-    p.add_argument("--resize", choices=("stretch", "pad"), default="stretch", help="fit images to the model input")
-    p.add_argument("--blocks", default=None, help="comma-separated 0-based blocks (default: two intermediate ones)")
-    p.add_argument("--coreset-ratio", type=float, default=0.1)
-    p.add_argument("--coreset-chunk", type=int, default=None, help="reduce features in chunks of this many patches")
+    p.add_argument("--resize", choices=("stretch", "pad"), default="stretch",
+                   help="fit images to the model input: stretch, or keep the aspect ratio and pad")
+    p.add_argument("--blocks", type=_blocks, default=None,
+                   help="comma-separated 0-based backbone blocks to fuse, e.g. 7,10 (None: two intermediate blocks)")
+    p.add_argument("--coreset-ratio", type=number(float, min=0, max=1, min_open=True), default=0.1,
+                   help="size of the bank of normal patches as a fraction of all training patches, in (0, 1]")
+    p.add_argument("--coreset-chunk", type=number(int, min=1), default=None,
+                   help="reduce features in chunks of about this many patches, to bound memory (None: all at once)")
     p.add_argument("--reduce-dim", type=_reduce_dim, default=0.25,
-                   help="channel pooling of fused features: a fraction of their width (default 0.25), "
-                        "a channel count (int), or 'none'")
-    p.add_argument("--image-score", choices=("reweighted", "max", "topk"), default="reweighted")
+                   help="channel pooling of fused features: a fraction of their width, a channel count (int), "
+                        "or 'none'")
+    p.add_argument("--image-score", choices=("reweighted", "max", "topk"), default="reweighted",
+                   help="image score from patch scores: the paper's reweighted maximum, the maximum, or the "
+                        "mean of the top 1%%")
     p.add_argument("--index", choices=("flat", "ivf", "ivfpq"), default="flat",
-                   help="flat: exact; ivf/ivfpq: approximate, for large banks")
-    p.add_argument("--target-fpr", type=float, default=0.01, help="false-alarm rate of the threshold")
-    p.add_argument("--holdout", type=float, default=0.2, help="fraction of normals held out for calibration")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--seed", type=int, default=0)
+                   help="nearest-neighbour search: flat is exact; ivf/ivfpq are approximate, for large banks")
+    p.add_argument("--target-fpr", type=_open_fraction, default=0.01,
+                   help="false-alarm rate the threshold is calibrated to on held-out normals, in (0, 1)")
+    p.add_argument("--holdout", type=_open_fraction, default=0.2,
+                   help="fraction of the normals held out to calibrate the threshold, in (0, 1)")
+    p.add_argument("--batch-size", type=number(int, min=1), default=16, help="images per backbone forward pass")
+    p.add_argument("--seed", type=int, default=0, help="seed of the holdout split and the coreset")
     add_threads_arg(p)
 
 
@@ -224,43 +254,46 @@ def register(subparsers: Any) -> None:
 
     q = sub.add_parser("fit", help="learn normal patches from an MVTec category (train/good) or a folder of normals")
     q.add_argument("--data", required=True, help="MVTec AD category folder, or a folder of normal images")
-    q.add_argument("--out", required=True, help="model directory to write")
+    q.add_argument("--out", required=True, help="model directory to write (new, empty, or an earlier model)")
     _add_method_args(q)
     q.set_defaults(func=_cmd_fit)
 
     q = sub.add_parser("predict", help="scores, decisions (CSV) and overlays (PNG) for images")
-    q.add_argument("--model", required=True)
+    q.add_argument("--model", required=True, help="model directory written by `anomaly fit`")
     q.add_argument("--images", nargs="+", required=True, help="image files or folders")
-    q.add_argument("--out", required=True, help="output folder: scores.csv, overlays/")
-    q.add_argument("--no-overlays", action="store_true")
+    q.add_argument("--out", required=True,
+                   help="output folder for scores.csv and overlays/ (new, empty, or an earlier predict output)")
+    q.add_argument("--no-overlays", action="store_true", help="write scores.csv only")
     add_threads_arg(q)
     q.set_defaults(func=_cmd_predict)
 
     q = sub.add_parser("evaluate", help="image AUROC, pixel AUROC, AUPRO, F1-max on a labelled test set")
-    q.add_argument("--model", required=True)
+    q.add_argument("--model", required=True, help="model directory written by `anomaly fit`")
     g = q.add_mutually_exclusive_group(required=True)
     g.add_argument("--data", help="MVTec AD category folder (test/, ground_truth/)")
     g.add_argument("--test", help="plain folder of test images (with --masks)")
-    q.add_argument("--masks", help="masks matched to --test images by file stem")
-    q.add_argument("--out", default=None, help="JSON file for the metrics")
+    q.add_argument("--masks", help="masks matched to --test images by file stem (None: labels unknown)")
+    q.add_argument("--out", default=None, help="JSON file for the metrics (None: print only)")
     add_threads_arg(q)
     q.set_defaults(func=_cmd_evaluate)
 
     q = sub.add_parser("audit", help="rank training normals by how anomalous they look to a bank without them")
     q.add_argument("--data", required=True, help="MVTec AD category folder, or a folder of normal images")
-    q.add_argument("--folds", type=int, default=5)
-    q.add_argument("--top", type=int, default=10)
-    q.add_argument("--out", default=None, help="JSON file for the full ranking")
+    q.add_argument("--folds", type=number(int, min=2), default=5,
+                   help="cross-validation folds: each image is scored by a bank of the other folds")
+    q.add_argument("--top", type=number(int, min=1), default=10, help="print this many of the least normal images")
+    q.add_argument("--out", default=None, help="JSON file for the full ranking (None: print only)")
     _add_method_args(q)
     q.set_defaults(func=_cmd_audit)
 
     q = sub.add_parser("synth", help="write the seeded synthetic set (MVTec layout)")
-    q.add_argument("--out", required=True)
-    q.add_argument("--category", nargs="+", default=["weave"], choices=("weave", "grain", "washer"))
-    q.add_argument("--n-train", type=int, default=40)
-    q.add_argument("--n-test-good", type=int, default=12)
-    q.add_argument("--n-test-defect", type=int, default=4, help="per defect type")
-    q.add_argument("--height", type=int, default=192)
-    q.add_argument("--width", type=int, default=224)
-    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--out", required=True, help="folder to write the categories into")
+    q.add_argument("--category", nargs="+", default=["weave"], choices=("weave", "grain", "washer"),
+                   help="categories to write")
+    q.add_argument("--n-train", type=number(int, min=1), default=40, help="normal training images")
+    q.add_argument("--n-test-good", type=number(int, min=0), default=12, help="good test images")
+    q.add_argument("--n-test-defect", type=number(int, min=0), default=4, help="test images per defect type")
+    q.add_argument("--height", type=number(int, min=32), default=192, help="image height in pixels")
+    q.add_argument("--width", type=number(int, min=32), default=224, help="image width in pixels")
+    q.add_argument("--seed", type=int, default=0, help="seed of the set: equal seeds, equal images")
     q.set_defaults(func=_cmd_synth)

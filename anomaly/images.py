@@ -1,8 +1,9 @@
 """Reading images and masks with the checks the readers rely on.
 
 Every image comes back as uint8 RGB (H, W, 3): gray is replicated, alpha and palettes are
-flattened, 16-bit samples are scaled to 8 bits (value / 257, rounded). A file that cannot be
-decoded raises `ImageFormatError` naming it. Masks come back as bool (H, W), binarised at > 127
+flattened, 16-bit samples are scaled to 8 bits by their real bit depth (a PNG's sBIT chunk, else
+the depth their largest sample needs, with a warning; `backbone.preprocess.integer_to_uint8`).
+A file that cannot be decoded raises `ImageFormatError` naming it. Masks come back as bool (H, W), binarised at > 127
 on the 8-bit scale, and must match their image's size.
 """
 from __future__ import annotations
@@ -11,9 +12,10 @@ import os
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
 from frozenvit.backbone.errors import ImageFormatError
+from frozenvit.backbone.preprocess import integer_to_uint8, png_significant_bits
 
 from .errors import DatasetError
 
@@ -41,38 +43,32 @@ def image_size(path: str | os.PathLike) -> tuple[int, int]:
     try:
         with Image.open(path) as im:
             w, h = im.size
-    except (UnidentifiedImageError, OSError) as e:
-        raise ImageFormatError(f"cannot read image {path}: {e}; replace or remove the file") from e
+    except Exception as e:   # Pillow's plugins raise many types on malformed files
+        raise ImageFormatError(f"cannot read image {path} ({type(e).__name__}: {e}); replace or remove the file") from e
     return h, w
 
 
-def _to_uint8(a: np.ndarray, path: str | os.PathLike) -> np.ndarray:
-    if a.dtype == np.uint8:
-        return a
-    if a.dtype == bool:
-        return a.astype(np.uint8) * 255
-    if a.dtype.kind in "iu" and a.size and (a.min() < 0 or a.max() > 65535):
-        raise ImageFormatError(f"{path}: integer samples outside 0..65535 (dtype {a.dtype}); "
-                               "save it as an 8- or 16-bit image")
-    if a.dtype.kind in "iu":   # 16-bit (I;16, I;16B, I) -> 8-bit
-        return np.round(a.astype(np.float64) / 257.0).astype(np.uint8)
-    raise ImageFormatError(f"{path}: floating-point samples (dtype {a.dtype}) are ambiguous; "
-                           "save it as an 8- or 16-bit PNG")
-
-
 def _decode(path: str | os.PathLike) -> np.ndarray:
+    """Pixels of an image file: uint8 (H, W) or (H, W, 3); 16-bit samples scaled by their bit depth."""
     try:
         with Image.open(path) as im:
             im.load()
             if im.mode in ("I;16", "I;16B", "I;16L", "I", "1", "L", "RGB"):
                 a = np.asarray(im)
             elif im.mode == "F":
-                a = np.asarray(im)
+                raise ImageFormatError(f"{path}: floating-point samples are ambiguous; save it as an 8- or 16-bit PNG")
             else:   # P, PA, LA, RGBA, CMYK, YCbCr, ...: let Pillow flatten to RGB
                 a = np.asarray(im.convert("RGB"))
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
-        raise ImageFormatError(f"cannot read image {path}: {e}; replace or remove the file") from e
-    return _to_uint8(a, path)
+            bits = png_significant_bits(path) if im.format == "PNG" and a.dtype != np.uint8 else None
+    except ImageFormatError:
+        raise
+    except Exception as e:   # UnidentifiedImageError, OSError, SyntaxError, DecompressionBombError, struct.error, ...
+        raise ImageFormatError(f"cannot read image {path} ({type(e).__name__}: {e}); replace or remove the file") from e
+    if a.dtype == bool:
+        return a.astype(np.uint8) * 255
+    if a.dtype == np.uint8:
+        return a
+    return integer_to_uint8(a, str(path), bits)
 
 
 def read_image(path: str | os.PathLike) -> np.ndarray:

@@ -18,9 +18,14 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
+from sklearn.base import BaseEstimator
+from sklearn.exceptions import NotFittedError
+
+from frozenvit.backbone.suite.errors import UsageError
 from frozenvit.backbone.suite.progress import progress_bar
 
-from .coreset import chunked_coreset, coreset_size, greedy_coreset
+from .coreset import chunked_coreset, greedy_coreset
+from .errors import DatasetError
 from .images import as_image
 from .scoring import center_tokens, fuse_blocks, local_aggregate, original_maps, reduced_width, reweighted_max, topk_mean
 from .search import INDEX_KINDS, build_index, knn
@@ -46,32 +51,41 @@ class AnomalyPrediction:
     patch_scores: np.ndarray      # (B, h, w) distances to the nearest normal patch
 
 
-class PatchCore:
-    """Anomaly detector on a frozen backbone; sklearn-style (hyperparameters here, state in `*_`).
+class PatchCore(BaseEstimator):
+    """Anomaly detector on a frozen backbone, a scikit-learn estimator.
+
+    The constructor stores hyperparameters and does nothing else (`get_params`, `set_params`,
+    `sklearn.base.clone` and the repr come from `BaseEstimator`); they are checked by `fit`. `fit`
+    learns from normal images only and returns self; learned state ends with `_`; `predict`,
+    `decision_function` and `anomaly_maps` never change it.
 
     backbone: a `backbone.FrozenBackbone`; None loads the embedded default at fit time.
-    blocks: backbone blocks to fuse; None: two intermediate blocks (`default_blocks`).
-    coreset_ratio: bank size as a fraction of training patches (greedy k-center).
-    proj_dim: random-projection width used only inside the coreset selection.
+    blocks: backbone blocks to fuse (negative: from the end); None: two intermediate blocks (`default_blocks`).
+    coreset_ratio: bank size as a fraction of training patches, in (0, 1] (greedy k-center).
+    proj_dim: random-projection width used only inside the coreset selection; None: no projection.
     reduce_dim: channel pooling of the fused features (`scoring.reduced_width`): a fraction of the
-        fused width (default 0.25: 384 -> 96 channels for two ViT-Ti blocks), an absolute channel
-        count, or None to keep all. On the synthetic set (20-epoch default, 2 seeds x 3 categories)
-        0.25 scored image AUROC 0.946 / pixel AUROC 0.957 / AUPRO 0.883 against 0.937 / 0.949 / 0.874
-        unpooled, and cuts the exact search and the bank 4x (README, anomaly section).
+        fused width (0.25: 384 -> 96 channels for two ViT-Ti blocks), an absolute channel count, or
+        None to keep all. Pooling shrinks the bank and the exact search by the same factor.
     center: subtract a robust image-wide reference token (`center_tokens`, per block) before
-        aggregation. Trained
-        ViT tokens carry an image-wide component that attention spreads from a defect to every
-        patch; removing it keeps the map local (README: AUPRO of the embedded default on the synthetic
-        set 0.69 -> 0.92). A trimmed mean, unlike the mean, is not moved by a defect covering a large
-        part of the image. It also hides anomalies that only shift the whole image.
-    aggregation: local neighbourhood (odd) averaged on the grid; 1 disables.
+        aggregation. Trained ViT tokens carry an image-wide component that attention spreads from a
+        defect to every patch; removing it keeps the map local. The trimmed mean it uses, unlike the
+        mean, is not moved by a defect covering less than half the image. It also hides anomalies
+        that only shift the whole image.
+    aggregation: odd neighbourhood size averaged on the grid; 1 disables.
     image_score: "reweighted" (paper, b = num_neighbors), "max", or "topk" (mean of top topk_frac).
     index: "flat" (exact), "ivf" or "ivfpq" (approximate, large banks); nprobe for the IVF ones.
-    target_fpr: false-alarm rate the threshold is calibrated to on held-out normals.
-    holdout: fraction of the training normals held out for that calibration (>= 1 image).
-    sigma: Gaussian smoothing of maps in model-canvas pixels.
+    target_fpr: false-alarm rate in (0, 1) the threshold is calibrated to on held-out normals.
+    holdout: fraction in (0, 1) of the training normals held out for that calibration (at least 1 image,
+        and at least 1 left for the bank: `fit` needs 2 images or more).
+    sigma: Gaussian smoothing of maps in model-canvas pixels (0: none).
+    batch_size: images per backbone forward pass.
     coreset_chunk: if set, features are reduced chunk by chunk (about this many patches per
         chunk) so all training features never sit in memory at once.
+    seed: seeds the holdout split, the projection and the coreset start; equal seeds, equal models.
+    progress: progress bars; None: only on a terminal.
+
+    Raises UsageError (a ValueError) from `fit` for a hyperparameter outside its range and
+    DatasetError for fewer than 2 normal images.
     """
 
     def __init__(self, backbone: Any = None, blocks: Sequence[int] | None = None, coreset_ratio: float = 0.1,
@@ -100,31 +114,52 @@ class PatchCore:
         self.seed = seed
         self.progress = progress
 
-    HYPERPARAMETERS = ("blocks", "coreset_ratio", "proj_dim", "reduce_dim", "center", "aggregation", "image_score",
-                       "num_neighbors", "topk_frac", "index", "nprobe", "target_fpr", "holdout", "sigma",
-                       "batch_size", "coreset_chunk", "seed")
-
-    def get_params(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("backbone", *self.HYPERPARAMETERS, "progress")}
-
     # ---- features ---------------------------------------------------------------------------
     def _check_params(self) -> None:
-        if self.image_score not in IMAGE_SCORES:
-            raise ValueError(f"image_score must be one of {IMAGE_SCORES}, got {self.image_score!r}")
-        if self.index not in INDEX_KINDS:
-            raise ValueError(f"index must be one of {INDEX_KINDS}, got {self.index!r}")
-        if not 0 < self.target_fpr < 1:
-            raise ValueError(f"target_fpr must be in (0, 1), got {self.target_fpr}")
-        if not 0 < self.holdout < 1:
-            raise ValueError(f"holdout must be in (0, 1), got {self.holdout}")
-        reduced_width(1, self.reduce_dim)                               # validates the type and range
+        def whole(v: Any, lo: int) -> bool:
+            return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= lo
 
-    def _resolve_backbone(self) -> Any:
+        def real(v: Any) -> bool:
+            return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) and math.isfinite(v)
+
+        checks = [   # (parameter, acceptable, what it must be)
+            ("coreset_ratio", real(self.coreset_ratio) and 0 < self.coreset_ratio <= 1, "a fraction in (0, 1]"),
+            ("proj_dim", self.proj_dim is None or whole(self.proj_dim, 1), "None or a positive int"),
+            ("aggregation", whole(self.aggregation, 1) and self.aggregation % 2 == 1, "an odd positive int"),
+            ("image_score", self.image_score in IMAGE_SCORES, f"one of {IMAGE_SCORES}"),
+            ("num_neighbors", whole(self.num_neighbors, 1), "a positive int"),
+            ("topk_frac", real(self.topk_frac) and 0 < self.topk_frac <= 1, "a fraction in (0, 1]"),
+            ("index", self.index in INDEX_KINDS, f"one of {INDEX_KINDS}"),
+            ("nprobe", whole(self.nprobe, 1), "a positive int"),
+            ("target_fpr", real(self.target_fpr) and 0 < self.target_fpr < 1, "a rate in (0, 1)"),
+            ("holdout", real(self.holdout) and 0 < self.holdout < 1, "a fraction in (0, 1)"),
+            ("sigma", real(self.sigma) and self.sigma >= 0, "a number >= 0"),
+            ("batch_size", whole(self.batch_size, 1), "a positive int"),
+            ("coreset_chunk", self.coreset_chunk is None or whole(self.coreset_chunk, 1), "None or a positive int"),
+        ]
+        bad = [f"{name} must be {what}, got {getattr(self, name)!r}" for name, ok, what in checks if not ok]
+        try:
+            reduced_width(1, self.reduce_dim)                           # validates the type and range
+        except ValueError as e:
+            bad.append(str(e))
+        if bad:
+            raise UsageError("PatchCore: " + "; ".join(bad))
+
+    def _setup_backbone(self) -> None:
+        """backbone_ (the given one, or the embedded default) and blocks_ (0-based, checked)."""
         if self.backbone is not None:
-            return self.backbone
-        from frozenvit.backbone import load_backbone
+            self.backbone_ = self.backbone
+        else:
+            from frozenvit.backbone import load_backbone
 
-        return load_backbone()
+            self.backbone_ = load_backbone()
+        depth = self.backbone_.config.depth
+        try:
+            self.blocks_ = tuple(self.backbone_.resolve_blocks(self.blocks if self.blocks is not None
+                                                               else default_blocks(depth)))
+        except (ValueError, TypeError) as e:
+            raise UsageError(f"PatchCore blocks={self.blocks!r}: {e}; pick 0-based indices below {depth} "
+                             f"(negatives count from the end), or None for {default_blocks(depth)}") from e
 
     def _batches(self, images: Sequence[Any], desc: str) -> Iterator[tuple[torch.Tensor, list]]:
         """Yield fused features (b, D, h, w) and GridMappings per batch; paths are read lazily."""
@@ -153,21 +188,27 @@ class PatchCore:
 
     # ---- fit --------------------------------------------------------------------------------
     def fit(self, images: Sequence[Any], y: Any = None) -> "PatchCore":
-        """Learn from normal images only (list of uint8 arrays, PIL images or paths); returns self."""
+        """Learn from normal images only (list of uint8 arrays, PIL images or paths); returns self.
+
+        Raises UsageError for a hyperparameter out of range, DatasetError for fewer than 2 images (one
+        or more build the bank, at least one is held out to calibrate the threshold).
+        """
         self._check_params()
         images = list(images)
         if len(images) < 2:
-            raise ValueError(f"PatchCore needs at least 2 normal images (one is held out to calibrate the "
-                             f"threshold), got {len(images)}")
-        self.backbone_ = self._resolve_backbone()
-        depth = self.backbone_.config.depth
-        self.blocks_ = tuple(self.backbone_.resolve_blocks(self.blocks if self.blocks is not None
-                                                           else default_blocks(depth)))
+            need = math.ceil((math.ceil(1 / self.target_fpr) - 1) / self.holdout)
+            raise DatasetError(
+                f"PatchCore needs at least 2 normal images, got {len(images)}: one or more build the bank of normal "
+                f"patches and at least one is held out (holdout={self.holdout:g}) to calibrate the threshold. For "
+                f"the threshold to hold its false-alarm target ({self.target_fpr:g}) about {need} are needed")
+        self._setup_backbone()
         perm = np.random.default_rng(self.seed).permutation(len(images))
         n_hold = min(len(images) - 1, max(1, round(self.holdout * len(images))))
         self.holdout_indices_ = np.sort(perm[:n_hold])
         train = [images[i] for i in np.sort(perm[n_hold:])]
         self.n_train_images_ = len(train)
+        self.n_train_patches_ = len(train) * math.prod(self.backbone_.config.grid)
+        self.grid_ = tuple(self.backbone_.config.grid)
         self.bank_ = self._build_bank(train)                            # (M, D)
         self.index_ = build_index(self.bank_, self.index, nprobe=self.nprobe, seed=self.seed)
         hold = [images[i] for i in self.holdout_indices_]
@@ -184,6 +225,7 @@ class PatchCore:
         return self
 
     def _build_bank(self, images: Sequence[Any]) -> np.ndarray:
+        """Coreset of the training patches' features, (M, D) float32 C-contiguous."""
         if self.coreset_chunk:
             def chunks() -> Iterator[np.ndarray]:
                 buf, rows = [], 0
@@ -201,14 +243,12 @@ class PatchCore:
             x = np.concatenate([self._rows(f) for f, _ in self._batches(images, "features")])  # (N, D)
             bank = x[greedy_coreset(x, self.coreset_ratio, proj_dim=self.proj_dim, seed=self.seed,
                                     progress=self.progress)]
-        self.n_train_patches_ = len(images) * math.prod(self.backbone_.config.grid)
-        self.grid_ = tuple(self.backbone_.config.grid)
         return np.ascontiguousarray(bank, np.float32)
 
     # ---- scoring ----------------------------------------------------------------------------
     def _check_fitted(self) -> None:
         if not hasattr(self, "index_"):
-            raise RuntimeError("this PatchCore is not fitted yet: call fit(normal_images) or PatchCore.load(dir)")
+            raise NotFittedError("this PatchCore is not fitted yet: call fit(normal_images) or PatchCore.load(dir)")
 
     def image_scores_from(self, dist: np.ndarray, nn: np.ndarray, queries: np.ndarray) -> np.ndarray:
         """Image scores (B,) from nearest-bank distances dist (B, N), indices nn (B, N), features (B, N, D)."""

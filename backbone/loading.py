@@ -44,7 +44,8 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
     name: a timm model name (ViTs: vit_*, deit_*, *dinov2*, incl. registers and distilled; CNNs are
         built features_only). None: the embedded default shipped in backbone/assets/ (with pretrained=False:
         its architecture and preprocessing, random weights).
-    weights: a local .safetensors or .pth (loaded with weights_only=True, never unpickled).
+    weights: a local .safetensors or .pth (loaded with weights_only=True, never unpickled). For a ConvNet,
+        the feature model's own state dict or a full timm classification checkpoint (its head is dropped).
     img_size: build at this input size; absolute position embeddings are resampled (bicubic) from
         the weights' grid. allow_interpolation=False raises GridMismatch instead.
     pretrained: False builds RANDOM weights on purpose (tests, baselines); it is recorded in the config.
@@ -85,16 +86,18 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
     if weights is not None:
         sd = read_state_dict(weights)
         sha = sha or sha256_file(weights)
-        model = timm.create_model(name, pretrained=False, **kwargs)
-        depth = _checkpoint_depth(sd) if is_vit and "depth" not in kwargs else None
-        if depth and depth != len(model.blocks):       # e.g. a shallower distilled student of this architecture
-            log.info("%s holds %d blocks: building %s with depth=%d", weights, depth, name, depth)
-            model = timm.create_model(name, pretrained=False, **kwargs, depth=depth)
         if is_vit:
+            model = timm.create_model(name, pretrained=False, **kwargs)
+            depth = _checkpoint_depth(sd) if "depth" not in kwargs else None
+            if depth and depth != len(model.blocks):       # e.g. a shallower distilled student of this architecture
+                log.info("%s holds %d blocks: building %s with depth=%d", weights, depth, name, depth)
+                model = timm.create_model(name, pretrained=False, **kwargs, depth=depth)
             sd = _fit_pos_embed(model, sd, allow_interpolation)
             from timm.models.vision_transformer import checkpoint_filter_fn
             sd = checkpoint_filter_fn(sd, model) if _needs_filter(sd) else sd
-        _load_strict(model, sd, weights)
+            _load_strict(model, sd, weights)
+        else:
+            model = _load_features(name, kwargs, sd, weights)
     elif pretrained:
         ok, reason = hub_is_allowed()
         if not ok:
@@ -153,22 +156,74 @@ def _fit_pos_embed(model: torch.nn.Module, sd: dict, allow: bool) -> dict:
     return sd
 
 
-def _load_strict(model: torch.nn.Module, sd: dict, source: Any) -> None:
+_HEAD = ("head.", "head_dist.", "fc_norm.", "fc.", "classifier.")   # classifier heads: a feature extractor ignores them
+_FEATURE_KWARGS = ("features_only", "out_indices", "feature_cls", "flatten_sequential", "output_fmt")
+
+
+def _load_strict(model: torch.nn.Module, sd: dict, source: Any, optional: frozenset[str] = frozenset()) -> None:
+    """Load `sd` into `model`, refusing a checkpoint whose body does not fit.
+
+    Classifier heads (`_HEAD`) may be absent or extra; keys in `optional` may be absent and their shapes
+    are not checked (a ConvNet's layers after its last feature stage, see `_load_features`).
+    """
     want = model.state_dict()
     sd = {k: v.to(want[k].dtype) if k in want else v for k, v in sd.items()}
     missing, unexpected = [k for k in want if k not in sd], [k for k in sd if k not in want]
-    # heads are irrelevant to a frozen feature extractor: allow them to be absent or extra
-    head = ("head.", "head_dist.", "fc_norm.", "fc.", "classifier.")
-    missing_core = [k for k in missing if not k.startswith(head)]
-    unexpected_core = [k for k in unexpected if not k.startswith(head)]
+    missing_core = [k for k in missing if not k.startswith(_HEAD) and k not in optional]
+    unexpected_core = [k for k in unexpected if not k.startswith(_HEAD)]
     if missing_core or unexpected_core:
         raise BackboneUnavailable(
             f"{source} does not fit {type(model).__name__}: missing {missing_core[:6]}{'...' if len(missing_core) > 6 else ''}, "
             f"unexpected {unexpected_core[:6]}{'...' if len(unexpected_core) > 6 else ''}; is it the right model name?")
     for k, v in sd.items():
-        if k in want and v.shape != want[k].shape:
+        if k in want and k not in optional and not k.startswith(_HEAD) and v.shape != want[k].shape:
             raise GridMismatch(f"{source}: {k} has shape {tuple(v.shape)}, the model expects {tuple(want[k].shape)}")
-    model.load_state_dict({k: v for k, v in sd.items() if k in want}, strict=False)
+    model.load_state_dict({k: v for k, v in sd.items() if k in want and v.shape == want[k].shape}, strict=False)
+
+
+def _load_features(name: str, kwargs: dict, sd: dict, source: Any) -> torch.nn.Module:
+    """A ConvNet built features_only, with the weights of `sd`.
+
+    `sd` is either the feature model's own state dict (as frozenvit saves it) or a full classification
+    checkpoint. timm loads pretrained weights into the classification model and only then wraps it for
+    features, which drops what comes after the last feature stage (EfficientNet's conv_head, bn2 and
+    classifier; a ResNet's fc) and renames modules for some wrappers (ConvNeXt's stages.0 -> stages_0).
+    The same is done here: the checkpoint is checked strictly against the classification model, with the
+    layers after the last feature stage optional, and timm then builds the feature model from it.
+    """
+    model = timm.create_model(name, pretrained=False, **kwargs)
+    try:
+        _load_strict(model, sd, source)
+        return model
+    except BackboneUnavailable:
+        pass                                                         # not the feature layout: a full checkpoint?
+    full = timm.create_model(name, pretrained=False, **{k: v for k, v in kwargs.items() if k not in _FEATURE_KWARGS})
+    try:
+        _load_strict(full, sd, source, optional=_after_features(full, model.feature_info))
+    except BackboneUnavailable as e:
+        raise BackboneUnavailable(f"{e} (it fits neither a {name} classification checkpoint nor its features_only "
+                                  "layout)") from e
+    timm_log = logging.getLogger("timm.models._builder")     # it would list the head's keys as "unexpected"
+    level = timm_log.level
+    timm_log.setLevel(logging.ERROR)
+    try:
+        model = timm.create_model(name, pretrained=True, **kwargs,
+                                  pretrained_cfg_overlay={"state_dict": full.state_dict(), "source": ""})
+    finally:
+        timm_log.setLevel(level)
+    for cfg in {id(c): c for c in (model.pretrained_cfg, getattr(model, "default_cfg", {}))}.values():
+        cfg.pop("state_dict", None)                                  # do not keep a copy of the weights around
+    return model
+
+
+def _after_features(full: torch.nn.Module, feature_info: Any) -> frozenset[str]:
+    """State-dict keys of the classification model's top-level modules after its last feature stage."""
+    last = feature_info.module_name()[-1].split(".")[0]                 # e.g. "blocks" of "blocks.6", "layer4"
+    names = [n for n, _ in full.named_children()]
+    if last not in names:
+        return frozenset()
+    tail = tuple(f"{n}." for n in names[names.index(last) + 1:])
+    return frozenset(k for k in full.state_dict() if k.startswith(tail))
 
 
 def _derive_config(model: torch.nn.Module, name: str, is_vit: bool, sha: str | None, pretrained: bool,

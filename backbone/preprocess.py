@@ -5,6 +5,7 @@ drawn on the original image whatever the resize policy was.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -89,22 +90,32 @@ class Batch:
     mappings: list[GridMapping]
 
 
-def to_rgb_uint8(image: Any, name: str = "image") -> np.ndarray:
+def to_rgb_uint8(image: Any, name: str = "image", bits: int | None = None) -> np.ndarray:
     """PIL image or numpy array -> (H, W, 3) uint8. Gray, RGBA and 16-bit are converted.
 
-    Raises ImageFormatError for layouts that cannot be an image and PreprocessingMismatch for
-    float arrays (their scale is ambiguous: pass uint8).
+    16-bit samples are scaled by their real bit depth (`integer_to_uint8`): `bits` when given, else a
+    PNG's sBIT chunk for PIL images opened from a file, else the depth their largest value needs.
+    Raises ImageFormatError for layouts and sample types that cannot be an image and
+    PreprocessingMismatch for float arrays (their scale is ambiguous: pass uint8).
     """
     if isinstance(image, Image.Image):
         if image.mode in ("I;16", "I;16B", "I;16L", "I"):
-            return to_rgb_uint8(np.array(image), name)
-        return np.array(image.convert("RGB"))
+            if bits is None and image.format == "PNG" and getattr(image, "filename", ""):
+                bits = png_significant_bits(image.filename)
+            return to_rgb_uint8(np.array(image), name, bits)
+        try:
+            rgb = np.array(image.convert("RGB"))
+        except (ValueError, OSError) as e:                            # e.g. a mode Pillow cannot convert
+            raise ImageFormatError(f"{name}: PIL mode {image.mode!r} cannot be converted to RGB ({e})") from e
+        return to_rgb_uint8(rgb, name)
     if isinstance(image, torch.Tensor):
         raise ImageFormatError(f"{name}: a torch tensor; pass a (B,3,H,W) normalised tensor to patch_grids "
                                "directly, or uint8 numpy/PIL images to preprocess")
     if not isinstance(image, np.ndarray):
         raise ImageFormatError(f"{name}: unsupported type {type(image).__name__}; pass PIL images or numpy arrays")
     a = image
+    if a.dtype.kind not in "biuf":
+        raise ImageFormatError(f"{name}: dtype {a.dtype} does not hold image samples; pass uint8 (or 16-bit) arrays")
     if a.ndim == 3 and a.shape[0] in (1, 3, 4) and a.shape[2] not in (1, 3, 4):
         raise ImageFormatError(f"{name}: shape {a.shape} looks channels-first; pass (H, W, C), e.g. "
                                "np.transpose(img, (1, 2, 0))")
@@ -114,26 +125,88 @@ def to_rgb_uint8(image: Any, name: str = "image") -> np.ndarray:
         raise ImageFormatError(f"{name}: shape {a.shape} is not (H, W), (H, W, 1), (H, W, 3) or (H, W, 4)")
     if a.shape[0] < 1 or a.shape[1] < 1:
         raise ImageFormatError(f"{name}: empty image of shape {a.shape}")
-    if a.dtype == np.uint16 or a.dtype == np.int32 and a.max() > 255:
-        a = (a.astype(np.float64) / 257.0).round().clip(0, 255).astype(np.uint8)   # 16-bit -> 8-bit
-    elif a.dtype == bool:
+    if a.dtype == bool:
         a = a.astype(np.uint8) * 255
-    elif np.issubdtype(a.dtype, np.floating):
-        lo, hi = float(np.nanmin(a)), float(np.nanmax(a))
+    elif a.dtype.kind == "f":
+        finite = a[np.isfinite(a)]
+        lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (float("nan"), float("nan"))
         hint = ("values in [0, 1]: use (img * 255).round().astype(np.uint8)" if lo >= 0 and hi <= 1 else
                 "values up to 255: use img.round().astype(np.uint8)" if lo >= 0 and hi <= 255 else
                 "values outside [0, 255] look normalised already: pass the raw uint8 image instead")
         raise PreprocessingMismatch(f"{name}: float image (range {lo:.3g}..{hi:.3g}); preprocessing expects "
                                     f"uint8 so that scale is unambiguous; {hint}")
     elif a.dtype != np.uint8:
-        if a.min() < 0 or a.max() > 255:
-            raise ImageFormatError(f"{name}: dtype {a.dtype} with values outside 0..255")
-        a = a.astype(np.uint8)
+        a = integer_to_uint8(a, name, bits)
     if a.ndim == 2:
         a = np.repeat(a[:, :, None], 3, axis=2)
     elif a.shape[2] == 4:
         a = a[:, :, :3]  # drop alpha
     return np.ascontiguousarray(a)
+
+
+BIT_DEPTHS = (8, 10, 12, 14, 16)     # what sensors record; a guessed depth is the smallest that holds the data
+
+
+def integer_to_uint8(a: np.ndarray, name: str = "image", bits: int | None = None) -> np.ndarray:
+    """Integer samples -> uint8, scaled by the bit depth they were recorded with.
+
+    bits: significant bits (e.g. a PNG's sBIT chunk). Samples that fit in `bits` are scaled by
+        255 / (2**bits - 1); larger ones were stored left-aligned in 16 bits, as the PNG specification
+        asks, and are scaled by 255 / 65535.
+    None: 16-bit containers (uint16) are scaled by the smallest of 8, 10, 12, 14 or 16 bits that holds
+        their largest sample, with a warning when that is less than 16 (a guess: a dark 16-bit image
+        then looks brighter, and images of one sensor may be scaled differently). Other integer types
+        with samples up to 255 are 8-bit values and kept; larger ones are treated like uint16.
+    Raises ImageFormatError for negative samples or samples above 65535.
+    """
+    lo, hi = int(a.min()), int(a.max())
+    if lo < 0 or hi > 65535:
+        raise ImageFormatError(f"{name}: integer samples {lo}..{hi} (dtype {a.dtype}) lie outside 0..65535; "
+                               "pass an 8- or 16-bit image")
+    sixteen = a.dtype.kind == "u" and a.dtype.itemsize == 2
+    if bits is not None and not 1 <= bits <= 16:
+        bits = None
+    if bits is None and not sixteen and hi <= 255:
+        return a.astype(np.uint8)
+    if bits is not None:
+        full = 2 ** bits - 1 if hi < 2 ** bits else 65535
+    else:
+        depth = next(d for d in BIT_DEPTHS if hi < 2 ** d)
+        full = 2 ** depth - 1
+        if depth < 16 and hi > 0:
+            warnings.warn(f"16-bit image data without a recorded bit depth (PNG sBIT): its largest sample fits "
+                          f"{depth} bits, so it is scaled as {depth}-bit data (/ {full}). If the images are really "
+                          "16-bit (dark ones), or come from one sensor, record the depth in an sBIT chunk or convert "
+                          "them to 8-bit yourself", stacklevel=3)
+    return np.round(a.astype(np.float64) / (full / 255.0)).clip(0, 255).astype(np.uint8)
+
+
+def png_significant_bits(path: Any) -> int | None:
+    """Significant bits of a PNG's colour samples from its sBIT chunk (the largest over channels), None
+    when the file has none or is not a readable PNG. Reads only the chunks before the image data."""
+    import struct
+
+    try:
+        with open(path, "rb") as f:
+            if f.read(8) != b"\x89PNG\r\n\x1a\n":
+                return None
+            color_type = None
+            while True:
+                head = f.read(8)
+                if len(head) < 8:
+                    return None
+                length, kind = struct.unpack(">I4s", head)
+                if kind in (b"IDAT", b"IEND") or length > 1 << 24:
+                    return None
+                data = f.read(length)
+                f.seek(4, 1)                                          # CRC
+                if kind == b"IHDR" and len(data) >= 10:
+                    color_type = data[9]
+                elif kind == b"sBIT" and data:
+                    channels = {0: 1, 2: 3, 3: 3, 4: 1, 6: 3}.get(color_type, len(data))   # colour, not alpha
+                    return max(data[:channels])
+    except OSError:
+        return None
 
 
 class Preprocess:
@@ -158,6 +231,10 @@ class Preprocess:
         rgb = to_rgb_uint8(image, name)                                   # (H0, W0, 3) uint8
         H0, W0 = rgb.shape[:2]
         H, W = self.size
+        patch = self.config.patch_size
+        if H0 < patch or W0 < patch:
+            warnings.warn(f"{name} is {H0}x{W0} px, smaller than one {patch}x{patch} px patch: it is blown up to "
+                          f"{H}x{W} and its tokens and map carry no detail; is it the image you meant?", stacklevel=2)
         if self.resize == "stretch":
             canvas = _resize(rgb, (H, W), self.filter)
             box, region = (0, 0, H, W), (0.0, 0.0, float(H0), float(W0))

@@ -15,30 +15,58 @@ log = logging.getLogger("frozenvit.backbone")
 
 
 def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """Load a `.safetensors` or `.pth/.pt/.bin` file as a flat state dict. Never unpickles code."""
+    """Load a `.safetensors` or `.pth/.pt/.bin/.ckpt` file as a flat state dict. Never unpickles code.
+
+    Raises BackboneUnavailable naming the file when it is missing, truncated, not a weights file, or a
+    pickle that holds code.
+    """
     path = Path(path)
     if not path.is_file():
         raise BackboneUnavailable(f"weights file {path} does not exist")
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
 
-        sd = load_file(str(path))
+        try:
+            sd = load_file(str(path))
+        except Exception as e:  # SafetensorError (bad header, truncated), OSError
+            raise BackboneUnavailable(_unreadable(path, e, "a .safetensors file")) from e
     elif path.suffix in (".pth", ".pt", ".bin", ".ckpt"):
         try:
             sd = torch.load(str(path), map_location="cpu", weights_only=True)
-        except Exception as e:  # pickle.UnpicklingError and friends
-            raise BackboneUnavailable(
-                f"{path} cannot be loaded with weights_only=True ({type(e).__name__}: {str(e)[:200]}). It holds "
-                "pickled code, which frozenvit never runs; re-save it as a plain state dict or .safetensors") from e
+        except Exception as e:  # pickle.UnpicklingError, EOFError, RuntimeError (zip), OSError
+            detail = _torch_load_detail(e)
+            if "allowed global" in detail or "Unsupported global" in detail:
+                raise BackboneUnavailable(
+                    f"{path} cannot be loaded with weights_only=True ({type(e).__name__}: {detail[:200]}). It holds "
+                    "pickled code, which frozenvit never runs; re-save it as a plain state dict or .safetensors") from e
+            raise BackboneUnavailable(_unreadable(path, e, "a PyTorch checkpoint", detail)) from e
         for key in ("state_dict", "model", "module", "teacher", "student"):
             if isinstance(sd, dict) and key in sd and isinstance(sd[key], dict):
                 sd = sd[key]
                 break
     else:
         raise BackboneUnavailable(f"{path}: unknown weights format {path.suffix!r}; use .safetensors or .pth")
-    if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
-        raise BackboneUnavailable(f"{path} does not hold a flat dict of tensors")
-    return {k.removeprefix("module."): v for k, v in sd.items()}
+    if not isinstance(sd, dict) or not sd or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+        raise BackboneUnavailable(f"{path} does not hold a flat dict of tensors; pass the model's state_dict "
+                                  "saved with safetensors.torch.save_file or torch.save")
+    return {str(k).removeprefix("module."): v for k, v in sd.items()}
+
+
+def _torch_load_detail(e: Exception) -> str:
+    """The informative line of torch.load's long weights_only message ("Unsupported operand 103", "... was not an
+    allowed global ...")."""
+    text = str(e)
+    if "WeightsUnpickler error:" in text:
+        text = text.split("WeightsUnpickler error:", 1)[1]
+    return " ".join(text.split("\n\nCheck the documentation", 1)[0].split())
+
+
+def _unreadable(path: Path, e: Exception, what: str, detail: str | None = None) -> str:
+    size = path.stat().st_size
+    detail = (detail if detail is not None else " ".join(str(e).split()))[:160] or "no detail"
+    return (f"{path} ({size} bytes) cannot be read as {what} ({type(e).__name__}: {detail}); "
+            "it is truncated or not a weights file. Download or copy it again (compare its size and checksum "
+            "with the source), or re-save the weights with safetensors.torch.save_file")
 
 
 def resample_pos_embed(pos: torch.Tensor, new_grid: tuple[int, int], num_prefix: int,
