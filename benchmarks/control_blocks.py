@@ -61,7 +61,7 @@ def main() -> int:
                 with torch.no_grad():
                     x = head.prepare(held.tokens.float(), None if held.cls is None else held.cls.float())
                     prop = (held.proprio - pol.proprio_mean_) / pol.proprio_std_
-                    pred = head.forward_prepared(x[:, None], prop)
+                    pred = head.forward_prepared(x, prop)
                 rows.append(dict(task=task, block=cache.meta["block"], pooling=pooling,
                                  train_mse=pol.history_[-1], heldout_mse=float(((pred - held.actions) ** 2).mean()),
                                  heldout_frames=len(held), action_var=float(held.actions.var(0).mean())))

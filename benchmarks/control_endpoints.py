@@ -34,13 +34,13 @@ def main() -> int:
     import torch
 
     from frozenvit.backbone import load_backbone
-    from frozenvit.control import MetaWorldTask, VisuomotorAgent, config_seeds, load_policy
+    from frozenvit.control import MetaWorldTask, PatchTokenPolicy, VisuomotorAgent, config_seeds
 
     torch.set_num_threads(args.threads)
     bb = None
     runs, rows, first_attention = [], [], None
     for path in args.policies:
-        pol = load_policy(path)
+        pol = PatchTokenPolicy.load(path)
         if bb is None or list(bb.config.img_size) != pol.meta_["img_size"]:
             bb = load_backbone(img_size=pol.meta_["img_size"][0])
         agent = VisuomotorAgent(pol, bb)
@@ -51,7 +51,6 @@ def main() -> int:
                            image_size=int(pol.meta_.get("demo_image_size") or pol.meta_["img_size"][0]),
                            max_steps=args.max_steps) as env:
             for c in config_seeds("heldout", args.configs, start=args.heldout_start):
-                agent.reset()
                 st = env.reset(c)
                 goal = st.full[-3:].copy()                                          # reach: goal xyz ends the state
                 start, closest = st.proprio[:3].copy(), np.inf
@@ -84,12 +83,11 @@ def query_maps(pol, bb, configs: list[int], png: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import torch
     from PIL import Image
 
     from frozenvit.control import MetaWorldTask, VisuomotorAgent
 
-    head = pol.members[0].head_ if hasattr(pol, "members") else pol.head_
+    head = pol.head_
     h, w = bb.config.grid
     Q = head.pool.num_queries
     fig, axes = plt.subplots(len(configs), Q + 1, figsize=(2.2 * (Q + 1), 2.3 * len(configs)), squeeze=False)

@@ -115,8 +115,8 @@ def main() -> int:
 
     import numpy as np
 
-    from frozenvit.control import (LatencyReport, MetaWorldTask, PatchTokenPolicy, RenderSettings, VisuomotorAgent,
-                         backbone_meta, measure_latency)
+    from frozenvit.control import (LatencyReport, MetaWorldTask, RenderSettings, UntrainedHead, VisuomotorAgent,
+                                   measure_latency)
 
     from frozenvit.control.cli import parse_mesh_faces, render_settings
 
@@ -142,8 +142,7 @@ def main() -> int:
         # Encoders take turns in rounds, so drift in the machine's load hits both alike.
         envs = [MetaWorldTask(args.task, image_size=bb.config.img_size[0], render=r)
                 for (_, bb, _), r in zip(encoders, renders)]
-        agents = [VisuomotorAgent(PatchTokenPolicy("attention").init_untrained(backbone_meta(bb, args.block)), bb)
-                  for _, bb, _ in encoders]
+        agents = [VisuomotorAgent(UntrainedHead(bb, block=args.block), bb) for _, bb, _ in encoders]
         parts: list[list] = [[] for _ in encoders]
         try:
             for r in range(args.rounds):

@@ -19,8 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from common import RESULTS, ROOT, print_table, write_result
-from frozenvit.control.defaults import (DEFAULT_BC_EPOCHS, DEFAULT_POS_CODE, DEFAULT_QUERY_DIVERSITY, LEGACY_HEAD_OPTIONS,
-                             POS_CODES)
+from frozenvit.control.defaults import DEFAULT_BC_EPOCHS, DEFAULT_QUERIES, DEFAULT_QUERY_DIVERSITY
 
 DEFAULT_TASKS = ["reach-v3", "push-v3", "button-press-v3", "drawer-open-v3"]
 
@@ -38,23 +37,13 @@ def main() -> int:
     ap.add_argument("--poolings", nargs="+", default=["attention", "cls", "mean"])
     ap.add_argument("--epochs", type=int, default=DEFAULT_BC_EPOCHS,
                     help="behaviour-cloning epochs of every head (the results before 2026-11-30 used 60)")
-    ap.add_argument("--frames", type=int, default=1)
-    ap.add_argument("--token-dropout", type=float, default=0.0, help="attention pooling only")
-    ap.add_argument("--num-queries", type=int, default=4, help="learned queries of the attention pooler")
-    ap.add_argument("--keypoints", action="store_true",
-                    help="attention pooling also hands the MLP where each query looked (soft-argmax x, y)")
-    ap.add_argument("--pos-code", choices=POS_CODES, default=DEFAULT_POS_CODE,
-                    help="attention pooling: a fixed 2-d sine-cosine position code (default) or a learned one, zero "
-                         "at init (the earlier head)")
+    ap.add_argument("--num-queries", type=int, default=DEFAULT_QUERIES, help="learned queries of the attention pooler")
     ap.add_argument("--query-diversity", type=float, default=DEFAULT_QUERY_DIVERSITY, metavar="W",
                     help="attention pooling: weight of the penalty on queries whose attention maps overlap")
     ap.add_argument("--with-cls", action="store_true",
                     help="attention pooling: the MLP also gets the CLS token (patch tokens on top of the summary)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0],
                     help="training seeds of each head: BC success varies a lot from seed to seed")
-    ap.add_argument("--ensemble", type=int, default=1, metavar="K",
-                    help="act by the mean action of K heads; seed s is the ensemble of member seeds s*K .. s*K+K-1 "
-                         "(K=1: one head per seed, seed s)")
     ap.add_argument("--block", type=int, default=None,
                     help="backbone block of every pooling (default: control.default_block, the last)")
     ap.add_argument("--size", type=int, default=None, help="encoder input size (default: the default's own)")
@@ -64,9 +53,6 @@ def main() -> int:
     ap.add_argument("--demo-size", type=int, default=224, help="rendered frame size (resized to the encoder's)")
     ap.add_argument("--hold-steps", type=int, default=0,
                     help="demos go on this many expert steps past the first success (what to do at the goal)")
-    ap.add_argument("--action-noise", type=float, default=0.0,
-                    help="std of Gaussian noise on the expert's executed actions while recording demos (labels stay "
-                         "the expert's): demos that visit and correct off-course states")
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--mesh-faces", default=None, metavar="N|none",
                     help="render meshes simplified to N triangles (default: RenderSettings'); 'none': full meshes")
@@ -90,8 +76,10 @@ def main() -> int:
     import torch
 
     from frozenvit.backbone import load_backbone
-    from frozenvit.control import (PatchTokenPolicy, PolicyEnsemble, cache_features, collect_demos, config_seeds, default_block,
-                         evaluate)
+    from frozenvit.backbone.errors import ArtifactError
+    from frozenvit.control import (AttentionConfig, PatchTokenPolicy, cache_features, collect_demos, config_seeds,
+                                   default_block, evaluate)
+    from frozenvit.control.policy import FORMAT_VERSION as POLICY_FORMAT
     from frozenvit.control.cli import render_settings
 
     torch.set_num_threads(args.threads)
@@ -102,8 +90,12 @@ def main() -> int:
     heldout = config_seeds("heldout", args.configs, start=args.heldout_start)
     render = render_settings(args)
     lod = "" if render.mesh_faces is None else f"_lod{render.mesh_faces}"    # full-mesh runs keep their old names
-    blocks = {p: bb.resolve_blocks(args.block if args.block is not None else default_block(bb.config.depth, p))[0]
+    blocks = {p: bb.resolve_blocks(args.block if args.block is not None else default_block(bb.config.depth))[0]
               for p in args.poolings}
+    # the head options dropped from control (control/RESULTS.md), at the values every run since has had,
+    # so that --resume and --compare still match results of runs made while they existed
+    args.frames, args.token_dropout, args.keypoints, args.pos_code, args.ensemble, args.action_noise = \
+        1, 0.0, False, "sincos", 1, 0.0
     results: list[dict] = []
     settings = dict(tasks=args.tasks, demos=args.demos, configs=args.configs, max_steps=args.max_steps,
                     poolings=args.poolings, epochs=args.epochs, frames=args.frames, seeds=args.seeds,
@@ -129,11 +121,10 @@ def main() -> int:
         if all((task, p, sd) in done for p in args.poolings for sd in args.seeds):
             continue
         t0 = time.perf_counter()
-        demo_sfx = (f"_noise{args.action_noise:g}" if args.action_noise > 0 else "") \
-            + (f"_hold{args.hold_steps}" if args.hold_steps > 0 else "")          # none: older folder names
+        demo_sfx = f"_hold{args.hold_steps}" if args.hold_steps > 0 else ""         # none: older folder names
         demo_dir = work / "demos" / f"{task}_{args.camera}_{args.demo_size}px{lod}{demo_sfx}"
         collect_demos(task, demo_dir, args.demos, camera=args.camera, image_size=args.demo_size, max_steps=500,
-                      render=render, action_noise=args.action_noise, hold_steps=args.hold_steps)
+                      render=render, hold_steps=args.hold_steps)
         caches = {b: cache_features(demo_dir, bb, block=b) for b in sorted(set(blocks.values()))}
         t_prep = time.perf_counter() - t0
         for pooling, seed in [(p, sd) for p in args.poolings for sd in args.seeds]:
@@ -141,36 +132,28 @@ def main() -> int:
                 continue
             t1 = time.perf_counter()
             cache = caches[blocks[pooling]]
-            members = []
-            for member_seed in range(seed * args.ensemble, (seed + 1) * args.ensemble):
-                pol_dir = work / "policies" / (f"{task}_{enc}_{(bb.weights_sha256 or 'random')[:10]}_{pooling}"
-                                               f"_b{blocks[pooling]}_f{args.frames}_s{member_seed}{lod}{demo_sfx}"
-                                               f"{_attention_suffix(args, pooling)}")
-                attn = pooling == "attention"
-                pol = PatchTokenPolicy(pooling, frames=args.frames, epochs=args.epochs, seed=member_seed,
-                                       token_dropout=args.token_dropout if attn else 0.0,
-                                       num_queries=args.num_queries if attn else 4,
-                                       keypoints=args.keypoints and attn,
-                                       # other poolings ignore these; the legacy values keep their saved
-                                       # policies' parameters, and so the cached heads, as they were
-                                       pos_code=args.pos_code if attn else LEGACY_HEAD_OPTIONS["pos_code"],
-                                       query_diversity=args.query_diversity if attn else 0.0,
-                                       with_cls=args.with_cls and attn)
+            pol_dir = work / "policies" / (f"{task}_{enc}_{(bb.weights_sha256 or 'random')[:10]}_{pooling}"
+                                           f"_b{blocks[pooling]}_f1_s{seed}{lod}{demo_sfx}"
+                                           f"{_attention_suffix(args, pooling)}")
+            attention = AttentionConfig(args.num_queries, query_diversity=args.query_diversity,
+                                        with_cls=args.with_cls) if pooling == "attention" else None
+            pol = PatchTokenPolicy(pooling, attention, epochs=args.epochs, seed=seed)
+            try:
                 cached = PatchTokenPolicy.load(pol_dir) if (pol_dir / "config.json").is_file() else None
-                if cached is not None and cached.get_params() == pol.get_params() \
-                        and cached.meta_.get("fingerprint") == bb.weights_sha256:
-                    pol = cached
-                else:
-                    pol.fit(cache, checkpoint_dir=work / "ckpt" / pol_dir.name)
-                    pol.save(pol_dir)
-                members.append(pol)
-            pol = members[0] if args.ensemble == 1 else PolicyEnsemble(members)
+            except ArtifactError:                                      # of an older format: trained again
+                cached = None
+            if cached is not None and cached.get_params() == pol.get_params() \
+                    and cached.meta_.get("fingerprint") == bb.weights_sha256:
+                pol = cached
+            else:
+                pol.fit(cache, checkpoint_dir=work / f"ckpt_v{POLICY_FORMAT}" / pol_dir.name)
+                pol.save(pol_dir)
             t_fit = time.perf_counter() - t1
             res = evaluate(pol, bb, heldout, max_steps=args.max_steps, parallel=args.parallel)
             results.append(dict(task=task, pooling=pooling, seed=seed, block=blocks[pooling],
                                 success_rate=res.success_rate,
                                 successes=int(sum(res.successes)), episodes=len(res.successes),
-                                final_bc_loss=float(np.mean([m.history_[-1] for m in members])),
+                                final_bc_loss=float(pol.history_[-1]),
                                 demo_frames=len(cache),
                                 prep_s=round(t_prep, 1), fit_s=round(t_fit, 1),
                                 eval_s=round(time.perf_counter() - t1 - t_fit, 1), per_config=res.successes))
@@ -270,7 +253,9 @@ def _pooling_settings(settings: dict, pooling: str) -> dict:
     return s
 
 
-_ATTENTION_OPTIONS_DEFAULTS = dict(token_dropout=0.0, num_queries=4, **LEGACY_HEAD_OPTIONS)
+# what a result JSON (or policy folder name) written before an attention option existed was made with
+_ATTENTION_OPTIONS_DEFAULTS = dict(token_dropout=0.0, num_queries=4, keypoints=False, pos_code="learned",
+                                   query_diversity=0.0, with_cls=False)
 _ATTENTION_OPTIONS = tuple(_ATTENTION_OPTIONS_DEFAULTS)
 
 
@@ -281,7 +266,7 @@ def _attention_suffix(args: argparse.Namespace, pooling: str) -> str:
         return ""
     return (f"_td{args.token_dropout:g}" if args.token_dropout > 0 else "") \
         + (f"_q{args.num_queries}" if args.num_queries != 4 else "") + ("_kp" if args.keypoints else "") \
-        + ("_sincos" if args.pos_code != LEGACY_HEAD_OPTIONS["pos_code"] else "") \
+        + ("_sincos" if args.pos_code != _ATTENTION_OPTIONS_DEFAULTS["pos_code"] else "") \
         + (f"_div{args.query_diversity:g}" if args.query_diversity > 0 else "") + ("_cls" if args.with_cls else "")
 
 

@@ -1,9 +1,10 @@
 """frozenvit.control: a patch-token visuomotor policy on Meta-World.
 
-    from frozenvit.control import MetaWorldTask, collect_demos, cache_features, PatchTokenPolicy, evaluate, measure_latency
+    from frozenvit.control import (MetaWorldTask, collect_demos, cache_features, AttentionConfig, PatchTokenPolicy,
+                                   evaluate, measure_latency, VisuomotorAgent, config_seeds)
     collect_demos("reach-v3", "runs/demos/reach", n_episodes=25)            # scripted expert, successes only
     cache = cache_features("runs/demos/reach", bb)                          # frozen encoder once per frame
-    pol = PatchTokenPolicy(pooling="attention").fit(cache)                  # behaviour cloning (MSE)
+    pol = PatchTokenPolicy("attention", AttentionConfig(queries=4)).fit(cache)  # behaviour cloning (MSE)
     res = evaluate(pol, bb, config_seeds("heldout", 50))                    # success on unseen configurations
     rep = measure_latency(VisuomotorAgent(pol, bb), MetaWorldTask("reach-v3"))  # p50/p95/p99 + stages
 
@@ -19,12 +20,12 @@ _API = {
     "encoders": ("FAST_ENCODER", "load_fast_encoder"),
     "demos": ("Episode", "collect_demos", "iter_episodes", "load_manifest", "read_episode", "record_episode"),
     "env": ("ACTION_DIM", "DEFAULT_CAMERA", "HELDOUT_OFFSET", "PROPRIO_DIM", "FrameRenderer", "MetaWorldTask",
-            "RenderSettings", "State", "camera_is_upside_down", "config_seeds", "task_names"),
-    "errors": ("DemoError", "RenderUnavailable", "TaskError"),
-    "evaluate": ("TaskResult", "evaluate", "save_gif"),
+            "RenderSettings", "State", "camera_is_upside_down", "check_task", "config_seeds", "task_names"),
+    "errors": ("DemoError", "PolicyError", "RenderUnavailable", "TaskError"),
+    "evaluate": ("EpisodeJournal", "TaskResult", "evaluate", "save_gif"),
     "features": ("FeatureCache", "backbone_meta", "cache_features", "default_block", "load_feature_cache"),
-    "head": ("POOLINGS", "AttentionPool", "PolicyHead", "bc_loss"),
-    "latency": ("STAGES", "LatencyReport", "measure_latency"),
-    "policy": ("PatchTokenPolicy", "PolicyEnsemble", "load_policy"),
+    "head": ("POOLINGS", "AttentionConfig", "AttentionPool", "HeadConfig", "PolicyHead", "bc_loss"),
+    "latency": ("STAGES", "LatencyReport", "UntrainedHead", "measure_latency"),
+    "policy": ("PatchTokenPolicy",),
 }
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _API, globals())

@@ -6,7 +6,8 @@
     frozenvit control latency  --policy runs/policies/reach-attn --steps 300 --budget-ms 90 --hist lat.png
 
 Without --backbone the embedded default is used; evaluate/latency build it at the input size
-the policy was trained with unless --img-size says otherwise.
+the policy was trained with unless --img-size says otherwise. `evaluate --json r.json` writes
+every episode to r.episodes.jsonl as it ends; the same command again resumes a stopped run.
 """
 from __future__ import annotations
 
@@ -14,10 +15,15 @@ import argparse
 from typing import Any
 
 from frozenvit.backbone.commands import add_backbone_args
-from frozenvit.backbone.suite.cli import add_threads_arg
+from frozenvit.backbone.suite.cli import add_threads_arg, number
+from frozenvit.backbone.suite.errors import UsageError
 
+from .defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_HEADS, DEFAULT_HIDDEN, DEFAULT_LR,
+                       DEFAULT_QUERIES, POOLINGS)
 from .env import RenderSettings
-from .defaults import DEFAULT_BC_EPOCHS, DEFAULT_POS_CODE, DEFAULT_QUERY_DIVERSITY, POS_CODES
+
+POSITIVE = number(int, min=1)
+COUNT = number(int, min=0)
 
 
 def register(subparsers: Any) -> None:
@@ -28,86 +34,76 @@ def register(subparsers: Any) -> None:
     q = sub.add_parser("collect", help="record scripted-expert demos (successful episodes only; resumable)")
     q.add_argument("--task", required=True, help="Meta-World v3 task, e.g. reach-v3")
     q.add_argument("--out", required=True, help="demo directory (re-run to resume)")
-    q.add_argument("--episodes", type=int, default=25)
-    _env_args(q)
-    q.add_argument("--noise", type=float, default=0.0, help="std of Gaussian noise added to executed actions")
-    q.add_argument("--hold-steps", type=int, default=0,
+    q.add_argument("--episodes", type=POSITIVE, default=25, help="successful episodes to record")
+    q.add_argument("--camera", default="corner", help="corner, corner2, corner3, topview, ... (frames are upright)")
+    q.add_argument("--image-size", type=number(int, min=16), default=224, help="rendered frame size (pixels, square)")
+    q.add_argument("--max-steps", type=POSITIVE, default=500, help="episode cap; configurations where the expert "
+                   "needs longer are skipped")
+    _render_arg(q)
+    q.add_argument("--hold-steps", type=COUNT, default=0,
                    help="record the expert this many steps past its first success (what to do at the goal)")
-    q.add_argument("--seed", type=int, default=0, help="noise seed")
-    q.add_argument("--first-config", type=int, default=0, help="first training configuration seed")
+    q.add_argument("--first-config", type=COUNT, default=0, help="first training configuration seed")
     q.set_defaults(func=_cmd_collect)
 
     q = sub.add_parser("train", help="cache frozen features of the demos and fit a policy head by BC")
     q.add_argument("--demos", required=True, help="demo directory from `control collect`")
     q.add_argument("--out", required=True, help="policy directory (config.json + model.safetensors)")
-    q.add_argument("--pooling", choices=("attention", "cls", "mean"), default="attention")
-    q.add_argument("--frames", type=int, default=1, help="frame stack length")
-    q.add_argument("--queries", type=int, default=4)
-    q.add_argument("--heads", type=int, default=4)
-    q.add_argument("--hidden", type=int, default=256)
-    q.add_argument("--token-dropout", type=float, default=0.0, help="attention pooling: hide this share of patches")
-    q.add_argument("--keypoints", action="store_true", help="attention pooling: also where each query looked (x, y)")
-    q.add_argument("--pos-code", choices=POS_CODES, default=DEFAULT_POS_CODE,
-                   help="attention pooling: a fixed 2-d sine-cosine position code with orthogonal queries (default), "
-                        "or a learned one (the earlier head)")
-    q.add_argument("--query-diversity", type=float, default=DEFAULT_QUERY_DIVERSITY, metavar="W",
-                   help="attention pooling: weight of the penalty on queries whose attention maps overlap")
+    q.add_argument("--pooling", choices=POOLINGS, default="attention",
+                   help="how a frame's patch tokens become one feature")
+    q.add_argument("--queries", type=POSITIVE, default=DEFAULT_QUERIES, help="attention pooling: learned queries")
+    q.add_argument("--heads", type=POSITIVE, default=DEFAULT_HEADS,
+                   help="attention pooling: attention heads (must divide the token width)")
     q.add_argument("--with-cls", action="store_true", help="attention pooling: the CLS token beside the pooled patches")
-    q.add_argument("--epochs", type=int, default=DEFAULT_BC_EPOCHS)
-    q.add_argument("--batch-size", type=int, default=256)
-    q.add_argument("--lr", type=float, default=1e-3)
-    q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--ensemble", type=int, default=1, metavar="K",
-                   help="train K heads (seeds seed .. seed+K-1) that act by their mean action")
+    q.add_argument("--hidden", type=POSITIVE, default=DEFAULT_HIDDEN, help="width of the MLP's hidden layers")
+    q.add_argument("--epochs", type=POSITIVE, default=DEFAULT_BC_EPOCHS, help="behaviour-cloning epochs")
+    q.add_argument("--batch-size", type=POSITIVE, default=DEFAULT_BATCH_SIZE, help="frames per optimizer step")
+    q.add_argument("--lr", type=number(float, min=0, min_open=True), default=DEFAULT_LR,
+                   help="peak learning rate (5%% warm-up, then cosine decay)")
+    q.add_argument("--seed", type=int, default=0, help="seed of the head's initialisation and of the shuffling")
     q.add_argument("--block", type=int, default=None,
-                   help="backbone block whose tokens are used (default: control.default_block: the last one)")
+                   help="backbone block whose tokens are read, negative from the end; None: the last")
     q.add_argument("--checkpoint", default=None, help="checkpoint directory (resume by re-running)")
     add_backbone_args(q)
     add_threads_arg(q)
     q.set_defaults(func=_cmd_train)
 
-    q = sub.add_parser("evaluate", help="success rate on held-out configurations")
-    q.add_argument("--policy", required=True)
-    q.add_argument("--configs", type=int, default=50, help="number of held-out configurations")
-    q.add_argument("--task", default=None, help="default: the task the policy was trained on")
-    q.add_argument("--max-steps", type=int, default=500, help="episode cap")
-    q.add_argument("--parallel", type=int, default=4, help="environments stepped in lockstep")
-    q.add_argument("--gif-dir", default=None)
-    q.add_argument("--gifs", type=int, default=0, help="save this many rollouts as GIFs")
-    q.add_argument("--json", default=None, help="write the result here")
+    q = sub.add_parser("evaluate", help="success rate on held-out configurations (resumable with --json)")
+    q.add_argument("--policy", required=True, help="policy directory from `control train`")
+    q.add_argument("--configs", type=POSITIVE, default=50, help="number of held-out configurations")
+    q.add_argument("--task", default=None, help="Meta-World task (None: the one the policy was trained on)")
+    q.add_argument("--max-steps", type=POSITIVE, default=500, help="episode cap")
+    q.add_argument("--parallel", type=POSITIVE, default=4, help="environments stepped in lockstep")
+    q.add_argument("--gif-dir", default=None, help="folder for the GIFs of --gifs rollouts")
+    q.add_argument("--gifs", type=COUNT, default=0, help="save this many rollouts as GIFs (needs --gif-dir)")
+    q.add_argument("--json", default=None,
+                   help="write the result here, and every episode as it ends to NAME.episodes.jsonl beside it; "
+                        "re-running the same command resumes a stopped run")
     _render_arg(q)
     add_backbone_args(q)
     add_threads_arg(q)
     q.set_defaults(func=_cmd_evaluate)
 
     q = sub.add_parser("latency", help="per-step latency of render+preprocess+encode+head+step")
-    q.add_argument("--policy", default=None, help="trained policy (default: an untrained head of the same shape)")
-    q.add_argument("--task", default="reach-v3")
-    q.add_argument("--camera", default=None)
-    q.add_argument("--pooling", choices=("attention", "cls", "mean"), default="attention",
-                   help="head for the untrained default")
-    q.add_argument("--steps", type=int, default=200)
-    q.add_argument("--warmup", type=int, default=20)
-    q.add_argument("--budget-ms", type=float, default=None, help="control period; verdict on p99, exit 1 if over")
+    q.add_argument("--policy", default=None, help="trained policy (None: an untrained head of the same shape)")
+    q.add_argument("--task", default="reach-v3", help="Meta-World task (a --policy's own when given)")
+    q.add_argument("--camera", default=None, help="camera (None: the policy's, or corner)")
+    q.add_argument("--pooling", choices=POOLINGS, default="attention", help="pooling of the untrained head")
+    q.add_argument("--steps", type=POSITIVE, default=200, help="timed steps")
+    q.add_argument("--warmup", type=COUNT, default=20, help="untimed steps first")
+    q.add_argument("--budget-ms", type=number(float, min=0, min_open=True), default=None,
+                   help="control period; verdict on p99, exit 1 if over")
     q.add_argument("--hist", default=None, help="histogram PNG path")
     _render_arg(q)
-    q.add_argument("--json", default=None)
+    q.add_argument("--json", default=None, help="write the report here")
     add_backbone_args(q)
     add_threads_arg(q)
     q.set_defaults(func=_cmd_latency)
 
 
-def _env_args(q: argparse.ArgumentParser) -> None:
-    q.add_argument("--camera", default="corner", help="corner, corner2, corner3, topview, ... (frames are upright)")
-    q.add_argument("--image-size", type=int, default=224, help="rendered frame size (pixels, square)")
-    q.add_argument("--max-steps", type=int, default=500, help="episode cap")
-    _render_arg(q)
-
-
 def _render_arg(q: argparse.ArgumentParser) -> None:
-    q.add_argument("--mesh-faces", default=None, metavar="N|none",
+    q.add_argument("--mesh-faces", type=_mesh_faces_arg, default=None, metavar="N|none",
                    help="draw big meshes simplified to ~N triangles each (e.g. 800: frames ~2x faster, "
-                        "see README); 'none': full meshes (the default, or else the policy's demos' setting)")
+                        "see docs/control.md); 'none': full meshes (None: the policy's demos' setting, else full)")
 
 
 def render_settings(args: argparse.Namespace, stored: dict | None = None) -> RenderSettings:
@@ -115,42 +111,57 @@ def render_settings(args: argparse.Namespace, stored: dict | None = None) -> Ren
     v = getattr(args, "mesh_faces", None)
     if v is None:
         return RenderSettings.from_dict(stored) if stored else RenderSettings()
-    return parse_mesh_faces(v)
+    return v if isinstance(v, RenderSettings) else parse_mesh_faces(v)
 
 
 def parse_mesh_faces(v: Any) -> RenderSettings:
-    """RenderSettings for a --mesh-faces value: a triangle count or 'none' (SystemExit with the reason otherwise)."""
+    """RenderSettings for a --mesh-faces value: a triangle count (>= 4) or 'none'; UsageError otherwise."""
     if str(v).lower() == "none":
         return RenderSettings(mesh_faces=None)
     try:
         n = int(v)
     except ValueError:
-        raise SystemExit(f"--mesh-faces takes a triangle count or 'none', got {v!r}") from None
+        raise UsageError(f"--mesh-faces takes a triangle count or 'none', got {v!r}") from None
+    if n < 4:
+        raise UsageError(f"--mesh-faces must be >= 4 triangles or 'none', got {n}")
+    return RenderSettings(mesh_faces=n)
+
+
+def _mesh_faces_arg(text: str) -> RenderSettings:
     try:
-        return RenderSettings(mesh_faces=n)
-    except ValueError as e:
-        raise SystemExit(f"--mesh-faces: {e}") from None
+        return parse_mesh_faces(text)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--mesh-faces ")) from None
 
 
 def load_backbone_for(args: argparse.Namespace, img_size: Any = None) -> Any:
-    """The backbone the command asks for (tests replace this function)."""
+    """The backbone the command asks for, at --img-size, else `img_size` (a policy's), else the model's own.
+
+    --random-weights builds the same random weights every time (seed 0), so a baseline policy trained
+    on them can be evaluated later. Tests replace this function."""
+    import torch
+
     from frozenvit.backbone import load_backbone
 
-    size = args.img_size or img_size
-    return load_backbone(args.backbone, weights=args.weights, img_size=size,
-                         pretrained=not getattr(args, "random_weights", False))
+    size = args.img_size or (tuple(img_size) if isinstance(img_size, (list, tuple)) else img_size)
+    random = bool(getattr(args, "random_weights", False))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return load_backbone(args.backbone, weights=args.weights, img_size=size, pretrained=not random)
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
-    from frozenvit.backbone.suite.artifacts import output_dir
+    from frozenvit.backbone.suite.artifacts import check_output_dir, output_dir
 
     from .demos import KIND, collect_demos, load_manifest
+    from .env import check_task
 
+    check_output_dir(args.out, KIND)
+    check_task(args.task)
     output_dir(args.out, KIND)
     out = collect_demos(args.task, args.out, args.episodes, camera=args.camera, image_size=args.image_size,
-                        max_steps=args.max_steps, action_noise=args.noise, hold_steps=args.hold_steps,
-                        seed=args.seed,
-                        first_config=args.first_config, render=render_settings(args))
+                        max_steps=args.max_steps, hold_steps=args.hold_steps, first_config=args.first_config,
+                        render=render_settings(args))
     m = load_manifest(out)
     steps = [e["steps"] for e in m["episodes"]]
     print(f"{len(steps)} successful episodes of {args.task} in {out} ({sum(steps)} frames, "
@@ -159,59 +170,77 @@ def _cmd_collect(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from .features import cache_features, default_block
-    from .policy import PatchTokenPolicy, PolicyEnsemble
-
     from frozenvit.backbone.suite.artifacts import check_artifact_dir
 
-    from .policy import ENSEMBLE_KIND, KIND
+    from .demos import load_manifest
+    from .features import backbone_meta, cache_features
+    from .head import AttentionConfig
+    from .policy import KIND, PatchTokenPolicy
 
-    if args.ensemble < 1:
-        raise SystemExit(f"--ensemble must be >= 1, got {args.ensemble}")
-    check_artifact_dir(args.out, KIND if args.ensemble == 1 else ENSEMBLE_KIND)
-    if args.checkpoint and args.ensemble == 1:
+    attention = AttentionConfig(queries=args.queries, heads=args.heads, with_cls=args.with_cls)
+    if args.pooling != "attention":
+        given = [f for f, v, default in [("--queries", args.queries, DEFAULT_QUERIES),
+                                         ("--heads", args.heads, DEFAULT_HEADS), ("--with-cls", args.with_cls, False)]
+                 if v != default]
+        if given:
+            raise UsageError(f"{', '.join(given)} belong to --pooling attention, not --pooling {args.pooling}")
+        attention = None
+    check_artifact_dir(args.out, KIND)
+    if args.checkpoint:
         check_artifact_dir(args.checkpoint, KIND, flag="--checkpoint")
+    load_manifest(args.demos)                          # a missing or foreign folder fails before the encoder loads
     bb = load_backbone_for(args)
-    block = args.block if args.block is not None else default_block(bb.config.depth, args.pooling)
+    block = _block(args.block, bb.config.depth)
+    pol = PatchTokenPolicy(args.pooling, attention, hidden=args.hidden, epochs=args.epochs, batch_size=args.batch_size,
+                           lr=args.lr, seed=args.seed)
+    pol.head_config(backbone_meta(bb, block))          # hyperparameters that cannot fit fail before any encoding
     cache = cache_features(args.demos, bb, block=block)
-    members = []
-    for seed in range(args.seed, args.seed + args.ensemble):
-        ckpt = args.checkpoint if args.checkpoint is None or args.ensemble == 1 else f"{args.checkpoint}/member_seed{seed}"
-        members.append(PatchTokenPolicy(
-            args.pooling, num_queries=args.queries, num_heads=args.heads, frames=args.frames, hidden=args.hidden,
-            token_dropout=args.token_dropout, keypoints=args.keypoints, pos_code=args.pos_code,
-            query_diversity=args.query_diversity, with_cls=args.with_cls, epochs=args.epochs,
-            batch_size=args.batch_size, lr=args.lr, seed=seed).fit(cache, checkpoint_dir=ckpt))
-    pol = members[0] if args.ensemble == 1 else PolicyEnsemble(members)
+    pol.fit(cache, checkpoint_dir=args.checkpoint)
     pol.save(args.out)
-    loss = " ".join(f"{m.history_[-1]:.4f}" for m in members)
-    print(f"trained {args.pooling} policy ({args.ensemble} head{'s' * (args.ensemble > 1)}) on {len(cache)} frames of "
-          f"{cache.meta['task']} ({bb.config.name} {bb.config.img_size[0]}px, block {cache.meta['block']}); "
-          f"final loss {loss}; saved to {args.out}")
+    random = "" if bb.config.pretrained else " RANDOM weights"
+    print(f"trained {args.pooling} policy on {len(cache)} frames of {cache.meta['task']} ({bb.config.name}{random} "
+          f"{bb.config.img_size[0]}px, block {cache.meta['block']}); final loss {pol.history_[-1]:.4f}; "
+          f"saved to {args.out}")
     return 0
 
 
-def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from frozenvit.backbone.suite.artifacts import check_output_file, output_dir, write_json
+def _block(block: int | None, depth: int) -> int | None:
+    if block is not None and not -depth <= block < depth:
+        raise UsageError(f"--block {block} is out of range for a {depth}-block backbone (0..{depth - 1}, or negative "
+                         "from the end)")
+    return block
 
-    from .env import config_seeds
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from frozenvit.backbone.suite.artifacts import check_output_dir, check_output_file, output_dir, write_json
+
+    from .env import check_task, config_seeds
     from .evaluate import evaluate
-    from .policy import load_policy
+    from .policy import PatchTokenPolicy
 
     check_output_file(args.json, "control.evaluate", flag="--json")
-    if args.gif_dir:
-        output_dir(args.gif_dir, "control.gifs", flag="--gif-dir")
-    pol = load_policy(args.policy)
+    if args.gif_dir and args.gifs:
+        check_output_dir(args.gif_dir, "control.gifs", flag="--gif-dir")
+    if args.task:
+        check_task(args.task)
+    pol = PatchTokenPolicy.load(args.policy)
     bb = load_backbone_for(args, pol.meta_["img_size"])
+    pol.check_backbone(bb)
+    if args.gif_dir and args.gifs:
+        output_dir(args.gif_dir, "control.gifs", flag="--gif-dir")
+    journal = Path(args.json).with_suffix(".episodes.jsonl") if args.json else None
     res = evaluate(pol, bb, config_seeds("heldout", args.configs), task=args.task, max_steps=args.max_steps,
                    parallel=args.parallel, gif_dir=args.gif_dir, gif_episodes=args.gifs,
-                   render=render_settings(args, pol.meta_.get("render")))
+                   render=render_settings(args, pol.meta_.get("render")), journal=journal)
     print(f"{res.task}: success {sum(res.successes)}/{len(res.successes)} = {res.success_rate:.2f} "
           f"on held-out configurations (cap {res.max_steps} steps)")
     for g in res.gifs:
         print("gif:", g)
     if args.json:
         write_json(args.json, res.to_dict(), kind="control.evaluate")
+        print(f"wrote {args.json} (episodes: {journal})")
     return 0
 
 
@@ -220,26 +249,25 @@ def _cmd_latency(args: argparse.Namespace) -> int:
 
     from .agent import VisuomotorAgent
     from .env import MetaWorldTask
-    from .features import backbone_meta
-    from .policy import PatchTokenPolicy, load_policy
+    from .latency import UntrainedHead, measure_latency
+    from .policy import PatchTokenPolicy
 
     check_output_file(args.json, "control.latency", flag="--json")
     check_output_file(args.hist, "control.latency", flag="--hist")
     if args.policy:
-        pol = load_policy(args.policy)
+        pol = PatchTokenPolicy.load(args.policy)
         bb = load_backbone_for(args, pol.meta_["img_size"])
         task, camera = pol.meta_.get("task", args.task), args.camera or pol.meta_.get("camera", "corner")
     else:
         bb = load_backbone_for(args)
-        pol = PatchTokenPolicy(args.pooling).init_untrained(backbone_meta(bb, pooling=args.pooling))
+        pol = UntrainedHead(bb, args.pooling)
         task, camera = args.task, args.camera or "corner"
         print("(no --policy: an untrained head of the same shape; latency does not depend on its weights)")
+    agent = VisuomotorAgent(pol, bb)
     size = bb.config.img_size[0]
     with MetaWorldTask(task, camera=camera, image_size=size,
                        render=render_settings(args, pol.meta_.get("render"))) as env:
-        from .latency import measure_latency
-
-        rep = measure_latency(VisuomotorAgent(pol, bb), env, steps=args.steps, warmup=args.warmup)
+        rep = measure_latency(agent, env, steps=args.steps, warmup=args.warmup)
     _print_rows(rep.table())
     s = rep.summary()
     print(f"{bb.config.name} at {size}px, {s['threads']} threads: p50 {s['p50']:.1f} ms, p95 {s['p95']:.1f}, "

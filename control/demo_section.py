@@ -27,7 +27,7 @@ def section(ctx: DemoContext) -> Section:
         return sec.text(f"Skipped: {e}")
     from frozenvit.backbone.errors import BackboneUnavailable
 
-    from . import MetaWorldTask, PatchTokenPolicy, RenderUnavailable, VisuomotorAgent, backbone_meta, measure_latency
+    from . import MetaWorldTask, RenderUnavailable, UntrainedHead, VisuomotorAgent, measure_latency
 
     bb, label, real = _backbone(ctx, BackboneUnavailable)
     size = bb.config.img_size[0]
@@ -37,8 +37,7 @@ def section(ctx: DemoContext) -> Section:
     steps, warmup = (5, 1) if ctx.quick else (120, 10)
     try:
         with MetaWorldTask("reach-v3", image_size=size) as env:
-            pol = PatchTokenPolicy("attention").init_untrained(backbone_meta(bb))
-            rep = measure_latency(VisuomotorAgent(pol, bb), env, steps=steps, warmup=warmup)
+            rep = measure_latency(VisuomotorAgent(UntrainedHead(bb), bb), env, steps=steps, warmup=warmup)
     except RenderUnavailable as e:
         return sec.text(f"Skipped: no headless OpenGL on this machine ({e}).")
     ok, verdict = rep.verdict(BUDGET_MS)

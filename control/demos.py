@@ -11,9 +11,7 @@ Layout of a demo directory:
         config  () int64             configuration seed;   rand_vec (K,) float64 its frozen vector
 
 Every file is written to a temporary sibling and renamed, and the manifest is rewritten after
-each episode, so an interrupted collection resumes where it stopped. With action noise the
-*executed* action is the expert's plus Gaussian noise, the *recorded* label stays the expert's
-clean action (the expert is queried in the perturbed states it is then asked to correct).
+each episode, so an interrupted collection resumes where it stopped.
 """
 from __future__ import annotations
 
@@ -33,9 +31,7 @@ from .errors import DemoError
 
 KIND = "control.demos"
 FORMAT_VERSION = 1
-_SETTINGS = ("task", "camera", "image_size", "max_steps", "action_noise", "hold_steps", "seed", "render")
-# Manifests written before render settings were recorded were rendered with full meshes.
-_LEGACY_RENDER = dict(shadows=False, reflections=False, offsamples=0, mesh_faces=None)
+_SETTINGS = ("task", "camera", "image_size", "max_steps", "hold_steps", "render")
 
 
 @dataclass
@@ -52,9 +48,7 @@ class Episode:
 
 
 def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: str = DEFAULT_CAMERA,
-                  image_size: int = 224, max_steps: int = 500, action_noise: float = 0.0, hold_steps: int = 0,
-                  seed: int = 0,
-                  first_config: int = 0, render: RenderSettings = RenderSettings(),
+                  image_size: int = 224, max_steps: int = 500, hold_steps: int = 0, first_config: int = 0, render: RenderSettings = RenderSettings(),
                   max_failures: int | None = None, progress: bool | None = None) -> Path:
     """Record `n_episodes` successful expert episodes of `task` on training configurations.
 
@@ -69,14 +63,11 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
     """
     if n_episodes < 1:
         raise ValueError(f"n_episodes must be >= 1, got {n_episodes}")
-    if action_noise < 0:
-        raise ValueError(f"action_noise must be >= 0, got {action_noise}")
     if hold_steps < 0:
         raise ValueError(f"hold_steps must be >= 0, got {hold_steps}")
     out = Path(out_dir)
     settings = dict(task=task, camera=camera, image_size=int(image_size), max_steps=int(max_steps),
-                    action_noise=float(action_noise), hold_steps=int(hold_steps), seed=int(seed),
-                    render=render.as_dict())
+                    hold_steps=int(hold_steps), render=render.as_dict())
     manifest = _open_manifest(out, settings)
     done = {e["config"] for e in manifest["episodes"]}
     failed = set(manifest["failed_configs"])
@@ -95,15 +86,14 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
             if config in done or config in failed:
                 config += 1
                 continue
-            ep = record_episode(env, config, action_noise=action_noise, hold_steps=hold_steps,
-                                rng=np.random.default_rng([seed, config]))
+            ep = record_episode(env, config, hold_steps=hold_steps)
             if ep is None:
                 failed.add(config)
                 new_failures += 1
                 if new_failures > max_failures:
                     write_json(out / "manifest.json", {**manifest, "failed_configs": sorted(failed)})
                     raise DemoError(f"the {task} expert failed on {new_failures} configurations within "
-                                    f"{max_steps} steps; raise max_steps (or lower action_noise)")
+                                    f"{max_steps} steps; raise max_steps")
                 manifest["failed_configs"] = sorted(failed)
             else:
                 name = f"episodes/cfg_{config:07d}.npz"
@@ -116,25 +106,22 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
     return out
 
 
-def record_episode(env: MetaWorldTask, config: int, *, action_noise: float = 0.0, hold_steps: int = 0,
-                   rng: np.random.Generator | None = None) -> Episode | None:
+def record_episode(env: MetaWorldTask, config: int, *, hold_steps: int = 0) -> Episode | None:
     """Run the scripted expert once on `config`; the Episode if it succeeded, else None.
 
     It ends at the first success, or `hold_steps` steps later (the task must then be made with
     stop_on_success=False)."""
     if hold_steps > 0 and env.stop_on_success:
         raise ValueError("hold_steps > 0 needs a MetaWorldTask made with stop_on_success=False")
-    rng = rng or np.random.default_rng(config)
     state = env.reset(config)
     frames, proprio, actions = [], [], []
     first_success = None
     while not state.done:
         frames.append(env.render())
         proprio.append(state.proprio)
-        a = np.clip(env.expert_action(state), -1.0, 1.0)                     # (4,) label
+        a = np.clip(env.expert_action(state), -1.0, 1.0)                     # (4,)
         actions.append(a)
-        executed = a + rng.normal(0.0, action_noise, size=a.shape) if action_noise > 0 else a
-        state = env.step(executed)
+        state = env.step(a)
         if state.success and first_success is None:
             first_success = state.steps
         if first_success is not None and state.steps - first_success >= hold_steps:
@@ -149,11 +136,15 @@ def load_manifest(demo_dir: str | Path) -> dict:
     path = Path(demo_dir) / "manifest.json"
     if not path.is_file():
         raise DemoError(f"{demo_dir} holds no demos (manifest.json missing); run `frozenvit control collect` first")
-    m = json.loads(path.read_text())
-    if m.get("kind") != KIND or m.get("format_version") != FORMAT_VERSION:
+    try:
+        m = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise DemoError(f"{path} cannot be read ({e}); re-collect the demos") from e
+    if not isinstance(m, dict) or m.get("kind") != KIND or m.get("format_version") != FORMAT_VERSION:
         raise DemoError(f"{path} is not a format-{FORMAT_VERSION} demo manifest; re-collect the demos")
-    m.setdefault("render", dict(_LEGACY_RENDER))
-    m.setdefault("hold_steps", 0)                         # manifests from before hold_steps ended at success
+    missing = [k for k in (*_SETTINGS, "episodes", "failed_configs") if k not in m]
+    if missing:
+        raise DemoError(f"{path} lacks {', '.join(missing)} (written by an older frozenvit); re-collect the demos")
     return m
 
 

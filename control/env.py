@@ -64,6 +64,14 @@ def task_names() -> list[str]:
     return sorted(_metaworld().env_dict.ALL_V3_ENVIRONMENTS)
 
 
+def check_task(name: str) -> None:
+    """Raise TaskError (naming close matches) unless `name` is a Meta-World v3 task."""
+    envs = _metaworld().env_dict.ALL_V3_ENVIRONMENTS
+    if name not in envs:
+        close = [n for n in envs if name.split("-v")[0] in n]
+        raise TaskError(f"unknown Meta-World task {name!r}; did you mean one of {close or sorted(envs)[:6]}?")
+
+
 def config_seeds(split: str, n: int, start: int = 0) -> list[int]:
     """Configuration seeds of a split: 'train' -> [start, start+n), 'heldout' -> HELDOUT_OFFSET + same.
 
@@ -234,10 +242,8 @@ class MetaWorldTask:
                  max_steps: int = 500, render: RenderSettings | None = RenderSettings(),
                  stop_on_success: bool = True) -> None:
         mw = _metaworld()
+        check_task(name)
         envs = mw.env_dict.ALL_V3_ENVIRONMENTS
-        if name not in envs:
-            close = [n for n in envs if name.split("-v")[0] in n]
-            raise TaskError(f"unknown Meta-World task {name!r}; did you mean one of {close or sorted(envs)[:6]}?")
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         self.name, self.camera, self.image_size, self.max_steps = name, camera, int(image_size), int(max_steps)

@@ -14,3 +14,8 @@ class RenderUnavailable(FrozenVitError, RuntimeError):
 
 class DemoError(FrozenVitError, ValueError):
     """A demo directory or feature cache is missing, empty, or inconsistent."""
+
+
+class PolicyError(FrozenVitError, ValueError):
+    """Policy hyperparameters that contradict each other or do not fit the features (attention options
+    with another pooling, heads that do not divide the token width, CLS pooling without a CLS token)."""

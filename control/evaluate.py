@@ -2,21 +2,31 @@
 
 Several environments run in lockstep so that the frozen encoder sees one batch per step; each
 finished episode's slot takes the next configuration. An episode succeeds when the task's own
-success flag is raised within `max_steps` steps.
+success flag is raised within `max_steps` steps. With a journal every finished episode is on
+disk at once, and a stopped evaluation resumes where it stopped.
 """
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 from PIL import Image
+
+from frozenvit.backbone.errors import ArtifactError
+from frozenvit.backbone.suite.artifacts import atomic_write_text
+from frozenvit.backbone.suite.errors import OutputConflict
 from frozenvit.backbone.suite.progress import progress_bar
 
 from .agent import StageTimer, VisuomotorAgent
-from .env import MetaWorldTask, RenderSettings, State
-from .policy import PatchTokenPolicy, PolicyEnsemble
+from .env import MetaWorldTask, RenderSettings, State, check_task
+from .errors import TaskError
+from .policy import PatchTokenPolicy, policy_digest
+
+JOURNAL_KIND = "control.evaluate.episodes"
 
 
 @dataclass
@@ -39,15 +49,21 @@ class TaskResult:
         return d
 
 
-def evaluate(policy: PatchTokenPolicy | PolicyEnsemble, backbone: Any, configs: Sequence[int], *, task: str | None = None,
+def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *, task: str | None = None,
              camera: str | None = None, image_size: int | None = None, max_steps: int = 500,
              parallel: int = 4, gif_dir: str | Path | None = None, gif_episodes: int = 0,
-             render: RenderSettings | None = None, progress: bool | None = None) -> TaskResult:
+             render: RenderSettings | None = None, journal: str | Path | None = None,
+             progress: bool | None = None) -> TaskResult:
     """Roll the policy out once per configuration seed (use held-out seeds: `config_seeds('heldout', n)`).
 
     task/camera/image_size/render default to those of the policy's training demos. `parallel`
     environments run in lockstep. With gif_dir and gif_episodes > 0 the first episodes are saved
     as animated GIFs.
+
+    journal: a JSON-lines file that receives every episode as it ends. Where it already exists (a
+    run that was stopped) its episodes are taken as done and not rolled out again; a journal of
+    another evaluation (other policy, configurations, task, cap, camera or rendering) raises
+    ArtifactError, and a file that is no journal OutputConflict.
     """
     meta = policy.meta_
     task = task or meta.get("task")
@@ -56,30 +72,36 @@ def evaluate(policy: PatchTokenPolicy | PolicyEnsemble, backbone: Any, configs: 
     if render is None:
         render = RenderSettings.from_dict(meta["render"]) if "render" in meta else RenderSettings()
     if not task:
-        raise ValueError("the policy does not say which task it was trained on: pass task=")
+        raise TaskError("the policy does not say which task it was trained on: pass task=")
+    check_task(task)
     configs = [int(c) for c in configs]
     agent = VisuomotorAgent(policy, backbone)
-    n_env = max(1, min(parallel, len(configs)))
+    outcome: dict[int, tuple[bool, int]] = {}
+    log = None
+    if journal is not None:
+        run = dict(policy=policy_digest(policy), task=task, camera=camera, image_size=image_size, max_steps=max_steps,
+                   render=render.as_dict(), configs=configs)
+        log = EpisodeJournal(journal, run)
+        outcome.update(log.done)
+    queue = [c for c in configs if c not in outcome]
+    n_env = min(parallel, len(queue))
     envs = [MetaWorldTask(task, camera=camera, image_size=image_size, max_steps=max_steps, render=render)
             for _ in range(n_env)]
-    outcome: dict[int, tuple[bool, int]] = {}
     gifs: list[str] = []
-    record = set(configs[:gif_episodes]) if gif_dir else set()
+    record = set(configs[:gif_episodes]) - set(outcome) if gif_dir else set()
     try:
-        queue = list(configs)
         slot_cfg: list[int | None] = [None] * n_env
         states: list[State | None] = [None] * n_env
         movies: dict[int, list[np.ndarray]] = {}
 
         def assign(s: int) -> None:
-            agent.reset([s])
             slot_cfg[s] = queue.pop(0) if queue else None
             states[s] = envs[s].reset(slot_cfg[s]) if slot_cfg[s] is not None else None
 
         for s in range(n_env):
             assign(s)
-        bar = progress_bar(total=len(configs), desc=f"eval {task}", unit="ep",
-                   disable=None if progress is None else not progress)
+        bar = progress_bar(total=len(configs), initial=len(outcome), desc=f"eval {task}", unit="ep",
+                           disable=None if progress is None else not progress)
         while any(c is not None for c in slot_cfg):
             live = [s for s in range(n_env) if slot_cfg[s] is not None]
             frames = [envs[s].render() for s in live]
@@ -87,12 +109,14 @@ def evaluate(policy: PatchTokenPolicy | PolicyEnsemble, backbone: Any, configs: 
                 if slot_cfg[s] in record:
                     movies.setdefault(slot_cfg[s], []).append(f)
             proprio = np.stack([states[s].proprio for s in live])                  # (B, 4)
-            actions = agent.act(frames, proprio, slots=live)                       # (B, 4)
+            actions = agent.act(frames, proprio)                                   # (B, 4)
             for s, a in zip(live, actions):
                 st = envs[s].step(a)
                 states[s] = st
                 if st.done:
                     outcome[slot_cfg[s]] = (st.success, st.steps)
+                    if log is not None:
+                        log.append(slot_cfg[s], st.success, st.steps)
                     bar.update(1)
                     assign(s)
         bar.close()
@@ -104,6 +128,50 @@ def evaluate(policy: PatchTokenPolicy | PolicyEnsemble, backbone: Any, configs: 
             e.close()
     return TaskResult(task, configs, [outcome[c][0] for c in configs], [outcome[c][1] for c in configs],
                       max_steps, gifs)
+
+
+class EpisodeJournal:
+    """Finished episodes of one evaluation, one JSON line each after a header line naming the run.
+
+    Each line is appended and flushed to disk as its episode ends, so a killed evaluation loses at
+    most the episodes in flight; a line cut short by the kill is dropped when the journal is reopened.
+    """
+
+    def __init__(self, path: str | Path, run: dict[str, Any]) -> None:
+        self.path = Path(path)
+        self.done: dict[int, tuple[bool, int]] = {}
+        if not self.path.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.path, json.dumps({"frozenvit": JOURNAL_KIND, "run": run}) + "\n")
+            return
+        raw = self.path.read_bytes()
+        *lines, partial = raw.split(b"\n")            # after the last newline: a line a kill cut short
+        try:
+            head = json.loads(lines[0]) if lines else None
+            records = [json.loads(ln) for ln in lines[1:]]
+            done = {int(r["config"]): (bool(r["success"]), int(r["steps"])) for r in records}
+        except (ValueError, KeyError, TypeError):
+            head = None
+        if not isinstance(head, dict) or head.get("frozenvit") != JOURNAL_KIND:
+            raise OutputConflict(f"{self.path} exists and is not an episode journal of `frozenvit control evaluate`; "
+                                 "choose another path (--json)")
+        old = head.get("run") if isinstance(head.get("run"), dict) else {}
+        if old != run:
+            diff = ", ".join(sorted(k for k in run if old.get(k) != run[k])) or "run"
+            raise ArtifactError(f"{self.path} holds episodes of another evaluation ({diff} differ); rerun the same "
+                                "command to resume it, or choose another path (--json) for this one")
+        if partial:
+            with open(self.path, "r+b") as f:
+                f.truncate(len(raw) - len(partial))
+        self.done = done
+
+    def append(self, config: int, success: bool, steps: int) -> None:
+        line = json.dumps(dict(config=int(config), success=bool(success), steps=int(steps))) + "\n"
+        with open(self.path, "ab") as f:
+            f.write(line.encode())
+            f.flush()
+            os.fsync(f.fileno())
+        self.done[int(config)] = (bool(success), int(steps))
 
 
 def save_gif(frames: Sequence[np.ndarray], path: str | Path, fps: int = 20, every: int = 2) -> Path:
@@ -118,14 +186,13 @@ def save_gif(frames: Sequence[np.ndarray], path: str | Path, fps: int = 20, ever
 def rollout_timed(agent: VisuomotorAgent, env: MetaWorldTask, config: int, timer: StageTimer,
                   max_steps: int | None = None) -> State:
     """One episode with every stage of the loop timed: render, preprocess, encode, head, step."""
-    agent.reset()
     state = env.reset(config)
     limit = max_steps or env.max_steps
     while not state.done and state.steps < limit:
         with timer("total"):
             with timer("render"):
                 frame = env.render()
-            action = agent.act([frame], state.proprio[None], slots=[0], timer=timer)[0]
+            action = agent.act([frame], state.proprio[None], timer=timer)[0]
             with timer("step"):
                 state = env.step(action)
     return state

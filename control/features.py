@@ -20,13 +20,13 @@ from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
-from frozenvit.backbone.suite.progress import progress_bar
 
+from frozenvit.backbone.errors import ArtifactError
 from frozenvit.backbone.suite.artifacts import atomic_dir, read_config, write_json
+from frozenvit.backbone.suite.progress import progress_bar
 
 from .demos import iter_episodes, load_manifest
 from .errors import DemoError
-from .head import POOLINGS
 
 KIND = "control.features"
 FORMAT_VERSION = 1
@@ -46,16 +46,6 @@ class FeatureCache:
     def __len__(self) -> int:
         return int(self.actions.shape[0])
 
-    def stack_index(self, frames: int) -> torch.Tensor:
-        """(M, frames) row indices of the last `frames` frames of each sample, oldest first.
-
-        Before an episode's start the first frame is repeated, as at the start of a rollout.
-        """
-        idx = torch.arange(len(self))
-        back = torch.arange(frames - 1, -1, -1)                                  # (F,) F-1 .. 0
-        lag = torch.minimum(back.unsqueeze(0), self.step.unsqueeze(1))           # (M, F) no crossing episodes
-        return idx.unsqueeze(1) - lag                                            # (M, F)
-
 
 def backbone_fingerprint(backbone: Any) -> str:
     """Weights hash of a backbone; for random (unhashed) weights, a hash of the parameters."""
@@ -68,40 +58,40 @@ def backbone_fingerprint(backbone: Any) -> str:
     return h.hexdigest()
 
 
-def default_block(depth: int, pooling: str = "attention") -> int:
+def default_block(depth: int) -> int:
     """The backbone block whose tokens a policy reads by default: the last one (0-based: depth - 1), for
-    every pooling, so the pooling ablation compares heads on the same tokens.
-
-    Until 2026-11-29 attention and mean pooling read the end of the first quarter (block 2 of 12): it
-    had the lowest held-out BC error. With the 78-epoch default at 224 px that block's attention heads
-    lost to CLS-only heads in closed loop (0.39 vs 0.52 over 3 seeds), while on a validation set of
-    configurations (seeds 1,000,500+, disjoint from the test set) last-block attention heads did best
-    of blocks 2, 5 and 11 (benchmarks/results/control_success_val_*.json); on the test set they
-    reached 0.45 over 3 seeds, still below CLS-only (README, control). `pooling` is kept for
-    callers that pass it.
-    """
+    every pooling, so that poolings are compared on the same tokens (control/RESULTS.md, "Which block")."""
     if depth < 1:
         raise ValueError(f"depth must be >= 1, got {depth}")
-    if pooling not in POOLINGS:
-        raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
     return depth - 1
 
 
-def backbone_meta(backbone: Any, block: int | None = None, pooling: str = "attention") -> dict[str, Any]:
-    """What a cache or a policy must agree on with the backbone used at run time.
-
-    block None: `default_block` for `pooling`."""
+def backbone_meta(backbone: Any, block: int | None = None) -> dict[str, Any]:
+    """What a cache or a policy must agree on with the backbone used at run time (block None: the last)."""
     c = backbone.config
-    b = backbone.resolve_blocks(default_block(c.depth, pooling) if block is None else block)[0]
-    return dict(backbone=c.name, fingerprint=backbone_fingerprint(backbone), img_size=list(c.img_size),
-                block=b, grid=list(c.grid), embed_dim=int(c.embed_dim), has_cls=bool(c.has_cls))
+    b = backbone.resolve_blocks(default_block(c.depth) if block is None else block)[0]
+    return dict(backbone=c.name, fingerprint=backbone_fingerprint(backbone), pretrained=bool(c.pretrained),
+                img_size=list(c.img_size), block=b, grid=list(c.grid), embed_dim=int(c.embed_dim),
+                has_cls=bool(c.has_cls))
+
+
+def check_backbone(meta: dict[str, Any], backbone: Any) -> None:
+    """Raise ArtifactError unless `backbone` is the one `meta` (a policy's) was made with: weights and input size."""
+    got_fp = backbone_fingerprint(backbone)
+    got_size = list(backbone.config.img_size)
+    if meta.get("fingerprint") != got_fp or meta.get("img_size") != got_size:
+        random = " (random weights: pass --random-weights)" if meta.get("pretrained") is False else ""
+        raise ArtifactError(
+            f"this policy was trained on {meta.get('backbone')} at {meta.get('img_size')} (weights "
+            f"{str(meta.get('fingerprint'))[:12]}{random}), the backbone given is {backbone.config.name} at "
+            f"{got_size} (weights {got_fp[:12]}); load the same backbone or retrain the policy")
 
 
 def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | None = None, batch_size: int = 32,
                    cache_dir: str | Path | None = None, progress: bool | None = None) -> FeatureCache:
     """Encode every frame of `demo_dir` once with the frozen `backbone` (block `block`) and cache it.
 
-    block None: `default_block(depth)`, the last block (what every pooling reads by default).
+    block None: `default_block(depth)`, the last block.
 
     A cache with the same backbone weights, input size, block and episodes is loaded instead of
     recomputed. `cache_dir` overrides the default location under `<demo_dir>/features/`.

@@ -10,10 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
+import torch
 
 from .agent import StageTimer, VisuomotorAgent
-from .env import MetaWorldTask, config_seeds
+from .env import ACTION_DIM, PROPRIO_DIM, MetaWorldTask, config_seeds
 from .evaluate import rollout_timed
+from .features import backbone_meta, check_backbone
+from .head import HeadConfig, PolicyHead
 
 STAGES = ("render", "preprocess", "encode", "head", "step")
 
@@ -109,9 +112,30 @@ def measure_latency(agent: VisuomotorAgent, env: MetaWorldTask, *, steps: int = 
         i += 1
     total = np.asarray(timer.ms["total"][warmup:need])
     stages = {s: np.asarray(timer.ms[s][warmup:need]) for s in STAGES if timer.ms.get(s)}
-    import torch
-
     meta = dict(task=env.name, image_size=env.image_size, camera=env.camera, threads=torch.get_num_threads(),
                 backbone=agent.policy.meta_.get("backbone"), img_size=agent.policy.meta_.get("img_size"),
-                pooling=agent.policy.pooling, warmup=warmup)
+                pooling=agent.policy.pooling, trained=not isinstance(agent.policy, UntrainedHead), warmup=warmup)
     return LatencyReport(total, stages, meta)
+
+
+class UntrainedHead:
+    """A randomly initialised policy head of the shape a trained one has on `backbone`: it stands in for
+    a policy when only the loop's latency is measured (the time does not depend on the weights; the
+    actions mean nothing). Same interface as a fitted PatchTokenPolicy for `VisuomotorAgent`."""
+
+    def __init__(self, backbone: Any, pooling: str = "attention", block: int | None = None, seed: int = 0) -> None:
+        self.pooling = pooling
+        self.meta_ = backbone_meta(backbone, block)
+        cfg = HeadConfig(self.meta_["embed_dim"], tuple(self.meta_["grid"]), PROPRIO_DIM, ACTION_DIM, pooling=pooling)
+        self.uses_cls = cfg.uses_cls
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.head_ = PolicyHead(cfg).eval()
+
+    def check_backbone(self, backbone: Any) -> None:
+        check_backbone(self.meta_, backbone)
+
+    @torch.inference_mode()
+    def predict(self, tokens: torch.Tensor, cls: torch.Tensor | None, proprio: np.ndarray) -> np.ndarray:
+        prop = torch.as_tensor(np.asarray(proprio, dtype=np.float32))
+        return self.head_(tokens.float(), None if cls is None else cls.float(), prop).clamp(-1.0, 1.0).numpy()

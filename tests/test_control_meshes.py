@@ -100,6 +100,7 @@ def test_metaworld_frames_with_simplified_meshes_match_full_meshes_and_physics_i
 def test_mesh_faces_option_parses_counts_none_and_stored_settings():
     import argparse
 
+    from frozenvit.backbone.suite.errors import UsageError
     from frozenvit.control.cli import parse_mesh_faces, render_settings
 
     ns = lambda v: argparse.Namespace(mesh_faces=v)  # noqa: E731
@@ -107,6 +108,6 @@ def test_mesh_faces_option_parses_counts_none_and_stored_settings():
     assert render_settings(ns(None), RenderSettings.simplified().as_dict()) == RenderSettings.simplified()
     assert render_settings(ns(None)) == RenderSettings()
     for bad, msg in (("abc", "triangle count"), ("2", ">= 4")):
-        with pytest.raises(SystemExit, match=msg):
+        with pytest.raises(UsageError, match=msg):
             render_settings(ns(bad))
     assert parse_mesh_faces("800") == RenderSettings.simplified() and parse_mesh_faces("None") == RenderSettings()

@@ -1,13 +1,17 @@
 """Behaviour cloning on cached tokens: seeded, resumable, saved as safetensors, tied to its backbone."""
 import dataclasses
+import json
 
 import numpy as np
 import pytest
 import torch
+from sklearn.base import clone
 
 from frozenvit.backbone.errors import ArtifactError
 from frozenvit.control import policy as policy_mod
+from frozenvit.control.errors import PolicyError
 from frozenvit.control.features import FeatureCache
+from frozenvit.control.head import AttentionConfig
 from frozenvit.control.policy import PatchTokenPolicy
 
 
@@ -29,9 +33,15 @@ def marked_token_cache(M=480, grid=(4, 4), C=16, seed=0, episode_len=12) -> Feat
                         actions, torch.arange(M) // episode_len, step, meta)
 
 
-def small(pooling="attention", **kw):
-    kw = {"num_queries": 2, "num_heads": 2, "hidden": 64, "epochs": 4, "batch_size": 64, "lr": 3e-3, **kw}
-    return PatchTokenPolicy(pooling, **kw)
+def small(pooling="attention", attention=None, **kw):
+    if pooling == "attention" and attention is None:
+        attention = AttentionConfig(queries=2, heads=2)
+    kw = {"hidden": 64, "epochs": 4, "batch_size": 64, "lr": 3e-3, **kw}
+    return PatchTokenPolicy(pooling, attention, **kw)
+
+
+def rows(cache, n=7):
+    return cache.tokens[:n], cache.cls[:n], cache.proprio[:n].numpy()
 
 
 def test_attention_pooling_learns_where_the_object_is_while_mean_pooling_cannot():
@@ -50,16 +60,56 @@ def test_fit_with_the_same_seed_is_reproducible_and_another_seed_differs():
     assert not torch.equal(a.head_.pool.query, c.head_.pool.query)
 
 
+def test_fit_leaves_the_global_torch_rng_alone():
+    torch.manual_seed(123)
+    want = torch.rand(3)
+    torch.manual_seed(123)
+    small(epochs=1).fit(marked_token_cache(M=64), progress=False)
+    assert torch.equal(torch.rand(3), want)
+
+
 def test_save_and_load_round_trip_predicts_identically(tmp_path):
     cache = marked_token_cache(M=96)
-    pol = small(frames=2).fit(cache, progress=False)
+    pol = small().fit(cache, progress=False)
     pol.save(tmp_path / "pol")
     assert sorted(p.name for p in (tmp_path / "pol").iterdir()) == [".frozenvit.json", "config.json", "model.safetensors"]
     back = PatchTokenPolicy.load(tmp_path / "pol")
-    idx = cache.stack_index(2)[:7]                                                  # (7, 2)
-    args = (cache.tokens[idx], cache.cls[idx], cache.proprio[:7].numpy())
-    np.testing.assert_array_equal(pol.predict(*args), back.predict(*args))
+    np.testing.assert_array_equal(pol.predict(*rows(cache)), back.predict(*rows(cache)))
     assert back.get_params() == pol.get_params() and back.meta_["task"] == "reach-v3"
+    assert back.attention == AttentionConfig(queries=2, heads=2)
+
+
+def test_policy_is_a_scikit_learn_estimator_whose_clone_is_unfitted_with_equal_params():
+    pol = small(attention=AttentionConfig(queries=3, heads=2, with_cls=True), seed=4)
+    assert pol.get_params()["attention"] == AttentionConfig(queries=3, heads=2, with_cls=True)
+    twin = clone(pol.fit(marked_token_cache(M=64), progress=False))
+    assert twin.get_params() == pol.get_params() and not hasattr(twin, "head_")
+    assert twin.set_params(seed=9).seed == 9
+    assert "queries=3" in repr(pol) and "seed=4" in repr(pol)
+
+
+def test_attention_options_with_another_pooling_are_refused_not_ignored():
+    cache = marked_token_cache(M=64)
+    for pooling in ("cls", "mean"):
+        with pytest.raises(PolicyError, match="pooling='attention'"):
+            PatchTokenPolicy(pooling, AttentionConfig(queries=8)).fit(cache, progress=False)
+    assert PatchTokenPolicy("cls").fit(cache, progress=False).head_.cfg.attention is None
+    assert PatchTokenPolicy("attention", hidden=8, epochs=1).fit(cache, progress=False).head_.cfg.attention \
+        == AttentionConfig()                                             # None means the defaults
+
+
+def test_hyperparameters_that_do_not_fit_the_tokens_are_named_errors():
+    cache = marked_token_cache(M=64, C=16)
+    with pytest.raises(PolicyError, match="heads do not divide"):
+        small(attention=AttentionConfig(heads=3)).fit(cache, progress=False)
+    with pytest.raises(PolicyError, match=">= 1"):
+        AttentionConfig(queries=0)
+    with pytest.raises(PolicyError, match="pooling must be one of"):
+        small("max").fit(cache, progress=False)
+    no_cls = dataclasses.replace(cache, cls=None)
+    for pol in (small("cls"), small(attention=AttentionConfig(heads=2, with_cls=True))):
+        with pytest.raises(PolicyError, match="CLS"):
+            pol.fit(no_cls, progress=False)
 
 
 def test_resumed_training_ends_where_an_uninterrupted_run_ends(tmp_path, monkeypatch):
@@ -90,75 +140,36 @@ def test_resume_refuses_a_checkpoint_made_with_other_hyperparameters(tmp_path):
     small(epochs=2).fit(cache, checkpoint_dir=tmp_path / "ckpt", checkpoint_every=1, progress=False)
     with pytest.raises(ArtifactError, match="hyperparameters"):
         small(epochs=2, lr=1e-4).fit(cache, checkpoint_dir=tmp_path / "ckpt", progress=False)
-
-
-def test_stack_index_repeats_the_first_frame_and_never_crosses_episodes():
-    cache = marked_token_cache(M=8, episode_len=3)                   # episodes [0,1,2] [3,4,5] [6,7]
-    idx = cache.stack_index(3)
-    assert idx.tolist() == [[0, 0, 0], [0, 0, 1], [0, 1, 2], [3, 3, 3], [3, 3, 4], [3, 4, 5], [6, 6, 6], [6, 6, 7]]
+    with pytest.raises(ArtifactError, match="hyperparameters"):
+        small(epochs=2, attention=AttentionConfig(queries=3, heads=2)).fit(
+            cache, checkpoint_dir=tmp_path / "ckpt", progress=False)
 
 
 def test_predict_before_fit_says_how_to_get_a_policy():
     with pytest.raises(ValueError, match="fit"):
-        small().predict(torch.zeros(1, 1, 16, 16), None, np.zeros((1, 4)))
+        small().predict(torch.zeros(1, 16, 16), None, np.zeros((1, 4)))
 
 
-def test_check_backbone_rejects_a_backbone_with_other_weights(make_tiny_vit):
+def test_check_backbone_rejects_a_backbone_with_other_weights_or_size(make_tiny_vit):
+    from frozenvit.control.features import backbone_meta
 
     torch.manual_seed(0)
     a = make_tiny_vit()
     torch.manual_seed(1)
     b = make_tiny_vit()
-    from frozenvit.control.features import backbone_meta
-
-    pol = small().init_untrained(backbone_meta(a, -1))
+    cache = marked_token_cache(M=32, grid=(4, 4), C=48)
+    cache.meta.update(backbone_meta(a))                              # tokens "from" backbone a
+    pol = small(epochs=1).fit(cache, progress=False)
+    assert pol.meta_["pretrained"] is False
     pol.check_backbone(a)
     with pytest.raises(ArtifactError, match="retrain"):
         pol.check_backbone(b)
-
-
-def test_ensemble_acts_by_the_mean_of_its_members_and_round_trips(tmp_path):
-    from frozenvit.control.policy import PolicyEnsemble, load_policy
-
-    cache = marked_token_cache(M=96)
-    ens = PolicyEnsemble.fit_seeds(cache, small(epochs=2), seeds=[3, 4], progress=False)
-    assert ens.seeds == [3, 4] and len(ens) == 2 and ens.pooling == "attention"
-    assert not torch.equal(ens.members[0].head_.pool.query, ens.members[1].head_.pool.query)
-    idx = cache.stack_index(1)[:5]
-    args = (cache.tokens[idx], cache.cls[idx], cache.proprio[:5].numpy())
-    a, b = (m.predict(*args) for m in ens.members)
-    assert not np.allclose(a, b)
-    np.testing.assert_allclose(ens.predict(*args), (a + b) / 2, rtol=1e-6)
-    ens.save(tmp_path / "ens")
-    back = load_policy(tmp_path / "ens")
-    assert isinstance(back, PolicyEnsemble) and back.seeds == [3, 4]
-    np.testing.assert_array_equal(back.predict(*args), ens.predict(*args))
-    ens.members[0].save(tmp_path / "one")
-    assert isinstance(load_policy(tmp_path / "one"), PatchTokenPolicy)
-    with pytest.raises(ArtifactError, match="missing"):
-        load_policy(tmp_path / "nothing")
-
-
-def test_ensemble_refuses_members_that_see_other_inputs():
-    from frozenvit.control.policy import PolicyEnsemble
-
-    cache = marked_token_cache(M=64)
-    att = small(epochs=1).fit(cache, progress=False)
-    with pytest.raises(ValueError, match="member 1"):
-        PolicyEnsemble([att, small("mean", epochs=1).fit(cache, progress=False)])
-    with pytest.raises(ValueError, match="member 1"):
-        PolicyEnsemble([att, small(epochs=1, frames=2).fit(cache, progress=False)])
-    with pytest.raises(ValueError, match="fit"):
-        PolicyEnsemble([att, small()])
-    with pytest.raises(ValueError, match="at least one"):
-        PolicyEnsemble([])
+    torch.manual_seed(0)
+    with pytest.raises(ArtifactError, match=r"\[64, 64\].*\[96, 96\]"):
+        pol.check_backbone(make_tiny_vit(img_size=96))
 
 
 def test_a_policy_config_edited_by_hand_is_refused(tmp_path):
-    import json
-
-    from frozenvit.backbone.errors import ArtifactError
-
     small(epochs=1).fit(marked_token_cache(M=64), progress=False).save(tmp_path / "p")
     cfg_path = tmp_path / "p" / "config.json"
     cfg = json.loads(cfg_path.read_text())
@@ -168,13 +179,28 @@ def test_a_policy_config_edited_by_hand_is_refused(tmp_path):
         PatchTokenPolicy.load(tmp_path / "p")
 
 
-def test_diverse_sincos_policy_with_cls_round_trips_and_its_queries_look_at_different_places(tmp_path):
+def test_a_policy_of_the_older_format_is_refused_with_retrain(tmp_path):
+    small(epochs=1).fit(marked_token_cache(M=64), progress=False).save(tmp_path / "p")
+    cfg_path = tmp_path / "p" / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg_path.write_text(json.dumps(dict(cfg, format_version=1)))
+    with pytest.raises(ArtifactError, match="older frozenvit.*retrain"):
+        PatchTokenPolicy.load(tmp_path / "p")
+    cfg_path.write_text(json.dumps(dict(cfg, kind="control.policy_ensemble")))     # a folder of the removed ensembles
+    with pytest.raises(ArtifactError, match="retrain"):
+        PatchTokenPolicy.load(tmp_path / "p")
+    with pytest.raises(ArtifactError, match="missing"):
+        PatchTokenPolicy.load(tmp_path / "nothing")
+
+
+def test_sincos_policy_with_cls_round_trips_and_its_diverse_queries_look_at_different_places(tmp_path):
     from frozenvit.control.agent import VisuomotorAgent
     from frozenvit.control.head import diversity_penalty
 
     cache = marked_token_cache(M=256)
-    plain = small(epochs=15, pos_code="learned", query_diversity=0.0).fit(cache, progress=False)
-    pol = small(epochs=15, pos_code="sincos", query_diversity=0.1, with_cls=True).fit(cache, progress=False)
+    plain = small(epochs=15, attention=AttentionConfig(queries=2, heads=2, query_diversity=0.0)).fit(cache, progress=False)
+    pol = small(epochs=15, attention=AttentionConfig(queries=2, heads=2, query_diversity=0.5, with_cls=True)).fit(
+        cache, progress=False)
     assert pol.uses_cls and not plain.uses_cls and VisuomotorAgent(pol, None, check=False).uses_cls
 
     def overlap(p):
@@ -184,9 +210,4 @@ def test_diverse_sincos_policy_with_cls_round_trips_and_its_queries_look_at_diff
     pol.save(tmp_path / "p")
     back = PatchTokenPolicy.load(tmp_path / "p")
     assert back.get_params() == pol.get_params()
-    idx = cache.stack_index(1)[:5]
-    args = (cache.tokens[idx], cache.cls[idx], cache.proprio[:5].numpy())
-    np.testing.assert_array_equal(pol.predict(*args), back.predict(*args))
-    no_cls = dataclasses.replace(cache, cls=None)
-    with pytest.raises(ValueError, match="CLS"):
-        small(with_cls=True).fit(no_cls, progress=False)
+    np.testing.assert_array_equal(pol.predict(*rows(cache, 5)), back.predict(*rows(cache, 5)))
