@@ -108,7 +108,12 @@ def _read_csv(path: str | Path) -> pd.DataFrame:
     if path.is_dir():
         raise SeriesError(f"{path} is a folder; pass the path of a CSV file with --csv")
     try:
-        raw = pd.read_csv(path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            raw = pd.read_csv(path, index_col=False)      # never the first column as an index (a shift)
+    except pd.errors.ParserWarning:
+        raise SeriesError(f"{path}: rows have more fields than the header line names; a value would be "
+                          "dropped: name every column in the header (an empty last field is fine)") from None
     except pd.errors.EmptyDataError:
         raise SeriesError(f"{path} is empty; a CSV needs a header line, then one line per row") from None
     except UnicodeDecodeError as e:
