@@ -62,3 +62,43 @@ def test_fit_on_an_empty_folder_fails_with_a_clear_message(workspace, capsys):
     rc = main(["anomaly", "fit", "--data", str(workspace / "empty"), "--out", str(workspace / "m2"),
                "--backbone", "test_vit", "--weights", str(workspace / "w.safetensors"), "--img-size", "64"])
     assert rc == 2 and "neither an MVTec AD category" in capsys.readouterr().err
+
+
+def test_random_weights_without_a_backbone_are_the_defaults_shape_random_and_recorded(workspace, capsys):
+    from frozenvit.backbone import default_spec, load_backbone
+
+    out = workspace / "random_model"
+    assert main(["anomaly", "fit", "--data", str(workspace / "data" / "weave"), "--out", str(out),
+                 "--random-weights", "--img-size", "64", "--threads", "1"]) == 0
+    assert "cannot be rebuilt" in capsys.readouterr().err
+    rec = json.loads((out / "config.json").read_text())
+    default = load_backbone(img_size=64)
+    assert rec["backbone"]["pretrained"] is False and rec["backbone"]["weights_sha256"] is None
+    assert rec["backbone"]["name"] == default_spec()["arch"] and rec["backbone"]["depth"] == default.config.depth
+    assert rec["backbone"]["fingerprint"].startswith("params:") and rec["backbone_source"] is None
+    assert main(["anomaly", "predict", "--model", str(out), "--images", str(workspace / "data" / "weave" / "test"),
+                 "--out", str(workspace / "random_pred")]) == 2
+    assert "ArtifactError" in capsys.readouterr().err and not (workspace / "random_pred").exists()
+
+
+def test_a_model_of_the_default_fitted_at_another_img_size_is_rebuilt_at_it_by_every_command(workspace, capsys):
+    model = workspace / "default64"
+    assert main(["anomaly", "fit", "--data", str(workspace / "data" / "weave"), "--out", str(model),
+                 "--img-size", "64", "--threads", "1"]) == 0
+    rec = json.loads((model / "config.json").read_text())
+    assert rec["backbone"]["img_size"] == [64, 64] and rec["backbone_source"] == {"default": True}
+    test_dir = workspace / "data" / "weave" / "test"
+    assert main(["anomaly", "predict", "--model", str(model), "--images", str(test_dir),
+                 "--out", str(workspace / "pred64"), "--no-overlays"]) == 0
+    assert main(["anomaly", "evaluate", "--model", str(model), "--data", str(workspace / "data" / "weave")]) == 0
+    assert "image_auroc" in capsys.readouterr().out
+
+
+def test_a_model_fitted_by_name_at_another_img_size_is_rebuilt_at_it(workspace, capsys):
+    from frozenvit.anomaly import PatchCore
+
+    model = workspace / "named48"
+    assert main(["anomaly", "fit", "--data", str(workspace / "data" / "weave"), "--out", str(model),
+                 "--backbone", "test_vit", "--weights", str(workspace / "w.safetensors"), "--img-size", "48"]) == 0
+    assert PatchCore.load(model).backbone_.config.img_size == (48, 48)
+    assert main(["anomaly", "evaluate", "--model", str(model), "--data", str(workspace / "data" / "weave")]) == 0

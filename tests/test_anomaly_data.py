@@ -94,3 +94,35 @@ def test_plain_folders_label_test_images_by_their_masks(tmp_path):
     Image.fromarray(m).save(tmp_path / "masks" / "zzz.png")
     with pytest.raises(DatasetError, match="zzz.png has no test image"):
         read_folders(tmp_path / "normal", tmp_path / "test", tmp_path / "masks")
+
+
+def _save16(path, a, sbit=None):
+    from PIL import PngImagePlugin
+
+    info = PngImagePlugin.PngInfo()
+    if sbit is not None:
+        info.add(b"sBIT", bytes([sbit]))
+    Image.fromarray(a).save(path, pnginfo=info)
+
+
+@pytest.mark.parametrize("depth", [8, 12, 16])
+@pytest.mark.parametrize("recorded", [True, False])
+def test_sixteen_bit_pngs_are_scaled_by_their_real_bit_depth(tmp_path, depth, recorded):
+    import warnings
+
+    v8 = np.linspace(0, 255, 20 * 30).reshape(20, 30).round().astype(np.uint8)
+    a16 = np.round(v8 / 255 * (2 ** depth - 1)).astype(np.uint16)       # depth-bit content in a 16-bit PNG
+    _save16(tmp_path / "g.png", a16, depth if recorded else None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        img = read_image(tmp_path / "g.png")
+    assert img.dtype == np.uint8 and img.shape == (20, 30, 3)
+    assert np.abs(img[..., 0].astype(int) - v8).max() <= 1
+    guessed = any("without a recorded bit depth" in str(w.message) for w in caught)
+    assert guessed == (not recorded and depth < 16)
+
+
+def test_a_recorded_bit_depth_keeps_a_dark_image_dark(tmp_path):
+    a12 = np.full((8, 8), 200, np.uint16)                                 # dim in 12 bits
+    _save16(tmp_path / "dim.png", a12, 12)
+    assert (read_image(tmp_path / "dim.png") == round(200 / 4095 * 255)).all()

@@ -1,18 +1,38 @@
 """The demo section runs in quick mode, or says plainly that the embedded default is missing."""
+import math
+import re
+
+import pytest
+
 from frozenvit.backbone.suite.report import DemoContext
 
 
-def test_demo_section_quick(tmp_path):
+def _table(html):
+    """The first HTML table of a section as a list of {header: cell text} rows."""
+    head = re.findall(r"<th>(.*?)</th>", html)
+    rows = re.findall(r"<tr>((?:<td>.*?</td>)+)</tr>", html)
+    return [dict(zip(head, re.findall(r"<td>(.*?)</td>", r))) for r in rows]
+
+
+@pytest.mark.slow
+def test_quick_demo_fits_the_weave_set_and_reports_its_bank_and_false_alarm_bound(tmp_path):
     from frozenvit.anomaly.demo_section import section
     from frozenvit.backbone.errors import BackboneUnavailable
 
     sec = section(DemoContext(out_dir=tmp_path, threads=1, quick=True))
     html = "\n".join(sec.blocks)
-    assert sec.order == 20 and sec.title.startswith("Anomaly")
     try:
         from frozenvit.backbone import load_backbone
-        load_backbone()
+        bb = load_backbone()
     except BackboneUnavailable:
-        assert "not shipped" in html
+        assert "not shipped" in html and "<table>" not in html
         return
-    assert "<table>" in html and "<img" in html and "image AUROC" in html
+    (row,) = _table(html)                                   # quick mode: the weave category only
+    assert row["category"] == "weave"
+    # 8 normals: round(0.2 * 8) = 2 held out, so the threshold only bounds false alarms by 1/3
+    assert float(row["FA bound"]) == pytest.approx(1 / 3, abs=1e-4)
+    # bank: 10% of the 6 training images' patches, channels pooled to a quarter of two fused blocks
+    n_patches = 6 * math.prod(bb.config.grid)
+    assert row["bank"] == f"{math.ceil(0.1 * n_patches)}x{2 * bb.config.embed_dim // 4}"
+    assert float(row["image AUROC"]) > 0.5 and 0 <= float(row["AUPRO@0.3"]) <= 1
+    assert html.count("<img") == 1 and (tmp_path / "anomaly-synthetic" / "weave" / "train" / "good").is_dir()

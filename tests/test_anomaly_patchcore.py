@@ -172,3 +172,79 @@ def test_failed_save_leaves_the_previous_artifact(fitted, tmp_path, monkeypatch)
 def test_too_few_held_out_normals_warn_that_the_target_rate_cannot_hold(bb, normals):
     with pytest.warns(UserWarning, match="only 2 held-out normals"):
         PatchCore(bb, target_fpr=0.01, progress=False).fit(normals)
+
+
+# ---- the estimator protocol (scikit-learn) ------------------------------------------------------
+
+def test_params_come_from_the_constructor_and_clone_gives_an_unfitted_copy(bb, fitted):
+    import inspect
+
+    from sklearn.base import clone
+
+    assert set(fitted.get_params()) == set(inspect.signature(PatchCore).parameters)
+    copy = clone(PatchCore(bb, coreset_ratio=0.25, sigma=2.0))
+    assert copy.get_params()["coreset_ratio"] == 0.25 and copy.sigma == 2.0
+    assert not [k for k in vars(copy) if k.endswith("_")]              # nothing learned in the constructor
+    assert copy.set_params(sigma=1.0) is copy and copy.sigma == 1.0
+    assert "coreset_ratio=0.25" in repr(PatchCore(coreset_ratio=0.25)) and "sigma" not in repr(PatchCore())
+
+
+def test_the_constructor_checks_nothing_and_fit_names_the_bad_parameters(bb, normals):
+    from frozenvit.backbone.suite.errors import UsageError
+
+    det = PatchCore(bb, coreset_ratio=0.0, holdout=1.0, aggregation=2, image_score="median")   # no error yet
+    with pytest.raises(UsageError) as e:
+        det.fit(normals)
+    assert all(p in str(e.value) for p in ("coreset_ratio", "holdout", "aggregation", "image_score"))
+    with pytest.raises(UsageError, match="blocks=.*below 4"):
+        PatchCore(bb, blocks=(1, 9), progress=False).fit(normals)
+
+
+@pytest.mark.parametrize("n", [0, 1])
+def test_fewer_than_two_normals_is_a_dataset_error_naming_the_minimum(bb, normals, n):
+    from frozenvit.anomaly import DatasetError
+
+    with pytest.raises(DatasetError, match="at least 2 normal images, got %d" % n):
+        PatchCore(bb, progress=False).fit(normals[:n])
+
+
+def test_two_normals_are_enough_one_for_the_bank_one_held_out(bb, normals):
+    det = PatchCore(bb, progress=False).fit(normals[:2])
+    assert det.n_train_images_ == 1 and len(det.calibration_scores_) == 1
+
+
+def test_predict_and_decision_function_leave_every_learned_attribute_as_it_was(fitted):
+    def learned():
+        return {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in vars(fitted).items() if k.endswith("_")}
+
+    before, params = learned(), fitted.get_params()
+    imgs = [render_sample("weave", "stain", 0, 0, size=(96, 112))[0]]
+    fitted.predict(imgs)
+    fitted.decision_function(imgs)
+    after = learned()
+    assert before.keys() == after.keys() and fitted.get_params() == params
+    for k in before:
+        same = np.array_equal(before[k], after[k]) if isinstance(before[k], np.ndarray) else before[k] is after[k] \
+            or before[k] == after[k]
+        assert same, k
+
+
+def test_an_unfitted_detector_says_so():
+    from sklearn.exceptions import NotFittedError
+
+    with pytest.raises(NotFittedError, match="not fitted"):
+        PatchCore().predict([np.zeros((32, 32, 3), np.uint8)])
+
+
+def test_an_artifact_with_unknown_parameters_is_refused_not_crashed(fitted, bb, tmp_path):
+    from frozenvit.backbone.suite.artifacts import tensor_metadata
+    from safetensors.numpy import load_file, save_file
+
+    fitted.save(tmp_path / "m")
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    cfg["params"]["not_a_parameter"] = 3                     # a config written by another version, digest matching
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    t = load_file(str(tmp_path / "m" / "bank.safetensors"))
+    save_file(t, str(tmp_path / "m" / "bank.safetensors"), metadata=tensor_metadata(cfg))
+    with pytest.raises(ArtifactError, match="not a complete anomaly.patchcore config"):
+        PatchCore.load(tmp_path / "m", backbone=bb)

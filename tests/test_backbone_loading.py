@@ -194,3 +194,67 @@ def test_a_shallower_checkpoint_builds_the_architecture_at_its_depth(tmp_path):
     x = torch.zeros(1, 3, 112, 112)
     with torch.no_grad():
         assert torch.allclose(bb.model.forward_features(x), student.forward_features(x), atol=1e-6)
+
+
+def _tiny_vit_weights(make_tiny_vit, path):
+    sd = {k: v.contiguous() for k, v in make_tiny_vit().model.state_dict().items()}
+    save_file(sd, str(path)) if path.suffix == ".safetensors" else torch.save(sd, path)
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".pth"])
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty"])
+def test_a_damaged_weights_file_is_a_named_error_that_says_what_to_do(make_tiny_vit, tmp_path, suffix, damage):
+    path = tmp_path / f"w{suffix}"
+    data = _tiny_vit_weights(make_tiny_vit, path)
+    path.write_bytes({"truncated": data[: len(data) // 2], "garbage": b"\x00\xffnot weights" * 7, "empty": b""}[damage])
+    with pytest.raises(BackboneUnavailable, match=rf"w\{suffix} \(\d+ bytes\) cannot be read.*Download or copy it again"):
+        load_backbone("vit_tiny_patch16_224", weights=path, img_size=64, depth=4, embed_dim=48, num_heads=3)
+
+
+def _classification_checkpoint(name, path, **kw):
+    import timm
+
+    torch.manual_seed(0)
+    full = timm.create_model(name, pretrained=False, **kw).eval()
+    save_file({k: v.contiguous() for k, v in full.state_dict().items()}, str(path))
+    return full
+
+
+@pytest.mark.parametrize("name", ["tf_efficientnet_lite0", "convnext_atto"])
+def test_a_convnets_full_classification_checkpoint_loads_as_a_features_only_backbone(tmp_path, name):
+    """timm drops the head (EfficientNet: conv_head, bn2, classifier) and renames for some wrappers (ConvNeXt)."""
+    full = _classification_checkpoint(name, tmp_path / "full.safetensors")
+    bb = load_backbone(name, weights=tmp_path / "full.safetensors", img_size=64)
+    assert bb.config.kind == "cnn" and bb.config.pretrained and bb.weights_sha256
+    x = bb.preprocess(_images(2)).pixels
+    with torch.no_grad():
+        want = full.forward_intermediates(x, intermediates_only=True)          # the classification model's stages
+    got = bb.model(x)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+
+
+def test_a_features_only_state_dict_still_loads_as_it_is(tmp_path):
+    import timm
+
+    feat = timm.create_model("tf_efficientnet_lite0", pretrained=False, features_only=True)
+    save_file({k: v.contiguous() for k, v in feat.state_dict().items()}, str(tmp_path / "f.safetensors"))
+    bb = load_backbone("tf_efficientnet_lite0", weights=tmp_path / "f.safetensors", img_size=64)
+    for k, v in feat.state_dict().items():
+        assert torch.equal(bb.model.state_dict()[k], v), k
+
+
+def test_a_convnet_checkpoint_whose_body_does_not_fit_is_refused(tmp_path):
+    from safetensors.torch import load_file
+
+    _classification_checkpoint("resnet18", tmp_path / "resnet.safetensors")
+    with pytest.raises(BackboneUnavailable, match="does not fit.*classification checkpoint"):
+        load_backbone("tf_efficientnet_lite0", weights=tmp_path / "resnet.safetensors", img_size=64)
+    _classification_checkpoint("tf_efficientnet_lite0", tmp_path / "full.safetensors")
+    sd = load_file(str(tmp_path / "full.safetensors"))
+    del sd["blocks.3.0.conv_pw.weight"]                                          # a body layer, not the head
+    save_file(sd, str(tmp_path / "holed.safetensors"))
+    with pytest.raises(BackboneUnavailable, match=r"missing \['blocks.3.0.conv_pw.weight'\]"):
+        load_backbone("tf_efficientnet_lite0", weights=tmp_path / "holed.safetensors", img_size=64)

@@ -127,3 +127,58 @@ def test_inspect_reports_entropy_within_bounds_per_block_and_head(make_tiny_vit)
     assert rep.entropy.shape == (4, 3) and rep.distance.shape == (4, 3)
     assert (rep.entropy > 0).all() and (rep.entropy <= rep.entropy_max + 1e-5).all()
     assert (rep.norm_ratio >= 1).all()
+
+
+def _gray_ramp(depth, h=16, w=24):
+    """uint16 gray content that uses `depth` bits (values up to about 2**depth - 1), and its 8-bit version."""
+    v8 = np.linspace(0, 255, h * w).reshape(h, w).round().astype(np.uint8)
+    full = 2 ** depth - 1
+    return np.round(v8.astype(np.float64) / 255 * full).astype(np.uint16), v8
+
+
+@pytest.mark.parametrize("depth", [8, 12, 16])
+def test_uint16_arrays_are_scaled_by_the_bit_depth_their_values_need(depth):
+    import warnings
+
+    from frozenvit.backbone.preprocess import to_rgb_uint8
+
+    a16, v8 = _gray_ramp(depth)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = to_rgb_uint8(a16)
+    assert np.abs(out[..., 0].astype(int) - v8).max() <= 1         # full brightness, not divided by 257
+    said = [str(w.message) for w in caught]
+    assert (any(f"scaled as {depth}-bit data" in m for m in said)) == (depth < 16)
+
+
+def test_a_recorded_bit_depth_wins_over_the_data_and_left_aligned_samples_are_understood():
+    from frozenvit.backbone.preprocess import integer_to_uint8
+
+    a12, v8 = _gray_ramp(12)
+    dark = v8.astype(np.uint16)                                       # a dark 12-bit image: samples below 256
+    with pytest.warns(UserWarning, match="scaled as 8-bit"):
+        assert (integer_to_uint8(dark) == v8).all()                   # no record: the data's depth is a guess
+    assert np.abs(integer_to_uint8(dark, bits=12).astype(int) - np.round(v8 / 4095 * 255)).max() <= 1   # stays dark
+    left = (a12 << 4).astype(np.uint16)                              # PNG's way: 12 bits scaled up to 16
+    assert np.abs(integer_to_uint8(left, bits=12).astype(int) - v8).max() <= 1
+
+
+def test_integer_samples_outside_sixteen_bits_are_refused():
+    with pytest.raises(ImageFormatError, match="outside 0..65535"):
+        from frozenvit.backbone.preprocess import to_rgb_uint8
+        to_rgb_uint8(np.full((8, 8), 70000, np.int64))
+
+
+@pytest.mark.parametrize("size", [(1, 1), (3, 200), (200, 15)])
+def test_an_image_smaller_than_one_patch_is_accepted_with_a_warning(bb, size):
+    with pytest.warns(UserWarning, match=rf"is {size[0]}x{size[1]} px, smaller than one 16x16 px patch"):
+        batch = bb.preprocess([np.full(size + (3,), 128, np.uint8)])
+    assert batch.pixels.shape == (1, 3, 64, 64) and batch.mappings[0].orig_size == size
+
+
+def test_an_image_of_one_patch_or_more_says_nothing(bb):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bb.preprocess([np.full((16, 16, 3), 128, np.uint8)])
