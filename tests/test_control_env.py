@@ -57,6 +57,7 @@ def _renderer(model, data, camera):
         pytest.skip(f"no headless OpenGL: {e}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("camera", ["upright", "rolled"])
 def test_frames_are_upright_on_a_known_scene_for_normal_and_rolled_cameras(camera):
     model = mujoco.MjModel.from_xml_string(KNOWN_SCENE)
@@ -122,6 +123,7 @@ def test_unknown_task_name_raises_task_error_with_suggestions():
         MetaWorldTask("reach-v2", render=None)
 
 
+@pytest.mark.slow
 def test_real_metaworld_env_renders_an_upright_frame_and_steps():
     try:
         t = MetaWorldTask("reach-v3", camera="corner", image_size=64, max_steps=20)

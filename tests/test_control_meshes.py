@@ -74,6 +74,7 @@ def test_render_settings_validate_and_round_trip():
     assert RenderSettings.simplified().mesh_faces == 800
 
 
+@pytest.mark.slow
 def test_metaworld_frames_with_simplified_meshes_match_full_meshes_and_physics_is_the_same():
     pytest.importorskip("metaworld")
     from frozenvit.control import MetaWorldTask, RenderUnavailable

@@ -44,6 +44,7 @@ def rows(cache, n=7):
     return cache.tokens[:n], cache.cls[:n], cache.proprio[:n].numpy()
 
 
+@pytest.mark.slow
 def test_attention_pooling_learns_where_the_object_is_while_mean_pooling_cannot():
     cache = marked_token_cache(M=480)
     att = small("attention", epochs=40).fit(cache, progress=False)
@@ -211,3 +212,11 @@ def test_sincos_policy_with_cls_round_trips_and_its_diverse_queries_look_at_diff
     back = PatchTokenPolicy.load(tmp_path / "p")
     assert back.get_params() == pol.get_params()
     np.testing.assert_array_equal(pol.predict(*rows(cache, 5)), back.predict(*rows(cache, 5)))
+
+
+def test_default_block_is_the_last():
+    from frozenvit.control.features import default_block
+
+    assert [default_block(d) for d in (1, 4, 8, 12, 24)] == [0, 3, 7, 11, 23]
+    with pytest.raises(ValueError, match="depth"):
+        default_block(0)

@@ -1,0 +1,52 @@
+"""The episode journal of an evaluation: appended as episodes end, reopened to resume, never mixed (no rendering)."""
+import json
+
+import pytest
+
+from frozenvit.backbone.errors import ArtifactError, OutputConflict
+from frozenvit.control.evaluate import EpisodeJournal, TaskResult
+
+RUN = dict(policy="ab" * 32, task="reach-v3", camera="corner", image_size=64, max_steps=20,
+           render=dict(shadows=False, reflections=False, offsamples=0, mesh_faces=None), configs=[1000000, 1000001])
+
+
+def test_a_reopened_journal_holds_the_finished_episodes_and_drops_a_line_cut_short(tmp_path):
+    path = tmp_path / "ev.episodes.jsonl"
+    j = EpisodeJournal(path, RUN)
+    assert j.done == {} and json.loads(path.read_text()) == {"frozenvit": "control.evaluate.episodes", "run": RUN}
+    j.append(1000000, True, 12)
+    with open(path, "a") as f:
+        f.write('{"config": 1000001, "succ')                         # the kill came mid-line
+    again = EpisodeJournal(path, json.loads(json.dumps(RUN)))
+    assert again.done == {1000000: (True, 12)}
+    again.append(1000001, False, 20)
+    assert [json.loads(ln) for ln in path.read_text().splitlines()[1:]] == [
+        dict(config=1000000, success=True, steps=12), dict(config=1000001, success=False, steps=20)]
+
+
+@pytest.mark.parametrize("key,value", [("configs", [1000000]), ("policy", "cd" * 32), ("max_steps", 30),
+                                       ("render", dict(RUN["render"], mesh_faces=800))])
+def test_a_journal_of_another_evaluation_is_refused_and_left_alone(tmp_path, key, value):
+    path = tmp_path / "ev.episodes.jsonl"
+    EpisodeJournal(path, RUN).append(1000000, True, 12)
+    before = path.read_bytes()
+    with pytest.raises(ArtifactError, match=f"{key} differ"):
+        EpisodeJournal(path, dict(RUN, **{key: value}))
+    assert path.read_bytes() == before
+
+
+def test_a_file_that_is_no_journal_is_not_taken_over(tmp_path):
+    path = tmp_path / "ev.episodes.jsonl"
+    path.write_text("my own log\n")
+    with pytest.raises(OutputConflict, match="not an episode journal"):
+        EpisodeJournal(path, RUN)
+    assert path.read_text() == "my own log\n"
+
+
+def test_a_result_without_episodes_is_written_with_null_not_nan(tmp_path):
+    from frozenvit.backbone.suite.artifacts import write_json
+
+    empty = TaskResult("reach-v3", [], [], [], 20)
+    write_json(tmp_path / "r.json", empty.to_dict(), kind="control.evaluate")
+    text = (tmp_path / "r.json").read_text()
+    assert "NaN" not in text and json.loads(text)["success_rate"] is None
