@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.base import clone
 
-
-from frozenvit.forecasting import ETS, DLinear, PatchTST, SeasonalNaive, SeriesError, backtest
-
+from frozenvit.forecasting import (ETS, DLinear, Forecaster, Naive, PatchTST, PatchTSTConfig, SeasonalNaive,
+                                   SeriesError, backtest)
 
 
 def _sines(n: int = 400, n_series: int = 2, noise: float = 0.3, seed: int = 0) -> pd.DataFrame:
@@ -77,3 +77,56 @@ def test_ets_beats_naive_on_a_trending_seasonal_series():
     y = 50 + 0.5 * t + 5 * np.sin(2 * np.pi * t / 12) + np.random.default_rng(0).normal(0, 0.2, t.size)
     f = ETS(season_length=12).fit(y[:108]).predict(12)
     assert np.mean(np.abs(f - y[108:])) < 0.25 * np.mean(np.abs(SeasonalNaive(12).fit(y[:108]).predict(12) - y[108:]))
+
+
+class _LastSeen(Forecaster):
+    """A forecaster written against the protocol alone: repeats the value before each cutoff."""
+
+    def forecast_cutoffs(self, series, cutoffs, h, *, refit_every=None, progress=None):
+        last = np.array([[y[c - 1] for c in cs] for y, cs in zip(series, cutoffs)])       # (S, W)
+        return np.repeat(last[..., None], h, axis=-1), None                               # (S, W, h)
+
+
+def test_backtest_runs_any_forecaster_through_the_one_protocol():
+    df = _sines(n=200)
+    res = backtest(df, [_LastSeen(), Naive()], h=6, n_windows=3, season_length=24)
+    np.testing.assert_array_equal(res.forecasts["_LastSeen"], res.forecasts["Naive"])
+    assert res.fitted == {}                                # nothing outlives a window of these two
+
+
+def test_estimators_have_scikit_learn_params_clone_and_repr():
+    m = PatchTST(h=24, d_model=8, n_heads=2)
+    twin = clone(m).set_params(lr=0.5)
+    assert twin.get_params() == {**m.get_params(), "lr": 0.5} and m.lr == 1e-3
+    assert repr(m) == "PatchTST(d_model=8, h=24, n_heads=2)"
+    assert m.net_config == PatchTSTConfig(input_size=336, h=24, d_model=8, n_heads=2)
+    assert repr(SeasonalNaive(12)) == "SeasonalNaive(season_length=12)"
+
+
+def test_patchtst_config_refuses_a_network_that_cannot_be_built():
+    with pytest.raises(ValueError, match="not divisible"):
+        PatchTSTConfig(input_size=96, h=24, d_model=10, n_heads=4)
+    with pytest.raises(ValueError, match="shorter than one patch"):
+        PatchTSTConfig(input_size=8, h=24)
+
+
+def test_a_neural_model_refuses_a_backtest_of_another_horizon():
+    with pytest.raises(SeriesError, match="forecasts h=24 steps but the backtest asks for h=12"):
+        backtest(_sines(), [_tiny_dlinear()], h=12, n_windows=1, season_length=24)
+
+
+@pytest.mark.parametrize("setting", [{"step_size": 0}, {"n_windows": 0}, {"h": -1}, {"season_length": 0},
+                                     {"refit_every": 0}])
+def test_backtest_refuses_settings_below_one_instead_of_reinterpreting_them(setting):
+    kw = {"h": 6, "n_windows": 2, "season_length": 24, **setting}
+    with pytest.raises(SeriesError, match=f"{next(iter(setting))} >= 1"):
+        backtest(_sines(n=200), [Naive()], **kw)
+
+
+def test_windows_of_series_of_different_lengths_are_counted_as_asked():
+    df = pd.concat([_sines(n=200, n_series=1), _sines(n=230, n_series=1).assign(unique_id="s9")])
+    df["ds"] = pd.Timestamp("2021-01-01") + pd.to_timedelta(df["ds"], unit="h")
+    res = backtest(df, [Naive()], h=6, n_windows=1, season_length=24)
+    assert res.scales["cutoff"].nunique() == 2                  # two timestamps, yet one window per series
+    assert res.to_dict()["n_windows"] == 1
+    assert {k: len(v) for k, v in res.cutoffs().items()} == {"s0": 1, "s9": 1}

@@ -89,3 +89,32 @@ def test_monthly_calendar_series_is_regular_and_its_gaps_are_found():
     with pytest.raises(SeriesError, match="first 2000-06-01"):
         validate(df.drop(index=5))
     np.testing.assert_allclose(validate(df.drop(index=5), fill="interpolate")["y"], np.arange(30.0))
+
+
+def test_text_in_a_value_column_names_its_line_and_is_never_filled(tmp_path):
+    p = tmp_path / "l.csv"
+    p.write_text("unique_id,ds,y\na,0,1\n\na,1,2\na,2,oops\na,3,4\n")      # a blank line: line numbers still hold
+    for fill in (None, "ffill"):
+        with pytest.raises(SeriesError, match=r"l\.csv line 5: y value 'oops' is not a number"):
+            read_long_csv(p, fill=fill)
+
+
+def test_empty_fields_are_missing_values_that_fill_may_fill(tmp_path):
+    p = tmp_path / "l.csv"
+    p.write_text("unique_id,ds,y\na,0,1\na,1,\na,2,3\n")
+    with pytest.raises(SeriesError, match="--fill ffill"):
+        read_long_csv(p)
+    assert read_long_csv(p, fill="ffill")["y"].tolist() == [1.0, 1.0, 3.0]
+
+
+def test_an_empty_last_field_on_every_row_does_not_shift_the_columns(tmp_path):
+    p = tmp_path / "l.csv"
+    p.write_text("unique_id,ds,y\na,0,1,\na,1,2,\n")                      # spreadsheet exports do this
+    assert read_long_csv(p)["y"].tolist() == [1.0, 2.0]
+
+
+def test_timestamps_with_utc_offsets_become_utc(tmp_path):
+    p = tmp_path / "w.csv"
+    p.write_text("date,A\n2021-01-01T01:00+01:00,1\n2021-01-01T03:00+02:00,2\n2021-01-01T02:00+00:00,3\n")
+    df = read_wide_csv(p)
+    assert df["ds"].dt.hour.tolist() == [0, 1, 2] and df["ds"].dt.tz is None

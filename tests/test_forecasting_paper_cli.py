@@ -92,3 +92,62 @@ def test_demo_section_runs_offline_in_quick_mode(tmp_path):
     sec = section(DemoContext(out_dir=tmp_path, threads=1, quick=True))
     html = "\n".join(sec.blocks)
     assert sec.order == 30 and html.count("<img") == 2 and "PatchTST" in html
+
+
+def _strict_json(path):
+    """JSON as the standard defines it: NaN/Infinity are refused."""
+    def refuse(name):
+        raise ValueError(f"{path} holds {name}, which is not JSON")
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+def test_cli_summary_reports_the_windows_asked_and_each_series_cutoffs(tmp_path, capsys):
+    from frozenvit.backbone.suite.cli import main
+
+    t = np.arange(200)
+    parts = [pd.DataFrame({"unique_id": uid, "ds": pd.date_range("2021-01-01", periods=n, freq="h").astype(str),
+                           "y": 5 + np.sin(2 * np.pi * t[:n] / 24) + i})
+             for i, (uid, n) in enumerate((("a", 150), ("b", 200)))]
+    pd.concat(parts).to_csv(tmp_path / "l.csv", index=False)
+    out = tmp_path / "out"
+    assert main(["forecast", "backtest", "--csv", str(tmp_path / "l.csv"), "--models", "snaive,naive", "--h", "12",
+                 "--windows", "1", "--out", str(out)]) == 0
+    summary = _strict_json(out / "summary.json")
+    assert summary["n_windows"] == 1 and summary["step_size"] == 12
+    assert summary["cutoffs"] == {"a": ["2021-01-06T17:00:00"], "b": ["2021-01-08T19:00:00"]}
+
+
+def test_cli_backtest_prints_progress_lines_per_epoch_when_stderr_is_a_log(tmp_path, capsys, monkeypatch):
+    from frozenvit.backbone.suite.cli import main
+
+    monkeypatch.setenv("FROZENVIT_PROGRESS_SECONDS", "0")          # a line at every update
+    t = np.arange(300)
+    pd.DataFrame({"unique_id": "a", "ds": t, "y": 5 + np.sin(2 * np.pi * t / 24)}).to_csv(tmp_path / "l.csv",
+                                                                                         index=False)
+    assert main(["forecast", "backtest", "--csv", str(tmp_path / "l.csv"), "--models", "snaive,dlinear", "--h", "12",
+                 "--windows", "2", "--max-epochs", "3", "--out", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err                                  # captured: not a tty, as in a log file
+    assert {line.split(" [")[0] for line in err.splitlines() if line.startswith("DLinear:")} == \
+        {f"DLinear: {k}/3 epoch" for k in (1, 2, 3)}
+    assert "SeasonalNaive: 1/1 series" in err
+
+
+def test_cli_paper_prints_epoch_lines_and_writes_strict_json(tmp_path, capsys, monkeypatch):
+    from frozenvit.backbone.suite.cli import main
+
+    monkeypatch.setenv("FROZENVIT_PROGRESS_SECONDS", "0")
+    t = np.arange(14400)
+    rng = np.random.default_rng(0)
+    pd.DataFrame({"date": pd.date_range("2016-07-01", periods=t.size, freq="h").astype(str),
+                  "HUFL": np.sin(2 * np.pi * t / 24) + rng.normal(0, 0.1, t.size),
+                  "OT": np.cos(2 * np.pi * t / 24) + rng.normal(0, 0.1, t.size)}).to_csv(tmp_path / "ett.csv",
+                                                                                          index=False)
+    out = tmp_path / "scores.json"
+    assert main(["forecast", "paper", "--csv", str(tmp_path / "ett.csv"), "--models", "dlinear", "--horizons", "24",
+                 "--max-epochs", "2", "--out", str(out), "--threads", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "DLinear   H=  24  MSE" in captured.out
+    assert {line.split(" [")[0] for line in captured.err.splitlines() if line.startswith("DLinear:")} == \
+        {"DLinear: 1/2 epoch", "DLinear: 2/2 epoch"}
+    rows = _strict_json(out)["results"]
+    assert rows[0]["model"] == "DLinear" and rows[0]["h"] == 24 and rows[0]["n_test_windows"] == 2880 - 24 + 1
