@@ -137,9 +137,12 @@ def read_folders(normal: str | os.PathLike | None, test: str | os.PathLike | Non
 def read_dataset(path: str | os.PathLike) -> AnomalyDataset:
     """An MVTec category folder, or a plain folder of normal images (no test part)."""
     path = Path(path)
+    if not path.is_dir():
+        raise DatasetError(f"{path} {'is not a folder' if path.exists() else 'does not exist'}; pass an MVTec AD "
+                           "category folder (train/good, test/, ground_truth/) or a folder of normal images")
     if (path / "train" / "good").is_dir():
         return read_mvtec(path)
-    if path.is_dir() and any(is_image_file(p) for p in path.iterdir()):
+    if any(is_image_file(p) for p in path.iterdir()):
         return read_folders(path)
     raise DatasetError(f"{path} is neither an MVTec AD category (train/good, test/, ground_truth/) "
                        "nor a folder of images")

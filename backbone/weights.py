@@ -58,7 +58,8 @@ def _torch_load_detail(e: Exception) -> str:
     text = str(e)
     if "WeightsUnpickler error:" in text:
         text = text.split("WeightsUnpickler error:", 1)[1]
-    return " ".join(text.split("\n\nCheck the documentation", 1)[0].split())
+    text = text.split("\n\nCheck the documentation", 1)[0].split(" Please use `torch.serialization", 1)[0]
+    return " ".join(text.split())
 
 
 def _unreadable(path: Path, e: Exception, what: str, detail: str | None = None) -> str:
