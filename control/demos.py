@@ -48,8 +48,9 @@ class Episode:
 
 
 def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: str = DEFAULT_CAMERA,
-                  image_size: int = 224, max_steps: int = 500, hold_steps: int = 0, first_config: int = 0, render: RenderSettings = RenderSettings(),
-                  max_failures: int | None = None, progress: bool | None = None) -> Path:
+                  image_size: int = 224, max_steps: int = 500, hold_steps: int = 0, first_config: int = 0,
+                  render: RenderSettings = RenderSettings(), max_failures: int | None = None,
+                  progress: bool | None = None) -> Path:
     """Record `n_episodes` successful expert episodes of `task` on training configurations.
 
     Configurations are tried in order from `first_config` (training seeds, below HELDOUT_OFFSET);

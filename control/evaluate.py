@@ -84,7 +84,7 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
         log = EpisodeJournal(journal, run)
         outcome.update(log.done)
     queue = [c for c in configs if c not in outcome]
-    n_env = min(parallel, len(queue))
+    n_env = min(max(1, parallel), len(queue))
     envs = [MetaWorldTask(task, camera=camera, image_size=image_size, max_steps=max_steps, render=render)
             for _ in range(n_env)]
     gifs: list[str] = []

@@ -76,8 +76,9 @@ class PatchTokenPolicy(BaseEstimator):
         cfg = HeadConfig(int(meta["embed_dim"]), tuple(meta["grid"]), proprio_dim, action_dim, pooling=self.pooling,
                          attention=self.attention, hidden=self.hidden)
         if cfg.uses_cls and meta.get("has_cls") is False:
-            raise PolicyError(f"this {self.pooling} head reads the CLS token and {meta.get('backbone', 'the backbone')} "
-                              "has none; use pooling 'attention' (without with_cls) or 'mean'")
+            raise PolicyError(f"this {self.pooling} head reads the CLS token and "
+                              f"{meta.get('backbone', 'the backbone')} has none; use pooling 'attention' (without "
+                              "with_cls) or 'mean'")
         return cfg
 
     # -- training ---------------------------------------------------------------------------------

@@ -216,8 +216,8 @@ def test_cli_collect_train_evaluate_latency(tmp_path, bb, monkeypatch, capsys):
     capsys.readouterr()
 
 
-def test_cli_evaluate_resumes_a_finished_or_stopped_run_and_refuses_another_configuration_set(tmp_path, bb, demo_dir,
-                                                                                                monkeypatch, capsys):
+def test_cli_evaluate_resumes_a_finished_run_and_refuses_another_configuration_set(tmp_path, bb, demo_dir,
+                                                                                  monkeypatch, capsys):
     from frozenvit.backbone.suite.cli import main
     from frozenvit.control import cli
 

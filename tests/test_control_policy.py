@@ -73,7 +73,8 @@ def test_save_and_load_round_trip_predicts_identically(tmp_path):
     cache = marked_token_cache(M=96)
     pol = small().fit(cache, progress=False)
     pol.save(tmp_path / "pol")
-    assert sorted(p.name for p in (tmp_path / "pol").iterdir()) == [".frozenvit.json", "config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "pol").iterdir()) == [".frozenvit.json", "config.json",
+                                                                    "model.safetensors"]
     back = PatchTokenPolicy.load(tmp_path / "pol")
     np.testing.assert_array_equal(pol.predict(*rows(cache)), back.predict(*rows(cache)))
     assert back.get_params() == pol.get_params() and back.meta_["task"] == "reach-v3"
@@ -95,8 +96,8 @@ def test_attention_options_with_another_pooling_are_refused_not_ignored():
         with pytest.raises(PolicyError, match="pooling='attention'"):
             PatchTokenPolicy(pooling, AttentionConfig(queries=8)).fit(cache, progress=False)
     assert PatchTokenPolicy("cls").fit(cache, progress=False).head_.cfg.attention is None
-    assert PatchTokenPolicy("attention", hidden=8, epochs=1).fit(cache, progress=False).head_.cfg.attention \
-        == AttentionConfig()                                             # None means the defaults
+    default = PatchTokenPolicy("attention", hidden=8, epochs=1).fit(cache, progress=False)
+    assert default.head_.cfg.attention == AttentionConfig()              # None means the defaults
 
 
 def test_hyperparameters_that_do_not_fit_the_tokens_are_named_errors():
@@ -199,7 +200,8 @@ def test_sincos_policy_with_cls_round_trips_and_its_diverse_queries_look_at_diff
     from frozenvit.control.head import diversity_penalty
 
     cache = marked_token_cache(M=256)
-    plain = small(epochs=15, attention=AttentionConfig(queries=2, heads=2, query_diversity=0.0)).fit(cache, progress=False)
+    plain = small(epochs=15, attention=AttentionConfig(queries=2, heads=2, query_diversity=0.0)).fit(
+        cache, progress=False)
     pol = small(epochs=15, attention=AttentionConfig(queries=2, heads=2, query_diversity=0.5, with_cls=True)).fit(
         cache, progress=False)
     assert pol.uses_cls and not plain.uses_cls and VisuomotorAgent(pol, None, check=False).uses_cls
