@@ -43,10 +43,9 @@ class RevIN(nn.Module):
 
 
 class FastDropout(nn.Dropout):
-    """nn.Dropout with a cheaper mask on CPU: one 64-bit draw gives 7 random bytes, so the keep
-    probability is rounded to a multiple of 1/256 (0.3 -> 77/256 = 0.3008 dropped). torch's
-    bernoulli_ draws one number per element and was 35% of a PatchTST training step on CPU;
-    this mask costs about a third of it. Seeded by torch's global generator like nn.Dropout."""
+    """nn.Dropout with a cheaper mask on CPU: one 64-bit draw gives 7 random bytes (torch's
+    bernoulli_ draws a number per element), so the drop probability is rounded to a multiple of
+    1/256 (0.3 -> 77/256 = 0.3008). Seeded by torch's global generator like nn.Dropout."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0.0:

@@ -40,7 +40,7 @@ def as_2d(a: np.ndarray, what: str = "series") -> np.ndarray:
     if a.ndim != 2:
         raise SeriesError(f"{what} must be (T,) or (T, C), got shape {a.shape}")
     if not np.isfinite(a).all():
-        raise SeriesError(f"{what} contains NaN/inf; validate it with a fill option first")
+        raise SeriesError(f"{what} contains NaN/inf; fill the gaps first (--fill)")
     return a
 
 
@@ -114,6 +114,8 @@ class NeuralForecaster(Forecaster):
         """
         L, h = int(self.input_size), int(self.h)
         arrays = [as_2d(a) for a in series]
+        if not arrays:
+            raise SeriesError(f"{self.alias}.fit needs at least one series")
         if len({a.shape[1] for a in arrays}) > 1:
             raise SeriesError("all training arrays must have the same number of channels")
         if val is None:
@@ -232,7 +234,7 @@ class NeuralForecaster(Forecaster):
             raise SeriesError(f"{self.alias} needs contexts of at least input_size={L} values, got {short}")
         ctx = np.asarray(ctx, dtype=np.float32)
         if not np.isfinite(ctx).all():
-            raise SeriesError("contexts contain NaN/inf; validate the series with a fill option first")
+            raise SeriesError("contexts contain NaN/inf; fill the gaps first (--fill)")
         x = torch.from_numpy(ctx if ctx.ndim == 3 else ctx[..., None]).transpose(1, 2)   # (N, C, L)
         outs = [self.net_(x[i: i + batch_size]) for i in range(0, x.shape[0], batch_size)]
         y = torch.cat(outs).transpose(1, 2).double().numpy()                             # (N, h, C)
