@@ -91,7 +91,7 @@ def main() -> None:
             rows.append({"backbone": label, "category": "mean", **{k: float(np.mean([r[k] for r in sel])) for k in METRICS},
                          "seconds": float(sum(r["seconds"] for r in sel))})
     print_table(rows, "{:.3f}")
-    write_result(f"anomaly_quality", {"status": status, "rows": rows, "setup": vars(args)}, args.out)
+    write_result("anomaly_quality", {"status": status, "rows": rows, "setup": vars(args)}, args.out)
 
 
 if __name__ == "__main__":

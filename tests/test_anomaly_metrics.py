@@ -22,7 +22,6 @@ def brute_force_aupro(masks, maps, fpr_limit=0.3):
         pro = np.mean([(pred[i] & r).sum() / r.sum() for i, r in regions])
         pts.add((float(fpr), float(pro)))
     pts = sorted(pts)
-    xs, ys = np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
     # integrate to fpr_limit, interpolating at the limit
     area = 0.0
     for (x0, y0), (x1, y1) in zip(pts[:-1], pts[1:]):

@@ -47,7 +47,7 @@ CASES = [
     ("--reduce-dim 0", f"{FIT_NAMED} --reduce-dim 0", "UsageError"),
     ("--img-size not divisible by the patch", "anomaly fit --data {ws}/data/weave --out {ws}/new_model --img-size 70",
      "GridMismatch"),
-    ("an unreadable image among test images", f"anomaly predict --model {{ws}}/model --images {{ws}}/bad_test "
+    ("an unreadable image among test images", "anomaly predict --model {ws}/model --images {ws}/bad_test "
                                               "--out {ws}/pred", "ImageFormatError"),
     ("--images that do not exist", "anomaly predict --model {ws}/model --images {ws}/nothing --out {ws}/pred",
      "UsageError"),
