@@ -193,11 +193,13 @@ def _cmd_paper(args: argparse.Namespace) -> int:
     from .paper import ETTH_BORDERS, ETTM_BORDERS, paper_config, paper_protocol, scores_table
 
     borders = ETTM_BORDERS if args.minutely else ETTH_BORDERS
+    if args.out is not None and args.out.parent.is_dir():
+        check_output_file(args.out, "forecast.paper")     # a user's file is refused before any work
     values = long_to_wide(read_wide_csv(args.csv)).to_numpy(dtype=float)          # (T, C)
     if values.shape[0] < borders[2]:
         raise SeriesError(f"{args.csv} has {values.shape[0]} rows; the paper protocol needs {borders[2]} "
                           f"(train, validation and test end at rows {borders}); pass a full ETT file")
-    check_output_file(args.out, "forecast.paper")
+    check_output_file(args.out, "forecast.paper")         # now, as the data is fine: may create its folder
     overrides = {k: v for k, v in (("max_epochs", args.max_epochs), ("patience", args.patience)) if v is not None}
     sub = {"windows_per_epoch": args.windows_per_epoch} if args.windows_per_epoch else {}
 

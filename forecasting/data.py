@@ -191,11 +191,12 @@ def _parse_ds(col: pd.Series, source: str | Path) -> pd.Series:
                     parsed = pd.to_datetime(col, errors="coerce", utc=True)
             except (ValueError, TypeError, OverflowError) as e:
                 raise SeriesError(f"{source}: the {name} column is neither integers nor dates ({e})") from None
-        bad = np.flatnonzero(parsed.isna().to_numpy())
-        if bad.size:
-            i = int(bad[0])
-            raise SeriesError(f"{_where(source, i)}: timestamp {col.iloc[i]!r} is not a date like {col.iloc[0]!r} "
-                              f"on the first row ({bad.size} such value(s)); write every timestamp the same way")
+        bad = parsed.isna().to_numpy()
+        if bad.any():
+            i, ok = int(np.flatnonzero(bad)[0]), np.flatnonzero(~bad)
+            what = f"a date written like {col.iloc[int(ok[0])]!r}" if ok.size else "an integer step or a date"
+            raise SeriesError(f"{_where(source, i)}: timestamp {col.iloc[i]!r} is not {what} ({int(bad.sum())} "
+                              f"such value(s)); write every timestamp the same way")
     if getattr(parsed.dt, "tz", None) is not None:
         parsed = parsed.dt.tz_convert("UTC").dt.tz_localize(None)
     return parsed.astype("datetime64[ns]")

@@ -101,6 +101,9 @@ CASES = {
                                "UsageError", ["--horizons"], []),
     "paper: unknown model": (lambda d: ["forecast", "paper", "--csv", str(_wide(d / "w.csv")), "--models", "arima"],
                              "UsageError", ["arima"], []),
+    "paper: --out is someone else's file": (
+        lambda d: PAPER + ["--csv", str(_wide(d / "w.csv")), "--out", str(_text(d / "results.json", "{}"))],
+        "OutputConflict", ["--out"], []),
     "paper: --windows-per-epoch 0": (lambda d: PAPER + ["--csv", str(_wide(d / "w.csv")), "--windows-per-epoch", "0"],
                                      "UsageError", ["--windows-per-epoch"], []),
 }
