@@ -254,7 +254,7 @@ def register(subparsers: Any) -> None:
 
     q = sub.add_parser("fit", help="learn normal patches from an MVTec category (train/good) or a folder of normals")
     q.add_argument("--data", required=True, help="MVTec AD category folder, or a folder of normal images")
-    q.add_argument("--out", required=True, help="model directory to write (new, empty, or an earlier model)")
+    q.add_argument("--out", required=True, help="model directory to write: new, empty, or an earlier model of this command, which is replaced")
     _add_method_args(q)
     q.set_defaults(func=_cmd_fit)
 
@@ -262,7 +262,7 @@ def register(subparsers: Any) -> None:
     q.add_argument("--model", required=True, help="model directory written by `anomaly fit`")
     q.add_argument("--images", nargs="+", required=True, help="image files or folders")
     q.add_argument("--out", required=True,
-                   help="output folder for scores.csv and overlays/ (new, empty, or an earlier predict output)")
+                   help="output folder for scores.csv and overlays/: new, empty, or an earlier predict output (its files are overwritten)")
     q.add_argument("--no-overlays", action="store_true", help="write scores.csv only")
     add_threads_arg(q)
     q.set_defaults(func=_cmd_predict)
@@ -273,7 +273,7 @@ def register(subparsers: Any) -> None:
     g.add_argument("--data", help="MVTec AD category folder (test/, ground_truth/)")
     g.add_argument("--test", help="plain folder of test images (with --masks)")
     q.add_argument("--masks", help="masks matched to --test images by file stem (None: labels unknown)")
-    q.add_argument("--out", default=None, help="JSON file for the metrics (None: print only)")
+    q.add_argument("--out", default=None, help="JSON file for the metrics (None: print only) (an existing file is replaced only if this command wrote it)")
     add_threads_arg(q)
     q.set_defaults(func=_cmd_evaluate)
 
@@ -282,12 +282,12 @@ def register(subparsers: Any) -> None:
     q.add_argument("--folds", type=number(int, min=2), default=5,
                    help="cross-validation folds: each image is scored by a bank of the other folds")
     q.add_argument("--top", type=number(int, min=1), default=10, help="print this many of the least normal images")
-    q.add_argument("--out", default=None, help="JSON file for the full ranking (None: print only)")
+    q.add_argument("--out", default=None, help="JSON file for the full ranking (None: print only) (an existing file is replaced only if this command wrote it)")
     _add_method_args(q)
     q.set_defaults(func=_cmd_audit)
 
     q = sub.add_parser("synth", help="write the seeded synthetic set (MVTec layout)")
-    q.add_argument("--out", required=True, help="folder to write the categories into")
+    q.add_argument("--out", required=True, help="folder to write the categories into: new, empty, or an earlier synth output")
     q.add_argument("--category", nargs="+", default=["weave"], choices=("weave", "grain", "washer"),
                    help="categories to write")
     q.add_argument("--n-train", type=number(int, min=1), default=40, help="normal training images")

@@ -33,7 +33,7 @@ def register(subparsers: Any) -> None:
 
     q = sub.add_parser("collect", help="record scripted-expert demos (successful episodes only; resumable)")
     q.add_argument("--task", required=True, help="Meta-World v3 task, e.g. reach-v3")
-    q.add_argument("--out", required=True, help="demo directory (re-run to resume)")
+    q.add_argument("--out", required=True, help="demo directory: new, empty, or an earlier collect output of the same task (re-run to resume)")
     q.add_argument("--episodes", type=POSITIVE, default=25, help="successful episodes to record")
     q.add_argument("--camera", default="corner", help="corner, corner2, corner3, topview, ... (frames are upright)")
     q.add_argument("--image-size", type=number(int, min=16), default=224, help="rendered frame size (pixels, square)")
@@ -47,7 +47,7 @@ def register(subparsers: Any) -> None:
 
     q = sub.add_parser("train", help="cache frozen features of the demos and fit a policy head by BC")
     q.add_argument("--demos", required=True, help="demo directory from `control collect`")
-    q.add_argument("--out", required=True, help="policy directory (config.json + model.safetensors)")
+    q.add_argument("--out", required=True, help="policy directory (config.json + model.safetensors): new, empty, or an earlier policy, which is replaced")
     q.add_argument("--pooling", choices=POOLINGS, default="attention",
                    help="how a frame's patch tokens become one feature")
     q.add_argument("--queries", type=POSITIVE, default=DEFAULT_QUERIES, help="attention pooling: learned queries")
@@ -62,7 +62,7 @@ def register(subparsers: Any) -> None:
     q.add_argument("--seed", type=int, default=0, help="seed of the head's initialisation and of the shuffling")
     q.add_argument("--block", type=int, default=None,
                    help="backbone block whose tokens are read, negative from the end; None: the last")
-    q.add_argument("--checkpoint", default=None, help="checkpoint directory (resume by re-running)")
+    q.add_argument("--checkpoint", default=None, help="checkpoint directory (resume by re-running): new, empty, or an earlier checkpoint")
     add_backbone_args(q)
     add_threads_arg(q)
     q.set_defaults(func=_cmd_train)
@@ -73,11 +73,11 @@ def register(subparsers: Any) -> None:
     q.add_argument("--task", default=None, help="Meta-World task (None: the one the policy was trained on)")
     q.add_argument("--max-steps", type=POSITIVE, default=500, help="episode cap")
     q.add_argument("--parallel", type=POSITIVE, default=4, help="environments stepped in lockstep")
-    q.add_argument("--gif-dir", default=None, help="folder for the GIFs of --gifs rollouts")
+    q.add_argument("--gif-dir", default=None, help="folder for the GIFs of --gifs rollouts: new, empty, or an earlier GIF folder")
     q.add_argument("--gifs", type=COUNT, default=0, help="save this many rollouts as GIFs (needs --gif-dir)")
     q.add_argument("--json", default=None,
                    help="write the result here, and every episode as it ends to NAME.episodes.jsonl beside it; "
-                        "re-running the same command resumes a stopped run")
+                        "re-running the same command resumes a stopped run (an existing file is replaced only if this command wrote it)")
     _render_arg(q)
     add_backbone_args(q)
     add_threads_arg(q)
@@ -92,9 +92,9 @@ def register(subparsers: Any) -> None:
     q.add_argument("--warmup", type=COUNT, default=20, help="untimed steps first")
     q.add_argument("--budget-ms", type=number(float, min=0, min_open=True), default=None,
                    help="control period; verdict on p99, exit 1 if over")
-    q.add_argument("--hist", default=None, help="histogram PNG path")
+    q.add_argument("--hist", default=None, help="histogram PNG path (an existing file is replaced only if this command wrote it)")
     _render_arg(q)
-    q.add_argument("--json", default=None, help="write the report here")
+    q.add_argument("--json", default=None, help="write the report here (an existing file is replaced only if this command wrote it)")
     add_backbone_args(q)
     add_threads_arg(q)
     q.set_defaults(func=_cmd_latency)

@@ -82,7 +82,7 @@ def register(subparsers) -> None:
     q.add_argument("--seed", type=number(int, min=0), default=0, help="seed of the neural models' training")
     q.add_argument("--plot-series", type=number(int, min=1), default=3, help="series shown in forecasts.png")
     q.add_argument("--out", type=Path, default=Path("forecast-out"),
-                   help="output folder: new, empty, or an earlier forecast backtest's")
+                   help="output folder: new, empty, or an earlier forecast backtest's (its files are overwritten)")
     add_threads_arg(q)
     q.set_defaults(func=_cmd_backtest)
 
@@ -99,7 +99,7 @@ def register(subparsers) -> None:
                    help="early-stopping patience in epochs; when not given: the paper's")
     q.add_argument("--windows-per-epoch", type=number(int, min=1), default=None,
                    help="PatchTST: sample this many training windows per epoch (CPU budget); when not given: all")
-    q.add_argument("--out", type=Path, default=None, help="JSON file for the scores; when not given: printed only")
+    q.add_argument("--out", type=Path, default=None, help="JSON file for the scores; when not given: printed only (an existing file is replaced only if this command wrote it)")
     add_threads_arg(q)
     q.set_defaults(func=_cmd_paper)
 

@@ -25,12 +25,7 @@ def test_every_command_is_found():
             "forecast backtest"} <= set(LEAVES)
 
 
-# commands whose options still lack help text; strict: an entry must go as soon as its command is fixed
-HELP_PENDING: set[str] = set()
-
-
-@pytest.mark.parametrize("command", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="help text pending"))
-                                     if c in HELP_PENDING else c for c in sorted(LEAVES)])
+@pytest.mark.parametrize("command", sorted(LEAVES))
 def test_every_option_has_help_text_and_shows_its_default(command):
     parser = LEAVES[command]
     text = parser.format_help()
@@ -40,7 +35,7 @@ def test_every_option_has_help_text_and_shows_its_default(command):
         flag = max(action.option_strings, key=len)
         assert action.help, f"{command} {flag} has no help text"
         if not isinstance(action, argparse._StoreConstAction):
-            assert "default:" in parser._get_formatter()._get_help_string(action), f"{command} {flag}"
+            assert "(default" in parser._get_formatter()._get_help_string(action), f"{command} {flag}"
     assert "(default: " in text or all(isinstance(a, (argparse._HelpAction, argparse._StoreConstAction))
                                        for a in parser._actions if a.option_strings)
 

@@ -232,11 +232,9 @@ def check_output_file(path: str | os.PathLike | None, kind: str, flag: str = "--
     if path.is_dir():
         raise _refuse(path, "is a folder, a file path is expected here", flag)
     if not path.exists():
-        if not path.parent.exists():
-            with contextlib.suppress(OSError):
-                path.parent.mkdir(parents=True)
-        if not os.access(path.parent if path.parent.exists() else ".", os.W_OK):
-            raise OutputConflict(f"{flag} {path} cannot be written (no write permission in {path.parent}); "
+        parent = next((p for p in path.parents if p.exists()), Path("."))
+        if not parent.is_dir() or not os.access(parent, os.W_OK):
+            raise OutputConflict(f"{flag} {path} cannot be written (no write permission in {parent}); "
                                  "choose a writable path")
         return
     if file_kind(path) != kind:
@@ -320,7 +318,7 @@ def read_config(directory: str | os.PathLike, kind: str, version: int) -> dict:
     recover(directory)
     path = Path(directory) / "config.json"
     if not path.is_file():
-        raise ArtifactError(f"{directory} is not a {kind} artifact: {path.name} is missing")
+        raise ArtifactError(f"{directory} is not a frozenvit artifact of kind {kind!r}: {path.name} is missing")
     try:
         cfg = json.loads(path.read_text())
     except json.JSONDecodeError as e:

@@ -26,7 +26,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if action.help is argparse.SUPPRESS or "%(default)" in text or not action.option_strings:
+        if action.help is argparse.SUPPRESS or "%(default)" in text or "(default" in text or not action.option_strings:
             return text
         if isinstance(action, (argparse._StoreConstAction, argparse._HelpAction, argparse._VersionAction)):
             return text                                   # flags: their presence is the value
