@@ -40,3 +40,14 @@ def _tiny_vit(name: str = "vit_tiny_patch16_224", img_size: int = 64, **kw):
 def make_tiny_vit():
     """Factory of tiny random ViTs: make_tiny_vit(img_size=96, resize="pad", ...)."""
     return _tiny_vit
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    """Every path under root with its bytes (None for folders): equal snapshots mean nothing was written."""
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture(scope="session")
+def tree_snapshot():
+    """tree_snapshot(root) -> {relative path: bytes or None}; compare before and after a command."""
+    return _tree

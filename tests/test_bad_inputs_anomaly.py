@@ -94,14 +94,10 @@ def ws(tmp_path_factory):
     return ws
 
 
-def _snapshot(root):
-    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
-
-
 @pytest.mark.filterwarnings("ignore:only .* held-out normals:UserWarning")
 @pytest.mark.parametrize("argv,error", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_input_is_a_named_error_with_exit_2_and_writes_nothing(ws, argv, error, capsys):
-    before = _snapshot(ws)
+def test_bad_input_is_a_named_error_with_exit_2_and_writes_nothing(tree_snapshot, ws, argv, error, capsys):
+    before = tree_snapshot(ws)
     try:
         code = main(argv.format(ws=ws).split())
     except SystemExit as e:                     # argparse's own checks (range, choices, types)
@@ -110,7 +106,7 @@ def test_bad_input_is_a_named_error_with_exit_2_and_writes_nothing(ws, argv, err
     assert code == 2, err
     assert f"error ({error})" in err
     assert "Traceback" not in err
-    assert _snapshot(ws) == before
+    assert tree_snapshot(ws) == before
 
 
 def test_the_table_has_at_least_fourteen_distinct_bad_inputs():

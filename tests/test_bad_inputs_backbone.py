@@ -4,10 +4,6 @@ import pytest
 from frozenvit.backbone.suite.cli import main
 
 
-def _snapshot(root):
-    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
-
-
 CASES = [
     # (id, argv with {tmp}, error class)
     ("unknown model name", "backbone info vit_does_not_exist", "BackboneUnavailable"),
@@ -31,14 +27,15 @@ CASES = [
 
 
 @pytest.mark.parametrize("argv,error", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_input_is_a_named_error_with_exit_2_and_writes_nothing(argv, error, tmp_path, capsys):
+def test_bad_input_is_a_named_error_with_exit_2_and_writes_nothing(tree_snapshot, argv, error, tmp_path,
+                                                                    capsys):
     from PIL import Image
 
     (tmp_path / "empty").mkdir()
     (tmp_path / "imgs").mkdir()
     Image.new("RGB", (32, 32)).save(tmp_path / "imgs" / "a.png")
     (tmp_path / "w.safetensors").write_bytes(b"not really")
-    before = _snapshot(tmp_path)
+    before = tree_snapshot(tmp_path)
     try:
         code = main(argv.format(tmp=tmp_path).split())
     except SystemExit as e:                     # argparse's range checks
@@ -46,4 +43,4 @@ def test_bad_input_is_a_named_error_with_exit_2_and_writes_nothing(argv, error, 
     err = capsys.readouterr().err
     assert code == 2, err
     assert f"error ({error})" in err
-    assert _snapshot(tmp_path) == before
+    assert tree_snapshot(tmp_path) == before

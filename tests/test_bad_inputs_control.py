@@ -1,5 +1,4 @@
 """`frozenvit control ...` refuses a user's mistake with a named error, exit 2, and writes nothing."""
-import hashlib
 import importlib.util
 import json
 import shutil
@@ -41,11 +40,6 @@ CASES = [
 ]
 
 
-def _snapshot(root):
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
-            for p in sorted(root.rglob("*"))}
-
-
 @pytest.fixture
 def inputs(tmp_path, make_tiny_vit, monkeypatch):
     from frozenvit.control import cli
@@ -73,10 +67,11 @@ def inputs(tmp_path, make_tiny_vit, monkeypatch):
 
 
 @pytest.mark.parametrize("label,argv,error", CASES, ids=[c[0] for c in CASES])
-def test_a_bad_input_is_a_named_error_with_exit_2_and_nothing_written(label, argv, error, inputs, tmp_path, capsys):
+def test_a_bad_input_is_a_named_error_with_exit_2_and_nothing_written(tree_snapshot, label, argv, error, inputs,
+                                                                       tmp_path, capsys):
     if "--task" in argv and "reach-v3" not in argv and not HAVE_METAWORLD:
         pytest.skip("Meta-World is not installed")
-    before = _snapshot(tmp_path)
+    before = tree_snapshot(tmp_path)
     try:
         code = main(argv.format(**inputs).split())
     except SystemExit as e:                                            # argparse refuses while parsing
@@ -85,7 +80,7 @@ def test_a_bad_input_is_a_named_error_with_exit_2_and_nothing_written(label, arg
     assert code == 2, err
     assert f"error ({error})" in err and len(err.strip().splitlines()[-1]) > 20, err
     assert "Traceback" not in err and "bug in frozenvit" not in err
-    assert _snapshot(tmp_path) == before
+    assert tree_snapshot(tmp_path) == before
 
 
 def test_the_table_covers_every_control_command():

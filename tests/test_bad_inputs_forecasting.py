@@ -109,17 +109,13 @@ CASES = {
 }
 
 
-def _snapshot(root: Path) -> dict[str, float]:
-    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*")}
-
-
 @pytest.mark.parametrize("case", list(CASES))
-def test_bad_input_is_a_named_error_with_exit_2_and_writes_nothing(case, tmp_path, capsys):
+def test_bad_input_is_a_named_error_with_exit_2_and_writes_nothing(tree_snapshot, case, tmp_path, capsys):
     make_argv, error, must, must_not = CASES[case]
     argv = make_argv(tmp_path)
     if "--out" not in argv:      # an output inside tmp_path, so that anything written would show
         argv += ["--out", str(tmp_path / "out" / ("scores.json" if argv[1] == "paper" else "run"))]
-    before = _snapshot(tmp_path)
+    before = tree_snapshot(tmp_path)
     try:
         code = main(argv)
     except SystemExit as e:      # argparse's usage errors leave through SystemExit
@@ -133,4 +129,4 @@ def test_bad_input_is_a_named_error_with_exit_2_and_writes_nothing(case, tmp_pat
     for text in must_not:
         assert text not in last, (text, last)
     assert "Traceback" not in err
-    assert _snapshot(tmp_path) == before, "the command wrote something"
+    assert tree_snapshot(tmp_path) == before, "the command wrote something"

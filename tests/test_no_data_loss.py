@@ -26,13 +26,9 @@ COMMANDS = {
 }
 
 
-def _snapshot(root):
-    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
-
-
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 @pytest.mark.parametrize("where", ["beside", "inside"])
-def test_a_users_files_survive_every_command(name, where, tmp_path, capsys):
+def test_a_users_files_survive_every_command(tree_snapshot, name, where, tmp_path, capsys):
     argv, kind = COMMANDS[name]
     data = tmp_path / "data"
     data.mkdir()
@@ -47,9 +43,9 @@ def test_a_users_files_survive_every_command(name, where, tmp_path, capsys):
         out = tmp_path / "thesis"
         out.mkdir()
         (out / "chapter1.tex").write_text("more work")
-    before = _snapshot(tmp_path)
+    before = tree_snapshot(tmp_path)
     code = main(argv.format(data=data, out=out, fresh=tmp_path / "fresh").split())
     err = capsys.readouterr().err
     assert code == 2, err
     assert "OutputConflict" in err and "never deletes or overwrites" in err
-    assert _snapshot(tmp_path) == before            # nothing removed, changed or added
+    assert tree_snapshot(tmp_path) == before            # nothing removed, changed or added
