@@ -89,12 +89,10 @@ def test_read_image_returns_an_rgb_image_or_a_named_error():
                 assert isinstance(img, np.ndarray) and img.dtype == np.uint8
                 assert img.ndim == 3 and img.shape[2] == 3 and min(img.shape[:2]) >= 1
                 outcome = "image"
-            event(outcome)
-            n[outcome] += 1
+            _seen(n, outcome)
 
         check()
-    CASES.update({f"read_image: {k}": v for k, v in n.items()})
-    assert n["image"] > 0 and sum(v for k, v in n.items() if k.startswith("error")) > 0
+    _tally("read_image", n, valid="image")
 
 
 _dtypes = st.one_of(hnp.scalar_dtypes(), hnp.unicode_string_dtypes(max_len=3), hnp.byte_string_dtypes(max_len=3),
@@ -128,12 +126,21 @@ def test_preprocessing_an_array_gives_a_finite_batch_or_a_named_error(bb):
             assert batch.pixels.shape == (B, 3, *bb.config.img_size) and B >= 1
             assert batch.pixels.isfinite().all() and len(batch.mappings) == B
             outcome = "batch"
-        event(outcome)
-        n[outcome] += 1
+        _seen(n, outcome)
 
     check()
-    CASES.update({f"preprocess: {k}": v for k, v in n.items()})
-    assert n["batch"] > 0 and sum(v for k, v in n.items() if k.startswith("error")) > 0
+    _tally("preprocess", n, valid="batch")
+
+
+def _seen(n: Counter, outcome: str) -> None:
+    event(outcome)
+    n[outcome] += 1
+
+
+def _tally(what: str, n: Counter, valid: str) -> None:
+    """Record the outcomes; both kinds must occur, or the strategy is not exploring."""
+    CASES.update({f"{what}: {k}": v for k, v in n.items()})
+    assert n[valid] > 0 and sum(v for k, v in n.items() if k.startswith("error")) > 0
 
 
 def teardown_module(module) -> None:
