@@ -18,32 +18,36 @@ from common import SHARED_DATA, print_table, write_result  # noqa: E402
 import torch  # noqa: E402
 
 from frozenvit.forecasting import ETS, DLinear, Naive, PatchTST, SeasonalNaive, backtest, read_m4  # noqa: E402
+from frozenvit.forecasting.cli import NEURAL_TRAINING, PATCHTST_SHAPE  # noqa: E402   the CLI's defaults
 
 REFERENCE = {"SeasonalNaive": 1.193, "Naive": 11.608, "M4 Naive2": 2.395, "M4 SES": 2.385, "M4 Theta": 2.455,
              "M4 winner (Smyl)": 0.893}
 
 
 def build(name: str, args: argparse.Namespace):
-    common = dict(h=48, input_size=args.input_size, loss="mae", max_epochs=args.max_epochs, patience=args.patience,
-                  windows_per_epoch=args.windows_per_epoch, batch_size=128, seed=args.seed)
+    common = dict(NEURAL_TRAINING, h=48, input_size=args.input_size, max_epochs=args.max_epochs,
+                  patience=args.patience, windows_per_epoch=args.windows_per_epoch, seed=args.seed)
     return {"snaive": lambda: SeasonalNaive(24), "naive": lambda: Naive(), "ets": lambda: ETS(24),
-            "dlinear": lambda: DLinear(lr=1e-3, **common),
-            "patchtst": lambda: PatchTST(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.1, lr=1e-3, **common),
+            "dlinear": lambda: DLinear(**common), "patchtst": lambda: PatchTST(**PATCHTST_SHAPE, **common),
             }[name]()
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=SHARED_DATA / "m4_hourly")
     ap.add_argument("--models", default="snaive,naive,ets,dlinear,patchtst")
     ap.add_argument("--input-size", type=int, default=336)
     ap.add_argument("--max-epochs", type=int, default=20)
-    ap.add_argument("--patience", type=int, default=4)
-    ap.add_argument("--windows-per-epoch", type=int, default=8192)
+    ap.add_argument("--patience", type=int, default=NEURAL_TRAINING["patience"])
+    ap.add_argument("--windows-per-epoch", type=int, default=NEURAL_TRAINING["windows_per_epoch"])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     if not (args.data / "Hourly-train.csv").is_file():
         print(f"skipped: {args.data} has no Hourly-train.csv")
         return 0
