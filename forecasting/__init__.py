@@ -22,6 +22,7 @@ _API = {
     "data": ("long_to_wide", "read_long_csv", "read_m4", "read_wide_csv", "validate", "wide_to_long"),
     "dlinear": ("DLinear", "DLinearConfig", "DLinearNet"),
     "errors": ("SeriesError",),
+    "fallback": ("WithFallback",),
     "layers": ("RevIN", "FastDropout", "patch_count", "patchify"),
     "metrics": ("DMResult", "diebold_mariano", "mase", "mase_scale", "smape"),
     "paper": ("paper_config", "paper_protocol"),

@@ -7,6 +7,7 @@ Progress goes to stderr: a bar on a terminal, plain lines with rate and ETA in a
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from frozenvit.backbone.suite.cli import add_threads_arg, number
@@ -15,6 +16,7 @@ from frozenvit.backbone.suite.errors import UsageError
 from .errors import SeriesError
 
 MODEL_NAMES = ("snaive", "naive", "ets", "dlinear", "patchtst")
+SHORT_SERIES = ("skip", "baseline", "error")     # --short-series: what becomes of series too short for the look-back
 NEURAL = ("dlinear", "patchtst")
 PAPER_MODELS = ("patchtst", "dlinear")
 PATCH_LEN = 16                      # PatchTST's patch: the shortest look-back it can take
@@ -81,7 +83,12 @@ def register(subparsers) -> None:
                    help=f"comma-separated, out of {','.join(MODEL_NAMES)}")
     q.add_argument("--input-size", type=number(int, min=1), default=None,
                    help="look-back of the neural models (PatchTST: at least 16); when not given: 336, or less "
-                        "when the series are short")
+                        "when the typical (median-length) series is too short for it")
+    q.add_argument("--short-series", choices=SHORT_SERIES, default="skip",
+                   help="series too short for the neural models' look-back: 'skip' leaves them out of the "
+                        "backtest (every model), 'baseline' forecasts them with seasonal naive under the neural "
+                        "models' names, 'error' refuses them; a warning names them and summary.json records "
+                        "them (default: %(default)s)")
     q.add_argument("--max-epochs", type=number(int, min=1), default=20, help="training epochs of the neural models")
     q.add_argument("--refit-every", type=number(int, min=1), default=None,
                    help="retrain the neural models every k cutoffs; when not given: once, before the first")
@@ -110,16 +117,31 @@ def register(subparsers) -> None:
     q.set_defaults(func=_cmd_paper)
 
 
-def auto_input_size(min_len: int, h: int, windows: int, step: int, cap: int = 336) -> int:
+def fitting_input_size(length: int, h: int, windows: int, step: int, cap: int = 336) -> int:
     """The longest look-back (<= cap, a multiple of 8) that leaves one training window and a
-    validation tail of h before the first cutoff of the shortest series."""
-    avail = min_len - h - (windows - 1) * step - 2 * h
-    size = min(cap, avail) // 8 * 8
+    validation tail of h before the first cutoff of a series of `length` values (may be < 16)."""
+    avail = length - h - (windows - 1) * step - 2 * h
+    return min(cap, avail) // 8 * 8
+
+
+def auto_input_size(lengths, h: int, windows: int, step: int, cap: int = 336) -> int:
+    """The look-back chosen from the data: the longest (<= cap) that fits the median-length series.
+    Series shorter than that are left to --short-series, so that a few short series no longer shrink
+    every series' look-back."""
+    import numpy as np
+
+    typical = int(np.median(np.asarray(lengths)))
+    size = fitting_input_size(typical, h, windows, step, cap)
     if size < PATCH_LEN:
-        raise SeriesError(f"the shortest series ({min_len} values) is too short for neural models with --h {h} and "
-                          f"--windows {windows}; drop dlinear/patchtst from --models, or use fewer --windows or a "
-                          "smaller --h")
+        raise SeriesError(f"the typical series ({typical} values, the median length) is too short for neural "
+                          f"models with --h {h} and --windows {windows}; drop dlinear/patchtst from --models, or "
+                          "use fewer --windows or a smaller --h")
     return size
+
+
+def _name_ids(ids: list, at_most: int = 10) -> str:
+    shown = ", ".join(map(str, ids[:at_most]))
+    return shown + (f" and {len(ids) - at_most} more" if len(ids) > at_most else "")
 
 
 def make_models(names: list[str], h: int, season_length: int, input_size: int, max_epochs: int = 20,
@@ -168,9 +190,38 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
                            fill=args.fill)
     step = args.step_size or args.h
     size = args.input_size
-    if size is None and set(NEURAL) & set(args.models):
-        size = auto_input_size(int(df.groupby("unique_id").size().min()), args.h, args.windows, step)
+    lengths = df.groupby("unique_id", sort=False).size()
+    neural = [n for n in args.models if n in NEURAL]
+    if size is None and neural:
+        size = auto_input_size(lengths.to_numpy(), args.h, args.windows, step)
     models = make_models(args.models, args.h, args.season_length, size or 336, args.max_epochs, args.seed)
+    short_ids: list[str] = []
+    if neural:
+        need = max(m.min_history() for m in models if m.alias in ("DLinear", "PatchTST")) + args.h + \
+            (args.windows - 1) * step                                   # values a series needs for them
+        short_ids = [str(u) for u in lengths.index[lengths.to_numpy() < need]]
+        if short_ids:
+            what = (f"{len(short_ids)} of {len(lengths)} series have fewer than the {need} values the neural "
+                    f"models need (look-back {size} + validation {args.h} + --h {args.h} + "
+                    f"{args.windows - 1} more --windows of --step-size {step}): {_name_ids(short_ids)}")
+            fits = fitting_input_size(int(lengths.min()), args.h, args.windows, step)
+            if args.short_series == "error":
+                hint = f"--input-size {fits}, " if fits >= PATCH_LEN else ""
+                raise SeriesError(f"{what}; pass {hint}--short-series skip or --short-series baseline, "
+                                  "or drop those series")
+            if args.short_series == "skip" and len(short_ids) == len(lengths):
+                raise SeriesError(f"{what}: --short-series skip leaves no series; use a shorter --input-size, "
+                                  "fewer --windows or --short-series baseline")
+            done = {"skip": "left out of the backtest for every model",
+                    "baseline": "forecast by seasonal naive in the neural models' columns"}[args.short_series]
+            print(f"warning: {what}; {done} (--short-series {args.short_series})", file=sys.stderr)
+            if args.short_series == "skip":
+                df = df[~df["unique_id"].astype(str).isin(short_ids)].reset_index(drop=True)
+            else:
+                from .baselines import SeasonalNaive
+                from .fallback import WithFallback
+                models = [WithFallback(m, SeasonalNaive(args.season_length)) if m.alias in ("DLinear", "PatchTST")
+                          else m for m in models]
     res = backtest(df, models, h=args.h, n_windows=args.windows, step_size=step, season_length=args.season_length,
                    refit_every=args.refit_every, progress=None)    # None: a bar on a terminal, lines in a log
     hz = res.mase_by_horizon()
@@ -180,7 +231,8 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     print()
     print(res.summary().to_string(float_format=lambda v: f"{v:.4g}"))
     out = output_dir(args.out, "forecast.backtest")
-    write_json(out / "summary.json", {"csv": str(args.csv), "input_size": size, **res.to_dict()})
+    write_json(out / "summary.json", {"csv": str(args.csv), "input_size": size,
+                                      "short_series": {"policy": args.short_series, "ids": short_ids}, **res.to_dict()})
     atomic_write_text(out / "forecasts.csv", res.forecasts.to_csv(index=False))
     atomic_write_text(out / "mase_by_horizon.csv", hz.to_csv())
     plot_forecasts(res, df, n_series=args.plot_series).savefig(out / "forecasts.png", dpi=110)

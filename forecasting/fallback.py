@@ -1,0 +1,49 @@
+"""A model that hands the series too short for it to another one (`--short-series baseline`).
+
+`WithFallback(PatchTST(h=48), SeasonalNaive(24))` forecasts, under PatchTST's name, every series
+whose history before its first cutoff is at least `PatchTST.min_history()` with PatchTST (trained
+on those series only) and every other series with seasonal naive. `short_ids_` is not kept: which
+series fell back is decided per call and said by `short_series`.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .base import Forecaster
+
+
+def short_series(model: Forecaster, cutoffs: np.ndarray) -> np.ndarray:
+    """Boolean (S,): the series whose first cutoff leaves `model` less history than it needs."""
+    return np.asarray(cutoffs)[:, 0] < model.min_history()
+
+
+class WithFallback(Forecaster):
+    """`model` where a series has history enough for it, `fallback` elsewhere (see the module doc)."""
+
+    def __init__(self, model: Forecaster, fallback: Forecaster) -> None:
+        self.model, self.fallback = model, fallback
+
+    @property
+    def alias(self) -> str:
+        return self.model.alias
+
+    def min_history(self) -> int:
+        return self.fallback.min_history()
+
+    def forecast_cutoffs(self, series: Sequence[np.ndarray], cutoffs: np.ndarray, h: int, *,
+                         refit_every: int | None = None, progress: bool | None = None
+                         ) -> tuple[np.ndarray, Forecaster | None]:
+        cutoffs = np.asarray(cutoffs)
+        short = short_series(self.model, cutoffs)
+        out = np.empty((len(series), cutoffs.shape[1], h))
+        fitted = None
+        for mask, model in ((~short, self.model), (short, self.fallback)):
+            idx = np.flatnonzero(mask)
+            if idx.size:
+                preds, last = model.forecast_cutoffs([series[i] for i in idx], cutoffs[idx], h,
+                                                     refit_every=refit_every, progress=progress)
+                out[idx] = preds
+                fitted = last if model is self.model else fitted
+        return out, fitted

@@ -1,0 +1,81 @@
+"""`forecast backtest --short-series {skip,baseline,error}`: series too short for the neural models'
+look-back are handled per series, named in a warning and recorded in summary.json; a few short
+series no longer shrink every series' look-back."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from frozenvit.backbone.suite.cli import main
+
+LONG, SHORT = ("a", "b", "c"), ("tiny1", "tiny2")
+
+
+@pytest.fixture
+def ragged_csv(tmp_path):
+    parts = []
+    for i, (uid, n) in enumerate([(u, 300) for u in LONG] + [(u, 60) for u in SHORT]):
+        t = np.arange(n)
+        parts.append(pd.DataFrame({"unique_id": uid, "ds": t, "y": 5 + i + np.sin(2 * np.pi * t / 24) + 0.01 * t}))
+    path = tmp_path / "ragged.csv"
+    pd.concat(parts).to_csv(path, index=False)
+    return path
+
+
+def _run(csv, out, *extra):
+    return main(["forecast", "backtest", "--csv", str(csv), "--h", "12", "--windows", "1", "--season-length", "24",
+                 "--models", "snaive,dlinear", "--max-epochs", "1", "--out", str(out), *extra])
+
+
+def test_default_skips_the_short_series_and_names_them(ragged_csv, tmp_path, capsys):
+    assert _run(ragged_csv, tmp_path / "out") == 0
+    err = capsys.readouterr().err
+    warning = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1 and "tiny1, tiny2" in warning[0] and "--short-series skip" in warning[0]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["short_series"] == {"policy": "skip", "ids": ["tiny1", "tiny2"]}
+    assert summary["n_series"] == 3 and sorted(summary["cutoffs"]) == list(LONG)
+    assert summary["input_size"] == 264          # fits the 300-value series: not shrunk for the short ones
+
+
+def test_baseline_forecasts_the_short_series_with_seasonal_naive(ragged_csv, tmp_path, capsys):
+    assert _run(ragged_csv, tmp_path / "out", "--short-series", "baseline") == 0
+    assert "tiny1, tiny2" in capsys.readouterr().err
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["short_series"] == {"policy": "baseline", "ids": ["tiny1", "tiny2"]}
+    assert summary["n_series"] == 5
+    f = pd.read_csv(tmp_path / "out" / "forecasts.csv")
+    short = f["unique_id"].isin(SHORT)
+    np.testing.assert_array_equal(f.loc[short, "DLinear"], f.loc[short, "SeasonalNaive"])
+    assert not np.allclose(f.loc[~short, "DLinear"], f.loc[~short, "SeasonalNaive"])
+    assert (tmp_path / "out" / "models" / "DLinear" / "config.json").is_file()
+
+
+def test_error_refuses_and_names_the_short_series(ragged_csv, tmp_path, capsys):
+    assert _run(ragged_csv, tmp_path / "out", "--short-series", "error") == 2
+    err = capsys.readouterr().err
+    assert "SeriesError" in err and "tiny1, tiny2" in err and "--short-series" in err
+    assert not (tmp_path / "out" / "summary.json").exists()
+
+
+def test_error_policy_raises_series_error(ragged_csv, tmp_path):
+    from frozenvit.backbone.suite.cli import build_parser
+    from frozenvit.forecasting import SeriesError
+
+    args = build_parser().parse_args(["forecast", "backtest", "--csv", str(ragged_csv), "--h", "12", "--windows", "1",
+                                      "--models", "snaive,dlinear", "--short-series", "error",
+                                      "--out", str(tmp_path / "out")])
+    with pytest.raises(SeriesError, match="tiny1, tiny2"):
+        args.func(args)
+
+
+def test_no_warning_when_every_series_is_long_enough(ragged_csv, tmp_path, capsys):
+    df = pd.read_csv(ragged_csv)
+    df[df["unique_id"].isin(LONG)].to_csv(tmp_path / "long.csv", index=False)
+    assert _run(tmp_path / "long.csv", tmp_path / "out") == 0
+    assert "warning:" not in capsys.readouterr().err
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["short_series"] == {"policy": "skip", "ids": []}
