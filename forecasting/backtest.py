@@ -40,6 +40,7 @@ class BacktestResult:
     season_length: int
     n_windows: int = 1                             # cutoffs per series, as asked
     step_size: int | None = None                   # steps between a series' cutoffs (default h)
+    mase_season: int | None = None                 # lag of MASE's scale (default season_length)
     fitted: dict = field(default_factory=dict)     # alias -> the model fitted last, where one outlives a window
     seconds: dict = field(default_factory=dict)    # alias -> wall seconds (fit + predict)
 
@@ -129,7 +130,9 @@ class BacktestResult:
         hz = self.mase_by_horizon()
         def stamp(c):
             return c.isoformat() if isinstance(c, pd.Timestamp) else int(c)
-        return {"h": self.h, "season_length": self.season_length, "models": self.models,
+        return {"h": self.h, "season_length": self.season_length,
+                "mase_season": self.season_length if self.mase_season is None else self.mase_season,
+                "models": self.models,
                 "n_series": int(self.forecasts[ID].nunique()), "n_windows": self.n_windows,
                 "step_size": self.step_size or self.h,
                 "cutoffs": {uid: [stamp(c) for c in cs] for uid, cs in self.cutoffs().items()},
@@ -143,23 +146,29 @@ def _cutoff_positions(T: int, h: int, n_windows: int, step_size: int) -> list[in
 
 def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: int = 1,
              step_size: int | None = None, season_length: int = 1, refit_every: int | None = None,
-             progress: bool | None = None) -> BacktestResult:
+             progress: bool | None = None, mase_season: int | None = None) -> BacktestResult:
     """Rolling-origin evaluation of `models` on a long frame (unique_id, ds, y); see the module doc.
+
+    MASE's scale is the in-sample mean absolute difference at lag `mase_season` (default
+    `season_length`, the season the models were given); the two may differ, e.g. a model told of a
+    weekly season scored against the daily one.
 
     `step_size` defaults to h. Raises SeriesError when a setting is below 1, or when a series is
     too short for the history the models need plus h + (n_windows - 1) * step_size values to forecast.
     """
     step_size = h if step_size is None else step_size
+    mase_season = season_length if mase_season is None else mase_season
     for name, v in (("h", h), ("n_windows", n_windows), ("step_size", step_size), ("season_length", season_length),
-                    ("refit_every", 1 if refit_every is None else refit_every)):
+                    ("mase_season", mase_season), ("refit_every", 1 if refit_every is None else refit_every)):
         if int(v) != v or v < 1:
             raise SeriesError(f"backtest needs {name} >= 1 (an integer), got {v!r}")
     h, n_windows, step_size, season_length = int(h), int(n_windows), int(step_size), int(season_length)
+    mase_season = int(mase_season)
     aliases = [m.alias for m in models]
     if len(set(aliases)) != len(aliases):
         raise ValueError(f"model aliases must be unique, got {aliases}; subclass or wrap to rename")
     df = validate(df)
-    need_hist = max([season_length + 1] + [m.min_history() for m in models])
+    need_hist = max([season_length + 1, mase_season + 1] + [m.min_history() for m in models])
     need = need_hist + h + (n_windows - 1) * step_size
     ids, ds, ys = [], [], []
     for uid, g in df.groupby(ID, sort=False):
@@ -175,13 +184,14 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
         for c in cs:
             rows.append(pd.DataFrame({ID: uid, "cutoff": t[c - 1], DS: t[c: c + h], "step": np.arange(1, h + 1),
                                       Y: y[c: c + h]}))
-            scale_rows.append({ID: uid, "cutoff": t[c - 1], "scale": mase_scale(y[:c], season_length)})
+            scale_rows.append({ID: uid, "cutoff": t[c - 1], "scale": mase_scale(y[:c], mase_season)})
     frame = pd.concat(rows, ignore_index=True)
     scales = pd.DataFrame(scale_rows)
     if scales["scale"].isna().any():
         bad = scales.loc[scales["scale"].isna(), ID].unique()[:5].tolist()
         raise SeriesError(f"MASE is undefined for series {bad}: their history does not change over "
-                          f"--season-length {season_length} steps; drop them or use another --season-length")
+                          f"{mase_season} steps (the MASE season: --mase-season, else --season-length); drop them "
+                          "or use another --mase-season")
 
     fitted, seconds = {}, {}
     for model in models:
@@ -191,4 +201,5 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
         frame[model.alias] = preds.reshape(-1)
         if last is not None:
             fitted[model.alias] = last
-    return BacktestResult(frame, scales, aliases, h, season_length, n_windows, step_size, fitted, seconds)
+    return BacktestResult(frame, scales, aliases, h, season_length, n_windows, step_size, mase_season, fitted,
+                          seconds)

@@ -75,7 +75,10 @@ def register(subparsers) -> None:
                    help="fill missing timestamps and empty values this way; when not given they are refused")
     q.add_argument("--h", type=number(int, min=1), default=48, help="forecast horizon in steps")
     q.add_argument("--season-length", type=number(int, min=1), default=24,
-                   help="season in steps: for seasonal naive, ETS and the MASE scale")
+                   help="season in steps: for seasonal naive, ETS and (unless --mase-season) the MASE scale")
+    q.add_argument("--mase-season", type=number(int, min=1), default=None,
+                   help="lag of the MASE scale (mean absolute difference over this many steps of each window's "
+                        "history); when not given: --season-length. summary.json says which was used")
     q.add_argument("--windows", type=number(int, min=1), default=8, help="number of rolling cutoffs per series")
     q.add_argument("--step-size", type=number(int, min=1), default=None,
                    help="steps between cutoffs; when not given: the horizon --h")
@@ -223,7 +226,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
                 models = [WithFallback(m, SeasonalNaive(args.season_length)) if m.alias in ("DLinear", "PatchTST")
                           else m for m in models]
     res = backtest(df, models, h=args.h, n_windows=args.windows, step_size=step, season_length=args.season_length,
-                   refit_every=args.refit_every, progress=None)    # None: a bar on a terminal, lines in a log
+                   refit_every=args.refit_every, progress=None, mase_season=args.mase_season)    # None: a bar on a terminal, lines in a log
     hz = res.mase_by_horizon()
     pd.set_option("display.width", 160)
     print("MASE by horizon step (rows: step, columns: model)")
