@@ -43,3 +43,24 @@ def test_cli_parser_defaults_match_the_benchmark():
     cli = build_parser().parse_args(["forecast", "backtest", "--csv", "x.csv"])
     assert (cli.max_epochs, cli.seed) == (bench.max_epochs, bench.seed)
     assert NEURAL_TRAINING["loss"] == "mae" and NEURAL_TRAINING["normalize_loss"]
+
+
+M4 = ROOT.parent / "shared" / "data" / "m4_hourly"
+
+
+@pytest.mark.skipif(not (M4 / "Hourly-train.csv").is_file(), reason="M4 Hourly is not in ../shared/data")
+def test_m4_hourly_dlinear_beats_seasonal_naive_with_no_options_beyond_data_horizon_and_season(tmp_path, capsys):
+    """The README's claim through the CLI, for DLinear (seconds; PatchTST's 40 s run is in docs)."""
+    import json
+
+    from frozenvit.backbone.suite.cli import main
+    from frozenvit.forecasting import read_m4
+
+    read_m4(M4 / "Hourly-train.csv", M4 / "Hourly-test.csv").to_csv(tmp_path / "m4h.csv", index=False)
+    assert main(["forecast", "backtest", "--csv", str(tmp_path / "m4h.csv"), "--h", "48", "--season-length", "24",
+                 "--windows", "1", "--models", "snaive,dlinear", "--out", str(tmp_path / "out")]) == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    mase = {row["model"]: row["MASE"] for row in summary["summary"]}
+    assert mase["SeasonalNaive"] == pytest.approx(1.193, abs=5e-4)
+    assert mase["DLinear"] < mase["SeasonalNaive"]
+    assert summary["input_size"] == 336 and summary["short_series"]["ids"] == []
