@@ -164,8 +164,7 @@ def atomic_dir(target: str | os.PathLike, kind: str, flag: str = "--out") -> Ite
     artifact of this `kind` holding only files frozenvit wrote. If the body raises, `target` is untouched.
     """
     target = Path(target)
-    recover(target)
-    _check_owned_dir(target, kind, flag, whole=True)
+    check_artifact_dir(target, kind, flag)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         _clean_stale(target)
