@@ -46,7 +46,7 @@ def inputs(tmp_path, make_tiny_vit, monkeypatch):
 
     torch.manual_seed(0)
     bb = make_tiny_vit()                                               # 48-d tokens, 4 blocks
-    monkeypatch.setattr(cli, "load_backbone_for", lambda args, img_size=None: bb)
+    monkeypatch.setattr(cli, "load_backbone_for", lambda args, img_size=None, fingerprint=None: bb)
     paths = {k: tmp_path / k for k in ("pol", "old", "edited", "notpol", "demos", "notdemos", "badmanifest")}
     small(epochs=1).fit(marked_token_cache(M=32), progress=False).save(paths["pol"])
     for name, change in (("old", lambda c: dict(c, format_version=1)),

@@ -184,7 +184,7 @@ def test_cli_collect_train_evaluate_latency(tmp_path, bb, monkeypatch, capsys):
     from frozenvit.backbone.suite.cli import main
     from frozenvit.control import cli
 
-    monkeypatch.setattr(cli, "load_backbone_for", lambda args, img_size=None: bb)
+    monkeypatch.setattr(cli, "load_backbone_for", lambda args, img_size=None, fingerprint=None: bb)
     monkeypatch.setenv("FROZENVIT_PROGRESS_SECONDS", "0")            # a progress line per epoch / episode
     d, p = str(tmp_path / "demos"), str(tmp_path / "pol")
     assert main(["control", "collect", "--task", "reach-v3", "--out", d, "--episodes", "1", "--image-size", "32",
@@ -221,7 +221,7 @@ def test_cli_evaluate_resumes_a_finished_run_and_refuses_another_configuration_s
     from frozenvit.backbone.suite.cli import main
     from frozenvit.control import cli
 
-    monkeypatch.setattr(cli, "load_backbone_for", lambda args, img_size=None: bb)
+    monkeypatch.setattr(cli, "load_backbone_for", lambda args, img_size=None, fingerprint=None: bb)
     p, ev = str(tmp_path / "pol"), str(tmp_path / "ev.json")
     PatchTokenPolicy("mean", epochs=1).fit(cache_features(demo_dir, bb), progress=False).save(p)
     cmd = ["control", "evaluate", "--policy", p, "--configs", "2", "--max-steps", "3", "--json", ev]
@@ -305,3 +305,37 @@ def test_demos_record_their_render_settings_and_policies_are_evaluated_with_them
     monkeypatch.setattr(ev, "MetaWorldTask", lambda *a, **k: seen.append(k["render"]) or real(*a, **k))
     evaluate(pol, bb, config_seeds("heldout", 1), max_steps=2, parallel=1, progress=False)
     assert seen == [RenderSettings.from_dict(m["render"])]
+
+
+def test_the_fast_encoder_by_name_and_policies_trained_on_it_bring_it_back(tmp_path, demo_dir, capsys):
+    """`--encoder fast` replaces weights path + size; evaluate/latency pick it from the policy's fingerprint."""
+    from frozenvit.backbone.suite.cli import main
+    from frozenvit.control.encoders import FAST_ENCODER_SHA256, FAST_ENCODER_SIZE
+
+    d, p = tmp_path / "demos", str(tmp_path / "pol")
+    shutil.copytree(demo_dir, d)
+    assert main(["control", "train", "--demos", str(d), "--out", p, "--encoder", "fast", "--epochs", "1",
+                 "--hidden", "8", "--threads", "1"]) == 0
+    assert f"{FAST_ENCODER_SIZE}px" in capsys.readouterr().out
+    meta = PatchTokenPolicy.load(p).meta_
+    assert meta["fingerprint"] == FAST_ENCODER_SHA256 and meta["img_size"] == [FAST_ENCODER_SIZE] * 2
+    assert main(["control", "evaluate", "--policy", p, "--configs", "1", "--max-steps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "trained on the fast encoder" in out and "success 0/1" in out
+    assert main(["control", "evaluate", "--policy", p, "--encoder", "default", "--configs", "1",
+                 "--max-steps", "2"]) == 2
+    assert "ArtifactError" in capsys.readouterr().err                 # asked for the other encoder: refused
+    assert main(["control", "latency", "--encoder", "fast", "--img-size", "64", "--steps", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "UsageError" in err and "--img-size" in err
+
+
+def test_collect_renders_at_the_encoders_input_size(tmp_path):
+    from frozenvit.backbone.suite.cli import main
+    from frozenvit.control.encoders import FAST_ENCODER_SIZE
+
+    out = tmp_path / "d"
+    assert main(["control", "collect", "--task", "reach-v3", "--out", str(out), "--episodes", "1",
+                 "--encoder", "fast", "--max-steps", "100"]) == 0
+    ep = next(iter_episodes(out))
+    assert ep.frames.shape[1:] == (FAST_ENCODER_SIZE, FAST_ENCODER_SIZE, 3)
