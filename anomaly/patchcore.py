@@ -1,9 +1,9 @@
-"""PatchCore on frozen ViT patch grids (Roth et al., "Towards Total Recall in Industrial Anomaly Detection").
+"""PatchCore on frozen ViT (or ConvNet) patch grids (Roth et al., "Towards Total Recall in Industrial Anomaly Detection").
 
     det = PatchCore(backbone=bb, blocks=(7, 10), coreset_ratio=0.1).fit(normal_images)
     out = det.predict(test_images)   # out.scores (B,), out.maps [(H_i, W_i)], out.is_defect (B,)
 
-fit: features of the training normals (tokens minus a robust image-wide token, 3x3 local mean per block, blocks fused) -> greedy
+fit: features of the training normals (tokens minus a robust image-wide token, 3x3 local mean per block, blocks fused on the finest grid) -> greedy
 k-center coreset -> faiss index; a held-out split of the normals is scored to calibrate the
 decision threshold at `target_fpr`. predict: patch score = distance to the nearest bank entry;
 image score = reweighted maximum (or top-1% mean); map = patch scores on the model canvas,
@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from itertools import islice
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -27,14 +28,32 @@ from frozenvit.backbone.suite.progress import progress_bar
 from .coreset import chunked_coreset, greedy_coreset
 from .errors import DatasetError
 from .images import as_image
-from .scoring import center_tokens, fuse_blocks, local_aggregate, original_maps, reduced_width, reweighted_max, topk_mean
+from .scoring import (center_tokens, fuse_blocks, local_aggregate, original_maps, reduced_width, reweighted_max, smooth,
+                      topk_mean)
 from .search import INDEX_KINDS, build_index, knn
+from .tiling import Tiling
 
 IMAGE_SCORES = ("reweighted", "max", "topk")
+# the copies of each bank image that `augment` adds (the identity first): flips, quarter turns, or all 8 symmetries
+AUGMENTS = {
+    "flips": (lambda a: a, lambda a: a[:, ::-1], lambda a: a[::-1], lambda a: a[::-1, ::-1]),
+    "rot90": tuple((lambda a, k=k: np.rot90(a, k)) for k in range(4)),
+}
+AUGMENTS["all"] = AUGMENTS["rot90"] + tuple((lambda a, k=k: np.rot90(a[:, ::-1], k)) for k in range(4))
 
 
-def default_blocks(depth: int) -> tuple[int, ...]:
-    """Two intermediate blocks, never the last: (7, 10) for 12 blocks, (1, 2) for 4."""
+def default_blocks(depth: int, strides: Sequence[int] = ()) -> tuple[int, ...]:
+    """Two intermediate blocks, never the last.
+
+    ViT (no `strides`): (7, 10) for 12 blocks, (1, 2) for 4. ConvNet (`strides`, each stage's stride in
+    pixels): the paper's stride-8 and stride-16 stages (a ResNet's layer2 and layer3), or, for a ConvNet
+    without them, the two stages before the last.
+    """
+    if strides:
+        paper = tuple(strides.index(s) for s in (8, 16) if s in strides)
+        if len(paper) == 2:
+            return paper
+        return tuple(range(max(0, len(strides) - 3), max(1, len(strides) - 1)))
     if depth <= 2:
         return (0,)
     b2 = depth - 2
@@ -46,9 +65,9 @@ def default_blocks(depth: int) -> tuple[int, ...]:
 class AnomalyPrediction:
     scores: np.ndarray            # (B,) image scores, higher = more anomalous
     maps: list[np.ndarray]        # (H_i, W_i) float32 defect maps at each image's original size
-    is_defect: np.ndarray         # (B,) bool, scores > threshold
-    threshold: float
-    patch_scores: np.ndarray      # (B, h, w) distances to the nearest normal patch
+    is_defect: np.ndarray | None  # (B,) bool, scores > threshold; None when the model has no threshold (uncalibrated)
+    threshold: float | None       # None: uncalibrated (too few normals to hold any out, and none given)
+    patch_scores: np.ndarray | list[np.ndarray]   # (B, h, w) distances to the nearest normal patch; tiled: [(T_i, h, w)]
 
 
 class PatchCore(BaseEstimator):
@@ -60,7 +79,8 @@ class PatchCore(BaseEstimator):
     `decision_function` and `anomaly_maps` never change it.
 
     backbone: a `backbone.FrozenBackbone`; None loads the embedded default at fit time.
-    blocks: backbone blocks to fuse (negative: from the end); None: two intermediate blocks (`default_blocks`).
+    blocks: backbone blocks to fuse (negative: from the end); None: two intermediate blocks (`default_blocks`:
+        for a ConvNet, its stride-8 and stride-16 stages). Grids of different sizes are fused on the finest.
     coreset_ratio: bank size as a fraction of training patches, in (0, 1] (greedy k-center).
     proj_dim: random-projection width used only inside the coreset selection; None: no projection.
     reduce_dim: channel pooling of the fused features (`scoring.reduced_width`): a fraction of the
@@ -75,25 +95,43 @@ class PatchCore(BaseEstimator):
     image_score: "reweighted" (paper, b = num_neighbors), "max", or "topk" (mean of top topk_frac).
     index: "flat" (exact), "ivf" or "ivfpq" (approximate, large banks); nprobe for the IVF ones.
     target_fpr: false-alarm rate in (0, 1) the threshold is calibrated to on held-out normals.
-    holdout: fraction in (0, 1) of the training normals held out for that calibration (at least 1 image,
-        and at least 1 left for the bank: `fit` needs 2 images or more).
+    holdout: fraction in [0, 1) of the training normals held out for that calibration: round(holdout * n)
+        images, at least 1 left for the bank. When that rounds to 0 (1 or 2 images at the default 0.2, or
+        holdout=0: every image goes into the bank) the threshold is NOT calibrated: `fit` warns,
+        `threshold_` is None and predictions carry no decision (`is_defect` None), unless `threshold` is given.
+    threshold: an explicit decision threshold on image scores; None: calibrated on the held-out normals.
+        Given, it wins over the calibrated one, at fit time and at predict time (`set_params(threshold=...)`
+        on a fitted model takes effect without refitting).
+    tile: None (the whole image is resized to the model input) or the tile scale: images are cut into
+        overlapping tiles of the model input's aspect, `tile` x its size in original pixels (1.0: one image
+        pixel per model pixel), each scored against one bank built from the normals' tiles; the maps are
+        stitched back onto the original pixels, overlaps averaged, then smoothed once (sigma x the tile's
+        original pixels per model pixel). An image's score is the same rule as untiled, over the patches
+        of all its tiles (reweighted/max: the score of the tile holding the worst patch; topk: the top
+        fraction of all its tile patches). For images much larger than the model input, e.g. thin cracks.
+    tile_overlap: least overlap of neighbouring tiles, a fraction of a tile in [0, 1) (`tiling.Tiling`).
+    augment: None, or copies of every bank image (or tile) added to the bank, as in AnomalyDINO's
+        few-shot setting: "flips" (horizontal, vertical, both: 4x), "rot90" (quarter turns: 4x) or "all"
+        (the 8 symmetries of a square). For parts that are upright-agnostic; rotating a non-square input
+        also changes how it is stretched to the model input. Test images are never augmented.
     sigma: Gaussian smoothing of maps in model-canvas pixels (0: none).
-    batch_size: images per backbone forward pass.
+    batch_size: images (or tiles) per backbone forward pass.
     coreset_chunk: if set, features are reduced chunk by chunk (about this many patches per
         chunk) so all training features never sit in memory at once.
     seed: seeds the holdout split, the projection and the coreset start; equal seeds, equal models.
     progress: progress bars; None: only on a terminal.
 
     Raises UsageError (a ValueError) from `fit` for a hyperparameter outside its range and
-    DatasetError for fewer than 2 normal images.
+    DatasetError for no normal images.
     """
 
     def __init__(self, backbone: Any = None, blocks: Sequence[int] | None = None, coreset_ratio: float = 0.1,
                  proj_dim: int | None = 128, reduce_dim: int | float | None = 0.25, center: bool = True, aggregation: int = 3,
                  image_score: str = "reweighted", num_neighbors: int = 9, topk_frac: float = 0.01,
                  index: str = "flat", nprobe: int = 8, target_fpr: float = 0.01, holdout: float = 0.2,
-                 sigma: float = 4.0, batch_size: int = 16, coreset_chunk: int | None = None, seed: int = 0,
-                 progress: bool | None = None) -> None:
+                 threshold: float | None = None, tile: float | None = None, tile_overlap: float = 0.25,
+                 augment: str | None = None, sigma: float = 4.0, batch_size: int = 16,
+                 coreset_chunk: int | None = None, seed: int = 0, progress: bool | None = None) -> None:
         self.backbone = backbone
         self.blocks = blocks
         self.coreset_ratio = coreset_ratio
@@ -108,6 +146,10 @@ class PatchCore(BaseEstimator):
         self.nprobe = nprobe
         self.target_fpr = target_fpr
         self.holdout = holdout
+        self.threshold = threshold
+        self.tile = tile
+        self.tile_overlap = tile_overlap
+        self.augment = augment
         self.sigma = sigma
         self.batch_size = batch_size
         self.coreset_chunk = coreset_chunk
@@ -132,7 +174,11 @@ class PatchCore(BaseEstimator):
             ("index", self.index in INDEX_KINDS, f"one of {INDEX_KINDS}"),
             ("nprobe", whole(self.nprobe, 1), "a positive int"),
             ("target_fpr", real(self.target_fpr) and 0 < self.target_fpr < 1, "a rate in (0, 1)"),
-            ("holdout", real(self.holdout) and 0 < self.holdout < 1, "a fraction in (0, 1)"),
+            ("holdout", real(self.holdout) and 0 <= self.holdout < 1, "a fraction in [0, 1)"),
+            ("threshold", self.threshold is None or real(self.threshold), "None or a finite number"),
+            ("tile", self.tile is None or (real(self.tile) and self.tile > 0), "None or a scale > 0"),
+            ("tile_overlap", real(self.tile_overlap) and 0 <= self.tile_overlap < 1, "a fraction in [0, 1)"),
+            ("augment", self.augment is None or self.augment in AUGMENTS, f"None or one of {tuple(AUGMENTS)}"),
             ("sigma", real(self.sigma) and self.sigma >= 0, "a number >= 0"),
             ("batch_size", whole(self.batch_size, 1), "a positive int"),
             ("coreset_chunk", self.coreset_chunk is None or whole(self.coreset_chunk, 1), "None or a positive int"),
@@ -153,13 +199,15 @@ class PatchCore(BaseEstimator):
             from frozenvit.backbone import load_backbone
 
             self.backbone_ = load_backbone()
-        depth = self.backbone_.config.depth
+        config = self.backbone_.config
+        default = default_blocks(config.depth, config.strides)
         try:
-            self.blocks_ = tuple(self.backbone_.resolve_blocks(self.blocks if self.blocks is not None
-                                                               else default_blocks(depth)))
+            self.blocks_ = tuple(self.backbone_.resolve_blocks(self.blocks if self.blocks is not None else default))
         except (ValueError, TypeError) as e:
-            raise UsageError(f"PatchCore blocks={self.blocks!r}: {e}; pick 0-based indices below {depth} "
-                             f"(negatives count from the end), or None for {default_blocks(depth)}") from e
+            raise UsageError(f"PatchCore blocks={self.blocks!r}: {e}; pick 0-based indices below {config.depth} "
+                             f"(negatives count from the end), or None for {default}") from e
+        # the bank lives on the finest grid of the chosen blocks: `fuse_blocks` resamples the coarser ones to it
+        self.grid_ = max((tuple(config.grid_of(b)) for b in self.blocks_), key=math.prod)
 
     def _batches(self, images: Sequence[Any], desc: str) -> Iterator[tuple[torch.Tensor, list]]:
         """Yield fused features (b, D, h, w) and GridMappings per batch; paths are read lazily."""
@@ -207,8 +255,7 @@ class PatchCore(BaseEstimator):
         self.holdout_indices_ = np.sort(perm[:n_hold])
         train = [images[i] for i in np.sort(perm[n_hold:])]
         self.n_train_images_ = len(train)
-        self.n_train_patches_ = len(train) * math.prod(self.backbone_.config.grid)
-        self.grid_ = tuple(self.backbone_.config.grid)
+        self.n_train_patches_ = len(train) * math.prod(self.grid_)
         self.bank_ = self._build_bank(train)                            # (M, D)
         self.index_ = build_index(self.bank_, self.index, nprobe=self.nprobe, seed=self.seed)
         hold = [images[i] for i in self.holdout_indices_]

@@ -62,15 +62,20 @@ def reduced_width(width: int, reduce_dim: int | float | None) -> int:
 
 
 def fuse_blocks(grids: Sequence[torch.Tensor], reduce_dim: int | float | None = None) -> torch.Tensor:
-    """Concatenate per-block grids (B, C_i, h, w) along channels -> (B, sum C_i, h, w).
+    """Fuse per-block grids (B, C_i, h_i, w_i) into (B, sum C_i, h, w) on the finest grid (h, w).
 
-    With `reduce_dim` (see `reduced_width`), each token vector is average-pooled along channels
-    (PatchCore's adaptive average pooling: deterministic, nothing to fit or store).
+    Grids of other sizes (ConvNet stages, ViT blocks at other resolutions) are resampled bilinearly
+    (half-pixel centres) onto the finest one, the one with the most tokens, as PatchCore does; grids
+    already of that size pass unchanged. With `reduce_dim` (see `reduced_width`), each token vector is
+    then average-pooled along channels (PatchCore's adaptive average pooling: deterministic, nothing to
+    fit or store). Raises ValueError when the grids hold different numbers of images.
     """
-    h, w = grids[0].shape[-2:]
-    for g in grids:
-        if g.shape[-2:] != (h, w) or g.shape[0] != grids[0].shape[0]:
-            raise ValueError(f"grids of blocks differ in batch or grid size: {[tuple(g.shape) for g in grids]}")
+    if len({g.shape[0] for g in grids}) > 1:
+        raise ValueError(f"grids of blocks hold different numbers of images: {[tuple(g.shape) for g in grids]}")
+    h, w = max((tuple(g.shape[-2:]) for g in grids), key=lambda s: s[0] * s[1])
+    grids = [g if tuple(g.shape[-2:]) == (h, w) else
+             F.interpolate(g, size=(h, w), mode="bilinear", align_corners=False)   # (B, C_i, h, w)
+             for g in grids]
     x = torch.cat(list(grids), dim=1)                                # (B, D, h, w)
     b, d = x.shape[:2]
     r = reduced_width(d, reduce_dim)

@@ -55,6 +55,14 @@ class BackboneConfig:
     weights_sha256: str | None = None  # of the weights file, None for hub/random weights
     pretrained: bool = True            # False: random initialisation, asked for explicitly
     num_params: int = 0
+    # ConvNets only (a ViT's blocks share `grid` and `patch_size`): each stage's nominal stride in pixels and
+    # its grid as measured at img_size (a stage of stride 32 on 240 px is 8x8 with "same" padding, 7x7 without)
+    strides: tuple[int, ...] = ()
+    grids: tuple[tuple[int, int], ...] = ()
+
+    def grid_of(self, block: int) -> tuple[int, int]:
+        """(h, w) tokens of `block`'s grid (0-based): the one grid of a ViT, a ConvNet stage's own."""
+        return tuple(self.grids[block]) if self.grids else tuple(self.grid)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -73,6 +81,9 @@ class BackboneConfig:
             f"input           {self.img_size[0]}x{self.img_size[1]} px, {self.interpolation} resize",
             f"patch size      {self.patch_size} px",
             f"grid            {self.grid[0]}x{self.grid[1]} tokens ({self.grid[0] * self.grid[1]})",
+            *([f"stages          " + ", ".join(f"{i}: stride {s} ({g[0]}x{g[1]})"
+                                                   for i, (s, g) in enumerate(zip(self.strides, self.grids)))]
+              if self.grids else []),
             f"prefix tokens   {self.num_prefix_tokens}" + (f" ({' + '.join(prefix)})" if prefix else ""),
             f"blocks          {self.depth}",
             f"width           {self.embed_dim}",

@@ -248,11 +248,20 @@ def _derive_config(model: torch.nn.Module, name: str, is_vit: bool, sha: str | N
             weights_sha256=sha, pretrained=pretrained, num_params=n_params)
     info = model.feature_info
     size = tuple(data["input_size"][1:])
-    red = info.reduction()[-1]
+    strides = tuple(int(r) for r in info.reduction())
+    grids = _stage_grids(model, size)
     return BackboneConfig(
-        name=name, kind="cnn", img_size=size, patch_size=red, grid=(size[0] // red, size[1] // red),
+        name=name, kind="cnn", img_size=size, patch_size=strides[-1], grid=grids[-1], strides=strides, grids=grids,
         embed_dim=info.channels()[-1], depth=len(info.channels()), num_prefix_tokens=0, has_cls=False,
         num_registers=0, has_dist_token=False, mean=tuple(float(m) for m in data["mean"]),
         std=tuple(float(s) for s in data["std"]), interpolation=str(data.get("interpolation", "bilinear")),
         crop_pct=float(data.get("crop_pct", 0.875)), weights_sha256=sha, pretrained=pretrained,
         num_params=n_params)
+
+
+def _stage_grids(model: torch.nn.Module, size: tuple[int, int]) -> tuple[tuple[int, int], ...]:
+    """(h, w) of each feature stage at `size`, measured by one forward pass on a blank image: padding
+    conventions differ ("same" padding rounds up, plain padding down), so the stride alone does not say."""
+    with torch.inference_mode():
+        feats = model.eval()(torch.zeros(1, 3, *size))
+    return tuple((int(f.shape[-2]), int(f.shape[-1])) for f in feats)

@@ -42,6 +42,19 @@ def make_tiny_vit():
     return _tiny_vit
 
 
+def _tiny_convnet(name: str = "test_efficientnet", img_size: int = 64, **kw):
+    """A tiny random timm ConvNet (test_efficientnet: 82 k parameters, stages of stride 2..32), features_only."""
+    from frozenvit.backbone import load_backbone
+
+    return load_backbone(name, pretrained=False, img_size=img_size, **kw)
+
+
+@pytest.fixture(scope="session")
+def make_tiny_convnet():
+    """Factory of tiny random ConvNets: make_tiny_convnet(img_size=96, resize="pad", ...)."""
+    return _tiny_convnet
+
+
 def _tree(root: Path) -> dict[str, bytes | None]:
     """Every path under root with its bytes (None for folders): equal snapshots mean nothing was written."""
     return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
