@@ -16,6 +16,7 @@ from typing import Any
 
 from frozenvit.backbone.commands import add_backbone_args
 from frozenvit.backbone.suite.cli import add_threads_arg, number
+from frozenvit.backbone.suite.engine import add_engine_args
 from frozenvit.backbone.suite.errors import UsageError
 
 from .defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_HEADS, DEFAULT_HIDDEN, DEFAULT_LR,
@@ -86,6 +87,7 @@ def register(subparsers: Any) -> None:
     _encoder_arg(q)
     add_backbone_args(q)
     add_threads_arg(q)
+    add_engine_args(q)
     q.set_defaults(func=_cmd_evaluate)
 
     q = sub.add_parser("latency", help="per-step latency of render+preprocess+encode+head+step")
@@ -258,12 +260,14 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from frozenvit.backbone.suite.artifacts import check_output_dir, check_output_file, output_dir, write_json
+    from frozenvit.backbone.suite.engine import engine_from_args, engine_session
 
     from .env import check_task, config_seeds
     from .evaluate import evaluate
     from .policy import PatchTokenPolicy
 
     check_output_file(args.json, "control.evaluate", flag="--json")
+    engine_from_args(args)                             # --workers without --ray fails before any work
     if args.gif_dir and args.gifs:
         check_output_dir(args.gif_dir, "control.gifs", flag="--gif-dir")
     if args.task:
@@ -274,9 +278,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if args.gif_dir and args.gifs:
         output_dir(args.gif_dir, "control.gifs", flag="--gif-dir")
     journal = Path(args.json).with_suffix(".episodes.jsonl") if args.json else None
-    res = evaluate(pol, bb, config_seeds("heldout", args.configs), task=args.task, max_steps=args.max_steps,
-                   parallel=args.parallel, gif_dir=args.gif_dir, gif_episodes=args.gifs,
-                   render=render_settings(args, pol.meta_.get("render")), journal=journal)
+    with engine_session(args) as engine:
+        res = evaluate(pol, bb, config_seeds("heldout", args.configs), task=args.task, max_steps=args.max_steps,
+                       parallel=args.parallel, gif_dir=args.gif_dir, gif_episodes=args.gifs,
+                       render=render_settings(args, pol.meta_.get("render")), journal=journal, engine=engine,
+                       workers=args.workers)
     print(f"{res.task}: success {sum(res.successes)}/{len(res.successes)} = {res.success_rate:.2f} "
           f"on held-out configurations (cap {res.max_steps} steps)")
     for g in res.gifs:

@@ -11,7 +11,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from PIL import Image
@@ -53,7 +53,8 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
              camera: str | None = None, image_size: int | None = None, max_steps: int = 500,
              parallel: int = 4, gif_dir: str | Path | None = None, gif_episodes: int = 0,
              render: RenderSettings | None = None, journal: str | Path | None = None,
-             progress: bool | None = None) -> TaskResult:
+             progress: bool | None = None, engine: str = "local", workers: int | None = None,
+             worker_threads: int = 1) -> TaskResult:
     """Roll the policy out once per configuration seed (use held-out seeds: `config_seeds('heldout', n)`).
 
     task/camera/image_size/render default to those of the policy's training demos. `parallel`
@@ -64,7 +65,15 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
     run that was stopped) its episodes are taken as done and not rolled out again; a journal of
     another evaluation (other policy, configurations, task, cap, camera or rendering) raises
     ArtifactError, and a file that is no journal OutputConflict.
+
+    engine: "local" (this process) or "ray": the episodes run on `workers` Ray actors (None: one per
+    CPU of the cluster, see backbone.suite.engine.ray_session), each holding its own `parallel`
+    environments, the policy and the encoder (torch at `worker_threads` threads), fed `parallel`
+    configurations at a time. An actor that dies is restarted and its configurations run again.
     """
+    from frozenvit.backbone.suite.engine import check_engine
+
+    check_engine(engine)
     meta = policy.meta_
     task = task or meta.get("task")
     camera = camera or meta.get("camera", "corner")
@@ -84,50 +93,126 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
         log = EpisodeJournal(journal, run)
         outcome.update(log.done)
     queue = [c for c in configs if c not in outcome]
-    n_env = min(max(1, parallel), len(queue))
-    envs = [MetaWorldTask(task, camera=camera, image_size=image_size, max_steps=max_steps, render=render)
-            for _ in range(n_env)]
-    gifs: list[str] = []
     record = set(configs[:gif_episodes]) - set(outcome) if gif_dir else set()
-    try:
-        slot_cfg: list[int | None] = [None] * n_env
-        states: list[State | None] = [None] * n_env
-        movies: dict[int, list[np.ndarray]] = {}
+    movies: dict[int, list[np.ndarray]] = {}
+    bar = progress_bar(total=len(configs), initial=len(outcome), desc=f"eval {task}", unit="ep",
+                       disable=None if progress is None else not progress)
 
-        def assign(s: int) -> None:
-            slot_cfg[s] = queue.pop(0) if queue else None
-            states[s] = envs[s].reset(slot_cfg[s]) if slot_cfg[s] is not None else None
+    def done(config: int, success: bool, steps: int) -> None:
+        outcome[config] = (success, steps)
+        if log is not None:
+            log.append(config, success, steps)
+        bar.update(1)
 
-        for s in range(n_env):
-            assign(s)
-        bar = progress_bar(total=len(configs), initial=len(outcome), desc=f"eval {task}", unit="ep",
-                           disable=None if progress is None else not progress)
-        while any(c is not None for c in slot_cfg):
-            live = [s for s in range(n_env) if slot_cfg[s] is not None]
-            frames = [envs[s].render() for s in live]
-            for s, f in zip(live, frames):
-                if slot_cfg[s] in record:
-                    movies.setdefault(slot_cfg[s], []).append(f)
-            proprio = np.stack([states[s].proprio for s in live])                  # (B, 4)
-            actions = agent.act(frames, proprio)                                   # (B, 4)
-            for s, a in zip(live, actions):
-                st = envs[s].step(a)
-                states[s] = st
-                if st.done:
-                    outcome[slot_cfg[s]] = (st.success, st.steps)
-                    if log is not None:
-                        log.append(slot_cfg[s], st.success, st.steps)
-                    bar.update(1)
-                    assign(s)
-        bar.close()
-        if gif_dir:
-            for c, fr in movies.items():
-                gifs.append(str(save_gif(fr, Path(gif_dir) / f"{task}_cfg{c}.gif")))
-    finally:
-        for e in envs:
-            e.close()
+    env_args = dict(name=task, camera=camera, image_size=image_size, max_steps=max_steps, render=render)
+    if engine == "ray":
+        _rollouts_ray(policy, backbone, queue, env_args, parallel, record, movies, done, workers, worker_threads)
+    else:
+        envs = [MetaWorldTask(**env_args) for _ in range(min(max(1, parallel), len(queue)))]
+        try:
+            lockstep(agent, envs, queue, record, movies, done)
+        finally:
+            for e in envs:
+                e.close()
+    bar.close()
+    gifs = [str(save_gif(fr, Path(gif_dir) / f"{task}_cfg{c}.gif")) for c, fr in sorted(movies.items())] if gif_dir else []
     return TaskResult(task, configs, [outcome[c][0] for c in configs], [outcome[c][1] for c in configs],
                       max_steps, gifs)
+
+
+def lockstep(agent: VisuomotorAgent, envs: Sequence[MetaWorldTask], configs: Sequence[int], record: set[int],
+             movies: dict[int, list[np.ndarray]], done: Callable[[int, bool, int], None]) -> None:
+    """Roll out every configuration once on `envs` stepped in lockstep (one encoder batch per step); each
+    finished episode's slot takes the next configuration. Frames of configurations in `record` go to
+    `movies`; `done(config, success, steps)` is called as each episode ends."""
+    queue = list(configs)
+    n_env = min(len(envs), len(queue))
+    slot_cfg: list[int | None] = [None] * n_env
+    states: list[State | None] = [None] * n_env
+
+    def assign(s: int) -> None:
+        slot_cfg[s] = queue.pop(0) if queue else None
+        states[s] = envs[s].reset(slot_cfg[s]) if slot_cfg[s] is not None else None
+
+    for s in range(n_env):
+        assign(s)
+    while any(c is not None for c in slot_cfg):
+        live = [s for s in range(n_env) if slot_cfg[s] is not None]
+        frames = [envs[s].render() for s in live]
+        for s, f in zip(live, frames):
+            if slot_cfg[s] in record:
+                movies.setdefault(slot_cfg[s], []).append(f)
+        proprio = np.stack([states[s].proprio for s in live])                      # (B, 4)
+        actions = agent.act(frames, proprio)                                       # (B, 4)
+        for s, a in zip(live, actions):
+            st = envs[s].step(a)
+            states[s] = st
+            if st.done:
+                done(slot_cfg[s], bool(st.success), int(st.steps))
+                assign(s)
+
+
+# Fault injection for tests: a worker that finds this variable set to a path that does not exist yet
+# creates it and dies at once, as a killed machine would (the restarted worker finds the file and runs).
+KILL_ONCE_ENV = "FROZENVIT_TEST_KILL_WORKER_ONCE"
+
+
+class EvalWorker:
+    """One Ray actor's share of an evaluation: its own environments, policy and encoder, built once."""
+
+    def __init__(self, policy: Any, backbone: Any, env_args: dict, parallel: int, threads: int) -> None:
+        import torch
+
+        torch.set_num_threads(threads)
+        self.agent = VisuomotorAgent(policy, backbone)
+        self.env_args = env_args
+        self.parallel = parallel
+        self.envs: list[MetaWorldTask] = []
+
+    def run(self, configs: list[int], record: set[int]) -> tuple[list[tuple[int, bool, int]], dict]:
+        flag = os.environ.get(KILL_ONCE_ENV)
+        if flag and not os.path.exists(flag):
+            Path(flag).touch()
+            os._exit(1)
+        while len(self.envs) < min(self.parallel, len(configs)):
+            self.envs.append(MetaWorldTask(**self.env_args))
+        results: list[tuple[int, bool, int]] = []
+        movies: dict[int, list[np.ndarray]] = {}
+        lockstep(self.agent, self.envs, configs, record, movies, lambda c, s, n: results.append((c, s, n)))
+        return results, movies
+
+
+def _rollouts_ray(policy: Any, backbone: Any, queue: list[int], env_args: dict, parallel: int, record: set[int],
+                  movies: dict, done: Callable[[int, bool, int], None], workers: int | None, threads: int) -> None:
+    """The episodes of `queue` on Ray actors, `parallel` configurations per call, results as they come."""
+    from frozenvit.backbone.suite.engine import cluster_cpus, ray_session
+
+    if not queue:
+        return
+    with ray_session(num_cpus=workers) as ray:
+        n = min(workers or cluster_cpus(ray), -(-len(queue) // parallel))
+        actor = ray.remote(num_cpus=threads, max_restarts=3, max_task_retries=3)(EvalWorker)
+        p_ref, b_ref = ray.put(policy), ray.put(backbone)
+        pool = [actor.remote(p_ref, b_ref, env_args, parallel, threads) for _ in range(n)]
+        chunks = [queue[i:i + parallel] for i in range(0, len(queue), parallel)]
+        pending = {}
+        for i, chunk in enumerate(chunks[:n]):
+            pending[pool[i].run.remote(chunk, record & set(chunk))] = pool[i]
+        nxt = n
+        try:
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                a = pending.pop(ready[0])
+                results, got = ray.get(ready[0])
+                for c, s, k in results:
+                    done(c, s, k)
+                movies.update(got)
+                if nxt < len(chunks):
+                    pending[a.run.remote(chunks[nxt], record & set(chunks[nxt]))] = a
+                    nxt += 1
+        finally:
+            for a in pool:
+                ray.kill(a)
 
 
 class EpisodeJournal:
