@@ -17,7 +17,9 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
 
 def add_backbone_args(parser: argparse.ArgumentParser) -> None:
     """--backbone NAME --weights FILE --img-size N (no name: the embedded default)."""
-    parser.add_argument("--backbone", default=None, help="timm model name (default: the embedded default)")
+    parser.add_argument("--backbone", default=None,
+                        help="timm model name, or efficientnet_lite0/1/2 (ImageNet weights from frozenvit[convnets]); "
+                             "default: the embedded default")
     parser.add_argument("--weights", default=None, help="local .safetensors/.pth weights for --backbone")
     parser.add_argument("--img-size", type=number(int, min=1), default=None,
                         help="input size in pixels (None: the model's); position embeddings are resampled")
@@ -84,7 +86,8 @@ def register(subparsers: Any) -> None:
     bbp = subparsers.add_parser("backbone", help="describe and inspect backbones")
     bsub = bbp.add_subparsers(dest="backbone_command", required=True)
     q = bsub.add_parser("info", help="print the preprocessing and grid contract of a backbone")
-    q.add_argument("name", nargs="?", default=None, help="timm model name (default: the embedded default)")
+    q.add_argument("name", nargs="?", default=None,
+                   help="timm model name or efficientnet_lite0/1/2 (default: the embedded default)")
     q.add_argument("--weights", default=None, help="local .safetensors/.pth weights for NAME")
     q.add_argument("--img-size", type=number(int, min=1), default=None, help="input size (None: the model's)")
     q.set_defaults(func=_cmd_info)
