@@ -23,6 +23,7 @@ _API = {
     "coreset": ("greedy_coreset", "chunked_coreset", "greedy_kcenter", "random_projection"),
     "search": ("build_index", "knn"),
     "scoring": ("local_aggregate", "fuse_blocks", "reweighted_max", "topk_mean", "canvas_maps", "original_maps"),
+    "tiling": ("Tiling",),
     "synthetic": ("make_synthetic_mvtec", "render_sample", "CATEGORIES", "DEFECTS"),
     "viz": ("overlay",),
 }

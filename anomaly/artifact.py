@@ -2,7 +2,8 @@
 
     model/config.json        kind, format_version, hyperparameters, learned scalars, and the
                              backbone it was fitted on: name, weights fingerprint, preprocessing, grid
-    model/bank.safetensors   bank (M, D) float32, calibration_scores (n_hold,) float32
+                             (threshold null: uncalibrated, too few normals to hold any out)
+    model/bank.safetensors   bank (M, D) float32, calibration_scores (n_hold,) float32 (n_hold may be 0)
     model/index.faiss        the faiss index over the bank
 
 Written atomically (temporary sibling, one rename). Loading checks the format version and
@@ -68,7 +69,8 @@ def save_patchcore(det: Any, path: str | os.PathLike, backbone_source: dict | No
         "kind": KIND, "format_version": FORMAT_VERSION,
         "params": {k: v for k, v in det.get_params(deep=False).items() if k not in _NOT_SAVED},
         "blocks": list(det.blocks_), "grid": list(det.grid_),
-        "threshold": float(det.threshold_), "map_range": [float(v) for v in det.map_range_],
+        "threshold": None if det.threshold_ is None else float(det.threshold_),     # None: uncalibrated
+        "map_range": [float(v) for v in det.map_range_],
         "n_train_images": int(det.n_train_images_), "n_train_patches": int(det.n_train_patches_),
         "holdout_indices": [int(i) for i in det.holdout_indices_],
         "bank_shape": list(det.bank_.shape),
@@ -125,7 +127,8 @@ def load_patchcore(cls: type, path: str | os.PathLike, backbone: Any = None) -> 
             params["blocks"] = tuple(params["blocks"])
         det = cls(backbone=bb, **params)
         det._check_params()
-        learned = dict(blocks_=tuple(cfg["blocks"]), grid_=tuple(cfg["grid"]), threshold_=float(cfg["threshold"]),
+        threshold = None if cfg["threshold"] is None else float(cfg["threshold"])        # None: uncalibrated
+        learned = dict(blocks_=tuple(cfg["blocks"]), grid_=tuple(cfg["grid"]), threshold_=threshold,
                        map_range_=tuple(float(v) for v in cfg["map_range"]),
                        n_train_images_=int(cfg["n_train_images"]), n_train_patches_=int(cfg["n_train_patches"]),
                        holdout_indices_=np.array(cfg["holdout_indices"], dtype=int))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -46,10 +47,24 @@ def _backbone(args: argparse.Namespace) -> tuple[Any, dict | None]:
 def _detector(args: argparse.Namespace, bb: Any):
     from .patchcore import PatchCore
 
+    few_shot = {k: getattr(args, k) for k in ("threshold", "tile", "tile_overlap") if hasattr(args, k)}   # fit's own
+    if getattr(args, "augment", "none") != "none":
+        few_shot["augment"] = args.augment
     return PatchCore(bb, blocks=args.blocks, coreset_ratio=args.coreset_ratio, reduce_dim=args.reduce_dim,
                      image_score=args.image_score, index=args.index, target_fpr=args.target_fpr,
                      holdout=args.holdout, batch_size=args.batch_size, coreset_chunk=args.coreset_chunk,
-                     seed=args.seed, progress=None)
+                     seed=args.seed, progress=None, **few_shot)
+
+
+def _threshold_text(det: Any) -> str:
+    t = det.decision_threshold()
+    return "uncalibrated" if t is None else f"{t:.6f}"
+
+
+def _override_threshold(det: Any, args: argparse.Namespace) -> None:
+    """predict/evaluate --threshold: decide at this threshold instead of the model's (or an uncalibrated model's none)."""
+    if args.threshold is not None:
+        det.set_params(threshold=args.threshold)
 
 
 def _normals(data: str) -> list[Path]:
@@ -71,8 +86,17 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     det.save(args.out, backbone_source=source)
     print(f"fitted on {det.n_train_images_} normal images ({det.n_train_patches_} patches, blocks {det.blocks_}); "
           f"bank {det.bank_.shape[0]} x {det.bank_.shape[1]} ({det.bank_.nbytes / 1e6:.1f} MB)")
-    print(f"threshold {det.threshold_:.4f} at target false-alarm rate {det.target_fpr:g} "
-          f"(calibrated on {len(det.calibration_scores_)} held-out normals)")
+    if det.threshold is not None:
+        print(f"threshold {det.threshold_:.4f} (given with --threshold)")
+    elif det.threshold_ is None:
+        print(f"threshold uncalibrated: {len(train)} normal images leave none to hold out at --holdout {det.holdout:g}; "
+              "predict gives scores and maps without decisions unless you pass --threshold")
+    else:
+        print(f"threshold {det.threshold_:.4f} at target false-alarm rate {det.target_fpr:g} "
+              f"(calibrated on {len(det.calibration_scores_)} held-out normals)")
+    if det.tile is not None:
+        print(f"tiles at scale {det.tile:g} of the {det.backbone_.config.img_size[0]}x{det.backbone_.config.img_size[1]} "
+              f"input, overlap >= {det.tile_overlap:g}: {det.n_train_patches_} bank candidate patches")
     if source is None:
         print("note: random weights cannot be rebuilt from the artifact; load it in Python with the same backbone",
               file=sys.stderr)
@@ -101,6 +125,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     _faiss_threads(args)
     check_output_dir(args.out, "anomaly.predict")
     det = PatchCore.load(args.model)
+    _override_threshold(det, args)
     files = list_images(args.images)
     for f in files:              # an unreadable file stops the run (ImageFormatError naming it) before any output
         image_size(f)
@@ -112,9 +137,11 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         chunk = files[i:i + CHUNK]
         images = [read_image(f) for f in chunk]
         pred = det.predict(images)
-        for f, img, amap, s, d in zip(chunk, images, pred.maps, pred.scores, pred.is_defect):
+        decisions = [None] * len(chunk) if pred.is_defect is None else pred.is_defect
+        for f, img, amap, s, d in zip(chunk, images, pred.maps, pred.scores, decisions):
             name = str(f.relative_to(root)) if root else str(f)
-            rows.append({"image": name, "score": f"{s:.6f}", "is_defect": int(d), "threshold": f"{det.threshold_:.6f}"})
+            rows.append({"image": name, "score": f"{s:.6f}", "is_defect": "" if d is None else int(d),
+                         "threshold": _threshold_text(det)})
             if not args.no_overlays:
                 png = overlay(img, amap, *det.map_range_)
                 _save_png(out / "overlays" / (name.replace("/", "__").rsplit(".", 1)[0] + ".png"), png)
@@ -123,8 +150,9 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     w.writeheader()
     w.writerows(rows)
     atomic_write_text(out / "scores.csv", buf.getvalue())
-    n_def = sum(r["is_defect"] for r in rows)
-    print(f"{len(rows)} images, {n_def} flagged as defective; wrote {out / 'scores.csv'}"
+    verdict = ("no decisions: the model's threshold is uncalibrated (few-shot); pass --threshold"
+               if det.decision_threshold() is None else f"{sum(r['is_defect'] for r in rows)} flagged as defective")
+    print(f"{len(rows)} images, {verdict}; wrote {out / 'scores.csv'}"
           + ("" if args.no_overlays else f" and {out / 'overlays'}/"))
     return 0
 
@@ -142,17 +170,21 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     check_output_file(args.out, "anomaly.evaluate")
     _faiss_threads(args)
     det = PatchCore.load(args.model)
+    _override_threshold(det, args)
     ds = read_mvtec(args.data) if args.data else read_folders(None, args.test, args.masks)
     metrics, per_type = evaluate_dataset(det, ds)
+    uncalibrated = det.decision_threshold() is None
     for k, v in metrics.items():
-        print(f"{k:18s} {v:.4f}")
+        print(f"{k:18s} " + ("uncalibrated" if uncalibrated and k in ("false_alarm_rate", "detection_rate") else f"{v:.4f}"))
     if per_type:
         print(f"{'defect':18s} {'n':>4s} {'AUROC':>7s} {'detected':>9s}")
         for r in per_type:
-            print(f"{r['defect']:18s} {r['n']:4d} {r['image_auroc']:7.4f} {r['detected']:9.2%}")
+            print(f"{r['defect']:18s} {r['n']:4d} {r['image_auroc']:7.4f} "
+                  + (f"{'-':>9s}" if uncalibrated else f"{r['detected']:9.2%}"))
     if args.out:
         write_json(args.out, {"model": str(args.model), "data": str(args.data or args.test), "metrics": metrics,
-                              "per_defect_type": per_type, "threshold": det.threshold_}, kind="anomaly.evaluate")
+                              "per_defect_type": per_type, "threshold": det.decision_threshold()},
+                   kind="anomaly.evaluate")
         print(f"wrote {args.out}")
     return 0
 
@@ -221,6 +253,27 @@ def _open_fraction(text: str) -> float:
     return v
 
 
+def _fraction_from_0(text: str) -> float:
+    """A number in [0, 1)."""
+    v = number(float, min=0)(text)
+    if v >= 1:
+        raise argparse.ArgumentTypeError(f"must be < 1, got {text}")
+    return v
+
+
+def _finite(text: str) -> float:
+    v = number(float)(text)
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return v
+
+
+def _add_threshold_arg(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--threshold", type=_finite, default=None,
+                   help=f"decide defective when the image score exceeds this {what} (None: the calibrated one; "
+                        "a model fitted on too few normals to hold any out has none, and gives no decisions without it)")
+
+
 def _add_method_args(p: argparse.ArgumentParser) -> None:
     add_backbone_args(p)
     p.add_argument("--resize", choices=("stretch", "pad"), default="stretch",
@@ -241,8 +294,9 @@ def _add_method_args(p: argparse.ArgumentParser) -> None:
                    help="nearest-neighbour search: flat is exact; ivf/ivfpq are approximate, for large banks")
     p.add_argument("--target-fpr", type=_open_fraction, default=0.01,
                    help="false-alarm rate the threshold is calibrated to on held-out normals, in (0, 1)")
-    p.add_argument("--holdout", type=_open_fraction, default=0.2,
-                   help="fraction of the normals held out to calibrate the threshold, in (0, 1)")
+    p.add_argument("--holdout", type=_fraction_from_0, default=0.2,
+                   help="fraction of the normals held out to calibrate the threshold, in [0, 1); when it rounds to "
+                        "no image (1-2 images at 0.2, or 0) all go into the bank and the threshold is uncalibrated")
     p.add_argument("--batch-size", type=number(int, min=1), default=16, help="images per backbone forward pass")
     p.add_argument("--seed", type=int, default=0, help="seed of the holdout split and the coreset")
     add_threads_arg(p)
@@ -256,6 +310,17 @@ def register(subparsers: Any) -> None:
     q.add_argument("--data", required=True, help="MVTec AD category folder, or a folder of normal images")
     q.add_argument("--out", required=True, help="model directory to write: new, empty, or an earlier model of this command, which is replaced")
     _add_method_args(q)
+    q.add_argument("--tile", type=number(float, min=0, min_open=True), nargs="?", const=1.0, default=None,
+                   help="cut images into overlapping tiles of the model input's aspect, SCALE x its size in image "
+                        "pixels (bare --tile: 1, one image pixel per model pixel), score each against a bank of the "
+                        "normals' tiles and stitch the maps; for images much larger than the input (None: resize "
+                        "whole images). Stored in the model and used by predict and evaluate")
+    q.add_argument("--tile-overlap", type=_fraction_from_0, default=0.25,
+                   help="least overlap of neighbouring tiles, a fraction of a tile in [0, 1)")
+    q.add_argument("--augment", choices=("none", "flips", "rot90", "all"), default="none",
+                   help="add flipped / quarter-turned copies of every normal (or tile) to the bank (4x; all: the 8 "
+                        "symmetries), for few-shot fits of parts without an upright")
+    _add_threshold_arg(q, "(stored in the model)")
     q.set_defaults(func=_cmd_fit)
 
     q = sub.add_parser("predict", help="scores, decisions (CSV) and overlays (PNG) for images")
@@ -264,6 +329,7 @@ def register(subparsers: Any) -> None:
     q.add_argument("--out", required=True,
                    help="output folder for scores.csv and overlays/: new, empty, or an earlier predict output (its files are overwritten)")
     q.add_argument("--no-overlays", action="store_true", help="write scores.csv only")
+    _add_threshold_arg(q, "instead of the model's")
     add_threads_arg(q)
     q.set_defaults(func=_cmd_predict)
 
@@ -274,6 +340,7 @@ def register(subparsers: Any) -> None:
     g.add_argument("--test", help="plain folder of test images (with --masks)")
     q.add_argument("--masks", help="masks matched to --test images by file stem (None: labels unknown)")
     q.add_argument("--out", default=None, help="JSON file for the metrics (None: print only) (an existing file is replaced only if this command wrote it)")
+    _add_threshold_arg(q, "instead of the model's, for the false-alarm and detection rates")
     add_threads_arg(q)
     q.set_defaults(func=_cmd_evaluate)
 

@@ -31,7 +31,7 @@ def run_category(bb: Any, root: Path, category: str, sizes: dict) -> tuple[dict,
     eval_s = time.perf_counter() - t0
     row = {"category": category, "image AUROC": metrics["image_auroc"], "pixel AUROC": metrics.get("pixel_auroc"),
            "AUPRO@0.3": metrics.get("aupro"), "false alarms": metrics["false_alarm_rate"],
-           "FA bound": 1 / (len(det.calibration_scores_) + 1),
+           "FA bound": 1 / (len(det.calibration_scores_) + 1) if det.threshold_ is not None else "uncalibrated",
            "detected": metrics["detection_rate"], "bank": f"{det.bank_.shape[0]}x{det.bank_.shape[1]}",
            "fit s": fit_s, "eval s": eval_s}
     return row, det, ds
@@ -50,11 +50,12 @@ def overlay_figure(det: Any, ds: Any, n: int = 6):
     pred = det.predict(images)
     fig, axes = plt.subplots(2, len(picks), figsize=(2.3 * len(picks), 4.6))
     axes = np.atleast_2d(axes).reshape(2, -1)
-    for j, (s, img, amap, score, flag) in enumerate(zip(picks, images, pred.maps, pred.scores, pred.is_defect)):
+    flags = [None] * len(picks) if pred.is_defect is None else pred.is_defect     # None: uncalibrated, no decision
+    for j, (s, img, amap, score, flag) in enumerate(zip(picks, images, pred.maps, pred.scores, flags)):
         axes[0, j].imshow(img)
         axes[0, j].set_title(s.defect_type, fontsize=9)
         axes[1, j].imshow(overlay(img, amap, *det.map_range_, mask=s.load_mask(img.shape[:2])))
-        axes[1, j].set_title(f"{score:.2f} {'DEFECT' if flag else 'ok'}", fontsize=9,
+        axes[1, j].set_title(f"{score:.2f} {'uncalibrated' if flag is None else 'DEFECT' if flag else 'ok'}", fontsize=9,
                              color="crimson" if flag else "black")
         for ax in axes[:, j]:
             ax.axis("off")

@@ -22,6 +22,7 @@ import torch
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 
+from frozenvit.backbone.preprocess import to_rgb_uint8
 from frozenvit.backbone.suite.errors import UsageError
 from frozenvit.backbone.suite.progress import progress_bar
 
@@ -211,13 +212,15 @@ class PatchCore(BaseEstimator):
 
     def _batches(self, images: Sequence[Any], desc: str) -> Iterator[tuple[torch.Tensor, list]]:
         """Yield fused features (b, D, h, w) and GridMappings per batch; paths are read lazily."""
-        bb = self.backbone_
         n = len(images)
         for i in progress_bar(range(0, n, self.batch_size), desc=desc, unit="batch", leave=False,
                       disable=None if self.progress is None else not self.progress):
-            batch = [as_image(x) for x in images[i:i + self.batch_size]]
-            g = bb.patch_grids(batch, blocks=self.blocks_, batch_size=self.batch_size, progress=False)
-            yield self.features_from(g), g.mappings
+            yield self._features([as_image(x) for x in images[i:i + self.batch_size]])
+
+    def _features(self, batch: list) -> tuple[torch.Tensor, list]:
+        """One batch of images -> fused features (b, D, h, w) and their GridMappings."""
+        g = self.backbone_.patch_grids(batch, blocks=self.blocks_, batch_size=self.batch_size, progress=False)
+        return self.features_from(g), g.mappings
 
     def features_from(self, grids: Any) -> torch.Tensor:
         """PatchGrids -> fused patch features (B, D, h, w): centre, aggregate, concatenate, reduce."""
@@ -238,59 +241,109 @@ class PatchCore(BaseEstimator):
     def fit(self, images: Sequence[Any], y: Any = None) -> "PatchCore":
         """Learn from normal images only (list of uint8 arrays, PIL images or paths); returns self.
 
-        Raises UsageError for a hyperparameter out of range, DatasetError for fewer than 2 images (one
-        or more build the bank, at least one is held out to calibrate the threshold).
+        round(holdout * n) images are held out to calibrate the threshold, the rest build the bank. With
+        none to hold out (few-shot: 1 or 2 images at the default holdout) every image builds the bank and the
+        threshold is not calibrated (a warning; `threshold_` None unless `threshold` is given).
+        Raises UsageError for a hyperparameter out of range, DatasetError for no images.
         """
         self._check_params()
         images = list(images)
-        if len(images) < 2:
-            need = math.ceil((math.ceil(1 / self.target_fpr) - 1) / self.holdout)
-            raise DatasetError(
-                f"PatchCore needs at least 2 normal images, got {len(images)}: one or more build the bank of normal "
-                f"patches and at least one is held out (holdout={self.holdout:g}) to calibrate the threshold. For "
-                f"the threshold to hold its false-alarm target ({self.target_fpr:g}) about {need} are needed")
+        if not images:
+            raise DatasetError("PatchCore.fit got no normal images: give at least 1 (the bank is built from them)")
         self._setup_backbone()
-        perm = np.random.default_rng(self.seed).permutation(len(images))
-        n_hold = min(len(images) - 1, max(1, round(self.holdout * len(images))))
+        n = len(images)
+        n_hold = min(n - 1, math.floor(self.holdout * n + 0.5))         # round half up; 0: none to hold out
+        perm = np.random.default_rng(self.seed).permutation(n)
         self.holdout_indices_ = np.sort(perm[:n_hold])
         train = [images[i] for i in np.sort(perm[n_hold:])]
         self.n_train_images_ = len(train)
-        self.n_train_patches_ = len(train) * math.prod(self.grid_)
-        self.bank_ = self._build_bank(train)                            # (M, D)
+        self.bank_, self.n_train_patches_ = self._build_bank(train)    # (M, D), patches it was chosen from
         self.index_ = build_index(self.bank_, self.index, nprobe=self.nprobe, seed=self.seed)
-        hold = [images[i] for i in self.holdout_indices_]
-        patch, scores, _ = self._score(hold, "calibrate")
+        if n_hold:
+            patch, scores, _ = self._score([images[i] for i in self.holdout_indices_], "calibrate")
+            calibrated = conformal_threshold(scores, self.target_fpr)
+        else:   # the overlay scale then comes from the bank images themselves: an underestimate of normal spread
+            patch, scores, _ = self._score(train, "overlay scale")
+            scores, calibrated = scores[:0], None
         self.calibration_scores_ = scores                               # (n_hold,)
-        self.threshold_ = conformal_threshold(scores, self.target_fpr)
+        self.threshold_ = float(self.threshold) if self.threshold is not None else calibrated
         # overlay scale: transparent at the typical normal patch, saturated past the worst normal patch
-        self.map_range_ = (float(np.median(patch)), float(patch.max()))
-        if (len(scores) + 1) * self.target_fpr < 1:
+        flat = np.concatenate([np.ravel(p) for p in patch])
+        self.map_range_ = (float(np.median(flat)), float(flat.max()))
+        if self.threshold is not None:
+            pass
+        elif not n_hold:
+            need = max(2, math.ceil(0.5 / self.holdout)) if self.holdout > 0 else None
+            warnings.warn(f"{n} normal image{'s' * (n > 1)} and none held out (holdout={self.holdout:g}): the threshold is "
+                          "not calibrated, so predictions carry scores and maps but no decision (is_defect None); "
+                          "pass threshold=... (CLI --threshold)" + (f", or give at least {need} images so that one is "
+                          "held out" if need else ""), stacklevel=2)
+        elif (len(scores) + 1) * self.target_fpr < 1:
             warnings.warn(f"only {len(scores)} held-out normals: the threshold is their maximum score and bounds the "
                           f"false-alarm rate by 1/{len(scores) + 1}, not the target {self.target_fpr:g}; give at "
                           f"least {math.ceil(1 / self.target_fpr) - 1} held-out normals (more images or a larger "
                           "holdout) for the target to hold", stacklevel=2)
         return self
 
-    def _build_bank(self, images: Sequence[Any]) -> np.ndarray:
-        """Coreset of the training patches' features, (M, D) float32 C-contiguous."""
+    def _build_bank(self, images: Sequence[Any]) -> tuple[np.ndarray, int]:
+        """Coreset of the training patches' features (tiles and augmented copies included), (M, D) float32
+        C-contiguous, and the number of patches it was chosen from."""
+        n_rows = 0
+
+        def rows() -> Iterator[np.ndarray]:
+            nonlocal n_rows
+            for feats, _, _ in self._view_batches(images, "features", augment=True):
+                r = self._rows(feats)                                   # (b*h*w, D)
+                n_rows += len(r)
+                yield r
+
         if self.coreset_chunk:
             def chunks() -> Iterator[np.ndarray]:
-                buf, rows = [], 0
-                for feats, _ in self._batches(images, "features"):
-                    buf.append(self._rows(feats))
-                    rows += len(buf[-1])
-                    if rows >= self.coreset_chunk:
+                buf, n = [], 0
+                for r in rows():
+                    buf.append(r)
+                    n += len(r)
+                    if n >= self.coreset_chunk:
                         yield np.concatenate(buf)
-                        buf, rows = [], 0
+                        buf, n = [], 0
                 if buf:
                     yield np.concatenate(buf)
             bank = chunked_coreset(chunks(), self.coreset_ratio, proj_dim=self.proj_dim, seed=self.seed,
                                    progress=self.progress)
         else:
-            x = np.concatenate([self._rows(f) for f, _ in self._batches(images, "features")])  # (N, D)
+            x = np.concatenate(list(rows()))                            # (N, D)
             bank = x[greedy_coreset(x, self.coreset_ratio, proj_dim=self.proj_dim, seed=self.seed,
                                     progress=self.progress)]
-        return np.ascontiguousarray(bank, np.float32)
+        return np.ascontiguousarray(bank, np.float32), n_rows
+
+    # ---- model inputs: whole images, or their tiles, and augmented copies ------------------------
+    def _views(self, images: Iterable[Any], augment: bool = False) -> Iterator[tuple[int, Any, Tiling | None]]:
+        """(image number, model input, its image's Tiling or None) for every input the backbone sees, image
+        by image (each image read once, when its turn comes): the image itself, or its tiles in row-major
+        order; with `augment`, each followed by its `AUGMENTS[self.augment]` copies."""
+        copies = AUGMENTS[self.augment][1:] if augment and self.augment else ()
+        for i, x in enumerate(images):
+            x = as_image(x)
+            if self.tile is None and not copies:
+                yield i, x, None                                        # as before: the backbone reads it
+                continue
+            img = to_rgb_uint8(x, f"image {i}")                         # (H0, W0, 3)
+            tiling = None if self.tile is None else Tiling.plan(img.shape[:2], tuple(self.backbone_.config.img_size),
+                                                                 float(self.tile), float(self.tile_overlap))
+            for v in (tiling.crops(img) if tiling else [img]):
+                yield i, v, tiling
+                for t in copies:
+                    yield i, np.ascontiguousarray(t(v)), tiling
+
+    def _view_batches(self, images: Sequence[Any], desc: str,
+                      augment: bool = False) -> Iterator[tuple[torch.Tensor, list, list]]:
+        """Fused features (b, D, h, w), GridMappings and [(image number, Tiling or None)] per batch of
+        `batch_size` model inputs (`_views`); memory holds one batch and the image being cut."""
+        views = self._views(progress_bar(images, desc=desc, unit="image", leave=False,
+                                         disable=None if self.progress is None else not self.progress), augment)
+        while batch := list(islice(views, self.batch_size)):
+            feats, mappings = self._features([v for _, v, _ in batch])
+            yield feats, mappings, [(i, t) for i, _, t in batch]
 
     # ---- scoring ----------------------------------------------------------------------------
     def _check_fitted(self) -> None:
@@ -311,35 +364,74 @@ class PatchCore(BaseEstimator):
         d_nb = np.linalg.norm(self.bank_[nb] - queries[b, j][:, None, :], axis=2)   # (B, k)
         return reweighted_max(dist[b, j], d_nb)
 
-    def _score(self, images: Sequence[Any], desc: str = "score") -> tuple[np.ndarray, np.ndarray, list]:
-        """Patch scores (B, h, w), image scores (B,), GridMappings."""
+    def _scored(self, images: Sequence[Any], desc: str) -> Iterator[tuple[np.ndarray, float, Any]]:
+        """Per image, in order: patch scores (T, h, w) of its T inputs (1 untiled), image score, and where it
+        lies: its GridMapping untiled, (Tiling, tile GridMapping) tiled."""
         self._check_fitted()
-        patches, scores, mappings = [], [], []
-        for feats, maps in self._batches(list(images), desc):
+        pending: list = []                                              # [(image no, dist (h, w), score, where)]
+
+        def finish() -> tuple[np.ndarray, float, Any]:
+            d = np.stack([p[1] for p in pending])                       # (T, h, w)
+            if self.image_score == "topk" and len(d) > 1:
+                score = float(topk_mean(d.reshape(1, -1), self.topk_frac)[0])
+            else:   # reweighted / max: the score of the input holding the worst patch (the untiled rule over all)
+                score = pending[int(d.reshape(len(d), -1).max(axis=1).argmax())][2]
+            return d, score, pending[0][3]
+
+        for feats, mappings, owners in self._view_batches(images, desc):
             b, d, h, w = feats.shape
             q = self._rows(feats)                                       # (b*h*w, D)
             dist, nn = knn(self.index_, q, 1)                           # (b*h*w, 1)
             dist, nn = dist.reshape(b, h * w), nn.reshape(b, h * w)
-            scores.append(self.image_scores_from(dist, nn, q.reshape(b, h * w, d)))
-            patches.append(dist.reshape(b, h, w))
-            mappings += maps
-        return np.concatenate(patches), np.concatenate(scores).astype(np.float32), mappings
+            scores = self.image_scores_from(dist, nn, q.reshape(b, h * w, d))   # (b,) per input
+            for (i, tiling), m, dd, s in zip(owners, mappings, dist, scores):
+                if pending and pending[0][0] != i:
+                    yield finish()
+                    pending = []
+                pending.append((i, dd.reshape(h, w), float(s), m if tiling is None else (tiling, m)))
+        if pending:
+            yield finish()
+
+    def _score(self, images: Sequence[Any], desc: str = "score") -> tuple[Any, np.ndarray, list]:
+        """Patch scores ((B, h, w) untiled, [(T_i, h, w)] tiled), image scores (B,), and where each image lies."""
+        patches, scores, where = [], [], []
+        for d, s, w in self._scored(list(images), desc):
+            patches.append(d)
+            scores.append(s)
+            where.append(w)
+        if self.tile is None and patches:
+            patches = np.concatenate(patches)                           # (B, h, w)
+        return patches, np.asarray(scores, np.float32), where
 
     def decision_function(self, images: Sequence[Any]) -> np.ndarray:
         """Image scores (B,), no maps (cheaper than predict)."""
         return self._score(images)[1]
 
-    def anomaly_maps(self, patch_scores: np.ndarray, mappings: Sequence[Any]) -> list[np.ndarray]:
-        """Token maps (B, h, w) -> defect maps [(H_orig_i, W_orig_i)]: bilinear to the model canvas,
-        Gaussian(sigma) there, then resampled onto each original image through its GridMapping
-        (stretch or pad alike, so the map lines up with the original pixels)."""
-        return original_maps(patch_scores, mappings, self.sigma)
+    def anomaly_maps(self, patch_scores: Any, mappings: Sequence[Any]) -> list[np.ndarray]:
+        """Token maps -> defect maps [(H_orig_i, W_orig_i)]. Untiled, (B, h, w) with GridMappings: bilinear to
+        the model canvas, Gaussian(sigma) there, then resampled onto each original image through its
+        GridMapping (stretch or pad alike, so the map lines up with the original pixels). Tiled,
+        [(T_i, h, w)] with (Tiling, tile GridMapping): each tile bilinear onto its window, stitched (overlaps
+        averaged), then Gaussian(sigma x the tile's original pixels per model pixel) once over the image."""
+        if self.tile is None:
+            return original_maps(patch_scores, mappings, self.sigma)
+        out = []
+        for p, (tiling, m) in zip(patch_scores, mappings):
+            amap = tiling.stitch(original_maps(t[None], [m], 0.0)[0] for t in p)      # (H0, W0)
+            out.append(smooth(amap, self.sigma * tiling.tile_size[0] / m.model_size[0]))
+        return out
+
+    def decision_threshold(self) -> float | None:
+        """The threshold decisions use: `threshold` if given, else the calibrated `threshold_` (None: none)."""
+        return float(self.threshold) if self.threshold is not None else self.threshold_
 
     def predict(self, images: Sequence[Any]) -> AnomalyPrediction:
-        """Scores, maps at original size and decisions for a list of images (arrays, PIL or paths)."""
-        patch, scores, mappings = self._score(images, "predict")
-        maps = self.anomaly_maps(patch, mappings)
-        return AnomalyPrediction(scores, maps, scores > self.threshold_, float(self.threshold_), patch)
+        """Scores, maps at original size and decisions for a list of images (arrays, PIL or paths).
+        Decisions (`is_defect`) are None when the model has no threshold (uncalibrated, none given)."""
+        patch, scores, where = self._score(images, "predict")
+        maps = self.anomaly_maps(patch, where)
+        t = self.decision_threshold()
+        return AnomalyPrediction(scores, maps, None if t is None else scores > t, t, patch)
 
     # ---- persistence (see anomaly/artifact.py) --------------------------------------------------
     def save(self, path: Any, backbone_source: dict | None = None) -> None:

@@ -200,19 +200,6 @@ def test_the_constructor_checks_nothing_and_fit_names_the_bad_parameters(bb, nor
         PatchCore(bb, blocks=(1, 9), progress=False).fit(normals)
 
 
-@pytest.mark.parametrize("n", [0, 1])
-def test_fewer_than_two_normals_is_a_dataset_error_naming_the_minimum(bb, normals, n):
-    from frozenvit.anomaly import DatasetError
-
-    with pytest.raises(DatasetError, match="at least 2 normal images, got %d" % n):
-        PatchCore(bb, progress=False).fit(normals[:n])
-
-
-def test_two_normals_are_enough_one_for_the_bank_one_held_out(bb, normals):
-    det = PatchCore(bb, progress=False).fit(normals[:2])
-    assert det.n_train_images_ == 1 and len(det.calibration_scores_) == 1
-
-
 def test_predict_and_decision_function_leave_every_learned_attribute_as_it_was(fitted):
     def learned():
         return {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in vars(fitted).items() if k.endswith("_")}

@@ -30,7 +30,6 @@ CASES = [
     ("--random-weights with --weights", f"{FIT_NAMED} --random-weights", "UsageError"),
     ("--backbone timm does not know", f"{FIT} --backbone vit_does_not_exist", "BackboneUnavailable"),
     ("zero training images", "anomaly fit --data {ws}/empty --out {ws}/new_model " + NAMED, "DatasetError"),
-    ("one training image", "anomaly fit --data {ws}/one --out {ws}/new_model " + NAMED, "DatasetError"),
     ("an unreadable training image", "anomaly fit --data {ws}/bad_normals --out {ws}/new_model " + NAMED,
      "ImageFormatError"),
     ("--data folder that does not exist", "anomaly fit --data {ws}/nothing --out {ws}/new_model", "DatasetError"),
@@ -45,6 +44,12 @@ CASES = [
     ("--blocks out of range", f"{FIT_NAMED} --blocks 2,9", "UsageError"),
     ("--blocks not numbers", f"{FIT_NAMED} --blocks 2,last", "UsageError"),
     ("--reduce-dim 0", f"{FIT_NAMED} --reduce-dim 0", "UsageError"),
+    ("--tile 0", f"{FIT_NAMED} --tile 0", "UsageError"),
+    ("--tile-overlap 1", f"{FIT_NAMED} --tile --tile-overlap 1", "UsageError"),
+    ("--augment that is not a symmetry", f"{FIT_NAMED} --augment sideways", "UsageError"),
+    ("--threshold nan", f"{FIT_NAMED} --threshold nan", "UsageError"),
+    ("predict --threshold inf", "anomaly predict --model {ws}/model --images {ws}/data/weave/test --out {ws}/pred "
+                                "--threshold inf", "UsageError"),
     ("--img-size not divisible by the patch", "anomaly fit --data {ws}/data/weave --out {ws}/new_model --img-size 70",
      "GridMismatch"),
     ("an unreadable image among test images", "anomaly predict --model {ws}/model --images {ws}/bad_test "
