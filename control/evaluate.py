@@ -152,11 +152,6 @@ def lockstep(agent: VisuomotorAgent, envs: Sequence[MetaWorldTask], configs: Seq
                 assign(s)
 
 
-# Fault injection for tests: a worker that finds this variable set to a path that does not exist yet
-# creates it and dies at once, as a killed machine would (the restarted worker finds the file and runs).
-KILL_ONCE_ENV = "FROZENVIT_TEST_KILL_WORKER_ONCE"
-
-
 class EvalWorker:
     """One Ray actor's share of an evaluation: its own environments, policy and encoder, built once."""
 
@@ -170,10 +165,9 @@ class EvalWorker:
         self.envs: list[MetaWorldTask] = []
 
     def run(self, configs: list[int], record: set[int]) -> tuple[list[tuple[int, bool, int]], dict]:
-        flag = os.environ.get(KILL_ONCE_ENV)
-        if flag and not os.path.exists(flag):
-            Path(flag).touch()
-            os._exit(1)
+        from frozenvit.backbone.suite.engine import die_once_if_asked
+
+        die_once_if_asked()
         while len(self.envs) < min(self.parallel, len(configs)):
             self.envs.append(MetaWorldTask(**self.env_args))
         results: list[tuple[int, bool, int]] = []

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from frozenvit.backbone.suite.engine import (ClusterUnreachable, EngineUnavailable, check_engine, import_ray,
@@ -73,7 +74,7 @@ def policy_and_bb(make_tiny_vit, tmp_path_factory):
 
 @pytest.mark.slow
 def test_ray_evaluation_equals_local_and_survives_a_dead_worker(policy_and_bb, tmp_path, monkeypatch):
-    from frozenvit.control.evaluate import KILL_ONCE_ENV
+    from frozenvit.backbone.suite.engine import KILL_ONCE_ENV
 
     pol, bb = policy_and_bb
     configs = control.config_seeds("heldout", 5)
@@ -90,3 +91,47 @@ def test_ray_evaluation_equals_local_and_survives_a_dead_worker(policy_and_bb, t
     import ray
 
     assert not ray.is_initialized()                                   # the instance started for the call is gone
+
+
+# ---- anomaly scoring streamed through Ray Data --------------------------------------------------------
+@pytest.fixture(scope="module")
+def image_files(tmp_path_factory):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    d = tmp_path_factory.mktemp("imgs")
+    base = rng.integers(90, 110, (48, 64, 3), dtype=np.uint8)
+    files = []
+    for i in range(7):
+        img = np.clip(base.astype(int) + rng.integers(-5, 6, base.shape), 0, 255).astype(np.uint8)
+        if i >= 4:                                                    # three with a bright square
+            img[10:20, 20 + i:30 + i] = 250
+        Image.fromarray(img).save(d / f"im{i}.png")
+        files.append(d / f"im{i}.png")
+    return files
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:only 1 held-out normals")
+def test_ray_scoring_streams_equal_scores_in_file_order_and_survives_a_dead_worker(make_tiny_vit, image_files,
+                                                                                   tmp_path, monkeypatch):
+    pytest.importorskip("ray")
+    import torch
+
+    from frozenvit.anomaly import PatchCore
+    from frozenvit.anomaly.stream import iter_scored
+    from frozenvit.backbone.suite.engine import KILL_ONCE_ENV
+
+    torch.manual_seed(0)
+    det = PatchCore(make_tiny_vit(), coreset_ratio=0.5, holdout=0.3).fit(image_files[:4])
+    det.save(tmp_path / "model")
+    test = image_files[2:]
+    local = list(iter_scored(det, test, batch_size=2))
+    monkeypatch.setenv(KILL_ONCE_ENV, str(tmp_path / "killed"))
+    on_ray = list(iter_scored(det, test, batch_size=2, engine="ray", workers=2, model_dir=tmp_path / "model"))
+    assert (tmp_path / "killed").exists()
+    assert [s.path for s in on_ray] == [str(f) for f in test]
+    np.testing.assert_allclose([s.score for s in on_ray], [s.score for s in local], rtol=1e-5, atol=1e-6)
+    assert [s.is_defect for s in on_ray] == [s.is_defect for s in local]
+    assert all(s.overlay_png.startswith(b"\x89PNG") for s in on_ray)
+    assert min(s.score for s in local[2:]) > max(s.score for s in local[:2])   # the squares stand out

@@ -31,6 +31,19 @@ class ClusterUnreachable(FrozenVitError, ConnectionError):
     """The Ray address given (argument, --ray or RAY_ADDRESS) does not answer."""
 
 
+# Fault injection for tests: a Ray worker that finds this variable set to a path that does not exist yet
+# creates it and dies at once, as on a lost machine (the restarted worker finds the file and goes on).
+KILL_ONCE_ENV = "FROZENVIT_TEST_KILL_WORKER_ONCE"
+
+
+def die_once_if_asked() -> None:
+    """Called at the start of each unit of Ray work (see KILL_ONCE_ENV); does nothing otherwise."""
+    flag = os.environ.get(KILL_ONCE_ENV)
+    if flag and not os.path.exists(flag):
+        open(flag, "x").close()
+        os._exit(1)
+
+
 def check_engine(engine: Any) -> str:
     """`engine` checked: "local" or "ray" (UsageError otherwise)."""
     from .errors import UsageError

@@ -1,0 +1,125 @@
+"""Scoring many image files with a fitted PatchCore, a batch at a time, here or on Ray.
+
+`iter_scored(det, files)` yields one `Scored` per file, in file order, and holds one batch of
+full-size maps at a time, whatever the number of files. With `engine="ray"` the files stream
+through Ray Data: read -> `map_batches` on a pool of single-thread actors, each loading the frozen
+backbone and the memory bank once (from the saved model directory) -> back to this process, which
+writes as results arrive. Fitting stays in one process (the coreset is a global step).
+"""
+from __future__ import annotations
+
+import io
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+BATCH = 64   # images per predict call: bounds the memory held by full-size maps
+
+
+@dataclass
+class Scored:
+    path: str
+    score: float
+    is_defect: bool | None        # None: the model has no threshold (uncalibrated, no --threshold)
+    overlay_png: bytes | None     # the defect map over the image, PNG (None when not asked for)
+
+
+def _threshold(det: Any) -> float | None:
+    t = det.decision_threshold() if hasattr(det, "decision_threshold") else det.threshold_
+    return None if t is None or not np.isfinite(t) else float(t)
+
+
+def score_batch(det: Any, paths: Sequence[str], overlays: bool) -> list[Scored]:
+    """Scores, decisions and (optionally) overlay PNGs of one batch of image files."""
+    from PIL import Image
+
+    from .images import read_image
+    from .viz import overlay
+
+    images = [read_image(p) for p in paths]
+    pred = det.predict(images)
+    t = _threshold(det)
+    out = []
+    for p, img, amap, s in zip(paths, images, pred.maps, pred.scores):
+        png = None
+        if overlays:
+            buf = io.BytesIO()
+            Image.fromarray(overlay(img, amap, *det.map_range_)).save(buf, format="PNG")
+            png = buf.getvalue()
+        out.append(Scored(str(p), float(s), None if t is None else bool(s > t), png))
+    return out
+
+
+def iter_scored(det: Any, files: Sequence[str | Path], *, overlays: bool = True, batch_size: int = BATCH,
+                engine: str = "local", workers: int | None = None, model_dir: str | Path | None = None,
+                worker_threads: int = 1) -> Iterator[Scored]:
+    """One `Scored` per file, in the order of `files`.
+
+    engine "ray": `workers` actors (None: one per CPU of the cluster), each with torch and faiss at
+    `worker_threads` threads, load the bank from `model_dir` (None: `det` is saved to a temporary
+    directory first) and get `det`'s backbone through the object store; Ray retries the batches of
+    an actor that dies.
+    """
+    from frozenvit.backbone.suite.engine import check_engine
+
+    check_engine(engine)
+    paths = [str(f) for f in files]
+    if engine == "local":
+        for i in range(0, len(paths), batch_size):
+            yield from score_batch(det, paths[i:i + batch_size], overlays)
+        return
+    if model_dir is None:
+        with tempfile.TemporaryDirectory(prefix="frozenvit-patchcore-") as tmp:
+            det.save(Path(tmp) / "model")
+            yield from iter_scored(det, paths, overlays=overlays, batch_size=batch_size, engine=engine,
+                                   workers=workers, model_dir=Path(tmp) / "model", worker_threads=worker_threads)
+        return
+    yield from _ray_scored(paths, Path(model_dir).resolve(), det.backbone_, overlays, batch_size, workers,
+                           worker_threads)
+
+
+class _ScoringActor:
+    """A Ray Data actor: the model loaded once, then batches of paths -> scores and overlays."""
+
+    def __init__(self, model_dir: str, backbone_ref: Any, overlays: bool, threads: int) -> None:
+        import faiss
+        import ray
+        import torch
+
+        from .patchcore import PatchCore
+
+        torch.set_num_threads(threads)
+        faiss.omp_set_num_threads(threads)
+        self.det = PatchCore.load(model_dir, backbone=ray.get(backbone_ref[0]))
+        self.overlays = overlays
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        from frozenvit.backbone.suite.engine import die_once_if_asked
+
+        die_once_if_asked()
+        got = score_batch(self.det, [str(p) for p in batch["path"]], self.overlays)
+        return {"i": batch["i"], "path": batch["path"], "score": np.array([g.score for g in got]),
+                "is_defect": np.array([-1 if g.is_defect is None else int(g.is_defect) for g in got]),
+                "overlay_png": np.array([g.overlay_png or b"" for g in got], dtype=object)}
+
+
+def _ray_scored(paths: list[str], model_dir: Path, backbone: Any, overlays: bool, batch_size: int,
+                workers: int | None, threads: int) -> Iterator[Scored]:
+    from frozenvit.backbone.suite.engine import cluster_cpus, ray_session
+
+    with ray_session(num_cpus=workers) as ray:
+        n = max(1, min(workers or cluster_cpus(ray), len(paths)))
+        per_call = max(1, min(batch_size, -(-len(paths) // n)))     # every actor gets work
+        ctx = ray.data.DataContext.get_current()
+        ctx.execution_options.preserve_order = True
+        ds = ray.data.from_items([{"i": i, "path": p} for i, p in enumerate(paths)])
+        bb_ref = [ray.put(backbone)]                                # in a list: handed over as a reference
+        ds = ds.map_batches(_ScoringActor, fn_constructor_kwargs=dict(model_dir=str(model_dir), backbone_ref=bb_ref,
+                                                                   overlays=overlays, threads=threads),
+                            batch_size=per_call, concurrency=n, num_cpus=threads, batch_format="numpy")
+        for b in ds.iter_batches(batch_size=None, batch_format="numpy"):
+            for i, p, s, d, png in zip(b["i"], b["path"], b["score"], b["is_defect"], b["overlay_png"]):
+                yield Scored(str(p), float(s), None if d < 0 else bool(d), bytes(png) if png else None)
