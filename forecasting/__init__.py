@@ -6,6 +6,8 @@ backtests with MASE per horizon step. Imports no vision code.
     res = backtest(df, [SeasonalNaive(24), ETS(24), DLinear(h=48), PatchTST(h=48)],
                    h=48, n_windows=8, season_length=24)
     res.mase_by_horizon()                                             # model x step
+    backtest(df, [ETS(24), Ensemble([ETS(24), DLinear(h=48)], how="median")], h=48,
+             levels=(80, 95)).interval_summary()                      # conformal coverage and MSIS
 
 Every model is a scikit-learn estimator with one contract, `Forecaster.forecast_cutoffs`, which
 `backtest` calls for all of them alike. Names are imported on first use (PEP 562): `frozenvit --help`
@@ -21,10 +23,13 @@ _API = {
     "baselines": ("ETS", "LocalModel", "Naive", "SeasonalNaive"),
     "data": ("long_to_wide", "read_long_csv", "read_m4", "read_wide_csv", "validate", "wide_to_long"),
     "dlinear": ("DLinear", "DLinearConfig", "DLinearNet"),
+    "ensemble": ("Ensemble",),
     "errors": ("SeriesError",),
     "fallback": ("WithFallback",),
+    "intervals": ("conformal_bounds", "conformal_quantile"),
     "layers": ("RevIN", "FastDropout", "patch_count", "patchify"),
-    "metrics": ("DMResult", "diebold_mariano", "mase", "mase_scale", "smape"),
+    "metrics": ("DMResult", "coverage", "diebold_mariano", "interval_score_terms", "mase", "mase_scale", "msis",
+                "smape"),
     "paper": ("paper_config", "paper_protocol"),
     "patchtst": ("PatchTST", "PatchTSTConfig", "PatchTSTNet"),
     "training": ("NeuralForecaster",),

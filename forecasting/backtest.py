@@ -7,6 +7,12 @@ local (statistical) models refit at every cutoff on the history only; global (ne
 train once on every series' history before the first cutoff (or again every `refit_every`
 windows, on the history before that window) and forecast each window from its own look-back.
 The MASE scale of a window is computed from that window's history only.
+
+With `levels`, every model also gets conformal intervals (forecasting.intervals), calibrated on
+windows whose truth was known at the cutoff, and models with their own intervals (ETS) give those
+too; the result reports coverage per level and step and M4's MSIS. An `Ensemble` combines its
+members' forecasts; a member that also runs alone is fitted once, and members not named alone
+are added as columns, so that the ensemble can be tested against each (`dm_vs_members`).
 """
 from __future__ import annotations
 
@@ -19,8 +25,10 @@ import pandas as pd
 
 from .base import Forecaster
 from .data import DS, ID, Y, validate
+from .ensemble import Ensemble, combine, same_model
 from .errors import SeriesError
-from .metrics import diebold_mariano, mase_scale, smape_terms
+from .intervals import calibration_cutoffs, check_levels, conformal_bounds, known_windows
+from .metrics import diebold_mariano, interval_score_terms, mase_scale, smape_terms
 
 METRICS = ("mase", "smape", "mae", "mse")
 
@@ -42,7 +50,12 @@ class BacktestResult:
     step_size: int | None = None                   # steps between a series' cutoffs (default h)
     mase_season: int | None = None                 # lag of MASE's scale (default season_length)
     fitted: dict = field(default_factory=dict)     # alias -> the model fitted last, where one outlives a window
-    seconds: dict = field(default_factory=dict)    # alias -> wall seconds (fit + predict)
+    seconds: dict = field(default_factory=dict)    # alias -> wall seconds (fit + predict; an ensemble: its members')
+    levels: tuple = ()                             # interval levels in percent, e.g. (80.0, 95.0)
+    calibration_windows: int = 0                   # conformal calibration windows before the first cutoff
+    intervals: dict = field(default_factory=dict)  # label -> level -> (lo, hi), each (rows,) like forecasts;
+                                                   # label: the model's alias (conformal) or '<alias>/own'
+    members: dict = field(default_factory=dict)    # ensemble alias -> its members' aliases
 
     def errors(self, metric: str) -> pd.DataFrame:
         """Per-row error terms of `metric` for each model: columns unique_id, cutoff, step, <models>."""
@@ -50,7 +63,7 @@ class BacktestResult:
         y = f[Y].to_numpy()
         out = f[[ID, "cutoff", "step"]].copy()
         if metric == "mase":
-            scale = f.merge(self.scales, on=[ID, "cutoff"], how="left")["scale"].to_numpy()
+            scale = self._row_scale()
         for m in self.models:
             p = f[m].to_numpy()
             if metric == "mase":
@@ -109,6 +122,55 @@ class BacktestResult:
                          "mean_diff": r.mean_diff, "n": r.n})
         return pd.DataFrame(rows).set_index("model") if rows else pd.DataFrame()
 
+    def dm_vs_members(self, loss: str = "mase") -> pd.DataFrame:
+        """Diebold-Mariano test of every ensemble against each of its members (rows: ensemble, member)."""
+        rows = [{"ensemble": e, "member": m, **self.dm_test(baseline=m, loss=loss).loc[e].to_dict()}
+                for e, ms in self.members.items() for m in ms]
+        return pd.DataFrame(rows).drop(columns="baseline").set_index(["ensemble", "member"]) if rows else pd.DataFrame()
+
+    def _row_scale(self) -> np.ndarray:
+        """MASE's scale of each forecasts row's window, (rows,)."""
+        return self.forecasts.merge(self.scales, on=[ID, "cutoff"], how="left")["scale"].to_numpy()
+
+    def interval_rows(self, label: str, level: float) -> pd.DataFrame:
+        """Per-row terms of one interval set: columns unique_id, cutoff, step, has (an interval exists),
+        covered (lo <= y <= hi), is (interval score) and width, both over MASE's scale; NaN where
+        there is no interval."""
+        f = self.forecasts
+        lo, hi = self.intervals[label][level]
+        y, scale = f[Y].to_numpy(), self._row_scale()
+        has = np.isfinite(lo) & np.isfinite(hi)
+        out = f[[ID, "cutoff", "step"]].copy()
+        out["has"], out["covered"] = has, np.where(has, (lo <= y) & (y <= hi), np.nan)
+        out["is"] = np.where(has, interval_score_terms(y, lo, hi, level) / scale, np.nan)
+        out["width"] = np.where(has, (hi - lo) / scale, np.nan)
+        return out
+
+    def coverage_by_horizon(self, level: float) -> pd.DataFrame:
+        """label x horizon step: the share of truths inside the `level` % intervals (rows with one)."""
+        return pd.DataFrame({lab: self.interval_rows(lab, level).groupby("step")["covered"].mean()
+                             for lab in self.intervals}).T.rename_axis("interval")
+
+    def interval_summary(self) -> pd.DataFrame:
+        """(interval, level) x coverage (rows with an interval), MSIS (M4: per series, then the mean over
+        series), width (mean width over MASE's scale), share (of rows that have an interval)."""
+        rows = []
+        for lab in self.intervals:
+            for lv in self.levels:
+                r = self.interval_rows(lab, lv)
+                rows.append({"interval": lab, "level": lv, "coverage": r["covered"].mean(),
+                             "msis": r.groupby(ID, sort=False)["is"].mean().mean(), "width": r["width"].mean(),
+                             "share": r["has"].mean()})
+        return pd.DataFrame(rows).set_index(["interval", "level"]) if rows else pd.DataFrame()
+
+    def forecasts_with_intervals(self) -> pd.DataFrame:
+        """`forecasts` plus columns '<label>-lo-<level>' and '<label>-hi-<level>' (statsforecast's names)."""
+        out = self.forecasts.copy()
+        for lab, by_level in self.intervals.items():
+            for lv, (lo, hi) in by_level.items():
+                out[f"{lab}-lo-{lv:g}"], out[f"{lab}-hi-{lv:g}"] = lo, hi
+        return out
+
     def _default_baseline(self) -> str:
         return next((m for m in self.models if m.startswith("SeasonalNaive")), self.models[0])
 
@@ -118,6 +180,11 @@ class BacktestResult:
         dm = self.dm_test() if len(self.models) > 1 else pd.DataFrame()
         if not dm.empty:
             out = out.join(dm[["dm_stat", "p_value"]])
+        if self.levels:
+            iv = self.interval_summary()
+            for lv in self.levels:
+                for col, name in (("coverage", "cov"), ("msis", "MSIS")):
+                    out[f"{name}{lv:g}"] = pd.Series({m: iv.loc[(m, lv), col] for m in self.models})
         out["seconds"] = pd.Series(self.seconds)
         return out.rename_axis("model")
 
@@ -137,21 +204,58 @@ class BacktestResult:
                 "step_size": self.step_size or self.h,
                 "cutoffs": {uid: [stamp(c) for c in cs] for uid, cs in self.cutoffs().items()},
                 "summary": self.summary().reset_index().to_dict(orient="records"),
-                "mase_by_horizon": {m: [float(v) for v in hz.loc[m]] for m in self.models}}
+                "mase_by_horizon": {m: [float(v) for v in hz.loc[m]] for m in self.models},
+                **(self._intervals_dict() if self.levels else {}),
+                **({"ensembles": self.members,
+                    "dm_vs_members": self.dm_vs_members().reset_index().to_dict(orient="records")}
+                   if self.members else {})}
+
+    def _intervals_dict(self) -> dict:
+        cov = {lv: self.coverage_by_horizon(lv) for lv in self.levels}
+        return {"levels": list(self.levels), "calibration_windows": self.calibration_windows,
+                "intervals": self.interval_summary().reset_index().to_dict(orient="records"),
+                "coverage_by_horizon": {lab: {f"{lv:g}": [float(v) for v in cov[lv].loc[lab]] for lv in self.levels}
+                                        for lab in self.intervals}}
 
 
 def _cutoff_positions(T: int, h: int, n_windows: int, step_size: int) -> list[int]:
     return [T - h - (n_windows - 1 - w) * step_size for w in range(n_windows)]
 
 
+def with_members(models: Sequence[Forecaster]) -> list[Forecaster]:
+    """`models`, then every ensemble member that is not among them (each once)."""
+    out = list(models)
+    for e in models:
+        for m in e.check().members if isinstance(e, Ensemble) else ():
+            if not any(same_model(m, o) for o in out):
+                out.append(m)
+    return out
+
+
+@dataclass
+class _Run:
+    """One model's forecasts in a backtest: the windows (S, W, h), the calibration windows (S, K, h),
+    its own intervals (lo, hi: (S, W, h, L)) where it has them, the model to save, wall seconds."""
+    preds: np.ndarray
+    calib: np.ndarray
+    own: tuple | None
+    fitted: Forecaster | None
+    seconds: float
+
+
 def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: int = 1,
              step_size: int | None = None, season_length: int = 1, refit_every: int | None = None,
-             progress: bool | None = None, mase_season: int | None = None) -> BacktestResult:
+             progress: bool | None = None, mase_season: int | None = None, levels: Sequence[float] = (),
+             calibration_windows: int = 1) -> BacktestResult:
     """Rolling-origin evaluation of `models` on a long frame (unique_id, ds, y); see the module doc.
 
     MASE's scale is the in-sample mean absolute difference at lag `mase_season` (default
     `season_length`, the season the models were given); the two may differ, e.g. a model told of a
     weekly season scored against the daily one.
+
+    `levels` (percent, e.g. (80, 95)) asks for intervals; `calibration_windows` K >= 0 non-overlapping
+    windows of h before the first cutoff calibrate them (forecasting.intervals), so each series then
+    needs K h more values. Without `levels` nothing is calibrated and nothing costs more.
 
     `step_size` defaults to h. Raises SeriesError when a setting is below 1, or when a series is
     too short for the history the models need plus h + (n_windows - 1) * step_size values to forecast.
@@ -159,25 +263,32 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
     step_size = h if step_size is None else step_size
     mase_season = season_length if mase_season is None else mase_season
     for name, v in (("h", h), ("n_windows", n_windows), ("step_size", step_size), ("season_length", season_length),
-                    ("mase_season", mase_season), ("refit_every", 1 if refit_every is None else refit_every)):
+                    ("mase_season", mase_season), ("refit_every", 1 if refit_every is None else refit_every),
+                    ("calibration_windows + 1", calibration_windows + 1)):
         if int(v) != v or v < 1:
             raise SeriesError(f"backtest needs {name} >= 1 (an integer), got {v!r}")
     h, n_windows, step_size, season_length = int(h), int(n_windows), int(step_size), int(season_length)
     mase_season = int(mase_season)
+    levels = check_levels(levels) if len(levels) else ()
+    K = int(calibration_windows) if levels else 0
+    models = with_members(models)
     aliases = [m.alias for m in models]
     if len(set(aliases)) != len(aliases):
         raise ValueError(f"model aliases must be unique, got {aliases}; subclass or wrap to rename")
     df = validate(df)
     need_hist = max([season_length + 1, mase_season + 1] + [m.min_history() for m in models])
-    need = need_hist + h + (n_windows - 1) * step_size
+    need = need_hist + K * h + h + (n_windows - 1) * step_size
+    calib_text = f" + {K} --calibration-windows of --h" if K else ""
     ids, ds, ys = [], [], []
     for uid, g in df.groupby(ID, sort=False):
         ids.append(uid), ds.append(g[DS].to_numpy()), ys.append(g[Y].to_numpy(dtype=float))
         if len(g) < need:
-            raise SeriesError(f"series {uid!r} has {len(g)} values; this backtest needs {need} (history {need_hist} "
-                              f"+ --h {h} + {n_windows - 1} more --windows of --step-size {step_size}); use a smaller "
-                              "--h, fewer --windows, a smaller --step-size or a shorter --input-size")
+            raise SeriesError(f"series {uid!r} has {len(g)} values; this backtest needs {need} (history {need_hist}"
+                              f"{calib_text} + --h {h} + {n_windows - 1} more --windows of --step-size {step_size}); "
+                              "use a smaller --h, fewer --windows, a smaller --step-size or a shorter --input-size"
+                              + (" or fewer --calibration-windows" if K else ""))
     cuts = np.array([_cutoff_positions(y.size, h, n_windows, step_size) for y in ys])      # (S, W)
+    ccuts = calibration_cutoffs(cuts, K, h)                                                 # (S, K)
 
     rows, scale_rows = [], []          # one frame per (series, window)
     for uid, t, y, cs in zip(ids, ds, ys, cuts):
@@ -193,13 +304,47 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
                           f"{mase_season} steps (the MASE season: --mase-season, else --season-length); drop them "
                           "or use another --mase-season")
 
-    fitted, seconds = {}, {}
+    runs: list[tuple[Forecaster, _Run]] = []
+
+    def run(model: Forecaster) -> _Run:
+        """The model's forecasts, computed once per model (an ensemble reuses its members')."""
+        done = next((r for m, r in runs if same_model(m, model)), None)
+        if done is not None:
+            return done
+        if isinstance(model, Ensemble):
+            parts = [run(m) for m in model.members]
+            r = _Run(combine([p.preds for p in parts], model.how), combine([p.calib for p in parts], model.how),
+                     None, None, sum(p.seconds for p in parts))
+        else:
+            t0 = time.perf_counter()
+            kw = dict(refit_every=refit_every, progress=progress)
+            own = model.forecast_intervals(ys, cuts, h, levels, progress=progress) if levels else None
+            preds, fitted = (own[0], None) if own is not None else model.forecast_cutoffs(ys, cuts, h, **kw)
+            calib = model.forecast_cutoffs(ys, ccuts, h, **kw)[0] if K else np.empty((len(ys), 0, h))  # (S, K, h)
+            r = _Run(preds, calib, None if own is None else own[1:], fitted, time.perf_counter() - t0)
+        runs.append((model, r))
+        return r
+
+    truth = np.stack([np.stack([y[c: c + h] for c in np.concatenate([cc, cs])])
+                      for y, cc, cs in zip(ys, ccuts, cuts)])                               # (S, K + W, h)
+    scale = np.array([[mase_scale(y[:c], mase_season) for c in np.concatenate([cc, cs])]
+                      for y, cc, cs in zip(ys, ccuts, cuts)])                               # (S, K + W)
+    known = known_windows(K, n_windows, h, step_size)
+    fitted, seconds, intervals = {}, {}, {}
     for model in models:
-        t0 = time.perf_counter()
-        preds, last = model.forecast_cutoffs(ys, cuts, h, refit_every=refit_every, progress=progress)  # (S, W, h)
-        seconds[model.alias] = time.perf_counter() - t0
-        frame[model.alias] = preds.reshape(-1)
-        if last is not None:
-            fitted[model.alias] = last
+        r = run(model)
+        frame[model.alias] = r.preds.reshape(-1)
+        seconds[model.alias] = r.seconds
+        if r.fitted is not None:
+            fitted[model.alias] = r.fitted
+        if levels:
+            both = np.concatenate([r.calib, r.preds], axis=1)                              # (S, K + W, h)
+            scores = np.abs(truth - both) / scale[:, :, None]
+            lo, hi = conformal_bounds(r.preds, scale[:, K:], scores, known, levels)
+            intervals[model.alias] = {lv: (lo[..., i].reshape(-1), hi[..., i].reshape(-1)) for i, lv in enumerate(levels)}
+            if r.own is not None:
+                intervals[f"{model.alias}/own"] = {lv: (r.own[0][..., i].reshape(-1), r.own[1][..., i].reshape(-1))
+                                                   for i, lv in enumerate(levels)}
+    members = {m.alias: [p.alias for p in m.members] for m in models if isinstance(m, Ensemble)}
     return BacktestResult(frame, scales, aliases, h, season_length, n_windows, step_size, mase_season, fitted,
-                          seconds)
+                          seconds, levels=levels, calibration_windows=K, intervals=intervals, members=members)

@@ -44,3 +44,11 @@ class Forecaster(BaseEstimator):
         (a global model, to be saved), else None. `self` is not changed.
         """
         raise NotImplementedError
+
+    def forecast_intervals(self, series: Sequence[np.ndarray], cutoffs: np.ndarray, h: int,
+                           levels: Sequence[float], *, progress: bool | None = None
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """`forecast_cutoffs`' forecasts with the model's own central intervals at `levels` (percent):
+        forecasts (S, W, h), lo and hi (S, W, h, L). None (the default) for a model without its own
+        intervals: `backtest` then gives it conformal ones only (forecasting.intervals)."""
+        return None

@@ -40,18 +40,40 @@ class LocalModel(Forecaster):
     def forecast_cutoffs(self, series: Sequence[np.ndarray], cutoffs: np.ndarray, h: int, *,
                          refit_every: int | None = None, progress: bool | None = None) -> tuple[np.ndarray, None]:
         """A fresh copy fitted on `y[:c]` at every cutoff c (see `Forecaster.forecast_cutoffs`)."""
-        out = np.empty((len(series), cutoffs.shape[1], h))
+        return self._each_cutoff(series, cutoffs, lambda m: m.predict(h), (h,), progress)[0], None
+
+    def forecast_intervals(self, series: Sequence[np.ndarray], cutoffs: np.ndarray, h: int,
+                           levels: Sequence[float], *, progress: bool | None = None
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """As `forecast_cutoffs`, with the model's own intervals where it has them (`_predict_interval`)."""
+        if type(self)._predict_interval is LocalModel._predict_interval:
+            return None
+        L = len(levels)
+        return self._each_cutoff(series, cutoffs, lambda m: m._predict_interval(int(h), list(levels)),
+                                 ((h,), (h, L), (h, L)), progress, nested=True)
+
+    def _each_cutoff(self, series, cutoffs, predict, shapes, progress, nested=False) -> tuple[np.ndarray, ...]:
+        """Fit a fresh copy on `y[:c]` at every cutoff c and gather `predict(copy)` into (S, W, *shape)
+        arrays (one per shape when `nested`, as `predict` then returns a tuple)."""
+        shapes = shapes if nested else (shapes,)
+        outs = tuple(np.empty((len(series), cutoffs.shape[1], *shape)) for shape in shapes)
         bar = progress_bar(series, desc=self.alias, unit="series", leave=False,
                            disable=None if progress is None else not progress)
         for s, y in enumerate(bar):
             for w, c in enumerate(cutoffs[s]):
-                out[s, w] = np.asarray(clone(self).fit(y[:c]).predict(h), dtype=float).reshape(h)
-        return out, None
+                got = predict(clone(self).fit(y[:c]))
+                for out, part in zip(outs, got if nested else (got,)):
+                    out[s, w] = np.asarray(part, dtype=float).reshape(out.shape[2:])
+        return outs
 
     def _fit(self, y: np.ndarray) -> None:
         raise NotImplementedError
 
     def _predict(self, h: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def _predict_interval(self, h: int, levels: list[float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Forecasts (h,) and the model's own lo, hi (h, L) at `levels` %; only some models have them."""
         raise NotImplementedError
 
 
@@ -117,3 +139,10 @@ class ETS(LocalModel):
 
     def _predict(self, h: int) -> np.ndarray:
         return np.asarray(self.model_.predict(h=h)["mean"], dtype=float)
+
+    def _predict_interval(self, h: int, levels: list[float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """AutoETS' own intervals: the fitted model's Gaussian prediction intervals."""
+        p = self.model_.predict(h=h, level=levels)
+        lo = np.stack([np.asarray(p[f"lo-{lv}"], dtype=float) for lv in levels], axis=1)     # (h, L)
+        hi = np.stack([np.asarray(p[f"hi-{lv}"], dtype=float) for lv in levels], axis=1)
+        return np.asarray(p["mean"], dtype=float), lo, hi

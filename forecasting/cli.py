@@ -45,6 +45,36 @@ def names_of(choices: tuple[str, ...]):
     return parse
 
 
+def model_specs(choices: tuple[str, ...]):
+    """argparse `type=` for --models of `forecast backtest`: names out of `choices` and ensembles of
+    them, `snaive,ets,median(ets,dlinear,patchtst)` (forecasting.ensemble.parse_models)."""
+    def parse(text: str) -> list:
+        from .ensemble import parse_models
+
+        try:
+            return parse_models(text, choices)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    parse.__name__ = "model list"
+    return parse
+
+
+def percent_levels(text: str) -> list[float]:
+    """argparse `type=` for --levels: comma-separated distinct percentages strictly between 0 and 100."""
+    part = number(float, min=0, max=100, min_open=True)
+    values = [part(v) for v in text.split(",") if v.strip()]
+    if not values or 100 in values or len(set(values)) < len(values):
+        raise argparse.ArgumentTypeError(f"expected distinct percentages between 0 and 100 (not 100), got {text!r}; "
+                                         "e.g. 80,95")
+    return sorted(values)
+
+
+def flat_names(specs: list) -> list[str]:
+    """Every model name in parsed --models, ensemble members included, each once, in order."""
+    return list(dict.fromkeys(n for s in specs for n in ([s] if isinstance(s, str) else s[1])))
+
+
 def positive_ints(text: str) -> list[int]:
     """argparse `type=` for a comma-separated list of integers >= 1 (horizons)."""
     try:
@@ -82,8 +112,17 @@ def register(subparsers) -> None:
     q.add_argument("--windows", type=number(int, min=1), default=8, help="number of rolling cutoffs per series")
     q.add_argument("--step-size", type=number(int, min=1), default=None,
                    help="steps between cutoffs; when not given: the horizon --h")
-    q.add_argument("--models", type=names_of(MODEL_NAMES), default="snaive,ets,dlinear,patchtst",
-                   help=f"comma-separated, out of {','.join(MODEL_NAMES)}")
+    q.add_argument("--models", type=model_specs(MODEL_NAMES), default="snaive,ets,dlinear,patchtst",
+                   help=f"comma-separated, out of {','.join(MODEL_NAMES)}, and combinations of them: "
+                        "median(ets,dlinear,patchtst) or mean(...) (members fitted once, tested against the "
+                        "combination)")
+    q.add_argument("--levels", type=percent_levels, default=None,
+                   help="prediction intervals at these levels in percent, e.g. 80,95: conformal for every model, "
+                        "and ETS's own; reports coverage per step and MSIS; when not given: none")
+    q.add_argument("--calibration-windows", type=number(int, min=0), default=None,
+                   help="with --levels: windows of --h inside each series' history before the first cutoff that "
+                        "calibrate the conformal intervals (each series needs that many --h more values); "
+                        "when not given: 1")
     q.add_argument("--input-size", type=number(int, min=1), default=None,
                    help="look-back of the neural models (PatchTST: at least 16); when not given: 336, or less "
                         "when the typical (median-length) series is too short for it")
@@ -169,7 +208,9 @@ def _check_backtest_args(args: argparse.Namespace) -> None:
     if args.wide and (args.id_col != "unique_id" or args.target_col != "y"):
         raise UsageError("--id-col and --target-col name columns of a long CSV; a wide CSV (--wide) has one "
                          "column per series: select them with --columns")
-    if args.input_size is not None and "patchtst" in args.models and args.input_size < PATCH_LEN:
+    if args.calibration_windows is not None and args.levels is None:
+        raise UsageError("--calibration-windows calibrates intervals; pass --levels too, e.g. --levels 80,95")
+    if args.input_size is not None and "patchtst" in flat_names(args.models) and args.input_size < PATCH_LEN:
         raise UsageError(f"--input-size {args.input_size} is shorter than one PatchTST patch ({PATCH_LEN} steps); "
                          f"use --input-size {PATCH_LEN} or more")
 
@@ -181,7 +222,8 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
 
     from .backtest import backtest
     from .data import read_long_csv, read_wide_csv
-    from .plots import plot_forecasts, plot_mase_by_horizon
+    from .ensemble import Ensemble
+    from .plots import plot_coverage, plot_forecasts, plot_mase_by_horizon
 
     _check_backtest_args(args)
     check_output_dir(args.out, "forecast.backtest")
@@ -194,14 +236,17 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     step = args.step_size or args.h
     size = args.input_size
     lengths = df.groupby("unique_id", sort=False).size()
-    neural = [n for n in args.models if n in NEURAL]
-    if size is None and neural:
-        size = auto_input_size(lengths.to_numpy(), args.h, args.windows, step)
-    models = make_models(args.models, args.h, args.season_length, size or 336, args.max_epochs, args.seed)
+    names = flat_names(args.models)
+    neural = [n for n in names if n in NEURAL]
+    calib = (1 if args.calibration_windows is None else args.calibration_windows) if args.levels else 0
+    if size is None and neural:              # the calibration windows' values are history the look-back cannot use
+        size = auto_input_size(lengths.to_numpy() - calib * args.h, args.h, args.windows, step)
+    built = dict(zip(names, make_models(names, args.h, args.season_length, size or 336, args.max_epochs, args.seed)))
+    models = list(built.values())
     short_ids: list[str] = []
     if neural:
         need = max(m.min_history() for m in models if m.alias in ("DLinear", "PatchTST")) + args.h + \
-            (args.windows - 1) * step                                   # values a series needs for them
+            (args.windows - 1) * step + calib * args.h                  # values a series needs for them
         short_ids = [str(u) for u in lengths.index[lengths.to_numpy() < need]]
         if short_ids:
             what = (f"{len(short_ids)} of {len(lengths)} series have fewer than the {need} values the neural "
@@ -223,26 +268,43 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
             else:
                 from .baselines import SeasonalNaive
                 from .fallback import WithFallback
-                models = [WithFallback(m, SeasonalNaive(args.season_length)) if m.alias in ("DLinear", "PatchTST")
-                          else m for m in models]
+                built = {n: WithFallback(m, SeasonalNaive(args.season_length)) if n in NEURAL else m
+                         for n, m in built.items()}
+    models = [built[s] if isinstance(s, str) else Ensemble([built[n] for n in s[1]], s[0]) for s in args.models]
     res = backtest(df, models, h=args.h, n_windows=args.windows, step_size=step, season_length=args.season_length,
-                   refit_every=args.refit_every, progress=None, mase_season=args.mase_season)    # None: a bar on a terminal, lines in a log
+                   refit_every=args.refit_every, progress=None, mase_season=args.mase_season,   # None: a bar on a terminal, lines in a log
+                   levels=args.levels or (), calibration_windows=calib)
     hz = res.mase_by_horizon()
     pd.set_option("display.width", 160)
     print("MASE by horizon step (rows: step, columns: model)")
     print(hz.T.to_string(float_format=lambda v: f"{v:.3f}"))
     print()
     print(res.summary().to_string(float_format=lambda v: f"{v:.4g}"))
+    if res.levels:
+        print(f"\nintervals (conformal: calibrated on {calib} window(s) before the first cutoff and on earlier "
+              "cutoffs; '/own': the model's own). width and MSIS over MASE's scale")
+        iv = res.interval_summary()
+        print(iv.to_string(float_format=lambda v: f"{v:.4g}"))
+        if (iv["share"] < 1).any():
+            print("share < 1: some windows had too few calibration errors for that level (95 % needs 19 per "
+                  "step, over all series); more series, --windows or --calibration-windows give them")
+    if res.members:
+        print("\nDiebold-Mariano, each combination against its members (negative: the combination is better)")
+        print(res.dm_vs_members().to_string(float_format=lambda v: f"{v:.4g}"))
     out = output_dir(args.out, "forecast.backtest")
     write_json(out / "summary.json", {"csv": str(args.csv), "input_size": size,
                                       "short_series": {"policy": args.short_series, "ids": short_ids}, **res.to_dict()})
-    atomic_write_text(out / "forecasts.csv", res.forecasts.to_csv(index=False))
+    atomic_write_text(out / "forecasts.csv", res.forecasts_with_intervals().to_csv(index=False))
     atomic_write_text(out / "mase_by_horizon.csv", hz.to_csv())
     plot_forecasts(res, df, n_series=args.plot_series).savefig(out / "forecasts.png", dpi=110)
     plot_mase_by_horizon(res).savefig(out / "mase_by_horizon.png", dpi=110)
+    pictures = "forecasts.png, mase_by_horizon.png"
+    if res.levels:
+        plot_coverage(res).savefig(out / "coverage_by_horizon.png", dpi=110)
+        pictures += ", coverage_by_horizon.png"
     for alias, model in res.fitted.items():
         model.save(out / "models" / alias)
-    print(f"\nwrote {out}/summary.json, forecasts.csv, mase_by_horizon.csv, forecasts.png, mase_by_horizon.png")
+    print(f"\nwrote {out}/summary.json, forecasts.csv, mase_by_horizon.csv, {pictures}")
     return 0
 
 

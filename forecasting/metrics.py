@@ -1,7 +1,8 @@
-"""Point-forecast metrics and the Diebold-Mariano test. Pure numpy functions.
+"""Point and interval forecast metrics and the Diebold-Mariano test. Pure numpy functions.
 
 MASE follows the M4 competition: the absolute error divided by the in-sample mean absolute
 seasonal difference of the history the forecast was made from (nothing after the cutoff).
+MSIS, M4's interval metric, divides the interval score by that same scale.
 """
 from __future__ import annotations
 
@@ -39,6 +40,28 @@ def mase(y: np.ndarray, f: np.ndarray, history: np.ndarray, season_length: int) 
 
 def smape(y: np.ndarray, f: np.ndarray) -> float:
     return float(np.mean(smape_terms(y, f)))
+
+
+def interval_score_terms(y: np.ndarray, lo: np.ndarray, hi: np.ndarray, level: float) -> np.ndarray:
+    """Elementwise interval score of the central `level` % interval [lo, hi] (M4's, before scaling):
+    (hi - lo) + 2/a (lo - y) 1{y < lo} + 2/a (y - hi) 1{y > hi}, with a = 1 - level / 100."""
+    y, lo, hi = np.asarray(y, float), np.asarray(lo, float), np.asarray(hi, float)
+    a = 1.0 - level / 100.0
+    return (hi - lo) + 2.0 / a * (np.maximum(lo - y, 0.0) + np.maximum(y - hi, 0.0))
+
+
+def msis(y: np.ndarray, lo: np.ndarray, hi: np.ndarray, history: np.ndarray, season_length: int,
+         level: float = 95.0) -> float:
+    """MSIS of one interval forecast [lo, hi] (h,) of `y` (h,) made from `history` (T,): the mean
+    interval score over the h steps divided by MASE's scale (M4: level 95, season m)."""
+    return float(np.mean(interval_score_terms(y, lo, hi, level)) / mase_scale(history, season_length))
+
+
+def coverage(y: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
+    """Share of values inside their closed interval, lo <= y <= hi; NaN bounds (no interval) are left out."""
+    y, lo, hi = np.asarray(y, float), np.asarray(lo, float), np.asarray(hi, float)
+    has = np.isfinite(lo) & np.isfinite(hi)
+    return float(np.mean((lo[has] <= y[has]) & (y[has] <= hi[has]))) if has.any() else float("nan")
 
 
 @dataclass(frozen=True)

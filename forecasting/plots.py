@@ -1,4 +1,5 @@
-"""Pictures of a backtest: forecasts against actuals, and MASE by horizon step.
+"""Pictures of a backtest: forecasts against actuals (with their intervals), MASE and interval
+coverage by horizon step.
 
 Figures are built with matplotlib's object API (no pyplot state, no backend switching).
 """
@@ -16,7 +17,8 @@ from .data import DS, ID, Y
 def plot_forecasts(res: BacktestResult, df: pd.DataFrame | None = None, series: Sequence[str] | None = None,
                    n_series: int = 3, history: int | None = None) -> Figure:
     """One panel per series: history (from `df`, when given), actuals and every model's forecasts
-    at each cutoff, cutoffs marked with dotted lines."""
+    at each cutoff, shaded by its conformal intervals when the backtest has them (lighter: wider
+    level), cutoffs marked with dotted lines."""
     f = res.forecasts
     series = list(series or list(dict.fromkeys(f[ID]))[:n_series])
     fig = Figure(figsize=(11, 2.6 * len(series)), layout="constrained")
@@ -31,6 +33,9 @@ def plot_forecasts(res: BacktestResult, df: pd.DataFrame | None = None, series: 
         for i, m in enumerate(res.models):
             for j, (_, w) in enumerate(fu.groupby("cutoff")):
                 ax.plot(w[DS], w[m], color=f"C{i}", lw=1.1, label=m if j == 0 else None)
+                for lv in res.levels[::-1]:
+                    lo, hi = res.intervals[m][lv]
+                    ax.fill_between(w[DS], lo[w.index], hi[w.index], color=f"C{i}", alpha=0.12, lw=0)
         for c in fu["cutoff"].unique():
             ax.axvline(c, color="0.7", ls=":", lw=0.8)
         ax.set_title(str(uid), fontsize=9, loc="left")
@@ -52,4 +57,20 @@ def plot_mase_by_horizon(res: BacktestResult, log: bool = False) -> Figure:
     ax.set_xlabel("horizon step")
     ax.set_ylabel("MASE")
     ax.legend(fontsize=8, title="overall MASE", title_fontsize=8)
+    return fig
+
+
+def plot_coverage(res: BacktestResult) -> Figure:
+    """Interval coverage per horizon step, one panel per level, one line per interval set, the nominal
+    level dashed."""
+    fig = Figure(figsize=(8, 2.8 * len(res.levels)), layout="constrained")
+    axes = fig.subplots(len(res.levels), 1, squeeze=False)[:, 0]
+    for ax, lv in zip(axes, res.levels):
+        cov = 100 * res.coverage_by_horizon(lv)
+        for i, lab in enumerate(cov.index):
+            ax.plot(cov.columns, cov.loc[lab], color=f"C{i}", lw=1.1, label=lab)
+        ax.axhline(lv, color="0.3", lw=0.9, ls="--")
+        ax.set_ylabel(f"coverage of {lv:g} % (%)")
+    axes[-1].set_xlabel("horizon step")
+    axes[0].legend(fontsize=7, ncol=2)
     return fig

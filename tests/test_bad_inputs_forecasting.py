@@ -87,6 +87,27 @@ CASES = {
                       "UsageError", ["prophet", "snaive,naive,ets,dlinear,patchtst"], []),
     "a model named twice": (lambda d: ["forecast", "backtest", "--csv", str(_long(d / "l.csv")), "--models",
                                        "snaive,ets,snaive"], "UsageError", ["twice"], []),
+    "--levels 100": (lambda d: BT + ["--csv", str(_long(d / "l.csv")), "--levels", "80,100"], "UsageError",
+                     ["--levels", "between 0 and 100"], []),
+    "--levels text": (lambda d: BT + ["--csv", str(_long(d / "l.csv")), "--levels", "80,high"], "UsageError",
+                      ["--levels", "a number"], []),
+    "--levels twice the same": (lambda d: BT + ["--csv", str(_long(d / "l.csv")), "--levels", "80,80"], "UsageError",
+                                ["--levels", "distinct"], []),
+    "--calibration-windows without --levels": (
+        lambda d: BT + ["--csv", str(_long(d / "l.csv")), "--calibration-windows", "2"], "UsageError",
+        ["--levels"], []),
+    "--calibration-windows -1": (lambda d: BT + ["--csv", str(_long(d / "l.csv")), "--levels", "80",
+                                                 "--calibration-windows", "-1"], "UsageError",
+                                 ["--calibration-windows", ">= 0"], []),
+    "too short for the calibration windows": (
+        lambda d: BT + ["--csv", str(_long(d / "l.csv")), "--h", "24", "--windows", "1", "--levels", "80",
+                        "--calibration-windows", "4"], "SeriesError", ["--calibration-windows"], []),
+    "an ensemble of one model": (lambda d: ["forecast", "backtest", "--csv", str(_long(d / "l.csv")), "--models",
+                                            "snaive,median(ets)"], "UsageError", ["median(ets)", "two or more"], []),
+    "an unknown combination": (lambda d: ["forecast", "backtest", "--csv", str(_long(d / "l.csv")), "--models",
+                                          "vote(ets,snaive)"], "UsageError", ["'vote'", "use mean or median"], []),
+    "an unknown ensemble member": (lambda d: ["forecast", "backtest", "--csv", str(_long(d / "l.csv")), "--models",
+                                              "mean(ets,prophet)"], "UsageError", ["prophet"], []),
     "--input-size shorter than a patch": (
         lambda d: ["forecast", "backtest", "--csv", str(_long(d / "l.csv")), "--models", "patchtst",
                    "--input-size", "8"], "UsageError", ["--input-size 16"], []),
@@ -104,6 +125,11 @@ CASES = {
     "paper: --out is someone else's file": (
         lambda d: PAPER + ["--csv", str(_wide(d / "w.csv")), "--out", str(_text(d / "results.json", "{}"))],
         "OutputConflict", ["--out"], []),
+    "paper: --minutely on an hourly dataset": (
+        lambda d: PAPER + ["--csv", str(_wide(d / "ETTh1.csv")), "--minutely"], "UsageError",
+        ["--minutely", "ETTh1", "--dataset ETTm1"], []),
+    "paper: unknown --dataset": (lambda d: PAPER + ["--csv", str(_wide(d / "w.csv")), "--dataset", "ETTh3"],
+                                 "UsageError", ["--dataset", "ETTh3"], []),
     "paper: --windows-per-epoch 0": (lambda d: PAPER + ["--csv", str(_wide(d / "w.csv")), "--windows-per-epoch", "0"],
                                      "UsageError", ["--windows-per-epoch"], []),
 }

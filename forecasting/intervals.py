@@ -1,0 +1,79 @@
+"""Prediction intervals for backtests: split-conformal from earlier windows' residuals.
+
+Every model gets conformal intervals from its own out-of-sample errors. The score of a past window
+j at horizon step k is its error scaled by MASE's scale of j's history, |y - f| / scale_j, so that
+series of any size pool together. The interval of window w at step k is
+
+    f_w,k  +-  q_k * scale_w,   q_k = the ceil((n + 1) level)-th smallest of the n scores at step k
+
+over every series' windows whose truth was known at w's cutoff (split conformal: with exchangeable
+scores the coverage is at least `level`). Two kinds of past windows qualify:
+
+- K calibration windows inside the history before the first cutoff, at origins c_0 - K h, ...,
+  c_0 - h (non-overlapping, the last one's truth ends at c_0). The model forecasts them the way
+  it forecasts the backtest, out of sample: a local model refits at each origin, a global one
+  trains once on the history before the first of them. So a one-window backtest (M4) has
+  intervals too, at the price of K more local fits, or one more training, per model.
+- the backtest's own earlier windows w' with c_w' + h <= c_w.
+
+Where fewer than level / (1 - level) scores are known (e.g. 19 for 95 %), the interval is NaN:
+no interval is better than a made-up one. Pooling is by window index across series: series that
+end together (the usual panel) share their calendar, so the pool holds only the past.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from .errors import SeriesError
+
+
+def check_levels(levels: Sequence[float]) -> tuple[float, ...]:
+    """Levels in percent, each strictly between 0 and 100, distinct, sorted."""
+    out = tuple(sorted(float(v) for v in levels))
+    bad = [v for v in out if not 0 < v < 100]
+    if bad or len(set(out)) < len(out):
+        raise SeriesError(f"interval levels must be distinct percentages strictly between 0 and 100, got "
+                          f"{list(levels)}; e.g. --levels 80,95")
+    return out
+
+
+def calibration_cutoffs(cutoffs: np.ndarray, n_calibration: int, h: int) -> np.ndarray:
+    """(S, K) origins c_0 - K h, ..., c_0 - h before each series' first cutoff c_0 = cutoffs[:, 0]."""
+    back = h * np.arange(n_calibration, 0, -1)                                        # (K,)
+    return np.asarray(cutoffs)[:, :1] - back[None, :]
+
+
+def conformal_quantile(scores: np.ndarray, level: float) -> float:
+    """The ceil((n + 1) level / 100)-th smallest finite score; NaN when that rank exceeds n."""
+    s = np.sort(np.asarray(scores, float)[np.isfinite(scores)])
+    rank = math.ceil((s.size + 1) * level / 100.0 - 1e-9)
+    return float(s[rank - 1]) if 0 < rank <= s.size else float("nan")
+
+
+def known_windows(n_calibration: int, n_windows: int, h: int, step: int) -> list[int]:
+    """For each backtest window w, how many of the combined windows (K calibration, then the
+    backtest's) have their truth known at w's cutoff: all K, then w' <= w - ceil(h / step)."""
+    gap = -(-h // step)
+    return [n_calibration + max(0, w - gap + 1) for w in range(n_windows)]
+
+
+def conformal_bounds(point: np.ndarray, scale: np.ndarray, scores: np.ndarray, known: Sequence[int],
+                     levels: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Conformal intervals of the backtest's forecasts.
+
+    point (S, W, h): forecasts; scale (S, W): MASE scale of each window's history;
+    scores (S, K + W, h): scaled absolute errors of the combined windows (calibration first);
+    known[w]: how many leading combined windows window w may use (`known_windows`).
+    Returns lo, hi (S, W, h, L); NaN where too few scores are known for a level.
+    """
+    S, W, h = point.shape
+    q = np.full((W, h, len(levels)), np.nan)
+    for w in range(W):
+        pool = scores[:, : known[w]].reshape(-1, h)                                   # (S * n_w, h)
+        for k in range(h):
+            q[w, k] = [conformal_quantile(pool[:, k], lv) for lv in levels]
+    half = q[None] * scale[:, :, None, None]                                          # (S, W, h, L)
+    return point[..., None] - half, point[..., None] + half
