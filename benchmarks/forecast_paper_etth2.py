@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def save(score) -> None:
         scores.append(score)
-        rows = scores_table(scores)
+        rows = scores_table(scores, "ETTh2")
         write_json(args.out, {"benchmark": "forecast_paper_etth2", "csv": args.csv.name, "threads": args.threads,
                               "machine": machine(), "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
                               "overrides": overrides, "patchtst_overrides": sub, "seed": args.seed, "wall_seconds": time.time() - started,
@@ -84,10 +84,10 @@ def main(argv: list[str] | None = None) -> int:
               f"epochs {r['epochs']} best {r['best_epoch']}  {r['seconds_per_epoch']:.1f} s/epoch", flush=True)
 
     paper_protocol(values, [int(h) for h in args.horizons.split(",")], args.models.split(","),
-                   make_model=lambda name, h: paper_config(name, h, seed=args.seed, **overrides,
+                   make_model=lambda name, h: paper_config(name, h, "ETTh2", seed=args.seed, **overrides,
                                                            **(sub if name == "patchtst" else {})),
                    on_result=save)
-    print(pd.DataFrame(scores_table(scores))[["model", "h", "mse", "mae", "paper_mse", "paper_mae",
+    print(pd.DataFrame(scores_table(scores, "ETTh2"))[["model", "h", "mse", "mae", "paper_mse", "paper_mae",
                                               "seconds_per_epoch"]].to_string(index=False))
     return 0
 

@@ -13,19 +13,15 @@ from pathlib import Path
 from frozenvit.backbone.suite.cli import add_threads_arg, number
 from frozenvit.backbone.suite.errors import UsageError
 
+from .defaults import NEURAL_TRAINING, PATCHTST_SHAPE  # noqa: F401   the models' defaults, re-exported
 from .errors import SeriesError
 
 MODEL_NAMES = ("snaive", "naive", "ets", "dlinear", "patchtst")
 SHORT_SERIES = ("skip", "baseline", "error")     # --short-series: what becomes of series too short for the look-back
 NEURAL = ("dlinear", "patchtst")
 PAPER_MODELS = ("patchtst", "dlinear")
+PAPER_DATASETS = ("ETTh1", "ETTh2", "ETTm1", "ETTm2")
 PATCH_LEN = 16                      # PatchTST's patch: the shortest look-back it can take
-# The neural models' training settings: the ones that win on M4 Hourly (benchmarks/forecast_m4_hourly.py
-# uses these same dicts; tests/test_forecasting_cli_defaults.py pins it). An MAE loss on each window's own
-# scale, not the models' MSE default: with an MSE loss both models lose to seasonal naive on M4 Hourly.
-NEURAL_TRAINING = dict(loss="mae", normalize_loss=True, lr=1e-3, patience=4, batch_size=128,
-                       windows_per_epoch=8192)
-PATCHTST_SHAPE = dict(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.1)   # sized for a 2-core CPU
 
 
 def names_of(choices: tuple[str, ...]):
@@ -147,7 +143,13 @@ def register(subparsers) -> None:
     q.add_argument("--horizons", type=positive_ints, default="96,192,336,720", help="comma-separated horizons")
     q.add_argument("--models", type=names_of(PAPER_MODELS), default="patchtst,dlinear",
                    help=f"comma-separated, out of {','.join(PAPER_MODELS)}")
-    q.add_argument("--minutely", action="store_true", help="ETTm borders (4x the hourly rows)")
+    q.add_argument("--dataset", choices=PAPER_DATASETS, default=None,
+                   help="which ETT file this is: its official scripts' hyperparameters and its published rows; "
+                        "when not given: recognised from the file name, else none is assumed and no published "
+                        "reference is shown")
+    q.add_argument("--minutely", action="store_true",
+                   help="ETTm borders (4x the hourly rows) for a file that is not recognised; an ETTm dataset "
+                        "has them anyway")
     q.add_argument("--max-epochs", type=number(int, min=1), default=None,
                    help="cap on epochs; when not given: the paper's schedule")
     q.add_argument("--patience", type=number(int, min=1), default=None,
@@ -155,6 +157,10 @@ def register(subparsers) -> None:
     q.add_argument("--windows-per-epoch", type=number(int, min=1), default=None,
                    help="PatchTST: sample this many training windows per epoch (CPU budget); when not given: all")
     q.add_argument("--out", type=Path, default=None, help="JSON file for the scores; when not given: printed only (an existing file is replaced only if this command wrote it)")
+    q.add_argument("--resume", action="store_true",
+                   help="continue a stopped run: its training checkpoints are in OUT.ckpt/ beside --out (written "
+                        "after every epoch whenever --out is given); finished (model, horizon) pairs are not "
+                        "trained again, the one that was stopped continues from its last epoch")
     add_threads_arg(q)
     q.set_defaults(func=_cmd_paper)
 
@@ -188,16 +194,15 @@ def _name_ids(ids: list, at_most: int = 10) -> str:
 
 def make_models(names: list[str], h: int, season_length: int, input_size: int, max_epochs: int = 20,
                 seed: int = 0) -> list:
-    """The command's models by short name (see MODEL_NAMES), sized for a 2-core CPU; the neural ones
-    train with NEURAL_TRAINING, PatchTST has PATCHTST_SHAPE."""
+    """The command's models by short name (see MODEL_NAMES); the neural ones with their constructors'
+    defaults (NEURAL_TRAINING, PatchTST's PATCHTST_SHAPE: `forecasting.defaults`)."""
     from .baselines import ETS, Naive, SeasonalNaive
     from .dlinear import DLinear
     from .patchtst import PatchTST
 
-    common = dict(h=h, input_size=input_size, max_epochs=max_epochs, seed=seed, **NEURAL_TRAINING)
+    common = dict(h=h, input_size=input_size, max_epochs=max_epochs, seed=seed)     # the rest: the models' defaults
     factories = {"snaive": lambda: SeasonalNaive(season_length), "naive": Naive, "ets": lambda: ETS(season_length),
-                 "dlinear": lambda: DLinear(**common),
-                 "patchtst": lambda: PatchTST(**PATCHTST_SHAPE, **common)}
+                 "dlinear": lambda: DLinear(**common), "patchtst": lambda: PatchTST(**common)}
     return [factories[n]() for n in names]
 
 
@@ -308,15 +313,30 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _paper_dataset(args: argparse.Namespace) -> tuple[str | None, str]:
+    """(dataset or None, how it was found) from --dataset or the file name; refuses --minutely against ETTh."""
+    from .paper import ETT, recognise
+
+    dataset, source = (args.dataset, "--dataset") if args.dataset else (recognise(args.csv), "the file name")
+    if dataset is not None and args.minutely and not ETT[dataset].minutely:
+        raise UsageError(f"--minutely asks for ETTm borders but the dataset is {dataset} (from {source}), an hourly "
+                         "file; drop --minutely, or pass --dataset ETTm1/ETTm2 if the file is one")
+    return dataset, source
+
+
 def _cmd_paper(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from frozenvit.backbone.suite.artifacts import check_output_file, write_json
 
     from .data import long_to_wide, read_wide_csv
-    from .paper import ETTH_BORDERS, ETTM_BORDERS, paper_config, paper_protocol, scores_table
+    from .paper import ETT, ETTH_BORDERS, ETTM_BORDERS, paper_config, paper_protocol, scores_table
 
-    borders = ETTM_BORDERS if args.minutely else ETTH_BORDERS
+    if args.resume and args.out is None:
+        raise UsageError("--resume continues from the checkpoints beside --out; pass the stopped run's --out")
+    dataset, source = _paper_dataset(args)
+    minutely = ETT[dataset].minutely if dataset else args.minutely
+    borders = ETTM_BORDERS if minutely else ETTH_BORDERS
     if args.out is not None and args.out.parent.is_dir():
         check_output_file(args.out, "forecast.paper")     # a user's file is refused before any work
     values = long_to_wide(read_wide_csv(args.csv)).to_numpy(dtype=float)          # (T, C)
@@ -324,19 +344,37 @@ def _cmd_paper(args: argparse.Namespace) -> int:
         raise SeriesError(f"{args.csv} has {values.shape[0]} rows; the paper protocol needs {borders[2]} "
                           f"(train, validation and test end at rows {borders}); pass a full ETT file")
     check_output_file(args.out, "forecast.paper")         # now, as the data is fine: may create its folder
+    if dataset:
+        print(f"dataset {dataset} (from {source}): the official {dataset} scripts' hyperparameters, its published "
+              f"rows beside ours; rows {borders}")
+    else:
+        print(f"dataset not recognised from the file name {args.csv.name!r}: no published reference is shown "
+              f"(pass --dataset {'|'.join(PAPER_DATASETS)} if it is one); hyperparameters of the "
+              f"{'ETTm1' if minutely else 'ETTh1'} scripts; rows {borders}")
     overrides = {k: v for k, v in (("max_epochs", args.max_epochs), ("patience", args.patience)) if v is not None}
     sub = {"windows_per_epoch": args.windows_per_epoch} if args.windows_per_epoch else {}
+    used: dict[str, dict] = {}
+
+    ckpt = None if args.out is None else args.out.parent / (args.out.name + ".ckpt")
+
+    def make_model(name: str, h: int):
+        model = paper_config(name, h, dataset, minutely=minutely, **overrides, **(sub if name == "patchtst" else {}))
+        used[f"{model.alias} H={h}"] = {k: v for k, v in model.get_params().items()
+                                        if k not in ("progress", "device", "checkpoint_dir", "resume")}
+        if ckpt is not None:
+            model.set_params(checkpoint_dir=str(ckpt / f"{model.alias}_H{h}"), resume=args.resume)
+        return model
 
     def report(s) -> None:
         print(f"{s.model:9s} H={s.h:4d}  MSE {s.mse:.3f}  MAE {s.mae:.3f}  ({s.n_test_windows} test windows, "
               f"{s.epochs} epochs, {s.seconds_per_epoch:.1f} s/epoch)", flush=True)
 
-    scores = paper_protocol(values, args.horizons, args.models, borders=borders,
-                            make_model=lambda name, h: paper_config(name, h, **overrides,
-                                                                    **(sub if name == "patchtst" else {})),
+    scores = paper_protocol(values, args.horizons, args.models, borders=borders, make_model=make_model,
                             on_result=report)
-    rows = scores_table(scores)
+    rows = scores_table(scores, dataset)
     print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if args.out:
-        write_json(args.out, {"csv": str(args.csv), "overrides": overrides, "results": rows}, kind="forecast.paper")
+        write_json(args.out, {"csv": str(args.csv), "dataset": dataset, "dataset_from": source if dataset else None,
+                              "borders": list(borders), "overrides": overrides, "hyperparameters": used,
+                              "results": rows}, kind="forecast.paper")
     return 0

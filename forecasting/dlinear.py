@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .defaults import NEURAL_TRAINING as _T
 from .layers import RevIN, moving_average
 from .training import NeuralForecaster
 
@@ -44,19 +45,23 @@ class DLinear(NeuralForecaster):
     """DLinear forecaster with the same training loop as PatchTST.
 
     `revin` normalises each window (needed when series have very different levels, as in M4);
-    the paper's DLinear runs on globally standardised data without it (`revin=False`).
+    the paper's DLinear runs on globally standardised data without it (`revin=False`). Training
+    defaults: `forecasting.defaults.NEURAL_TRAINING`; the loop and its options: `NeuralForecaster`.
     """
 
     config_class, net_class = DLinearConfig, DLinearNet
 
     def __init__(self, h: int, input_size: int = 336, kernel_size: int = 25, revin: bool = True,
-                 loss: str = "mse", normalize_loss: bool = True, lr: float = 1e-3, lr_decay: float = 0.9,
-                 lr_decay_after: int = 3, max_epochs: int = 20, patience: int = 5, batch_size: int = 128,
-                 windows_per_epoch: int | None = None, val_size: int | None = None, seed: int = 0,
-                 progress: bool | None = None, device: str = "cpu") -> None:
+                 loss: str = _T["loss"], normalize_loss: bool = _T["normalize_loss"], lr: float = _T["lr"],
+                 lr_decay: float = 0.9, lr_decay_after: int = 3, lr_schedule: str = "step", pct_start: float = 0.3,
+                 max_epochs: int = 20, patience: int = _T["patience"], batch_size: int = _T["batch_size"],
+                 windows_per_epoch: int | None = _T["windows_per_epoch"], val_size: int | None = None, seed: int = 0,
+                 progress: bool | None = None, device: str = "cpu", checkpoint_dir: str | None = None,
+                 resume: bool = False) -> None:
         self.h, self.input_size, self.kernel_size, self.revin = h, input_size, kernel_size, revin
         self.loss, self.lr, self.lr_decay, self.lr_decay_after = loss, lr, lr_decay, lr_decay_after
-        self.normalize_loss = normalize_loss
+        self.lr_schedule, self.pct_start, self.normalize_loss = lr_schedule, pct_start, normalize_loss
         self.max_epochs, self.patience, self.batch_size = max_epochs, patience, batch_size
         self.windows_per_epoch, self.val_size, self.seed = windows_per_epoch, val_size, seed
         self.progress, self.device = progress, device
+        self.checkpoint_dir, self.resume = checkpoint_dir, resume

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .defaults import NEURAL_TRAINING as _T
+from .defaults import PATCHTST_SHAPE as _S
 from .layers import Encoder, FastDropout, RevIN, init_uniform_pos, patch_count, patchify
 from .training import NeuralForecaster
 
@@ -23,11 +25,11 @@ class PatchTSTConfig:
     h: int                             # horizon
     patch_len: int = 16                # P
     stride: int = 8                    # S
-    d_model: int = 64
-    n_heads: int = 4
-    d_ff: int = 128
-    n_layers: int = 3
-    dropout: float = 0.2
+    d_model: int = _S["d_model"]
+    n_heads: int = _S["n_heads"]
+    d_ff: int = _S["d_ff"]
+    n_layers: int = _S["n_layers"]
+    dropout: float = _S["dropout"]
     attn_dropout: float = 0.0
     head_dropout: float = 0.0
     norm: str = "batch"                # "batch" or "layer"
@@ -80,27 +82,31 @@ class PatchTSTNet(nn.Module):
 class PatchTST(NeuralForecaster):
     """PatchTST forecaster: channel-independent patch Transformer emitting all h steps at once.
 
-    Defaults are the paper's patching (P = 16, S = 8, end padding) with a model sized for a
-    2-core CPU; the paper's ETTh2 configuration is `paper_config(h)` in `forecasting.paper`.
+    Defaults are the paper's patching (P = 16, S = 8, end padding) with a model sized for a 2-core CPU
+    (`forecasting.defaults`); the official scripts' per-dataset configurations are
+    `paper_config('patchtst', h, dataset)` in `forecasting.paper`.
     """
 
     config_class, net_class = PatchTSTConfig, PatchTSTNet
 
-    def __init__(self, h: int, input_size: int = 336, patch_len: int = 16, stride: int = 8, d_model: int = 64,
-                 n_heads: int = 4, d_ff: int = 128, n_layers: int = 3, dropout: float = 0.2,
-                 attn_dropout: float = 0.0, head_dropout: float = 0.0, norm: str = "batch",
-                 residual_attention: bool = True, revin: bool = True, revin_affine: bool = True,
-                 subtract_last: bool = False, loss: str = "mse", normalize_loss: bool = True, lr: float = 1e-3,
-                 lr_decay: float = 0.9,
-                 lr_decay_after: int = 3, max_epochs: int = 20, patience: int = 5, batch_size: int = 128,
-                 windows_per_epoch: int | None = None, val_size: int | None = None, seed: int = 0,
-                 progress: bool | None = None, device: str = "cpu") -> None:
+    def __init__(self, h: int, input_size: int = 336, patch_len: int = 16, stride: int = 8,
+                 d_model: int = _S["d_model"], n_heads: int = _S["n_heads"], d_ff: int = _S["d_ff"],
+                 n_layers: int = _S["n_layers"], dropout: float = _S["dropout"], attn_dropout: float = 0.0,
+                 head_dropout: float = 0.0, norm: str = "batch", residual_attention: bool = True, revin: bool = True,
+                 revin_affine: bool = True, subtract_last: bool = False, loss: str = _T["loss"],
+                 normalize_loss: bool = _T["normalize_loss"], lr: float = _T["lr"], lr_decay: float = 0.9,
+                 lr_decay_after: int = 3, lr_schedule: str = "step", pct_start: float = 0.3, max_epochs: int = 20,
+                 patience: int = _T["patience"], batch_size: int = _T["batch_size"],
+                 windows_per_epoch: int | None = _T["windows_per_epoch"], val_size: int | None = None, seed: int = 0,
+                 progress: bool | None = None, device: str = "cpu", checkpoint_dir: str | None = None,
+                 resume: bool = False) -> None:
         self.h, self.input_size, self.patch_len, self.stride = h, input_size, patch_len, stride
         self.d_model, self.n_heads, self.d_ff, self.n_layers = d_model, n_heads, d_ff, n_layers
         self.dropout, self.attn_dropout, self.head_dropout, self.norm = dropout, attn_dropout, head_dropout, norm
         self.residual_attention, self.revin, self.revin_affine = residual_attention, revin, revin_affine
         self.subtract_last, self.loss, self.lr, self.lr_decay = subtract_last, loss, lr, lr_decay
-        self.normalize_loss = normalize_loss
+        self.normalize_loss, self.lr_schedule, self.pct_start = normalize_loss, lr_schedule, pct_start
         self.lr_decay_after, self.max_epochs, self.patience = lr_decay_after, max_epochs, patience
         self.batch_size, self.windows_per_epoch, self.val_size = batch_size, windows_per_epoch, val_size
         self.seed, self.progress, self.device = seed, progress, device
+        self.checkpoint_dir, self.resume = checkpoint_dir, resume

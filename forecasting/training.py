@@ -111,6 +111,10 @@ class NeuralForecaster(Forecaster):
         Without `val`, the last `val_size` steps (default h; 0 disables early stopping) of every
         series hold the validation targets and training targets end before them. With `val`,
         every window of those arrays validates and every window of `series` trains.
+
+        With `checkpoint_dir`, the whole training state is written there (atomically) after every
+        epoch; with `resume` too, a checkpoint found there is continued, to the same weights an
+        uninterrupted run reaches (`forecasting.checkpoint`).
         """
         L, h = int(self.input_size), int(self.h)
         arrays = [as_2d(a) for a in series]
@@ -136,9 +140,13 @@ class NeuralForecaster(Forecaster):
             raise SeriesError(f"no training window: every series needs at least {need} values "
                               f"(look-back {L} + horizon {h} + validation tail); the longest has "
                               f"{max(len(a) for a in arrays)}")
+        stamp = None
+        if self.checkpoint_dir:
+            from .checkpoint import fingerprint
+            stamp = fingerprint(self.get_params(), arrays + ([] if val is None else va_arrays))
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(self.seed))
-            self._train(train, valid)
+            self._train(train, valid, stamp)
         return self
 
     def _loss(self) -> nn.Module:
@@ -155,21 +163,43 @@ class NeuralForecaster(Forecaster):
             return crit(pred / s, y / s)
         return crit(pred, y)
 
-    def _train(self, train: WindowSet, valid: WindowSet) -> None:
+    def _scheduler(self, opt: torch.optim.Optimizer, steps_per_epoch: int):
+        """None for the per-epoch decay ("step"); torch's OneCycleLR, stepped per batch, for "onecycle"
+        (the PatchTST scripts' `--lradj TST`: warm-up over `pct_start` of all steps, then cosine decay)."""
+        if self.lr_schedule == "step":
+            return None
+        if self.lr_schedule != "onecycle":
+            raise ValueError(f"lr_schedule must be 'step' or 'onecycle', got {self.lr_schedule!r}")
+        return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=self.lr, epochs=int(self.max_epochs),
+                                                   steps_per_epoch=steps_per_epoch, pct_start=self.pct_start)
+
+    def _train(self, train: WindowSet, valid: WindowSet, stamp: dict) -> None:
+        from . import checkpoint
+
         dev = torch.device(self.device)
         net = self._build().to(dev)
         crit = self._loss()
         opt = torch.optim.Adam(net.parameters(), lr=self.lr)
         rng = np.random.default_rng(int(self.seed))
-        best, best_state, bad = float("inf"), None, 0
-        self.history_: list[dict] = []
         n_per_epoch = len(train) if not self.windows_per_epoch else min(len(train), int(self.windows_per_epoch))
-        bar = progress_bar(range(int(self.max_epochs)), desc=self.alias, unit="epoch", leave=False,
+        sched = self._scheduler(opt, -(-n_per_epoch // int(self.batch_size)))
+        ckpt = Path(self.checkpoint_dir) if self.checkpoint_dir else None
+        if ckpt is not None and self.resume and (ckpt / "state.json").is_file():
+            st = checkpoint.load(ckpt, net, opt, sched, rng, stamp)
+        else:
+            st = checkpoint.TrainingState()
+        self.history_: list[dict] = st.history
+        epochs = range(st.epoch, 0 if st.stopped else int(self.max_epochs))
+        bar = progress_bar(epochs, initial=st.epoch, total=int(self.max_epochs), desc=self.alias, unit="epoch",
+                           leave=False, mininterval=0,        # in a log file: a line after every epoch
                            disable=None if self.progress is None else not self.progress)
-        for epoch in bar:
+        for epoch in (bar if len(epochs) else []):
             lr = self.lr * self.lr_decay ** max(0, epoch - self.lr_decay_after)
-            for g in opt.param_groups:
-                g["lr"] = lr
+            if sched is None:
+                for g in opt.param_groups:
+                    g["lr"] = lr
+            else:
+                lr = opt.param_groups[0]["lr"]
             t0 = time.perf_counter()
             net.train()
             order = rng.permutation(len(train))[:n_per_epoch]
@@ -181,6 +211,8 @@ class NeuralForecaster(Forecaster):
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
+                if sched is not None:
+                    sched.step()
                 total, count = total + float(loss.detach()) * x.shape[0], count + x.shape[0]
             seconds = time.perf_counter() - t0
             vloss = self._evaluate(net, valid, crit) if len(valid) else float("nan")
@@ -188,15 +220,19 @@ class NeuralForecaster(Forecaster):
                                   "val_loss": vloss, "seconds": seconds})
             bar.set_postfix(train=f"{total / max(count, 1):.4f}", val=f"{vloss:.4f}")
             if len(valid):
-                if vloss < best:
-                    best, best_state, bad = vloss, copy.deepcopy(net.state_dict()), 0
+                if vloss < st.best:
+                    st.best, st.best_state, st.bad = vloss, copy.deepcopy(net.state_dict()), 0
                 else:
-                    bad += 1
-                    if bad >= int(self.patience):
-                        break
-        if best_state is not None:
-            net.load_state_dict(best_state)
-        self.best_val_loss_ = best if best_state is not None else float("nan")
+                    st.bad += 1
+                    st.stopped = st.bad >= int(self.patience)
+            st.epoch = epoch + 1
+            if ckpt is not None:
+                checkpoint.save(ckpt, net, opt, sched, rng, st, stamp)
+            if st.stopped:
+                break
+        if st.best_state is not None:
+            net.load_state_dict(st.best_state)
+        self.best_val_loss_ = st.best if st.best_state is not None else float("nan")
         self.net_ = net.eval().cpu()
 
     @torch.no_grad()
@@ -256,6 +292,8 @@ class NeuralForecaster(Forecaster):
         fitted = self
         for w0 in range(0, n_windows, every):
             fitted = clone(self) if progress is None else clone(self).set_params(progress=progress)
+            if self.checkpoint_dir and every < n_windows:                   # one checkpoint per training
+                fitted.set_params(checkpoint_dir=str(Path(self.checkpoint_dir) / f"window{w0}"))
             fitted.fit([y[: c[w0]] for y, c in zip(series, cutoffs)])                      # history only
             for w in range(w0, min(w0 + every, n_windows)):
                 ctx = np.stack([y[c[w] - L: c[w]] for y, c in zip(series, cutoffs)])        # (S, L)

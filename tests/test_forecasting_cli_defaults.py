@@ -64,3 +64,15 @@ def test_m4_hourly_dlinear_beats_seasonal_naive_with_no_options_beyond_data_hori
     assert mase["SeasonalNaive"] == pytest.approx(1.193, abs=5e-4)
     assert mase["DLinear"] < mase["SeasonalNaive"]
     assert summary["input_size"] == 336 and summary["short_series"]["ids"] == []
+
+
+@pytest.mark.parametrize("name", ["dlinear", "patchtst"])
+def test_python_defaults_are_the_cli_defaults(name):
+    """DLinear(h)/PatchTST(h) with no other argument train as the CLI does: one source, forecasting.defaults."""
+    from frozenvit.forecasting import DLinear, PatchTST
+    from frozenvit.forecasting.cli import PATCHTST_SHAPE
+
+    model = {"dlinear": DLinear, "patchtst": PatchTST}[name](h=48)
+    want = {**NEURAL_TRAINING, **(PATCHTST_SHAPE if name == "patchtst" else {})}
+    assert {k: model.get_params()[k] for k in want} == want
+    assert make_models([name], h=48, season_length=24, input_size=336)[0].get_params() == model.get_params()

@@ -7,7 +7,8 @@ each with count, rate and ETA:
 
     bc attention: 40/200 epoch [00:31<02:05, 1.28 epoch/s] loss=0.0123
 
-`disable=True` shows nothing; `disable=False` forces a tqdm bar.
+`disable=True` shows nothing; `disable=False` forces a tqdm bar. A caller that passes tqdm's
+`mininterval` sets the lines' interval too (`mininterval=0`: a line at every update, e.g. every epoch).
 """
 from __future__ import annotations
 
@@ -23,12 +24,15 @@ class _LogLines:
     """The subset of tqdm the suite uses (iterate, update, set_postfix, close, context manager), as log lines."""
 
     def __init__(self, iterable: Iterable | None = None, total: float | None = None, desc: str | None = None,
-                 unit: str = "it", initial: float = 0, interval: float | None = None, **_: Any) -> None:
+                 unit: str = "it", initial: float = 0, interval: float | None = None,
+                 mininterval: float | None = None, **_: Any) -> None:
         self.iterable = iterable
         if total is None and iterable is not None and hasattr(iterable, "__len__"):
             total = len(iterable)   # type: ignore[arg-type]
         self.total, self.desc, self.unit, self.n, self.initial = total, desc or "", unit, initial, initial
-        self.interval = float(os.environ.get("FROZENVIT_PROGRESS_SECONDS", 10)) if interval is None else interval
+        if interval is None:                      # tqdm's `mininterval`, when a caller sets it, holds for lines too
+            interval = float(os.environ.get("FROZENVIT_PROGRESS_SECONDS", 10)) if mininterval is None else mininterval
+        self.interval = interval
         self.start = self.last = time.monotonic()
         self.postfix = ""
         self.closed = False

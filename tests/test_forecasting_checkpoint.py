@@ -1,0 +1,76 @@
+"""Long trainings checkpoint every epoch and resume exactly (forecasting/checkpoint.py)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from frozenvit.forecasting import DLinear, PatchTST
+from frozenvit.forecasting.checkpoint import CheckpointMismatch
+from frozenvit.forecasting.training import NeuralForecaster
+
+
+def _series(seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    t = np.arange(300)
+    return [np.sin(2 * np.pi * t / 24) + rng.normal(0, 0.2, t.size) + k for k in range(3)]
+
+
+TINY = {
+    "DLinear": lambda **kw: DLinear(**{**dict(h=12, input_size=48, max_epochs=5, patience=10, batch_size=32,
+                                              windows_per_epoch=256), **kw}),
+    # dropout draws from torch's generator; the one-cycle schedule changes lr and Adam's beta1 every step
+    "PatchTST one-cycle": lambda **kw: PatchTST(h=12, input_size=48, d_model=16, n_heads=2, d_ff=32, n_layers=1,
+                                                dropout=0.2, lr_schedule="onecycle", pct_start=0.4, max_epochs=5,
+                                                patience=10, batch_size=32, windows_per_epoch=256, **kw),
+}
+
+
+class _Killed(Exception):
+    pass
+
+
+def _without_seconds(history: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in history]
+
+
+@pytest.mark.parametrize("name", list(TINY))
+def test_a_run_stopped_after_two_epochs_and_resumed_ends_with_the_uninterrupted_weights(name, tmp_path, monkeypatch):
+    make, series = TINY[name], _series()
+    whole = make().fit(series)
+    evaluate, calls = NeuralForecaster._evaluate, []
+
+    def killed_in_the_third_epoch(self, *args):
+        calls.append(1)
+        if len(calls) == 3:                   # after epoch 3's training steps, before its checkpoint
+            raise _Killed
+        return evaluate(self, *args)
+
+    monkeypatch.setattr(NeuralForecaster, "_evaluate", killed_in_the_third_epoch)
+    with pytest.raises(_Killed):
+        make(checkpoint_dir=str(tmp_path / "ckpt")).fit(series)
+    monkeypatch.setattr(NeuralForecaster, "_evaluate", evaluate)
+    assert json.loads((tmp_path / "ckpt" / "state.json").read_text())["epoch"] == 2
+    resumed = make(checkpoint_dir=str(tmp_path / "ckpt"), resume=True).fit(series)
+    a, b = whole.net_.state_dict(), resumed.net_.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert _without_seconds(resumed.history_) == _without_seconds(whole.history_)
+
+
+def test_resuming_a_finished_run_trains_nothing_and_gives_its_weights(tmp_path):
+    series = _series()
+    done = TINY["DLinear"](checkpoint_dir=str(tmp_path / "ckpt")).fit(series)
+    again = TINY["DLinear"](checkpoint_dir=str(tmp_path / "ckpt"), resume=True).fit(series)
+    assert all(torch.equal(v, again.net_.state_dict()[k]) for k, v in done.net_.state_dict().items())
+    assert again.history_ == done.history_          # seconds too: restored, not measured again
+
+
+def test_resume_refuses_a_checkpoint_of_other_data_or_other_hyperparameters(tmp_path):
+    TINY["DLinear"](checkpoint_dir=str(tmp_path / "ckpt"), max_epochs=1).fit(_series())
+    with pytest.raises(CheckpointMismatch, match="other data"):
+        TINY["DLinear"](checkpoint_dir=str(tmp_path / "ckpt"), max_epochs=1, resume=True).fit(_series(seed=1))
+    with pytest.raises(CheckpointMismatch, match="hyperparameters batch_size"):
+        TINY["DLinear"](checkpoint_dir=str(tmp_path / "ckpt"), max_epochs=1, batch_size=16,
+                        resume=True).fit(_series())
