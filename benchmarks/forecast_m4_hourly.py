@@ -46,13 +46,20 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+def load(args: argparse.Namespace):
+    """M4 Hourly as a long frame (torch set to --threads), or None when --data has no copy of it."""
     if not (args.data / "Hourly-train.csv").is_file():
         print(f"skipped: {args.data} has no Hourly-train.csv")
-        return 0
+        return None
     torch.set_num_threads(args.threads)
-    df = read_m4(args.data / "Hourly-train.csv", args.data / "Hourly-test.csv")
+    return read_m4(args.data / "Hourly-train.csv", args.data / "Hourly-test.csv")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    df = load(args)
+    if df is None:
+        return 0
     models = [build(n, args) for n in args.models.split(",")]
     t0 = time.perf_counter()
     res = backtest(df, models, h=48, n_windows=1, season_length=24)

@@ -227,7 +227,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
 
     from .backtest import backtest
     from .data import read_long_csv, read_wide_csv
-    from .ensemble import Ensemble
+    from .ensemble import assemble
     from .plots import plot_coverage, plot_forecasts, plot_mase_by_horizon
 
     _check_backtest_args(args)
@@ -275,7 +275,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
                 from .fallback import WithFallback
                 built = {n: WithFallback(m, SeasonalNaive(args.season_length)) if n in NEURAL else m
                          for n, m in built.items()}
-    models = [built[s] if isinstance(s, str) else Ensemble([built[n] for n in s[1]], s[0]) for s in args.models]
+    models = assemble(args.models, built)
     res = backtest(df, models, h=args.h, n_windows=args.windows, step_size=step, season_length=args.season_length,
                    refit_every=args.refit_every, progress=None, mase_season=args.mase_season,   # None: a bar on a terminal, lines in a log
                    levels=args.levels or (), calibration_windows=calib)

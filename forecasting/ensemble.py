@@ -62,6 +62,12 @@ class Ensemble(Forecaster):
         return combine(preds, self.how), None
 
 
+def assemble(specs: Sequence, built: dict) -> list[Forecaster]:
+    """Models from parsed specs (`parse_models`) and the model built for each name: an ensemble's
+    members are those same objects, so that a member also named alone is fitted once."""
+    return [built[s] if isinstance(s, str) else Ensemble([built[n] for n in s[1]], s[0]) for s in specs]
+
+
 def same_model(a: Forecaster, b: Forecaster) -> bool:
     """Whether `a` and `b` give the same forecasts: the same object, or the same class and parameters."""
     return a is b or (type(a) is type(b) and a.get_params(deep=False) == b.get_params(deep=False))
