@@ -42,6 +42,15 @@ def make_tiny_vit():
     return _tiny_vit
 
 
+@pytest.fixture(scope="session")
+def tiny_vit():
+    """One tiny random ViT (64 px input, 4 x 4 tokens of 16 px), the same weights on every run (seed 0)."""
+    import torch
+
+    torch.manual_seed(0)
+    return _tiny_vit()
+
+
 def _tiny_convnet(name: str = "test_efficientnet", img_size: int = 64, **kw):
     """A tiny random timm ConvNet (test_efficientnet: 82 k parameters, stages of stride 2..32), features_only."""
     from frozenvit.backbone import load_backbone

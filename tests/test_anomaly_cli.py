@@ -104,3 +104,59 @@ def test_a_model_fitted_by_name_at_another_img_size_is_rebuilt_at_it(workspace, 
                  "--backbone", "test_vit", "--weights", str(workspace / "w.safetensors"), "--img-size", "48"]) == 0
     assert PatchCore.load(model).backbone_.config.img_size == (48, 48)
     assert main(["anomaly", "evaluate", "--model", str(model), "--data", str(workspace / "data" / "weave")]) == 0
+
+
+# ---- few-shot and tiling through the CLI (issue 17) ---------------------------------------------------
+
+def _fit_one_normal(ws, out, *extra):
+    """`anomaly fit` on a folder holding a single normal image of the workspace."""
+    import shutil
+
+    one = ws / "one_normal"
+    if not one.is_dir():
+        one.mkdir()
+        shutil.copy(ws / "data" / "weave" / "train" / "good" / "000.png", one / "000.png")
+    return main(["anomaly", "fit", "--data", str(one), "--out", str(ws / out), "--backbone", "test_vit",
+                 "--weights", str(ws / "w.safetensors"), "--img-size", "64", "--threads", "1", *extra])
+
+
+def test_fit_on_one_image_says_the_threshold_is_uncalibrated(workspace, capsys):
+    with pytest.warns(UserWarning, match="not calibrated"):
+        assert _fit_one_normal(workspace, "one_shot", "--augment", "flips") == 0
+    assert "threshold uncalibrated" in capsys.readouterr().out
+    cfg = json.loads((workspace / "one_shot" / "config.json").read_text())
+    assert cfg["threshold"] is None and cfg["params"]["augment"] == "flips"
+
+
+def test_predict_and_evaluate_say_uncalibrated_and_take_a_threshold(workspace, capsys):
+    if not (workspace / "one_shot").is_dir():
+        with pytest.warns(UserWarning, match="not calibrated"):
+            assert _fit_one_normal(workspace, "one_shot") == 0
+    test, model = workspace / "data" / "weave" / "test", str(workspace / "one_shot")
+    capsys.readouterr()
+    assert main(["anomaly", "predict", "--model", model, "--images", str(test), "--out", str(workspace / "pred1")]) == 0
+    assert "no decisions" in capsys.readouterr().out
+    rows = list(csv.DictReader(open(workspace / "pred1" / "scores.csv")))
+    assert len(rows) == 6 and all(r["threshold"] == "uncalibrated" and r["is_defect"] == "" for r in rows)
+    assert len(list((workspace / "pred1" / "overlays").iterdir())) == 6
+    assert main(["anomaly", "predict", "--model", model, "--images", str(test), "--out", str(workspace / "pred1"),
+                 "--threshold", "0", "--no-overlays"]) == 0
+    rows = list(csv.DictReader(open(workspace / "pred1" / "scores.csv")))
+    assert all(r["is_defect"] == "1" and r["threshold"] == "0.000000" for r in rows)
+    assert main(["anomaly", "evaluate", "--model", model, "--data", str(workspace / "data" / "weave"),
+                 "--out", str(workspace / "metrics1.json")]) == 0
+    assert "detection_rate     uncalibrated" in capsys.readouterr().out
+    m = json.loads((workspace / "metrics1.json").read_text())
+    assert m["threshold"] is None and m["metrics"]["detection_rate"] is None and 0 <= m["metrics"]["image_auroc"] <= 1
+
+
+def test_fit_stores_tile_and_threshold_and_predict_uses_them(workspace, capsys):
+    assert _fit_one_normal(workspace, "tiled", "--img-size", "32", "--tile", "--threshold", "0.5") == 0
+    out = capsys.readouterr().out
+    assert "threshold 0.5000 (given" in out and "tiles at scale 1" in out
+    cfg = json.loads((workspace / "tiled" / "config.json").read_text())
+    assert cfg["params"]["tile"] == 1.0 and cfg["threshold"] == 0.5 and cfg["n_train_patches"] == 12 * 4
+    assert main(["anomaly", "predict", "--model", str(workspace / "tiled"), "--images",
+                 str(workspace / "data" / "weave" / "test"), "--out", str(workspace / "pred_tiled")]) == 0
+    rows = list(csv.DictReader(open(workspace / "pred_tiled" / "scores.csv")))
+    assert len(rows) == 6 and all(r["threshold"] == "0.500000" and r["is_defect"] in ("0", "1") for r in rows)

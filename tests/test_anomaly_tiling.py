@@ -91,19 +91,13 @@ SIZE = (160, 256)        # tiles of 64: rows at 0, 48, 96; columns at 0, 48, 96,
 
 
 @pytest.fixture(scope="module")
-def bb(make_tiny_vit):
-    torch.manual_seed(0)
-    return make_tiny_vit()
-
-
-@pytest.fixture(scope="module")
 def normals():
     return [render_sample("weave", None, 0, i, size=SIZE)[0] for i in range(6)]
 
 
 @pytest.fixture(scope="module")
-def tiled(bb, normals):
-    return PatchCore(bb, coreset_ratio=0.5, tile=1.0, progress=False).fit(normals)
+def tiled(tiny_vit, normals):
+    return PatchCore(tiny_vit, coreset_ratio=0.5, tile=1.0, progress=False).fit(normals)
 
 
 def with_square(img, top, left, size):
@@ -134,10 +128,10 @@ def test_the_bank_is_built_from_the_tiles_of_every_normal(tiled):
     assert tiled.bank_.shape[0] == int(np.ceil(0.5 * tiled.n_train_patches_))
 
 
-def test_an_image_of_the_model_size_is_one_tile_and_scores_as_untiled(bb, normals):
+def test_an_image_of_the_model_size_is_one_tile_and_scores_as_untiled(tiny_vit, normals):
     crops = [n[:64, :64] for n in normals]
-    plain = PatchCore(bb, coreset_ratio=0.5, progress=False).fit(crops)
-    tiled = PatchCore(bb, coreset_ratio=0.5, tile=1.0, progress=False).fit(crops)
+    plain = PatchCore(tiny_vit, coreset_ratio=0.5, progress=False).fit(crops)
+    tiled = PatchCore(tiny_vit, coreset_ratio=0.5, tile=1.0, progress=False).fit(crops)
     img = with_square(render_sample("weave", None, 0, 9, size=(64, 64))[0], 20, 20, 12)[0]
     a, b = plain.predict([img]), tiled.predict([img])
     assert np.allclose(a.scores, b.scores, atol=1e-5)
@@ -145,8 +139,8 @@ def test_an_image_of_the_model_size_is_one_tile_and_scores_as_untiled(bb, normal
 
 
 @pytest.mark.parametrize("image_score", ["max", "reweighted"])
-def test_the_image_score_is_the_untiled_rule_over_the_patches_of_all_tiles(bb, normals, image_score):
-    det = PatchCore(bb, coreset_ratio=0.5, tile=1.0, image_score=image_score, progress=False).fit(normals)
+def test_the_image_score_is_the_untiled_rule_over_the_patches_of_all_tiles(tiny_vit, normals, image_score):
+    det = PatchCore(tiny_vit, coreset_ratio=0.5, tile=1.0, image_score=image_score, progress=False).fit(normals)
     img = with_square(render_sample("weave", None, 0, 5, size=SIZE)[0], 100, 150, 20)[0]
     out = det.predict([img])
     p = out.patch_scores[0]                                             # (15, 4, 4)
@@ -161,8 +155,8 @@ def test_the_image_score_is_the_untiled_rule_over_the_patches_of_all_tiles(bb, n
         assert np.isclose(out.scores[0], alone[0], atol=1e-6)
 
 
-def test_tiles_go_to_the_backbone_in_batches_of_batch_size(bb, normals, monkeypatch):
-    det = PatchCore(bb, coreset_ratio=0.5, tile=1.0, batch_size=4, progress=False).fit(normals[:3])
+def test_tiles_go_to_the_backbone_in_batches_of_batch_size(tiny_vit, normals, monkeypatch):
+    det = PatchCore(tiny_vit, coreset_ratio=0.5, tile=1.0, batch_size=4, progress=False).fit(normals[:3])
     seen = []
     features = det._features
     monkeypatch.setattr(det, "_features", lambda batch: seen.append(len(batch)) or features(batch))
@@ -170,10 +164,10 @@ def test_tiles_go_to_the_backbone_in_batches_of_batch_size(bb, normals, monkeypa
     assert max(seen) == 4 and sum(seen) == 30
 
 
-def test_a_tiled_model_saves_and_loads_its_tiling(tiled, bb, tmp_path):
+def test_a_tiled_model_saves_and_loads_its_tiling(tiled, tiny_vit, tmp_path):
     img = with_square(render_sample("weave", None, 0, 8, size=SIZE)[0], 60, 60, 20)[0]
     tiled.save(tmp_path / "m")
-    loaded = PatchCore.load(tmp_path / "m", backbone=bb)
+    loaded = PatchCore.load(tmp_path / "m", backbone=tiny_vit)
     assert loaded.tile == 1.0 and loaded.tile_overlap == 0.25
     a, b = tiled.predict([img]), loaded.predict([img])
     assert np.array_equal(a.scores, b.scores) and np.array_equal(a.maps[0], b.maps[0])
