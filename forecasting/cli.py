@@ -131,6 +131,9 @@ def register(subparsers) -> None:
     q.add_argument("--refit-every", type=number(int, min=1), default=None,
                    help="retrain the neural models every k cutoffs; when not given: once, before the first")
     q.add_argument("--seed", type=number(int, min=0), default=0, help="seed of the neural models' training")
+    q.add_argument("--resume", action="store_true",
+                   help="continue the neural models' training from the checkpoints a stopped run with this --out "
+                        "left in OUT/checkpoints/ (written after every epoch); finished trainings are not repeated")
     q.add_argument("--plot-series", type=number(int, min=1), default=3, help="series shown in forecasts.png")
     q.add_argument("--out", type=Path, default=Path("forecast-out"),
                    help="output folder: new, empty, or an earlier forecast backtest's (its files are overwritten)")
@@ -247,6 +250,9 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     if size is None and neural:              # the calibration windows' values are history the look-back cannot use
         size = auto_input_size(lengths.to_numpy() - calib * args.h, args.h, args.windows, step)
     built = dict(zip(names, make_models(names, args.h, args.season_length, size or 336, args.max_epochs, args.seed)))
+    for n in NEURAL:                                  # checkpoints after every epoch, for --resume
+        if n in built:
+            built[n].set_params(checkpoint_dir=str(args.out / "checkpoints" / built[n].alias), resume=args.resume)
     models = list(built.values())
     short_ids: list[str] = []
     if neural:
@@ -255,8 +261,8 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
         short_ids = [str(u) for u in lengths.index[lengths.to_numpy() < need]]
         if short_ids:
             what = (f"{len(short_ids)} of {len(lengths)} series have fewer than the {need} values the neural "
-                    f"models need (look-back {size} + validation {args.h} + --h {args.h} + "
-                    f"{args.windows - 1} more --windows of --step-size {step}): {_name_ids(short_ids)}")
+                    f"models need (look-back {size} + a training target {args.h} + validation {args.h} + "
+                    f"--h {args.h} + {args.windows - 1} more --windows of --step-size {step}): {_name_ids(short_ids)}")
             fits = fitting_input_size(int(lengths.min()), args.h, args.windows, step)
             if args.short_series == "error":
                 hint = f"--input-size {fits}, " if fits >= PATCH_LEN else ""
@@ -276,6 +282,8 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
                 built = {n: WithFallback(m, SeasonalNaive(args.season_length)) if n in NEURAL else m
                          for n, m in built.items()}
     models = assemble(args.models, built)
+    if neural:
+        output_dir(args.out, "forecast.backtest")     # claimed before training: its checkpoints go inside
     res = backtest(df, models, h=args.h, n_windows=args.windows, step_size=step, season_length=args.season_length,
                    refit_every=args.refit_every, progress=None, mase_season=args.mase_season,   # None: a bar on a terminal, lines in a log
                    levels=args.levels or (), calibration_windows=calib)

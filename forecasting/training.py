@@ -10,6 +10,7 @@ Seeded: the same data and seed give the same weights, without touching the globa
 from __future__ import annotations
 
 import copy
+import hashlib
 import time
 from dataclasses import fields
 from pathlib import Path
@@ -282,7 +283,8 @@ class NeuralForecaster(Forecaster):
                          ) -> tuple[np.ndarray, "NeuralForecaster"]:
         """Train a fresh copy on every series' history before the first cutoff (again every
         `refit_every` windows, on the history before that window), then forecast each window from
-        the input_size values before its cutoff (see `Forecaster.forecast_cutoffs`)."""
+        the input_size values before its cutoff (see `Forecaster.forecast_cutoffs`). With
+        `checkpoint_dir`, each training checkpoints in its own subfolder, named by its cutoffs."""
         if int(h) != int(self.h):
             raise SeriesError(f"{self.alias} forecasts h={self.h} steps but the backtest asks for h={h}; "
                               "build the model with the backtest's horizon")
@@ -292,8 +294,9 @@ class NeuralForecaster(Forecaster):
         fitted = self
         for w0 in range(0, n_windows, every):
             fitted = clone(self) if progress is None else clone(self).set_params(progress=progress)
-            if self.checkpoint_dir and every < n_windows:                   # one checkpoint per training
-                fitted.set_params(checkpoint_dir=str(Path(self.checkpoint_dir) / f"window{w0}"))
+            if self.checkpoint_dir:              # one checkpoint per training, named by where it stops
+                key = hashlib.sha256(np.ascontiguousarray(cutoffs[:, w0], dtype=np.int64).tobytes()).hexdigest()
+                fitted.set_params(checkpoint_dir=str(Path(self.checkpoint_dir) / f"cutoffs-{key[:12]}"))
             fitted.fit([y[: c[w0]] for y, c in zip(series, cutoffs)])                      # history only
             for w in range(w0, min(w0 + every, n_windows)):
                 ctx = np.stack([y[c[w] - L: c[w]] for y, c in zip(series, cutoffs)])        # (S, L)

@@ -36,6 +36,15 @@ def _foreign_out(tmp: Path) -> Path:
     return tmp / "mine"
 
 
+def _stopped_run_then_other_data(d: Path) -> list[str]:
+    """A backtest that left its checkpoints in d/out, then its CSV rewritten: the argv of its --resume."""
+    argv = ["forecast", "backtest", "--csv", str(_long(d / "l.csv", n=200)), "--models", "dlinear", "--h", "12",
+            "--windows", "1", "--max-epochs", "1", "--out", str(d / "out")]
+    assert main(argv) == 0
+    _long(d / "l.csv", n=200, y=np.arange(200.0))
+    return argv + ["--resume"]
+
+
 BT = ["forecast", "backtest", "--models", "snaive"]
 PAPER = ["forecast", "paper", "--models", "dlinear"]
 
@@ -125,6 +134,8 @@ CASES = {
     "paper: --out is someone else's file": (
         lambda d: PAPER + ["--csv", str(_wide(d / "w.csv")), "--out", str(_text(d / "results.json", "{}"))],
         "OutputConflict", ["--out"], []),
+    "--resume with other data": (_stopped_run_then_other_data, "CheckpointMismatch",
+                                 ["other data", "--resume"], []),
     "paper: --minutely on an hourly dataset": (
         lambda d: PAPER + ["--csv", str(_wide(d / "ETTh1.csv")), "--minutely"], "UsageError",
         ["--minutely", "ETTh1", "--dataset ETTm1"], []),

@@ -74,3 +74,29 @@ def test_resume_refuses_a_checkpoint_of_other_data_or_other_hyperparameters(tmp_
     with pytest.raises(CheckpointMismatch, match="hyperparameters batch_size"):
         TINY["DLinear"](checkpoint_dir=str(tmp_path / "ckpt"), max_epochs=1, batch_size=16,
                         resume=True).fit(_series())
+
+
+def _long_csv(path, shift: float = 0.0):
+    import pandas as pd
+
+    t = np.arange(300)
+    pd.DataFrame({"unique_id": np.repeat(["a", "b"], t.size), "ds": np.tile(t, 2),
+                  "y": np.concatenate([5 + np.sin(2 * np.pi * t / 24), 3 + np.cos(2 * np.pi * t / 24)]) + shift
+                  }).to_csv(path, index=False)
+    return path
+
+
+def test_cli_backtest_checkpoints_each_training_and_resume_reproduces_the_forecasts(tmp_path):
+    import pandas as pd
+
+    from frozenvit.backbone.suite.cli import main
+
+    argv = ["forecast", "backtest", "--csv", str(_long_csv(tmp_path / "l.csv")), "--models", "snaive,dlinear",
+            "--h", "12", "--windows", "2", "--refit-every", "1", "--max-epochs", "2", "--out", str(tmp_path / "out")]
+    assert main(argv) == 0
+    first = pd.read_csv(tmp_path / "out" / "forecasts.csv")
+    states = sorted((tmp_path / "out" / "checkpoints" / "DLinear").glob("cutoffs-*/state.json"))
+    assert len(states) == 2 and all(json.loads(s.read_text())["epoch"] == 2 for s in states)   # one per training
+    assert main(argv + ["--resume"]) == 0
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "out" / "forecasts.csv"), first)
+
