@@ -279,7 +279,8 @@ def _add_method_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resize", choices=("stretch", "pad"), default="stretch",
                    help="fit images to the model input: stretch, or keep the aspect ratio and pad")
     p.add_argument("--blocks", type=_blocks, default=None,
-                   help="comma-separated 0-based backbone blocks to fuse, e.g. 7,10 (None: two intermediate blocks)")
+                   help="comma-separated 0-based backbone blocks (ConvNet stages) to fuse, e.g. 7,10 (None: two "
+                        "intermediate blocks; for a ConvNet its stride-8 and stride-16 stages)")
     p.add_argument("--coreset-ratio", type=number(float, min=0, max=1, min_open=True), default=0.1,
                    help="size of the bank of normal patches as a fraction of all training patches, in (0, 1]")
     p.add_argument("--coreset-chunk", type=number(int, min=1), default=None,
