@@ -16,12 +16,15 @@ are added as columns, so that the ensemble can be tested against each (`dm_vs_me
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
+
+from frozenvit.backbone.suite.engine import check_engine, ray_session, use_engine
 
 from .base import Forecaster
 from .data import DS, ID, Y, validate
@@ -246,8 +249,12 @@ class _Run:
 def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: int = 1,
              step_size: int | None = None, season_length: int = 1, refit_every: int | None = None,
              progress: bool | None = None, mase_season: int | None = None, levels: Sequence[float] = (),
-             calibration_windows: int = 1) -> BacktestResult:
+             calibration_windows: int = 1, engine: str = "local", workers: int | None = None) -> BacktestResult:
     """Rolling-origin evaluation of `models` on a long frame (unique_id, ds, y); see the module doc.
+
+    engine "ray": the statistical models' (series x cutoff) fits go out as Ray tasks over `workers`
+    CPUs (None: all of the cluster's), chunked by series (backbone.suite.engine); the forecasts are
+    the same to the last digit. Neural models train here, one global training each, as locally.
 
     MASE's scale is the in-sample mean absolute difference at lag `mase_season` (default
     `season_length`, the season the models were given); the two may differ, e.g. a model told of a
@@ -331,6 +338,12 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
                       for y, cc, cs in zip(ys, ccuts, cuts)])                               # (S, K + W)
     known = known_windows(K, n_windows, h, step_size)
     fitted, seconds, intervals = {}, {}, {}
+    with contextlib.ExitStack() as stack:
+        if check_engine(engine) == "ray":
+            stack.enter_context(ray_session(num_cpus=workers))      # one instance for every model
+        stack.enter_context(use_engine(engine, workers))
+        for model in models:
+            run(model)
     for model in models:
         r = run(model)
         frame[model.alias] = r.preds.reshape(-1)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from frozenvit.backbone.suite.cli import add_threads_arg, number
+from frozenvit.backbone.suite.engine import add_engine_args
 from frozenvit.backbone.suite.errors import UsageError
 
 from .defaults import NEURAL_TRAINING, PATCHTST_SHAPE  # noqa: F401   the models' defaults, re-exported
@@ -138,6 +139,7 @@ def register(subparsers) -> None:
     q.add_argument("--out", type=Path, default=Path("forecast-out"),
                    help="output folder: new, empty, or an earlier forecast backtest's (its files are overwritten)")
     add_threads_arg(q)
+    add_engine_args(q)
     q.set_defaults(func=_cmd_backtest)
 
     q = sub.add_parser("paper", help="the PatchTST paper protocol on an ETT file (MSE/MAE on the standardised scale)")
@@ -233,7 +235,10 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     from .ensemble import assemble
     from .plots import plot_coverage, plot_forecasts, plot_mase_by_horizon
 
+    from frozenvit.backbone.suite.engine import engine_from_args, engine_session
+
     _check_backtest_args(args)
+    engine_from_args(args)                          # --workers without --ray fails before any work
     check_output_dir(args.out, "forecast.backtest")
     if args.wide:
         cols = [c.strip() for c in args.columns.split(",")] if args.columns else None
@@ -284,9 +289,11 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     models = assemble(args.models, built)
     if neural:
         output_dir(args.out, "forecast.backtest")     # claimed before training: its checkpoints go inside
-    res = backtest(df, models, h=args.h, n_windows=args.windows, step_size=step, season_length=args.season_length,
-                   refit_every=args.refit_every, progress=None, mase_season=args.mase_season,   # None: a bar on a terminal, lines in a log
-                   levels=args.levels or (), calibration_windows=calib)
+    with engine_session(args) as engine:
+        res = backtest(df, models, h=args.h, n_windows=args.windows, step_size=step,
+                       season_length=args.season_length, refit_every=args.refit_every,
+                       progress=None, mase_season=args.mase_season,   # None: a bar on a terminal, lines in a log
+                       levels=args.levels or (), calibration_windows=calib, engine=engine, workers=args.workers)
     hz = res.mase_by_horizon()
     pd.set_option("display.width", 160)
     print("MASE by horizon step (rows: step, columns: model)")

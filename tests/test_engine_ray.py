@@ -135,3 +135,52 @@ def test_ray_scoring_streams_equal_scores_in_file_order_and_survives_a_dead_work
     assert [s.is_defect for s in on_ray] == [s.is_defect for s in local]
     assert all(s.overlay_png.startswith(b"\x89PNG") for s in on_ray)
     assert min(s.score for s in local[2:]) > max(s.score for s in local[:2])   # the squares stand out
+
+
+# ---- forecasting: the statistical models' fits as Ray tasks ------------------------------------------
+@pytest.mark.slow
+def test_ray_backtest_gives_the_same_forecasts_to_the_last_digit_and_survives_a_dead_worker(tmp_path, monkeypatch):
+    pytest.importorskip("ray")
+    pytest.importorskip("statsforecast")
+    import pandas as pd
+
+    from frozenvit.backbone.suite.engine import KILL_ONCE_ENV
+    from frozenvit.forecasting import ETS, SeasonalNaive, backtest
+
+    rng = np.random.default_rng(0)
+    t = np.arange(150)
+    df = pd.concat([pd.DataFrame({"unique_id": f"s{i}", "ds": t,
+                                  "y": 10 + 3 * np.sin(2 * np.pi * t / 12 + i) + rng.normal(0, 0.5, t.size)})
+                    for i in range(6)], ignore_index=True)
+    models = [SeasonalNaive(12), ETS(12)]
+    kw = dict(h=12, n_windows=2, season_length=12, levels=(80,), progress=False)
+    local = backtest(df, models, **kw)
+    monkeypatch.setenv(KILL_ONCE_ENV, str(tmp_path / "killed"))
+    on_ray = backtest(df, models, engine="ray", workers=2, **kw)
+    assert (tmp_path / "killed").exists()
+    pd.testing.assert_frame_equal(on_ray.forecasts_with_intervals(), local.forecasts_with_intervals(),
+                                  check_exact=True)
+
+
+@pytest.mark.slow
+def test_forecast_backtest_with_ray_on_the_command_line_writes_what_the_local_run_writes(tmp_path):
+    pytest.importorskip("ray")
+    import json
+
+    import pandas as pd
+
+    from frozenvit.backbone.suite.cli import main
+
+    t = np.arange(80)
+    pd.concat([pd.DataFrame({"unique_id": f"s{i}", "ds": t, "y": 5 + np.sin(t / 2 + i) + 0.1 * (t % 7)})
+               for i in range(4)]).to_csv(tmp_path / "p.csv", index=False)
+    cmd = ["forecast", "backtest", "--csv", str(tmp_path / "p.csv"), "--h", "6", "--windows", "2",
+           "--season-length", "12", "--models", "snaive,naive"]
+    assert main(cmd + ["--out", str(tmp_path / "local")]) == 0
+    assert main(cmd + ["--out", str(tmp_path / "ray"), "--ray", "--workers", "2"]) == 0
+    a, b = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("local", "ray"))
+    for rows in (a["summary"], b["summary"]):
+        for r in rows:
+            r.pop("seconds")                                          # wall time is all that may differ
+    assert a["summary"] == b["summary"] and a["mase_by_horizon"] == b["mase_by_horizon"]
+    assert (tmp_path / "local" / "forecasts.csv").read_bytes() == (tmp_path / "ray" / "forecasts.csv").read_bytes()

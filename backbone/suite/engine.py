@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import contextvars
 import os
 import socket
 from typing import Any, Iterator
@@ -51,6 +52,27 @@ def check_engine(engine: Any) -> str:
     if engine not in ENGINES:
         raise UsageError(f"engine must be one of {ENGINES}, got {engine!r}")
     return engine
+
+
+_ENGINE: contextvars.ContextVar[tuple[str, int | None]] = contextvars.ContextVar("frozenvit_engine",
+                                                                                  default=("local", None))
+
+
+@contextlib.contextmanager
+def use_engine(engine: str, workers: int | None = None) -> Iterator[None]:
+    """Within the block, `current_engine()` is (engine, workers). A job that fans out deep inside (e.g. the
+    per-series fits of a backtest's statistical models) reads it there, so the engine, a setting of where
+    work runs rather than of what is computed, need not travel through every model's signature."""
+    token = _ENGINE.set((check_engine(engine), workers))
+    try:
+        yield
+    finally:
+        _ENGINE.reset(token)
+
+
+def current_engine() -> tuple[str, int | None]:
+    """(engine, workers) set by the innermost `use_engine`, else ("local", None)."""
+    return _ENGINE.get()
 
 
 def import_ray() -> Any:
