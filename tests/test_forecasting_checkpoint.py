@@ -100,3 +100,11 @@ def test_cli_backtest_checkpoints_each_training_and_resume_reproduces_the_foreca
     assert main(argv + ["--resume"]) == 0
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "out" / "forecasts.csv"), first)
 
+
+
+def test_training_logs_a_line_per_epoch_with_both_losses_when_stderr_is_a_file(capsys, monkeypatch):
+    monkeypatch.delenv("FROZENVIT_PROGRESS_SECONDS", raising=False)      # the default: other progress every 10 s
+    TINY["DLinear"](max_epochs=3).fit(_series())                         # pytest's stderr is not a terminal
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("DLinear:")]
+    assert [line.split(" [")[0] for line in lines[:3]] == [f"DLinear: {k}/3 epoch" for k in (1, 2, 3)]
+    assert all("train=" in line and "val=" in line for line in lines)
