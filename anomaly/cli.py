@@ -13,6 +13,7 @@ import numpy as np
 
 from frozenvit.backbone.commands import add_backbone_args
 from frozenvit.backbone.suite.cli import add_threads_arg, number
+from frozenvit.backbone.suite.engine import add_engine_args
 from frozenvit.backbone.suite.errors import UsageError
 
 CHUNK = 64   # images per predict call in the CLI: bounds the memory held by full-size maps
@@ -104,25 +105,17 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _save_png(path: Path, arr: np.ndarray) -> None:
-    from PIL import Image
-
-    from frozenvit.backbone.suite.artifacts import atomic_write_bytes
-
-    buf = io.BytesIO()
-    Image.fromarray(arr).save(buf, format="PNG")
-    atomic_write_bytes(path, buf.getvalue())
-
-
 def _cmd_predict(args: argparse.Namespace) -> int:
-    from frozenvit.backbone.suite.artifacts import atomic_write_text, check_output_dir, output_dir
     from frozenvit.backbone.commands import list_images
+    from frozenvit.backbone.suite.artifacts import atomic_write_bytes, atomic_write_text, check_output_dir, output_dir
+    from frozenvit.backbone.suite.engine import engine_from_args, engine_session
 
-    from .images import image_size, read_image
+    from .images import image_size
     from .patchcore import PatchCore
-    from .viz import overlay
+    from .stream import iter_scored
 
     _faiss_threads(args)
+    engine_from_args(args)                         # --workers without --ray fails before any work
     check_output_dir(args.out, "anomaly.predict")
     det = PatchCore.load(args.model)
     _override_threshold(det, args)
@@ -133,18 +126,16 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     (out / "overlays").mkdir(parents=True, exist_ok=True)
     root = Path(args.images[0]) if len(args.images) == 1 and Path(args.images[0]).is_dir() else None
     rows = []
-    for i in range(0, len(files), CHUNK):
-        chunk = files[i:i + CHUNK]
-        images = [read_image(f) for f in chunk]
-        pred = det.predict(images)
-        decisions = [None] * len(chunk) if pred.is_defect is None else pred.is_defect
-        for f, img, amap, s, d in zip(chunk, images, pred.maps, pred.scores, decisions):
+    with engine_session(args) as engine:           # overlays are written as their batch comes back
+        for f, got in zip(files, iter_scored(det, files, overlays=not args.no_overlays, batch_size=CHUNK,
+                                             engine=engine, workers=args.workers, model_dir=args.model)):
             name = str(f.relative_to(root)) if root else str(f)
-            rows.append({"image": name, "score": f"{s:.6f}", "is_defect": "" if d is None else int(d),
+            rows.append({"image": name, "score": f"{got.score:.6f}",
+                         "is_defect": "" if got.is_defect is None else int(got.is_defect),
                          "threshold": _threshold_text(det)})
-            if not args.no_overlays:
-                png = overlay(img, amap, *det.map_range_)
-                _save_png(out / "overlays" / (name.replace("/", "__").rsplit(".", 1)[0] + ".png"), png)
+            if got.overlay_png is not None:
+                atomic_write_bytes(out / "overlays" / (name.replace("/", "__").rsplit(".", 1)[0] + ".png"),
+                                   got.overlay_png)
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=["image", "score", "is_defect", "threshold"])
     w.writeheader()
@@ -332,6 +323,7 @@ def register(subparsers: Any) -> None:
     q.add_argument("--no-overlays", action="store_true", help="write scores.csv only")
     _add_threshold_arg(q, "instead of the model's")
     add_threads_arg(q)
+    add_engine_args(q)
     q.set_defaults(func=_cmd_predict)
 
     q = sub.add_parser("evaluate", help="image AUROC, pixel AUROC, AUPRO, F1-max on a labelled test set")

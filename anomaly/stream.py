@@ -60,8 +60,8 @@ def iter_scored(det: Any, files: Sequence[str | Path], *, overlays: bool = True,
 
     engine "ray": `workers` actors (None: one per CPU of the cluster), each with torch and faiss at
     `worker_threads` threads, load the bank from `model_dir` (None: `det` is saved to a temporary
-    directory first) and get `det`'s backbone through the object store; Ray retries the batches of
-    an actor that dies.
+    directory first), take `det`'s parameters (an overridden threshold too) and get its backbone
+    through the object store; Ray retries the batches of an actor that dies.
     """
     from frozenvit.backbone.suite.engine import check_engine
 
@@ -77,14 +77,15 @@ def iter_scored(det: Any, files: Sequence[str | Path], *, overlays: bool = True,
             yield from iter_scored(det, paths, overlays=overlays, batch_size=batch_size, engine=engine,
                                    workers=workers, model_dir=Path(tmp) / "model", worker_threads=worker_threads)
         return
-    yield from _ray_scored(paths, Path(model_dir).resolve(), det.backbone_, overlays, batch_size, workers,
+    params = {k: v for k, v in det.get_params(deep=False).items() if k != "backbone"}   # e.g. a --threshold
+    yield from _ray_scored(paths, Path(model_dir).resolve(), det.backbone_, params, overlays, batch_size, workers,
                            worker_threads)
 
 
 class _ScoringActor:
     """A Ray Data actor: the model loaded once, then batches of paths -> scores and overlays."""
 
-    def __init__(self, model_dir: str, backbone_ref: Any, overlays: bool, threads: int) -> None:
+    def __init__(self, model_dir: str, backbone_ref: Any, params: dict, overlays: bool, threads: int) -> None:
         import faiss
         import ray
         import torch
@@ -93,7 +94,7 @@ class _ScoringActor:
 
         torch.set_num_threads(threads)
         faiss.omp_set_num_threads(threads)
-        self.det = PatchCore.load(model_dir, backbone=ray.get(backbone_ref[0]))
+        self.det = PatchCore.load(model_dir, backbone=ray.get(backbone_ref[0])).set_params(**params)
         self.overlays = overlays
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -106,7 +107,7 @@ class _ScoringActor:
                 "overlay_png": np.array([g.overlay_png or b"" for g in got], dtype=object)}
 
 
-def _ray_scored(paths: list[str], model_dir: Path, backbone: Any, overlays: bool, batch_size: int,
+def _ray_scored(paths: list[str], model_dir: Path, backbone: Any, params: dict, overlays: bool, batch_size: int,
                 workers: int | None, threads: int) -> Iterator[Scored]:
     from frozenvit.backbone.suite.engine import cluster_cpus, ray_session
 
@@ -118,7 +119,7 @@ def _ray_scored(paths: list[str], model_dir: Path, backbone: Any, overlays: bool
         ds = ray.data.from_items([{"i": i, "path": p} for i, p in enumerate(paths)])
         bb_ref = [ray.put(backbone)]                                # in a list: handed over as a reference
         ds = ds.map_batches(_ScoringActor, fn_constructor_kwargs=dict(model_dir=str(model_dir), backbone_ref=bb_ref,
-                                                                   overlays=overlays, threads=threads),
+                                                                   params=params, overlays=overlays, threads=threads),
                             batch_size=per_call, concurrency=n, num_cpus=threads, batch_format="numpy")
         for b in ds.iter_batches(batch_size=None, batch_format="numpy"):
             for i, p, s, d, png in zip(b["i"], b["path"], b["score"], b["is_defect"], b["overlay_png"]):

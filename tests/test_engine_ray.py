@@ -184,3 +184,33 @@ def test_forecast_backtest_with_ray_on_the_command_line_writes_what_the_local_ru
             r.pop("seconds")                                          # wall time is all that may differ
     assert a["summary"] == b["summary"] and a["mase_by_horizon"] == b["mase_by_horizon"]
     assert (tmp_path / "local" / "forecasts.csv").read_bytes() == (tmp_path / "ray" / "forecasts.csv").read_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:only 1 held-out normals")
+def test_anomaly_predict_with_ray_writes_the_local_scores_decisions_and_overlays(make_tiny_vit, image_files, tmp_path,
+                                                                                monkeypatch):
+    pytest.importorskip("ray")
+    import csv
+
+    import torch
+
+    from frozenvit.anomaly import PatchCore
+    from frozenvit.backbone.suite.cli import main
+
+    torch.manual_seed(0)
+    bb = make_tiny_vit()
+    PatchCore(bb, coreset_ratio=0.5, holdout=0.3).fit(image_files[:4]).save(tmp_path / "m")
+    real_load = PatchCore.load
+    monkeypatch.setattr(PatchCore, "load", classmethod(lambda cls, path, backbone=None: real_load(path, backbone=bb)))
+    folder = image_files[0].parent
+    cmd = ["anomaly", "predict", "--model", str(tmp_path / "m"), "--images", str(folder), "--threshold", "0.5"]
+    assert main(cmd + ["--out", str(tmp_path / "local")]) == 0
+    assert main(cmd + ["--out", str(tmp_path / "ray"), "--ray", "--workers", "2"]) == 0
+    a, b = (list(csv.DictReader(open(tmp_path / d / "scores.csv"))) for d in ("local", "ray"))
+    assert [r["image"] for r in a] == [r["image"] for r in b] == sorted(f.name for f in image_files)
+    np.testing.assert_allclose([float(r["score"]) for r in b], [float(r["score"]) for r in a], atol=2e-6)
+    assert [(r["is_defect"], r["threshold"]) for r in a] == [(r["is_defect"], r["threshold"]) for r in b]
+    assert {r["threshold"] for r in b} == {"0.500000"}                # the override reached the Ray actors
+    assert sorted(p.name for p in (tmp_path / "ray" / "overlays").iterdir()) == \
+        sorted(p.name for p in (tmp_path / "local" / "overlays").iterdir())
