@@ -262,8 +262,8 @@ class PatchCore(BaseEstimator):
         if n_hold:
             patch, scores, _ = self._score([images[i] for i in self.holdout_indices_], "calibrate")
             calibrated = conformal_threshold(scores, self.target_fpr)
-        else:   # the overlay scale then comes from the bank images themselves: an underestimate of normal spread
-            patch, scores, _ = self._score(train, "overlay scale")
+        else:   # the overlay scale then comes from (up to 16 of) the bank images: an underestimate of normal spread
+            patch, scores, _ = self._score(train[:16], "overlay scale")
             scores, calibrated = scores[:0], None
         self.calibration_scores_ = scores                               # (n_hold,)
         self.threshold_ = float(self.threshold) if self.threshold is not None else calibrated
