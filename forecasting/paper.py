@@ -1,6 +1,8 @@
 """The PatchTST paper's protocol on the ETT files, so numbers compare with its table.
 
-Rows are split 12/4/4 months (ETTh: [0, 8640), [8640, 11520), [11520, 14400)); a StandardScaler
+Rows are split 12/4/4 months (ETTh: [0, 8640), [8640, 11520), [11520, 14400); ETTm, at 15-minute
+rows, four times those); each dataset runs with its official scripts' hyperparameters and is
+compared with its own published rows (`ETT`), an unrecognised file with none; a StandardScaler
 is fitted on the training rows only; validation and test windows take their look-back from the
 rows before their segment; every test window is counted (the paper's code dropped the last
 partial batch); MSE and MAE are computed on the standardised scale and averaged over windows,
@@ -31,7 +33,7 @@ class EttDataset:
     Hyperparameters: PatchTST from yuqinie98/PatchTST PatchTST_supervised/scripts/PatchTST/<name>.sh (the
     flags the script sets; the rest are run_longExp.py's defaults), DLinear from cure-lab/LTSF-Linear
     scripts/EXP-LongForecasting/Linear/<name>.sh (model DLinear; run_longExp.py: 10 epochs, patience 3,
-    lr halved every epoch). Published MSE/MAE at look-back 336: PatchTST/42 and DLinear as in Table 3 of the
+    lr halved every epoch from the 3rd). Published MSE/MAE at look-back 336: PatchTST/42 and DLinear as in Table 3 of the
     PatchTST paper (Nie et al., ICLR 2023), cross-checked against the same rows in the FITS and TSMixer papers.
     """
     name: str
