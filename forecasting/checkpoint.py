@@ -21,6 +21,7 @@ from torch import nn
 
 from frozenvit.backbone.suite.artifacts import atomic_dir, write_json
 from frozenvit.backbone.suite.errors import ArtifactError
+from frozenvit.backbone.suite.optimizer import load_optimizer, optimizer_tensors
 
 KIND = "forecasting.checkpoint"
 FORMAT_VERSION = 1
@@ -56,19 +57,17 @@ def save(path: str | Path, net: nn.Module, opt: torch.optim.Optimizer, sched, rn
     """Write the state after an epoch; the folder is replaced only once everything is written."""
     from safetensors.torch import save_file
 
-    optim = opt.state_dict()
+    moments, groups = optimizer_tensors(opt)
     with atomic_dir(path, KIND, flag="checkpoint") as tmp:
         save_file({k: v.detach().contiguous() for k, v in net.state_dict().items()}, str(tmp / "model.safetensors"))
         if state.best_state is not None:
             save_file({k: v.contiguous() for k, v in state.best_state.items()}, str(tmp / "best.safetensors"))
-        save_file({f"{i}.{k}": v if torch.is_tensor(v) else torch.tensor(v)
-                   for i, st in optim["state"].items() for k, v in st.items()} or {"_": torch.zeros(0)},
-                  str(tmp / "optim.safetensors"))
+        save_file(moments, str(tmp / "optim.safetensors"))
         save_file({"torch": torch.get_rng_state()}, str(tmp / "rng.safetensors"))
         write_json(tmp / "state.json", {
             "kind": KIND, "format_version": FORMAT_VERSION, "fingerprint": stamp,
             "epoch": state.epoch, "best": state.best if np.isfinite(state.best) else None, "bad": state.bad,
-            "stopped": state.stopped, "history": state.history, "param_groups": optim["param_groups"],
+            "stopped": state.stopped, "history": state.history, "param_groups": groups,
             "scheduler": sched.state_dict() if sched is not None else None,
             "numpy_rng": rng.bit_generator.state})
 
@@ -96,13 +95,7 @@ def load(path: str | Path, net: nn.Module, opt: torch.optim.Optimizer, sched, rn
         raise CheckpointMismatch(f"checkpoint {path} was written by a run with other {what}; resume with the "
                                  "stopped run's options and data, or start again without --resume")
     net.load_state_dict(weights)
-    groups = [{**g, "betas": tuple(g["betas"])} if "betas" in g else g for g in st["param_groups"]]
-    state: dict[int, dict] = {}
-    for key, v in optim.items():
-        if key != "_":
-            i, k = key.split(".", 1)
-            state.setdefault(int(i), {})[k] = v
-    opt.load_state_dict({"state": state, "param_groups": groups})
+    load_optimizer(opt, optim, st["param_groups"])
     if sched is not None:
         sched.load_state_dict(st["scheduler"])
     rng.bit_generator.state = st["numpy_rng"]

@@ -33,6 +33,7 @@ from frozenvit.backbone.suite.progress import progress_bar
 from frozenvit.backbone.errors import FrozenVitError
 from frozenvit.backbone.model import vit_tokens
 from frozenvit.backbone.suite.artifacts import atomic_dir, atomic_write_bytes, sha256_file, write_json
+from frozenvit.backbone.suite.optimizer import load_optimizer, optimizer_tensors
 
 from .data import AugmentConfig, augment
 from .teacher import Teacher
@@ -172,28 +173,12 @@ def lr_at(step: int, total: int, cfg: DistillConfig) -> float:
     return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * p))
 
 
-def _optim_tensors(opt: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
-    out = {}
-    for i, st in opt.state_dict()["state"].items():
-        for k, v in st.items():
-            out[f"{i}.{k}"] = v if torch.is_tensor(v) else torch.tensor(v)
-    return out
-
-
-def _load_optim(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], groups: list[dict]) -> None:
-    state: dict[int, dict] = {}
-    for key, v in tensors.items():
-        i, k = key.split(".", 1)
-        state.setdefault(int(i), {})[k] = v
-    opt.load_state_dict({"state": state, "param_groups": groups})
-
-
 def save_checkpoint(out: Path, model: Distiller, opt: torch.optim.Optimizer, state: dict) -> None:
     """out/ckpt/{model,optim}.safetensors + state.json, replaced atomically."""
     with atomic_dir(out / "ckpt", "distill_checkpoint") as tmp:
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, tmp / "model.safetensors")
-        save_file(_optim_tensors(opt), tmp / "optim.safetensors")
-        groups = [{k: v for k, v in g.items()} for g in opt.state_dict()["param_groups"]]
+        moments, groups = optimizer_tensors(opt)
+        save_file(moments, tmp / "optim.safetensors")
         write_json(tmp / "state.json", {**state, "param_groups": groups})
 
 
@@ -241,7 +226,7 @@ def distill(teacher: Teacher, images: np.ndarray, cfg: DistillConfig, out: str |
     if resume and (out / "ckpt" / "state.json").is_file():
         st = json.loads((out / "ckpt" / "state.json").read_text())
         model.load_state_dict(load_file(out / "ckpt" / "model.safetensors"), strict=True)
-        _load_optim(opt, load_file(out / "ckpt" / "optim.safetensors"), st["param_groups"])
+        load_optimizer(opt, load_file(out / "ckpt" / "optim.safetensors"), st["param_groups"])
         step, elapsed, seen = st["step"], st["elapsed_s"], st["images_seen"]
     write_json(out / "config.json", {"kind": "distill_run", "format_version": 1, "teacher": teacher.spec,
                                      "pairs": {str(k): list(v) for k, v in pairs.items()}, "total_steps": total,
