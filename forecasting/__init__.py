@@ -26,6 +26,7 @@ _API = {
     "ensemble": ("Ensemble",),
     "errors": ("SeriesError",),
     "fallback": ("WithFallback",),
+    "frozen_vit": ("FrozenViTForecaster", "FrozenViTConfig", "FrozenViTNet", "trainable_parameters"),
     "intervals": ("conformal_bounds", "conformal_quantile"),
     "layers": ("RevIN", "FastDropout", "patch_count", "patchify"),
     "metrics": ("DMResult", "coverage", "diebold_mariano", "interval_score_terms", "mase", "mase_scale", "msis",

@@ -17,12 +17,12 @@ from frozenvit.backbone.suite.errors import UsageError
 from .defaults import NEURAL_TRAINING, PATCHTST_SHAPE  # noqa: F401   the models' defaults, re-exported
 from .errors import SeriesError
 
-MODEL_NAMES = ("snaive", "naive", "ets", "dlinear", "patchtst")
+MODEL_NAMES = ("snaive", "naive", "ets", "dlinear", "patchtst", "vit")
 SHORT_SERIES = ("skip", "baseline", "error")     # --short-series: what becomes of series too short for the look-back
-NEURAL = ("dlinear", "patchtst")
-PAPER_MODELS = ("patchtst", "dlinear")
+NEURAL = ("dlinear", "patchtst", "vit")           # vit: FrozenViTForecaster, the embedded default ViT
+PAPER_MODELS = ("patchtst", "dlinear", "vit")
 PAPER_DATASETS = ("ETTh1", "ETTh2", "ETTm1", "ETTm2")
-PATCH_LEN = 16                      # PatchTST's patch: the shortest look-back it can take
+PATCH_LEN = 16                      # PatchTST's (and vit's) patch: the shortest look-back they can take
 
 
 def names_of(choices: tuple[str, ...]):
@@ -160,7 +160,8 @@ def register(subparsers) -> None:
     q.add_argument("--patience", type=number(int, min=1), default=None,
                    help="early-stopping patience in epochs; when not given: the paper's")
     q.add_argument("--windows-per-epoch", type=number(int, min=1), default=None,
-                   help="PatchTST: sample this many training windows per epoch (CPU budget); when not given: all")
+                   help="PatchTST and vit: sample this many training windows per epoch (CPU budget); when not "
+                        "given: all")
     q.add_argument("--out", type=Path, default=None, help="JSON file for the scores; when not given: printed only (an existing file is replaced only if this command wrote it)")
     q.add_argument("--resume", action="store_true",
                    help="continue a stopped run: its training checkpoints are in OUT.ckpt/ beside --out (written "
@@ -187,7 +188,7 @@ def auto_input_size(lengths, h: int, windows: int, step: int, cap: int = 336) ->
     size = fitting_input_size(typical, h, windows, step, cap)
     if size < PATCH_LEN:
         raise SeriesError(f"the typical series ({typical} values, the median length) is too short for neural "
-                          f"models with --h {h} and --windows {windows}; drop dlinear/patchtst from --models, or "
+                          f"models with --h {h} and --windows {windows}; drop dlinear/patchtst/vit from --models, or "
                           "use fewer --windows or a smaller --h")
     return size
 
@@ -203,11 +204,13 @@ def make_models(names: list[str], h: int, season_length: int, input_size: int, m
     defaults (NEURAL_TRAINING, PatchTST's PATCHTST_SHAPE: `forecasting.defaults`)."""
     from .baselines import ETS, Naive, SeasonalNaive
     from .dlinear import DLinear
+    from .frozen_vit import FrozenViTForecaster
     from .patchtst import PatchTST
 
     common = dict(h=h, input_size=input_size, max_epochs=max_epochs, seed=seed)     # the rest: the models' defaults
     factories = {"snaive": lambda: SeasonalNaive(season_length), "naive": Naive, "ets": lambda: ETS(season_length),
-                 "dlinear": lambda: DLinear(**common), "patchtst": lambda: PatchTST(**common)}
+                 "dlinear": lambda: DLinear(**common), "patchtst": lambda: PatchTST(**common),
+                 "vit": lambda: FrozenViTForecaster(**common)}
     return [factories[n]() for n in names]
 
 
@@ -220,9 +223,10 @@ def _check_backtest_args(args: argparse.Namespace) -> None:
                          "column per series: select them with --columns")
     if args.calibration_windows is not None and args.levels is None:
         raise UsageError("--calibration-windows calibrates intervals; pass --levels too, e.g. --levels 80,95")
-    if args.input_size is not None and "patchtst" in flat_names(args.models) and args.input_size < PATCH_LEN:
-        raise UsageError(f"--input-size {args.input_size} is shorter than one PatchTST patch ({PATCH_LEN} steps); "
-                         f"use --input-size {PATCH_LEN} or more")
+    patched = sorted({"patchtst", "vit"} & set(flat_names(args.models)))
+    if args.input_size is not None and patched and args.input_size < PATCH_LEN:
+        raise UsageError(f"--input-size {args.input_size} is shorter than one {'/'.join(patched)} patch "
+                         f"({PATCH_LEN} steps); use --input-size {PATCH_LEN} or more")
 
 
 def _cmd_backtest(args: argparse.Namespace) -> int:
@@ -261,7 +265,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     models = list(built.values())
     short_ids: list[str] = []
     if neural:
-        need = max(m.min_history() for m in models if m.alias in ("DLinear", "PatchTST")) + args.h + \
+        need = max(built[n].min_history() for n in neural) + args.h + \
             (args.windows - 1) * step + calib * args.h                  # values a series needs for them
         short_ids = [str(u) for u in lengths.index[lengths.to_numpy() < need]]
         if short_ids:
@@ -373,9 +377,10 @@ def _cmd_paper(args: argparse.Namespace) -> int:
     ckpt = None if args.out is None else args.out.parent / (args.out.name + ".ckpt")
 
     def make_model(name: str, h: int):
-        model = paper_config(name, h, dataset, minutely=minutely, **overrides, **(sub if name == "patchtst" else {}))
-        used[f"{model.alias} H={h}"] = {k: v for k, v in model.get_params().items()
-                                        if k not in ("progress", "device", "checkpoint_dir", "resume")}
+        model = paper_config(name, h, dataset, minutely=minutely, **overrides,
+                             **(sub if name in ("patchtst", "vit") else {}))
+        used[f"{model.alias} H={h}"] = {k: v for k, v in model.recorded_params().items()
+                                        if k not in ("progress", "device")}
         if ckpt is not None:
             model.set_params(checkpoint_dir=str(ckpt / f"{model.alias}_H{h}"), resume=args.resume)
         return model

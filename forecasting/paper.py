@@ -21,6 +21,7 @@ import pandas as pd
 from .dlinear import DLinear
 from .errors import SeriesError
 from .patchtst import PatchTST
+from .training import NeuralForecaster
 
 ETTH_BORDERS = (12 * 30 * 24, 16 * 30 * 24, 20 * 30 * 24)     # 12, 4, 4 months of hours: 8640, 11520, 14400
 ETTM_BORDERS = tuple(4 * b for b in ETTH_BORDERS)             # of quarter-hours: 34560, 46080, 57600
@@ -78,7 +79,7 @@ def recognise(path: str | Path) -> str | None:
 
 
 def paper_config(model: str, h: int, dataset: str | None, input_size: int = 336, minutely: bool = False,
-                 **overrides) -> PatchTST | DLinear:
+                 **overrides) -> NeuralForecaster:
     """The official scripts' hyperparameters for `dataset` (one of ETT); `overrides` win.
 
     `dataset=None` (a file that is no ETT file we know): ETTh1's settings, or ETTm1's when `minutely`.
@@ -97,7 +98,15 @@ def paper_config(model: str, h: int, dataset: str | None, input_size: int = 336,
                   max_epochs=10, patience=3, batch_size=spec.dlinear_batch, loss="mse", normalize_loss=False,
                   windows_per_epoch=None, lr_schedule="step")
         return DLinear(h=h, **{**kw, **overrides})
-    raise ValueError(f"unknown paper model {model!r}; use 'patchtst' or 'dlinear'")
+    if model.lower() == "vit":     # no official script: PatchTST's pipeline and training, the frozen ViT inside
+        from .frozen_vit import FrozenViTForecaster
+
+        train = {k: v for k, v in spec.patchtst.items() if k not in ("d_model", "n_heads", "d_ff")}
+        kw = dict(input_size=input_size, patch_len=16, stride=8, head_dropout=0.0, revin=True, revin_affine=False,
+                  subtract_last=False, lr=1e-4, lr_decay=0.9, lr_decay_after=3, max_epochs=100, batch_size=128,
+                  loss="mse", normalize_loss=False, windows_per_epoch=None, **train)
+        return FrozenViTForecaster(h=h, **{**kw, **overrides})
+    raise ValueError(f"unknown paper model {model!r}; use 'patchtst', 'dlinear' or 'vit'")
 
 
 @dataclass

@@ -144,7 +144,7 @@ class NeuralForecaster(Forecaster):
         stamp = None
         if self.checkpoint_dir:
             from .checkpoint import fingerprint
-            stamp = fingerprint(self.get_params(), arrays + ([] if val is None else va_arrays))
+            stamp = fingerprint(self.recorded_params(), arrays + ([] if val is None else va_arrays))
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(self.seed))
             self._train(train, valid, stamp)
@@ -180,7 +180,7 @@ class NeuralForecaster(Forecaster):
         dev = torch.device(self.device)
         net = self._build().to(dev)
         crit = self._loss()
-        opt = torch.optim.Adam(net.parameters(), lr=self.lr)
+        opt = torch.optim.Adam([p for p in net.parameters() if p.requires_grad], lr=self.lr)   # not frozen ones
         rng = np.random.default_rng(int(self.seed))
         n_per_epoch = len(train) if not self.windows_per_epoch else min(len(train), int(self.windows_per_epoch))
         sched = self._scheduler(opt, -(-n_per_epoch // int(self.batch_size)))
@@ -304,6 +304,15 @@ class NeuralForecaster(Forecaster):
         return out, fitted
 
     # -- artifacts ----------------------------------------------------------------------
+    def recorded_params(self) -> dict:
+        """The hyperparameters as saved with the model and fingerprinted by checkpoints (JSON values)."""
+        return {k: v for k, v in self.get_params().items() if k not in ("checkpoint_dir", "resume")}
+
+    @classmethod
+    def _from_params(cls, params: dict, path: Path, **kw) -> "NeuralForecaster":
+        """The unfitted model a saved `params` describes; `kw` are `load`'s extra arguments."""
+        return cls(**params, **kw)
+
     def save(self, path: str | Path) -> Path:
         """Write a directory: config.json (hyperparameters, history) + model.safetensors."""
         from safetensors.torch import save_file
@@ -313,15 +322,16 @@ class NeuralForecaster(Forecaster):
         with atomic_dir(path, f"forecasting.{type(self).__name__}") as tmp:
             cfg = {"kind": f"forecasting.{type(self).__name__}", "format_version": FORMAT_VERSION,
                    "class": type(self).__name__, "history": self.history_,
-                   "params": {k: v for k, v in self.get_params().items() if k not in ("checkpoint_dir", "resume")}}
+                   "params": self.recorded_params()}
             save_file({k: v.contiguous() for k, v in self.net_.state_dict().items()}, str(tmp / "model.safetensors"),
                       metadata=tensor_metadata(cfg))
             write_json(tmp / "config.json", cfg)
         return Path(path)
 
     @classmethod
-    def load(cls, path: str | Path) -> "NeuralForecaster":
-        """Load a saved forecaster (of this class, or any when called on the base class)."""
+    def load(cls, path: str | Path, **kw) -> "NeuralForecaster":
+        """Load a saved forecaster (of this class, or any when called on the base class); `kw` go to the
+        class's `_from_params` (FrozenViTForecaster: `backbone=`)."""
         import json
 
         from safetensors.torch import load_file
@@ -335,7 +345,7 @@ class NeuralForecaster(Forecaster):
         cfg = read_config(path, f"forecasting.{klass.__name__}", FORMAT_VERSION)
         check_tensor_metadata(Path(path) / "model.safetensors", cfg)
         try:
-            model = klass(**cfg["params"])
+            model = klass._from_params(dict(cfg["params"]), Path(path), **kw)
         except (KeyError, TypeError) as e:
             raise ArtifactError(f"{path}/config.json has no valid {klass.__name__} parameters ({e}); "
                                 "the artifact is corrupt, write it again") from e

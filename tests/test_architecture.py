@@ -2,7 +2,8 @@
 
 Layers, each importing only those listed after it:
     apps (anomaly, control)  -> backbone runtime -> backbone.suite
-    forecasting              -> backbone.suite (no vision code)
+    forecasting              -> backbone.suite; forecasting.frozen_vit alone may also import the backbone
+                                runtime, and only inside functions (`import frozenvit.forecasting` loads no timm)
     backbone.distill         -> backbone runtime -> backbone.suite   (nothing imports the trainer)
 No module imports another in a cycle (counting imports inside functions), and every import of our
 code goes through the `frozenvit.` namespace (a bare `import control` would be python-control's).
@@ -31,12 +32,26 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
-def _imports(name: str, path: Path) -> set[str]:
-    """Our modules that `name` imports anywhere in its file (top level or inside functions)."""
+def _function_bodies(tree: ast.AST) -> set[int]:
+    """ids of the import nodes that sit inside a function (run on call, not on import)."""
+    inside = set()
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            inside |= {id(n) for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    return inside
+
+
+def _imports(name: str, path: Path, top_level_only: bool = False) -> set[str]:
+    """Our modules that `name` imports anywhere in its file (top level or inside functions; with
+    `top_level_only`, those imported when the module itself is imported)."""
     is_pkg = path.name == "__init__.py"
     base = name.split(".") if is_pkg else name.split(".")[:-1]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    lazy = _function_bodies(tree) if top_level_only else set()
+    for node in ast.walk(tree):
+        if id(node) in lazy:
+            continue
         targets = []
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
@@ -55,6 +70,8 @@ def _imports(name: str, path: Path) -> set[str]:
 
 
 GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
+EAGER = {m: _imports(m, p, top_level_only=True) for m, p in MODULES.items()}
+LAZY_RUNTIME = {"frozenvit.forecasting.frozen_vit"}    # forecasting's one door to the ViT runtime, inside functions
 
 
 def _layer(mod: str) -> str:
@@ -78,8 +95,30 @@ def test_the_graph_sees_every_package():
 
 @pytest.mark.parametrize("mod", sorted(MODULES))
 def test_imports_point_down_the_layers(mod):
-    wrong = sorted(t for t in GRAPH[mod] if _layer(t) not in ALLOWED[_layer(mod)])
+    allowed = ALLOWED[_layer(mod)] | ({"runtime"} if mod in LAZY_RUNTIME else set())
+    wrong = sorted(t for t in GRAPH[mod] if _layer(t) not in allowed)
     assert not wrong, f"{mod} ({_layer(mod)}) imports {wrong}"
+
+
+def test_forecasting_reaches_the_vit_runtime_only_lazily_from_frozen_vit():
+    lazy = {m: sorted(t for t in GRAPH[m] if _layer(t) == "runtime") for m in MODULES if _layer(m) == "forecasting"}
+    assert {m for m, t in lazy.items() if t} == LAZY_RUNTIME          # it does use the runtime, and nothing else does
+    eager = sorted(t for m in LAZY_RUNTIME for t in EAGER[m] if _layer(t) == "runtime")
+    assert not eager, f"frozen_vit imports the runtime at module level: {eager}"
+
+
+def test_importing_forecasting_and_the_frozen_vit_model_loads_no_vision_code():
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "import frozenvit.forecasting as f\n"
+            "f.FrozenViTForecaster(h=8); f.PatchTST(h=8); import frozenvit.forecasting.cli\n"
+            "print(sorted(m for m in ('timm', 'torchvision', 'frozenvit.backbone.model', 'frozenvit.backbone.loading')"
+            " if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
 
 
 def test_no_module_imports_in_a_cycle():

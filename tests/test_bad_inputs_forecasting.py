@@ -120,6 +120,9 @@ CASES = {
     "--input-size shorter than a patch": (
         lambda d: ["forecast", "backtest", "--csv", str(_long(d / "l.csv")), "--models", "patchtst",
                    "--input-size", "8"], "UsageError", ["--input-size 16"], []),
+    "--input-size shorter than a vit patch": (
+        lambda d: ["forecast", "backtest", "--csv", str(_long(d / "l.csv")), "--models", "snaive,vit",
+                   "--input-size", "8"], "UsageError", ["vit patch", "--input-size 16"], []),
     "--out is someone else's folder": (lambda d: BT + ["--csv", str(_long(d / "l.csv")), "--out", str(_foreign_out(d))],
                                        "OutputConflict", ["--out"], []),
     "paper: missing csv": (lambda d: PAPER + ["--csv", str(d / "ETTh2.csv")], "SeriesError", ["not found"], []),
