@@ -174,3 +174,13 @@ def test_cli_backtest_trains_vit_and_saves_a_forecaster_that_loads_alone(tmp_pat
     assert "FrozenViT" in summary["models"]
     back = FrozenViTForecaster.load(tmp_path / "out" / "models" / "FrozenViT")
     assert back.predict(_series(160)[None, -L:]).shape == (1, H)
+
+
+def test_the_benchmarks_ten_percent_keeps_the_last_tenth_of_the_training_windows(load_benchmark):
+    bench = load_benchmark("forecast_frozen_vit")
+    y, h, tail = np.arange(1000.0), 48, 48
+    kept = bench.last_fraction(y, 0.1, h, tail)
+    n_all = len(y) - bench.L - h - tail + 1                     # training windows of the whole series
+    assert len(kept) - bench.L - h - tail + 1 == round(0.1 * n_all)
+    assert kept[-1] == y[-1]                                    # the most recent values
+    assert len(bench.last_fraction(y[: bench.L + h + tail + 3], 0.1, h, tail)) == bench.L + h + tail   # one at least
