@@ -159,6 +159,10 @@ class EvalWorker:
         import torch
 
         torch.set_num_threads(threads)
+        # Mesa's software renderer (llvmpipe) starts one thread per core of the machine in every
+        # process; an actor holds `threads` CPUs, so its renderer gets as many (read at the first
+        # GL context, which this actor has not made yet). An explicit LP_NUM_THREADS wins.
+        os.environ.setdefault("LP_NUM_THREADS", str(threads))
         self.agent = VisuomotorAgent(policy, backbone)
         self.env_args = env_args
         self.parallel = parallel
