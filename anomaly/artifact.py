@@ -62,9 +62,26 @@ def _is_embedded_default(bb: Any) -> bool:
         return False
 
 
+def _named_source(bb: Any) -> dict | None:
+    """{"name": ...} for a backbone with a named package's own weights (load_backbone("efficientnet_lite0"), the
+    anomaly default), so that a model fitted in Python is rebuilt by name; None for anything else."""
+    from frozenvit.backbone.named import NAMED, package_weights_path
+    from frozenvit.backbone.suite.artifacts import sha256_file
+
+    name = bb.config.name
+    if name not in NAMED or not bb.weights_sha256 or not getattr(bb.config, "pretrained", True):
+        return None
+    try:
+        if sha256_file(package_weights_path(name)) != bb.weights_sha256:
+            return None
+    except BackboneUnavailable:
+        return None
+    return {"name": name, "weights": None, "img_size": list(bb.config.img_size)}
+
+
 def save_patchcore(det: Any, path: str | os.PathLike, backbone_source: dict | None = None) -> None:
     bb = det.backbone_
-    source = backbone_source or ({"default": True} if _is_embedded_default(bb) else None)
+    source = backbone_source or ({"default": True} if _is_embedded_default(bb) else _named_source(bb))
     cfg = {
         "kind": KIND, "format_version": FORMAT_VERSION,
         "params": {k: v for k, v in det.get_params(deep=False).items() if k not in _NOT_SAVED},

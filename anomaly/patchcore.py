@@ -29,6 +29,7 @@ from frozenvit.backbone.suite.errors import UsageError
 from frozenvit.backbone.suite.progress import progress_bar
 
 from .coreset import chunked_coreset, greedy_coreset
+from .defaults import TILE
 from .errors import DatasetError
 from .images import as_image
 from .scoring import (center_tokens, fuse_blocks, local_aggregate, original_maps, reduced_width, reweighted_max, smooth,
@@ -42,6 +43,8 @@ AUGMENTS = {
     "flips": (lambda a: a, lambda a: a[:, ::-1], lambda a: a[::-1], lambda a: a[::-1, ::-1]),
     "rot90": tuple((lambda a, k=k: np.rot90(a, k)) for k in range(4)),
 }
+# tile="auto" leaves an image whole (resized as untiled) when its aspect is within this factor of the model input's
+AUTO_TILE_ASPECT = 1.5
 AUGMENTS["all"] = AUGMENTS["rot90"] + tuple((lambda a, k=k: np.rot90(a[:, ::-1], k)) for k in range(4))
 
 
@@ -70,7 +73,8 @@ class AnomalyPrediction:
     maps: list[np.ndarray]        # (H_i, W_i) float32 defect maps at each image's original size
     is_defect: np.ndarray | None  # (B,) bool, scores > threshold; None when the model has no threshold (uncalibrated)
     threshold: float | None       # None: uncalibrated (too few normals to hold any out, and none given)
-    patch_scores: np.ndarray | list[np.ndarray]   # (B, h, w) distances to the nearest normal patch; tiled: [(T_i, h, w)]
+    patch_scores: np.ndarray | list[np.ndarray]   # (B, h, w) distances to the nearest normal patch; [(T_i, h, w)]
+                                                  # when any image was tiled
 
 
 class PatchCore(BaseEstimator):
@@ -81,7 +85,8 @@ class PatchCore(BaseEstimator):
     learns from normal images only and returns self; learned state ends with `_`; `predict`,
     `decision_function` and `anomaly_maps` never change it.
 
-    backbone: a `backbone.FrozenBackbone`; None loads the embedded default at fit time.
+    backbone: a `backbone.FrozenBackbone`; None loads the anomaly default at fit time (`defaults.BACKBONE`:
+        EfficientNet-Lite0, ImageNet weights from a core dependency; docs/anomaly.md says why).
     blocks: backbone blocks to fuse (negative: from the end); None: two intermediate blocks (`default_blocks`:
         for a ConvNet, its stride-8 and stride-16 stages). Grids of different sizes are fused on the finest.
     coreset_ratio: bank size as a fraction of training patches, in (0, 1] (greedy k-center).
@@ -105,7 +110,9 @@ class PatchCore(BaseEstimator):
     threshold: an explicit decision threshold on image scores; None: calibrated on the held-out normals.
         Given, it wins over the calibrated one, at fit time and at predict time (`set_params(threshold=...)`
         on a fitted model takes effect without refitting).
-    tile: None (the whole image is resized to the model input) or the tile scale: images are cut into
+    tile: None (the whole image is resized to the model input), "auto" (the default, `defaults.TILE`: an image
+        within 1.5x of the input's aspect is resized whole; a longer one is cut into tiles as large as its short
+        side, so nothing is stretched; `tiling_of`) or the tile scale: images are cut into
         overlapping tiles of the model input's aspect, `tile` x its size in original pixels (1.0: one image
         pixel per model pixel), each scored against one bank built from the normals' tiles; the maps are
         stitched back onto the original pixels, overlaps averaged, then smoothed once (sigma x the tile's
@@ -132,7 +139,7 @@ class PatchCore(BaseEstimator):
                  proj_dim: int | None = 128, reduce_dim: int | float | None = 0.25, center: bool = True, aggregation: int = 3,
                  image_score: str = "reweighted", num_neighbors: int = 9, topk_frac: float = 0.01,
                  index: str = "flat", nprobe: int = 8, target_fpr: float = 0.01, holdout: float = 0.2,
-                 threshold: float | None = None, tile: float | None = None, tile_overlap: float = 0.25,
+                 threshold: float | None = None, tile: float | str | None = TILE, tile_overlap: float = 0.25,
                  augment: str | None = None, sigma: float = 4.0, batch_size: int = 16,
                  coreset_chunk: int | None = None, seed: int = 0, progress: bool | None = None) -> None:
         self.backbone = backbone
@@ -179,7 +186,8 @@ class PatchCore(BaseEstimator):
             ("target_fpr", real(self.target_fpr) and 0 < self.target_fpr < 1, "a rate in (0, 1)"),
             ("holdout", real(self.holdout) and 0 <= self.holdout < 1, "a fraction in [0, 1)"),
             ("threshold", self.threshold is None or real(self.threshold), "None or a finite number"),
-            ("tile", self.tile is None or (real(self.tile) and self.tile > 0), "None or a scale > 0"),
+            ("tile", self.tile is None or self.tile == "auto" or (real(self.tile) and self.tile > 0),
+             "None, 'auto' or a scale > 0"),
             ("tile_overlap", real(self.tile_overlap) and 0 <= self.tile_overlap < 1, "a fraction in [0, 1)"),
             ("augment", self.augment is None or self.augment in AUGMENTS, f"None or one of {tuple(AUGMENTS)}"),
             ("sigma", real(self.sigma) and self.sigma >= 0, "a number >= 0"),
@@ -195,13 +203,13 @@ class PatchCore(BaseEstimator):
             raise UsageError("PatchCore: " + "; ".join(bad))
 
     def _setup_backbone(self) -> None:
-        """backbone_ (the given one, or the embedded default) and blocks_ (0-based, checked)."""
+        """backbone_ (the given one, or the default of anomaly/defaults.py) and blocks_ (0-based, checked)."""
         if self.backbone is not None:
             self.backbone_ = self.backbone
         else:
-            from frozenvit.backbone import load_backbone
+            from .defaults import load_default_backbone
 
-            self.backbone_ = load_backbone()
+            self.backbone_ = load_default_backbone()
         config = self.backbone_.config
         default = default_blocks(config.depth, config.strides)
         try:
@@ -322,7 +330,8 @@ class PatchCore(BaseEstimator):
     def _views(self, images: Iterable[Any], augment: bool = False) -> Iterator[tuple[int, Any, Tiling | None]]:
         """(image number, model input, its image's Tiling or None) for every input the backbone sees, image
         by image (each image read once, when its turn comes): the image itself, or its tiles in row-major
-        order; with `augment`, each followed by its `AUGMENTS[self.augment]` copies."""
+        order (an image that is its own one tile goes as the image, Tiling None, so it scores and maps exactly
+        as untiled); with `augment`, each followed by its `AUGMENTS[self.augment]` copies."""
         copies = AUGMENTS[self.augment][1:] if augment and self.augment else ()
         for i, x in enumerate(images):
             x = as_image(x)
@@ -330,12 +339,30 @@ class PatchCore(BaseEstimator):
                 yield i, x, None                                        # as before: the backbone reads it
                 continue
             img = to_rgb_uint8(x, f"image {i}")                         # (H0, W0, 3)
-            tiling = None if self.tile is None else Tiling.plan(img.shape[:2], tuple(self.backbone_.config.img_size),
-                                                                 float(self.tile), float(self.tile_overlap))
+            tiling = self.tiling_of(img.shape[:2])
+            if tiling is not None and len(tiling) == 1 and tiling.tile_size == img.shape[:2]:
+                tiling = None                   # one window, the image itself ("auto" on the input's aspect): untiled
             for v in (tiling.crops(img) if tiling else [img]):
                 yield i, v, tiling
                 for t in copies:
                     yield i, np.ascontiguousarray(t(v)), tiling
+
+    def tiling_of(self, image_size: tuple[int, int]) -> Tiling | None:
+        """The tiles of an image of `image_size` (H0, W0) at `tile`, or None: the whole image goes to the model.
+        "auto": None when the image's aspect is within AUTO_TILE_ASPECT (1.5x) of the model input's (it is
+        resized whole, as untiled); farther, the largest windows of the input's aspect that fit the image
+        (scale = min(H0 / H, W0 / W)): the short side is covered whole and the windows slide along the long side."""
+        model = tuple(self.backbone_.config.img_size)
+        if self.tile is None:
+            return None
+        if self.tile == "auto":
+            ratio = (image_size[0] / image_size[1]) / (model[0] / model[1])
+            if max(ratio, 1 / ratio) <= AUTO_TILE_ASPECT:
+                return None
+            scale = min(image_size[0] / model[0], image_size[1] / model[1])
+        else:
+            scale = float(self.tile)
+        return Tiling.plan(tuple(image_size), model, scale, float(self.tile_overlap))
 
     def _view_batches(self, images: Sequence[Any], desc: str,
                       augment: bool = False) -> Iterator[tuple[torch.Tensor, list, list]]:
@@ -401,7 +428,7 @@ class PatchCore(BaseEstimator):
             patches.append(d)
             scores.append(s)
             where.append(w)
-        if self.tile is None and patches:
+        if patches and not any(isinstance(w, tuple) for w in where):   # no image was tiled: as untiled
             patches = np.concatenate(patches)                           # (B, h, w)
         return patches, np.asarray(scores, np.float32), where
 
@@ -414,11 +441,16 @@ class PatchCore(BaseEstimator):
         the model canvas, Gaussian(sigma) there, then resampled onto each original image through its
         GridMapping (stretch or pad alike, so the map lines up with the original pixels). Tiled,
         [(T_i, h, w)] with (Tiling, tile GridMapping): each tile bilinear onto its window, stitched (overlaps
-        averaged), then Gaussian(sigma x the tile's original pixels per model pixel) once over the image."""
-        if self.tile is None:
+        averaged), then Gaussian(sigma x the tile's original pixels per model pixel) once over the image; an image
+        that was its own one tile (its entry a GridMapping) is mapped as untiled."""
+        if isinstance(patch_scores, np.ndarray):                        # untiled (or no image needed tiles)
             return original_maps(patch_scores, mappings, self.sigma)
         out = []
-        for p, (tiling, m) in zip(patch_scores, mappings):
+        for p, where in zip(patch_scores, mappings):
+            if not isinstance(where, tuple):    # an image that was its own single tile: scored and mapped untiled
+                out.append(original_maps(p, [where], self.sigma)[0])
+                continue
+            tiling, m = where
             amap = tiling.stitch(original_maps(t[None], [m], 0.0)[0] for t in p)      # (H0, W0)
             out.append(smooth(amap, self.sigma * tiling.tile_size[0] / m.model_size[0]))
         return out

@@ -1,11 +1,15 @@
 """PatchCore speed: coreset time and peak memory (200,000 x 384 at 10%), fit time, predict throughput
 relative to bare `patch_grids`, bank size.
 
-    python benchmarks/anomaly_speed.py --threads 2
+    python benchmarks/anomaly_speed.py --threads 2                                  # the embedded ViT
+    python benchmarks/anomaly_speed.py --threads 2 --backbone default --skip-coreset --tiled 1250x500
 
 Targets (issue 4): coreset < 60 s on 2 cores; predict img/s / patch_grids img/s >= 0.85.
 The coreset input is seeded Gaussian noise: no cluster structure, the worst case for k-center.
-Backbone: the embedded default when shipped, else a random-init ViT-Tiny/16 at 224 (speed only).
+Backbone: --backbone embedded (the default of this script: the embedded ViT when shipped, else a random-init
+ViT-Tiny/16 at 224, speed only), default (anomaly/defaults.py's, with its tiling; writes
+anomaly_speed_<name>_t<threads>.json) or a load_backbone name. --tiled HxW adds tiled predict on HxW images
+against bare patch_grids on exactly their tiles (issue 17: tiling should cost no more than its backbone passes).
 """
 from __future__ import annotations
 
@@ -44,10 +48,15 @@ def bench_coreset(n: int, d: int, ratio: float, chunk: int) -> list[dict]:
     return rows
 
 
-def get_backbone():
+def get_backbone(name: str):
+    from frozenvit.anomaly.defaults import BACKBONE, load_default_backbone
     from frozenvit.backbone import load_backbone
     from frozenvit.backbone.errors import BackboneUnavailable
 
+    if name == "default":
+        return load_default_backbone(), f"anomaly default ({BACKBONE or 'embedded ViT'})"
+    if name != "embedded":
+        return load_backbone(name), name
     try:
         return load_backbone(), "embedded default"
     except BackboneUnavailable:
@@ -66,6 +75,11 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--skip-coreset", action="store_true")
+    ap.add_argument("--backbone", default="embedded",
+                    help="'embedded' (the embedded ViT), 'default' (anomaly/defaults.py's, with its tiling) or a name")
+    ap.add_argument("--tiled", default=None, metavar="HxW",
+                    help="also time tiled predict (the default's tiling, else tile='auto') on images of HxW px against "
+                         "bare patch_grids on the same tiles, e.g. 1250x500")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -75,7 +89,7 @@ def main() -> None:
     from frozenvit.anomaly import PatchCore, render_sample
 
     rows = [] if args.skip_coreset else bench_coreset(args.n, args.d, args.ratio, args.chunk)
-    bb, which = get_backbone()
+    bb, which = get_backbone(args.backbone)
     size = (args.size, args.size)
     train = [render_sample("weave", None, 1, i, size)[0] for i in range(args.n_train)]
     test = [render_sample("weave", "hole" if i % 2 else None, 2, i, size)[0] for i in range(args.batch_size)]
@@ -97,6 +111,20 @@ def main() -> None:
         "predict flat": lambda: det.predict(test), "scores flat": lambda: det.decision_function(test),
         "predict ivf": lambda: ivf.predict(test), "scores ivf": lambda: ivf.decision_function(test),
     }
+    if args.tiled:   # tiled predict against the bare backbone on exactly the tiles it needs
+        th, tw = (int(v) for v in args.tiled.lower().split("x"))
+        big = [render_sample("weave", "hole" if i % 2 else None, 2, i, (th, tw))[0] for i in range(4)]
+        # n_train / (tiles per image) normals: a bank about as large as the untiled one's (search cost grows with it)
+        probe = PatchCore(bb, tile=det.tile or "auto")
+        probe.backbone_ = bb
+        per_image = len(probe.tiling_of((th, tw)) or [None])
+        tdet = PatchCore(bb, tile=det.tile or "auto", progress=False).fit(
+            [render_sample("weave", None, 1, i, (th, tw))[0] for i in range(max(2, args.n_train // per_image))])
+        crops = [c for img in big for c in tdet.tiling_of(img.shape[:2]).crops(img)]
+        n_tiles = len(crops) // len(big)
+        variants["patch_grids tiles"] = lambda: bb.patch_grids(crops, blocks=blocks, batch_size=args.batch_size,
+                                                                progress=False)
+        variants["predict tiled"] = lambda: tdet.predict(big)
     times: dict[str, list[float]] = {k: [] for k in variants}
     for r in range(args.repeats + 1):
         for k, fn in variants.items():
@@ -106,7 +134,7 @@ def main() -> None:
                 times[k].append(time.perf_counter() - t0)
     bare = args.batch_size / median(times["patch_grids"])
     rows.append({"what": "patch_grids", "variant": f"blocks {blocks}", "img_s": bare, "batch": args.batch_size})
-    for k in list(variants)[1:]:
+    for k in [k for k in list(variants)[1:] if "tile" not in k]:
         what, kind = k.split()
         ips = args.batch_size / median(times[k])
         rows.append({"what": "predict (maps)" if what == "predict" else "scores only",
@@ -114,9 +142,19 @@ def main() -> None:
                      "img_s": ips, "ratio_to_patch_grids": ips / bare,
                      "ratio_per_round_median": median([b / p for b, p in zip(times["patch_grids"], times[k])]),
                      "batch": args.batch_size})
+    if args.tiled:
+        bare_t = len(big) / median(times["patch_grids tiles"])
+        ips = len(big) / median(times["predict tiled"])
+        rows.append({"what": "predict tiled (maps)", "variant": f"{args.tiled} px, tile {tdet.tile}, {n_tiles} tiles/img, "
+                     f"bank {tdet.bank_.shape[0]}x{tdet.bank_.shape[1]} (untiled {det.bank_.shape[0]})",
+                     "img_s": ips, "ratio_to_patch_grids": ips / bare_t,
+                     "ratio_per_round_median": median([b / p for b, p in zip(times["patch_grids tiles"],
+                                                                             times["predict tiled"])]),
+                     "patch_grids_tiles_img_s": bare_t, "batch": args.batch_size})
     print(f"backbone: {bb.name} ({which}), {bb.config.img_size[0]} px, grid {bb.config.grid}, threads {args.threads}")
     print_table(rows, "{:.3f}")
-    write_result(f"anomaly_speed_t{args.threads}", {"backbone": bb.name, "backbone_kind": which, "rows": rows,
+    name = "anomaly_speed" + ("" if args.backbone == "embedded" else f"_{bb.name}") + f"_t{args.threads}"
+    write_result(name, {"backbone": bb.name, "backbone_kind": which, "blocks": list(blocks), "tile": det.tile, "rows": rows,
                                                    "targets": {"coreset_s": 60, "predict_ratio": 0.85}}, args.out)
 
 

@@ -2,6 +2,7 @@
 import csv
 import json
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -67,16 +68,16 @@ def test_fit_on_an_empty_folder_fails_with_a_clear_message(workspace, capsys):
 
 
 def test_random_weights_without_a_backbone_are_the_defaults_shape_random_and_recorded(workspace, capsys):
-    from frozenvit.backbone import default_spec, load_backbone
+    from frozenvit.anomaly.defaults import load_default_backbone
 
     out = workspace / "random_model"
     assert main(["anomaly", "fit", "--data", str(workspace / "data" / "weave"), "--out", str(out),
                  "--random-weights", "--img-size", "64", "--threads", "1"]) == 0
     assert "cannot be rebuilt" in capsys.readouterr().err
     rec = json.loads((out / "config.json").read_text())
-    default = load_backbone(img_size=64)
+    default = load_default_backbone(img_size=64)
     assert rec["backbone"]["pretrained"] is False and rec["backbone"]["weights_sha256"] is None
-    assert rec["backbone"]["name"] == default_spec()["arch"] and rec["backbone"]["depth"] == default.config.depth
+    assert rec["backbone"]["name"] == default.config.name and rec["backbone"]["depth"] == default.config.depth
     assert rec["backbone"]["fingerprint"].startswith("params:") and rec["backbone_source"] is None
     assert main(["anomaly", "predict", "--model", str(out), "--images", str(workspace / "data" / "weave" / "test"),
                  "--out", str(workspace / "random_pred")]) == 2
@@ -87,8 +88,11 @@ def test_a_model_of_the_default_fitted_at_another_img_size_is_rebuilt_at_it_by_e
     model = workspace / "default64"
     assert main(["anomaly", "fit", "--data", str(workspace / "data" / "weave"), "--out", str(model),
                  "--img-size", "64", "--threads", "1"]) == 0
+    from frozenvit.anomaly import defaults
+
     rec = json.loads((model / "config.json").read_text())
-    assert rec["backbone"]["img_size"] == [64, 64] and rec["backbone_source"] == {"default": True}
+    assert rec["backbone"]["img_size"] == [64, 64] and rec["backbone_source"] == defaults.default_source(64)
+    assert rec["backbone"]["name"] == (defaults.BACKBONE or rec["backbone"]["name"])
     test_dir = workspace / "data" / "weave" / "test"
     assert main(["anomaly", "predict", "--model", str(model), "--images", str(test_dir),
                  "--out", str(workspace / "pred64"), "--no-overlays"]) == 0
@@ -160,3 +164,40 @@ def test_fit_stores_tile_and_threshold_and_predict_uses_them(workspace, capsys):
                  str(workspace / "data" / "weave" / "test"), "--out", str(workspace / "pred_tiled")]) == 0
     rows = list(csv.DictReader(open(workspace / "pred_tiled" / "scores.csv")))
     assert len(rows) == 6 and all(r["threshold"] == "0.500000" and r["is_defect"] in ("0", "1") for r in rows)
+
+
+def test_patchcore_without_a_backbone_and_fit_without_options_use_one_default(workspace, tmp_path):
+    """PatchCore(backbone=None) and `anomaly fit` with no backbone options both take anomaly/defaults.py's
+    backbone and tiling; a Python-fitted default model records its source, so it loads without a backbone."""
+    import warnings
+
+    from frozenvit.anomaly import PatchCore, defaults, read_mvtec
+
+    ds = read_mvtec(workspace / "data" / "weave")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        det = PatchCore(coreset_ratio=0.5, progress=False).fit(ds.train[:4])
+    assert det.tile == defaults.TILE
+    default = defaults.load_default_backbone()
+    assert det.backbone_.config.name == default.config.name and det.backbone_.weights_sha256 == default.weights_sha256
+    det.save(tmp_path / "py")
+    loaded = PatchCore.load(tmp_path / "py")
+    assert loaded.backbone_.weights_sha256 == default.weights_sha256
+    img = [str(s.path) for s in ds.test[:2]]
+    assert np.array_equal(det.decision_function(img), loaded.decision_function(img))
+    assert main(["anomaly", "fit", "--data", str(workspace / "data" / "weave"), "--out", str(tmp_path / "cli"),
+                 "--threads", "1"]) == 0
+    rec = json.loads((tmp_path / "cli" / "config.json").read_text())
+    assert rec["backbone"]["weights_sha256"] == default.weights_sha256 and rec["params"]["tile"] == defaults.TILE
+
+
+def test_backbone_embedded_is_the_embedded_vit_and_is_rebuilt_by_predict(workspace, capsys):
+    from frozenvit.backbone import default_spec
+
+    model = workspace / "embedded48"
+    assert main(["anomaly", "fit", "--data", str(workspace / "data" / "weave"), "--out", str(model),
+                 "--backbone", "embedded", "--img-size", "48", "--threads", "1"]) == 0
+    rec = json.loads((model / "config.json").read_text())
+    assert rec["backbone_source"] == {"default": True} and rec["backbone"]["name"] == default_spec()["arch"]
+    assert main(["anomaly", "predict", "--model", str(model), "--images", str(workspace / "data" / "weave" / "test"),
+                 "--out", str(workspace / "pred_embedded"), "--no-overlays"]) == 0

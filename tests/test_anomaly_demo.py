@@ -2,6 +2,8 @@
 import math
 import re
 
+import numpy as np
+
 import pytest
 
 from frozenvit.backbone.suite.report import DemoContext
@@ -22,17 +24,23 @@ def test_quick_demo_fits_the_weave_set_and_reports_its_bank_and_false_alarm_boun
     sec = section(DemoContext(out_dir=tmp_path, threads=1, quick=True))
     html = "\n".join(sec.blocks)
     try:
-        from frozenvit.backbone import load_backbone
-        bb = load_backbone()
+        from frozenvit.anomaly.defaults import load_default_backbone
+        bb = load_default_backbone()
     except BackboneUnavailable:
-        assert "not shipped" in html and "<table>" not in html
+        assert "cannot be loaded here" in html and "<table>" not in html
         return
     (row,) = _table(html)                                   # quick mode: the weave category only
     assert row["category"] == "weave"
     # 8 normals: round(0.2 * 8) = 2 held out, so the threshold only bounds false alarms by 1/3
     assert float(row["FA bound"]) == pytest.approx(1 / 3, abs=1e-4)
-    # bank: 10% of the 6 training images' patches, channels pooled to a quarter of two fused blocks
-    n_patches = 6 * math.prod(bb.config.grid)
-    assert row["bank"] == f"{math.ceil(0.1 * n_patches)}x{2 * bb.config.embed_dim // 4}"
+    # bank: 10% of the 6 training images' patches on the finest default grid, channels pooled to a quarter of
+    # the fused blocks' width (the stages' own widths for a ConvNet)
+    from frozenvit.anomaly import default_blocks
+
+    blocks = default_blocks(bb.config.depth, bb.config.strides)
+    n_patches = 6 * max(math.prod(bb.config.grid_of(b)) for b in blocks)
+    grids = bb.patch_grids([np.zeros((32, 32, 3), np.uint8)], blocks=blocks, progress=False)
+    width = sum(grids[b].shape[1] for b in blocks)
+    assert row["bank"] == f"{math.ceil(0.1 * n_patches)}x{width // 4}"
     assert float(row["image AUROC"]) > 0.5 and 0 <= float(row["AUPRO@0.3"]) <= 1
     assert html.count("<img") == 1 and (tmp_path / "anomaly-synthetic" / "weave" / "train" / "good").is_dir()

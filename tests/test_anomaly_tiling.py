@@ -171,3 +171,44 @@ def test_a_tiled_model_saves_and_loads_its_tiling(tiled, tiny_vit, tmp_path):
     assert loaded.tile == 1.0 and loaded.tile_overlap == 0.25
     a, b = tiled.predict([img]), loaded.predict([img])
     assert np.array_equal(a.scores, b.scores) and np.array_equal(a.maps[0], b.maps[0])
+
+
+# ---- tile="auto": windows as large as the image's short side --------------------------------------------
+
+@pytest.mark.parametrize("image,tiles", [((96, 200), (1, 3)), ((400, 100), (5, 1)), ((40, 70), (1, 2)),
+                                         ((1250, 500), (3, 1)), ((80, 80), None), ((40, 50), None), ((96, 144), None)])
+def test_auto_tiles_cover_the_short_side_whole_and_slide_along_the_long_one(tiny_vit, image, tiles):
+    det = PatchCore(tiny_vit, tile="auto")
+    det.backbone_ = tiny_vit                                          # the model input (64 x 64), no fit needed
+    t = det.tiling_of(image)
+    if tiles is None:                                                 # within 1.5x of the input's aspect: whole
+        assert t is None
+        return
+    short = min(image)
+    assert t.tile_size == (short, short) and (len(t.tops), len(t.lefts)) == tiles
+    assert t.coverage().min() >= 1
+
+
+def test_auto_tiling_leaves_an_image_near_the_input_aspect_whole_as_untiled(tiny_vit, normals):
+    crops = [n[:128, :160] for n in normals]                           # 1.25x the 64 x 64 input's aspect
+    auto = PatchCore(tiny_vit, coreset_ratio=0.5, tile="auto", progress=False).fit(crops)
+    plain = PatchCore(tiny_vit, coreset_ratio=0.5, tile=None, progress=False).fit(crops)
+    img = with_square(render_sample("weave", None, 0, 9, size=(128, 160))[0], 40, 40, 24)[0]
+    assert auto.tiling_of(img.shape[:2]) is None
+    a, b = auto.predict([img]), plain.predict([img])
+    assert np.array_equal(a.scores, b.scores) and np.array_equal(a.maps[0], b.maps[0])
+
+
+def test_an_auto_tiled_model_saves_and_loads_auto(tiny_vit, normals, tmp_path):
+    det = PatchCore(tiny_vit, coreset_ratio=0.5, tile="auto", progress=False).fit(normals[:4])
+    det.save(tmp_path / "m")
+    loaded = PatchCore.load(tmp_path / "m", backbone=tiny_vit)
+    assert loaded.tile == "auto"
+    assert np.array_equal(det.decision_function(normals[4:]), loaded.decision_function(normals[4:]))
+
+
+def test_tile_must_be_none_auto_or_a_positive_scale(tiny_vit, normals):
+    from frozenvit.backbone.suite.errors import UsageError
+
+    with pytest.raises(UsageError, match="tile must be None, 'auto' or a scale > 0"):
+        PatchCore(tiny_vit, tile="big").fit(normals[:2])

@@ -50,8 +50,8 @@ CASES = [
     ("--threshold nan", f"{FIT_NAMED} --threshold nan", "UsageError"),
     ("predict --threshold inf", "anomaly predict --model {ws}/model --images {ws}/data/weave/test --out {ws}/pred "
                                 "--threshold inf", "UsageError"),
-    ("--img-size not divisible by the patch", "anomaly fit --data {ws}/data/weave --out {ws}/new_model --img-size 70",
-     "GridMismatch"),
+    ("--img-size not divisible by a ViT's patch", "anomaly fit --data {ws}/data/weave --out {ws}/new_model "
+                                                  "--img-size 70 --backbone test_vit --random-weights", "GridMismatch"),
     ("an unreadable image among test images", "anomaly predict --model {ws}/model --images {ws}/bad_test "
                                               "--out {ws}/pred", "ImageFormatError"),
     ("--images that do not exist", "anomaly predict --model {ws}/model --images {ws}/nothing --out {ws}/pred",

