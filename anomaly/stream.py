@@ -113,7 +113,7 @@ def _ray_scored(paths: list[str], model_dir: Path, backbone: Any, params: dict, 
 
     with ray_session(num_cpus=workers) as ray:
         n = max(1, min(workers or cluster_cpus(ray), len(paths)))
-        per_call = max(1, min(batch_size, -(-len(paths) // n)))     # every actor gets work
+        per_call = max(1, min(batch_size, -(-len(paths) // (n * 4))))   # >= 4 batches per actor: balanced ends
         ctx = ray.data.DataContext.get_current()
         ctx.execution_options.preserve_order = True
         ds = ray.data.from_items([{"i": i, "path": p} for i, p in enumerate(paths)])
