@@ -27,11 +27,6 @@ class Scored:
     overlay_png: bytes | None     # the defect map over the image, PNG (None when not asked for)
 
 
-def _threshold(det: Any) -> float | None:
-    t = det.decision_threshold() if hasattr(det, "decision_threshold") else det.threshold_
-    return None if t is None or not np.isfinite(t) else float(t)
-
-
 def score_batch(det: Any, paths: Sequence[str], overlays: bool) -> list[Scored]:
     """Scores, decisions and (optionally) overlay PNGs of one batch of image files."""
     from PIL import Image
@@ -41,15 +36,15 @@ def score_batch(det: Any, paths: Sequence[str], overlays: bool) -> list[Scored]:
 
     images = [read_image(p) for p in paths]
     pred = det.predict(images)
-    t = _threshold(det)
+    decisions = [None] * len(paths) if pred.is_defect is None else [bool(d) for d in pred.is_defect]
     out = []
-    for p, img, amap, s in zip(paths, images, pred.maps, pred.scores):
+    for p, img, amap, s, d in zip(paths, images, pred.maps, pred.scores, decisions):
         png = None
         if overlays:
             buf = io.BytesIO()
             Image.fromarray(overlay(img, amap, *det.map_range_)).save(buf, format="PNG")
             png = buf.getvalue()
-        out.append(Scored(str(p), float(s), None if t is None else bool(s > t), png))
+        out.append(Scored(str(p), float(s), d, png))
     return out
 
 
