@@ -18,7 +18,7 @@ import socket
 from typing import Any, Iterator
 
 from .cli import number
-from .errors import FrozenVitError
+from .errors import FrozenVitError, UsageError
 
 ENGINES = ("local", "ray")
 CONNECT_TIMEOUT_S = 5.0
@@ -47,8 +47,6 @@ def die_once_if_asked() -> None:
 
 def check_engine(engine: Any) -> str:
     """`engine` checked: "local" or "ray" (UsageError otherwise)."""
-    from .errors import UsageError
-
     if engine not in ENGINES:
         raise UsageError(f"engine must be one of {ENGINES}, got {engine!r}")
     return engine
@@ -152,8 +150,6 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
 
 def engine_from_args(args: argparse.Namespace) -> str:
     """'ray' when --ray was given, else 'local'; --workers without --ray is refused."""
-    from .errors import UsageError
-
     if getattr(args, "ray", None) is None:
         if getattr(args, "workers", None) is not None:
             raise UsageError("--workers counts Ray workers: add --ray [ADDRESS], or drop --workers")
