@@ -20,9 +20,12 @@ def overlay(image: np.ndarray, amap: np.ndarray, lo: float, hi: float, mask: np.
     if img.shape[:2] != amap.shape:
         raise ValueError(f"map {amap.shape} does not match image {img.shape[:2]}")
     t = np.clip((amap - lo) / max(hi - lo, 1e-12), 0, 1)                    # (H, W) in [0, 1]
-    heat = colormaps["jet"](t)[..., :3]                                      # (H, W, 3)
-    a = (alpha * t)[..., None]
-    out = (1 - a) * img.astype(np.float32) / 255 + a * heat
+    # the colormap's own 256-entry table, indexed as matplotlib bins a float in [0, 1]: the same
+    # colours as colormaps["jet"](t), without building an (H, W, 4) float64 array per image
+    lut = colormaps["jet"](np.arange(256))[:, :3].astype(np.float32)             # (256, 3)
+    heat = lut[np.minimum((t * 256).astype(np.intp), 255)]                       # (H, W, 3)
+    a = (alpha * t).astype(np.float32)[..., None]
+    out = (1 - a) * (img.astype(np.float32) / 255) + a * heat
     if mask is not None and mask.any():
         edge = mask & ~ndimage.binary_erosion(mask, iterations=max(1, min(mask.shape) // 200))
         out[edge] = (0.1, 1.0, 0.1)
