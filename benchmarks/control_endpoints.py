@@ -52,6 +52,7 @@ def main() -> int:
                            max_steps=args.max_steps) as env:
             for c in config_seeds("heldout", args.configs, start=args.heldout_start):
                 st = env.reset(c)
+                agent.reset()
                 goal = st.full[-3:].copy()                                          # reach: goal xyz ends the state
                 start, closest = st.proprio[:3].copy(), np.inf
                 while not st.done:

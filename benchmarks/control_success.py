@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from common import RESULTS, ROOT, print_table, write_result
-from frozenvit.control.defaults import DEFAULT_BC_EPOCHS, DEFAULT_QUERIES, DEFAULT_QUERY_DIVERSITY
+from frozenvit.control.defaults import (BC_LOSSES, DEFAULT_BC_EPOCHS, DEFAULT_BC_LOSS, DEFAULT_CHUNK,
+                                        DEFAULT_CHUNK_DECAY, DEFAULT_QUERIES, DEFAULT_QUERY_DIVERSITY)
 
 DEFAULT_TASKS = ["reach-v3", "push-v3", "button-press-v3", "drawer-open-v3"]
 
@@ -42,6 +43,13 @@ def main() -> int:
                     help="attention pooling: weight of the penalty on queries whose attention maps overlap")
     ap.add_argument("--with-cls", action="store_true",
                     help="attention pooling: the MLP also gets the CLS token (patch tokens on top of the summary)")
+    ap.add_argument("--chunk", type=int, default=DEFAULT_CHUNK,
+                    help="every head predicts the next K actions per frame, temporally ensembled at run time")
+    ap.add_argument("--chunk-decay", type=float, default=DEFAULT_CHUNK_DECAY, metavar="M",
+                    help="temporal ensemble weights exp(-M i), i = 0 for the oldest prediction")
+    ap.add_argument("--velocity", action="store_true",
+                    help="every head also reads the difference of the last two proprio readings")
+    ap.add_argument("--loss", choices=BC_LOSSES, default=DEFAULT_BC_LOSS, help="behaviour-cloning loss")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0],
                     help="training seeds of each head: BC success varies a lot from seed to seed")
     ap.add_argument("--block", type=int, default=None,
@@ -101,7 +109,8 @@ def main() -> int:
                     poolings=args.poolings, epochs=args.epochs, frames=args.frames, seeds=args.seeds,
                     token_dropout=args.token_dropout, num_queries=args.num_queries, keypoints=args.keypoints,
                     pos_code=args.pos_code, query_diversity=args.query_diversity, with_cls=args.with_cls,
-                    blocks=blocks, ensemble=args.ensemble,
+                    blocks=blocks, ensemble=args.ensemble, chunk=args.chunk, chunk_decay=args.chunk_decay,
+                    velocity=args.velocity, loss=args.loss,
                     encoder=enc, weights_sha256=bb.weights_sha256, camera=args.camera, demo_size=args.demo_size,
                     action_noise=args.action_noise, hold_steps=args.hold_steps,
                     render=render.as_dict(),
@@ -134,19 +143,22 @@ def main() -> int:
             cache = caches[blocks[pooling]]
             pol_dir = work / "policies" / (f"{task}_{enc}_{(bb.weights_sha256 or 'random')[:10]}_{pooling}"
                                            f"_b{blocks[pooling]}_f1_s{seed}{lod}{demo_sfx}"
-                                           f"{_attention_suffix(args, pooling)}")
+                                           f"{_attention_suffix(args, pooling)}{_head_suffix(args)}")
             attention = AttentionConfig(args.num_queries, query_diversity=args.query_diversity,
                                         with_cls=args.with_cls) if pooling == "attention" else None
-            pol = PatchTokenPolicy(pooling, attention, epochs=args.epochs, seed=seed)
+            pol = PatchTokenPolicy(pooling, attention, epochs=args.epochs, seed=seed, chunk=args.chunk,
+                                   chunk_decay=args.chunk_decay, velocity=args.velocity, loss=args.loss)
             try:
                 cached = PatchTokenPolicy.load(pol_dir) if (pol_dir / "config.json").is_file() else None
             except ArtifactError:                                      # of an older format: trained again
                 cached = None
-            if cached is not None and cached.get_params() == pol.get_params() \
+            # the ensemble's decay acts at run time only: a head trained with another one is reused
+            if cached is not None and dict(cached.get_params(), chunk_decay=args.chunk_decay) == pol.get_params() \
                     and cached.meta_.get("fingerprint") == bb.weights_sha256:
-                pol = cached
+                pol = cached.set_params(chunk_decay=args.chunk_decay)
             else:
-                pol.fit(cache, checkpoint_dir=work / f"ckpt_v{POLICY_FORMAT}" / pol_dir.name)
+                m = f"m{args.chunk_decay:g}" if args.chunk > 1 else ""
+                pol.fit(cache, checkpoint_dir=work / f"ckpt_v{POLICY_FORMAT}" / (pol_dir.name + m))
                 pol.save(pol_dir)
             t_fit = time.perf_counter() - t1
             res = evaluate(pol, bb, heldout, max_steps=args.max_steps, parallel=args.parallel)
@@ -248,6 +260,9 @@ def _pooling_settings(settings: dict, pooling: str) -> dict:
     s.setdefault("ensemble", 1)                        # runs before --ensemble existed had one head per seed
     s.setdefault("action_noise", 0.0)                  # ... and before --action-noise, noise-free demos
     s.setdefault("hold_steps", 0)                      # ... and before --hold-steps, demos that end at success
+    s.update({k: settings.get(k, default) for k, default in _HEAD_OPTIONS_DEFAULTS.items()})   # ... and before these
+    if s["chunk"] == 1:
+        s["chunk_decay"] = DEFAULT_CHUNK_DECAY         # unused without chunks
     if pooling == "attention":                         # runs from before an option existed: its default
         s.update({k: settings.get(k, default) for k, default in _ATTENTION_OPTIONS_DEFAULTS.items()})
     return s
@@ -257,6 +272,17 @@ def _pooling_settings(settings: dict, pooling: str) -> dict:
 _ATTENTION_OPTIONS_DEFAULTS = dict(token_dropout=0.0, num_queries=4, keypoints=False, pos_code="learned",
                                    query_diversity=0.0, with_cls=False)
 _ATTENTION_OPTIONS = tuple(_ATTENTION_OPTIONS_DEFAULTS)
+
+
+# what a result JSON (or policy folder name) written before the options of every head existed was made with
+_HEAD_OPTIONS_DEFAULTS = dict(chunk=1, chunk_decay=DEFAULT_CHUNK_DECAY, velocity=False, loss="mse")
+
+
+def _head_suffix(args: argparse.Namespace) -> str:
+    """Policy-folder suffix of the options of every head that differ from the defaults (none for the defaults;
+    not the chunks' decay, which acts at run time only)."""
+    return (f"_k{args.chunk}" if args.chunk != 1 else "") + ("_vel" if args.velocity else "") \
+        + (f"_{args.loss}" if args.loss != "mse" else "")
 
 
 def _attention_suffix(args: argparse.Namespace, pooling: str) -> str:
