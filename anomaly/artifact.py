@@ -140,6 +140,7 @@ def load_patchcore(cls: type, path: str | os.PathLike, backbone: Any = None) -> 
         bb = backbone if backbone is not None else _rebuild_backbone(cfg, path)
         check_backbone(cfg, bb, path)
         params = dict(cfg["params"])
+        params.setdefault("score_border", 0)        # saved before the option: every patch counted in image scores
         if params.get("blocks") is not None:
             params["blocks"] = tuple(params["blocks"])
         det = cls(backbone=bb, **params)

@@ -61,7 +61,8 @@ def _detector(args: argparse.Namespace, bb: Any):
     if getattr(args, "augment", "none") != "none":
         few_shot["augment"] = args.augment
     return PatchCore(bb, blocks=args.blocks, coreset_ratio=args.coreset_ratio, reduce_dim=args.reduce_dim,
-                     image_score=args.image_score, index=args.index, target_fpr=args.target_fpr,
+                     image_score=args.image_score, score_border=args.score_border, index=args.index,
+                     target_fpr=args.target_fpr,
                      holdout=args.holdout, batch_size=args.batch_size, coreset_chunk=args.coreset_chunk,
                      seed=args.seed, progress=None, **few_shot)
 
@@ -246,6 +247,11 @@ def _tile(text: str) -> float | str | None:
     return number(float, min=0, min_open=True)(text)
 
 
+def _score_border(text: str) -> int | str:
+    """--score-border: 'auto' or an int >= 0."""
+    return "auto" if text.lower() == "auto" else number(int, min=0)(text)
+
+
 def _blocks(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(b) for b in text.split(","))
@@ -306,6 +312,10 @@ def _add_method_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image-score", choices=("reweighted", "max", "topk"), default="reweighted",
                    help="image score from patch scores: the paper's reweighted maximum, the maximum, or the "
                         "mean of the top 1%%")
+    p.add_argument("--score-border", type=_score_border, default=defaults.SCORE_BORDER,
+                   help="rings of patches along each model input's edges (tile edges when tiled) left out of the "
+                        "image score; the maps keep them. 0: every patch counts; 'auto': 1 for a ConvNet (its "
+                        "zero-padded edge patches score high on normals), 0 for a ViT")
     p.add_argument("--index", choices=("flat", "ivf", "ivfpq"), default="flat",
                    help="nearest-neighbour search: flat is exact; ivf/ivfpq are approximate, for large banks")
     p.add_argument("--target-fpr", type=_open_fraction, default=0.01,

@@ -13,6 +13,10 @@ from typing import Any
 BACKBONE: str | None = "efficientnet_lite0"
 # PatchCore(tile=...) and `anomaly fit --tile`: see PatchCore's docstring
 TILE: float | str | None = "auto"
+# PatchCore(score_border=...) and `anomaly fit --score-border`: rings of edge patches left out of image scores
+# "auto": 1 ring on a ConvNet, whose zero-padded edge patches were the worst patch of every normal KolektorSDD
+# test image (docs/anomaly.md, "Real inspection data"), 0 on a ViT (no padding)
+SCORE_BORDER: int | str = "auto"
 
 
 def load_default_backbone(img_size: Any = None, *, pretrained: bool = True, resize: str = "stretch") -> Any:

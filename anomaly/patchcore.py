@@ -29,7 +29,7 @@ from frozenvit.backbone.suite.errors import UsageError
 from frozenvit.backbone.suite.progress import progress_bar
 
 from .coreset import chunked_coreset, greedy_coreset
-from .defaults import TILE
+from .defaults import SCORE_BORDER, TILE
 from .errors import DatasetError
 from .images import as_image
 from .scoring import (center_tokens, fuse_blocks, local_aggregate, original_maps, reduced_width, reweighted_max, smooth,
@@ -101,6 +101,13 @@ class PatchCore(BaseEstimator):
         that only shift the whole image.
     aggregation: odd neighbourhood size averaged on the grid; 1 disables.
     image_score: "reweighted" (paper, b = num_neighbors), "max", or "topk" (mean of top topk_frac).
+    score_border: rings of patches along each model input's edges (the fused grid's outermost rows and
+        columns, per side) left out of the image score; the maps keep them. A ConvNet's border patches see
+        its zero padding and average fewer neighbours, so normal ones lie farther from the bank: on tiled
+        KolektorSDD the worst patch of every good test image sat on a tile's outer ring (docs/anomaly.md).
+        0: every patch counts (models saved before this option load with 0). "auto" (the default,
+        `defaults.SCORE_BORDER`): 1 for a ConvNet backbone (one with stage strides) whose grid has a patch
+        left inside the ring, else 0 (ViTs: no padding). `border_()` says what a fitted model uses.
     index: "flat" (exact), "ivf" or "ivfpq" (approximate, large banks); nprobe for the IVF ones.
     target_fpr: false-alarm rate in (0, 1) the threshold is calibrated to on held-out normals.
     holdout: fraction in [0, 1) of the training normals held out for that calibration: round(holdout * n)
@@ -138,6 +145,7 @@ class PatchCore(BaseEstimator):
     def __init__(self, backbone: Any = None, blocks: Sequence[int] | None = None, coreset_ratio: float = 0.1,
                  proj_dim: int | None = 128, reduce_dim: int | float | None = 0.25, center: bool = True, aggregation: int = 3,
                  image_score: str = "reweighted", num_neighbors: int = 9, topk_frac: float = 0.01,
+                 score_border: int | str = SCORE_BORDER,
                  index: str = "flat", nprobe: int = 8, target_fpr: float = 0.01, holdout: float = 0.2,
                  threshold: float | None = None, tile: float | str | None = TILE, tile_overlap: float = 0.25,
                  augment: str | None = None, sigma: float = 4.0, batch_size: int = 16,
@@ -152,6 +160,7 @@ class PatchCore(BaseEstimator):
         self.image_score = image_score
         self.num_neighbors = num_neighbors
         self.topk_frac = topk_frac
+        self.score_border = score_border
         self.index = index
         self.nprobe = nprobe
         self.target_fpr = target_fpr
@@ -181,6 +190,7 @@ class PatchCore(BaseEstimator):
             ("image_score", self.image_score in IMAGE_SCORES, f"one of {IMAGE_SCORES}"),
             ("num_neighbors", whole(self.num_neighbors, 1), "a positive int"),
             ("topk_frac", real(self.topk_frac) and 0 < self.topk_frac <= 1, "a fraction in (0, 1]"),
+            ("score_border", self.score_border == "auto" or whole(self.score_border, 0), "'auto' or an int >= 0"),
             ("index", self.index in INDEX_KINDS, f"one of {INDEX_KINDS}"),
             ("nprobe", whole(self.nprobe, 1), "a positive int"),
             ("target_fpr", real(self.target_fpr) and 0 < self.target_fpr < 1, "a rate in (0, 1)"),
@@ -219,6 +229,9 @@ class PatchCore(BaseEstimator):
                              f"(negatives count from the end), or None for {default}") from e
         # the bank lives on the finest grid of the chosen blocks: `fuse_blocks` resamples the coarser ones to it
         self.grid_ = max((tuple(config.grid_of(b)) for b in self.blocks_), key=math.prod)
+        if self.score_border != "auto" and 2 * self.score_border >= min(self.grid_):
+            raise UsageError(f"PatchCore score_border={self.score_border} leaves no patch of the {self.grid_[0]}x"
+                             f"{self.grid_[1]} grid to score; use at most {(min(self.grid_) - 1) // 2}")
 
     def _batches(self, images: Sequence[Any], desc: str) -> Iterator[tuple[torch.Tensor, list]]:
         """Yield fused features (b, D, h, w) and GridMappings per batch; paths are read lazily."""
@@ -379,14 +392,41 @@ class PatchCore(BaseEstimator):
         if not hasattr(self, "index_"):
             raise NotFittedError("this PatchCore is not fitted yet: call fit(normal_images) or PatchCore.load(dir)")
 
+    def border_(self) -> int:
+        """Rings of edge patches left out of image scores: `score_border`, with "auto" resolved for the backbone
+        (1 for a ConvNet with a grid of at least 3x3, else 0)."""
+        if self.score_border != "auto":
+            return int(self.score_border)
+        return int(bool(self.backbone_.config.strides) and min(self.grid_) >= 3)
+
+    def scored_patches(self) -> np.ndarray | None:
+        """Flat indices (row-major on `grid_`) of the patches that count in image scores, None: all of them
+        (`border_()` 0)."""
+        r = self.border_()
+        if not r:
+            return None
+        h, w = self.grid_
+        return np.arange(h * w).reshape(h, w)[r:h - r, r:w - r].ravel()
+
+    def _inner(self, d: np.ndarray) -> np.ndarray:
+        """(..., h, w) patch scores -> the part that counts in image scores (`score_border` rings dropped)."""
+        r = self.border_()
+        return d[..., r:d.shape[-2] - r, r:d.shape[-1] - r] if r else d
+
     def image_scores_from(self, dist: np.ndarray, nn: np.ndarray, queries: np.ndarray) -> np.ndarray:
-        """Image scores (B,) from nearest-bank distances dist (B, N), indices nn (B, N), features (B, N, D)."""
+        """Image scores (B,) from nearest-bank distances dist (B, N), indices nn (B, N), features (B, N, D), N
+        patches row-major on `grid_`; only the `scored_patches` count."""
+        keep = self.scored_patches()
+        if keep is not None and dist.shape[1] != math.prod(self.grid_):
+            raise ValueError(f"score_border needs patch scores on the {self.grid_} grid, got {dist.shape[1]} patches")
+        scored = dist if keep is None else dist[:, keep]                # (B, N') the patches that count
         if self.image_score == "max":
-            return dist.max(axis=1)
+            return scored.max(axis=1)
         if self.image_score == "topk":
-            return topk_mean(dist, self.topk_frac)
+            return topk_mean(scored, self.topk_frac)
         b = np.arange(len(dist))
-        j = dist.argmax(axis=1)                                         # (B,) most anomalous patch
+        j = scored.argmax(axis=1)                                       # (B,) most anomalous patch
+        j = j if keep is None else keep[j]                              # its index among all N
         m_star = nn[b, j]                                               # (B,) its nearest bank entry
         k = min(self.num_neighbors, len(self.bank_))
         _, nb = knn(self.index_, self.bank_[m_star], k)                 # (B, k) neighbours of m* in the bank
@@ -401,10 +441,11 @@ class PatchCore(BaseEstimator):
 
         def finish() -> tuple[np.ndarray, float, Any]:
             d = np.stack([p[1] for p in pending])                       # (T, h, w)
+            inner = self._inner(d)                                      # the patches that count
             if self.image_score == "topk" and len(d) > 1:
-                score = float(topk_mean(d.reshape(1, -1), self.topk_frac)[0])
+                score = float(topk_mean(inner.reshape(1, -1), self.topk_frac)[0])
             else:   # reweighted / max: the score of the input holding the worst patch (the untiled rule over all)
-                score = pending[int(d.reshape(len(d), -1).max(axis=1).argmax())][2]
+                score = pending[int(inner.reshape(len(d), -1).max(axis=1).argmax())][2]
             return d, score, pending[0][3]
 
         for feats, mappings, owners in self._view_batches(images, desc):

@@ -92,3 +92,18 @@ def test_a_fused_convnet_model_round_trips_through_its_artifact(cnn, fitted, nor
     assert back.grid_ == (8, 8) and back.blocks_ == (2, 3) and back.n_train_patches_ == fitted.n_train_patches_
     imgs = normals[:2]
     assert np.array_equal(back.predict(imgs).patch_scores, fitted.predict(imgs).patch_scores)
+
+
+
+def test_by_default_a_convnet_leaves_its_edge_ring_out_of_the_image_score_and_a_vit_does_not(cnn, normals,
+                                                                                           make_tiny_vit):
+    imgs = [render_sample("weave", None, 0, 50 + i, size=(96, 112))[0].copy() for i in range(3)]
+    for img in imgs:
+        img[:12, :12] = (10, 200, 240)                                  # a square in the corner patch
+    det = PatchCore(cnn, coreset_ratio=0.25, image_score="max", progress=False).fit(normals)
+    assert det.score_border == "auto" and det.border_() == 1
+    out = det.predict(imgs)
+    core = out.patch_scores[:, 1:-1, 1:-1].reshape(3, -1).max(1)        # (3,) the 6x6 inner patches of 8x8
+    assert (out.patch_scores.reshape(3, -1).max(1) > core).all() and np.allclose(out.scores, core)
+    torch.manual_seed(0)
+    assert PatchCore(make_tiny_vit(), coreset_ratio=0.25, progress=False).fit(normals[:4]).border_() == 0

@@ -105,6 +105,56 @@ def test_image_score_options(bb, normals):
     assert np.allclose(tk.scores, top2)
 
 
+@pytest.mark.parametrize("image_score", ["max", "topk", "reweighted"])
+def test_score_border_leaves_the_edge_patches_out_of_the_image_score_but_keeps_them_in_the_maps(bb, normals,
+                                                                                             image_score):
+    imgs = [with_square(render_sample("weave", None, 0, i, size=(96, 112))[0], 0, 0, (20, 20))[0] for i in range(3)]
+    kw = dict(image_score=image_score, topk_frac=0.5, progress=False)
+    full = PatchCore(bb, **kw).fit(normals).predict(imgs)
+    inner = PatchCore(bb, score_border=1, **kw).fit(normals).predict(imgs)
+    assert np.array_equal(inner.patch_scores, full.patch_scores)
+    assert all(np.array_equal(a, b) for a, b in zip(inner.maps, full.maps))
+    p = full.patch_scores                                               # (3, 4, 4): the defect in the corner patch
+    ring_max = np.maximum(p[:, [0, -1], :].reshape(3, -1).max(1), p[:, :, [0, -1]].reshape(3, -1).max(1))
+    core = p[:, 1:-1, 1:-1].reshape(3, -1)                              # the 2x2 patches that count
+    assert (ring_max > core.max(1)).all()                               # the worst patch is on the edge...
+    assert not np.isclose(inner.scores, full.scores).any()              # ...and no longer counts
+    if image_score == "max":
+        assert np.allclose(inner.scores, core.max(1))
+    elif image_score == "topk":
+        assert np.allclose(inner.scores, np.sort(core, 1)[:, -2:].mean(1))        # 50% of the 4 inner patches
+    else:                                                               # the paper's weight in (0, 1) on the inner max
+        assert ((inner.scores < core.max(1)) & (inner.scores > 0)).all()
+
+
+def test_score_border_that_leaves_no_patch_or_is_negative_is_refused(bb, normals):
+    from frozenvit.backbone.suite.errors import UsageError
+
+    with pytest.raises(UsageError, match="score_border=2 leaves no patch of the 4x4 grid to score; use at most 1"):
+        PatchCore(bb, score_border=2, progress=False).fit(normals)
+    with pytest.raises(UsageError, match="score_border must be 'auto' or an int >= 0"):
+        PatchCore(bb, score_border=-1, progress=False).fit(normals)
+
+
+def test_score_border_is_saved_and_a_model_saved_before_it_loads_with_every_patch_counted(bb, normals, tmp_path):
+    from frozenvit.backbone.suite.artifacts import tensor_metadata
+    from safetensors.numpy import load_file, save_file
+
+    imgs = [with_square(render_sample("weave", None, 0, 0, size=(96, 112))[0], 0, 0, (20, 20))[0]]
+    det = PatchCore(bb, score_border=1, progress=False).fit(normals)
+    det.save(tmp_path / "m")
+    loaded = PatchCore.load(tmp_path / "m", backbone=bb)
+    assert loaded.score_border == 1 and np.array_equal(loaded.predict(imgs).scores, det.predict(imgs).scores)
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    del cfg["params"]["score_border"]                                   # as written before the option existed
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    t = load_file(str(tmp_path / "m" / "bank.safetensors"))
+    save_file(t, str(tmp_path / "m" / "bank.safetensors"), metadata=tensor_metadata(cfg))
+    old = PatchCore.load(tmp_path / "m", backbone=bb)
+    assert old.score_border == 0
+    assert np.array_equal(old.predict(imgs).scores, det.set_params(score_border=0).predict(imgs).scores)
+
+
 def test_predict_does_not_change_the_fitted_state(fitted):
     bank, thr = fitted.bank_.copy(), fitted.threshold_
     fitted.predict([render_sample("weave", "stain", 0, 0, size=(96, 112))[0]])

@@ -155,6 +155,21 @@ def test_the_image_score_is_the_untiled_rule_over_the_patches_of_all_tiles(tiny_
         assert np.isclose(out.scores[0], alone[0], atol=1e-6)
 
 
+@pytest.mark.parametrize("image_score", ["max", "topk"])
+def test_score_border_leaves_every_tiles_edge_patches_out_of_the_image_score(tiny_vit, normals, image_score):
+    det = PatchCore(tiny_vit, coreset_ratio=0.5, tile=1.0, image_score=image_score, topk_frac=0.05, score_border=1,
+                    progress=False).fit(normals)
+    img = with_square(render_sample("weave", None, 0, 5, size=SIZE)[0], 0, 0, 14)[0]      # in the first tile's corner
+    out = det.predict([img])
+    p = out.patch_scores[0]                                             # (15, 4, 4)
+    core = p[:, 1:-1, 1:-1]                                             # (15, 2, 2): what counts
+    assert p.max() > core.max()
+    if image_score == "max":
+        assert np.isclose(out.scores[0], core.max())
+    else:                                                               # 5% of the 60 inner patches -> the top 3
+        assert np.isclose(out.scores[0], np.sort(core.ravel())[-3:].mean())
+
+
 def test_tiles_go_to_the_backbone_in_batches_of_batch_size(tiny_vit, normals, monkeypatch):
     det = PatchCore(tiny_vit, coreset_ratio=0.5, tile=1.0, batch_size=4, progress=False).fit(normals[:3])
     seen = []
