@@ -64,8 +64,20 @@ def part_start(args: argparse.Namespace) -> dict[str, Any]:
     actors = [Probe.remote() for _ in range(args.workers)]
     ray.get([a.ping.remote() for a in actors])
     t_actors = time.perf_counter() - t0
+    for a in actors:                                                    # they hold the CPUs
+        ray.kill(a)
+
+    @ray.remote(num_cpus=1)
+    def noop(x: int) -> int:
+        return x
+
+    ray.get([noop.remote(i) for i in range(100)])                      # workers up
+    t0 = time.perf_counter()
+    ray.get([noop.remote(i) for i in range(2000)])
+    per_task_ms = (time.perf_counter() - t0) / 2000 * 1e3
     ray.shutdown()
-    row = {"part": "start", "ray_init_s": round(t_init, 2), "first_call_on_fresh_actors_s": round(t_actors, 2)}
+    row = {"part": "start", "ray_init_s": round(t_init, 2), "first_call_on_fresh_actors_s": round(t_actors, 2),
+           "empty_task_round_trip_ms": round(per_task_ms, 3)}   # the driver's cost per task: its throughput bound
     print_table([row])
     return row
 
