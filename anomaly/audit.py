@@ -60,7 +60,7 @@ def contamination_audit(detector: Any, images: Sequence[Any], n_splits: int = 5,
         train = feats[fold != f].reshape(-1, feats.shape[2])                              # (n_tr*N, D)
         det.bank_ = np.ascontiguousarray(train[greedy_coreset(train, det.coreset_ratio, proj_dim=det.proj_dim,
                                                               seed=det.seed)])
-        det.index_ = build_index(det.bank_, det.index, nprobe=det.nprobe, seed=det.seed)
+        det.index_ = build_index(det.bank_, det.index_kind(len(det.bank_)), nprobe=det.nprobe, seed=det.seed)
         test = feats[fold == f]                                                            # (n_te, N, D)
         dist, nn = knn(det.index_, test.reshape(-1, test.shape[2]), 1)
         scores[fold == f] = det.image_scores_from(dist.reshape(len(test), -1), nn.reshape(len(test), -1), test)

@@ -316,8 +316,9 @@ def _add_method_args(p: argparse.ArgumentParser) -> None:
                    help="rings of patches along each model input's edges (tile edges when tiled) left out of the "
                         "image score; the maps keep them. 0: every patch counts; 'auto': 1 for a ConvNet (its "
                         "zero-padded edge patches score high on normals), 0 for a ViT")
-    p.add_argument("--index", choices=("flat", "ivf", "ivfpq"), default="flat",
-                   help="nearest-neighbour search: flat is exact; ivf/ivfpq are approximate, for large banks")
+    p.add_argument("--index", choices=("auto", "flat", "ivf", "ivfpq"), default=defaults.INDEX,
+                   help="nearest-neighbour search: flat is exact; ivf/ivfpq are approximate, for large banks; auto: "
+                        f"flat under {defaults.IVF_MIN_BANK:,} bank entries, ivf from there on")
     p.add_argument("--target-fpr", type=_open_fraction, default=0.01,
                    help="false-alarm rate the threshold is calibrated to on held-out normals, in (0, 1)")
     p.add_argument("--holdout", type=_fraction_from_0, default=0.2,

@@ -29,7 +29,7 @@ from frozenvit.backbone.suite.errors import UsageError
 from frozenvit.backbone.suite.progress import progress_bar
 
 from .coreset import chunked_coreset, greedy_coreset
-from .defaults import SCORE_BORDER, TILE
+from .defaults import INDEX, IVF_MIN_BANK, SCORE_BORDER, TILE
 from .errors import DatasetError
 from .images import as_image
 from .scoring import (center_tokens, fuse_blocks, local_aggregate, original_maps, reduced_width, reweighted_max, smooth,
@@ -108,7 +108,9 @@ class PatchCore(BaseEstimator):
         0: every patch counts (models saved before this option load with 0). "auto" (the default,
         `defaults.SCORE_BORDER`): 1 for a ConvNet backbone (one with stage strides) whose grid has a patch
         left inside the ring, else 0 (ViTs: no padding). `border_()` says what a fitted model uses.
-    index: "flat" (exact), "ivf" or "ivfpq" (approximate, large banks); nprobe for the IVF ones.
+    index: "flat" (exact), "ivf" or "ivfpq" (approximate, large banks); nprobe for the IVF ones. "auto" (the
+        default, `defaults.INDEX`): "flat" for a bank under `defaults.IVF_MIN_BANK` (10,000) entries, "ivf" from
+        there on (`index_kind()`); the model stores the index it built.
     target_fpr: false-alarm rate in (0, 1) the threshold is calibrated to on held-out normals.
     holdout: fraction in [0, 1) of the training normals held out for that calibration: round(holdout * n)
         images, at least 1 left for the bank. When that rounds to 0 (1 or 2 images at the default 0.2, or
@@ -146,7 +148,7 @@ class PatchCore(BaseEstimator):
                  proj_dim: int | None = 128, reduce_dim: int | float | None = 0.25, center: bool = True, aggregation: int = 3,
                  image_score: str = "reweighted", num_neighbors: int = 9, topk_frac: float = 0.01,
                  score_border: int | str = SCORE_BORDER,
-                 index: str = "flat", nprobe: int = 8, target_fpr: float = 0.01, holdout: float = 0.2,
+                 index: str = INDEX, nprobe: int = 8, target_fpr: float = 0.01, holdout: float = 0.2,
                  threshold: float | None = None, tile: float | str | None = TILE, tile_overlap: float = 0.25,
                  augment: str | None = None, sigma: float = 4.0, batch_size: int = 16,
                  coreset_chunk: int | None = None, seed: int = 0, progress: bool | None = None) -> None:
@@ -191,7 +193,7 @@ class PatchCore(BaseEstimator):
             ("num_neighbors", whole(self.num_neighbors, 1), "a positive int"),
             ("topk_frac", real(self.topk_frac) and 0 < self.topk_frac <= 1, "a fraction in (0, 1]"),
             ("score_border", self.score_border == "auto" or whole(self.score_border, 0), "'auto' or an int >= 0"),
-            ("index", self.index in INDEX_KINDS, f"one of {INDEX_KINDS}"),
+            ("index", self.index == "auto" or self.index in INDEX_KINDS, f"'auto' or one of {INDEX_KINDS}"),
             ("nprobe", whole(self.nprobe, 1), "a positive int"),
             ("target_fpr", real(self.target_fpr) and 0 < self.target_fpr < 1, "a rate in (0, 1)"),
             ("holdout", real(self.holdout) and 0 <= self.holdout < 1, "a fraction in [0, 1)"),
@@ -281,7 +283,7 @@ class PatchCore(BaseEstimator):
         train = [images[i] for i in np.sort(perm[n_hold:])]
         self.n_train_images_ = len(train)
         self.bank_, self.n_train_patches_ = self._build_bank(train)    # (M, D), patches it was chosen from
-        self.index_ = build_index(self.bank_, self.index, nprobe=self.nprobe, seed=self.seed)
+        self.index_ = build_index(self.bank_, self.index_kind(len(self.bank_)), nprobe=self.nprobe, seed=self.seed)
         if n_hold:
             patch, scores, _ = self._score([images[i] for i in self.holdout_indices_], "calibrate")
             calibrated = conformal_threshold(scores, self.target_fpr)
@@ -391,6 +393,13 @@ class PatchCore(BaseEstimator):
     def _check_fitted(self) -> None:
         if not hasattr(self, "index_"):
             raise NotFittedError("this PatchCore is not fitted yet: call fit(normal_images) or PatchCore.load(dir)")
+
+    def index_kind(self, bank_size: int) -> str:
+        """The index built over a bank of `bank_size` entries: `index`, with "auto" resolved ("flat" under
+        `defaults.IVF_MIN_BANK` entries, else "ivf")."""
+        if self.index != "auto":
+            return self.index
+        return "ivf" if bank_size >= IVF_MIN_BANK else "flat"
 
     def border_(self) -> int:
         """Rings of edge patches left out of image scores: `score_border`, with "auto" resolved for the backbone

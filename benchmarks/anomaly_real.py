@@ -64,6 +64,8 @@ CONFIGS = {
                              {"blocks": (3,), "tile": "auto", "score_border": 1}),
     "lite0_tile2_b1": ("Lite0, 2 stages, tiles x2, border 1", {"name": "efficientnet_lite0"},
                        {"tile": 2.0, "score_border": 1}),
+    "lite0_tile2_b1_ivf": ("Lite0, 2 stages, tiles x2, border 1, IVF", {"name": "efficientnet_lite0"},
+                           {"tile": 2.0, "score_border": 1, "index": "ivf"}),
     "vit_tileauto_b1": ("embedded ViT, tiles auto, border 1", {}, {"tile": "auto", "score_border": 1}),
     "vit_tile2_b1": ("embedded ViT, tiles x2, border 1", {}, {"tile": 2.0, "score_border": 1}),
     "lite2_tileauto_b1": ("Lite2, 2 stages, tiles auto, border 1", {"name": "efficientnet_lite2"},
@@ -198,9 +200,10 @@ def run_set(set_name: str, configs: list[str], threads: int, out: str | None, da
                                                 or default_blocks(bb.config.depth, bb.config.strides)))
         grids.use(share)
         cls = detector_class(grids, tuple(sorted(all_blocks)))
-        # untiled, and every patch in the image score, unless the configuration says otherwise (the rows measured
-        # before score_border existed counted every patch; the product's default is now 1, the _b1 rows)
-        det = cls(bb, progress=False, **{"tile": None, "score_border": 0, **cfg_pc})
+        # untiled, every patch in the image score and exact search, unless the configuration says otherwise: the
+        # rows measured before score_border and index="auto" existed did that (the defaults are now "auto" for
+        # both: the _b1 rows, and _b1_ivf where the bank has 10,000 entries or more)
+        det = cls(bb, progress=False, **{"tile": None, "score_border": 0, "index": "flat", **cfg_pc})
         t0 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")                       # the holdout's 1% bound: reported as measured

@@ -155,6 +155,23 @@ def test_score_border_is_saved_and_a_model_saved_before_it_loads_with_every_patc
     assert np.array_equal(old.predict(imgs).scores, det.set_params(score_border=0).predict(imgs).scores)
 
 
+def test_index_auto_is_exact_for_small_banks_and_ivf_from_ivf_min_bank_entries(bb, normals, monkeypatch):
+    import faiss
+
+    import frozenvit.anomaly.patchcore as pc
+    from frozenvit.anomaly.defaults import IVF_MIN_BANK
+
+    det = PatchCore(bb, progress=False)
+    assert det.index == "auto"
+    assert det.index_kind(IVF_MIN_BANK - 1) == "flat" and det.index_kind(IVF_MIN_BANK) == "ivf"
+    assert PatchCore(bb, index="flat").index_kind(10 ** 9) == "flat"
+    small = det.fit(normals)                                            # 10 x 16 patches -> a bank of 16
+    assert type(small.index_) is faiss.IndexFlatL2
+    monkeypatch.setattr(pc, "IVF_MIN_BANK", len(small.bank_))           # as if this bank were large
+    large = PatchCore(bb, progress=False).fit(normals)
+    assert isinstance(large.index_, faiss.IndexIVFFlat) and np.array_equal(large.bank_, small.bank_)
+
+
 def test_predict_does_not_change_the_fitted_state(fitted):
     bank, thr = fitted.bank_.copy(), fitted.threshold_
     fitted.predict([render_sample("weave", "stain", 0, 0, size=(96, 112))[0]])
