@@ -2,7 +2,9 @@
 
 One window, the official 48-step test. Every model gets conformal intervals calibrated on K windows
 of 48 inside each series' training part before the test (`backtest(levels=, calibration_windows=K)`,
-see forecasting/intervals.py); ETS also reports AutoETS' own intervals. The median and the mean of
+see forecasting/intervals.py); the neural models forecast them with the model trained for the test,
+on the validation tail it held out (--global-calibration holdout, the default) or with a second
+training before them (retrain); ETS also reports AutoETS' own intervals. The median and the mean of
 ETS, DLinear and PatchTST reuse their members' forecasts and are tested against each (Diebold-Mariano
 across series). Models and training settings are those of benchmarks/forecast_m4_hourly.py (the
 CLI's defaults). Writes benchmarks/results/forecast_m4_hourly_intervals.json.
@@ -21,6 +23,7 @@ from forecast_m4_hourly import parser as point_parser  # noqa: E402
 
 from frozenvit.forecasting import backtest  # noqa: E402
 from frozenvit.forecasting.cli import MODEL_NAMES, flat_names  # noqa: E402
+from frozenvit.forecasting.defaults import CONFORMAL, GLOBAL_CALIBRATIONS  # noqa: E402
 from frozenvit.forecasting.ensemble import assemble, parse_models  # noqa: E402
 
 NOMINAL_TOLERANCE = 2.0          # percentage points: the issue's target for coverage
@@ -32,7 +35,9 @@ def parser() -> argparse.ArgumentParser:
     ap.description = __doc__
     ap.set_defaults(models="snaive,ets,dlinear,patchtst,median(ets,dlinear,patchtst),mean(ets,dlinear,patchtst)")
     ap.add_argument("--levels", default="80,95")
-    ap.add_argument("--calibration-windows", type=int, default=1)
+    ap.add_argument("--calibration-windows", type=int, default=CONFORMAL["calibration_windows"])
+    ap.add_argument("--global-calibration", choices=GLOBAL_CALIBRATIONS, default=CONFORMAL["global_calibration"],
+                    help="where the neural models' calibration forecasts come from (forecasting.defaults)")
     return ap
 
 
@@ -46,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     levels = [float(v) for v in args.levels.split(",")]
     t0 = time.perf_counter()
     res = backtest(df, models, h=48, n_windows=1, season_length=24, levels=levels,
-                   calibration_windows=args.calibration_windows)
+                   calibration_windows=args.calibration_windows, global_calibration=args.global_calibration)
     summary = res.summary()
     print_table([{"model": m, **{k: float(v) for k, v in summary.loc[m].items()}} for m in res.models])
     iv = res.interval_summary().reset_index()

@@ -28,6 +28,7 @@ from frozenvit.backbone.suite.engine import check_engine, ray_session, use_engin
 
 from .base import Forecaster
 from .data import DS, ID, Y, validate
+from .defaults import CONFORMAL, GLOBAL_CALIBRATIONS
 from .ensemble import Ensemble, combine, same_model
 from .errors import SeriesError
 from .intervals import calibration_cutoffs, check_levels, conformal_bounds, known_windows
@@ -56,6 +57,7 @@ class BacktestResult:
     seconds: dict = field(default_factory=dict)    # alias -> wall seconds (fit + predict; an ensemble: its members')
     levels: tuple = ()                             # interval levels in percent, e.g. (80.0, 95.0)
     calibration_windows: int = 0                   # conformal calibration windows before the first cutoff
+    global_calibration: str | None = None          # where global models' calibration forecasts came from
     intervals: dict = field(default_factory=dict)  # label -> level -> (lo, hi), each (rows,) like forecasts;
                                                    # label: the model's alias (conformal) or '<alias>/own'
     members: dict = field(default_factory=dict)    # ensemble alias -> its members' aliases
@@ -216,6 +218,7 @@ class BacktestResult:
     def _intervals_dict(self) -> dict:
         cov = {lv: self.coverage_by_horizon(lv) for lv in self.levels}
         return {"levels": list(self.levels), "calibration_windows": self.calibration_windows,
+                "global_calibration": self.global_calibration,
                 "intervals": self.interval_summary().reset_index().to_dict(orient="records"),
                 "coverage_by_horizon": {lab: {f"{lv:g}": [float(v) for v in cov[lv].loc[lab]] for lv in self.levels}
                                         for lab in self.intervals}}
@@ -249,7 +252,9 @@ class _Run:
 def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: int = 1,
              step_size: int | None = None, season_length: int = 1, refit_every: int | None = None,
              progress: bool | None = None, mase_season: int | None = None, levels: Sequence[float] = (),
-             calibration_windows: int = 1, engine: str = "local", workers: int | None = None) -> BacktestResult:
+             calibration_windows: int = CONFORMAL["calibration_windows"],
+             global_calibration: str = CONFORMAL["global_calibration"], engine: str = "local",
+             workers: int | None = None) -> BacktestResult:
     """Rolling-origin evaluation of `models` on a long frame (unique_id, ds, y); see the module doc.
 
     engine "ray": the statistical models' (series x cutoff) fits go out as Ray tasks over `workers`
@@ -263,6 +268,10 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
     `levels` (percent, e.g. (80, 95)) asks for intervals; `calibration_windows` K >= 0 non-overlapping
     windows of h before the first cutoff calibrate them (forecasting.intervals), so each series then
     needs K h more values. Without `levels` nothing is calibrated and nothing costs more.
+    `global_calibration` says where a global (neural) model's calibration forecasts come from:
+    "holdout" (default), the model trained for the first cutoff, on the validation tail it held out
+    (K h must fit inside its val_size); "retrain", a second training before the first calibration
+    window (forecasting.defaults, forecasting.intervals).
 
     `step_size` defaults to h. Raises SeriesError when a setting is below 1, or when a series is
     too short for the history the models need plus h + (n_windows - 1) * step_size values to forecast.
@@ -277,6 +286,9 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
     h, n_windows, step_size, season_length = int(h), int(n_windows), int(step_size), int(season_length)
     mase_season = int(mase_season)
     levels = check_levels(levels) if len(levels) else ()
+    if global_calibration not in GLOBAL_CALIBRATIONS:
+        raise SeriesError(f"global_calibration must be one of {', '.join(GLOBAL_CALIBRATIONS)}, "
+                          f"got {global_calibration!r}")
     K = int(calibration_windows) if levels else 0
     models = with_members(models)
     aliases = [m.alias for m in models]
@@ -296,6 +308,12 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
                               + (" or fewer --calibration-windows" if K else ""))
     cuts = np.array([_cutoff_positions(y.size, h, n_windows, step_size) for y in ys])      # (S, W)
     ccuts = calibration_cutoffs(cuts, K, h)                                                 # (S, K)
+
+    for model in models:                # before any work: can each model calibrate as asked?
+        problem = None if isinstance(model, Ensemble) or not K else \
+            model.calibration_problem(cuts, ccuts, h, global_calibration)
+        if problem:
+            raise SeriesError(problem)
 
     rows, scale_rows = [], []          # one frame per (series, window)
     for uid, t, y, cs in zip(ids, ds, ys, cuts):
@@ -326,8 +344,12 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
             t0 = time.perf_counter()
             kw = dict(refit_every=refit_every, progress=progress)
             own = model.forecast_intervals(ys, cuts, h, levels, progress=progress) if levels else None
-            preds, fitted = (own[0], None) if own is not None else model.forecast_cutoffs(ys, cuts, h, **kw)
-            calib = model.forecast_cutoffs(ys, ccuts, h, **kw)[0] if K else np.empty((len(ys), 0, h))  # (S, K, h)
+            if own is not None:                     # a local model: the calibration windows refit as the rest
+                preds, fitted = own[0], None
+                calib = model.forecast_cutoffs(ys, ccuts, h, **kw)[0] if K else np.empty((len(ys), 0, h))
+            else:
+                preds, calib, fitted = model.forecast_with_calibration(ys, cuts, ccuts, h, **kw,
+                                                                       global_calibration=global_calibration)
             r = _Run(preds, calib, None if own is None else own[1:], fitted, time.perf_counter() - t0)
         runs.append((model, r))
         return r
@@ -360,4 +382,5 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
                                                    for i, lv in enumerate(levels)}
     members = {m.alias: [p.alias for p in m.members] for m in models if isinstance(m, Ensemble)}
     return BacktestResult(frame, scales, aliases, h, season_length, n_windows, step_size, mase_season, fitted,
-                          seconds, levels=levels, calibration_windows=K, intervals=intervals, members=members)
+                          seconds, levels=levels, calibration_windows=K, intervals=intervals, members=members,
+                          global_calibration=global_calibration if levels else None)

@@ -17,6 +17,8 @@ from typing import Sequence
 import numpy as np
 from sklearn.base import BaseEstimator
 
+from .defaults import CONFORMAL
+
 
 class Forecaster(BaseEstimator):
     """Base of every model `backtest` accepts."""
@@ -44,6 +46,27 @@ class Forecaster(BaseEstimator):
         (a global model, to be saved), else None. `self` is not changed.
         """
         raise NotImplementedError
+
+    def calibration_problem(self, cutoffs: np.ndarray, calib_cutoffs: np.ndarray, h: int,
+                            global_calibration: str) -> str | None:
+        """Why this model cannot forecast the calibration windows at `calib_cutoffs` the way
+        `global_calibration` asks (checked before any work), or None. Local models always can."""
+        return None
+
+    def forecast_with_calibration(self, series: Sequence[np.ndarray], cutoffs: np.ndarray,
+                                  calib_cutoffs: np.ndarray, h: int, *, refit_every: int | None = None,
+                                  progress: bool | None = None,
+                                  global_calibration: str = CONFORMAL["global_calibration"]
+                                  ) -> tuple[np.ndarray, np.ndarray, "Forecaster | None"]:
+        """`forecast_cutoffs` at `cutoffs`, and forecasts of the conformal calibration windows at
+        `calib_cutoffs` (S, K), each before every series' first cutoff and ending by it: preds (S, W, h),
+        calib (S, K, h), fitted. Here (local models) the calibration windows are forecast as the
+        backtest's are, from a fit on the history before each; `global_calibration` is for global
+        models (`training.NeuralForecaster`), which forecast them with the model of the first cutoff."""
+        preds, fitted = self.forecast_cutoffs(series, cutoffs, h, refit_every=refit_every, progress=progress)
+        calib = (self.forecast_cutoffs(series, calib_cutoffs, h, refit_every=refit_every, progress=progress)[0]
+                 if np.asarray(calib_cutoffs).shape[1] else np.empty((len(series), 0, h)))
+        return preds, calib, fitted
 
     def forecast_intervals(self, series: Sequence[np.ndarray], cutoffs: np.ndarray, h: int,
                            levels: Sequence[float], *, progress: bool | None = None

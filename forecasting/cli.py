@@ -15,6 +15,7 @@ from frozenvit.backbone.suite.engine import add_engine_args
 from frozenvit.backbone.suite.errors import UsageError
 
 from .defaults import NEURAL_TRAINING, PATCHTST_SHAPE  # noqa: F401   the models' defaults, re-exported
+from .defaults import CONFORMAL, GLOBAL_CALIBRATIONS
 from .errors import SeriesError
 
 MODEL_NAMES = ("snaive", "naive", "ets", "dlinear", "patchtst", "vit")
@@ -119,7 +120,12 @@ def register(subparsers) -> None:
     q.add_argument("--calibration-windows", type=number(int, min=0), default=None,
                    help="with --levels: windows of --h inside each series' history before the first cutoff that "
                         "calibrate the conformal intervals (each series needs that many --h more values); "
-                        "when not given: 1")
+                        f"when not given: {CONFORMAL['calibration_windows']}")
+    q.add_argument("--global-calibration", choices=GLOBAL_CALIBRATIONS, default=None,
+                   help="with --levels: where the neural models' calibration forecasts come from: 'holdout', the "
+                        "model trained for the first cutoff, on the validation tail it held out of training "
+                        "(needs --calibration-windows 1); 'retrain', a second training before the calibration "
+                        f"windows; when not given: {CONFORMAL['global_calibration']}")
     q.add_argument("--input-size", type=number(int, min=1), default=None,
                    help="look-back of the neural models (PatchTST: at least 16); when not given: 336, or less "
                         "when the typical (median-length) series is too short for it")
@@ -221,8 +227,18 @@ def _check_backtest_args(args: argparse.Namespace) -> None:
     if args.wide and (args.id_col != "unique_id" or args.target_col != "y"):
         raise UsageError("--id-col and --target-col name columns of a long CSV; a wide CSV (--wide) has one "
                          "column per series: select them with --columns")
-    if args.calibration_windows is not None and args.levels is None:
-        raise UsageError("--calibration-windows calibrates intervals; pass --levels too, e.g. --levels 80,95")
+    for flag, value in (("--calibration-windows", args.calibration_windows),
+                        ("--global-calibration", args.global_calibration)):
+        if value is not None and args.levels is None:
+            raise UsageError(f"{flag} calibrates intervals; pass --levels too, e.g. --levels 80,95")
+    neural = sorted(set(NEURAL) & set(flat_names(args.models))) if args.levels else []
+    windows = CONFORMAL["calibration_windows"] if args.calibration_windows is None else args.calibration_windows
+    if neural and windows > 1 and \
+            (args.global_calibration or CONFORMAL["global_calibration"]) == "holdout":
+        raise UsageError(f"--calibration-windows {windows} with {'/'.join(neural)}: holdout "
+                         "calibration forecasts the calibration windows with the model of the first cutoff, inside "
+                         "the validation tail of --h it holds out of training, so it takes 1 window; use "
+                         "--calibration-windows 1 or --global-calibration retrain")
     patched = sorted({"patchtst", "vit"} & set(flat_names(args.models)))
     if args.input_size is not None and patched and args.input_size < PATCH_LEN:
         raise UsageError(f"--input-size {args.input_size} is shorter than one {'/'.join(patched)} patch "
@@ -255,7 +271,9 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     lengths = df.groupby("unique_id", sort=False).size()
     names = flat_names(args.models)
     neural = [n for n in names if n in NEURAL]
-    calib = (1 if args.calibration_windows is None else args.calibration_windows) if args.levels else 0
+    calib = (CONFORMAL["calibration_windows"] if args.calibration_windows is None else args.calibration_windows) \
+        if args.levels else 0
+    global_calibration = args.global_calibration or CONFORMAL["global_calibration"]
     if size is None and neural:              # the calibration windows' values are history the look-back cannot use
         size = auto_input_size(lengths.to_numpy() - calib * args.h, args.h, args.windows, step)
     built = dict(zip(names, make_models(names, args.h, args.season_length, size or 336, args.max_epochs, args.seed)))
@@ -297,7 +315,8 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
         res = backtest(df, models, h=args.h, n_windows=args.windows, step_size=step,
                        season_length=args.season_length, refit_every=args.refit_every,
                        progress=None, mase_season=args.mase_season,   # None: a bar on a terminal, lines in a log
-                       levels=args.levels or (), calibration_windows=calib, engine=engine, workers=args.workers)
+                       levels=args.levels or (), calibration_windows=calib,
+                       global_calibration=global_calibration, engine=engine, workers=args.workers)
     hz = res.mase_by_horizon()
     pd.set_option("display.width", 160)
     print("MASE by horizon step (rows: step, columns: model)")

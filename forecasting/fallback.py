@@ -12,6 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from .base import Forecaster
+from .defaults import CONFORMAL
 
 
 def short_series(model: Forecaster, cutoffs: np.ndarray) -> np.ndarray:
@@ -47,3 +48,30 @@ class WithFallback(Forecaster):
                 out[idx] = preds
                 fitted = last if model is self.model else fitted
         return out, fitted
+
+    def calibration_problem(self, cutoffs: np.ndarray, calib_cutoffs: np.ndarray, h: int,
+                            global_calibration: str) -> str | None:
+        long = ~short_series(self.model, cutoffs)
+        return (self.model.calibration_problem(np.asarray(cutoffs)[long], np.asarray(calib_cutoffs)[long], h,
+                                               global_calibration) if long.any() else None)
+
+    def forecast_with_calibration(self, series: Sequence[np.ndarray], cutoffs: np.ndarray,
+                                  calib_cutoffs: np.ndarray, h: int, *, refit_every: int | None = None,
+                                  progress: bool | None = None,
+                                  global_calibration: str = CONFORMAL["global_calibration"]
+                                  ) -> tuple[np.ndarray, np.ndarray, Forecaster | None]:
+        """As `forecast_cutoffs`, each part calibrated its own way (`Forecaster.forecast_with_calibration`)."""
+        cutoffs, calib_cutoffs = np.asarray(cutoffs), np.asarray(calib_cutoffs)
+        short = short_series(self.model, cutoffs)
+        out = np.empty((len(series), cutoffs.shape[1], h))
+        calib = np.empty((len(series), calib_cutoffs.shape[1], h))
+        fitted = None
+        for mask, model in ((~short, self.model), (short, self.fallback)):
+            idx = np.flatnonzero(mask)
+            if idx.size:
+                preds, cal, last = model.forecast_with_calibration(
+                    [series[i] for i in idx], cutoffs[idx], calib_cutoffs[idx], h, refit_every=refit_every,
+                    progress=progress, global_calibration=global_calibration)
+                out[idx], calib[idx] = preds, cal
+                fitted = last if model is self.model else fitted
+        return out, calib, fitted

@@ -10,10 +10,16 @@ over every series' windows whose truth was known at w's cutoff (split conformal:
 scores the coverage is at least `level`). Two kinds of past windows qualify:
 
 - K calibration windows inside the history before the first cutoff, at origins c_0 - K h, ...,
-  c_0 - h (non-overlapping, the last one's truth ends at c_0). The model forecasts them the way
-  it forecasts the backtest, out of sample: a local model refits at each origin, a global one
-  trains once on the history before the first of them. So a one-window backtest (M4) has
-  intervals too, at the price of K more local fits, or one more training, per model.
+  c_0 - h (non-overlapping, the last one's truth ends at c_0). The model forecasts them out of
+  sample: a local model refits at each origin, as in the backtest. A global neural model, by default
+  ("holdout", `global_calibration`), forecasts them with the very model trained for the first cutoff:
+  its training targets end before the validation tail it holds out (val_size, default h), and the
+  calibration windows must lie inside that tail (K h <= val_size; K = 1 by default). So the
+  calibration errors are those of the network being calibrated, and no second training runs; the
+  tail did pick which epoch to keep (early stopping), the one way it touched the model. "retrain"
+  trains a second model on the history before the first calibration window instead: on M4 Hourly
+  that network's errors differed from the test network's more than the windows did (docs). So a
+  one-window backtest (M4) has intervals too, at the price of K more local fits per series.
 - the backtest's own earlier windows w' with c_w' + h <= c_w.
 
 Where fewer than level / (1 - level) scores are known (e.g. 19 for 95 %), the interval is NaN:

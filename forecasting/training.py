@@ -27,6 +27,7 @@ from frozenvit.backbone.suite.errors import ArtifactError
 from frozenvit.backbone.suite.progress import progress_bar
 
 from .base import Forecaster
+from .defaults import CONFORMAL, GLOBAL_CALIBRATIONS
 from .errors import SeriesError
 
 FORMAT_VERSION = 1
@@ -285,13 +286,66 @@ class NeuralForecaster(Forecaster):
         `refit_every` windows, on the history before that window), then forecast each window from
         the input_size values before its cutoff (see `Forecaster.forecast_cutoffs`). With
         `checkpoint_dir`, each training checkpoints in its own subfolder, named by its cutoffs."""
+        preds, _, fitted = self._forecast(series, cutoffs, h, refit_every, progress)
+        return preds, fitted
+
+    def calibration_problem(self, cutoffs: np.ndarray, calib_cutoffs: np.ndarray, h: int,
+                            global_calibration: str) -> str | None:
+        """"holdout" needs every calibration window inside the validation tail that the model of the
+        first cutoff c_0 holds out of training: targets in [c_0 - val_size, c_0)."""
+        calib_cutoffs, cutoffs = np.asarray(calib_cutoffs), np.asarray(cutoffs)
+        if global_calibration != "holdout" or calib_cutoffs.shape[1] == 0:
+            return None
+        tail = int(self.h) if self.val_size is None else int(self.val_size)
+        first = cutoffs[:, :1]
+        if (calib_cutoffs < first - tail).any() or (calib_cutoffs + int(h) > first).any():
+            K = calib_cutoffs.shape[1]
+            return (f"{self.alias}: holdout calibration forecasts the {K} calibration window(s) of h={h} with the "
+                    f"model of the first cutoff, so they must lie inside the validation tail it holds out of "
+                    f"training (val_size={tail} steps; {K} x {h} do not fit): use --calibration-windows "
+                    f"{tail // int(h)} (calibration_windows=), a val_size >= {K * int(h)}, or "
+                    "--global-calibration retrain (global_calibration='retrain')")
+        return None
+
+    def forecast_with_calibration(self, series: Sequence[np.ndarray], cutoffs: np.ndarray,
+                                  calib_cutoffs: np.ndarray, h: int, *, refit_every: int | None = None,
+                                  progress: bool | None = None,
+                                  global_calibration: str = CONFORMAL["global_calibration"]
+                                  ) -> tuple[np.ndarray, np.ndarray, "NeuralForecaster"]:
+        """See `Forecaster.forecast_with_calibration`. "holdout": the model trained for the first cutoff
+        c_0 also forecasts the calibration windows, which must lie inside the validation tail it held out
+        of training (targets in [c_0 - val_size, c_0): never a gradient step's target, only early
+        stopping's); so the calibration errors are this network's, not a second training's, and no
+        second training is run. "retrain": the calibration windows are forecast as a backtest of their
+        own, by a model trained on the history before the first of them."""
+        if global_calibration not in GLOBAL_CALIBRATIONS:
+            raise ValueError(f"global_calibration must be one of {GLOBAL_CALIBRATIONS}, got {global_calibration!r}")
+        calib_cutoffs, cutoffs = np.asarray(calib_cutoffs), np.asarray(cutoffs)
+        if global_calibration == "retrain" or calib_cutoffs.shape[1] == 0:
+            return super().forecast_with_calibration(series, cutoffs, calib_cutoffs, h, refit_every=refit_every,
+                                                     progress=progress, global_calibration=global_calibration)
+        problem = self.calibration_problem(cutoffs, calib_cutoffs, h, global_calibration)
+        if problem:
+            raise SeriesError(problem)
+        return self._forecast(series, cutoffs, h, refit_every, progress, calib_cutoffs)
+
+    def _forecast(self, series: Sequence[np.ndarray], cutoffs: np.ndarray, h: int, refit_every: int | None,
+                  progress: bool | None, calib_cutoffs: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray | None, "NeuralForecaster"]:
+        """forecast_cutoffs' forecasts and model; with `calib_cutoffs`, the first training's model
+        forecasts those windows too (S, K, h)."""
         if int(h) != int(self.h):
             raise SeriesError(f"{self.alias} forecasts h={self.h} steps but the backtest asks for h={h}; "
                               "build the model with the backtest's horizon")
         L, n_windows = int(self.input_size), cutoffs.shape[1]
         every = refit_every or n_windows
         out = np.empty((len(series), n_windows, h))
+        calib = None
         fitted = self
+
+        def look_back(cuts: np.ndarray, w: int) -> np.ndarray:
+            return np.stack([y[c[w] - L: c[w]] for y, c in zip(series, cuts)])            # (S, L)
+
         for w0 in range(0, n_windows, every):
             fitted = clone(self) if progress is None else clone(self).set_params(progress=progress)
             if self.checkpoint_dir:              # one checkpoint per training, named by where it stops
@@ -299,9 +353,11 @@ class NeuralForecaster(Forecaster):
                 fitted.set_params(checkpoint_dir=str(Path(self.checkpoint_dir) / f"cutoffs-{key[:12]}"))
             fitted.fit([y[: c[w0]] for y, c in zip(series, cutoffs)])                      # history only
             for w in range(w0, min(w0 + every, n_windows)):
-                ctx = np.stack([y[c[w] - L: c[w]] for y, c in zip(series, cutoffs)])        # (S, L)
-                out[:, w] = fitted.predict(ctx)                                               # (S, h)
-        return out, fitted
+                out[:, w] = fitted.predict(look_back(cutoffs, w))                             # (S, h)
+            if w0 == 0 and calib_cutoffs is not None:
+                calib = np.stack([fitted.predict(look_back(calib_cutoffs, k))
+                                  for k in range(calib_cutoffs.shape[1])], axis=1)            # (S, K, h)
+        return out, calib, fitted
 
     # -- artifacts ----------------------------------------------------------------------
     def recorded_params(self) -> dict:

@@ -108,6 +108,14 @@ CASES = {
     "--calibration-windows -1": (lambda d: BT + ["--csv", str(_long(d / "l.csv")), "--levels", "80",
                                                  "--calibration-windows", "-1"], "UsageError",
                                  ["--calibration-windows", ">= 0"], []),
+    "--global-calibration without --levels": (
+        lambda d: BT + ["--csv", str(_long(d / "l.csv")), "--global-calibration", "retrain"], "UsageError",
+        ["--global-calibration", "--levels"], []),
+    "holdout calibration of a neural model with 2 windows": (
+        lambda d: ["forecast", "backtest", "--models", "snaive,dlinear", "--csv", str(_long(d / "l.csv", n=400)),
+                   "--h", "24", "--windows", "1", "--input-size", "48", "--levels", "80",
+                   "--calibration-windows", "2"], "UsageError",
+        ["--calibration-windows 2", "dlinear", "--global-calibration retrain"], []),
     "too short for the calibration windows": (
         lambda d: BT + ["--csv", str(_long(d / "l.csv")), "--h", "24", "--windows", "1", "--levels", "80",
                         "--calibration-windows", "4"], "SeriesError", ["--calibration-windows"], []),

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from frozenvit.backbone.suite.cli import main
+from frozenvit.forecasting.errors import SeriesError
 from frozenvit.forecasting import (ETS, DLinear, Naive, SeasonalNaive, backtest, conformal_quantile, coverage,
                                    interval_score_terms, mase_scale, msis)
 
@@ -142,6 +143,7 @@ def test_cli_levels_write_coverage_msis_and_interval_columns(tmp_path):
                  "--levels", "95,80", "--calibration-windows", "1", "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["levels"] == [80.0, 95.0] and summary["calibration_windows"] == 1
+    assert summary["global_calibration"] == "holdout"
     assert {(r["interval"], r["level"]) for r in summary["intervals"]} == {
         (m, lv) for m in ("SeasonalNaive", "Naive") for lv in (80.0, 95.0)}
     assert len(summary["coverage_by_horizon"]["Naive"]["95"]) == 12
@@ -149,3 +151,79 @@ def test_cli_levels_write_coverage_msis_and_interval_columns(tmp_path):
     f = pd.read_csv(out / "forecasts.csv")
     assert (f["SeasonalNaive-lo-80"] <= f["SeasonalNaive"]).all() and (f["SeasonalNaive"] <= f["SeasonalNaive-hi-80"]).all()
     assert (out / "coverage_by_horizon.png").stat().st_size > 0
+
+
+def _tiny_dlinear(**kw) -> DLinear:
+    return DLinear(**{**dict(h=12, input_size=24, max_epochs=2, progress=False, seed=0), **kw})
+
+
+def test_holdout_calibration_is_the_first_cutoffs_model_on_the_tail_it_held_out():
+    """Default ("holdout"): the calibration window c_0 - h is forecast by the very model trained for the first
+    cutoff c_0 (one training, not two), from the look-back before c_0 - h; the intervals are its scores'."""
+    df = _panel(n_series=24, n=160)
+    h, L = 12, 24
+    res = backtest(df, [_tiny_dlinear()], h=h, n_windows=1, season_length=24, levels=(80,), calibration_windows=1)
+    assert res.global_calibration == "holdout" and res.to_dict()["global_calibration"] == "holdout"
+    model = res.fitted["DLinear"]
+    ys = [g["y"].to_numpy() for _, g in df.groupby("unique_id", sort=False)]
+    c0 = 160 - h
+    calib = model.predict(np.stack([y[c0 - h - L: c0 - h] for y in ys]))                 # (S, h)
+    scores = np.abs(np.stack([y[c0 - h: c0] for y in ys]) - calib) / np.array([mase_scale(y[: c0 - h], 24)
+                                                                               for y in ys])[:, None]
+    q = np.array([conformal_quantile(scores[:, k], 80) for k in range(h)])
+    half = q[None] * np.array([mase_scale(y[:c0], 24) for y in ys])[:, None]
+    lo, hi = res.intervals["DLinear"][80.0]
+    f = res.forecasts["DLinear"].to_numpy()
+    np.testing.assert_allclose(hi - f, half.reshape(-1), rtol=1e-6)
+    np.testing.assert_allclose(f - lo, half.reshape(-1), rtol=1e-6)
+
+
+def test_holdout_trains_once_and_retrain_twice_and_their_calibration_forecasts_differ(monkeypatch):
+    from frozenvit.forecasting.training import NeuralForecaster
+
+    calls = []
+    fit = NeuralForecaster.fit
+    monkeypatch.setattr(NeuralForecaster, "fit", lambda self, series, val=None: (calls.append(max(map(len, series))),
+                                                                                   fit(self, series, val))[1])
+    ys = [g["y"].to_numpy() for _, g in _panel(n_series=12, n=160).groupby("unique_id", sort=False)]
+    cuts, ccuts = np.full((12, 1), 148), np.full((12, 1), 136)
+    p1, c1, _ = _tiny_dlinear().forecast_with_calibration(ys, cuts, ccuts, 12, global_calibration="holdout")
+    assert calls == [148]                                    # one training, on the history before c_0
+    p2, c2, _ = _tiny_dlinear().forecast_with_calibration(ys, cuts, ccuts, 12, global_calibration="retrain")
+    assert calls == [148, 148, 136]                          # the test's training, then one before c_0 - h
+    np.testing.assert_array_equal(p1, p2)
+    assert not np.allclose(c1, c2)
+
+
+@pytest.mark.parametrize("kw", [dict(calibration_windows=2), dict(calibration_windows=1, val_size=0)])
+def test_holdout_refuses_calibration_windows_the_model_trained_on(kw):
+    """Windows outside the held-out tail are training targets of the first cutoff's model: in-sample errors,
+    too small; holdout refuses them, before any training, instead of calibrating on them."""
+    model = _tiny_dlinear(val_size=kw.get("val_size"))
+    with pytest.raises(SeriesError, match="validation tail"):
+        backtest(_panel(n_series=6, n=200), [SeasonalNaive(24), model], h=12, n_windows=1, season_length=24,
+                 levels=(80,), calibration_windows=kw["calibration_windows"])
+    res = backtest(_panel(n_series=6, n=200), [model], h=12, n_windows=1, season_length=24, levels=(80,),
+                   calibration_windows=kw["calibration_windows"], global_calibration="retrain")
+    assert res.global_calibration == "retrain"
+    ok = _tiny_dlinear(val_size=24)                           # a tail of 2 windows holds 2 calibration windows
+    backtest(_panel(n_series=6, n=200), [ok], h=12, n_windows=1, season_length=24, levels=(80,),
+             calibration_windows=2)
+    with pytest.raises(SeriesError, match="global_calibration"):
+        backtest(_panel(n_series=6, n=200), [ok], h=12, season_length=24, levels=(80,), global_calibration="x")
+
+
+@pytest.mark.parametrize("how", ["holdout", "retrain"])
+def test_no_calibration_mode_lets_values_after_the_first_cutoff_reach_its_intervals(how):
+    df = _panel(n_series=8, n=260)
+    models = [_tiny_dlinear(h=24, input_size=48, max_epochs=1)]
+    kw = dict(h=24, n_windows=2, season_length=24, levels=(80,), calibration_windows=1, global_calibration=how)
+    a = backtest(df, models, **kw)
+    first = a.forecasts["cutoff"].min()
+    poisoned = df.copy()
+    poisoned.loc[poisoned["ds"] > first, "y"] *= 7
+    b = backtest(poisoned, models, **kw)
+    w0 = (a.forecasts["cutoff"] == first).to_numpy()
+    for ia, ib in zip(a.intervals["DLinear"][80.0], b.intervals["DLinear"][80.0]):
+        assert np.isfinite(ia[w0]).all()
+        np.testing.assert_array_equal(ia[w0], ib[w0])
