@@ -259,7 +259,9 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
 
     engine "ray": the statistical models' (series x cutoff) fits go out as Ray tasks over `workers`
     CPUs (None: all of the cluster's), chunked by series (backbone.suite.engine); the forecasts are
-    the same to the last digit. Neural models train here, one global training each, as locally.
+    the same to the last digit. Each neural model trains as one Ray task, all series as locally, at
+    this process's torch thread count (the same weights for the same seed), all of them sent out at
+    once so that they train beside each other and the statistical fits (forecasting.remote).
 
     MASE's scale is the in-sample mean absolute difference at lag `mase_season` (default
     `season_length`, the season the models were given); the two may differ, e.g. a model told of a
@@ -330,6 +332,7 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
                           "or use another --mase-season")
 
     runs: list[tuple[Forecaster, _Run]] = []
+    sent = None                         # engine "ray": the global models' tasks (forecasting.remote.GlobalRuns)
 
     def run(model: Forecaster) -> _Run:
         """The model's forecasts, computed once per model (an ensemble reuses its members')."""
@@ -343,8 +346,12 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
         else:
             t0 = time.perf_counter()
             kw = dict(refit_every=refit_every, progress=progress)
-            own = model.forecast_intervals(ys, cuts, h, levels, progress=progress) if levels else None
-            if own is not None:                     # a local model: the calibration windows refit as the rest
+            remote = sent.take(model) if sent is not None else None
+            own = model.forecast_intervals(ys, cuts, h, levels, progress=progress) if levels and not remote else None
+            if remote:                              # trained as one Ray task: its own seconds, not the wait
+                preds, calib, fitted, t_task = remote
+                t0 = time.perf_counter() - t_task
+            elif own is not None:                     # a local model: the calibration windows refit as the rest
                 preds, fitted = own[0], None
                 calib = model.forecast_cutoffs(ys, ccuts, h, **kw)[0] if K else np.empty((len(ys), 0, h))
             else:
@@ -363,6 +370,10 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
     with contextlib.ExitStack() as stack:
         if check_engine(engine) == "ray":
             stack.enter_context(ray_session(num_cpus=workers))      # one instance for every model
+            from .remote import GlobalRuns
+
+            sent = GlobalRuns(models, ys, cuts, ccuts, h, refit_every=refit_every,
+                              global_calibration=global_calibration)
         stack.enter_context(use_engine(engine, workers))
         for model in models:
             run(model)

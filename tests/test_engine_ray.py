@@ -214,3 +214,44 @@ def test_anomaly_predict_with_ray_writes_the_local_scores_decisions_and_overlays
     assert {r["threshold"] for r in b} == {"0.500000"}                # the override reached the Ray actors
     assert sorted(p.name for p in (tmp_path / "ray" / "overlays").iterdir()) == \
         sorted(p.name for p in (tmp_path / "local" / "overlays").iterdir())
+
+
+@pytest.mark.slow
+def test_ray_backtest_trains_each_neural_model_as_one_task_with_the_local_weights(tmp_path, monkeypatch):
+    pytest.importorskip("ray")
+    import pandas as pd
+    import torch
+
+    from frozenvit.backbone.suite.engine import KILL_ONCE_ENV
+    from frozenvit.forecasting import DLinear, Ensemble, SeasonalNaive, backtest
+    from frozenvit.forecasting.remote import GlobalRuns
+
+    taken, take = [], GlobalRuns.take
+
+    def spy(self, model):
+        got = take(self, model)
+        taken.append(got is not None)
+        return got
+
+    monkeypatch.setattr(GlobalRuns, "take", spy)
+
+    rng = np.random.default_rng(1)
+    t = np.arange(120)
+    df = pd.concat([pd.DataFrame({"unique_id": f"s{i}", "ds": t,
+                                  "y": 5 + 2 * np.sin(2 * np.pi * t / 12 + i) + rng.normal(0, 0.3, t.size)})
+                    for i in range(5)], ignore_index=True)
+    net = DLinear(h=12, input_size=24, max_epochs=2, batch_size=16, seed=0)
+    models = [SeasonalNaive(12), net, Ensemble([SeasonalNaive(12), net], how="median")]
+    kw = dict(h=12, n_windows=2, season_length=12, levels=(80,), progress=False)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        local = backtest(df, models, **kw)
+        monkeypatch.setenv(KILL_ONCE_ENV, str(tmp_path / "killed"))
+        on_ray = backtest(df, models, engine="ray", workers=2, **kw)
+    finally:
+        torch.set_num_threads(threads)
+    assert (tmp_path / "killed").exists()
+    pd.testing.assert_frame_equal(on_ray.forecasts_with_intervals(), local.forecasts_with_intervals(),
+                                  check_exact=True)
+    assert sum(taken) == 1                # DLinear came back from its one task; the ensemble reused it
