@@ -144,6 +144,7 @@ def register(subparsers) -> None:
     q.add_argument("--plot-series", type=number(int, min=1), default=3, help="series shown in forecasts.png")
     q.add_argument("--out", type=Path, default=Path("forecast-out"),
                    help="output folder: new, empty, or an earlier forecast backtest's (its files are overwritten)")
+    add_vit_args(q)
     add_threads_arg(q)
     add_engine_args(q)
     q.set_defaults(func=_cmd_backtest)
@@ -173,6 +174,7 @@ def register(subparsers) -> None:
                    help="continue a stopped run: its training checkpoints are in OUT.ckpt/ beside --out (written "
                         "after every epoch whenever --out is given); finished (model, horizon) pairs are not "
                         "trained again, the one that was stopped continues from its last epoch")
+    add_vit_args(q)
     add_threads_arg(q)
     q.set_defaults(func=_cmd_paper)
 
@@ -204,8 +206,37 @@ def _name_ids(ids: list, at_most: int = 10) -> str:
     return shown + (f" and {len(ids) - at_most} more" if len(ids) > at_most else "")
 
 
+def add_vit_args(q: argparse.ArgumentParser) -> None:
+    """--vit-backbone, --vit-weights, --vit-blocks: which frozen ViT the `vit` model borrows its blocks from."""
+    q.add_argument("--vit-backbone", default=None, metavar="NAME",
+                   help="vit: the timm ViT whose frozen blocks it uses (e.g. vit_small_patch16_224, with "
+                        "--vit-weights for its weights offline); when not given: the embedded default ViT")
+    q.add_argument("--vit-weights", type=Path, default=None, metavar="PATH",
+                   help="vit: a local .safetensors/.pth for --vit-backbone (never unpickled)")
+    q.add_argument("--vit-blocks", type=number(int, min=1), default=None,
+                   help="vit: how many of the ViT's first blocks it uses; when not given: 6, as One Fits All")
+
+
+def vit_options(args: argparse.Namespace, names: list[str]) -> dict:
+    """FrozenViTForecaster's backbone and n_blocks from --vit-*, the backbone loaded here (once); {} when
+    none is given. --vit-* without `vit` in --models is refused."""
+    given = {k: getattr(args, k) for k in ("vit_backbone", "vit_weights", "vit_blocks") if getattr(args, k) is not None}
+    if not given:
+        return {}
+    if "vit" not in names:
+        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise UsageError(f"{flags}: only the vit model uses {'it' if len(given) == 1 else 'them'}, and vit is not "
+                         f"in --models; add vit to --models or drop {flags}")
+    if args.vit_weights is not None and args.vit_backbone is None:
+        raise UsageError("--vit-weights needs --vit-backbone NAME (the timm architecture the weights are for)")
+    from .frozen_vit import FrozenViTForecaster, load_vit
+
+    blocks = args.vit_blocks or FrozenViTForecaster(h=1).n_blocks              # the constructor's default
+    return {"backbone": load_vit(args.vit_backbone, args.vit_weights, blocks), "n_blocks": blocks}
+
+
 def make_models(names: list[str], h: int, season_length: int, input_size: int, max_epochs: int = 20,
-                seed: int = 0) -> list:
+                seed: int = 0, vit: dict | None = None) -> list:
     """The command's models by short name (see MODEL_NAMES); the neural ones with their constructors'
     defaults (NEURAL_TRAINING, PatchTST's PATCHTST_SHAPE: `forecasting.defaults`)."""
     from .baselines import ETS, Naive, SeasonalNaive
@@ -216,7 +247,7 @@ def make_models(names: list[str], h: int, season_length: int, input_size: int, m
     common = dict(h=h, input_size=input_size, max_epochs=max_epochs, seed=seed)     # the rest: the models' defaults
     factories = {"snaive": lambda: SeasonalNaive(season_length), "naive": Naive, "ets": lambda: ETS(season_length),
                  "dlinear": lambda: DLinear(**common), "patchtst": lambda: PatchTST(**common),
-                 "vit": lambda: FrozenViTForecaster(**common)}
+                 "vit": lambda: FrozenViTForecaster(**common, **(vit or {}))}
     return [factories[n]() for n in names]
 
 
@@ -258,6 +289,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     from frozenvit.backbone.suite.engine import engine_from_args, engine_session
 
     _check_backtest_args(args)
+    vit = vit_options(args, flat_names(args.models))          # flags checked, the ViT loaded, before the data
     engine_from_args(args)                          # --workers without --ray fails before any work
     check_output_dir(args.out, "forecast.backtest")
     if args.wide:
@@ -276,7 +308,8 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     global_calibration = args.global_calibration or CONFORMAL["global_calibration"]
     if size is None and neural:              # the calibration windows' values are history the look-back cannot use
         size = auto_input_size(lengths.to_numpy() - calib * args.h, args.h, args.windows, step)
-    built = dict(zip(names, make_models(names, args.h, args.season_length, size or 336, args.max_epochs, args.seed)))
+    built = dict(zip(names, make_models(names, args.h, args.season_length, size or 336, args.max_epochs, args.seed,
+                                        vit=vit)))
     for n in NEURAL:                                  # checkpoints after every epoch, for --resume
         if n in built:
             built[n].set_params(checkpoint_dir=str(args.out / "checkpoints" / built[n].alias), resume=args.resume)
@@ -370,6 +403,7 @@ def _cmd_paper(args: argparse.Namespace) -> int:
     from .data import long_to_wide, read_wide_csv
     from .paper import ETT, ETTH_BORDERS, ETTM_BORDERS, paper_config, paper_protocol, scores_table
 
+    vit = vit_options(args, list(args.models))                 # flags checked, the ViT loaded, before the data
     if args.resume and args.out is None:
         raise UsageError("--resume continues from the checkpoints beside --out; pass the stopped run's --out")
     dataset, source = _paper_dataset(args)
@@ -397,7 +431,7 @@ def _cmd_paper(args: argparse.Namespace) -> int:
 
     def make_model(name: str, h: int):
         model = paper_config(name, h, dataset, minutely=minutely, **overrides,
-                             **(sub if name in ("patchtst", "vit") else {}))
+                             **(sub if name in ("patchtst", "vit") else {}), **(vit if name == "vit" else {}))
         used[f"{model.alias} H={h}"] = {k: v for k, v in model.recorded_params().items()
                                         if k not in ("progress", "device")}
         if ckpt is not None:

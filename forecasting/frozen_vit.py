@@ -78,6 +78,16 @@ def _borrowed(backbone: Any, k: int) -> tuple[nn.Sequential, nn.Module]:
     return nn.Sequential(*list(blocks)[:k]), vit.norm
 
 
+def load_vit(name: str | None = None, weights: Any = None, n_blocks: int = 6) -> Any:
+    """`load_backbone(name, weights)` (None: the embedded default ViT), checked to be a ViT with at least
+    `n_blocks` blocks (NotAViT otherwise): what the CLI's --vit-backbone/--vit-weights/--vit-blocks give."""
+    from frozenvit.backbone import load_backbone
+
+    backbone = load_backbone(name, weights=weights)
+    _borrowed(backbone, int(n_blocks))
+    return backbone
+
+
 def frozen_sha256(backbone: Any, k: int) -> str:
     """sha256 of the pretrained tensors a forecaster borrows: the first k blocks and the final norm."""
     blocks, norm = _borrowed(backbone, k)

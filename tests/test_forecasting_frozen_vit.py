@@ -160,7 +160,8 @@ def test_paper_mode_builds_it_with_the_patchtst_training_schedule():
     assert (m.lr, m.loss, m.normalize_loss, m.revin_affine, m.batch_size) == (1e-4, "mse", False, False, 128)
 
 
-def test_cli_backtest_trains_vit_and_saves_a_forecaster_that_loads_alone(tmp_path):
+@pytest.mark.parametrize("blocks", [None, 2])
+def test_cli_backtest_trains_vit_and_saves_a_forecaster_that_loads_alone(tmp_path, blocks):
     import pandas as pd
 
     from frozenvit.backbone.suite.cli import main
@@ -169,11 +170,12 @@ def test_cli_backtest_trains_vit_and_saves_a_forecaster_that_loads_alone(tmp_pat
     pd.DataFrame({"unique_id": "a", "ds": t, "y": _series(160)}).to_csv(tmp_path / "l.csv", index=False)
     argv = ["forecast", "backtest", "--csv", str(tmp_path / "l.csv"), "--models", "snaive,vit", "--h", str(H),
             "--windows", "1", "--input-size", str(L), "--max-epochs", "1", "--out", str(tmp_path / "out")]
-    assert main(argv) == 0
+    assert main(argv + ([] if blocks is None else ["--vit-blocks", str(blocks)])) == 0
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert "FrozenViT" in summary["models"]
     back = FrozenViTForecaster.load(tmp_path / "out" / "models" / "FrozenViT")
     assert back.predict(_series(160)[None, -L:]).shape == (1, H)
+    assert back.n_blocks == (blocks or 6) and back.backbone_record()["default"]      # the embedded ViT either way
 
 
 def test_the_benchmarks_ten_percent_keeps_the_last_tenth_of_the_training_windows(load_benchmark):
