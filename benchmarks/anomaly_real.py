@@ -68,6 +68,7 @@ CONFIGS = {
                        {"tile": 2.0, "score_border": 1}),
     "lite0_tile2_b1_ivf": ("Lite0, 2 stages, tiles x2, border 1, IVF", {"name": "efficientnet_lite0"},
                            {"tile": 2.0, "score_border": 1, "index": "ivf"}),
+    "vit_b1": ("embedded ViT, stretch, border 1", {}, {"score_border": 1}),
     "vit_tileauto_b1": ("embedded ViT, tiles auto, border 1", {}, {"tile": "auto", "score_border": 1}),
     "vit_tile2_b1": ("embedded ViT, tiles x2, border 1", {}, {"tile": 2.0, "score_border": 1}),
     "lite2_tileauto_b1": ("Lite2, 2 stages, tiles auto, border 1", {"name": "efficientnet_lite2"},
