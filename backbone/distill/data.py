@@ -5,6 +5,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -15,29 +16,60 @@ from frozenvit.backbone.suite.artifacts import write_json
 from frozenvit.backbone.suite.errors import UsageError
 
 IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".JPEG"}
+# (dataset folder, split) pairs that are some benchmark's test set: distilling on them would leak it.
+HELD_OUT_SPLITS = (("imagenette", "val"),)   # the Imagenette linear probe scores on val
+
+
+class HeldOutSplitError(UsageError):
+    """Training images include a split that a benchmark tests on (Imagenette val: the linear probe's test set)."""
 
 
 # ----------------------------------------------------------------------------- data
+def check_not_held_out(path: str | Path) -> None:
+    """Raise HeldOutSplitError when path lies in (or is) a held-out split such as imagenette/val."""
+    parts = [q.lower() for q in Path(path).resolve().parts]
+    for ds, split in HELD_OUT_SPLITS:
+        if any(a == ds and b == split for a, b in zip(parts, parts[1:])):
+            raise HeldOutSplitError(
+                f"{path} is in {ds}/{split}, the test set of a benchmark (the Imagenette linear probe): "
+                f"never train on it; use {ds}/train (and --extra-data for more images)")
+
+
 def list_images(root: str | Path) -> list[Path]:
-    """Image files under root (recursively), sorted, so the index is reproducible."""
+    """Image files under root (recursively), sorted, so the index is reproducible.
+
+    Raises UsageError when there are none, HeldOutSplitError when any lies in a held-out split
+    (e.g. --data imagenette/ would take val/ along with train/).
+    """
+    check_not_held_out(root)
     files = sorted(p for p in Path(root).rglob("*") if p.suffix in IMAGE_EXTS or p.suffix.lower() in IMAGE_EXTS)
     if not files:
         raise UsageError(f"no images under {root}: point --data at a folder of JPEG/PNG files")
+    for sub in {f.parent for f in files}:
+        check_not_held_out(sub)
     return files
 
 
-def build_cache(root: str | Path, cache_dir: str | Path, size: int, progress: bool | None = None) -> np.ndarray:
-    """Decode every image under root once, resize (shorter side, centre crop) to size x size RGB.
+def build_cache(root: str | Path | Sequence[str | Path], cache_dir: str | Path, size: int,
+                progress: bool | None = None) -> np.ndarray:
+    """Decode every image under root (one folder or several, in order) once, resize (shorter side,
+    centre crop) to size x size RGB.
 
     Returns a read-only uint8 memmap (N, size, size, 3) stored in cache_dir (reused when the file
     list and size match). cache_dir should be git-ignored scratch space (e.g. runs/).
     """
     from PIL import Image
 
-    files = list_images(root)
+    roots = [Path(root)] if isinstance(root, (str, Path)) else [Path(r) for r in root]
+    listed = [(i, r, f) for i, r in enumerate(roots) for f in list_images(r)]
+    files = [f for _, _, f in listed]
     cache_dir = Path(cache_dir)
-    meta = {"root": str(Path(root).resolve()), "size": size, "n": len(files),
-            "files": [str(f.relative_to(root)) for f in files]}
+    if len(roots) == 1:   # the one-folder record of earlier caches, so that they stay valid
+        meta = {"root": str(roots[0].resolve()), "size": size, "n": len(files),
+                "files": [str(f.relative_to(roots[0])) for f in files]}
+    else:
+        meta = {"roots": [str(r.resolve()) for r in roots], "size": size, "n": len(files),
+                "files": [f"{i}/{f.relative_to(r)}" for i, r, f in listed]}
     data_path, meta_path = cache_dir / f"images_{size}.u8", cache_dir / f"images_{size}.json"
     if meta_path.is_file() and data_path.is_file() and json.loads(meta_path.read_text()) == meta:
         return np.memmap(data_path, dtype=np.uint8, mode="r", shape=(len(files), size, size, 3))
@@ -69,10 +101,13 @@ class AugmentConfig:
 
 
 def augment(u8: torch.Tensor, out_size: int, cfg: AugmentConfig, g: torch.Generator) -> torch.Tensor:
-    """Batched augmentation. u8: (B, S, S, 3) uint8 -> (B, 3, out, out) float in [0, 1]."""
-    x = u8.permute(0, 3, 1, 2).float().div_(255)  # (B, 3, S, S)
+    """Batched augmentation. u8: (B, S, S, 3) uint8 -> (B, 3, out, out) float in [0, 1], on u8's device.
+
+    A pure function of (u8, g): g is a CPU generator whatever the device.
+    """
+    x = u8.permute(0, 3, 1, 2).float().div_(255)  # (B, 3, S, S), on u8's device
     B = x.shape[0]
-    u = lambda *s: torch.rand(*s, generator=g)  # noqa: E731
+    u = lambda *s: torch.rand(*s, generator=g)  # noqa: E731  (CPU draws: the same numbers on any device)
     area = cfg.scale[0] + (cfg.scale[1] - cfg.scale[0]) * u(B)
     logr = math.log(cfg.ratio[0]) + (math.log(cfg.ratio[1]) - math.log(cfg.ratio[0])) * u(B)
     w = (area * logr.exp()).sqrt().clamp(max=1.0)  # crop width as a fraction of the side
@@ -81,10 +116,10 @@ def augment(u8: torch.Tensor, out_size: int, cfg: AugmentConfig, g: torch.Genera
     sx = torch.where(u(B) < 0.5, -w, w) if cfg.flip else w
     theta = torch.zeros(B, 2, 3)
     theta[:, 0, 0], theta[:, 0, 2], theta[:, 1, 1], theta[:, 1, 2] = sx, cx, h, cy
-    grid = F.affine_grid(theta, [B, 3, out_size, out_size], align_corners=False)
+    grid = F.affine_grid(theta.to(x.device), [B, 3, out_size, out_size], align_corners=False)
     x = F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)  # (B,3,o,o)
     if cfg.jitter > 0:
-        j = lambda: (1 + cfg.jitter * (2 * u(B, 1, 1, 1) - 1))  # noqa: E731
+        j = lambda: (1 + cfg.jitter * (2 * u(B, 1, 1, 1) - 1)).to(x.device)  # noqa: E731
         x = x * j()  # brightness
         grey = (0.299 * x[:, 0] + 0.587 * x[:, 1] + 0.114 * x[:, 2]).unsqueeze(1)  # (B, 1, o, o)
         x = (x - grey.mean((2, 3), keepdim=True)) * j() + grey.mean((2, 3), keepdim=True)  # contrast

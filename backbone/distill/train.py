@@ -10,6 +10,8 @@ colour jitter, mixup/cutmix), runs the frozen teacher on exactly that batch and 
     the teacher's feature maps (resized to the student grid, LayerNorm'ed per token), smooth-L1;
   * logit distillation: KL(teacher || student) at temperature T on the CLS token through a linear
     head (only when the teacher has a classifier).
+  * optionally (--dense-blocks), dense targets at the teacher's stride-8 and stride-16 maps from chosen
+    blocks through small projectors, one with a 2x upsampling for stride 8 (backbone/distill/dense.py).
 The projection and logit heads are training scaffolding: the exported student is the plain timm ViT.
 Checkpoints (safetensors + JSON, atomic) every few minutes; --resume continues bit-for-bit from the
 last one because the data order and augmentation are pure functions of (seed, step).
@@ -36,6 +38,7 @@ from frozenvit.backbone.suite.artifacts import atomic_dir, atomic_write_bytes, s
 from frozenvit.backbone.suite.optimizer import load_optimizer, optimizer_tensors
 
 from .data import AugmentConfig, augment
+from .dense import DenseHeads, dense_targets
 from .teacher import Teacher
 
 
@@ -43,31 +46,36 @@ from .teacher import Teacher
 class Distiller(nn.Module):
     """Student ViT + training-only heads (dense projections, logit head)."""
 
-    def __init__(self, student: nn.Module, target_dims: dict[int, int], num_classes: int) -> None:
+    def __init__(self, student: nn.Module, target_dims: dict[int, int], num_classes: int,
+                 strided: DenseHeads | None = None, fused_attn: bool = False) -> None:
         super().__init__()
         self.student = student
-        for m in student.modules():  # explicit attention: CPU bf16 SDPA backward is ~4x slower (torch 2.14)
+        for m in student.modules():  # explicit attention on CPU: its bf16 SDPA backward is ~4x slower (torch 2.14)
             if hasattr(m, "fused_attn"):
-                m.fused_attn = False
+                m.fused_attn = fused_attn
         D = student.embed_dim
         self.dense = nn.ModuleDict({str(b): nn.Sequential(nn.LayerNorm(D), nn.Linear(D, c)) for b, c in target_dims.items()})
         self.logits = nn.Linear(D, num_classes) if num_classes > 0 else None
+        self.strided = strided
 
-    def forward(self, x: torch.Tensor) -> tuple[dict[int, torch.Tensor], torch.Tensor | None]:
-        """x: (B, 3, H, W) -> ({block: (B, N, C_target)}, logits (B, K) or None)."""
+    def forward(self, x: torch.Tensor) -> tuple[dict[int, torch.Tensor], torch.Tensor | None, dict[str, torch.Tensor]]:
+        """x: (B, 3, H, W) -> ({block: (B, N, C_target)}, logits (B, K) or None, {stride target: (B, C, h', w')})."""
         s = self.student
         last = len(s.blocks) - 1
-        final, mids = vit_tokens(s, x, [int(b) for b in self.dense])
+        wanted = {int(b) for b in self.dense} | set(self.strided.blocks if self.strided is not None else ())
+        final, mids = vit_tokens(s, x, sorted(wanted))
         P = s.num_prefix_tokens
+        tokens = {**mids, last: final}  # the last block's tokens after the final norm, as before
         preds = {}
         for b, head in self.dense.items():
-            tok = final if int(b) == last else mids[int(b)]  # (B, P+N, D)
-            preds[int(b)] = head(tok[:, P:])  # (B, N, C)
+            preds[int(b)] = head(tokens[int(b)][:, P:])  # (B, N, C)
         logits = None
         if self.logits is not None:
             pooled = final[:, 0] if s.cls_token is not None else final[:, P:].mean(1)  # (B, D)
             logits = self.logits(pooled)  # (B, K)
-        return preds, logits
+        grid = tuple(s.patch_embed.grid_size)
+        strided = self.strided(tokens, P, grid) if self.strided is not None else {}
+        return preds, logits, strided
 
 
 def make_student(arch: str, img_size: int, **kwargs: Any) -> nn.Module:
@@ -79,14 +87,16 @@ def make_student(arch: str, img_size: int, **kwargs: Any) -> nn.Module:
 
 def init_student_from(student: nn.Module, path: str | Path) -> dict[str, int]:
     """Start a student from a (deeper) ViT's weights, DistilBERT-style: its first len(student.blocks)
-    blocks, patch embedding, prefix tokens and final norm; the position embedding is resampled to the
-    student's grid; tensors of other shapes (heads, wider models) are left random. Returns counts."""
+    blocks, patch embedding, prefix tokens and final norm; the position embedding is resampled once, here,
+    to the student's grid (so a 128 px default trained on at 224 px exports a native 14x14 grid); tensors
+    of other shapes (heads, wider models) are left random. path: a file, "default" or a name of
+    loading.EMBEDDED (e.g. "frozenvit-default-v1"). Returns counts."""
     from frozenvit.backbone.weights import read_state_dict, resample_pos_embed
 
-    if str(path) == "default":
-        from frozenvit.backbone.loading import ASSETS, default_spec
+    from frozenvit.backbone.loading import ASSETS, EMBEDDED, embedded_spec
 
-        path = ASSETS / default_spec()["file"]
+    if str(path) == "default" or str(path) in EMBEDDED:   # the embedded default, or an earlier one by name
+        path = ASSETS / embedded_spec(None if str(path) == "default" else str(path))["file"]
     own = student.state_dict()
     depth = len(student.blocks)
     take = {}
@@ -156,6 +166,10 @@ class DistillConfig:
     log_every: int = 20
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     init: str = ""                     # weights whose first blocks start the student ("" = from scratch)
+    dense_blocks: tuple = ()           # student blocks (-1 = last) regressing the teacher's stride-8/16 maps
+    w_s8: float = 1.0                  # cosine losses (0..1 each), summed with these weights
+    w_s16: float = 1.0
+    device: str = "cpu"                # cpu | cuda[:i]; augmentation runs there too, its random draws stay on CPU
 
     @classmethod
     def from_json(cls, d: dict) -> "DistillConfig":
@@ -207,12 +221,21 @@ def distill(teacher: Teacher, images: np.ndarray, cfg: DistillConfig, out: str |
         print(f"student initialised from {cfg.init}: {counts['copied']}/{counts['student_tensors']} tensors")
     grid = student.patch_embed.grid_size  # (gh, gw)
     depth = len(student.blocks)
-    pairs = teacher.default_pairs(depth)
+    pairs = teacher.default_pairs(depth) if cfg.w_dense > 0 else {}
     with torch.no_grad():
         probe = teacher.maps_and_logits(torch.zeros(1, 3, cfg.img_size, cfg.img_size))
     dims = {b: sum(probe[0][j].shape[1] for j in idx) for b, idx in pairs.items()}
     num_classes = probe[1].shape[1] if probe[1] is not None and cfg.w_kd > 0 else 0
-    model = Distiller(student, dims, num_classes)
+    targets = dense_targets(cfg.dense_blocks, depth, cfg.w_s8, cfg.w_s16)
+    strided = None
+    if targets:
+        channels: dict[int, int] = {}
+        for st, m in zip(teacher.map_strides, probe[0]):
+            channels.setdefault(st, m.shape[1])  # the first map of each stride, as stride_map below picks
+        strided = DenseHeads(targets, student.embed_dim, student.patch_embed.patch_size[0], channels)
+    device = torch.device(cfg.device)
+    model = Distiller(student, dims, num_classes, strided, fused_attn=device.type != "cpu").to(device)
+    teacher.model.to(device)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "pos_embed" not in n and "token" not in n]
     no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "pos_embed" not in n and "token" not in n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
@@ -230,14 +253,16 @@ def distill(teacher: Teacher, images: np.ndarray, cfg: DistillConfig, out: str |
         step, elapsed, seen = st["step"], st["elapsed_s"], st["images_seen"]
     write_json(out / "config.json", {"kind": "distill_run", "format_version": 1, "teacher": teacher.spec,
                                      "pairs": {str(k): list(v) for k, v in pairs.items()}, "total_steps": total,
+                                     "strided_targets": [asdict(t) for t in targets],
                                      "steps_per_epoch": steps_per_epoch, "n_images": N, **asdict(cfg)})
-    mean = torch.tensor(teacher.mean).view(1, 3, 1, 1)
-    std = torch.tensor(teacher.std).view(1, 3, 1, 1)
+    mean = torch.tensor(teacher.mean, device=device).view(1, 3, 1, 1)
+    std = torch.tensor(teacher.std, device=device).view(1, 3, 1, 1)
     amp = cfg.precision == "bf16"
+    stride_map = {s: teacher.map_strides.index(s) for s in {t.stride for t in targets}}  # stride -> map index
     model.train()
     last_ckpt = time.time()
     t_log, n_log = time.time(), 0
-    run = {"kd": 0.0, "loss": 0.0, **{f"dense{b}": 0.0 for b in pairs}}
+    run = {"kd": 0.0, "loss": 0.0, **{f"dense{b}": 0.0 for b in pairs}, **{t.key: 0.0 for t in targets}}
     end = total if max_steps is None else min(total, step + max_steps)
     bar = progress_bar(total=total, initial=step, desc="distill", disable=None if progress is None else not progress)
     log_f = open(out / "log.jsonl", "a")
@@ -247,17 +272,22 @@ def distill(teacher: Teacher, images: np.ndarray, cfg: DistillConfig, out: str |
         perm = torch.randperm(N, generator=torch.Generator().manual_seed(cfg.seed * 100003 + epoch))
         idx = np.sort(perm[k * cfg.batch_size:(k + 1) * cfg.batch_size].numpy())
         g = torch.Generator().manual_seed(cfg.seed * 7919 + step * 2 + 1)
-        x = augment(torch.from_numpy(np.ascontiguousarray(images[idx])), cfg.img_size, cfg.augment, g)
+        u8 = torch.from_numpy(np.ascontiguousarray(images[idx])).to(device, non_blocking=True)  # (B, S, S, 3)
+        x = augment(u8, cfg.img_size, cfg.augment, g)
         x = (x - mean) / std  # (B, 3, H, W)
-        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+        with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
             tmaps, tlogits = teacher.maps_and_logits(x)
-        targets = teacher_targets(tmaps, pairs, grid)
+        pair_targets = teacher_targets(tmaps, pairs, grid)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, total, cfg)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
-            preds, slogits = model(x)
-        parts = {f"dense{b}": dense_loss(preds[b], targets[b]) for b in pairs}
-        loss = cfg.w_dense * sum(parts.values()) / len(parts)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+            preds, slogits, spreds = model(x)
+        parts = {f"dense{b}": dense_loss(preds[b], pair_targets[b]) for b in pairs}
+        loss = cfg.w_dense * sum(parts.values()) / len(parts) if parts else torch.zeros((), device=device)
+        if strided is not None:
+            sparts = strided.losses(spreds, {s: tmaps[i] for s, i in stride_map.items()})
+            loss = loss + sum(t.weight * sparts[t.key] for t in targets)
+            parts.update(sparts)
         if slogits is not None:
             parts["kd"] = kd_loss(slogits, tlogits, cfg.temperature)
             loss = loss + cfg.w_kd * parts["kd"]
