@@ -4,7 +4,8 @@ Parts (--parts):
   start     the fixed cost of Ray: starting a local instance, and the first call on fresh actors
   control   held-out evaluation of --configs configurations: local (1 process, 1 thread; and at
             --threads) vs --workers single-thread Ray actors, each holding its environments and the
-            encoder. Checks that every configuration's outcome (success, steps) is the same.
+            encoder: fresh actors, and the actors a previous evaluation of the session left alive.
+            --control-repeat rounds, run in turn, medians. Checks every configuration's (success, steps).
   forecast  AutoETS backtest on M4 Hourly (../shared/data): local vs --workers Ray tasks; checks
             that the forecasts are equal to the last digit.
   anomaly   scoring a folder of images with a fitted PatchCore: one single-thread process vs
@@ -99,36 +100,55 @@ def _control_policy(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def part_control(args: argparse.Namespace) -> dict[str, Any]:
+    import importlib
+    import statistics
+
+    import ray
     import torch
 
     from frozenvit.control import config_seeds, evaluate
 
+    ev = importlib.import_module("frozenvit.control.evaluate")
     pol, bb = _control_policy(args)
     configs = config_seeds("heldout", args.configs)
-    rows, runs = [], {}
-    for label, engine, threads in [("local, 1 thread", "local", 1), (f"local, {args.threads} threads", "local", args.threads),
-                                   (f"ray, {args.workers} x 1 thread", "ray", 1)]:
-        torch.set_num_threads(threads)
-        t0 = time.perf_counter()
-        res = evaluate(pol, bb, configs, max_steps=args.max_steps, parallel=args.parallel, progress=False,
-                       engine=engine, workers=args.workers if engine == "ray" else None)
-        wall = time.perf_counter() - t0
-        runs[label] = res
-        rows.append({"run": label, "wall_s": round(wall, 1), "success": res.success_rate})
+    fresh, warm = f"ray, {args.workers} x 1 thread, fresh actors", f"ray, {args.workers} x 1 thread, actors kept from the previous call"
+    runs_def = [("local, 1 thread", "local", 1), (f"local, {args.threads} threads", "local", args.threads),
+                (fresh, "ray", 1), (warm, "ray", 1)]
+    walls: dict[str, list[float]] = {}
+    runs = {}
+    for rep in range(args.control_repeat):                         # interleaved, so that drift hits every row
+        for label, engine, threads in runs_def:
+            if label == fresh:
+                ev._drop_pool(ray)                                  # new actors: process start and imports inside
+            torch.set_num_threads(threads)
+            t0 = time.perf_counter()
+            res = evaluate(pol, bb, configs, max_steps=args.max_steps, parallel=args.parallel, progress=False,
+                           engine=engine, workers=args.workers if engine == "ray" else None)
+            walls.setdefault(label, []).append(round(time.perf_counter() - t0, 1))
+            runs[label] = res
+            print(f"  rep {rep}: {label}: {walls[label][-1]} s", flush=True)
+    rows = [{"run": label, "wall_s": statistics.median(walls[label]), "walls_s": walls[label],
+             "success": runs[label].success_rate} for label, _, _ in runs_def]
     base = rows[0]["wall_s"]
     for r in rows:
         r["speedup_vs_local_1_thread"] = round(base / r["wall_s"], 2)
-    _ray_row(rows[-1], base)
+    for r in rows[2:]:
+        _ray_row(r, base)
     first = runs[rows[0]["run"]]
-    same = all((runs[r["run"]].successes, runs[r["run"]].steps) == (first.successes, first.steps) for r in rows)
-    print_table(rows)
-    print(f"every configuration's (success, steps) the same in all runs: {same}")
+    same = {r["run"]: (runs[r["run"]].successes, runs[r["run"]].steps) == (first.successes, first.steps) for r in rows}
+    print_table([{k: v for k, v in r.items() if k != "walls_s"} for r in rows])
+    print(f"every configuration's (success, steps) equal to the local 1-thread run: {same}")
     return {"part": "control", "task": args.task, "configs": args.configs, "parallel": args.parallel,
+            "repeats": args.control_repeat,
             "LP_NUM_THREADS": os.environ.get("LP_NUM_THREADS", "unset (llvmpipe: one render thread per core)"),
             "max_steps": args.max_steps, "rows": rows, "identical_outcomes": same,
+            "actor_start_s": round(rows[2]["wall_s"] - rows[3]["wall_s"], 1),
             "per_config": {r["run"]: list(zip(runs[r["run"]].successes, runs[r["run"]].steps)) for r in rows},
             "per_episode_s_local_1_thread": round(base / args.configs, 2),
-            "note": "Ray rows: wall_s on a running Ray instance, the actors created inside it; wall_incl_start_s adds the start"}
+            "note": "wall_s: median over the repeats, run in turn. Ray rows on a running Ray instance: 'fresh "
+                    "actors' creates them inside its time (process start, imports, model load); 'actors kept' "
+                    "reuses those of the previous call, as a second evaluation in one Ray session does. "
+                    "wall_incl_start_s adds the instance's start; actor_start_s = fresh - kept"}
 
 
 def part_forecast(args: argparse.Namespace) -> dict[str, Any]:
@@ -235,6 +255,7 @@ def main() -> None:
     ap.add_argument("--configs", type=int, default=16)
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--max-steps", type=int, default=500)
+    ap.add_argument("--control-repeat", type=int, default=3, help="control: rounds of the four runs, in turn (medians)")
     ap.add_argument("--anomaly-repeat", type=int, default=5,
                     help="anomaly: score the MPDD test folder this many times over (a larger folder)")
     ap.add_argument("--series", type=int, default=0, help="forecast: the first N M4 Hourly series (0: all 414)")

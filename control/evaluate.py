@@ -68,8 +68,8 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
 
     engine: "local" (this process) or "ray": the episodes run on `workers` Ray actors (None: one per
     CPU of the cluster, see backbone.suite.engine.ray_session), each holding its own `parallel`
-    environments, the policy and the encoder (torch at `worker_threads` threads), fed `parallel`
-    configurations at a time. An actor that dies is restarted and its configurations run again.
+    environments, the policy and the encoder (torch at `worker_threads` threads), fed at most `parallel`
+    configurations at a time, fewer as the queue drains (guided_chunk). An actor that dies is restarted and its configurations run again.
     """
     from frozenvit.backbone.suite.engine import check_engine
 
@@ -154,9 +154,15 @@ def lockstep(agent: VisuomotorAgent, envs: Sequence[MetaWorldTask], configs: Seq
 
 
 class EvalWorker:
-    """One Ray actor's share of an evaluation: its own environments, policy and encoder, built once."""
+    """One Ray actor of evaluations: its environments, policy and encoder, kept between calls.
 
-    def __init__(self, policy: Any, backbone: Any, env_args: dict, parallel: int, threads: int) -> None:
+    The actor outlives one evaluation (see _actor_pool), so a second evaluation on the same Ray
+    session pays neither the process start nor the imports (~5 s on a 2-core machine: torch,
+    torchvision, scikit-learn, MuJoCo). It rebuilds its agent when handed another policy and its
+    environments when handed another task, camera or rendering.
+    """
+
+    def __init__(self, threads: int) -> None:
         import torch
 
         torch.set_num_threads(threads)
@@ -164,40 +170,93 @@ class EvalWorker:
         # process; an actor holds `threads` CPUs, so its renderer gets as many (read at the first
         # GL context, which this actor has not made yet). An explicit LP_NUM_THREADS wins.
         os.environ.setdefault("LP_NUM_THREADS", str(threads))
-        self.agent = VisuomotorAgent(policy, backbone)
-        self.env_args = env_args
-        self.parallel = parallel
+        self.agent: VisuomotorAgent | None = None
+        self.agent_key: str | None = None
+        self.env_args: dict | None = None
         self.envs: list[MetaWorldTask] = []
 
-    def run(self, configs: list[int], record: set[int]) -> tuple[list[tuple[int, bool, int]], dict]:
+    def ping(self) -> int:
+        return os.getpid()
+
+    def run(self, models: list, env_args: dict, parallel: int, configs: list[int],
+            record: set[int]) -> tuple[list[tuple[int, bool, int]], dict]:
+        """Roll out `configs` with the policy and backbone behind `models` = [policy_ref, backbone_ref]
+        (refs inside a list, so that Ray hands them over unresolved and they are fetched only when
+        this actor has not seen them yet)."""
+        import ray
+
         from frozenvit.backbone.suite.engine import die_once_if_asked
 
         die_once_if_asked()
-        while len(self.envs) < min(self.parallel, len(configs)):
-            self.envs.append(MetaWorldTask(**self.env_args))
+        key = models[0].hex() + models[1].hex()
+        if key != self.agent_key:
+            self.agent, self.agent_key = VisuomotorAgent(*ray.get(models)), key
+        if env_args != self.env_args:
+            for e in self.envs:
+                e.close()
+            self.envs, self.env_args = [], env_args
+        while len(self.envs) < min(parallel, len(configs)):
+            self.envs.append(MetaWorldTask(**env_args))
         results: list[tuple[int, bool, int]] = []
         movies: dict[int, list[np.ndarray]] = {}
         lockstep(self.agent, self.envs, configs, record, movies, lambda c, s, n: results.append((c, s, n)))
         return results, movies
 
 
+def guided_chunk(remaining: int, workers: int, parallel: int) -> int:
+    """Configurations for the next call on a free actor: a share of what is left that shrinks as the
+    queue drains (guided self-scheduling), at most `parallel`, at least 1. Big chunks keep the encoder
+    batched while there is plenty of work; small ones at the end leave no actor idle while another
+    still runs a full chunk."""
+    return max(1, min(parallel, -(-remaining // (2 * max(1, workers)))))
+
+
+_POOL: dict[tuple, list] = {}       # (driver's node, job, threads) -> EvalWorker actors alive on it
+
+
+def _actor_pool(ray: Any, n: int, threads: int) -> list:
+    """`n` EvalWorker actors of `threads` CPUs on the connected cluster, reusing those a previous
+    evaluation of this driver left alive (a new Ray session gets new ones)."""
+    ctx = ray.get_runtime_context()
+    key = (ctx.get_node_id(), ctx.get_job_id(), threads)                  # a node id is new with each cluster
+    for k in [k for k in _POOL if k[:2] != key[:2]]:                     # actors of a session gone
+        del _POOL[k]
+    pool = _POOL.setdefault(key, [])
+    actor = ray.remote(num_cpus=threads, max_restarts=3, max_task_retries=3)(EvalWorker)
+    pool.extend(actor.remote(threads) for _ in range(n - len(pool)))
+    return pool[:n]
+
+
+def _drop_pool(ray: Any) -> None:
+    """Kill every pooled actor (after a failed evaluation: they may still be running its chunks)."""
+    for actors in _POOL.values():
+        for a in actors:
+            ray.kill(a)
+    _POOL.clear()
+
+
 def _rollouts_ray(policy: Any, backbone: Any, queue: list[int], env_args: dict, parallel: int, record: set[int],
                   movies: dict, done: Callable[[int, bool, int], None], workers: int | None, threads: int) -> None:
-    """The episodes of `queue` on Ray actors, `parallel` configurations per call, results as they come."""
+    """The episodes of `queue` on Ray actors (kept for the next evaluation of this Ray session), in
+    guided chunks (guided_chunk), results as they come."""
     from frozenvit.backbone.suite.engine import cluster_cpus, ray_session
 
     if not queue:
         return
     with ray_session(num_cpus=workers) as ray:
-        n = min(workers or cluster_cpus(ray), -(-len(queue) // parallel))
-        actor = ray.remote(num_cpus=threads, max_restarts=3, max_task_retries=3)(EvalWorker)
-        p_ref, b_ref = ray.put(policy), ray.put(backbone)
-        pool = [actor.remote(p_ref, b_ref, env_args, parallel, threads) for _ in range(n)]
-        chunks = [queue[i:i + parallel] for i in range(0, len(queue), parallel)]
+        n = min(workers or cluster_cpus(ray), len(queue))
+        pool = _actor_pool(ray, n, threads)
+        models = [ray.put(policy), ray.put(backbone)]
+        left = list(queue)
         pending = {}
-        for i, chunk in enumerate(chunks[:n]):
-            pending[pool[i].run.remote(chunk, record & set(chunk))] = pool[i]
-        nxt = n
+
+        def send(a: Any) -> None:
+            k = guided_chunk(len(left), n, parallel)
+            chunk, left[:k] = left[:k], []
+            pending[a.run.remote(models, env_args, parallel, chunk, record & set(chunk))] = a
+
+        for a in pool:
+            send(a)
         try:
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1)
@@ -206,12 +265,11 @@ def _rollouts_ray(policy: Any, backbone: Any, queue: list[int], env_args: dict, 
                 for c, s, k in results:
                     done(c, s, k)
                 movies.update(got)
-                if nxt < len(chunks):
-                    pending[a.run.remote(chunks[nxt], record & set(chunks[nxt]))] = a
-                    nxt += 1
-        finally:
-            for a in pool:
-                ray.kill(a)
+                if left:
+                    send(a)
+        except BaseException:
+            _drop_pool(ray)
+            raise
 
 
 class EpisodeJournal:

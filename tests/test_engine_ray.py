@@ -93,6 +93,36 @@ def test_ray_evaluation_equals_local_and_survives_a_dead_worker(policy_and_bb, t
     assert not ray.is_initialized()                                   # the instance started for the call is gone
 
 
+@pytest.mark.slow
+def test_a_second_ray_evaluation_in_one_session_reuses_the_actors_and_still_equals_local(policy_and_bb):
+    import importlib
+
+    ev = importlib.import_module("frozenvit.control.evaluate")
+    pol, bb = policy_and_bb
+    configs = control.config_seeds("heldout", 4)
+    with ray_session(num_cpus=2) as ray:
+        control.evaluate(pol, bb, configs, max_steps=15, parallel=2, progress=False, engine="ray", workers=2)
+        pids = sorted(ray.get([a.ping.remote() for a in ev._actor_pool(ray, 2, 1)]))
+        # another cap: the actors rebuild their environments, and the answers still equal a local run
+        again = control.evaluate(pol, bb, configs, max_steps=12, parallel=2, progress=False, engine="ray", workers=2)
+        assert sorted(ray.get([a.ping.remote() for a in ev._actor_pool(ray, 2, 1)])) == pids
+    local = control.evaluate(pol, bb, configs, max_steps=12, parallel=2, progress=False)
+    assert (again.successes, again.steps) == (local.successes, local.steps)
+
+
+@pytest.mark.parametrize("n,workers,parallel", [(16, 2, 4), (5, 2, 2), (1, 3, 4), (100, 7, 8)])
+def test_guided_chunks_cover_the_queue_never_exceed_parallel_and_shrink_to_one(n, workers, parallel):
+    import importlib
+
+    guided_chunk = importlib.import_module("frozenvit.control.evaluate").guided_chunk
+    sizes, left = [], n
+    while left:
+        sizes.append(guided_chunk(left, workers, parallel))
+        left -= sizes[-1]
+    assert sum(sizes) == n and max(sizes) <= parallel
+    assert sizes == sorted(sizes, reverse=True) and sizes[-1] == 1
+
+
 # ---- anomaly scoring streamed through Ray Data --------------------------------------------------------
 @pytest.fixture(scope="module")
 def image_files(tmp_path_factory):
