@@ -32,8 +32,8 @@ from .coreset import chunked_coreset, greedy_coreset
 from .defaults import INDEX, IVF_MIN_BANK, SCORE_BORDER, TILE
 from .errors import DatasetError
 from .images import as_image
-from .scoring import (center_tokens, fuse_blocks, local_aggregate, original_maps, reduced_width, reweighted_max, smooth,
-                      topk_mean)
+from .scoring import (center_tokens, fuse_blocks, local_aggregate, original_maps, reduced_width, reweighted_max,
+                      tiled_original_map, topk_mean)
 from .search import INDEX_KINDS, build_index, knn
 from .tiling import Tiling
 
@@ -501,8 +501,8 @@ class PatchCore(BaseEstimator):
                 out.append(original_maps(p, [where], self.sigma)[0])
                 continue
             tiling, m = where
-            amap = tiling.stitch(original_maps(t[None], [m], 0.0)[0] for t in p)      # (H0, W0)
-            out.append(smooth(amap, self.sigma * tiling.tile_size[0] / m.model_size[0]))
+            # one product through cached operators, equal to stitching the tiles' maps and then smoothing
+            out.append(tiled_original_map(p, tiling, m, self.sigma * tiling.tile_size[0] / m.model_size[0]))   # (H0, W0)
         return out
 
     def decision_threshold(self) -> float | None:

@@ -11,6 +11,9 @@ of a tile: every pixel is covered, none is padded.
     t = Tiling.plan((1250, 500), (224, 224), scale=1.0, overlap=0.25)   # 7 x 3 windows of 224 x 224
     crops = t.crops(image)                  # [(224, 224, 3)] views, row-major
     amap = t.stitch(tile_maps)              # (T, 224, 224) -> (1250, 500), overlaps averaged
+
+Stitching is linear and, because the windows are every (top, left) pair, separable: `stitch_operators`
+turns it into one matrix per axis, so resampling, stitching and smoothing fold into two small products.
 """
 from __future__ import annotations
 
@@ -94,3 +97,33 @@ class Tiling:
         except ValueError as e:
             raise ValueError(f"stitching needs {len(self)} maps of {self.tile_size}: {e}") from e
         return (acc / self.coverage()).astype(np.float32)
+
+    def stitch_operators(self, ry: np.ndarray, rx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Stitching as two matrices. ry (th, h) and rx (tw, w) resample a tile's (h, w) map onto its window
+        (tile = ry @ p @ rx.T). Returns Sy (H0, R*h) and Sx (W0, C*w), float64, such that
+        stitch([ry @ p_k @ rx.T for every tile k]) == Sy @ B @ Sx.T, where B (R*h, C*w) holds the R x C tile
+        maps p_k (row-major `windows`) as blocks (`tile_blocks`). Exact: the windows are the product of `tops`
+        and `lefts`, so the number of tiles covering (y, x) factorises as n_y(y) * n_x(x)."""
+        th, tw = self.tile_size
+        if ry.shape[0] != th or rx.shape[0] != tw:
+            raise ValueError(f"operators {ry.shape}, {rx.shape} do not resample onto the tile size {self.tile_size}")
+        return _axis_operator(self.image_size[0], self.tops, ry), _axis_operator(self.image_size[1], self.lefts, rx)
+
+
+def _axis_operator(length: int, starts: tuple[int, ...], r: np.ndarray) -> np.ndarray:
+    """(length, len(starts) * k): operator r (tile, k) placed at every start, each row divided by its coverage."""
+    tile, k = r.shape
+    out = np.zeros((length, len(starts) * k), np.float64)
+    count = np.zeros(length, np.float64)
+    for i, s in enumerate(starts):
+        out[s:s + tile, i * k:(i + 1) * k] = r
+        count[s:s + tile] += 1
+    return out / count[:, None]
+
+
+def tile_blocks(tile_maps: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """(T, h, w) tile maps, T = rows * cols row-major -> (rows * h, cols * w), tile (i, j) at block (i, j)."""
+    t, h, w = tile_maps.shape
+    if t != rows * cols:
+        raise ValueError(f"{t} tile maps do not fill a {rows} x {cols} grid of tiles")
+    return tile_maps.reshape(rows, cols, h, w).transpose(0, 2, 1, 3).reshape(rows * h, cols * w)

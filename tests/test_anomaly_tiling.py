@@ -1,10 +1,12 @@
 """Tiling for images larger than the model input: the geometry on its own, then PatchCore with `tile`."""
+import copy
+
 import numpy as np
 import pytest
 import torch
 
 from frozenvit.anomaly import PatchCore, render_sample
-from frozenvit.anomaly.tiling import Tiling, tile_size, tile_starts
+from frozenvit.anomaly.tiling import Tiling, tile_blocks, tile_size, tile_starts
 
 pytestmark = pytest.mark.filterwarnings("ignore:only .* held-out normals:UserWarning")
 
@@ -85,6 +87,30 @@ def test_stitching_averages_the_tiles_covering_each_pixel():
         t.stitch(maps[:-1])
 
 
+@pytest.mark.parametrize("image,model,overlap", [((150, 130), (64, 64), 0.5), ((1250, 500), (224, 224), 0.25),
+                                                 ((300, 130), (48, 64), 0.25)])
+def test_stitch_operators_equal_stitching_the_resampled_tiles(image, model, overlap):
+    t = Tiling.plan(image, model, overlap=overlap)
+    (th, tw), (h, w) = t.tile_size, (5, 7)
+    rng = np.random.default_rng(0)
+    ry, rx = rng.random((th, h)), rng.random((tw, w))                  # any linear resampling of a (h, w) map
+    p = rng.random((len(t), h, w))                                     # (T, h, w)
+    sy, sx = t.stitch_operators(ry, rx)                                # (H0, R*h), (W0, C*w)
+    got = sy @ tile_blocks(p, len(t.tops), len(t.lefts)) @ sx.T
+    assert np.allclose(got, t.stitch(ry @ pk @ rx.T for pk in p), rtol=1e-5, atol=1e-6)
+
+
+def test_tile_blocks_put_tile_i_j_at_block_i_j():
+    p = np.arange(6 * 2 * 3).reshape(6, 2, 3)                         # 2 x 3 tiles of 2 x 3 tokens, row-major
+    b = tile_blocks(p, 2, 3)
+    assert b.shape == (4, 9)
+    for k in range(6):
+        i, j = divmod(k, 3)
+        assert (b[2 * i:2 * i + 2, 3 * j:3 * j + 3] == p[k]).all()
+    with pytest.raises(ValueError, match="do not fill"):
+        tile_blocks(p, 2, 2)
+
+
 # ---- PatchCore with tiles (tiny random ViT, 64 px input, 16 px tokens) ---------------------------------
 
 SIZE = (160, 256)        # tiles of 64: rows at 0, 48, 96; columns at 0, 48, 96, 144, 192
@@ -121,6 +147,21 @@ def test_a_planted_defect_maps_to_its_own_pixels(tiled, where):
     y, x = np.unravel_index(m.argmax(), m.shape)
     top, left = where
     assert top - 8 <= y < top + 20 + 8 and left - 8 <= x < left + 20 + 8     # within half a token of the square
+
+
+@pytest.mark.parametrize("sigma", [4.0, 0.0])
+def test_tiled_maps_equal_stitching_each_tiles_map_then_smoothing_the_image(tiled, sigma):
+    from frozenvit.anomaly.scoring import original_maps, smooth
+
+    det = copy.copy(tiled).set_params(sigma=sigma)                     # a shallow copy: the fixture keeps its sigma
+    img, _ = with_square(render_sample("weave", None, 0, 78, size=SIZE)[0], 54, 100, 20)
+    patch, _, where = tiled._score([img])                              # [(T, h, w)], [(Tiling, tile GridMapping)]
+    tiling, m = where[0]
+    stitched = tiling.stitch(original_maps(t[None], [m], 0.0)[0] for t in patch[0])   # (H0, W0) the reference
+    ref = smooth(stitched, sigma * tiling.tile_size[0] / m.model_size[0])
+    got = det.anomaly_maps(patch, where)[0]
+    assert got.shape == SIZE and got.dtype == np.float32
+    assert np.allclose(got, ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
 
 
 def test_the_bank_is_built_from_the_tiles_of_every_normal(tiled):
