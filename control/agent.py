@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from contextlib import contextmanager
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -137,9 +137,19 @@ class VisuomotorAgent:
         with timer("head"):
             prop = np.asarray(proprio, dtype=np.float32)
             if not self.velocity and self.ensemble.chunk == 1:
-                return self.policy.predict(tokens, cls, prop)
+                return _row_by_row(self.policy.predict, tokens, cls, prop)
             vel = None
             if self.velocity:
                 vel = np.stack([p - self._last_proprio.get(s, p) for s, p in zip(slots, prop)])   # (B, P)
                 self._last_proprio.update(zip(slots, prop.copy()))
-            return self.ensemble(slots, self.policy.predict_chunk(tokens, cls, prop, vel))
+            return self.ensemble(slots, _row_by_row(self.policy.predict_chunk, tokens, cls, prop, vel))
+
+
+def _row_by_row(head: Callable[..., np.ndarray], *inputs: Any) -> np.ndarray:
+    """head(*inputs) one row at a time, stacked. The head's matrix products round differently for
+    different batch sizes (~1e-6), and the closed loop can turn that into a different episode; row by
+    row, an episode's actions do not depend on which episodes share its step (lockstep slots, Ray
+    chunks, a resumed journal). The encoder needs no such care (its rows are equal at any batch
+    size, tests/test_control_loop.py); the head costs ~1 ms a row against ~30 ms to encode one."""
+    n = len(inputs[0])
+    return np.concatenate([head(*(None if x is None else x[i:i + 1] for x in inputs)) for i in range(n)])

@@ -136,7 +136,7 @@ def test_the_agent_hands_a_velocity_head_the_change_since_the_slot_s_last_readin
     agent.act([0, 0], p(4, 5.5))
     agent.reset([0])
     agent.act([0], p(9))
-    assert [v[:, 0].tolist() for v in stub.seen] == [[0, 0], [3, 0.5], [0]]
+    assert [x for v in stub.seen for x in v[:, 0].tolist()] == [0, 0, 3, 0.5, 0]     # the head sees a row at a time
 
 
 @pytest.mark.parametrize("kw, match", [(dict(chunk=0), "chunk must be an integer >= 1"),

@@ -112,8 +112,23 @@ def test_agent_acting_for_several_environments_equals_acting_for_each_alone(demo
     prop = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
     together = agent.act(frames, prop)                                                     # (6, 4) in one batch
     alone = np.concatenate([agent.act([f], p[None]) for f, p in zip(frames, prop)])
-    np.testing.assert_allclose(together, alone, atol=1e-5)
+    np.testing.assert_array_equal(together, alone)                    # bit for bit: see control.agent._row_by_row
     assert not np.allclose(together[0], together[1])                  # the frames and proprio matter
+
+
+def test_a_trained_heads_actions_do_not_depend_on_the_batch_they_share(demo_dir, bb):
+    """An episode's outcome must not depend on which episodes share its lockstep step or Ray chunk."""
+    torch.manual_seed(0)
+    pol = PatchTokenPolicy("attention", hidden=8, epochs=2).fit(cache_features(demo_dir, bb, progress=False))
+    agent = VisuomotorAgent(pol, bb)
+    frames = list(next(iter_episodes(demo_dir)).frames[:5])
+    prop = np.random.default_rng(1).normal(size=(5, 4)).astype(np.float32)
+    tokens, _ = agent.encode(frames)
+    alone_tokens = torch.cat([agent.encode([f])[0] for f in frames])
+    assert torch.equal(tokens, alone_tokens)                          # the encoder's rows are batch-invariant
+    together = agent.act(frames, prop)
+    np.testing.assert_array_equal(together, np.concatenate([agent.act([f], p[None]) for f, p in zip(frames, prop)]))
+    np.testing.assert_array_equal(together[2:4], agent.act(frames[2:4], prop[2:4]))
 
 
 def test_evaluate_reports_every_heldout_configuration(demo_dir, bb, tmp_path):
