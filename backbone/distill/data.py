@@ -51,12 +51,13 @@ def list_images(root: str | Path) -> list[Path]:
 
 
 def build_cache(root: str | Path | Sequence[str | Path], cache_dir: str | Path, size: int,
-                progress: bool | None = None) -> np.ndarray:
+                progress: bool | None = None, workers: int = 1) -> np.ndarray:
     """Decode every image under root (one folder or several, in order) once, resize (shorter side,
     centre crop) to size x size RGB.
 
     Returns a read-only uint8 memmap (N, size, size, 3) stored in cache_dir (reused when the file
-    list and size match). cache_dir should be git-ignored scratch space (e.g. runs/).
+    list and size match). cache_dir should be git-ignored scratch space (e.g. runs/). workers: decoding
+    threads (each image lands in its own row, so the cache does not depend on it).
     """
     from PIL import Image
 
@@ -76,14 +77,28 @@ def build_cache(root: str | Path | Sequence[str | Path], cache_dir: str | Path, 
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = data_path.with_suffix(".tmp")
     arr = np.memmap(tmp, dtype=np.uint8, mode="w+", shape=(len(files), size, size, 3))
-    for i, f in enumerate(progress_bar(files, desc=f"decode {size}px", disable=None if progress is None else not progress)):
-        with Image.open(f) as im:
+
+    def decode(i: int) -> None:
+        with Image.open(files[i]) as im:
             im = im.convert("RGB")
             w, h = im.size
             s = size / min(w, h)
             im = im.resize((max(size, round(w * s)), max(size, round(h * s))), Image.BICUBIC)
             l, t = (im.size[0] - size) // 2, (im.size[1] - size) // 2
             arr[i] = np.asarray(im.crop((l, t, l + size, t + size)))
+
+    bar = progress_bar(total=len(files), desc=f"decode {size}px", disable=None if progress is None else not progress)
+    if workers > 1:   # PIL decodes and resizes without the GIL: threads scale on a many-core machine
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            for _ in pool.map(decode, range(len(files))):
+                bar.update(1)
+    else:
+        for i in range(len(files)):
+            decode(i)
+            bar.update(1)
+    bar.close()
     arr.flush()
     del arr
     tmp.replace(data_path)
@@ -135,3 +150,50 @@ def augment(u8: torch.Tensor, out_size: int, cfg: AugmentConfig, g: torch.Genera
             x = x.clone()
             x[:, :, t0:t0 + ch, l0:l0 + cw] = x.flip(0)[:, :, t0:t0 + ch, l0:l0 + cw]  # cutmix
     return x
+
+
+def batch_indices(step: int, n: int, batch_size: int, seed: int) -> np.ndarray:
+    """Sorted image indices of a step's batch: a pure function of (seed, step), so resuming replays it.
+
+    Each epoch is one seeded permutation of the n images, cut into n // batch_size batches.
+    """
+    steps_per_epoch = n // batch_size
+    epoch, k = divmod(step, steps_per_epoch)
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100003 + epoch))
+    return np.sort(perm[k * batch_size:(k + 1) * batch_size].numpy())
+
+
+class BatchReader:
+    """uint8 batches (B, S, S, 3) of the cache, read `ahead` steps in advance on as many threads.
+
+    ahead = 0 reads synchronously (the CPU recipe: the one or two cores are busy training). On a GPU,
+    reading the memmap on threads hides it behind the device's work; pin=True pins the batch so the
+    copy to the device overlaps too. Which images a step gets does not depend on ahead.
+    """
+
+    def __init__(self, images: np.ndarray, batch_size: int, seed: int, ahead: int = 0, pin: bool = False) -> None:
+        self.images, self.batch_size, self.seed, self.ahead, self.pin = images, batch_size, seed, ahead, pin
+        self._pending: dict[int, object] = {}
+        self._pool = None
+        if ahead > 0:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="distill-read")
+
+    def _read(self, step: int) -> torch.Tensor:
+        idx = batch_indices(step, len(self.images), self.batch_size, self.seed)
+        u8 = torch.from_numpy(np.ascontiguousarray(self.images[idx]))  # (B, S, S, 3)
+        return u8.pin_memory() if self.pin else u8
+
+    def get(self, step: int, last: int) -> torch.Tensor:
+        """The batch of `step`; queues the reads of the following steps up to `last` (exclusive)."""
+        if self._pool is None:
+            return self._read(step)
+        for s in range(step, min(last, step + self.ahead + 1)):
+            if s not in self._pending:
+                self._pending[s] = self._pool.submit(self._read, s)
+        return self._pending.pop(step).result()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)

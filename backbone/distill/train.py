@@ -37,7 +37,7 @@ from frozenvit.backbone.model import vit_tokens
 from frozenvit.backbone.suite.artifacts import atomic_dir, atomic_write_bytes, sha256_file, write_json
 from frozenvit.backbone.suite.optimizer import load_optimizer, optimizer_tensors
 
-from .data import AugmentConfig, augment
+from .data import AugmentConfig, BatchReader, augment
 from .dense import DenseHeads, dense_targets
 from .teacher import Teacher
 
@@ -170,6 +170,7 @@ class DistillConfig:
     w_s8: float = 1.0                  # cosine losses (0..1 each), summed with these weights
     w_s16: float = 1.0
     device: str = "cpu"                # cpu | cuda[:i]; augmentation runs there too, its random draws stay on CPU
+    workers: int = 0                   # threads reading batches ahead (0: in the loop, as on a 2-core CPU)
 
     @classmethod
     def from_json(cls, d: dict) -> "DistillConfig":
@@ -177,6 +178,31 @@ class DistillConfig:
         aug = d.pop("augment", {})
         aug = AugmentConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in aug.items()})
         return cls(augment=aug, **d)
+
+
+def step_losses(model: Distiller, teacher: Teacher, x: torch.Tensor, pairs: dict[int, tuple[int, ...]],
+                cfg: DistillConfig) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    """The loss terms of one normalised batch x (B, 3, H, W) and their weights: loss = sum(w[k] * parts[k]).
+
+    Terms: dense<b> (v1 targets of `pairs`, element-mean smooth-L1, weights sharing w_dense), b<i>_s<stride>
+    (stride-8/16 targets, cosine), kd (logit distillation).
+    """
+    dev, amp = x.device.type, cfg.precision == "bf16"
+    with torch.no_grad(), torch.autocast(dev, dtype=torch.bfloat16, enabled=amp):
+        tmaps, tlogits = teacher.maps_and_logits(x)
+    pair_targets = teacher_targets(tmaps, pairs, tuple(model.student.patch_embed.grid_size))
+    with torch.autocast(dev, dtype=torch.bfloat16, enabled=amp):
+        preds, slogits, spreds = model(x)
+    parts = {f"dense{b}": dense_loss(preds[b], pair_targets[b]) for b in pairs}
+    weights = {k: cfg.w_dense / len(pairs) for k in parts}
+    if model.strided is not None:
+        strides = {t.stride for t in model.strided.targets}
+        parts.update(model.strided.losses(spreds, {s: tmaps[teacher.map_strides.index(s)] for s in strides}))
+        weights.update({t.key: t.weight for t in model.strided.targets})
+    if slogits is not None:
+        parts["kd"] = kd_loss(slogits, tlogits, cfg.temperature)
+        weights["kd"] = cfg.w_kd
+    return parts, weights
 
 
 def lr_at(step: int, total: int, cfg: DistillConfig) -> float:
@@ -219,7 +245,6 @@ def distill(teacher: Teacher, images: np.ndarray, cfg: DistillConfig, out: str |
     if cfg.init:
         counts = init_student_from(student, cfg.init)
         print(f"student initialised from {cfg.init}: {counts['copied']}/{counts['student_tensors']} tensors")
-    grid = student.patch_embed.grid_size  # (gh, gw)
     depth = len(student.blocks)
     pairs = teacher.default_pairs(depth) if cfg.w_dense > 0 else {}
     with torch.no_grad():
@@ -233,6 +258,8 @@ def distill(teacher: Teacher, images: np.ndarray, cfg: DistillConfig, out: str |
         for st, m in zip(teacher.map_strides, probe[0]):
             channels.setdefault(st, m.shape[1])  # the first map of each stride, as stride_map below picks
         strided = DenseHeads(targets, student.embed_dim, student.patch_embed.patch_size[0], channels)
+    if not pairs and not targets and num_classes == 0:
+        raise FrozenVitError("nothing to distil: --w-dense, --w-kd and the stride weights are all off")
     device = torch.device(cfg.device)
     model = Distiller(student, dims, num_classes, strided, fused_attn=device.type != "cpu").to(device)
     teacher.model.to(device)
@@ -257,8 +284,6 @@ def distill(teacher: Teacher, images: np.ndarray, cfg: DistillConfig, out: str |
                                      "steps_per_epoch": steps_per_epoch, "n_images": N, **asdict(cfg)})
     mean = torch.tensor(teacher.mean, device=device).view(1, 3, 1, 1)
     std = torch.tensor(teacher.std, device=device).view(1, 3, 1, 1)
-    amp = cfg.precision == "bf16"
-    stride_map = {s: teacher.map_strides.index(s) for s in {t.stride for t in targets}}  # stride -> map index
     model.train()
     last_ckpt = time.time()
     t_log, n_log = time.time(), 0
@@ -266,38 +291,24 @@ def distill(teacher: Teacher, images: np.ndarray, cfg: DistillConfig, out: str |
     end = total if max_steps is None else min(total, step + max_steps)
     bar = progress_bar(total=total, initial=step, desc="distill", disable=None if progress is None else not progress)
     log_f = open(out / "log.jsonl", "a")
+    reader = BatchReader(images, cfg.batch_size, cfg.seed, ahead=cfg.workers, pin=device.type == "cuda")
     while step < end:
         t0 = time.time()
-        epoch, k = divmod(step, steps_per_epoch)
-        perm = torch.randperm(N, generator=torch.Generator().manual_seed(cfg.seed * 100003 + epoch))
-        idx = np.sort(perm[k * cfg.batch_size:(k + 1) * cfg.batch_size].numpy())
         g = torch.Generator().manual_seed(cfg.seed * 7919 + step * 2 + 1)
-        u8 = torch.from_numpy(np.ascontiguousarray(images[idx])).to(device, non_blocking=True)  # (B, S, S, 3)
+        u8 = reader.get(step, end).to(device, non_blocking=True)  # (B, S, S, 3)
         x = augment(u8, cfg.img_size, cfg.augment, g)
         x = (x - mean) / std  # (B, 3, H, W)
-        with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-            tmaps, tlogits = teacher.maps_and_logits(x)
-        pair_targets = teacher_targets(tmaps, pairs, grid)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, total, cfg)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-            preds, slogits, spreds = model(x)
-        parts = {f"dense{b}": dense_loss(preds[b], pair_targets[b]) for b in pairs}
-        loss = cfg.w_dense * sum(parts.values()) / len(parts) if parts else torch.zeros((), device=device)
-        if strided is not None:
-            sparts = strided.losses(spreds, {s: tmaps[i] for s, i in stride_map.items()})
-            loss = loss + sum(t.weight * sparts[t.key] for t in targets)
-            parts.update(sparts)
-        if slogits is not None:
-            parts["kd"] = kd_loss(slogits, tlogits, cfg.temperature)
-            loss = loss + cfg.w_kd * parts["kd"]
+        parts, weights = step_losses(model, teacher, x, pairs, cfg)
+        loss = sum(weights[k] * v for k, v in parts.items())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.clip_grad > 0:
             nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad)
         opt.step()
         step += 1
-        seen += len(idx)
+        seen += u8.shape[0]
         elapsed += time.time() - t0
         n_log += 1
         run["loss"] += loss.item()
@@ -318,6 +329,7 @@ def distill(teacher: Teacher, images: np.ndarray, cfg: DistillConfig, out: str |
                                               "total_steps": total})
             last_ckpt = time.time()
     bar.close()
+    reader.close()
     log_f.close()
     if step >= total:
         export_student(model, out / "student.safetensors")
