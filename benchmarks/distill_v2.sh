@@ -9,7 +9,7 @@
 #   bash benchmarks/distill_v2.sh
 # Knobs (environment): DEVICE=cuda BATCH=256 WORKERS=6 TRAIN_S=360 OUT=runs/distill_v2 TEACHER=efficientnet_lite0
 #   1. calibrates: 40 steps into runs/distill_v2_calib, images/s from the second log window;
-#   2. plans EPOCHS so the run fills TRAIN_S seconds at that rate, writes it to $OUT/plan_epochs (a rerun
+#   2. plans EPOCHS so the run fills TRAIN_S seconds at that rate, writes it to $OUT.plan_epochs (a rerun
 #      reuses it, so an interrupted run resumes with the same schedule: rerun the script);
 #   3. trains (checkpoint every 2 min, --resume), 4. prints the student's sha256.
 #
@@ -37,31 +37,33 @@ WARMUP=${WARMUP:-200}
 # the v2 recipe; --w-dense/--w-kd keep the v1 targets (stride-16 + head at blocks 5 and 11, ImageNet logits)
 RECIPE=(--teacher "$TEACHER" --student vit_tiny_patch16_224 --init default
         --data "$DATA" --extra-data "$EXTRA" --img-size 224 --cache-size 252 --cache-dir "$CACHE"
-        --dense-blocks 7,10,-1 --w-s8 1.0 --w-s16 1.0 --w-kd 0.1 --w-dense 200
+        --dense-blocks 7,10,-1 --w-s8 20 --w-s16 20 --w-kd 0.1 --w-dense 200
         --min-scale 0.35 --mix-prob 0.2 --seed 3 --precision bf16
         --batch-size "$BATCH" --lr "$LR" --warmup-steps "$WARMUP"
         --device "$DEVICE" --workers "$WORKERS" --threads "$THREADS")
 distill() { HF_HUB_OFFLINE=1 "$PY" -m frozenvit.backbone.distill distill "${RECIPE[@]}" "$@"; }
 
-mkdir -p "$OUT"
+PLAN="${OUT%/}.plan_epochs"                         # beside the run folder: the trainer owns the folder itself
+mkdir -p "$(dirname "$OUT")"
 if [[ -n "${EPOCHS:-}" ]]; then
-  echo "$EPOCHS" > "$OUT/plan_epochs.new" && mv "$OUT/plan_epochs.new" "$OUT/plan_epochs"
-elif [[ ! -f "$OUT/plan_epochs" ]]; then
+  echo "$EPOCHS" > "$PLAN.new" && mv "$PLAN.new" "$PLAN"
+elif [[ ! -f "$PLAN" ]]; then
   rm -rf runs/distill_v2_calib                      # our own scratch run
   distill --epochs 100 --max-steps 40 --out runs/distill_v2_calib
-  "$PY" - "$TRAIN_S" runs/distill_v2_calib "$OUT/plan_epochs" <<'EOF'
+  "$PY" - "$TRAIN_S" runs/distill_v2_calib "$PLAN" <<'EOF'
 import json, sys
 train_s, run, dst = float(sys.argv[1]), sys.argv[2], sys.argv[3]
 log = [json.loads(line) for line in open(f"{run}/log.jsonl")]
 cfg = json.load(open(f"{run}/config.json"))
 rate = log[-1]["img_s"]                               # the second 20-step window: after warm-up and compile
-epochs = round(rate * train_s / cfg["n_images"], 1)
+epochs = max(0.01, round(rate * train_s / cfg["n_images"], 2))   # --epochs must be > 0
 print(f"calibration: {rate:.0f} images/s on {cfg['device']} -> {epochs} epochs of {cfg['n_images']} images "
       f"in {train_s:.0f} s")
-open(dst, "w").write(f"{epochs}\n")
+open(dst + ".new", "w").write(f"{epochs}\n")
 EOF
+  mv "$PLAN.new" "$PLAN"
 fi
-EPOCHS=$(cat "$OUT/plan_epochs")
+EPOCHS=$(cat "$PLAN")
 echo "plan: $EPOCHS epochs"
 if [[ -n "${CHUNK_STEPS:-}" ]]; then
   distill --epochs "$EPOCHS" --ckpt-minutes 5 --out "$OUT" --resume --max-steps "$CHUNK_STEPS"

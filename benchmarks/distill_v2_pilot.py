@@ -8,6 +8,7 @@ Runs the real trainer (`backbone.distill.train.distill`) for a few steps into a 
 includes the teacher, augmentation and data reads. Recipes:
   v2  224 px (14x14 tokens), init from the embedded default, dense stride-8/16 targets from blocks
       7, 10 and the last, plus the v1 targets (KD + stride-16/head);
+  v2_plain  224 px, the v1 targets only (what the stride-8/16 projectors and losses cost);
   v1  128 px (8x8 tokens), the v1 targets only (how the shipped default was trained).
 Throughput = images / wall seconds over the timed steps (log windows after the warm-up), median of windows.
 Writes benchmarks/results/distill_v2_pilot[_SUFFIX].json.
@@ -26,7 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, SHARED_DATA, print_table, write_result  # noqa: E402
 
 V2 = dict(img_size=224, dense_blocks=(7, 10, -1), init="default")
+V2_PLAIN = dict(img_size=224, dense_blocks=(), init="default")   # v2's resolution without the stride-8/16 targets
 V1 = dict(img_size=128, dense_blocks=(), init="default")
+W_STRIDED = 20.0   # the recipe's --w-s8/--w-s16 (benchmarks/distill_v2.sh)
 
 
 def grad_norms(model, teacher, images, cfg) -> dict[str, float]:
@@ -63,7 +66,7 @@ def run_recipe(name: str, recipe: dict, args: argparse.Namespace, teacher, roots
     images = build_cache(roots, ROOT / "runs" / "distill_v2_cache", cache_size)
     cfg = DistillConfig(img_size=recipe["img_size"], cache_size=cache_size, epochs=30, batch_size=args.batch_size,
                         lr=3e-4, warmup_steps=100, init=recipe["init"], dense_blocks=recipe["dense_blocks"],
-                        w_s8=1.0, w_s16=1.0, precision=args.precision, device=args.device, log_every=args.window,
+                        w_s8=W_STRIDED, w_s16=W_STRIDED, precision=args.precision, device=args.device, log_every=args.window,
                         ckpt_every_s=1e9, augment=AugmentConfig(scale=(0.35, 1.0), mix_prob=0.2))
     out = ROOT / "runs" / "distill_v2_pilot" / name
     if out.exists():
@@ -97,7 +100,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
-    ap.add_argument("--recipes", default="v2,v1")
+    ap.add_argument("--recipes", default="v2,v2_plain,v1")
     ap.add_argument("--suffix", default="")
     args = ap.parse_args()
     if not Path(args.data).is_dir():
@@ -111,15 +114,17 @@ def main() -> int:
     roots = [Path(args.data)] + ([Path(args.extra_data)] if args.extra_data else [])
     rows = []
     for name in args.recipes.split(","):
-        recipe = {"v2": V2, "v1": V1}[name]
+        recipe = {"v2": V2, "v2_plain": V2_PLAIN, "v1": V1}[name]
         teacher = make_teacher(args.teacher, img_size=recipe["img_size"])
         rows.append(run_recipe(name, recipe, args, teacher, roots))
     print_table([{k: r[k] for k in ("recipe", "img_size", "grid", "batch", "timed_steps", "img_s_median",
                                     "wall_s_incl_setup")} for r in rows])
     for r in rows:
         print(f"{r['recipe']}: |grad| on the ViT per weighted term: {r['grad_norm_on_vit_weighted']}")
-    if len(rows) == 2:
-        print(f"v2 / v1 throughput: {rows[0]['img_s_median'] / rows[1]['img_s_median']:.3f}")
+    rate = {r["recipe"]: r["img_s_median"] for r in rows}
+    for a, b in (("v2", "v1"), ("v2", "v2_plain"), ("v2_plain", "v1")):
+        if a in rate and b in rate:
+            print(f"{a} / {b} throughput: {rate[a] / rate[b]:.3f}")
     write_result("distill_v2_pilot" + (f"_{args.suffix}" if args.suffix else ""),
                  {"device": args.device, "threads": args.threads, "precision": args.precision,
                   "teacher": args.teacher, "roots": [str(r) for r in roots], "rows": rows})

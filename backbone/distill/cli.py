@@ -93,8 +93,10 @@ def register(subparsers: Any) -> None:
                    help="student blocks (comma-separated, -1 = last) that also regress the teacher's stride-8 and "
                         "stride-16 maps through throw-away projectors, e.g. 7,10,-1 (the blocks the applications read); "
                         "empty: off")
-    p.add_argument("--w-s8", type=number(float, min=0), default=1.0, help="weight of each stride-8 cosine loss")
-    p.add_argument("--w-s16", type=number(float, min=0), default=1.0, help="weight of each stride-16 cosine loss")
+    p.add_argument("--w-s8", type=number(float, min=0), default=20.0,
+                   help="weight of each stride-8 cosine loss (at 20 their gradients on the ViT are of the order of "
+                        "the --w-dense 200 terms': benchmarks/results/distill_v2_pilot.json)")
+    p.add_argument("--w-s16", type=number(float, min=0), default=20.0, help="weight of each stride-16 cosine loss")
     p.add_argument("--min-scale", type=float, default=0.35, help="smallest area fraction of the random resized crop")
     p.add_argument("--mix-prob", type=float, default=0.2, help="probability that a batch is mixup'ed or cutmix'ed")
     p.add_argument("--seed", type=int, default=0, help="seed of data order and augmentation")

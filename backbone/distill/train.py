@@ -167,8 +167,8 @@ class DistillConfig:
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     init: str = ""                     # weights whose first blocks start the student ("" = from scratch)
     dense_blocks: tuple = ()           # student blocks (-1 = last) regressing the teacher's stride-8/16 maps
-    w_s8: float = 1.0                  # cosine losses (0..1 each), summed with these weights
-    w_s16: float = 1.0
+    w_s8: float = 20.0                 # cosine losses (0..2 each), summed with these weights; at 1 their
+    w_s16: float = 20.0                # gradients on the ViT were 20-50x below the w_dense terms' (pilot)
     device: str = "cpu"                # cpu | cuda[:i]; augmentation runs there too, its random draws stay on CPU
     workers: int = 0                   # threads reading batches ahead (0: in the loop, as on a 2-core CPU)
 
