@@ -54,10 +54,13 @@ def describe_backbone(bb: Any) -> dict[str, Any]:
 
 
 def _is_embedded_default(bb: Any) -> bool:
+    """True for the embedded default and for an earlier one loaded by name ("frozenvit-default-v1"): the
+    artifact records {"default": True}, and _rebuild_backbone finds the right one by the weights' sha256."""
     try:
-        from frozenvit.backbone import default_spec
+        from frozenvit.backbone import default_spec, embedded_name_for
 
-        return bool(bb.weights_sha256) and default_spec().get("sha256") == bb.weights_sha256
+        sha = bb.weights_sha256
+        return bool(sha) and (default_spec().get("sha256") == sha or embedded_name_for(sha) is not None)
     except BackboneUnavailable:
         return False
 
@@ -114,8 +117,11 @@ def _rebuild_backbone(cfg: dict, path: Path) -> Any:
             "backbone: PatchCore.load(path, backbone=bb)")
     size = tuple(desc["img_size"])                                      # (H, W) it was fitted at
     try:
-        if src.get("default"):
-            return load_backbone(img_size=size, resize=desc.get("resize", "stretch"))
+        if src.get("default"):                  # the current default, or the earlier one with these weights
+            from frozenvit.backbone import embedded_name_for
+
+            return load_backbone(embedded_name_for(desc.get("weights_sha256")), img_size=size,
+                                 resize=desc.get("resize", "stretch"))
         return load_backbone(src["name"], weights=src.get("weights"), img_size=size,
                              resize=desc.get("resize", "stretch"), **src.get("model_kwargs", {}))
     except BackboneUnavailable as e:

@@ -53,6 +53,21 @@ def embedded_spec(name: str | None = None) -> dict:
     return json.loads(path.read_text())
 
 
+def embedded_name_for(sha256: str | None) -> str | None:
+    """The `EMBEDDED` name of an earlier default whose weights file has this sha256, so that an artifact
+    fitted on it is rebuilt on it after the default has changed; None when the sha256 is the current
+    default's (load_backbone() builds it) or no embedded backbone's."""
+    if not sha256:
+        return None
+    if DEFAULT_SPEC.is_file() and default_spec().get("sha256") == sha256:
+        return None
+    for name, spec in EMBEDDED.items():
+        path = ASSETS / spec
+        if path.is_file() and json.loads(path.read_text()).get("sha256") == sha256:
+            return name
+    return None
+
+
 def load_backbone(name: str | None = None, weights: str | os.PathLike | None = None,
                   img_size: int | tuple[int, int] | None = None, *, pretrained: bool = True,
                   resize: str = "stretch", allow_interpolation: bool = True, verify: bool = True,

@@ -162,7 +162,8 @@ def load_backbone_for(args: argparse.Namespace, img_size: Any = None, fingerprin
     """The backbone the command asks for, at --img-size, else `img_size` (a policy's), else the model's own.
 
     `--encoder fast` (or no encoder option at all and a policy whose weights `fingerprint` is the fast
-    encoder's) loads the shipped fast encoder. --random-weights builds the same random weights every time
+    encoder's) loads the shipped fast encoder; a policy trained on an earlier embedded default gets that one
+    back (backbone.embedded_name_for). --random-weights builds the same random weights every time
     (seed 0), so a baseline policy trained on them can be evaluated later. Tests replace this function."""
     import torch
 
@@ -178,9 +179,14 @@ def load_backbone_for(args: argparse.Namespace, img_size: Any = None, fingerprin
         return load_fast_encoder()
     size = args.img_size or (tuple(img_size) if isinstance(img_size, (list, tuple)) else img_size)
     random = bool(getattr(args, "random_weights", False))
+    name = args.backbone
+    if encoder is None and not _backbone_options(args):
+        from frozenvit.backbone import embedded_name_for
+
+        name = embedded_name_for(fingerprint)          # a policy trained on an earlier embedded default: that one
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        return load_backbone(args.backbone, weights=args.weights, img_size=size, pretrained=not random)
+        return load_backbone(name, weights=args.weights, img_size=size, pretrained=not random)
 
 
 def _backbone_options(args: argparse.Namespace) -> list[str]:

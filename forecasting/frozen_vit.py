@@ -162,9 +162,11 @@ def trainable_parameters(net: nn.Module) -> int:
 
 
 def _is_embedded_default(bb: Any) -> bool:
-    from frozenvit.backbone import default_spec
+    """The embedded default, or an earlier one loaded by name (found again on load by its sha256)."""
+    from frozenvit.backbone import default_spec, embedded_name_for
 
-    return bool(bb.weights_sha256) and default_spec().get("sha256") == bb.weights_sha256
+    sha = bb.weights_sha256
+    return bool(sha) and (default_spec().get("sha256") == sha or embedded_name_for(sha) is not None)
 
 
 class FrozenViTForecaster(NeuralForecaster):
@@ -235,6 +237,11 @@ class FrozenViTForecaster(NeuralForecaster):
             raise BackboneMismatch(f"{path} was trained on backbone {rec['name']!r} (weights sha256 "
                                    f"{rec.get('weights_sha256')}), which is not the embedded default: load it "
                                    "with that backbone, FrozenViTForecaster.load(path, backbone=load_backbone(...))")
+        if backbone is None:
+            from frozenvit.backbone import embedded_name_for, load_backbone
+
+            earlier = embedded_name_for(rec.get("weights_sha256"))     # trained on an earlier default
+            backbone = load_backbone(earlier) if earlier else None
         model = cls(backbone=backbone, **params)
         have = frozen_sha256(model.get_backbone(), int(model.n_blocks))
         if have != rec["frozen_sha256"]:
