@@ -38,6 +38,7 @@ def test_after_a_new_default_ships_v1_weights_are_found_by_their_sha256(new_defa
     assert embedded_name_for(V1_SHA) == "frozenvit-default-v1"
 
 
+@pytest.mark.filterwarnings("ignore:only 1 held-out normals")
 def test_a_patchcore_fitted_on_todays_default_loads_on_it_after_a_new_default(tmp_path, monkeypatch):
     from frozenvit.anomaly import PatchCore
 
