@@ -56,13 +56,9 @@ def describe_backbone(bb: Any) -> dict[str, Any]:
 def _is_embedded_default(bb: Any) -> bool:
     """True for the embedded default and for an earlier one loaded by name ("frozenvit-default-v1"): the
     artifact records {"default": True}, and _rebuild_backbone finds the right one by the weights' sha256."""
-    try:
-        from frozenvit.backbone import default_spec, embedded_name_for
+    from frozenvit.backbone import is_embedded
 
-        sha = bb.weights_sha256
-        return bool(sha) and (default_spec().get("sha256") == sha or embedded_name_for(sha) is not None)
-    except BackboneUnavailable:
-        return False
+    return is_embedded(bb.weights_sha256)
 
 
 def _named_source(bb: Any) -> dict | None:

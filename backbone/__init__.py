@@ -13,7 +13,7 @@ from .errors import (ArtifactError, BackboneUnavailable, FrozenVitError, GridMis
 from .suite.lazy import lazy_exports
 
 _API = {
-    "loading": ("load_backbone", "default_spec", "embedded_name_for"),
+    "loading": ("load_backbone", "default_spec", "embedded_name_for", "is_embedded"),
     "model": ("FrozenBackbone", "PatchGrids"),
     "config": ("BackboneConfig", "Grid"),
     "preprocess": ("Preprocess", "Batch", "GridMapping", "check_normalised", "to_rgb_uint8"),

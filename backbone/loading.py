@@ -68,6 +68,14 @@ def embedded_name_for(sha256: str | None) -> str | None:
     return None
 
 
+def is_embedded(sha256: str | None) -> bool:
+    """Whether weights with this sha256 are an embedded backbone: the current default or an earlier one.
+    Artifacts fitted on one record {"default": True} and are rebuilt by embedded_name_for(sha256)."""
+    if not sha256:
+        return False
+    return (DEFAULT_SPEC.is_file() and default_spec().get("sha256") == sha256) or embedded_name_for(sha256) is not None
+
+
 def load_backbone(name: str | None = None, weights: str | os.PathLike | None = None,
                   img_size: int | tuple[int, int] | None = None, *, pretrained: bool = True,
                   resize: str = "stretch", allow_interpolation: bool = True, verify: bool = True,

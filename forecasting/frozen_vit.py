@@ -163,10 +163,9 @@ def trainable_parameters(net: nn.Module) -> int:
 
 def _is_embedded_default(bb: Any) -> bool:
     """The embedded default, or an earlier one loaded by name (found again on load by its sha256)."""
-    from frozenvit.backbone import default_spec, embedded_name_for
+    from frozenvit.backbone import is_embedded
 
-    sha = bb.weights_sha256
-    return bool(sha) and (default_spec().get("sha256") == sha or embedded_name_for(sha) is not None)
+    return is_embedded(bb.weights_sha256)
 
 
 class FrozenViTForecaster(NeuralForecaster):
