@@ -50,6 +50,8 @@ def main() -> int:
     ap.add_argument("--velocity", action="store_true",
                     help="every head also reads the difference of the last two proprio readings")
     ap.add_argument("--loss", choices=BC_LOSSES, default=DEFAULT_BC_LOSS, help="behaviour-cloning loss")
+    ap.add_argument("--views", type=int, default=0, metavar="K",
+                    help="every head also trains on K augmented views per demo frame (cache_features(views=K))")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0],
                     help="training seeds of each head: BC success varies a lot from seed to seed")
     ap.add_argument("--block", type=int, default=None,
@@ -110,7 +112,7 @@ def main() -> int:
                     token_dropout=args.token_dropout, num_queries=args.num_queries, keypoints=args.keypoints,
                     pos_code=args.pos_code, query_diversity=args.query_diversity, with_cls=args.with_cls,
                     blocks=blocks, ensemble=args.ensemble, chunk=args.chunk, chunk_decay=args.chunk_decay,
-                    velocity=args.velocity, loss=args.loss,
+                    velocity=args.velocity, loss=args.loss, views=args.views,
                     encoder=enc, weights_sha256=bb.weights_sha256, camera=args.camera, demo_size=args.demo_size,
                     action_noise=args.action_noise, hold_steps=args.hold_steps,
                     render=render.as_dict(),
@@ -134,7 +136,7 @@ def main() -> int:
         demo_dir = work / "demos" / f"{task}_{args.camera}_{args.demo_size}px{lod}{demo_sfx}"
         collect_demos(task, demo_dir, args.demos, camera=args.camera, image_size=args.demo_size, max_steps=500,
                       render=render, hold_steps=args.hold_steps)
-        caches = {b: cache_features(demo_dir, bb, block=b) for b in sorted(set(blocks.values()))}
+        caches = {b: cache_features(demo_dir, bb, block=b, views=args.views) for b in sorted(set(blocks.values()))}
         t_prep = time.perf_counter() - t0
         for pooling, seed in [(p, sd) for p in args.poolings for sd in args.seeds]:
             if (task, pooling, seed) in done:
@@ -275,14 +277,14 @@ _ATTENTION_OPTIONS = tuple(_ATTENTION_OPTIONS_DEFAULTS)
 
 
 # what a result JSON (or policy folder name) written before the options of every head existed was made with
-_HEAD_OPTIONS_DEFAULTS = dict(chunk=1, chunk_decay=DEFAULT_CHUNK_DECAY, velocity=False, loss="mse")
+_HEAD_OPTIONS_DEFAULTS = dict(chunk=1, chunk_decay=DEFAULT_CHUNK_DECAY, velocity=False, loss="mse", views=0)
 
 
 def _head_suffix(args: argparse.Namespace) -> str:
     """Policy-folder suffix of the options of every head that differ from the defaults (none for the defaults;
     not the chunks' decay, which acts at run time only)."""
     return (f"_k{args.chunk}" if args.chunk != 1 else "") + ("_vel" if args.velocity else "") \
-        + (f"_{args.loss}" if args.loss != "mse" else "")
+        + (f"_{args.loss}" if args.loss != "mse" else "") + (f"_views{args.views}" if args.views else "")
 
 
 def _attention_suffix(args: argparse.Namespace, pooling: str) -> str:

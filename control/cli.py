@@ -71,6 +71,10 @@ def register(subparsers: Any) -> None:
     q.add_argument("--velocity", action="store_true",
                    help="the head also reads the difference of the last two proprio readings (hand velocity)")
     q.add_argument("--loss", choices=BC_LOSSES, default=DEFAULT_BC_LOSS, help="behaviour-cloning loss on the actions")
+    q.add_argument("--views", type=COUNT, default=0, metavar="K",
+                   help="augmented views per demo frame (random shift of 4 px at the encoder's input size, colour "
+                        "jitter +-0.1), encoded once and cached beside the clean features; each BC sample reads the "
+                        "frame or one of its views; costs K times the clean features' memory and disk; 0: none")
     q.add_argument("--seed", type=int, default=0, help="seed of the head's initialisation and of the shuffling")
     q.add_argument("--block", type=int, default=None,
                    help="backbone block whose tokens are read, negative from the end; None: the last")
@@ -254,7 +258,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
                            lr=args.lr, seed=args.seed, chunk=args.chunk, chunk_decay=args.chunk_decay,
                            velocity=args.velocity, loss=args.loss)
     pol.head_config(backbone_meta(bb, block))          # hyperparameters that cannot fit fail before any encoding
-    cache = cache_features(args.demos, bb, block=block)
+    cache = cache_features(args.demos, bb, block=block, views=args.views)
+    size = cache.nbytes()
+    print(f"features: {size['tokens'] / 2**20:.1f} MiB for {len(cache)} frames"
+          + (f", {size['views'] / 2**20:.1f} MiB more for {cache.views} views of each" if cache.views else "")
+          + " (in memory and on disk)")
     pol.fit(cache, checkpoint_dir=args.checkpoint)
     pol.save(args.out)
     random = "" if bb.config.pretrained else " RANDOM weights"

@@ -10,6 +10,11 @@ Cache directory (an artifact, written atomically):
                                img_size, block, grid, embed_dim, has_cls, demo configs
         features.safetensors   tokens (M, N, C) float16, cls (M, C) float16, proprio (M, 4),
                                actions (M, 4), episode (M,) int64, step (M,) int64
+
+With views=K > 0 (augmentation under the frozen encoder) the directory name ends in
+`_views<K>_s<shift>_j<jitter>_seed<seed>`, config.json also records views, view_shift, view_jitter and
+view_seed, and the file also holds view_tokens (M, K, N, C) float16 and view_cls (M, K, C) float16:
+K DrQ-style views of every frame (random shift, mild colour jitter), encoded once like the frames.
 """
 from __future__ import annotations
 
@@ -18,11 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from frozenvit.backbone.errors import ArtifactError
 from frozenvit.backbone.suite.artifacts import atomic_dir, read_config, write_json
+from frozenvit.backbone.suite.errors import UsageError
 from frozenvit.backbone.suite.progress import progress_bar
 
 from .demos import iter_episodes, load_manifest
@@ -42,9 +50,23 @@ class FeatureCache:
     episode: torch.Tensor       # (M,) int64, episode index (0..E-1)
     step: torch.Tensor          # (M,) int64, step within the episode
     meta: dict[str, Any] = field(default_factory=dict)
+    view_tokens: torch.Tensor | None = None   # (M, K, N, C) float16: K augmented views per frame, or None
+    view_cls: torch.Tensor | None = None      # (M, K, C) float16, or None (no views, or no CLS token)
 
     def __len__(self) -> int:
         return int(self.actions.shape[0])
+
+    @property
+    def views(self) -> int:
+        """K, the augmented views per frame (0: the clean frames only)."""
+        return 0 if self.view_tokens is None else int(self.view_tokens.shape[1])
+
+    def nbytes(self) -> dict[str, int]:
+        """Bytes of the clean frames' features (tokens + CLS) and of their views' (view_tokens + view_cls),
+        in memory. The safetensors file holds the same float16 bytes, plus a header and, for a backbone
+        without a CLS token, zeros in its place."""
+        size = lambda *ts: sum(t.numel() * t.element_size() for t in ts if t is not None)
+        return dict(tokens=size(self.tokens, self.cls), views=size(self.view_tokens, self.view_cls))
 
 
 def backbone_fingerprint(backbone: Any) -> str:
@@ -88,14 +110,25 @@ def check_backbone(meta: dict[str, Any], backbone: Any) -> None:
 
 
 def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | None = None, batch_size: int = 32,
-                   cache_dir: str | Path | None = None, progress: bool | None = None) -> FeatureCache:
+                   cache_dir: str | Path | None = None, progress: bool | None = None, views: int = 0,
+                   shift: int = 4, jitter: float = 0.1, seed: int = 0) -> FeatureCache:
     """Encode every frame of `demo_dir` once with the frozen `backbone` (block `block`) and cache it.
 
     block None: `default_block(depth)`, the last block.
 
-    A cache with the same backbone weights, input size, block and episodes is loaded instead of
+    views=K > 0: also K augmented views of every frame (`view_tokens`, `view_cls`), encoded once. A view is
+    the frame as the encoder sees it (after the backbone's resize to its input size), shifted DrQ-style
+    (replicate-padded by `shift` pixels of that input size on every side, then cropped back at a random
+    offset) and colour-jittered (brightness, contrast and saturation each scaled by a factor drawn from
+    [1 - jitter, 1 + jitter]). The draws come from numpy's default_rng(seed) in frame order, so the cache is
+    the same on every run. Memory and disk: K times the clean frames' features (`FeatureCache.nbytes`).
+    views=0 is the cache as before views existed (same directory and config.json); shift, jitter and seed
+    are then unused. UsageError for views or shift < 0 or jitter outside [0, 1).
+
+    A cache with the same backbone weights, input size, block, episodes (and views) is loaded instead of
     recomputed. `cache_dir` overrides the default location under `<demo_dir>/features/`.
     """
+    check_views(views, shift, jitter, seed)
     manifest = load_manifest(demo_dir)
     if not manifest["episodes"]:
         raise DemoError(f"{demo_dir} has no successful episodes to encode")
@@ -103,28 +136,36 @@ def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | None = N
     meta.update(task=manifest["task"], camera=manifest["camera"], demo_image_size=manifest["image_size"],
                 render=manifest["render"])
     meta["configs"] = [e["config"] for e in manifest["episodes"]]
+    if views:
+        meta.update(views=int(views), view_shift=int(shift), view_jitter=float(jitter), view_seed=int(seed))
     if cache_dir is None:
         H = meta["img_size"][0]
+        sfx = f"_views{views}_s{shift}_j{jitter:g}_seed{seed}" if views else ""    # none: the clean caches' names
         cache_dir = Path(demo_dir) / "features" / (
-            f"{meta['backbone']}_{H}px_b{meta['block']}_{meta['fingerprint'][:12]}")
+            f"{meta['backbone']}_{H}px_b{meta['block']}_{meta['fingerprint'][:12]}{sfx}")
     cache_dir = Path(cache_dir)
     if (cache_dir / "config.json").is_file():
         cached = load_feature_cache(cache_dir)
-        if {k: cached.meta.get(k) for k in meta} == meta:
+        if {k: cached.meta.get(k) for k in meta} == meta and cached.views == views:
             return cached
-    parts: dict[str, list[torch.Tensor]] = {k: [] for k in ("tokens", "cls", "proprio", "actions", "episode", "step")}
+    names = ("tokens", "cls", "proprio", "actions", "episode", "step") + (("view_tokens", "view_cls") if views else ())
+    parts: dict[str, list[torch.Tensor]] = {k: [] for k in names}
+    rng = np.random.default_rng(seed)
     episodes = progress_bar(iter_episodes(demo_dir), total=len(manifest["episodes"]), desc="encode demos", unit="ep",
                     disable=None if progress is None else not progress)
     for e, ep in enumerate(episodes):
         g = backbone.patch_grids(list(ep.frames), blocks=(meta["block"],), batch_size=batch_size, progress=False)
-        grid = g[meta["block"]]                                                   # (T, C, h, w)
-        parts["tokens"].append(grid.flatten(2).transpose(1, 2).half())            # (T, N, C)
-        cls = g.cls(meta["block"])
-        parts["cls"].append((cls if cls is not None else grid.new_zeros(grid.shape[0], grid.shape[1])).half())
+        tokens, cls = _tokens_and_cls(g, meta["block"])                          # (T, N, C), (T, C)
+        parts["tokens"].append(tokens)
+        parts["cls"].append(cls)
         parts["proprio"].append(torch.from_numpy(ep.proprio).float())
         parts["actions"].append(torch.from_numpy(ep.actions).float())
         parts["episode"].append(torch.full((len(ep),), e, dtype=torch.int64))
         parts["step"].append(torch.arange(len(ep), dtype=torch.int64))
+        if views:
+            vt, vc = _encode_views(backbone, ep.frames, meta["block"], views, shift, jitter, rng, batch_size)
+            parts["view_tokens"].append(vt)
+            parts["view_cls"].append(vc)
     tensors = {k: torch.cat(v).contiguous() for k, v in parts.items()}
     with atomic_dir(cache_dir, KIND) as tmp:
         save_file(tensors, str(tmp / "features.safetensors"))
@@ -140,5 +181,75 @@ def load_feature_cache(cache_dir: str | Path) -> FeatureCache:
 
 
 def _as_cache(t: dict[str, torch.Tensor], meta: dict[str, Any]) -> FeatureCache:
-    return FeatureCache(t["tokens"], t["cls"] if meta.get("has_cls") else None, t["proprio"], t["actions"],
-                        t["episode"], t["step"], meta)
+    has_cls = meta.get("has_cls")
+    return FeatureCache(t["tokens"], t["cls"] if has_cls else None, t["proprio"], t["actions"],
+                        t["episode"], t["step"], meta, view_tokens=t.get("view_tokens"),
+                        view_cls=t.get("view_cls") if has_cls else None)
+
+
+def _tokens_and_cls(g: Any, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """float16 tokens (B, N, C) and CLS (B, C) of one block of PatchGrids (zeros without a CLS token)."""
+    grid = g[block]                                                                   # (B, C, h, w)
+    cls = g.cls(block)
+    return (grid.flatten(2).transpose(1, 2).half(),
+            (cls if cls is not None else grid.new_zeros(grid.shape[0], grid.shape[1])).half())
+
+
+def check_views(views: Any, shift: Any, jitter: Any, seed: Any) -> None:
+    """UsageError unless views and shift are integers >= 0, jitter a number in [0, 1) and seed an integer."""
+    def whole(v: Any) -> bool:
+        return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+    if not whole(views) or views < 0:
+        raise UsageError(f"views must be an integer >= 0 (augmented views per frame; 0: none), got {views!r}")
+    if not whole(shift) or shift < 0:
+        raise UsageError(f"shift must be an integer >= 0 (pixels of the encoder's input; 0: no shift), got {shift!r}")
+    if not isinstance(jitter, (int, float, np.number)) or not 0 <= float(jitter) < 1:
+        raise UsageError(f"jitter must be a number in [0, 1) (colour factors are drawn from [1 - jitter, "
+                         f"1 + jitter]; 0: none), got {jitter!r}")
+    if not whole(seed):
+        raise UsageError(f"seed must be an integer, got {seed!r}")
+
+
+def random_shift(x: torch.Tensor, offsets: torch.Tensor, pad: int) -> torch.Tensor:
+    """DrQ random shift: images (B, 3, H, W) replicate-padded by `pad` px, cropped back to H x W at
+    offsets (B, 2) = (dy, dx) in [0, 2 pad]; (pad, pad) is the image unchanged."""
+    H, W = x.shape[-2:]
+    xp = F.pad(x, (pad, pad, pad, pad), mode="replicate")                            # (B, 3, H+2p, W+2p)
+    return torch.stack([xp[i, :, dy:dy + H, dx:dx + W] for i, (dy, dx) in enumerate(offsets.tolist())])
+
+
+_LUMA = torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)
+
+
+def colour_jitter(x: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
+    """Images (B, 3, H, W) in [0, 1] with brightness, contrast and saturation scaled by factors (B, 3),
+    in that order (1: unchanged); each step blends with black, the mean grey level, the pixel's grey."""
+    b, c, s = (factors[:, i].view(-1, 1, 1, 1).to(x.dtype) for i in range(3))
+    x = (x * b).clamp(0, 1)
+    grey = (x * _LUMA).sum(1, keepdim=True)                                          # (B, 1, H, W)
+    mean = grey.mean((2, 3), keepdim=True)                                           # (B, 1, 1, 1)
+    x = ((x - mean) * c + mean).clamp(0, 1)
+    grey = (x * _LUMA).sum(1, keepdim=True)
+    return ((x - grey) * s + grey).clamp(0, 1)
+
+
+def _encode_views(backbone: Any, frames: np.ndarray, block: int, k: int, shift: int, jitter: float,
+                  rng: np.random.Generator, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(T, k, N, C) and (T, k, C) float16 features of k augmented views of each of T frames (uint8)."""
+    T = len(frames)
+    offsets = torch.from_numpy(rng.integers(0, 2 * shift + 1, size=(T, k, 2)))       # (T, k, 2)
+    factors = torch.from_numpy(rng.uniform(1 - jitter, 1 + jitter, size=(T, k, 3)))  # (T, k, 3)
+    pre = backbone.preprocess
+    tokens, cls = [], []
+    for i in range(0, T, batch_size):
+        x = pre(list(frames[i:i + batch_size])).pixels * pre.std + pre.mean           # (b, 3, H, W) in [0, 1]
+        x = x.repeat_interleave(k, 0)                                                 # (b*k, 3, H, W)
+        x = colour_jitter(random_shift(x, offsets[i:i + batch_size].flatten(0, 1), shift),
+                          factors[i:i + batch_size].flatten(0, 1))
+        g = backbone.patch_grids((x - pre.mean) / pre.std, blocks=(block,), batch_size=batch_size,
+                                 progress=False, check=False)
+        t, c = _tokens_and_cls(g, block)                                              # (b*k, N, C), (b*k, C)
+        tokens.append(t)
+        cls.append(c)
+    N, C = tokens[0].shape[1:]
+    return torch.cat(tokens).view(T, k, N, C), torch.cat(cls).view(T, k, C)

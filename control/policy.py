@@ -11,6 +11,8 @@ training targets of a demo's last k-1 frames run past its end and are padded wit
 action. `VisuomotorAgent` averages the overlapping chunks at run time (temporal ensembling, weights
 exp(-chunk_decay * i), i = 0 for the oldest prediction). With velocity=True the head also reads the
 difference of the last two proprio readings (hand velocity and gripper change; 0 at an episode's first step).
+With augment=True and a cache holding K augmented views per frame (`cache_features(..., views=K)`), every
+training sample is the clean frame or one of its K views, drawn uniformly per sample and epoch.
 
 Training is seeded (weights, shuffling) and can checkpoint every few epochs; `fit` with the
 same `checkpoint_dir` resumes from the last checkpoint (optimizer moments and shuffling
@@ -60,6 +62,9 @@ class PatchTokenPolicy(BaseEstimator):
         of the current step; 0: a plain mean). Read by VisuomotorAgent; unused when chunk is 1.
     velocity: the head also reads the difference of the last two proprio readings.
     loss: the BC loss, "mse" | "l1" | "huber" (control.head.bc_loss).
+    augment: train on the cache's augmented views too, when it holds some (`cache_features(views=K)`): each
+        sample of each epoch reads the clean frame or one of its K views, uniformly (seeded by `seed`). No
+        effect on a cache without views: the head trains exactly as before views existed.
     Learned attributes: head_ (PolicyHead), proprio_mean_/proprio_std_ (P,), with velocity
     velocity_mean_/velocity_std_ (P,) (else None), meta_ (dict: the
     backbone, block and demos the tokens came from), history_ (mean BC loss per epoch), n_samples_.
@@ -68,7 +73,8 @@ class PatchTokenPolicy(BaseEstimator):
     def __init__(self, pooling: str = "attention", attention: AttentionConfig | None = None, *,
                  hidden: int = DEFAULT_HIDDEN, epochs: int = DEFAULT_BC_EPOCHS, batch_size: int = DEFAULT_BATCH_SIZE,
                  lr: float = DEFAULT_LR, weight_decay: float = 1e-4, seed: int = 0, chunk: int = DEFAULT_CHUNK,
-                 chunk_decay: float = DEFAULT_CHUNK_DECAY, velocity: bool = False, loss: str = DEFAULT_BC_LOSS) -> None:
+                 chunk_decay: float = DEFAULT_CHUNK_DECAY, velocity: bool = False, loss: str = DEFAULT_BC_LOSS,
+                 augment: bool = True) -> None:
         self.pooling = pooling
         self.attention = attention
         self.hidden = hidden
@@ -81,6 +87,7 @@ class PatchTokenPolicy(BaseEstimator):
         self.chunk_decay = chunk_decay
         self.velocity = velocity
         self.loss = loss
+        self.augment = augment
 
     @property
     def uses_cls(self) -> bool:
@@ -112,6 +119,9 @@ class PatchTokenPolicy(BaseEstimator):
                 raise PolicyError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.lr > 0:
             raise PolicyError(f"lr must be > 0, got {self.lr}")
+        if not isinstance(self.augment, (bool, np.bool_)):
+            raise PolicyError(f"augment must be True or False (train on the cache's augmented views too), got "
+                              f"{self.augment!r}")
         if len(cache) == 0:
             raise DemoError("the feature cache is empty")
         M, N, C = cache.tokens.shape
@@ -131,7 +141,12 @@ class PatchTokenPolicy(BaseEstimator):
             vstd = moving.std(0).nan_to_num(0.0).clamp_min(1e-4) if len(moving) > 1 else torch.ones(P)
         opt = torch.optim.AdamW(head.parameters(), lr=self.lr, weight_decay=self.weight_decay)
         gen = torch.Generator().manual_seed(self.seed)
-        frames_in = _prepare_frames(head, cache)                                    # (M, N, C) or (M, C)
+        frames_in = _prepare_frames(head, cache.tokens, cache.cls)                  # (M, N, C) or (M, C)
+        K = cache.views if self.augment else 0
+        views_in = None                                                             # (M*K, N, C) or (M*K, C)
+        if K:
+            views_in = _prepare_frames(head, cache.view_tokens.flatten(0, 1),
+                                       None if cache.view_cls is None else cache.view_cls.flatten(0, 1))
         steps_per_epoch = math.ceil(M / self.batch_size)
         total = self.epochs * steps_per_epoch
         start_epoch, history = 0, []
@@ -148,6 +163,7 @@ class PatchTokenPolicy(BaseEstimator):
                            disable=None if progress is None else not progress)
         for epoch in bar:
             perm = torch.randperm(M, generator=gen)
+            pick = torch.randint(0, K + 1, (M,), generator=gen) if K else None      # (M,) 0: clean, k: view k
             tot = 0.0
             for s in range(steps_per_epoch):
                 step = epoch * steps_per_epoch + s
@@ -155,6 +171,9 @@ class PatchTokenPolicy(BaseEstimator):
                     g["lr"] = self.lr * _lr_factor(step, total)
                 rows = perm[s * self.batch_size:(s + 1) * self.batch_size]         # (B,)
                 x = frames_in[rows].float()                                         # (B, N, C) or (B, C)
+                if pick is not None:
+                    v = pick[rows]                                                  # (B,)
+                    x[v > 0] = views_in[rows[v > 0] * K + v[v > 0] - 1].float()     # view k of frame r: r*K + k-1
                 prop = (cache.proprio[rows] - mean) / std                           # (B, P)
                 if vel is not None:
                     prop = torch.cat([prop, (vel[rows] - vmean) / vstd], 1)         # (B, 2P)
@@ -269,10 +288,11 @@ class PatchTokenPolicy(BaseEstimator):
     def _resume(self, ckpt: Path, head: PolicyHead, opt: torch.optim.Optimizer, gen: torch.Generator,
                 cache: FeatureCache) -> tuple[int, list[float]]:
         cfg = _read_config(ckpt)
-        if cfg["params"] != self._params():
-            raise ArtifactError(f"checkpoint {ckpt} was made with {cfg['params']}, not {self._params()}; "
+        made = {**type(self)()._params(), **cfg["params"]}    # a parameter added since: its default, as in load
+        if made != self._params():
+            raise ArtifactError(f"checkpoint {ckpt} was made with {made}, not {self._params()}; "
                                 "use another checkpoint_dir or the same hyperparameters")
-        if cfg["meta"].get("fingerprint") != cache.meta.get("fingerprint") or cfg["n_samples"] != len(cache):
+        if any(cfg["meta"].get(k) != cache.meta.get(k) for k in _FEATURE_KEYS) or cfg["n_samples"] != len(cache):
             raise ArtifactError(f"checkpoint {ckpt} was trained on other features; use another checkpoint_dir")
         t = load_file(str(ckpt / "model.safetensors"))
         head.load_state_dict({k[len("head."):]: v for k, v in t.items() if k.startswith("head.")})
@@ -347,16 +367,19 @@ def _read_config(path: str | Path) -> dict:
         raise
 
 
+# what a checkpoint and the features it is resumed on must agree on: the encoder and the augmented views
+_FEATURE_KEYS = ("fingerprint", "views", "view_shift", "view_jitter", "view_seed")
+
+
 @torch.no_grad()
-def _prepare_frames(head: PolicyHead, cache: FeatureCache, chunk: int = 256) -> torch.Tensor:
-    """The head's parameter-free input for every cached frame, computed once.
+def _prepare_frames(head: PolicyHead, tokens: torch.Tensor, cls: torch.Tensor | None, chunk: int = 256) -> torch.Tensor:
+    """The head's parameter-free input for every cached frame (tokens (M, N, C), cls (M, C) or None), computed once.
 
     LN'ed tokens (M, N, C) kept in float16 for attention pooling; pooled (M, C) float32 otherwise.
     """
     out = []
-    for i in range(0, len(cache), chunk):
-        cls = cache.cls[i:i + chunk] if cache.cls is not None else None
-        x = head.prepare(cache.tokens[i:i + chunk], cls)
+    for i in range(0, len(tokens), chunk):
+        x = head.prepare(tokens[i:i + chunk], cls[i:i + chunk] if cls is not None else None)
         out.append(x.half() if x.ndim == 3 else x)
     return torch.cat(out)
 
