@@ -145,13 +145,17 @@ class TimedPredict:
         return self.det.decision_threshold()
 
 
-def load(cfg_bb: dict):
+def load(cfg_bb: dict, vit_weights: str | None = None):
+    """The configuration's backbone; `vit_weights` (--vit-weights) stands in for the embedded default's weights
+    in the "embedded ViT" rows, so a candidate default is judged with exactly the same settings."""
     from frozenvit.backbone import load_backbone
 
     kw = dict(cfg_bb)
     name = kw.pop("name", None)
     if not kw.get("pretrained", True):
         torch.manual_seed(0)                                    # the same random twin on every run
+    elif name is None and vit_weights is not None:
+        name, kw["weights"] = "vit_tiny_patch16_224", vit_weights
     return load_backbone(name, **kw)
 
 
@@ -172,7 +176,7 @@ def merged(path: Path, rows: list, runs: list, keep: bool) -> tuple[list, list]:
 
 
 def run_set(set_name: str, configs: list[str], threads: int, out: str | None, data_root: str,
-            keep: bool = False) -> None:
+            keep: bool = False, vit_weights: str | None = None) -> None:
     from frozenvit.anomaly import read_image, read_mvtec
     from frozenvit.anomaly.evaluation import evaluate_dataset
     from frozenvit.anomaly.patchcore import default_blocks
@@ -191,7 +195,7 @@ def run_set(set_name: str, configs: list[str], threads: int, out: str | None, da
         bkey = tuple(sorted(cfg_bb.items()))
         if bkey not in backbones:
             backbones.clear()                                    # one backbone in memory at a time
-            backbones[bkey] = load(cfg_bb)
+            backbones[bkey] = load(cfg_bb, vit_weights)
         bb = backbones[bkey]
         blocks = tuple(bb.resolve_blocks(cfg_pc.get("blocks") or default_blocks(bb.config.depth, bb.config.strides)))
         # configurations on the same backbone and inputs share grids: computed for the union of their blocks
@@ -230,6 +234,7 @@ def run_set(set_name: str, configs: list[str], threads: int, out: str | None, da
                "backbone share": timed.backbone_s / pred_s if pred_s else float("nan")}
         rows.append(row)
         runs.append({"config": c, "label": label, "backbone": bb.name, "pretrained": bb.config.pretrained,
+                     "weights_sha256": getattr(bb, "weights_sha256", None),
                      "img_size": list(bb.config.img_size), "resize": cfg_bb.get("resize", "stretch"),
                      "blocks": list(det.blocks_), "tile": det.tile, "tile_overlap": det.tile_overlap,
                      "reduce_dim": det.reduce_dim, "coreset_ratio": det.coreset_ratio,
@@ -262,6 +267,9 @@ def main() -> None:
                     help="keep the configurations of an existing results file that this run does not redo")
     ap.add_argument("--data-root", default=str(SHARED_DATA / "defects"), help="folder holding the sets")
     ap.add_argument("--out", default=None, help="JSON path prefix (None: benchmarks/results/anomaly_real)")
+    ap.add_argument("--vit-weights", default=None, metavar="SAFETENSORS",
+                    help="a ViT-Ti/16 student (e.g. a candidate default) in place of the embedded default's weights "
+                         "in the 'vit*' rows; use with --out so the default's own file is not overwritten")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
@@ -269,7 +277,8 @@ def main() -> None:
 
     faiss.omp_set_num_threads(args.threads)
     for s in args.sets:
-        run_set(s, args.configs or DEFAULT_CONFIGS[s], args.threads, args.out, args.data_root, args.keep)
+        run_set(s, args.configs or DEFAULT_CONFIGS[s], args.threads, args.out, args.data_root, args.keep,
+                args.vit_weights)
 
 
 if __name__ == "__main__":
