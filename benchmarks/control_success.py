@@ -74,6 +74,8 @@ def main() -> int:
     ap.add_argument("--compare", nargs="+", default=None, metavar="RUN_JSON:POOLING",
                     help="pair the heads of finished runs on the same held-out episodes (e.g. one pooling at two "
                          "epoch budgets): mean success, per seed, exact McNemar against the first; to --out, then exit")
+    ap.add_argument("--across-weights", action="store_true",
+                    help="with --compare: pair runs whose encoders differ only in their weights (e.g. two defaults)")
     ap.add_argument("--resume", action="store_true",
                     help="keep the results already in the JSON of every pooling whose own settings match (its block, "
                          "encoder, configurations, seeds...; another pooling's block does not matter); run the rest")
@@ -81,7 +83,7 @@ def main() -> int:
     if args.merge:
         return merge_parts(args.merge, args.out)
     if args.compare:
-        return compare_runs(args.compare, args.out)
+        return compare_runs(args.compare, args.out, args.across_weights)
 
     import torch
 
@@ -214,9 +216,11 @@ _EPISODE_SETTINGS = ("configs", "heldout_seeds", "max_steps", "encoder", "weight
                      "demo_size", "hold_steps", "action_noise", "render")
 
 
-def compare_runs(specs: list[str], out: str | None) -> int:
+def compare_runs(specs: list[str], out: str | None, across_weights: bool = False) -> int:
     """Heads from different runs (RUN_JSON:POOLING each) on the episodes they share: the tasks and seeds
-    every run has, the same held-out configurations. Refuses runs whose episodes differ."""
+    every run has, the same held-out configurations. Refuses runs whose episodes differ; across_weights
+    (--across-weights) lets the encoder's weights differ (same architecture and size), to pair two
+    backbones' heads on the same configurations."""
     import json
 
     runs = []
@@ -226,9 +230,10 @@ def compare_runs(specs: list[str], out: str | None) -> int:
             raise SystemExit(f"{spec!r}: give RUN_JSON:POOLING, e.g. results.json:attention")
         d = json.loads(Path(path).read_text())
         runs.append((f"{Path(path).stem}:{pooling}", d, pooling))
-    first = {k: runs[0][1]["settings"].get(k) for k in _EPISODE_SETTINGS}
+    keys = [k for k in _EPISODE_SETTINGS if not (across_weights and k == "weights_sha256")]
+    first = {k: runs[0][1]["settings"].get(k) for k in keys}
     for label, d, _ in runs[1:]:
-        other = {k: d["settings"].get(k) for k in _EPISODE_SETTINGS}
+        other = {k: d["settings"].get(k) for k in keys}
         if other != first:
             diff = sorted(k for k in first if first[k] != other[k])
             raise SystemExit(f"{label} was rolled out on other episodes than {runs[0][0]} ({', '.join(diff)} differ)")
@@ -246,7 +251,7 @@ def compare_runs(specs: list[str], out: str | None) -> int:
     for b, t in paired.items():
         print(f"{labels[0]} vs {b}: {t[f'{labels[0]}_only']} vs {t[f'{b}_only']} paired episodes, "
               f"exact McNemar p = {t['p_two_sided']:.3g}")
-    write_result("control_success_compare", dict(runs=specs, tasks=sorted({t for t, _ in shared}),
+    write_result("control_success_compare", dict(runs=specs, across_weights=across_weights, tasks=sorted({t for t, _ in shared}),
                                                  seeds=sorted({s for _, s in shared}), episodes=first,
                                                  by_pooling=summary["by_pooling"], by_seed=summary["by_seed"],
                                                  paired=paired), out)

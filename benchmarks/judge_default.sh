@@ -55,7 +55,7 @@ for step in "${steps[@]}"; do
       "$PY" benchmarks/control_success.py --merge "runs/${TAG}_control_a.json" "runs/${TAG}_control_b.json" \
         --out "$R/${TAG}_control_success.json"
       # paired against the current default's heads on the same held-out configurations
-      "$PY" benchmarks/control_success.py --compare "$R/control_success_hold20_e200.json:attention" \
+      "$PY" benchmarks/control_success.py --across-weights --compare "$R/control_success_hold20_e200.json:attention" \
         "$R/${TAG}_control_success.json:attention" --out "$R/${TAG}_control_compare.json" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac

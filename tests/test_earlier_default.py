@@ -28,14 +28,20 @@ def new_default_shipped(tmp_path, monkeypatch):
 
 
 def test_the_current_default_and_unknown_weights_have_no_earlier_name():
-    if default_spec()["sha256"] != V1_SHA:
-        pytest.skip("the shipped default is no longer v1")
-    assert embedded_name_for(V1_SHA) is None                # load_backbone() builds it
+    assert embedded_name_for(default_spec()["sha256"]) is None      # load_backbone() builds it
     assert embedded_name_for("0" * 64) is None and embedded_name_for(None) is None
 
 
 def test_after_a_new_default_ships_v1_weights_are_found_by_their_sha256(new_default_shipped):
     assert embedded_name_for(V1_SHA) == "frozenvit-default-v1"
+
+
+def test_todays_default_has_a_version_name_that_outlives_it(tmp_path, monkeypatch):
+    today = default_spec()["sha256"]
+    name = next(n for n, f in loading.EMBEDDED.items() if json.loads((loading.ASSETS / f).read_text())["sha256"] == today)
+    ship_new_default(tmp_path, monkeypatch)
+    assert embedded_name_for(today) == name
+    assert load_backbone(name).config.weights_sha256 == today
 
 
 @pytest.mark.filterwarnings("ignore:only 1 held-out normals")
