@@ -269,8 +269,11 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="JSON path prefix (None: benchmarks/results/anomaly_real)")
     ap.add_argument("--vit-weights", default=None, metavar="SAFETENSORS",
                     help="a ViT-Ti/16 student (e.g. a candidate default) in place of the embedded default's weights "
-                         "in the 'vit*' rows; use with --out so the default's own file is not overwritten")
+                         "in the 'vit*' rows; needs --out, so the default's own file is not overwritten")
     args = ap.parse_args()
+    if args.vit_weights and not args.out:
+        ap.error("--vit-weights needs --out: otherwise the student's rows would replace the embedded default's "
+                 "in benchmarks/results/anomaly_real_<set>.json")
     torch.set_num_threads(args.threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     import faiss
