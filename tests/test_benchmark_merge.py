@@ -106,3 +106,19 @@ def test_compare_pairs_heads_of_two_runs_on_their_shared_episodes_and_refuses_ot
         control_success.compare_runs([f"{a}:attention", f"{d}:cls"], str(out))
     with pytest.raises(SystemExit, match="RUN_JSON:POOLING"):
         control_success.compare_runs([a], str(out))
+
+
+def test_compare_across_weights_pairs_two_encoders_only_when_asked_and_only_in_their_weights(tmp_path):
+    rows = [("t", "attention", 0, [1, 0])]
+    v1 = _run(tmp_path / "v1.json", rows, encoder="vit@224", weights_sha256="a" * 64)
+    v2 = _run(tmp_path / "v2.json", [("t", "attention", 0, [1, 1])], encoder="vit@224", weights_sha256="b" * 64)
+    out = tmp_path / "cmp.json"
+    with pytest.raises(SystemExit, match="weights_sha256"):
+        control_success.compare_runs([f"{v1}:attention", f"{v2}:attention"], str(out))
+    assert control_success.compare_runs([f"{v1}:attention", f"{v2}:attention"], str(out), across_weights=True) == 0
+    c = json.loads(out.read_text())
+    assert c["across_weights"] is True
+    assert c["paired"]["v2:attention"] == {"v1:attention_only": 0, "v2:attention_only": 1, "p_two_sided": 1.0}
+    other = _run(tmp_path / "v3.json", rows, encoder="vit@128", weights_sha256="b" * 64)
+    with pytest.raises(SystemExit, match="encoder"):         # another input size is still other episodes
+        control_success.compare_runs([f"{v1}:attention", f"{other}:attention"], str(out), across_weights=True)
