@@ -272,6 +272,13 @@ class MetaWorldTask:
             warnings.simplefilter("ignore")
             full, _ = env.reset()
         env._freeze_rand_vec = True          # later resets (and metaworld internals) keep this scene
+        # Meta-World moves the goal site (model.site_pos) after its last forward pass of the reset, so the
+        # site's world position in `data` - what the renderer draws - was stale until the first step: frame 0
+        # showed the goal somewhere else (measured: benchmarks/control_goal_probe.py). Recompute it; the
+        # physics state (qpos, qvel) is untouched.
+        import mujoco
+
+        mujoco.mj_forward(env.model, env.data)
         self.config = int(config)
         self._state = State(_proprio(full), full, False, 0, False)
         return self._state

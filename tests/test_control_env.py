@@ -90,6 +90,18 @@ def test_same_configuration_seed_gives_the_same_scene_and_other_seeds_differ():
         b.close()
 
 
+@pytest.mark.parametrize("task", ["reach-v3", "push-v3"])
+def test_the_goal_is_drawn_where_it_is_right_after_a_reset(task):
+    # Meta-World sets the goal site after the reset's last forward pass; the renderer draws data.site_xpos,
+    # so without a fresh forward pass the first frame of every episode showed the goal somewhere else.
+    with MetaWorldTask(task, render=None) as t:
+        site = mujoco.mj_name2id(t.env.model, mujoco.mjtObj.mjOBJ_SITE, "goal")
+        for config in (0, 1, 2):
+            s = t.reset(config)
+            np.testing.assert_allclose(t.env.data.site_xpos[site], s.full[36:39], atol=1e-9)
+            np.testing.assert_allclose(t.env.data.site_xpos[site], t.env._target_pos, atol=1e-9)
+
+
 def test_region_split_keeps_configurations_on_the_asked_side():
     with MetaWorldTask("reach-v3", render=None) as t:
         left = t.configs("heldout", 3, region="left")
