@@ -39,16 +39,20 @@ from common import print_table, write_result
 TARGETS = {"goal_x": 36, "goal_y": 37, "goal_z": 38, "obj_x": 4, "obj_y": 5}
 
 
-def _scene(task: str, configs: list[int], size: int) -> tuple[np.ndarray, np.ndarray]:
+def _scene(task: str, configs: list[int], size: int, cameras: list[str]) -> tuple[list[np.ndarray], np.ndarray]:
+    """First frames of `configs` seen by each camera (a list of (n, S, S, 3) arrays) and the targets (n, 5)."""
     from frozenvit.control.env import MetaWorldTask
 
-    frames, targets = [], []
-    with MetaWorldTask(task, image_size=size, max_steps=10) as env:
-        for c in configs:
-            s = env.reset(c)
-            frames.append(env.render())
-            targets.append([s.full[i] for i in TARGETS.values()])
-    return np.stack(frames), np.asarray(targets, dtype=np.float64)
+    views, targets = [], []
+    for cam in cameras:
+        frames, targets = [], []
+        with MetaWorldTask(task, camera=cam, image_size=size, max_steps=10) as env:
+            for c in configs:
+                s = env.reset(c)
+                frames.append(env.render())
+                targets.append([s.full[i] for i in TARGETS.values()])
+        views.append(np.stack(frames))
+    return views, np.asarray(targets, dtype=np.float64)
 
 
 def _probe(x: np.ndarray, y: np.ndarray, seed: int) -> dict[str, dict[str, float]]:
@@ -145,6 +149,8 @@ def main() -> None:
                     help="NAME@SIZE: 'default' (the embedded default), an EMBEDDED name or a timm name")
     ap.add_argument("--blocks", nargs="+", type=int, default=[3, 7, 11])
     ap.add_argument("--configs", type=int, default=400)
+    ap.add_argument("--cameras", nargs="+", default=["corner"],
+                    help="cameras whose frames are read together (features of each concatenated): e.g. corner topview")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None)
     ap.add_argument("--train-sizes", nargs="*", type=int, default=None, metavar="N",
@@ -171,18 +177,20 @@ def main() -> None:
             size = bb.config.img_size[0]
             if size not in scenes:
                 t0 = time.perf_counter()
-                scenes[size] = _scene(task, configs, size)
+                scenes[size] = _scene(task, configs, size, args.cameras)
                 print(f"{task}: rendered {len(configs)} frames at {size} px in {time.perf_counter() - t0:.0f} s")
-            frames, y = scenes[size]
+            views, y = scenes[size]
             if not any(r["task"] == task and r["features"] == "pixels" for r in results):
                 from PIL import Image
-                small = np.stack([np.asarray(Image.fromarray(f).resize((56, 56), Image.BILINEAR)) for f in frames])
+                small = np.concatenate([np.stack([np.asarray(Image.fromarray(f).resize((56, 56), Image.BILINEAR))
+                                                  for f in frames]).reshape(len(frames), -1) for frames in views], 1)
                 results.append({"task": task, "encoder": "-", "block": None, "features": "pixels",
-                                "probe": _probe(small.reshape(len(small), -1).astype(np.float64), y, args.seed)})
-            g = bb.patch_grids(list(frames), blocks=tuple(args.blocks), progress=False)
+                                "probe": _probe(small.astype(np.float64), y, args.seed)})
+            gs = [bb.patch_grids(list(frames), blocks=tuple(args.blocks), progress=False) for frames in views]
             for b in args.blocks:
-                grid = g[b].float().numpy()                                   # (n, C, h, w)
-                feats = {"tokens": grid.reshape(len(grid), -1), "mean": grid.mean(axis=(2, 3))}
+                grids = [g[b].float().numpy() for g in gs]                     # per camera (n, C, h, w)
+                feats = {"tokens": np.concatenate([x.reshape(len(x), -1) for x in grids], 1),
+                         "mean": np.concatenate([x.mean(axis=(2, 3)) for x in grids], 1)}
                 if args.train_sizes:
                     curve = _learning_curve(feats["tokens"].astype(np.float64), y, args.train_sizes, 5, args.seed)
                     results.append({"task": task, "encoder": spec, "block": b, "features": "tokens",
