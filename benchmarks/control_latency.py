@@ -10,6 +10,9 @@ faster encoder's loop its own meshes (e.g. simplified for it, full for the defau
 encoder's p50 <= half the default's.
 
     .venv/bin/python benchmarks/control_latency.py --threads 2 --steps 300
+
+A composite --camera (corner+topview: k views side by side) times encoders built at (S, k*S), S = --size
+or --fast-size per view; the shipped fast encoder (112 x 112 only) refuses it: use --fast default.
 """
 from __future__ import annotations
 
@@ -25,21 +28,24 @@ TARGET_P50_MS, TARGET_P99_MS = 60.0, 90.0
 
 
 def load_encoders(args: argparse.Namespace) -> list[tuple[str, object, bool]]:
-    """(label, backbone, pretrained?) for the default at 224 and the faster encoder."""
+    """(label, backbone, pretrained?) for the default at 224 and the faster encoder, each built for the frames
+    of args.camera: (S, k*S) for a composite camera of k views."""
     from frozenvit.backbone import load_backbone
     from frozenvit.backbone.errors import BackboneUnavailable
+    from frozenvit.control import frame_size
 
+    size, fast_size = frame_size(args.size, args.camera), frame_size(args.fast_size, args.camera)
     try:
-        default = load_backbone(args.backbone, weights=args.weights, img_size=args.size)
+        default = load_backbone(args.backbone, weights=args.weights, img_size=size)
         name, real = ("embedded default" if args.backbone is None else args.backbone), True
     except BackboneUnavailable as e:
         print(f"no embedded default ({e}); timing a RANDOM-weight {args.stand_in} stand-in instead "
               "(latency does not depend on weights)", file=sys.stderr)
-        default = load_backbone(args.stand_in, pretrained=False, img_size=args.size)
+        default = load_backbone(args.stand_in, pretrained=False, img_size=size)
         name, real = f"{args.stand_in} (random stand-in)", False
     out = [(f"{name} @{args.size}", default, real)]
     if args.fast_backbone:
-        fast = load_backbone(args.fast_backbone, weights=args.fast_weights, img_size=args.fast_size,
+        fast = load_backbone(args.fast_backbone, weights=args.fast_weights, img_size=fast_size,
                              pretrained=args.fast_weights is not None)
         out.append((f"{args.fast_backbone} ({fast.config.depth} blocks) @{fast.config.img_size[0]}", fast,
                     args.fast_weights is not None))
@@ -49,8 +55,8 @@ def load_encoders(args: argparse.Namespace) -> list[tuple[str, object, bool]]:
         fast = load_fast_encoder()
         out.append((f"fast encoder ({fast.config.depth} blocks) @{fast.config.img_size[0]}", fast, True))
     else:
-        fast = (load_backbone(args.backbone, weights=args.weights, img_size=args.fast_size) if real
-                else load_backbone(args.stand_in, pretrained=False, img_size=args.fast_size))
+        fast = (load_backbone(args.backbone, weights=args.weights, img_size=fast_size) if real
+                else load_backbone(args.stand_in, pretrained=False, img_size=fast_size))
         out.append((f"{name} @{args.fast_size}", fast, real))
     return out
 
@@ -93,9 +99,10 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=20, help="untimed steps before each round")
     ap.add_argument("--rounds", type=int, default=3, help="the encoders take turns, steps split over rounds")
     ap.add_argument("--task", default="reach-v3")
-    ap.add_argument("--camera", default=None, help="camera of the timed loops (default: control's DEFAULT_CAMERA; "
-                                                    "the render rates and PSNR keep the default camera)")
-    ap.add_argument("--size", type=int, default=224, help="input size of the default encoder")
+    ap.add_argument("--camera", default=None, help="camera of the timed loops, or several joined by '+' (default: "
+                                                    "control's DEFAULT_CAMERA; the render rates and PSNR keep the "
+                                                    "default camera)")
+    ap.add_argument("--size", type=int, default=224, help="input size of the default encoder (of one view)")
     ap.add_argument("--fast", choices=("shipped", "default"), default="shipped",
                     help="the faster encoder: control's shipped fast encoder (its own size), or the default at --fast-size")
     ap.add_argument("--fast-size", type=int, default=112, help="input size of --fast default / --fast-backbone")
@@ -124,12 +131,15 @@ def main() -> int:
     import numpy as np
 
     from frozenvit.control import (DEFAULT_CAMERA, LatencyReport, MetaWorldTask, RenderSettings, UntrainedHead,
-                                   VisuomotorAgent, measure_latency)
+                                   VisuomotorAgent, camera_count, measure_latency)
 
     from frozenvit.control.cli import parse_mesh_faces, render_settings
 
     loop_render = render_settings(args)
     args.camera = args.camera or DEFAULT_CAMERA
+    if camera_count(args.camera) > 1 and args.fast == "shipped" and not args.fast_backbone:
+        raise SystemExit(f"the shipped fast encoder reads one 112 x 112 view; --camera {args.camera} has "
+                         f"{camera_count(args.camera)} views side by side: pass --fast default (or --fast-backbone)")
     fast_render = parse_mesh_faces(args.fast_mesh_faces) if args.fast_mesh_faces is not None else loop_render
     render = dict(metaworld_default_fps=render_fps(RenderSettings.metaworld(), args.size, args.task),
                   fast_fps=render_fps(RenderSettings(), args.size, args.task),

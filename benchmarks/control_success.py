@@ -8,6 +8,9 @@ out on the same held-out configurations (seeds >= 1,000,000, never trained on). 
 
     .venv/bin/python benchmarks/control_success.py --threads 1 \
         --tasks reach-v3 push-v3 button-press-v3 drawer-open-v3 --demos 25 --configs 50
+
+A composite camera (--camera corner+topview: the views side by side) gets its encoder built at
+(S, k*S) for k views, S = --size (one view's; None: the model's own).
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -56,11 +60,15 @@ def main() -> int:
                     help="training seeds of each head: BC success varies a lot from seed to seed")
     ap.add_argument("--block", type=int, default=None,
                     help="backbone block of every pooling (default: control.default_block, the last)")
-    ap.add_argument("--size", type=int, default=None, help="encoder input size (default: the default's own)")
+    ap.add_argument("--size", type=int, default=None,
+                    help="encoder input size of one view (default: the default's own); a composite --camera of k "
+                         "views gets an encoder built at (size, k*size)")
     ap.add_argument("--backbone", default=None, help="timm name (default: the embedded default)")
     ap.add_argument("--weights", default=None)
-    ap.add_argument("--camera", default="corner")
-    ap.add_argument("--demo-size", type=int, default=224, help="rendered frame size (resized to the encoder's)")
+    ap.add_argument("--camera", default="corner",
+                    help="camera, or several joined by '+' (corner+topview): their views side by side")
+    ap.add_argument("--demo-size", type=int, default=224,
+                    help="rendered size of each view (resized to the encoder's)")
     ap.add_argument("--hold-steps", type=int, default=0,
                     help="demos go on this many expert steps past the first success (what to do at the goal)")
     ap.add_argument("--parallel", type=int, default=4)
@@ -87,7 +95,6 @@ def main() -> int:
 
     import torch
 
-    from frozenvit.backbone import load_backbone
     from frozenvit.backbone.errors import ArtifactError
     from frozenvit.control import (AttentionConfig, PatchTokenPolicy, cache_features, collect_demos, config_seeds,
                                    default_block, evaluate)
@@ -95,9 +102,9 @@ def main() -> int:
     from frozenvit.control.cli import render_settings
 
     torch.set_num_threads(args.threads)
-    bb = load_backbone(args.backbone, weights=args.weights, img_size=args.size)
-    size = bb.config.img_size[0]
-    enc = f"{bb.config.name}@{size}"
+    bb = load_encoder(args.backbone, args.weights, args.size, args.camera)
+    H, W = bb.config.img_size
+    enc = f"{bb.config.name}@{H}" if H == W else f"{bb.config.name}@{H}x{W}"     # square: the names of before
     work = Path(args.work_dir)
     heldout = config_seeds("heldout", args.configs, start=args.heldout_start)
     render = render_settings(args)
@@ -188,6 +195,18 @@ def main() -> int:
     write_result("control_success", dict(settings=settings, results=results, summary=summary, complete=True),
                  args.out)
     return 0
+
+
+def load_encoder(backbone: str | None, weights: str | None, size: int | None, camera: str, **kwargs) -> Any:
+    """The run's frozen encoder for frames of `camera`: built at size (None: the model's own) for one
+    camera, at (size, k*size) for a composite camera of k views (control.frame_size)."""
+    from frozenvit.backbone import load_backbone
+    from frozenvit.control import camera_count, frame_size
+
+    bb = load_backbone(backbone, weights=weights, img_size=frame_size(size, camera) if size else None, **kwargs)
+    if camera_count(camera) > 1 and not size:          # the model's own size is one view's
+        bb = load_backbone(backbone, weights=weights, img_size=frame_size(bb.config.img_size[0], camera), **kwargs)
+    return bb
 
 
 def merge_parts(paths: list[str], out: str | None) -> int:

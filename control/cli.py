@@ -6,8 +6,10 @@
     frozenvit control latency  --policy runs/policies/reach-attn --steps 300 --budget-ms 90 --hist lat.png
 
 Without --backbone the embedded default is used; evaluate/latency build it at the input size
-the policy was trained with unless --img-size says otherwise. `evaluate --json r.json` writes
-every episode to r.episodes.jsonl as it ends; the same command again resumes a stopped run.
+the policy was trained with unless --img-size says otherwise. A composite camera ("corner+topview":
+views side by side) gets an encoder built at (S, k*S) for k views of S px; --img-size is then S.
+`evaluate --json r.json` writes every episode to r.episodes.jsonl as it ends; the same command
+again resumes a stopped run.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from frozenvit.backbone.suite.errors import UsageError
 
 from .defaults import (BC_LOSSES, DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_BC_LOSS, DEFAULT_CHUNK,
                        DEFAULT_CHUNK_DECAY, DEFAULT_HEADS, DEFAULT_HIDDEN, DEFAULT_LR, DEFAULT_QUERIES, POOLINGS)
-from .env import RenderSettings
+from .env import DEFAULT_CAMERA, RenderSettings, camera_count
 
 POSITIVE = number(int, min=1)
 ENCODERS = ("default", "fast")
@@ -37,9 +39,10 @@ def register(subparsers: Any) -> None:
     q.add_argument("--task", required=True, help="Meta-World v3 task, e.g. reach-v3")
     q.add_argument("--out", required=True, help="demo directory: new, empty, or an earlier collect output of the same task (re-run to resume)")
     q.add_argument("--episodes", type=POSITIVE, default=25, help="successful episodes to record")
-    q.add_argument("--camera", default="corner", help="corner, corner2, corner3, topview, ... (frames are upright)")
+    q.add_argument("--camera", default="corner", help="corner, corner2, corner3, topview, ... (frames are upright); "
+                   "several joined by '+' (corner+topview): their views side by side, the encoder built at (S, k*S)")
     q.add_argument("--image-size", type=number(int, min=16), default=None,
-                   help="rendered frame size (pixels, square; None: the --encoder's input size, 224 or 112)")
+                   help="rendered size of each view (pixels, square; None: the --encoder's input size, 224 or 112)")
     _encoder_arg(q, "whose input size the frames are rendered at")
     q.add_argument("--max-steps", type=POSITIVE, default=500, help="episode cap; configurations where the expert "
                    "needs longer are skipped")
@@ -105,7 +108,7 @@ def register(subparsers: Any) -> None:
     q = sub.add_parser("latency", help="per-step latency of render+preprocess+encode+head+step")
     q.add_argument("--policy", default=None, help="trained policy (None: an untrained head of the same shape)")
     q.add_argument("--task", default="reach-v3", help="Meta-World task (a --policy's own when given)")
-    q.add_argument("--camera", default=None, help="camera (None: the policy's, or corner)")
+    q.add_argument("--camera", default=None, help="camera, or several joined by '+' (None: the policy's, or corner)")
     q.add_argument("--pooling", choices=POOLINGS, default="attention", help="pooling of the untrained head")
     q.add_argument("--steps", type=POSITIVE, default=200, help="timed steps")
     q.add_argument("--warmup", type=COUNT, default=20, help="untimed steps first")
@@ -193,6 +196,34 @@ def load_backbone_for(args: argparse.Namespace, img_size: Any = None, fingerprin
         return load_backbone(name, weights=args.weights, img_size=size, pretrained=not random)
 
 
+def load_backbone_for_camera(args: argparse.Namespace, camera: str, img_size: Any = None,
+                             fingerprint: str | None = None) -> Any:
+    """load_backbone_for, built for the frames of `camera`: k views of S px side by side need an
+    encoder input of (S, k*S). --img-size is then the size S of one view; `img_size` (a policy's) is the
+    whole (H, W) input; without either, S is the model's own size. A single camera: exactly
+    load_backbone_for. UsageError for an encoder that cannot be built so (the fast encoder: 112 x 112 only)."""
+    k = camera_count(camera)
+    if k == 1:
+        return load_backbone_for(args, img_size, fingerprint)
+    if _encoder(args) == "fast":
+        _refuse_fast_encoder(camera)
+    if args.img_size:
+        args = argparse.Namespace(**{**vars(args), "img_size": (args.img_size, k * args.img_size)})
+    bb = load_backbone_for(args, img_size, fingerprint)
+    S = bb.config.img_size[0]
+    if img_size is None and tuple(bb.config.img_size) != (S, k * S):     # the model's own size was one view's
+        bb = load_backbone_for(args, (S, k * S), fingerprint)
+    if tuple(bb.config.img_size) != (S, k * S):
+        raise UsageError(f"{bb.config.name} is built at {bb.config.img_size[0]} x {bb.config.img_size[1]} px; "
+                         f"frames of camera {camera!r} are {k} views side by side, which needs {S} x {k * S}")
+    return bb
+
+
+def _refuse_fast_encoder(camera: str) -> None:
+    raise UsageError(f"the fast encoder reads one 112 x 112 view; camera {camera!r} has {camera_count(camera)} "
+                     "views side by side: use --encoder default (or --backbone) with a composite camera")
+
+
 def _backbone_options(args: argparse.Namespace) -> list[str]:
     """The explicit backbone options given (they and --encoder exclude each other)."""
     return [flag for flag, v in [("--backbone", getattr(args, "backbone", None)), ("--weights", getattr(args, "weights", None)),
@@ -220,6 +251,8 @@ def _cmd_collect(args: argparse.Namespace) -> int:
 
     check_output_dir(args.out, KIND)
     check_task(args.task)
+    if args.encoder == "fast" and camera_count(args.camera) > 1:
+        _refuse_fast_encoder(args.camera)
     size = args.image_size or (FAST_ENCODER_SIZE if args.encoder == "fast" else 224)
     output_dir(args.out, KIND)
     out = collect_demos(args.task, args.out, args.episodes, camera=args.camera, image_size=size,
@@ -251,8 +284,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     check_artifact_dir(args.out, KIND)
     if args.checkpoint:
         check_artifact_dir(args.checkpoint, KIND, flag="--checkpoint")
-    load_manifest(args.demos)                          # a missing or foreign folder fails before the encoder loads
-    bb = load_backbone_for(args)
+    demos = load_manifest(args.demos)                  # a missing or foreign folder fails before the encoder loads
+    bb = load_backbone_for_camera(args, demos.get("camera", DEFAULT_CAMERA))
     block = _block(args.block, bb.config.depth)
     pol = PatchTokenPolicy(args.pooling, attention, hidden=args.hidden, epochs=args.epochs, batch_size=args.batch_size,
                            lr=args.lr, seed=args.seed, chunk=args.chunk, chunk_decay=args.chunk_decay,
@@ -267,7 +300,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     pol.save(args.out)
     random = "" if bb.config.pretrained else " RANDOM weights"
     print(f"trained {args.pooling} policy on {len(cache)} frames of {cache.meta['task']} ({bb.config.name}{random} "
-          f"{bb.config.img_size[0]}px, block {cache.meta['block']}); final loss {pol.history_[-1]:.4f}; "
+          f"{_px(bb.config.img_size)}, block {cache.meta['block']}); final loss {pol.history_[-1]:.4f}; "
           f"saved to {args.out}")
     return 0
 
@@ -296,7 +329,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if args.task:
         check_task(args.task)
     pol = PatchTokenPolicy.load(args.policy)
-    bb = load_backbone_for(args, pol.meta_["img_size"], pol.meta_.get("fingerprint"))
+    bb = load_backbone_for_camera(args, pol.meta_.get("camera", DEFAULT_CAMERA), pol.meta_["img_size"],
+                                  pol.meta_.get("fingerprint"))
     pol.check_backbone(bb)
     if args.gif_dir and args.gifs:
         output_dir(args.gif_dir, "control.gifs", flag="--gif-dir")
@@ -328,22 +362,26 @@ def _cmd_latency(args: argparse.Namespace) -> int:
     check_output_file(args.hist, "control.latency", flag="--hist")
     if args.policy:
         pol = PatchTokenPolicy.load(args.policy)
-        bb = load_backbone_for(args, pol.meta_["img_size"], pol.meta_.get("fingerprint"))
-        task, camera = pol.meta_.get("task", args.task), args.camera or pol.meta_.get("camera", "corner")
+        trained = pol.meta_.get("camera", DEFAULT_CAMERA)
+        task, camera = pol.meta_.get("task", args.task), args.camera or trained
+        if camera_count(camera) != camera_count(trained):
+            raise UsageError(f"--camera {camera} shows {camera_count(camera)} view(s), the policy was trained on "
+                             f"{trained!r} ({camera_count(trained)}): give a camera with as many views")
+        bb = load_backbone_for_camera(args, camera, pol.meta_["img_size"], pol.meta_.get("fingerprint"))
     else:
-        bb = load_backbone_for(args)
+        task, camera = args.task, args.camera or DEFAULT_CAMERA
+        bb = load_backbone_for_camera(args, camera)
         pol = UntrainedHead(bb, args.pooling)
-        task, camera = args.task, args.camera or "corner"
         print("(no --policy: an untrained head of the same shape; latency does not depend on its weights)")
     agent = VisuomotorAgent(pol, bb)
-    size = bb.config.img_size[0]
+    size = bb.config.img_size[0]                       # one view's: a composite camera's frames are (S, k*S)
     with MetaWorldTask(task, camera=camera, image_size=size,
                        render=render_settings(args, pol.meta_.get("render"))) as env:
         rep = measure_latency(agent, env, steps=args.steps, warmup=args.warmup)
     _print_rows(rep.table())
     s = rep.summary()
-    print(f"{bb.config.name} at {size}px, {s['threads']} threads: p50 {s['p50']:.1f} ms, p95 {s['p95']:.1f}, "
-          f"p99 {s['p99']:.1f} ({s['fps_p50']:.1f} steps/s at p50)")
+    print(f"{bb.config.name} at {_px(bb.config.img_size)}, {s['threads']} threads: p50 {s['p50']:.1f} ms, "
+          f"p95 {s['p95']:.1f}, p99 {s['p99']:.1f} ({s['fps_p50']:.1f} steps/s at p50)")
     ok = True
     if args.budget_ms:
         ok, msg = rep.verdict(args.budget_ms)
@@ -354,6 +392,12 @@ def _cmd_latency(args: argparse.Namespace) -> int:
     if args.json:
         write_json(args.json, rep.to_dict(), kind="control.latency")
     return 0 if ok else 1
+
+
+def _px(img_size: Any) -> str:
+    """'224px' for a square input (as before composite cameras), '160x320px' otherwise."""
+    H, W = img_size
+    return f"{H}px" if H == W else f"{H}x{W}px"
 
 
 def _print_rows(rows: list[dict[str, Any]]) -> None:

@@ -23,6 +23,10 @@ Three things about Meta-World v3 that this module settles once:
   world, so their frames come out upside down. A frame is rotated by 180 degrees whenever the
   camera's up axis points below the horizon (`camera_is_upside_down`), so every camera shows
   the table at the bottom.
+* **Composite cameras.** A camera name like "corner+topview" puts the named cameras' views side by
+  side, left to right in the order given, each rendered at S x S and made upright on its own: a
+  (S, k*S, 3) frame for k views (`camera_names`, `camera_count`). The encoder reading it is built at
+  (S, k*S) (`frame_size`), so it costs k times the tokens of one view at the same size.
 
 Headless rendering uses EGL unless `MUJOCO_GL` says otherwise (`osmesa` is the fallback).
 """
@@ -213,6 +217,59 @@ class FrameRenderer:
             r.close()
 
 
+class CompositeRenderer:
+    """FrameRenderers of several cameras side by side: upright (S, k*S, 3) uint8 frames, the views
+    left to right in the order given, each made upright on its own. TaskError for an unknown camera."""
+
+    def __init__(self, model: Any, data: Any, cameras: Sequence[str], size: int,
+                 settings: RenderSettings = RenderSettings()) -> None:
+        self.renderers: list[FrameRenderer] = []
+        try:
+            for camera in cameras:
+                self.renderers.append(FrameRenderer(model, data, camera, size, settings))
+        except BaseException:
+            self.close()                                  # the views made so far hold GL contexts
+            raise
+
+    def render(self, upright: bool = True) -> np.ndarray:
+        """(S, k*S, 3) uint8 frame of the current state."""
+        return np.concatenate([r.render(upright) for r in self.renderers], axis=1)   # (S, k*S, 3)
+
+    def close(self) -> None:
+        for r in self.renderers:
+            r.close()
+
+
+def camera_names(camera: str) -> list[str]:
+    """The cameras of a camera name, left to right: 'corner' -> ['corner'], 'corner+topview' ->
+    ['corner', 'topview']. TaskError for an empty name or an empty part ('corner+')."""
+    names = str(camera).split("+")
+    if not all(n.strip() for n in names):
+        raise TaskError(f"camera {camera!r} has an empty name; give one camera (e.g. corner) or several joined "
+                        "by '+' (e.g. corner+topview)")
+    return names
+
+
+def camera_count(camera: str) -> int:
+    """Views in a frame of `camera`: 1 for a single camera, k for k cameras joined by '+'."""
+    return len(camera_names(camera))
+
+
+def frame_size(size: int, camera: str) -> tuple[int, int]:
+    """(H, W) pixels of a frame of `camera` with views of `size` px: (S, k*S) for k views. An encoder
+    reading these frames is built at this size (load_backbone(..., img_size=frame_size(S, camera)))."""
+    return int(size), camera_count(camera) * int(size)
+
+
+def make_renderer(model: Any, data: Any, camera: str, size: int,
+                  settings: RenderSettings = RenderSettings()) -> FrameRenderer | CompositeRenderer:
+    """A FrameRenderer for one camera, a CompositeRenderer for several joined by '+'."""
+    names = camera_names(camera)
+    if len(names) == 1:
+        return FrameRenderer(model, data, camera, size, settings)
+    return CompositeRenderer(model, data, names, size, settings)
+
+
 @dataclass
 class State:
     """What the environment says after a reset or a step."""
@@ -228,7 +285,7 @@ class MetaWorldTask:
 
         task = MetaWorldTask("reach-v3", camera="corner", image_size=224)
         s = task.reset(config=HELDOUT_OFFSET + 3)   # the same scene on every machine
-        frame = task.render()                       # (224, 224, 3) uint8, upright
+        frame = task.render()                       # (224, 224, 3) uint8, upright ("corner+topview": (224, 448, 3))
         s = task.step(action)                       # action (4,) in [-1, 1]
         task.close()
 
@@ -256,7 +313,7 @@ class MetaWorldTask:
         env.max_path_length = self.max_steps
         self.env = env
         self._expert = mw.policies.ENV_POLICY_MAP[name]()
-        self._renderer = (FrameRenderer(env.model, env.data, camera, self.image_size, render)
+        self._renderer = (make_renderer(env.model, env.data, camera, self.image_size, render)
                           if render is not None else None)
         self._state: State | None = None
         self.config: int | None = None
@@ -327,7 +384,7 @@ class MetaWorldTask:
         return self._state
 
     def render(self) -> np.ndarray:
-        """(image_size, image_size, 3) uint8 upright frame of the current state."""
+        """(S, k*S, 3) uint8 upright frame of the current state: S = image_size, k = camera_count(camera)."""
         if self._renderer is None:
             raise TaskError("this task was made with render=None; pass RenderSettings() to get frames")
         return self._renderer.render()
