@@ -24,7 +24,8 @@ import numpy as np
 
 from common import RESULTS, ROOT, print_table, write_result
 from frozenvit.control.defaults import (BC_LOSSES, DEFAULT_BC_EPOCHS, DEFAULT_BC_LOSS, DEFAULT_CHUNK,
-                                        DEFAULT_CHUNK_DECAY, DEFAULT_QUERIES, DEFAULT_QUERY_DIVERSITY)
+                                        DEFAULT_CHUNK_DECAY, DEFAULT_QUERIES, DEFAULT_QUERY_DIVERSITY,
+                                        DEFAULT_VIEWS)
 
 DEFAULT_TASKS = ["reach-v3", "push-v3", "button-press-v3", "drawer-open-v3"]
 
@@ -54,7 +55,7 @@ def main() -> int:
     ap.add_argument("--velocity", action="store_true",
                     help="every head also reads the difference of the last two proprio readings")
     ap.add_argument("--loss", choices=BC_LOSSES, default=DEFAULT_BC_LOSS, help="behaviour-cloning loss")
-    ap.add_argument("--views", type=int, default=0, metavar="K",
+    ap.add_argument("--views", type=int, default=DEFAULT_VIEWS, metavar="K",
                     help="every head also trains on K augmented views per demo frame (cache_features(views=K))")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0],
                     help="training seeds of each head: BC success varies a lot from seed to seed")

@@ -22,7 +22,8 @@ from frozenvit.backbone.suite.engine import add_engine_args
 from frozenvit.backbone.suite.errors import UsageError
 
 from .defaults import (BC_LOSSES, DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_BC_LOSS, DEFAULT_CHUNK,
-                       DEFAULT_CHUNK_DECAY, DEFAULT_HEADS, DEFAULT_HIDDEN, DEFAULT_LR, DEFAULT_QUERIES, POOLINGS)
+                       DEFAULT_CHUNK_DECAY, DEFAULT_HEADS, DEFAULT_HIDDEN, DEFAULT_LR, DEFAULT_QUERIES, DEFAULT_VIEWS,
+                       POOLINGS)
 from .env import DEFAULT_CAMERA, RenderSettings, camera_count
 
 POSITIVE = number(int, min=1)
@@ -74,7 +75,7 @@ def register(subparsers: Any) -> None:
     q.add_argument("--velocity", action="store_true",
                    help="the head also reads the difference of the last two proprio readings (hand velocity)")
     q.add_argument("--loss", choices=BC_LOSSES, default=DEFAULT_BC_LOSS, help="behaviour-cloning loss on the actions")
-    q.add_argument("--views", type=COUNT, default=0, metavar="K",
+    q.add_argument("--views", type=COUNT, default=DEFAULT_VIEWS, metavar="K",
                    help="augmented views per demo frame (random shift of 4 px at the encoder's input size, colour "
                         "jitter +-0.1), encoded once and cached beside the clean features; each BC sample reads the "
                         "frame or one of its views; costs K times the clean features' memory and disk; 0: none")

@@ -15,3 +15,4 @@ DEFAULT_CHUNK_DECAY = 0.1         # temporal ensembling weight exp(-m * i), i = 
 BC_LOSSES = ("mse", "l1", "huber")
 DEFAULT_BC_LOSS = "mse"
 HUBER_DELTA = 0.1                 # huber: quadratic below 0.1 action units, linear above
+DEFAULT_VIEWS = 4                 # augmented views per demo frame, encoded once (RESULTS.md, "Augmented views")

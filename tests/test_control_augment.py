@@ -126,7 +126,7 @@ def test_views_are_the_same_with_the_same_seed_and_differ_with_another(demos, bb
 
 
 def test_without_views_the_cache_keeps_its_folder_and_config_and_views_go_elsewhere(demos, bb, monkeypatch):
-    clean = cache_features(demos, bb, progress=False)
+    clean = cache_features(demos, bb, progress=False, views=0)
     name = f"{bb.config.name}_64px_b3_{backbone_fingerprint(bb)[:12]}"
     folder = Path(demos) / "features" / name
     assert set(json.loads((folder / "config.json").read_text())) == CLEAN_KEYS
@@ -137,15 +137,15 @@ def test_without_views_the_cache_keeps_its_folder_and_config_and_views_go_elsewh
     nb = with_views.nbytes()
     assert nb["views"] == 2 * nb["tokens"] == 2 * (clean.tokens.numel() + clean.cls.numel()) * 2   # float16
     monkeypatch.setattr(type(bb), "patch_grids", lambda *a, **k: pytest.fail("re-encoded a cached frame"))
-    again = cache_features(demos, bb, progress=False)
+    again = cache_features(demos, bb, progress=False, views=0)
     assert again.views == 0 and torch.equal(again.tokens, clean.tokens)
     assert cache_features(demos, bb, progress=False, views=2, shift=3).views == 2
 
 
 def test_a_clean_cache_given_as_cache_dir_is_not_taken_for_a_views_cache_or_back(demos, bb, tmp_path):
-    cache_features(demos, bb, cache_dir=tmp_path / "c", progress=False)
+    cache_features(demos, bb, cache_dir=tmp_path / "c", progress=False, views=0)
     assert cache_features(demos, bb, cache_dir=tmp_path / "c", progress=False, views=1).views == 1
-    assert cache_features(demos, bb, cache_dir=tmp_path / "c", progress=False).views == 0
+    assert cache_features(demos, bb, cache_dir=tmp_path / "c", progress=False, views=0).views == 0
 
 
 @pytest.mark.parametrize("kw", [dict(views=-1), dict(views=1.5), dict(views=True), dict(views=1, shift=-1),
@@ -296,7 +296,7 @@ def test_train_help_shows_the_views_default(capsys):
     with pytest.raises(SystemExit):
         main(["control", "train", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "--views K" in text and "0: none (default: 0)" in text
+    assert "--views K" in text and "0: none (default: 4)" in text
 
 
 def test_benchmark_keeps_runs_of_other_views_apart_but_pairs_them(load_benchmark):
@@ -310,3 +310,17 @@ def test_benchmark_keeps_runs_of_other_views_apart_but_pairs_them(load_benchmark
     assert cs._pooling_settings(old, "attention") == cs._pooling_settings(dict(old, views=0), "attention")
     assert cs._pooling_settings(old, "attention") != cs._pooling_settings(dict(old, views=4), "attention")
     assert "views" not in cs._EPISODE_SETTINGS
+
+
+def test_the_library_and_the_cli_train_on_the_same_number_of_views_by_default():
+    # four views per frame paid on reach and push (control/RESULTS.md, "Augmented views"): the default of both
+    import inspect
+
+    from frozenvit.backbone.suite.cli import build_parser
+    from frozenvit.control.defaults import DEFAULT_VIEWS
+
+    assert DEFAULT_VIEWS == 4
+    assert inspect.signature(cache_features).parameters["views"].default == DEFAULT_VIEWS
+    args = build_parser().parse_args(["control", "train", "--demos", "d", "--out", "o"])
+    assert args.views == DEFAULT_VIEWS
+    assert build_parser().parse_args(["control", "train", "--demos", "d", "--out", "o", "--views", "0"]).views == 0
