@@ -10,10 +10,10 @@
 #   mpdd       PatchCore on MPDD metal_plate, anomaly_real.py's "vit" row (stretch, exact search)
 #   kolektor   PatchCore on KolektorSDD: "vit" (stretch) and "vit_tile2_b1" (tiles x2, border 1)
 #   synthetic  anomaly_quality.py (the synthetic set: weave, grain, washer)
-#   control    control_success.py, attention head, 4 tasks x 3 seeds, the settings of
-#              control_success_hold20_e200.json (200 epochs, demos held 20 steps, cap 200), as two
-#              processes of one thread (reach+drawer-open, push+button-press), then merged and paired
-#              (McNemar) with the current default's heads in control_success_hold20_e200.json
+#   control    control_success.py, attention head, 4 tasks x 3 seeds, the head defaults of today (200 epochs,
+#              4 augmented views per frame), demos held 20 steps, cap 200, as two processes of one thread
+#              (reach+drawer-open, push+button-press), then merged and paired (McNemar) with the current
+#              default's heads under the same settings: control_success_views4.json (v2, since 2026-12-01)
 # Knobs: THREADS (default 2; the control step always runs two one-thread processes), SEEDS (default "0 1 2").
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,7 +55,7 @@ for step in "${steps[@]}"; do
       "$PY" benchmarks/control_success.py --merge "runs/${TAG}_control_a.json" "runs/${TAG}_control_b.json" \
         --out "$R/${TAG}_control_success.json"
       # paired against the current default's heads on the same held-out configurations
-      "$PY" benchmarks/control_success.py --across-weights --compare "$R/control_success_hold20_e200.json:attention" \
+      "$PY" benchmarks/control_success.py --across-weights --compare "$R/control_success_views4.json:attention" \
         "$R/${TAG}_control_success.json:attention" --out "$R/${TAG}_control_compare.json" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
