@@ -55,14 +55,19 @@ def _scene(task: str, configs: list[int], size: int, cameras: list[str]) -> tupl
     return views, np.asarray(targets, dtype=np.float64)
 
 
-def _probe(x: np.ndarray, y: np.ndarray, seed: int) -> dict[str, dict[str, float]]:
+def _ridge():
+    """The probe: standardised features, ridge regression with alpha chosen by leave-one-out."""
     from sklearn.linear_model import RidgeCV
-    from sklearn.model_selection import KFold, cross_val_predict
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    model = make_pipeline(StandardScaler(), RidgeCV(alphas=np.logspace(-1, 6, 15)))
-    pred = cross_val_predict(model, x, y, cv=KFold(5, shuffle=True, random_state=seed))
+    return make_pipeline(StandardScaler(), RidgeCV(alphas=np.logspace(-1, 6, 15)))
+
+
+def _probe(x: np.ndarray, y: np.ndarray, seed: int) -> dict[str, dict[str, float]]:
+    from sklearn.model_selection import KFold, cross_val_predict
+
+    pred = cross_val_predict(_ridge(), x, y, cv=KFold(5, shuffle=True, random_state=seed))
     out = {}
     for j, name in enumerate(TARGETS):
         var = float(np.var(y[:, j]))
@@ -115,10 +120,6 @@ def _geometry(tasks: list[str], cameras: list[str], n: int, size: int) -> list[d
 
 def _learning_curve(x: np.ndarray, y: np.ndarray, sizes: list[int], draws: int, seed: int) -> dict:
     """RMSE (cm) per target of a ridge fitted on `size` scenes and scored on a fixed set of the others."""
-    from sklearn.linear_model import RidgeCV
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(x))
     test, pool = order[: len(x) // 5], order[len(x) // 5:]
@@ -127,7 +128,7 @@ def _learning_curve(x: np.ndarray, y: np.ndarray, sizes: list[int], draws: int, 
         errs = []
         for _ in range(draws):
             tr = rng.choice(pool, size=min(size, len(pool)), replace=False)
-            model = make_pipeline(StandardScaler(), RidgeCV(alphas=np.logspace(-1, 6, 15))).fit(x[tr], y[tr])
+            model = _ridge().fit(x[tr], y[tr])
             errs.append(np.sqrt(((model.predict(x[test]) - y[test]) ** 2).mean(axis=0)))
         e = 100 * np.mean(errs, axis=0)
         out[str(size)] = {name: float(e[j]) for j, name in enumerate(TARGETS) if np.var(y[:, j]) > 1e-10}
