@@ -3,8 +3,9 @@
 Per task: scripted-expert demos on training configurations (successful episodes only), frozen
 features cached once, one head per pooling trained with the same seed and budget, each rolled
 out on the same held-out configurations (seeds >= 1,000,000, never trained on). Everything under
---work-dir is reused on a re-run (demos resume, caches load), and the JSON is rewritten after every
-(task, pooling) so a long run that is stopped keeps what it measured.
+--work-dir is reused on a re-run (demos resume, caches load, heads load, evaluations resume at the next
+episode from a journal beside each head), and the JSON is rewritten after every (task, pooling, seed),
+so a long run that is stopped keeps what it measured.
 
     .venv/bin/python benchmarks/control_success.py --threads 1 \
         --tasks reach-v3 push-v3 button-press-v3 drawer-open-v3 --demos 25 --configs 50
@@ -173,7 +174,8 @@ def main() -> int:
                 pol.fit(cache, checkpoint_dir=work / f"ckpt_v{POLICY_FORMAT}" / (pol_dir.name + m))
                 pol.save(pol_dir)
             t_fit = time.perf_counter() - t1
-            res = evaluate(pol, bb, heldout, max_steps=args.max_steps, parallel=args.parallel)
+            res = evaluate(pol, bb, heldout, max_steps=args.max_steps, parallel=args.parallel,
+                           journal=episode_journal(pol_dir, pol, heldout, args.max_steps))
             results.append(dict(task=task, pooling=pooling, seed=seed, block=blocks[pooling],
                                 success_rate=res.success_rate,
                                 successes=int(sum(res.successes)), episodes=len(res.successes),
@@ -196,6 +198,16 @@ def main() -> int:
     write_result("control_success", dict(settings=settings, results=results, summary=summary, complete=True),
                  args.out)
     return 0
+
+
+def episode_journal(pol_dir: Path, policy: Any, heldout: list[int], max_steps: int) -> Path:
+    """Where a head's evaluation journals its episodes, so that a run stopped mid-evaluation resumes at the
+    next episode: named by the head's digest, the held-out configurations and the cap, so that another
+    evaluation (or a head trained again into the same folder) never meets this one's journal."""
+    from frozenvit.control.policy import policy_digest
+
+    span = f"{heldout[0]}-{heldout[-1]}x{len(heldout)}" if heldout else "none"
+    return Path(pol_dir) / f"episodes_{policy_digest(policy)[:12]}_cfg{span}_cap{max_steps}.jsonl"
 
 
 def load_encoder(backbone: str | None, weights: str | None, size: int | None, camera: str, **kwargs) -> Any:
