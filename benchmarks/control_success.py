@@ -139,54 +139,56 @@ def main() -> int:
                    and r.get("seed", 0) in args.seeds]
         print(f"resuming: {len(results)} results of {keep or 'no pooling'} kept from {out_path}", flush=True)
     done = {(r["task"], r["pooling"], r["seed"]) for r in results}
-    for task in args.tasks:
-        if all((task, p, sd) in done for p in args.poolings for sd in args.seeds):
-            continue
+    demo_sfx = f"_hold{args.hold_steps}" if args.hold_steps > 0 else ""             # none: older folder names
+    prepared: dict[str, tuple[dict, float]] = {}
+    for task in args.tasks:                 # demos and caches of every task first: then seed by seed over the tasks,
+        if all((task, p, sd) in done for p in args.poolings for sd in args.seeds):   # so that a run stopped early
+            continue                                                                 # has every task at seed 0
         t0 = time.perf_counter()
-        demo_sfx = f"_hold{args.hold_steps}" if args.hold_steps > 0 else ""         # none: older folder names
         demo_dir = work / "demos" / f"{task}_{args.camera}_{args.demo_size}px{lod}{demo_sfx}"
         collect_demos(task, demo_dir, args.demos, camera=args.camera, image_size=args.demo_size, max_steps=500,
                       render=render, hold_steps=args.hold_steps)
         caches = {b: cache_features(demo_dir, bb, block=b, views=args.views) for b in sorted(set(blocks.values()))}
-        t_prep = time.perf_counter() - t0
-        for pooling, seed in [(p, sd) for p in args.poolings for sd in args.seeds]:
-            if (task, pooling, seed) in done:
-                continue
-            t1 = time.perf_counter()
-            cache = caches[blocks[pooling]]
-            pol_dir = work / "policies" / (f"{task}_{enc}_{(bb.weights_sha256 or 'random')[:10]}_{pooling}"
-                                           f"_b{blocks[pooling]}_f1_s{seed}{lod}{demo_sfx}"
-                                           f"{_attention_suffix(args, pooling)}{_head_suffix(args)}")
-            attention = AttentionConfig(args.num_queries, query_diversity=args.query_diversity,
-                                        with_cls=args.with_cls) if pooling == "attention" else None
-            pol = PatchTokenPolicy(pooling, attention, epochs=args.epochs, seed=seed, chunk=args.chunk,
-                                   chunk_decay=args.chunk_decay, velocity=args.velocity, loss=args.loss)
-            try:
-                cached = PatchTokenPolicy.load(pol_dir) if (pol_dir / "config.json").is_file() else None
-            except ArtifactError:                                      # of an older format: trained again
-                cached = None
-            # the ensemble's decay acts at run time only: a head trained with another one is reused
-            if cached is not None and dict(cached.get_params(), chunk_decay=args.chunk_decay) == pol.get_params() \
-                    and cached.meta_.get("fingerprint") == bb.weights_sha256:
-                pol = cached.set_params(chunk_decay=args.chunk_decay)
-            else:
-                m = f"m{args.chunk_decay:g}" if args.chunk > 1 else ""
-                pol.fit(cache, checkpoint_dir=work / f"ckpt_v{POLICY_FORMAT}" / (pol_dir.name + m))
-                pol.save(pol_dir)
-            t_fit = time.perf_counter() - t1
-            res = evaluate(pol, bb, heldout, max_steps=args.max_steps, parallel=args.parallel,
-                           journal=episode_journal(pol_dir, pol, heldout, args.max_steps))
-            results.append(dict(task=task, pooling=pooling, seed=seed, block=blocks[pooling],
-                                success_rate=res.success_rate,
-                                successes=int(sum(res.successes)), episodes=len(res.successes),
-                                final_bc_loss=float(pol.history_[-1]),
-                                demo_frames=len(cache),
-                                prep_s=round(t_prep, 1), fit_s=round(t_fit, 1),
-                                eval_s=round(time.perf_counter() - t1 - t_fit, 1), per_config=res.successes))
-            print(f"{task} {pooling} seed {seed}: {res.success_rate:.2f} ({sum(res.successes)}/{len(res.successes)}) "
-                  f"fit {t_fit:.0f} s, eval {results[-1]['eval_s']:.0f} s", flush=True)
-            write_result("control_success", dict(settings=settings, results=results,
-                                                 summary=_summary(results, args.poolings), complete=False), args.out)
+        prepared[task] = (caches, time.perf_counter() - t0)
+    for seed, task, pooling in [(sd, t, p) for sd in args.seeds for t in args.tasks for p in args.poolings]:
+        if (task, pooling, seed) in done:
+            continue
+        caches, t_prep = prepared[task]
+        t1 = time.perf_counter()
+        cache = caches[blocks[pooling]]
+        pol_dir = work / "policies" / (f"{task}_{enc}_{(bb.weights_sha256 or 'random')[:10]}_{pooling}"
+                                       f"_b{blocks[pooling]}_f1_s{seed}{lod}{demo_sfx}"
+                                       f"{_attention_suffix(args, pooling)}{_head_suffix(args)}")
+        attention = AttentionConfig(args.num_queries, query_diversity=args.query_diversity,
+                                    with_cls=args.with_cls) if pooling == "attention" else None
+        pol = PatchTokenPolicy(pooling, attention, epochs=args.epochs, seed=seed, chunk=args.chunk,
+                               chunk_decay=args.chunk_decay, velocity=args.velocity, loss=args.loss)
+        try:
+            cached = PatchTokenPolicy.load(pol_dir) if (pol_dir / "config.json").is_file() else None
+        except ArtifactError:                                      # of an older format: trained again
+            cached = None
+        # the ensemble's decay acts at run time only: a head trained with another one is reused
+        if cached is not None and dict(cached.get_params(), chunk_decay=args.chunk_decay) == pol.get_params() \
+                and cached.meta_.get("fingerprint") == bb.weights_sha256:
+            pol = cached.set_params(chunk_decay=args.chunk_decay)
+        else:
+            m = f"m{args.chunk_decay:g}" if args.chunk > 1 else ""
+            pol.fit(cache, checkpoint_dir=work / f"ckpt_v{POLICY_FORMAT}" / (pol_dir.name + m))
+            pol.save(pol_dir)
+        t_fit = time.perf_counter() - t1
+        res = evaluate(pol, bb, heldout, max_steps=args.max_steps, parallel=args.parallel,
+                       journal=episode_journal(pol_dir, pol, heldout, args.max_steps))
+        results.append(dict(task=task, pooling=pooling, seed=seed, block=blocks[pooling],
+                            success_rate=res.success_rate,
+                            successes=int(sum(res.successes)), episodes=len(res.successes),
+                            final_bc_loss=float(pol.history_[-1]),
+                            demo_frames=len(cache),
+                            prep_s=round(t_prep, 1), fit_s=round(t_fit, 1),
+                            eval_s=round(time.perf_counter() - t1 - t_fit, 1), per_config=res.successes))
+        print(f"{task} {pooling} seed {seed}: {res.success_rate:.2f} ({sum(res.successes)}/{len(res.successes)}) "
+              f"fit {t_fit:.0f} s, eval {results[-1]['eval_s']:.0f} s", flush=True)
+        write_result("control_success", dict(settings=settings, results=results,
+                                             summary=_summary(results, args.poolings), complete=False), args.out)
     summary = _summary(results, args.poolings)
     print_table([{k: v for k, v in r.items() if k != "per_config"} for r in results])
     print_table(summary["by_pooling"])
