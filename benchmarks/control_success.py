@@ -24,9 +24,7 @@ from typing import Any
 import numpy as np
 
 from common import RESULTS, ROOT, print_table, write_result
-from frozenvit.control.defaults import (BC_LOSSES, DEFAULT_BC_EPOCHS, DEFAULT_BC_LOSS, DEFAULT_CHUNK,
-                                        DEFAULT_CHUNK_DECAY, DEFAULT_QUERIES, DEFAULT_QUERY_DIVERSITY,
-                                        DEFAULT_VIEWS)
+from frozenvit.control.defaults import DEFAULT_BC_EPOCHS, DEFAULT_QUERIES, DEFAULT_QUERY_DIVERSITY, DEFAULT_VIEWS
 
 DEFAULT_TASKS = ["reach-v3", "push-v3", "button-press-v3", "drawer-open-v3"]
 
@@ -49,13 +47,6 @@ def main() -> int:
                     help="attention pooling: weight of the penalty on queries whose attention maps overlap")
     ap.add_argument("--with-cls", action="store_true",
                     help="attention pooling: the MLP also gets the CLS token (patch tokens on top of the summary)")
-    ap.add_argument("--chunk", type=int, default=DEFAULT_CHUNK,
-                    help="every head predicts the next K actions per frame, temporally ensembled at run time")
-    ap.add_argument("--chunk-decay", type=float, default=DEFAULT_CHUNK_DECAY, metavar="M",
-                    help="temporal ensemble weights exp(-M i), i = 0 for the oldest prediction")
-    ap.add_argument("--velocity", action="store_true",
-                    help="every head also reads the difference of the last two proprio readings")
-    ap.add_argument("--loss", choices=BC_LOSSES, default=DEFAULT_BC_LOSS, help="behaviour-cloning loss")
     ap.add_argument("--views", type=int, default=DEFAULT_VIEWS, metavar="K",
                     help="every head also trains on K augmented views per demo frame (cache_features(views=K))")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0],
@@ -117,6 +108,7 @@ def main() -> int:
     # so that --resume and --compare still match results of runs made while they existed
     args.frames, args.token_dropout, args.keypoints, args.pos_code, args.ensemble, args.action_noise = \
         1, 0.0, False, "sincos", 1, 0.0
+    args.chunk, args.chunk_decay, args.velocity, args.loss = 1, 0.1, False, "mse"
     results: list[dict] = []
     settings = dict(tasks=args.tasks, demos=args.demos, configs=args.configs, max_steps=args.max_steps,
                     poolings=args.poolings, epochs=args.epochs, frames=args.frames, seeds=args.seeds,
@@ -161,19 +153,16 @@ def main() -> int:
                                        f"{_attention_suffix(args, pooling)}{_head_suffix(args)}")
         attention = AttentionConfig(args.num_queries, query_diversity=args.query_diversity,
                                     with_cls=args.with_cls) if pooling == "attention" else None
-        pol = PatchTokenPolicy(pooling, attention, epochs=args.epochs, seed=seed, chunk=args.chunk,
-                               chunk_decay=args.chunk_decay, velocity=args.velocity, loss=args.loss)
+        pol = PatchTokenPolicy(pooling, attention, epochs=args.epochs, seed=seed)
         try:
             cached = PatchTokenPolicy.load(pol_dir) if (pol_dir / "config.json").is_file() else None
         except ArtifactError:                                      # of an older format: trained again
             cached = None
-        # the ensemble's decay acts at run time only: a head trained with another one is reused
-        if cached is not None and dict(cached.get_params(), chunk_decay=args.chunk_decay) == pol.get_params() \
+        if cached is not None and cached.get_params() == pol.get_params() \
                 and cached.meta_.get("fingerprint") == bb.weights_sha256:
-            pol = cached.set_params(chunk_decay=args.chunk_decay)
+            pol = cached
         else:
-            m = f"m{args.chunk_decay:g}" if args.chunk > 1 else ""
-            pol.fit(cache, checkpoint_dir=work / f"ckpt_v{POLICY_FORMAT}" / (pol_dir.name + m))
+            pol.fit(cache, checkpoint_dir=work / f"ckpt_v{POLICY_FORMAT}" / pol_dir.name)
             pol.save(pol_dir)
         t_fit = time.perf_counter() - t1
         res = evaluate(pol, bb, heldout, max_steps=args.max_steps, parallel=args.parallel,
@@ -303,7 +292,7 @@ def _pooling_settings(settings: dict, pooling: str) -> dict:
     s.setdefault("hold_steps", 0)                      # ... and before --hold-steps, demos that end at success
     s.update({k: settings.get(k, default) for k, default in _HEAD_OPTIONS_DEFAULTS.items()})   # ... and before these
     if s["chunk"] == 1:
-        s["chunk_decay"] = DEFAULT_CHUNK_DECAY         # unused without chunks
+        s["chunk_decay"] = 0.1                         # unused without chunks
     if pooling == "attention":                         # runs from before an option existed: its default
         s.update({k: settings.get(k, default) for k, default in _ATTENTION_OPTIONS_DEFAULTS.items()})
     return s
@@ -316,14 +305,14 @@ _ATTENTION_OPTIONS = tuple(_ATTENTION_OPTIONS_DEFAULTS)
 
 
 # what a result JSON (or policy folder name) written before the options of every head existed was made with
-_HEAD_OPTIONS_DEFAULTS = dict(chunk=1, chunk_decay=DEFAULT_CHUNK_DECAY, velocity=False, loss="mse", views=0)
+_HEAD_OPTIONS_DEFAULTS = dict(chunk=1, chunk_decay=0.1, velocity=False, loss="mse", views=0)
 
 
 def _head_suffix(args: argparse.Namespace) -> str:
-    """Policy-folder suffix of the options of every head that differ from the defaults (none for the defaults;
-    not the chunks' decay, which acts at run time only)."""
-    return (f"_k{args.chunk}" if args.chunk != 1 else "") + ("_vel" if args.velocity else "") \
-        + (f"_{args.loss}" if args.loss != "mse" else "") + (f"_views{args.views}" if args.views else "")
+    """Policy-folder suffix of the options of every head that differ from the defaults (none for the defaults,
+    so older folders keep their names). The folders of heads with the removed options (_k8, _vel, _l1) stay
+    as they are; no head trained now is named so."""
+    return f"_views{args.views}" if args.views else ""
 
 
 def _attention_suffix(args: argparse.Namespace, pooling: str) -> str:

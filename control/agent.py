@@ -1,9 +1,8 @@
 """The control loop's brain: frames -> preprocess -> frozen encoder -> policy head -> actions.
 
 `VisuomotorAgent` serves several environments in lockstep (one batch through the encoder per
-step) and can time each stage with a `StageTimer`. It remembers, per environment slot and episode,
-what a policy with action chunks or a velocity input needs: the overlapping chunks predicted so far
-(`TemporalEnsemble`) and the last proprio reading. `reset(slots)` at each new episode.
+step) and can time each stage with a `StageTimer`. It keeps no state between steps: each action
+depends on that step's frame and proprioception only.
 """
 from __future__ import annotations
 
@@ -14,8 +13,6 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
-
-from .policy import check_chunking
 
 
 class StageTimer:
@@ -41,46 +38,6 @@ _NULL = StageTimer()
 _NULL.enabled = False
 
 
-class TemporalEnsemble:
-    """ACT's temporal ensembling (Zhao et al. 2023) for several environment slots at once.
-
-    At every step each slot's policy predicts the next k actions. The action taken at step t is the
-    weighted mean of the predictions for step t made at steps t-k+1..t (fewer early in an episode),
-    with weights exp(-decay * i), i = 0 for the oldest of them (ACT's convention: decay > 0 favours
-    older predictions, 0 is a plain mean), normalised to sum 1. With k = 1 it returns each prediction
-    unchanged. `reset(slots)` forgets what a slot has predicted (a new episode)."""
-
-    def __init__(self, chunk: int, decay: float) -> None:
-        check_chunking(chunk, decay)
-        self.chunk, self.decay = int(chunk), float(decay)
-        self._past: dict[Any, list[np.ndarray]] = {}        # slot -> the last <= k chunks (k, A), oldest first
-
-    def reset(self, slots: Iterable[Any] | None = None) -> None:
-        if slots is None:
-            self._past.clear()
-        for s in slots or ():
-            self._past.pop(s, None)
-
-    def weights(self, n: int) -> np.ndarray:
-        """(n,) normalised weights of n overlapping predictions, oldest first."""
-        w = np.exp(-self.decay * np.arange(n))
-        return w / w.sum()
-
-    def __call__(self, slots: Sequence[Any], chunks: np.ndarray) -> np.ndarray:
-        """chunks (B, k, A), this step's predictions of slots[b] -> (B, A) actions to take now."""
-        if self.chunk == 1:
-            return chunks[:, 0]
-        out = np.empty((len(slots), chunks.shape[2]), dtype=chunks.dtype)
-        for b, s in enumerate(slots):
-            past = self._past.setdefault(s, [])
-            past.append(chunks[b])
-            del past[:-self.chunk]
-            n = len(past)                                   # past[j] was predicted n-1-j steps ago
-            now = np.stack([p[n - 1 - j] for j, p in enumerate(past)])             # (n, A), oldest first
-            out[b] = self.weights(n) @ now
-        return out
-
-
 class VisuomotorAgent:
     """Acts for a batch of environments from their latest frames and proprioception.
 
@@ -88,9 +45,6 @@ class VisuomotorAgent:
         a = agent.act([frame], proprio[None])              # (1, 4)
 
     `policy`: a fitted PatchTokenPolicy, or a latency.UntrainedHead when only timing matters.
-    A policy with chunk > 1 or velocity keeps state per environment slot: call `reset()` (or
-    `reset([slot])`) when an episode starts, and pass `slots` to `act` when the batch's rows are not
-    environments 0..B-1.
     """
 
     def __init__(self, policy: Any, backbone: Any, *, check: bool = True) -> None:
@@ -100,18 +54,11 @@ class VisuomotorAgent:
         self.backbone = backbone
         self.block = int(policy.meta_["block"])
         self.uses_cls = policy.uses_cls
-        self.ensemble = TemporalEnsemble(getattr(policy, "chunk", 1), getattr(policy, "chunk_decay", 0.0))
-        self.velocity = bool(getattr(policy, "velocity", False))
-        self._last_proprio: dict[Any, np.ndarray] = {}
 
     def reset(self, slots: Iterable[Any] | None = None) -> None:
-        """Forget the episode so far of these environment slots (None: all): a new episode starts."""
-        slots = None if slots is None else list(slots)
-        self.ensemble.reset(slots)
-        if slots is None:
-            self._last_proprio.clear()
-        for s in slots or ():
-            self._last_proprio.pop(s, None)
+        """A new episode starts in these environment slots (None: all). Nothing to forget: the agent has
+        kept no state between steps since action chunks and the velocity input went (control/RESULTS.md);
+        kept for loops written while it had some (benchmarks/control_endpoints.py)."""
 
     def encode(self, frames: Sequence[np.ndarray], timer: StageTimer = _NULL
                ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -124,25 +71,13 @@ class VisuomotorAgent:
             cls = prefix[self.block][:, 0] if self.uses_cls else None              # (B, C)
         return tokens, cls
 
-    def act(self, frames: Sequence[np.ndarray], proprio: np.ndarray, timer: StageTimer = _NULL,
-            slots: Sequence[Any] | None = None) -> np.ndarray:
-        """Actions (B, 4) for B frames (H, W, 3) uint8 and proprio (B, 4) of environment slots `slots`
-        (None: 0..B-1). One head call per step; with action chunks, the temporal ensemble of each slot's."""
+    def act(self, frames: Sequence[np.ndarray], proprio: np.ndarray, timer: StageTimer = _NULL) -> np.ndarray:
+        """Actions (B, 4) for B frames (H, W, 3) uint8 and proprio (B, 4). One head call per step."""
         if len(frames) != len(proprio):
             raise ValueError(f"got {len(frames)} frames and {len(proprio)} proprio rows")
-        slots = list(range(len(frames))) if slots is None else list(slots)
-        if len(slots) != len(frames):
-            raise ValueError(f"got {len(slots)} slots for {len(frames)} frames")
         tokens, cls = self.encode(frames, timer)
         with timer("head"):
-            prop = np.asarray(proprio, dtype=np.float32)
-            if not self.velocity and self.ensemble.chunk == 1:
-                return _row_by_row(self.policy.predict, tokens, cls, prop)
-            vel = None
-            if self.velocity:
-                vel = np.stack([p - self._last_proprio.get(s, p) for s, p in zip(slots, prop)])   # (B, P)
-                self._last_proprio.update(zip(slots, prop.copy()))
-            return self.ensemble(slots, _row_by_row(self.policy.predict_chunk, tokens, cls, prop, vel))
+            return _row_by_row(self.policy.predict, tokens, cls, np.asarray(proprio, dtype=np.float32))
 
 
 def _row_by_row(head: Callable[..., np.ndarray], *inputs: Any) -> np.ndarray:

@@ -21,9 +21,8 @@ from frozenvit.backbone.suite.cli import add_threads_arg, number
 from frozenvit.backbone.suite.engine import add_engine_args
 from frozenvit.backbone.suite.errors import UsageError
 
-from .defaults import (BC_LOSSES, DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_BC_LOSS, DEFAULT_CHUNK,
-                       DEFAULT_CHUNK_DECAY, DEFAULT_HEADS, DEFAULT_HIDDEN, DEFAULT_LR, DEFAULT_QUERIES, DEFAULT_VIEWS,
-                       POOLINGS)
+from .defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_HEADS, DEFAULT_HIDDEN, DEFAULT_LR, DEFAULT_QUERIES,
+                       DEFAULT_VIEWS, POOLINGS)
 from .env import DEFAULT_CAMERA, RenderSettings, camera_count
 
 POSITIVE = number(int, min=1)
@@ -67,14 +66,6 @@ def register(subparsers: Any) -> None:
     q.add_argument("--batch-size", type=POSITIVE, default=DEFAULT_BATCH_SIZE, help="frames per optimizer step")
     q.add_argument("--lr", type=number(float, min=0, min_open=True), default=DEFAULT_LR,
                    help="peak learning rate (5%% warm-up, then cosine decay)")
-    q.add_argument("--chunk", type=POSITIVE, default=DEFAULT_CHUNK,
-                   help="actions predicted per frame (action chunking; at run time the overlapping predictions "
-                        "of each step are averaged); 1: one action")
-    q.add_argument("--chunk-decay", type=number(float, min=0), default=DEFAULT_CHUNK_DECAY, metavar="M",
-                   help="weights exp(-M i) of the overlapping predictions, i = 0 for the oldest (0: plain mean)")
-    q.add_argument("--velocity", action="store_true",
-                   help="the head also reads the difference of the last two proprio readings (hand velocity)")
-    q.add_argument("--loss", choices=BC_LOSSES, default=DEFAULT_BC_LOSS, help="behaviour-cloning loss on the actions")
     q.add_argument("--views", type=COUNT, default=DEFAULT_VIEWS, metavar="K",
                    help="augmented views per demo frame (random shift of 4 px at the encoder's input size, colour "
                         "jitter +-0.1), encoded once and cached beside the clean features; each BC sample reads the "
@@ -289,8 +280,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     bb = load_backbone_for_camera(args, demos.get("camera", DEFAULT_CAMERA))
     block = _block(args.block, bb.config.depth)
     pol = PatchTokenPolicy(args.pooling, attention, hidden=args.hidden, epochs=args.epochs, batch_size=args.batch_size,
-                           lr=args.lr, seed=args.seed, chunk=args.chunk, chunk_decay=args.chunk_decay,
-                           velocity=args.velocity, loss=args.loss)
+                           lr=args.lr, seed=args.seed)
     pol.head_config(backbone_meta(bb, block))          # hyperparameters that cannot fit fail before any encoding
     cache = cache_features(args.demos, bb, block=block, views=args.views)
     size = cache.nbytes()

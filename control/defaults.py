@@ -10,9 +10,4 @@ DEFAULT_HIDDEN = 256              # width of the MLP's two hidden layers
 DEFAULT_BC_EPOCHS = 200
 DEFAULT_BATCH_SIZE = 256
 DEFAULT_LR = 1e-3
-DEFAULT_CHUNK = 1                 # actions predicted per observation (1: no action chunking)
-DEFAULT_CHUNK_DECAY = 0.1         # temporal ensembling weight exp(-m * i), i = 0 for the oldest prediction
-BC_LOSSES = ("mse", "l1", "huber")
-DEFAULT_BC_LOSS = "mse"
-HUBER_DELTA = 0.1                 # huber: quadratic below 0.1 action units, linear above
 DEFAULT_VIEWS = 4                 # augmented views per demo frame, encoded once (RESULTS.md, "Augmented views")

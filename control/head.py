@@ -10,9 +10,6 @@ Poolings (`HeadConfig.pooling`):
 * "cls": the backbone's CLS token only.
 * "mean": the mean patch token.
 
-With `HeadConfig.chunk` = k > 1 the MLP predicts the next k actions from one frame (action chunking,
-ACT, Zhao et al. 2023), as (B, k*A) read as (B, k, A); k = 1 is the single-action head, weight for weight.
-
 Tokens are layer-normalised without parameters first, so for "cls" and "mean" a frame's whole visual
 feature is fixed and training computes it once (`PolicyHead.prepare`). Why these choices:
 control/RESULTS.md.
@@ -27,8 +24,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .defaults import (BC_LOSSES, DEFAULT_HEADS, DEFAULT_HIDDEN, DEFAULT_QUERIES, DEFAULT_QUERY_DIVERSITY,
-                       HUBER_DELTA, POOLINGS)
+from .defaults import DEFAULT_HEADS, DEFAULT_HIDDEN, DEFAULT_QUERIES, DEFAULT_QUERY_DIVERSITY, POOLINGS
 from .errors import PolicyError
 
 __all__ = ["POOLINGS", "AttentionConfig", "HeadConfig", "AttentionPool", "PolicyHead", "bc_loss",
@@ -64,11 +60,8 @@ class HeadConfig:
     pooling: str = "attention"
     attention: AttentionConfig | None = None
     hidden: int = DEFAULT_HIDDEN
-    chunk: int = 1                   # actions predicted per frame (the MLP outputs chunk * action_dim)
 
     def __post_init__(self) -> None:
-        if int(self.chunk) < 1:
-            raise PolicyError(f"chunk must be >= 1 (actions predicted per frame), got {self.chunk}")
         if self.pooling not in POOLINGS:
             raise PolicyError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
         if self.pooling != "attention" and self.attention is not None:
@@ -166,7 +159,7 @@ class PolicyHead(nn.Module):
         self.mlp = nn.Sequential(
             nn.Linear(features + cfg.proprio_dim, cfg.hidden), nn.GELU(),
             nn.Linear(cfg.hidden, cfg.hidden), nn.GELU(),
-            nn.Linear(cfg.hidden, cfg.action_dim * cfg.chunk),
+            nn.Linear(cfg.hidden, cfg.action_dim),
         )
 
     def prepare(self, tokens: torch.Tensor, cls: torch.Tensor | None) -> torch.Tensor:
@@ -184,7 +177,7 @@ class PolicyHead(nn.Module):
 
     def forward_prepared(self, x: torch.Tensor, proprio: torch.Tensor, return_penalty: bool = False
                          ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """x: prepared frames (B, N(+1), C) for "attention" or (B, C); proprio (B, P) -> (B, chunk * A).
+        """x: prepared frames (B, N(+1), C) for "attention" or (B, C); proprio (B, P) -> (B, A).
 
         return_penalty: also the weighted query-diversity penalty (a scalar; 0 without attention)."""
         penalty = x.new_zeros(())
@@ -198,7 +191,7 @@ class PolicyHead(nn.Module):
                 x = torch.cat([x, cls], 1)                                          # (B, Q*C + C)
             if a.query_diversity > 0:
                 penalty = a.query_diversity * diversity_penalty(att)
-        out = self.mlp(torch.cat([x, proprio], dim=-1))                             # (B, k*A)
+        out = self.mlp(torch.cat([x, proprio], dim=-1))                             # (B, A)
         return (out, penalty) if return_penalty else out
 
     def forward(self, tokens: torch.Tensor, cls: torch.Tensor | None, proprio: torch.Tensor) -> torch.Tensor:
@@ -254,13 +247,7 @@ def diversity_penalty(att: torch.Tensor) -> torch.Tensor:
     return (off / (Q * (Q - 1))).mean()
 
 
-def bc_loss(pred: torch.Tensor, target: torch.Tensor, kind: str = "mse") -> torch.Tensor:
-    """Behaviour-cloning loss, averaged over batch and action dimensions: "mse" (squared error), "l1"
-    (absolute error) or "huber" (squared below HUBER_DELTA action units, absolute above)."""
-    if kind == "mse":
-        return F.mse_loss(pred, target)
-    if kind == "l1":
-        return F.l1_loss(pred, target)
-    if kind == "huber":
-        return F.huber_loss(pred, target, delta=HUBER_DELTA)
-    raise PolicyError(f"loss must be one of {BC_LOSSES}, got {kind!r}")
+def bc_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Behaviour-cloning loss: squared error of the actions, averaged over batch and action dimensions
+    (L1 and Huber were tried and did not pay: control/RESULTS.md)."""
+    return F.mse_loss(pred, target)

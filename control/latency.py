@@ -114,8 +114,7 @@ def measure_latency(agent: VisuomotorAgent, env: MetaWorldTask, *, steps: int = 
     stages = {s: np.asarray(timer.ms[s][warmup:need]) for s in STAGES if timer.ms.get(s)}
     meta = dict(task=env.name, image_size=env.image_size, camera=env.camera, threads=torch.get_num_threads(),
                 backbone=agent.policy.meta_.get("backbone"), img_size=agent.policy.meta_.get("img_size"),
-                pooling=agent.policy.pooling, trained=not isinstance(agent.policy, UntrainedHead), warmup=warmup,
-                chunk=int(getattr(agent.policy, "chunk", 1)), velocity=bool(getattr(agent.policy, "velocity", False)))
+                pooling=agent.policy.pooling, trained=not isinstance(agent.policy, UntrainedHead), warmup=warmup)
     return LatencyReport(total, stages, meta)
 
 
@@ -124,13 +123,10 @@ class UntrainedHead:
     a policy when only the loop's latency is measured (the time does not depend on the weights; the
     actions mean nothing). Same interface as a fitted PatchTokenPolicy for `VisuomotorAgent`."""
 
-    def __init__(self, backbone: Any, pooling: str = "attention", block: int | None = None, seed: int = 0, *,
-                 chunk: int = 1, chunk_decay: float = 0.0, velocity: bool = False) -> None:
+    def __init__(self, backbone: Any, pooling: str = "attention", block: int | None = None, seed: int = 0) -> None:
         self.pooling = pooling
-        self.chunk, self.chunk_decay, self.velocity = chunk, chunk_decay, velocity
         self.meta_ = backbone_meta(backbone, block)
-        cfg = HeadConfig(self.meta_["embed_dim"], tuple(self.meta_["grid"]), PROPRIO_DIM * (2 if velocity else 1),
-                         ACTION_DIM, pooling=pooling, chunk=chunk)
+        cfg = HeadConfig(self.meta_["embed_dim"], tuple(self.meta_["grid"]), PROPRIO_DIM, ACTION_DIM, pooling=pooling)
         self.uses_cls = cfg.uses_cls
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -139,15 +135,7 @@ class UntrainedHead:
     def check_backbone(self, backbone: Any) -> None:
         check_backbone(self.meta_, backbone)
 
-    def predict(self, tokens: torch.Tensor, cls: torch.Tensor | None, proprio: np.ndarray,
-                velocity: np.ndarray | None = None) -> np.ndarray:
-        return self.predict_chunk(tokens, cls, proprio, velocity)[:, 0]
-
     @torch.inference_mode()
-    def predict_chunk(self, tokens: torch.Tensor, cls: torch.Tensor | None, proprio: np.ndarray,
-                      velocity: np.ndarray | None = None) -> np.ndarray:
+    def predict(self, tokens: torch.Tensor, cls: torch.Tensor | None, proprio: np.ndarray) -> np.ndarray:
         prop = torch.as_tensor(np.asarray(proprio, dtype=np.float32))
-        if self.velocity:
-            prop = torch.cat([prop, torch.zeros_like(prop) if velocity is None else torch.as_tensor(velocity)], 1)
-        out = self.head_(tokens.float(), None if cls is None else cls.float(), prop).clamp(-1.0, 1.0)
-        return out.view(len(prop), self.chunk, -1).numpy()
+        return self.head_(tokens.float(), None if cls is None else cls.float(), prop).clamp(-1.0, 1.0).numpy()

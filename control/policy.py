@@ -6,11 +6,6 @@
     pol = PatchTokenPolicy.load("runs/policies/reach-attn")
     actions = pol.predict(tokens, cls, proprio)                     # (B, N, C), (B, C) or None, (B, 4) -> (B, 4)
 
-With chunk=k > 1 the head predicts the next k actions of every frame (`predict_chunk`, (B, k, 4));
-training targets of a demo's last k-1 frames run past its end and are padded with the demo's last
-action. `VisuomotorAgent` averages the overlapping chunks at run time (temporal ensembling, weights
-exp(-chunk_decay * i), i = 0 for the oldest prediction). With velocity=True the head also reads the
-difference of the last two proprio readings (hand velocity and gripper change; 0 at an episode's first step).
 With augment=True and a cache holding K augmented views per frame (`cache_features(..., views=K)`), every
 training sample is the clean frame or one of its K views, drawn uniformly per sample and epoch.
 
@@ -38,14 +33,17 @@ from frozenvit.backbone.suite.artifacts import (atomic_dir, check_tensor_metadat
                                                 tensor_metadata, write_json)
 from frozenvit.backbone.suite.progress import progress_bar
 
-from .defaults import (BC_LOSSES, DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_BC_LOSS, DEFAULT_CHUNK,
-                       DEFAULT_CHUNK_DECAY, DEFAULT_HIDDEN, DEFAULT_LR)
+from .defaults import DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_HIDDEN, DEFAULT_LR
 from .errors import DemoError, PolicyError
 from .features import FeatureCache, check_backbone
 from .head import AttentionConfig, HeadConfig, PolicyHead, bc_loss
 
 KIND = "control.policy"
 FORMAT_VERSION = 2
+# Options a format-2 policy written before they were removed (control/RESULTS.md, "Options removed from
+# the library and the CLI") holds, at the values every policy since is trained with. Such a policy loads
+# when its options have these values (chunk_decay acts only with chunk > 1) and is refused otherwise.
+REMOVED_OPTIONS = dict(chunk=1, chunk_decay=0.1, velocity=False, loss="mse")
 
 
 class PatchTokenPolicy(BaseEstimator):
@@ -57,24 +55,16 @@ class PatchTokenPolicy(BaseEstimator):
     hidden: width of the MLP's hidden layers.
     epochs, batch_size, lr, weight_decay, seed: the BC schedule (AdamW, 5% warm-up, cosine decay;
         seeded initialisation and shuffling).
-    chunk: actions predicted per frame (k; 1: one action, the head as before action chunking).
-    chunk_decay: m of the run-time temporal ensemble's weights exp(-m * i) (i = 0: the oldest prediction
-        of the current step; 0: a plain mean). Read by VisuomotorAgent; unused when chunk is 1.
-    velocity: the head also reads the difference of the last two proprio readings.
-    loss: the BC loss, "mse" | "l1" | "huber" (control.head.bc_loss).
     augment: train on the cache's augmented views too, when it holds some (`cache_features(views=K)`): each
         sample of each epoch reads the clean frame or one of its K views, uniformly (seeded by `seed`). No
         effect on a cache without views: the head trains exactly as before views existed.
-    Learned attributes: head_ (PolicyHead), proprio_mean_/proprio_std_ (P,), with velocity
-    velocity_mean_/velocity_std_ (P,) (else None), meta_ (dict: the
+    Learned attributes: head_ (PolicyHead), proprio_mean_/proprio_std_ (P,), meta_ (dict: the
     backbone, block and demos the tokens came from), history_ (mean BC loss per epoch), n_samples_.
     """
 
     def __init__(self, pooling: str = "attention", attention: AttentionConfig | None = None, *,
                  hidden: int = DEFAULT_HIDDEN, epochs: int = DEFAULT_BC_EPOCHS, batch_size: int = DEFAULT_BATCH_SIZE,
-                 lr: float = DEFAULT_LR, weight_decay: float = 1e-4, seed: int = 0, chunk: int = DEFAULT_CHUNK,
-                 chunk_decay: float = DEFAULT_CHUNK_DECAY, velocity: bool = False, loss: str = DEFAULT_BC_LOSS,
-                 augment: bool = True) -> None:
+                 lr: float = DEFAULT_LR, weight_decay: float = 1e-4, seed: int = 0, augment: bool = True) -> None:
         self.pooling = pooling
         self.attention = attention
         self.hidden = hidden
@@ -83,10 +73,6 @@ class PatchTokenPolicy(BaseEstimator):
         self.lr = lr
         self.weight_decay = weight_decay
         self.seed = seed
-        self.chunk = chunk
-        self.chunk_decay = chunk_decay
-        self.velocity = velocity
-        self.loss = loss
         self.augment = augment
 
     @property
@@ -98,12 +84,8 @@ class PatchTokenPolicy(BaseEstimator):
     def head_config(self, meta: dict[str, Any], proprio_dim: int = 4, action_dim: int = 4) -> HeadConfig:
         """The head this policy gets on tokens described by `meta` (embed_dim, grid, has_cls, as in
         `backbone_meta`). Raises PolicyError when the hyperparameters contradict each other or the tokens."""
-        check_chunking(self.chunk, self.chunk_decay)
-        if self.loss not in BC_LOSSES:
-            raise PolicyError(f"loss must be one of {BC_LOSSES}, got {self.loss!r}")
-        head_in = proprio_dim * (2 if self.velocity else 1)                        # velocity: P more inputs
-        cfg = HeadConfig(int(meta["embed_dim"]), tuple(meta["grid"]), head_in, action_dim, pooling=self.pooling,
-                         attention=self.attention, hidden=self.hidden, chunk=int(self.chunk))
+        cfg = HeadConfig(int(meta["embed_dim"]), tuple(meta["grid"]), proprio_dim, action_dim, pooling=self.pooling,
+                         attention=self.attention, hidden=self.hidden)
         if cfg.uses_cls and meta.get("has_cls") is False:
             raise PolicyError(f"this {self.pooling} head reads the CLS token and "
                               f"{meta.get('backbone', 'the backbone')} has none; use pooling 'attention' (without "
@@ -113,7 +95,7 @@ class PatchTokenPolicy(BaseEstimator):
     # -- training ---------------------------------------------------------------------------------
     def fit(self, cache: FeatureCache, *, checkpoint_dir: str | Path | None = None, checkpoint_every: int = 10,
             progress: bool | None = None) -> "PatchTokenPolicy":
-        """Behaviour cloning on `cache` (`loss` between predicted and expert actions). Returns self."""
+        """Behaviour cloning on `cache` (squared error of predicted and expert actions). Returns self."""
         for name in ("epochs", "batch_size"):
             if int(getattr(self, name)) < 1:
                 raise PolicyError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -132,13 +114,6 @@ class PatchTokenPolicy(BaseEstimator):
         head = self._build(cfg)
         mean = cache.proprio.mean(0)
         std = cache.proprio.std(0).clamp_min(1e-3)
-        targets = chunk_rows(cache, cfg.chunk)                                      # (M, k) rows of actions
-        vel, vmean, vstd = None, None, None
-        if self.velocity:
-            vel = proprio_velocity(cache)                                           # (M, P)
-            moving = vel[cache.step > 0]
-            vmean = moving.mean(0) if len(moving) else torch.zeros(P)
-            vstd = moving.std(0).nan_to_num(0.0).clamp_min(1e-4) if len(moving) > 1 else torch.ones(P)
         opt = torch.optim.AdamW(head.parameters(), lr=self.lr, weight_decay=self.weight_decay)
         gen = torch.Generator().manual_seed(self.seed)
         frames_in = _prepare_frames(head, cache.tokens, cache.cls)                  # (M, N, C) or (M, C)
@@ -156,7 +131,6 @@ class PatchTokenPolicy(BaseEstimator):
 
         self.meta_ = {k: v for k, v in cache.meta.items() if k != "configs"}
         self.proprio_mean_, self.proprio_std_ = mean, std
-        self.velocity_mean_, self.velocity_std_ = vmean, vstd
         self.n_samples_ = M
         head.train()
         bar = progress_bar(range(start_epoch, self.epochs), desc=f"bc {self.pooling}", unit="epoch",
@@ -175,11 +149,8 @@ class PatchTokenPolicy(BaseEstimator):
                     v = pick[rows]                                                  # (B,)
                     x[v > 0] = views_in[rows[v > 0] * K + v[v > 0] - 1].float()     # view k of frame r: r*K + k-1
                 prop = (cache.proprio[rows] - mean) / std                           # (B, P)
-                if vel is not None:
-                    prop = torch.cat([prop, (vel[rows] - vmean) / vstd], 1)         # (B, 2P)
-                pred, penalty = head.forward_prepared(x, prop, return_penalty=True)  # (B, k*A)
-                target = cache.actions[targets[rows]].flatten(1)                    # (B, k*A)
-                loss = bc_loss(pred, target, self.loss)
+                pred, penalty = head.forward_prepared(x, prop, return_penalty=True)  # (B, A)
+                loss = bc_loss(pred, cache.actions[rows])
                 opt.zero_grad(set_to_none=True)
                 (loss + penalty).backward()
                 opt.step()
@@ -199,27 +170,14 @@ class PatchTokenPolicy(BaseEstimator):
             return PolicyHead(cfg)
 
     # -- inference --------------------------------------------------------------------------------
-    def predict(self, tokens: torch.Tensor, cls: torch.Tensor | None, proprio: torch.Tensor | np.ndarray,
-                velocity: np.ndarray | None = None) -> np.ndarray:
-        """Actions (B, A) in [-1, 1] for tokens (B, N, C), cls (B, C) or None, raw proprio (B, P): the
-        first action of each chunk (with chunk > 1, VisuomotorAgent ensembles the whole chunks instead).
-
-        velocity: (B, P) difference of the last two proprio readings, read by a velocity head (None: 0,
-        as at an episode's first step)."""
-        return self.predict_chunk(tokens, cls, proprio, velocity)[:, 0]
-
     @torch.inference_mode()
-    def predict_chunk(self, tokens: torch.Tensor, cls: torch.Tensor | None, proprio: torch.Tensor | np.ndarray,
-                      velocity: np.ndarray | None = None) -> np.ndarray:
-        """The next `chunk` actions (B, k, A) in [-1, 1] of each frame; arguments as `predict`'s."""
+    def predict(self, tokens: torch.Tensor, cls: torch.Tensor | None, proprio: torch.Tensor | np.ndarray) -> np.ndarray:
+        """Actions (B, A) in [-1, 1] for tokens (B, N, C), cls (B, C) or None, raw proprio (B, P)."""
         self._check_fitted()
         prop = torch.as_tensor(np.asarray(proprio, dtype=np.float32))
         prop = (prop - self.proprio_mean_) / self.proprio_std_                      # (B, P)
-        if self.velocity:
-            v = torch.zeros_like(prop) if velocity is None else torch.as_tensor(np.asarray(velocity, dtype=np.float32))
-            prop = torch.cat([prop, (v - self.velocity_mean_) / self.velocity_std_], 1)  # (B, 2P)
-        out = self.head_(tokens.float(), None if cls is None else cls.float(), prop)  # (B, k*A)
-        return out.clamp(-1.0, 1.0).view(len(prop), self.head_.cfg.chunk, -1).numpy()
+        out = self.head_(tokens.float(), None if cls is None else cls.float(), prop)  # (B, A)
+        return out.clamp(-1.0, 1.0).numpy()
 
     def check_backbone(self, backbone: Any) -> None:
         """Raise ArtifactError unless `backbone` is the one this policy was trained on."""
@@ -236,9 +194,11 @@ class PatchTokenPolicy(BaseEstimator):
 
     @classmethod
     def load(cls, path: str | Path) -> "PatchTokenPolicy":
-        """A saved policy; ArtifactError if `path` holds none, an older format (retrain), or was edited."""
+        """A saved policy; ArtifactError if `path` holds none, an older format or removed options other than
+        at their fixed values (retrain), or was edited."""
         cfg = _read_config(path)
         check_tensor_metadata(Path(path) / "model.safetensors", cfg)
+        cfg = _without_removed_options(cfg, path)
         params = dict(cfg["params"])
         att = params.pop("attention")
         pol = cls(attention=AttentionConfig(**att) if att else None, **params)
@@ -251,7 +211,6 @@ class PatchTokenPolicy(BaseEstimator):
             raise ArtifactError(f"{path}: weights do not fit the stored configuration ({e}); retrain") from e
         pol.head_.eval()
         pol.proprio_mean_, pol.proprio_std_ = t["proprio_mean"], t["proprio_std"]
-        pol.velocity_mean_, pol.velocity_std_ = t.get("velocity_mean"), t.get("velocity_std")
         pol.meta_, pol.history_, pol.n_samples_ = cfg["meta"], cfg["history"], cfg["n_samples"]
         return pol
 
@@ -265,9 +224,6 @@ class PatchTokenPolicy(BaseEstimator):
         tensors = {f"head.{k}": v.detach().contiguous() for k, v in self.head_.state_dict().items()}
         tensors["proprio_mean"] = self.proprio_mean_.contiguous()
         tensors["proprio_std"] = self.proprio_std_.contiguous()
-        if getattr(self, "velocity_mean_", None) is not None:
-            tensors["velocity_mean"] = self.velocity_mean_.contiguous()
-            tensors["velocity_std"] = self.velocity_std_.contiguous()
         return tensors
 
     def _write(self, directory: Path) -> None:
@@ -287,7 +243,7 @@ class PatchTokenPolicy(BaseEstimator):
 
     def _resume(self, ckpt: Path, head: PolicyHead, opt: torch.optim.Optimizer, gen: torch.Generator,
                 cache: FeatureCache) -> tuple[int, list[float]]:
-        cfg = _read_config(ckpt)
+        cfg = _without_removed_options(_read_config(ckpt), ckpt)
         made = {**type(self)()._params(), **cfg["params"]}    # a parameter added since: its default, as in load
         if made != self._params():
             raise ArtifactError(f"checkpoint {ckpt} was made with {made}, not {self._params()}; "
@@ -313,38 +269,13 @@ class PatchTokenPolicy(BaseEstimator):
             raise NotFittedError("this PatchTokenPolicy is not fitted: call fit(cache) or PatchTokenPolicy.load(dir)")
 
 
-def check_chunking(chunk: Any, decay: Any) -> None:
-    """PolicyError unless chunk is an integer >= 1 and decay a number >= 0."""
-    if isinstance(chunk, bool) or int(chunk) != chunk or chunk < 1:
-        raise PolicyError(f"chunk must be an integer >= 1 (actions predicted per frame; 1: no chunking), got {chunk}")
-    if not float(decay) >= 0:
-        raise PolicyError(f"chunk_decay must be >= 0 (0: plain mean of the overlapping predictions), got {decay}")
-
-
-def chunk_rows(cache: FeatureCache, k: int) -> torch.Tensor:
-    """(M, k) cache rows of each frame's next k actions in its own demo; past the demo's end, its last row
-    (the last action repeats). Needs each episode's frames contiguous and in step order, as cached."""
-    ep, step = cache.episode, cache.step
-    M = len(cache)
-    end = torch.ones(M, dtype=torch.bool)
-    end[:-1] = ep[1:] != ep[:-1]                                                    # (M,) last frame of an episode
-    if M > 1 and not bool(((step[1:] == step[:-1] + 1) | end[:-1]).all()) or (M and int(step[0]) != 0):
-        raise DemoError("the feature cache's frames are not in episode and step order; rebuild the cache")
-    ends = end.nonzero().squeeze(1)                                                 # (E,)
-    last = ends[torch.searchsorted(ends, torch.arange(M))]                          # (M,)
-    return torch.minimum(torch.arange(M)[:, None] + torch.arange(k)[None], last[:, None])
-
-
-def proprio_velocity(cache: FeatureCache) -> torch.Tensor:
-    """(M, P) difference of each frame's proprio reading and the one before it in its demo (0 at step 0)."""
-    prev = torch.cat([cache.proprio[:1], cache.proprio[:-1]])
-    return torch.where((cache.step > 0)[:, None], cache.proprio - prev, torch.zeros_like(cache.proprio))
-
-
 def policy_digest(policy: PatchTokenPolicy) -> str:
     """sha256 of a fitted policy's hyperparameters, backbone description and weights (names it in run logs)."""
     policy._check_fitted()
-    h = hashlib.sha256(config_digest(dict(params=policy._params(), meta=policy.meta_)).encode())
+    # with the removed options at their fixed values: a head's digest (and so the name of the journals of
+    # its evaluations, control.evaluate) stays what it was while they existed
+    params = dict(policy._params(), **REMOVED_OPTIONS)
+    h = hashlib.sha256(config_digest(dict(params=params, meta=policy.meta_)).encode())
     for k, v in sorted(policy._tensors().items()):
         h.update(k.encode())
         h.update(v.cpu().numpy().tobytes())
@@ -365,6 +296,21 @@ def _read_config(path: str | Path) -> dict:
                                 f"{old.get('format_version')}; this one reads {KIND} format {FORMAT_VERSION}); "
                                 "retrain it with `frozenvit control train`") from None
         raise
+
+
+def _without_removed_options(cfg: dict, path: str | Path) -> dict:
+    """A format-2 config without the removed options (REMOVED_OPTIONS), which a policy written while they
+    existed holds; ArtifactError naming those not at their fixed values (such a head cannot act here)."""
+    params, head = dict(cfg["params"]), dict(cfg["head"])
+    held = {k: params.pop(k) for k in REMOVED_OPTIONS if k in params}
+    head.pop("chunk", None)                                                         # a copy of params' chunk
+    off = [f"{k}={v!r}" for k, v in held.items() if k != "chunk_decay" and v != REMOVED_OPTIONS[k]]
+    if off:
+        raise ArtifactError(f"{path} is a policy trained with {', '.join(off)}: frozenvit no longer has "
+                            f"{'this option' if len(off) == 1 else 'these options'} (control/RESULTS.md, "
+                            "\"Options removed from the library and the CLI\"); retrain it with `frozenvit control "
+                            "train`, or load it with an older frozenvit")
+    return dict(cfg, params=params, head=head)
 
 
 # what a checkpoint and the features it is resumed on must agree on: the encoder and the augmented views

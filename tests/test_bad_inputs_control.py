@@ -2,6 +2,7 @@
 import importlib.util
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -27,9 +28,6 @@ CASES = [
     ("--queries with --pooling cls", "control train --demos {demos} --out {new} --pooling cls --queries 8",
      "UsageError"),
     ("--block 99", "control train --demos {demos} --out {new} --block 99", "UsageError"),
-    ("--chunk 0", "control train --demos {demos} --out {new} --chunk 0", "UsageError"),
-    ("--chunk-decay -0.5", "control train --demos {demos} --out {new} --chunk-decay -0.5", "UsageError"),
-    ("--loss l2", "control train --demos {demos} --out {new} --loss l2", "UsageError"),
     ("--heads 5 (does not divide 48)", "control train --demos {demos} --out {new} --heads 5", "PolicyError"),
     ("--steps 0", "control latency --steps 0", "UsageError"),
     ("--budget-ms 0", "control latency --budget-ms 0", "UsageError"),
@@ -38,6 +36,7 @@ CASES = [
     ("--policy not a policy", "control evaluate --policy {notpol}", "ArtifactError"),
     ("--policy of the old format", "control evaluate --policy {old}", "ArtifactError"),
     ("--policy config.json edited", "control latency --policy {edited}", "ArtifactError"),
+    ("--policy trained with a removed option", "control evaluate --policy {removed}", "ArtifactError"),
     ("unknown --task (collect)", "control collect --task reach-v9 --out {new}", "TaskError"),
     ("unknown --task (evaluate)", "control evaluate --policy {pol} --task pick-it-up", "TaskError"),
 ]
@@ -66,7 +65,8 @@ def inputs(tmp_path, make_tiny_vit, monkeypatch):
         kind="control.demos", format_version=1, task="reach-v3", camera="corner", image_size=64, max_steps=100,
         hold_steps=0, render=dict(shadows=False, reflections=False, offsamples=0, mesh_faces=None),
         episodes=[], failed_configs=[])))
-    return {**{k: str(v) for k, v in paths.items()}, "new": str(tmp_path / "new")}
+    removed = Path(__file__).parent / "data" / "control_policy_chunked_velocity_l1"       # chunk=3, velocity, l1
+    return {**{k: str(v) for k, v in paths.items()}, "new": str(tmp_path / "new"), "removed": str(removed)}
 
 
 @pytest.mark.parametrize("label,argv,error", CASES, ids=[c[0] for c in CASES])

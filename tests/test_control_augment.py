@@ -16,7 +16,7 @@ from frozenvit.control.features import (FeatureCache, backbone_fingerprint, cach
                                         random_shift)
 from frozenvit.control.policy import PatchTokenPolicy
 
-from test_control_chunking import BEFORE
+from test_control_old_policies import BEFORE
 from test_control_policy import marked_token_cache, small
 
 RENDER = dict(shadows=False, reflections=False, offsamples=0, mesh_faces=None)
@@ -303,9 +303,8 @@ def test_benchmark_keeps_runs_of_other_views_apart_but_pairs_them(load_benchmark
     from argparse import Namespace
 
     cs = load_benchmark("control_success")
-    base = dict(chunk=1, velocity=False, loss="mse", views=0)
-    assert cs._head_suffix(Namespace(**base)) == ""                               # older folder names kept
-    assert cs._head_suffix(Namespace(**dict(base, views=4))) == "_views4"
+    assert cs._head_suffix(Namespace(views=0)) == ""                              # older folder names kept
+    assert cs._head_suffix(Namespace(views=4)) == "_views4"
     old = dict(tasks=["reach-v3"], poolings=["attention"], blocks={"attention": 11}, seeds=[0], epochs=200)
     assert cs._pooling_settings(old, "attention") == cs._pooling_settings(dict(old, views=0), "attention")
     assert cs._pooling_settings(old, "attention") != cs._pooling_settings(dict(old, views=4), "attention")
