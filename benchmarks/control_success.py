@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from common import RESULTS, ROOT, print_table, write_result
-from frozenvit.control.defaults import DEFAULT_BC_EPOCHS, DEFAULT_QUERIES, DEFAULT_QUERY_DIVERSITY, DEFAULT_VIEWS
+from frozenvit.control.defaults import (DEFAULT_BC_EPOCHS, DEFAULT_HOLD_STEPS, DEFAULT_QUERIES, DEFAULT_QUERY_DIVERSITY,
+                                        DEFAULT_VIEWS)
 
 DEFAULT_TASKS = ["reach-v3", "push-v3", "button-press-v3", "drawer-open-v3"]
 
@@ -62,8 +63,9 @@ def main() -> int:
                     help="camera, or several joined by '+' (corner+topview): their views side by side")
     ap.add_argument("--demo-size", type=int, default=224,
                     help="rendered size of each view (resized to the encoder's)")
-    ap.add_argument("--hold-steps", type=int, default=0,
-                    help="demos go on this many expert steps past the first success (what to do at the goal)")
+    ap.add_argument("--hold-steps", type=int, default=DEFAULT_HOLD_STEPS,
+                    help="demos go on this many expert steps past the first success (what to do at the goal; "
+                         "0: demos end at success, as in the results before 2026-11-30)")
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--mesh-faces", default=None, metavar="N|none",
                     help="render meshes simplified to N triangles (default: RenderSettings'); 'none': full meshes")

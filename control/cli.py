@@ -21,8 +21,8 @@ from frozenvit.backbone.suite.cli import add_threads_arg, number
 from frozenvit.backbone.suite.engine import add_engine_args
 from frozenvit.backbone.suite.errors import UsageError
 
-from .defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_HEADS, DEFAULT_HIDDEN, DEFAULT_LR, DEFAULT_QUERIES,
-                       DEFAULT_VIEWS, POOLINGS)
+from .defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_HEADS, DEFAULT_HIDDEN, DEFAULT_HOLD_STEPS, DEFAULT_LR,
+                       DEFAULT_QUERIES, DEFAULT_VIEWS, POOLINGS)
 from .env import DEFAULT_CAMERA, RenderSettings, camera_count
 
 POSITIVE = number(int, min=1)
@@ -47,8 +47,9 @@ def register(subparsers: Any) -> None:
     q.add_argument("--max-steps", type=POSITIVE, default=500, help="episode cap; configurations where the expert "
                    "needs longer are skipped")
     _render_arg(q)
-    q.add_argument("--hold-steps", type=COUNT, default=0,
-                   help="record the expert this many steps past its first success (what to do at the goal)")
+    q.add_argument("--hold-steps", type=COUNT, default=DEFAULT_HOLD_STEPS,
+                   help="record the expert this many steps past its first success (what to do at the goal; "
+                        "0: demos end at success)")
     q.add_argument("--first-config", type=COUNT, default=0, help="first training configuration seed")
     q.set_defaults(func=_cmd_collect)
 

@@ -1,6 +1,7 @@
 """Defaults the CLI shows without importing torch (`frozenvit --help` stays light).
 
-Why these values: control/RESULTS.md ("Queries kept apart", "Trained to convergence").
+Why these values: control/RESULTS.md ("Queries kept apart", "Trained to convergence", "Held demos on the
+test set", "Augmented views").
 """
 POOLINGS = ("attention", "cls", "mean")
 DEFAULT_QUERIES = 4
@@ -10,4 +11,5 @@ DEFAULT_HIDDEN = 256              # width of the MLP's two hidden layers
 DEFAULT_BC_EPOCHS = 200
 DEFAULT_BATCH_SIZE = 256
 DEFAULT_LR = 1e-3
+DEFAULT_HOLD_STEPS = 20           # expert steps recorded past its first success (RESULTS.md, "Held demos")
 DEFAULT_VIEWS = 4                 # augmented views per demo frame, encoded once (RESULTS.md, "Augmented views")

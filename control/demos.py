@@ -26,6 +26,7 @@ from frozenvit.backbone.suite.progress import progress_bar
 
 from frozenvit.backbone.suite.artifacts import atomic_write_bytes, write_json
 
+from .defaults import DEFAULT_HOLD_STEPS
 from .env import DEFAULT_CAMERA, HELDOUT_OFFSET, MetaWorldTask, RenderSettings
 from .errors import DemoError
 
@@ -48,7 +49,8 @@ class Episode:
 
 
 def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: str = DEFAULT_CAMERA,
-                  image_size: int = 224, max_steps: int = 500, hold_steps: int = 0, first_config: int = 0,
+                  image_size: int = 224, max_steps: int = 500, hold_steps: int = DEFAULT_HOLD_STEPS,
+                  first_config: int = 0,
                   render: RenderSettings = RenderSettings(), max_failures: int | None = None,
                   progress: bool | None = None) -> Path:
     """Record `n_episodes` successful expert episodes of `task` on training configurations.

@@ -29,7 +29,7 @@ def bb(make_tiny_vit):
 def demo_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("demos") / "reach"
     try:
-        collect_demos("reach-v3", d, 2, image_size=64, max_steps=100, progress=False)
+        collect_demos("reach-v3", d, 2, image_size=64, max_steps=100, hold_steps=0, progress=False)
     except RenderUnavailable as e:
         pytest.skip(f"no headless OpenGL: {e}")
     return d
@@ -49,7 +49,7 @@ def test_collected_demos_hold_successful_episodes_that_replay_to_success(demo_di
 
 
 def test_collect_skips_configurations_where_the_expert_fails(tmp_path):
-    d = collect_demos("reach-v3", tmp_path / "d", 1, image_size=32, max_steps=44, progress=False)
+    d = collect_demos("reach-v3", tmp_path / "d", 1, image_size=32, max_steps=44, hold_steps=0, progress=False)
     m = load_manifest(d)                                           # the expert needs 41..52 steps on reach
     assert m["failed_configs"] and all(e["steps"] < 44 for e in m["episodes"])
     with pytest.raises(DemoError, match="max_steps"):
@@ -82,11 +82,13 @@ def test_collect_resumes_without_rerecording_and_refuses_other_settings(demo_dir
     d = tmp_path / "copy"
     shutil.copytree(demo_dir, d)
     before = {p.name: p.stat().st_mtime_ns for p in (d / "episodes").iterdir()}
-    collect_demos("reach-v3", d, 3, image_size=64, max_steps=100, progress=False)
+    collect_demos("reach-v3", d, 3, image_size=64, max_steps=100, hold_steps=0, progress=False)
     after = {p.name: p.stat().st_mtime_ns for p in (d / "episodes").iterdir()}
     assert len(after) == 3 and all(after[k] == v for k, v in before.items())
     with pytest.raises(DemoError, match="other settings"):
-        collect_demos("reach-v3", d, 3, image_size=32, max_steps=100, progress=False)
+        collect_demos("reach-v3", d, 3, image_size=32, max_steps=100, hold_steps=0, progress=False)
+    with pytest.raises(DemoError, match="hold_steps"):                # demos collected before the default held them
+        collect_demos("reach-v3", d, 3, image_size=64, max_steps=100, progress=False)
 
 
 def test_feature_cache_holds_the_encoder_tokens_and_is_reused(demo_dir, bb, monkeypatch):
@@ -354,3 +356,18 @@ def test_collect_renders_at_the_encoders_input_size(tmp_path):
                  "--encoder", "fast", "--max-steps", "100"]) == 0
     ep = next(iter_episodes(out))
     assert ep.frames.shape[1:] == (FAST_ENCODER_SIZE, FAST_ENCODER_SIZE, 3)
+
+
+def test_demos_go_on_past_success_by_default_in_the_library_and_the_cli():
+    # held demos lifted both heads on the test set (control/RESULTS.md, "Held demos on the test set"): both
+    # entry points record the same 20 steps past the first success unless told otherwise
+    import inspect
+
+    from frozenvit.backbone.suite.cli import build_parser
+    from frozenvit.control.defaults import DEFAULT_HOLD_STEPS
+
+    assert DEFAULT_HOLD_STEPS == 20
+    assert inspect.signature(collect_demos).parameters["hold_steps"].default == DEFAULT_HOLD_STEPS
+    parse = build_parser().parse_args
+    assert parse(["control", "collect", "--task", "reach-v3", "--out", "d"]).hold_steps == DEFAULT_HOLD_STEPS
+    assert parse(["control", "collect", "--task", "reach-v3", "--out", "d", "--hold-steps", "0"]).hold_steps == 0
