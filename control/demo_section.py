@@ -83,9 +83,10 @@ def _short_evaluation(sec: Section, bb: Any, ctx: DemoContext, label: str) -> No
     size = bb.config.img_size[0]
     t0 = time.perf_counter()
     demo_dir = ctx.out_dir / "control" / f"demos_{task}_{size}px"
-    collect_demos(task, demo_dir, n_demos, image_size=size, max_steps=demo_cap, progress=False)
+    # demos end at success (no held steps) and no augmented views: both keep the section well under a minute
+    collect_demos(task, demo_dir, n_demos, image_size=size, max_steps=demo_cap, hold_steps=0, progress=False)
     t_demo = time.perf_counter() - t0
-    cache = cache_features(demo_dir, bb, progress=False, views=0)     # no augmented views: keeps the section short
+    cache = cache_features(demo_dir, bb, progress=False, views=0)
     t_enc = time.perf_counter() - t0 - t_demo
     pol = PatchTokenPolicy("attention", epochs=epochs, seed=0).fit(cache, progress=False)
     t_fit = time.perf_counter() - t0 - t_demo - t_enc
