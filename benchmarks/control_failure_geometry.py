@@ -21,7 +21,7 @@ import numpy as np
 
 from common import print_table, write_result
 
-CORNER_RAY = (0.64, 0.73, -0.25)   # null direction of the corner camera's image Jacobian (goal_geometry.json)
+CORNER_RAY = (0.64, 0.73, -0.25)   # null direction of the corner camera's image Jacobian (reach-v3 in control_goal_geometry.json)
 
 
 def main(argv: list[str] | None = None) -> int:
