@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -45,7 +46,7 @@ def analyse(result_json: str, task: str, demo_dir: str, *, pooling: str = "atten
     from frozenvit.control.demos import load_manifest
     from frozenvit.control.env import HELDOUT_OFFSET
 
-    run = json.loads(open(result_json).read())
+    run = json.loads(Path(result_json).read_text())
     heads = [r for r in run["results"] if r["task"] == task and r["pooling"] == pooling]
     if not heads:
         raise SystemExit(f"{result_json} holds no {pooling} heads of {task}")
