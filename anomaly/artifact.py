@@ -143,6 +143,7 @@ def load_patchcore(cls: type, path: str | os.PathLike, backbone: Any = None) -> 
         check_backbone(cfg, bb, path)
         params = dict(cfg["params"])
         params.setdefault("score_border", 0)        # saved before the option: every patch counted in image scores
+        params.setdefault("aggregation", 3)         # saved before "auto": the 3x3 mean was the only default
         if params.get("blocks") is not None:
             params["blocks"] = tuple(params["blocks"])
         det = cls(backbone=bb, **params)

@@ -61,6 +61,7 @@ def _detector(args: argparse.Namespace, bb: Any):
     if getattr(args, "augment", "none") != "none":
         few_shot["augment"] = args.augment
     return PatchCore(bb, blocks=args.blocks, coreset_ratio=args.coreset_ratio, reduce_dim=args.reduce_dim,
+                     aggregation=args.aggregation,
                      image_score=args.image_score, score_border=args.score_border, index=args.index,
                      target_fpr=args.target_fpr,
                      holdout=args.holdout, batch_size=args.batch_size, coreset_chunk=args.coreset_chunk,
@@ -252,6 +253,16 @@ def _score_border(text: str) -> int | str:
     return "auto" if text.lower() == "auto" else number(int, min=0)(text)
 
 
+def _aggregation(text: str) -> int | str:
+    """--aggregation: 'auto' or an odd int >= 1."""
+    if text.lower() == "auto":
+        return "auto"
+    v = number(int, min=1)(text)
+    if v % 2 == 0:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or an odd neighbourhood size like 1 or 3, got {text!r}")
+    return v
+
+
 def _blocks(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(b) for b in text.split(","))
@@ -309,6 +320,9 @@ def _add_method_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reduce-dim", type=_reduce_dim, default=0.25,
                    help="channel pooling of fused features: a fraction of their width, a channel count (int), "
                         "or 'none'")
+    p.add_argument("--aggregation", type=_aggregation, default=defaults.AGGREGATION,
+                   help="odd neighbourhood of patches averaged before scoring (1: none); 'auto': 1 on a ViT (its 16-px "
+                        "tokens are coarse already), 3 on a ConvNet, as in PatchCore")
     p.add_argument("--image-score", choices=("reweighted", "max", "topk"), default="reweighted",
                    help="image score from patch scores: the paper's reweighted maximum, the maximum, or the "
                         "mean of the top 1%%")

@@ -29,7 +29,7 @@ from frozenvit.backbone.suite.errors import UsageError
 from frozenvit.backbone.suite.progress import progress_bar
 
 from .coreset import chunked_coreset, greedy_coreset
-from .defaults import INDEX, IVF_MIN_BANK, SCORE_BORDER, TILE
+from .defaults import AGGREGATION, INDEX, IVF_MIN_BANK, SCORE_BORDER, TILE
 from .errors import DatasetError
 from .images import as_image
 from .scoring import (center_tokens, fuse_blocks, local_aggregate, original_maps, reduced_width, reweighted_max,
@@ -99,7 +99,9 @@ class PatchCore(BaseEstimator):
         defect to every patch; removing it keeps the map local. The trimmed mean it uses, unlike the
         mean, is not moved by a defect covering less than half the image. It also hides anomalies
         that only shift the whole image.
-    aggregation: odd neighbourhood size averaged on the grid; 1 disables.
+    aggregation: odd neighbourhood size averaged on the grid; 1 disables. "auto" (the default,
+        `defaults.AGGREGATION`): 1 on a ViT, whose 16-px tokens a 3x3 mean would spread over 48 px, and 3 (the
+        paper's) on a ConvNet; `aggregation_()` says what a fitted model uses. Models saved with a number keep it.
     image_score: "reweighted" (paper, b = num_neighbors), "max", or "topk" (mean of top topk_frac).
     score_border: rings of patches along each model input's edges (the fused grid's outermost rows and
         columns, per side) left out of the image score; the maps keep them. A ConvNet's border patches see
@@ -145,7 +147,8 @@ class PatchCore(BaseEstimator):
     """
 
     def __init__(self, backbone: Any = None, blocks: Sequence[int] | None = None, coreset_ratio: float = 0.1,
-                 proj_dim: int | None = 128, reduce_dim: int | float | None = 0.25, center: bool = True, aggregation: int = 3,
+                 proj_dim: int | None = 128, reduce_dim: int | float | None = 0.25, center: bool = True,
+                 aggregation: int | str = AGGREGATION,
                  image_score: str = "reweighted", num_neighbors: int = 9, topk_frac: float = 0.01,
                  score_border: int | str = SCORE_BORDER,
                  index: str = INDEX, nprobe: int = 8, target_fpr: float = 0.01, holdout: float = 0.2,
@@ -188,7 +191,8 @@ class PatchCore(BaseEstimator):
         checks = [   # (parameter, acceptable, what it must be)
             ("coreset_ratio", real(self.coreset_ratio) and 0 < self.coreset_ratio <= 1, "a fraction in (0, 1]"),
             ("proj_dim", self.proj_dim is None or whole(self.proj_dim, 1), "None or a positive int"),
-            ("aggregation", whole(self.aggregation, 1) and self.aggregation % 2 == 1, "an odd positive int"),
+            ("aggregation", self.aggregation == "auto" or (whole(self.aggregation, 1) and self.aggregation % 2 == 1),
+             "'auto' or an odd positive int"),
             ("image_score", self.image_score in IMAGE_SCORES, f"one of {IMAGE_SCORES}"),
             ("num_neighbors", whole(self.num_neighbors, 1), "a positive int"),
             ("topk_frac", real(self.topk_frac) and 0 < self.topk_frac <= 1, "a fraction in (0, 1]"),
@@ -254,7 +258,7 @@ class PatchCore(BaseEstimator):
             x = grids[b]                                                # (B, C, h, w)
             if self.center:
                 x = center_tokens(x)                                   # drop the image-wide component
-            per_block.append(local_aggregate(x, self.aggregation))
+            per_block.append(local_aggregate(x, self.aggregation_()))
         return fuse_blocks(per_block, self.reduce_dim)                  # (B, D, h, w)
 
     @staticmethod
@@ -400,6 +404,13 @@ class PatchCore(BaseEstimator):
         if self.index != "auto":
             return self.index
         return "ivf" if bank_size >= IVF_MIN_BANK else "flat"
+
+    def aggregation_(self) -> int:
+        """Neighbourhood averaged on the grid: `aggregation`, with "auto" resolved for the backbone (3 for a ConvNet,
+        one with stage strides; 1 for a ViT)."""
+        if self.aggregation != "auto":
+            return int(self.aggregation)
+        return 3 if self.backbone_.config.strides else 1
 
     def border_(self) -> int:
         """Rings of edge patches left out of image scores: `score_border`, with "auto" resolved for the backbone

@@ -60,6 +60,8 @@ def main() -> None:
     ap.add_argument("--weights", default=None, help="evaluate this checkpoint instead of the embedded default")
     ap.add_argument("--arch", default="vit_tiny_patch16_224", help="timm architecture of --weights")
     ap.add_argument("--img-size", type=int, default=224)
+    ap.add_argument("--aggregation", default="auto", type=lambda t: t if t == "auto" else int(t),
+                    help="PatchCore(aggregation=...): 'auto' (1 on a ViT, 3 on a ConvNet) or an odd size")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -82,7 +84,8 @@ def main() -> None:
                 t0 = time.perf_counter()
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")   # small calibration split: expected, reported via false_alarm_rate
-                    det = PatchCore(bb, center=center, progress=False, seed=args.seed).fit(ds.train)
+                    det = PatchCore(bb, center=center, aggregation=args.aggregation, progress=False,
+                                    seed=args.seed).fit(ds.train)
                 m, _ = evaluate_dataset(det, ds)
                 rows.append({"backbone": label, "category": cat, **{k: m.get(k, float("nan")) for k in METRICS},
                              "seconds": time.perf_counter() - t0})

@@ -4,13 +4,13 @@
     nice -n 5 python benchmarks/anomaly_real.py --sets kolektorsdd --configs lite0 vit_tile2
 
 For each set in ../shared/data/defects (MVTec layout) and each configuration: PatchCore with the CLI's
-defaults otherwise (10% coreset, channels pooled to a quarter, 20% of train/good held out to calibrate
-the threshold at a 1% false-alarm target), except that a configuration that does not name them counts
-every patch in the image score (score_border=0) and searches exactly (index="flat"), as every row did
-before those options existed is fitted on train/good and evaluated on test/ with
-`anomaly.evaluation.evaluate_dataset`: image AUROC, pixel AUROC, AUPRO@0.3, the detection rate (and the
-false-alarm rate) at the calibrated threshold, fit time (s per training image) and predict time (s per
-test image: `predict` itself, images already decoded; maps at the original size included). "backbone
+defaults otherwise (10% coreset, channels pooled to a quarter, 20% of train/good held out to calibrate the
+threshold at a 1% false-alarm target), except that a configuration that does not name them counts every
+patch in the image score (score_border=0), searches exactly (index="flat") and averages 3x3 neighbourhoods
+(aggregation=3), as every row did before those options existed. Each is fitted on train/good and evaluated
+on test/ with `anomaly.evaluation.evaluate_dataset`: image AUROC, pixel AUROC, AUPRO@0.3, the detection rate
+(and the false-alarm rate) at the calibrated threshold, fit time (s per training image) and predict time (s
+per test image: `predict` itself, images already decoded; maps at the original size included). "backbone
 share" is the part of predict spent in the backbone's `patch_grids` (predict throughput over bare
 backbone throughput, as anomaly_speed.py's ratio). "inputs" is the backbone passes per image (tiles).
 
@@ -73,6 +73,72 @@ CONFIGS = {
     "vit_tile2_b1": ("embedded ViT, tiles x2, border 1", {}, {"tile": 2.0, "score_border": 1}),
     "lite2_tileauto_b1": ("Lite2, 2 stages, tiles auto, border 1", {"name": "efficientnet_lite2"},
                           {"tile": "auto", "score_border": 1}),
+    # feature width, coreset size and map smoothing on the two best KolektorSDD rows (issue 17's last gap): "full"
+    # keeps every channel (reduce_dim=None) instead of pooling to a quarter, "cs25" keeps 25% of the patches in the
+    # coreset instead of 10%, "s2" smooths maps with sigma 2 instead of 4, "agg1" skips the 3x3 neighbourhood mean
+    "lite2_tileauto_b1_ivf": ("Lite2, 2 stages, tiles auto, border 1, IVF", {"name": "efficientnet_lite2"},
+                              {"tile": "auto", "score_border": 1, "index": "ivf"}),
+    "lite2_tileauto_b1_ivf_full": ("Lite2, 2 stages, tiles auto, border 1, IVF, every channel",
+                                   {"name": "efficientnet_lite2"},
+                                   {"tile": "auto", "score_border": 1, "index": "ivf", "reduce_dim": None}),
+    "lite2_tileauto_b1_ivf_cs25": ("Lite2, 2 stages, tiles auto, border 1, IVF, coreset 25%",
+                                   {"name": "efficientnet_lite2"},
+                                   {"tile": "auto", "score_border": 1, "index": "ivf", "coreset_ratio": 0.25}),
+    "lite2_tileauto_b1_ivf_s2": ("Lite2, 2 stages, tiles auto, border 1, IVF, sigma 2", {"name": "efficientnet_lite2"},
+                                 {"tile": "auto", "score_border": 1, "index": "ivf", "sigma": 2.0}),
+    "lite2_tileauto_b1_ivf_agg1": ("Lite2, 2 stages, tiles auto, border 1, IVF, no 3x3 mean",
+                                   {"name": "efficientnet_lite2"},
+                                   {"tile": "auto", "score_border": 1, "index": "ivf", "aggregation": 1}),
+    "lite0_tileauto_b1_ivf_agg1": ("Lite0, 2 stages, tiles auto, border 1, IVF, no 3x3 mean",
+                                   {"name": "efficientnet_lite0"},
+                                   {"tile": "auto", "score_border": 1, "index": "ivf", "aggregation": 1}),
+    "lite0_tileauto_b1_agg1": ("Lite0, 2 stages, tiles auto, border 1, no 3x3 mean", {"name": "efficientnet_lite0"},
+                               {"tile": "auto", "score_border": 1, "aggregation": 1}),
+    "lite2_tileauto_b1_agg1": ("Lite2, 2 stages, tiles auto, border 1, no 3x3 mean", {"name": "efficientnet_lite2"},
+                               {"tile": "auto", "score_border": 1, "aggregation": 1}),
+    "vit_agg1": ("embedded ViT, stretch, no 3x3 mean", {}, {"aggregation": 1}),
+    "vit_tile15_b1_ivf": ("embedded ViT, tiles x1.5, border 1, IVF", {}, {"tile": 1.5, "score_border": 1, "index": "ivf"}),
+    "vit_tile15_b1_ivf_agg1": ("embedded ViT, tiles x1.5, border 1, IVF, no 3x3 mean", {},
+                               {"tile": 1.5, "score_border": 1, "index": "ivf", "aggregation": 1}),
+    "vit_tileauto_agg1": ("embedded ViT, tiles auto, no 3x3 mean", {}, {"tile": "auto", "aggregation": 1}),
+    "vit_tileauto_b1_ivf": ("embedded ViT, tiles auto, border 1, IVF", {}, {"tile": "auto", "score_border": 1, "index": "ivf"}),
+    "vit_tileauto_ivf_agg1": ("embedded ViT, tiles auto, IVF, no 3x3 mean", {},
+                              {"tile": "auto", "index": "ivf", "aggregation": 1}),
+    "vit_tileauto_ivf": ("embedded ViT, tiles auto, IVF", {}, {"tile": "auto", "index": "ivf"}),
+    "lite2_tile15_b1_ivf_agg1": ("Lite2, 2 stages, tiles x1.5, border 1, IVF, no 3x3 mean", {"name": "efficientnet_lite2"},
+                                 {"tile": 1.5, "score_border": 1, "index": "ivf", "aggregation": 1}),
+    "vit_tile2_b1_ivf": ("embedded ViT, tiles x2, border 1, IVF", {}, {"tile": 2.0, "score_border": 1, "index": "ivf"}),
+    "vit_tile2_b1_ivf_full": ("embedded ViT, tiles x2, border 1, IVF, every channel", {},
+                              {"tile": 2.0, "score_border": 1, "index": "ivf", "reduce_dim": None}),
+    "vit_tile2_b1_ivf_cs25": ("embedded ViT, tiles x2, border 1, IVF, coreset 25%", {},
+                              {"tile": 2.0, "score_border": 1, "index": "ivf", "coreset_ratio": 0.25}),
+    "vit_tile2_b1_ivf_s2": ("embedded ViT, tiles x2, border 1, IVF, sigma 2", {},
+                            {"tile": 2.0, "score_border": 1, "index": "ivf", "sigma": 2.0}),
+    "vit_tile2_b1_ivf_agg1": ("embedded ViT, tiles x2, border 1, IVF, no 3x3 mean", {},
+                              {"tile": 2.0, "score_border": 1, "index": "ivf", "aggregation": 1}),
+    "vit_tile2_b1_agg1": ("embedded ViT, tiles x2, border 1, no 3x3 mean", {},
+                          {"tile": 2.0, "score_border": 1, "aggregation": 1}),
+    "vit_tile2_b1_ivf_agg1_cs25": ("embedded ViT, tiles x2, border 1, IVF, no 3x3 mean, coreset 25%", {},
+                                   {"tile": 2.0, "score_border": 1, "index": "ivf", "aggregation": 1,
+                                    "coreset_ratio": 0.25}),
+    "vit_tile2_b1_ivf_agg1_max": ("embedded ViT, tiles x2, border 1, IVF, no 3x3 mean, max score", {},
+                                  {"tile": 2.0, "score_border": 1, "index": "ivf", "aggregation": 1,
+                                   "image_score": "max"}),
+    "vit_tile2_b1_ivf_agg1_topk": ("embedded ViT, tiles x2, border 1, IVF, no 3x3 mean, top-1% score", {},
+                                   {"tile": 2.0, "score_border": 1, "index": "ivf", "aggregation": 1,
+                                    "image_score": "topk"}),
+    "vit_tile2_b1_ivf_agg1_bl47": ("embedded ViT blocks 4 and 7, tiles x2, border 1, IVF, no 3x3 mean", {},
+                                    {"blocks": (4, 7), "tile": 2.0, "score_border": 1, "index": "ivf",
+                                     "aggregation": 1}),
+    "vit_tile2_b1_ivf_agg1_bl58": ("embedded ViT blocks 5 and 8, tiles x2, border 1, IVF, no 3x3 mean", {},
+                                    {"blocks": (5, 8), "tile": 2.0, "score_border": 1, "index": "ivf",
+                                     "aggregation": 1}),
+    "vit_tile2_b1_ivf_agg1_bl69": ("embedded ViT blocks 6 and 9, tiles x2, border 1, IVF, no 3x3 mean", {},
+                                    {"blocks": (6, 9), "tile": 2.0, "score_border": 1, "index": "ivf",
+                                     "aggregation": 1}),
+    "vit_tile2_b1_ivf_agg1_ov50": ("embedded ViT, tiles x2 overlapping by half, border 1, IVF, no 3x3 mean", {},
+                                   {"tile": 2.0, "tile_overlap": 0.5, "score_border": 1, "index": "ivf",
+                                    "aggregation": 1}),
 }
 # the order decides what is measured first when a run is stopped: the candidates for the defaults first
 DEFAULT_CONFIGS = {
@@ -207,10 +273,11 @@ def run_set(set_name: str, configs: list[str], threads: int, out: str | None, da
                                                 or default_blocks(bb.config.depth, bb.config.strides)))
         grids.use(share)
         cls = detector_class(grids, tuple(sorted(all_blocks)))
-        # untiled, every patch in the image score and exact search, unless the configuration says otherwise: the
-        # rows measured before score_border and index="auto" existed did that (the defaults are now "auto" for
-        # both: the _b1 rows, and _b1_ivf where the bank has 10,000 entries or more)
-        det = cls(bb, progress=False, **{"tile": None, "score_border": 0, "index": "flat", **cfg_pc})
+        # untiled, every patch in the image score, exact search and the 3x3 neighbourhood mean, unless the
+        # configuration says otherwise: the rows measured before score_border, index="auto" and aggregation="auto"
+        # existed did that (the defaults are now "auto" for all three: the _b1 rows, _b1_ivf where the bank has
+        # 10,000 entries or more, and _agg1 for a ViT)
+        det = cls(bb, progress=False, **{"tile": None, "score_border": 0, "index": "flat", "aggregation": 3, **cfg_pc})
         t0 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")                       # the holdout's 1% bound: reported as measured

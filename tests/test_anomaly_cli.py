@@ -201,3 +201,16 @@ def test_backbone_embedded_is_the_embedded_vit_and_is_rebuilt_by_predict(workspa
     assert rec["backbone_source"] == {"default": True} and rec["backbone"]["name"] == default_spec()["arch"]
     assert main(["anomaly", "predict", "--model", str(model), "--images", str(workspace / "data" / "weave" / "test"),
                  "--out", str(workspace / "pred_embedded"), "--no-overlays"]) == 0
+
+
+@pytest.mark.filterwarnings("ignore:1 normal image and none held out:UserWarning")
+def test_fit_takes_aggregation_auto_by_default_or_an_odd_size_and_refuses_an_even_one(workspace, capsys):
+    rec = json.loads((workspace / "model" / "config.json").read_text())
+    assert rec["params"]["aggregation"] == "auto"                       # the workspace's fit had no --aggregation
+    assert _fit_one_normal(workspace, "agg5", "--aggregation", "5") == 0
+    assert json.loads((workspace / "agg5" / "config.json").read_text())["params"]["aggregation"] == 5
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        _fit_one_normal(workspace, "agg2", "--aggregation", "2")
+    assert "odd neighbourhood size" in capsys.readouterr().err
+    assert not (workspace / "agg2").exists()

@@ -107,3 +107,20 @@ def test_by_default_a_convnet_leaves_its_edge_ring_out_of_the_image_score_and_a_
     assert (out.patch_scores.reshape(3, -1).max(1) > core).all() and np.allclose(out.scores, core)
     torch.manual_seed(0)
     assert PatchCore(make_tiny_vit(), coreset_ratio=0.25, progress=False).fit(normals[:4]).border_() == 0
+
+
+def test_by_default_a_convnet_averages_3x3_neighbourhoods_and_a_vit_none(cnn, normals, make_tiny_vit):
+    """aggregation="auto": the paper's 3x3 mean on a ConvNet's fine grid, none on a ViT's 16-px tokens; the features
+    are exactly those of the explicit setting."""
+    from frozenvit.anomaly import defaults
+
+    torch.manual_seed(0)
+    vit = make_tiny_vit()
+    imgs = normals[:2]
+    for bb, want in ((cnn, 3), (vit, 1)):
+        auto = PatchCore(bb, coreset_ratio=0.25, progress=False).fit(normals[:4])
+        assert defaults.AGGREGATION == "auto" and auto.aggregation == "auto" and auto.aggregation_() == want
+        explicit = PatchCore(bb, coreset_ratio=0.25, aggregation=want, progress=False).fit(normals[:4])
+        other = PatchCore(bb, coreset_ratio=0.25, aggregation=4 - want, progress=False).fit(normals[:4])
+        assert np.array_equal(auto.predict(imgs).patch_scores, explicit.predict(imgs).patch_scores)
+        assert not np.allclose(auto.predict(imgs).patch_scores, other.predict(imgs).patch_scores)

@@ -48,7 +48,7 @@ def test_patch_scores_are_brute_force_nearest_bank_distances(bb, fitted, normals
     out = fitted.predict(imgs)
     g = bb.patch_grids(imgs, blocks=fitted.blocks_)
     centred = [center_tokens(g[b]) for b in fitted.blocks_]
-    f = fuse_blocks([local_aggregate(x, 3) for x in centred], fitted.reduce_dim)     # (B, D, h, w)
+    f = fuse_blocks([local_aggregate(x, fitted.aggregation_()) for x in centred], fitted.reduce_dim)   # (B, D, h, w)
     q = f.permute(0, 2, 3, 1).reshape(-1, f.shape[1]).double()
     ref = torch.cdist(q, torch.from_numpy(fitted.bank_).double()).min(1).values.reshape(3, *fitted.grid_)
     assert np.allclose(out.patch_scores, ref.numpy(), atol=1e-3)
@@ -302,3 +302,29 @@ def test_an_artifact_with_unknown_parameters_is_refused_not_crashed(fitted, bb, 
     save_file(t, str(tmp_path / "m" / "bank.safetensors"), metadata=tensor_metadata(cfg))
     with pytest.raises(ArtifactError, match="not a complete anomaly.patchcore config"):
         PatchCore.load(tmp_path / "m", backbone=bb)
+
+
+def test_aggregation_auto_is_saved_as_auto_and_a_model_saved_without_it_loads_with_the_3x3_mean(bb, normals, tmp_path):
+    from frozenvit.backbone.suite.artifacts import tensor_metadata
+    from safetensors.numpy import load_file, save_file
+
+    imgs = [with_square(render_sample("weave", None, 0, 0, size=(96, 112))[0], 30, 40, (20, 20))[0]]
+    det = PatchCore(bb, progress=False).fit(normals)
+    det.save(tmp_path / "m")
+    loaded = PatchCore.load(tmp_path / "m", backbone=bb)
+    assert loaded.aggregation == "auto" and loaded.aggregation_() == 1
+    assert np.array_equal(loaded.predict(imgs).scores, det.predict(imgs).scores)
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    del cfg["params"]["aggregation"]                                    # a config without the key: the old default
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    t = load_file(str(tmp_path / "m" / "bank.safetensors"))
+    save_file(t, str(tmp_path / "m" / "bank.safetensors"), metadata=tensor_metadata(cfg))
+    assert PatchCore.load(tmp_path / "m", backbone=bb).aggregation_() == 3
+
+
+@pytest.mark.parametrize("bad", [2, 0, "none", 1.0])
+def test_aggregation_other_than_auto_or_an_odd_positive_int_is_refused(bb, normals, bad):
+    from frozenvit.backbone.suite.errors import UsageError
+
+    with pytest.raises(UsageError, match="aggregation must be 'auto' or an odd positive int"):
+        PatchCore(bb, aggregation=bad, progress=False).fit(normals)
