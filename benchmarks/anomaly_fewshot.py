@@ -57,6 +57,8 @@ def main() -> None:
     ap.add_argument("--augment", nargs="+", default=["none", "flips", "rot90", "all"])
     ap.add_argument("--tile", type=float, default=None, help="PatchCore tile scale (None: whole images)")
     ap.add_argument("--coreset-ratio", type=float, default=0.1)
+    ap.add_argument("--aggregation", default="auto", type=lambda t: t if t == "auto" else int(t),
+                    help="PatchCore(aggregation=...): 'auto' (none on the embedded ViT) or an odd size (3: the paper's)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--no-memo", action="store_true", help="recompute the backbone features of every batch")
     args = ap.parse_args()
@@ -88,7 +90,7 @@ def main() -> None:
             for d in range(args.draws):
                 pick = np.sort(np.random.default_rng(d).choice(len(ds.train), k, replace=False))
                 det = PatchCore(bb, holdout=0.0, augment=None if aug == "none" else aug, tile=args.tile,
-                                coreset_ratio=args.coreset_ratio, progress=False)
+                                coreset_ratio=args.coreset_ratio, aggregation=args.aggregation, progress=False)
                 t0 = time.perf_counter()
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")          # "threshold is not calibrated": AUROC needs none
@@ -112,7 +114,8 @@ def main() -> None:
                          "score s": float(np.mean(score_s))})
     print_table(rows)
     name = f"anomaly_fewshot_{args.dataset}" + (f"_tile{args.tile:g}" if args.tile else "")
-    write_result(name, {"dataset": args.dataset, "backbone": bb.name, "img_size": list(bb.config.img_size),
+    write_result(name, {"dataset": args.dataset, "backbone": bb.name, "weights_sha256": getattr(bb, "weights_sha256", None),
+                        "img_size": list(bb.config.img_size), "aggregation": args.aggregation,
                         "tile": args.tile, "coreset_ratio": args.coreset_ratio, "draws": args.draws,
                         "n_test_good": int((labels == 0).sum()), "n_test_defective": int((labels == 1).sum()),
                         "threads": args.threads, "features_memoised": not args.no_memo, "table": rows, "runs": runs},
