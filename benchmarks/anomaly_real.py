@@ -136,6 +136,8 @@ CONFIGS = {
     "vit_tile2_b1_ivf_agg1_bl69": ("embedded ViT blocks 6 and 9, tiles x2, border 1, IVF, no 3x3 mean", {},
                                     {"blocks": (6, 9), "tile": 2.0, "score_border": 1, "index": "ivf",
                                      "aggregation": 1}),
+    "lite0_s1_agg1": ("Lite0, 1 stage (stride 16), no 3x3 mean", {"name": "efficientnet_lite0"},
+                      {"blocks": (3,), "aggregation": 1}),
     "vit_agg1_bl47": ("embedded ViT blocks 4 and 7, stretch, no 3x3 mean", {}, {"blocks": (4, 7), "aggregation": 1}),
     "vit_tile2_b1_ivf_agg1_ov50": ("embedded ViT, tiles x2 overlapping by half, border 1, IVF, no 3x3 mean", {},
                                    {"tile": 2.0, "tile_overlap": 0.5, "score_border": 1, "index": "ivf",
