@@ -7,9 +7,10 @@ fit: features of the training normals (tokens minus a robust image-wide token, a
 ConvNet (none on a ViT: `aggregation`), blocks fused on the finest grid) -> greedy k-center coreset -> faiss
 index; a held-out split of the normals is scored to calibrate the decision threshold at `target_fpr`.
 predict: patch score = distance to the nearest bank entry; image score = reweighted maximum (or top-1% mean);
-map = patch scores on the model canvas, Gaussian(sigma) there, then resampled onto the ORIGINAL image by the backbone's GridMapping.
-With `tile`, the backbone sees overlapping windows of each image instead (anomaly/tiling.py) and the
-windows' maps are stitched back; with too few normals to hold any out, the threshold stays uncalibrated.
+map = patch scores on the model canvas, Gaussian(sigma) there, then resampled onto the ORIGINAL image by the
+backbone's GridMapping. With `tile`, the backbone sees overlapping windows of each image instead
+(anomaly/tiling.py) and the windows' maps are stitched back; with too few normals to hold any out, the
+threshold stays uncalibrated.
 """
 from __future__ import annotations
 
