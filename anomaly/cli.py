@@ -253,8 +253,8 @@ def _score_border(text: str) -> int | str:
     return "auto" if text.lower() == "auto" else number(int, min=0)(text)
 
 
-def _aggregation(text: str) -> int | str:
-    """--aggregation: 'auto' or an odd int >= 1."""
+def aggregation_arg(text: str) -> int | str:
+    """--aggregation (here and in benchmarks/): 'auto' or an odd int >= 1."""
     if text.lower() == "auto":
         return "auto"
     v = number(int, min=1)(text)
@@ -320,7 +320,7 @@ def _add_method_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reduce-dim", type=_reduce_dim, default=0.25,
                    help="channel pooling of fused features: a fraction of their width, a channel count (int), "
                         "or 'none'")
-    p.add_argument("--aggregation", type=_aggregation, default=defaults.AGGREGATION,
+    p.add_argument("--aggregation", type=aggregation_arg, default=defaults.AGGREGATION,
                    help="odd neighbourhood of patches averaged before scoring (1: none); 'auto': 1 on a ViT (its 16-px "
                         "tokens are coarse already), 3 on a ConvNet, as in PatchCore")
     p.add_argument("--image-score", choices=("reweighted", "max", "topk"), default="reweighted",

@@ -26,6 +26,8 @@ import warnings
 import numpy as np
 import torch
 
+from frozenvit.anomaly.cli import aggregation_arg
+
 from common import SHARED_DATA, print_table, write_result
 
 
@@ -57,7 +59,7 @@ def main() -> None:
     ap.add_argument("--augment", nargs="+", default=["none", "flips", "rot90", "all"])
     ap.add_argument("--tile", type=float, default=None, help="PatchCore tile scale (None: whole images)")
     ap.add_argument("--coreset-ratio", type=float, default=0.1)
-    ap.add_argument("--aggregation", default="auto", type=lambda t: t if t == "auto" else int(t),
+    ap.add_argument("--aggregation", default="auto", type=aggregation_arg,
                     help="PatchCore(aggregation=...): 'auto' (none on the embedded ViT) or an odd size (3: the paper's)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--no-memo", action="store_true", help="recompute the backbone features of every batch")

@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from frozenvit.anomaly.cli import aggregation_arg
+
 from common import print_table, write_result
 
 METRICS = ("image_auroc", "pixel_auroc", "aupro", "image_f1_max", "pixel_f1_max", "false_alarm_rate", "detection_rate")
@@ -60,7 +62,7 @@ def main() -> None:
     ap.add_argument("--weights", default=None, help="evaluate this checkpoint instead of the embedded default")
     ap.add_argument("--arch", default="vit_tiny_patch16_224", help="timm architecture of --weights")
     ap.add_argument("--img-size", type=int, default=224)
-    ap.add_argument("--aggregation", default="auto", type=lambda t: t if t == "auto" else int(t),
+    ap.add_argument("--aggregation", default="auto", type=aggregation_arg,
                     help="PatchCore(aggregation=...): 'auto' (1 on a ViT, 3 on a ConvNet) or an odd size")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
