@@ -79,6 +79,9 @@ def main() -> int:
                          "epoch budgets): mean success, per seed, exact McNemar against the first; to --out, then exit")
     ap.add_argument("--across-weights", action="store_true",
                     help="with --compare: pair runs whose encoders differ only in their weights (e.g. two defaults)")
+    ap.add_argument("--across-inputs", action="store_true",
+                    help="with --compare: pair runs that saw the same simulated episodes through other inputs (camera, "
+                         "encoder and its size, rendered size, weights), e.g. one camera against two")
     ap.add_argument("--resume", action="store_true",
                     help="keep the results already in the JSON of every pooling whose own settings match (its block, "
                          "encoder, configurations, seeds...; another pooling's block does not matter); run the rest")
@@ -86,7 +89,7 @@ def main() -> int:
     if args.merge:
         return merge_parts(args.merge, args.out)
     if args.compare:
-        return compare_runs(args.compare, args.out, args.across_weights)
+        return compare_runs(args.compare, args.out, args.across_weights, args.across_inputs)
 
     import torch
 
@@ -239,13 +242,17 @@ def merge_parts(paths: list[str], out: str | None) -> int:
 # what must be equal for two runs' episodes to be the same episodes
 _EPISODE_SETTINGS = ("configs", "heldout_seeds", "max_steps", "encoder", "weights_sha256", "demos", "camera",
                      "demo_size", "hold_steps", "action_noise", "render")
+# ... of which these only change what the policy sees, not what is simulated (--across-inputs lets them differ)
+_INPUT_SETTINGS = ("encoder", "weights_sha256", "camera", "demo_size", "render")
 
 
-def compare_runs(specs: list[str], out: str | None, across_weights: bool = False) -> int:
+def compare_runs(specs: list[str], out: str | None, across_weights: bool = False, across_inputs: bool = False) -> int:
     """Heads from different runs (RUN_JSON:POOLING each) on the episodes they share: the tasks and seeds
     every run has, the same held-out configurations. Refuses runs whose episodes differ; across_weights
     (--across-weights) lets the encoder's weights differ (same architecture and size), to pair two
-    backbones' heads on the same configurations."""
+    backbones' heads on the same configurations. across_inputs (--across-inputs) lets everything the policy
+    sees differ (_INPUT_SETTINGS: camera, encoder and size, rendered size, weights, render options): the
+    configurations, episode cap, demos and their hold are still the same, so are the simulated episodes."""
     import json
 
     runs = []
@@ -255,7 +262,8 @@ def compare_runs(specs: list[str], out: str | None, across_weights: bool = False
             raise SystemExit(f"{spec!r}: give RUN_JSON:POOLING, e.g. results.json:attention")
         d = json.loads(Path(path).read_text())
         runs.append((f"{Path(path).stem}:{pooling}", d, pooling))
-    keys = [k for k in _EPISODE_SETTINGS if not (across_weights and k == "weights_sha256")]
+    free = _INPUT_SETTINGS if across_inputs else ("weights_sha256",) if across_weights else ()
+    keys = [k for k in _EPISODE_SETTINGS if k not in free]
     first = {k: runs[0][1]["settings"].get(k) for k in keys}
     for label, d, _ in runs[1:]:
         other = {k: d["settings"].get(k) for k in keys}
@@ -276,7 +284,9 @@ def compare_runs(specs: list[str], out: str | None, across_weights: bool = False
     for b, t in paired.items():
         print(f"{labels[0]} vs {b}: {t[f'{labels[0]}_only']} vs {t[f'{b}_only']} paired episodes, "
               f"exact McNemar p = {t['p_two_sided']:.3g}")
-    write_result("control_success_compare", dict(runs=specs, across_weights=across_weights, tasks=sorted({t for t, _ in shared}),
+    inputs = {label: {k: d["settings"].get(k) for k in _INPUT_SETTINGS} for label, d, _ in runs} if across_inputs else None
+    write_result("control_success_compare", dict(runs=specs, across_weights=across_weights, across_inputs=across_inputs,
+                                                 inputs=inputs, tasks=sorted({t for t, _ in shared}),
                                                  seeds=sorted({s for _, s in shared}), episodes=first,
                                                  by_pooling=summary["by_pooling"], by_seed=summary["by_seed"],
                                                  paired=paired), out)

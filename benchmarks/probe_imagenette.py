@@ -62,22 +62,27 @@ def student_weights(path: Path) -> Path:
     return out
 
 
-def vit_features(bb, images: list, batch: int = 32) -> dict[str, np.ndarray]:
-    """{'cls+mean': (B, 2D), 'mean': (B, D)} from the last block after the final norm."""
+def vit_features(bb, images: list, blocks: tuple[int, ...] | None = None, batch: int = 32) -> dict[str, np.ndarray]:
+    """{'cls+mean': (B, 2D), 'mean': (B, D)} from the last block after the final norm.
+
+    With `blocks` other than the last alone (e.g. the last four, as in DINOv2's linear evaluation), every
+    block's CLS and mean token (final norm applied to each) are concatenated, under keys naming the blocks."""
     import torch
 
-    cls, mean = [], []
     last = bb.config.depth - 1
+    blocks = tuple(last if b == -1 else b for b in (blocks or (last,)))
+    cls, mean = [], []
     with torch.inference_mode():
         for s in range(0, len(images), batch):
-            g = bb.patch_grids(images[s:s + batch], blocks=(last,), norm=True)
-            grid = g[last]  # (B, D, h, w)
-            m = grid.mean((2, 3))  # (B, D)
-            c = g.cls(last)
-            mean.append(m.numpy())
-            cls.append((c if c is not None else m).numpy())
+            g = bb.patch_grids(images[s:s + batch], blocks=blocks, norm=True)
+            ms = [g[b].mean((2, 3)) for b in blocks]  # (B, D) each
+            cs = [c if (c := g.cls(b)) is not None else m for b, m in zip(blocks, ms)]
+            mean.append(torch.cat(ms, 1).numpy())
+            cls.append(torch.cat(cs, 1).numpy())
     m, c = np.concatenate(mean), np.concatenate(cls)
-    return {"cls+mean": np.concatenate([c, m], 1), "mean": m}
+    # one block: [CLS, mean]; several: [CLS of each, mean of each]
+    tag = "" if blocks == (last,) else " @blocks " + "+".join(map(str, blocks))
+    return {"cls+mean" + tag: np.concatenate([c, m], 1), "mean" + tag: m}
 
 
 def teacher_features(images: list, batch: int = 32) -> dict[str, np.ndarray]:
@@ -115,6 +120,8 @@ def main() -> int:
     ap.add_argument("--models", default="random,student,teacher")
     ap.add_argument("--train-per-class", type=int, default=100)
     ap.add_argument("--val-per-class", type=int, default=None, help="default: the whole val split")
+    ap.add_argument("--blocks", default=None, help="ViT blocks whose CLS + mean tokens are concatenated, e.g. "
+                    "8,9,10,11 (default: the last block alone)")
     ap.add_argument("--inspect-images", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
@@ -153,7 +160,8 @@ def main() -> int:
             else:
                 bb = load_backbone()
                 desc = f"embedded default {bb.name} at 224 px, sha256 {bb.weights_sha256[:12]}"
-            ftr_, fva_ = vit_features(bb, itr), vit_features(bb, iva)
+            blocks = tuple(int(b) for b in args.blocks.split(",")) if args.blocks else None
+            ftr_, fva_ = vit_features(bb, itr, blocks), vit_features(bb, iva, blocks)
             if name == "student":
                 from frozenvit.backbone.diagnostics import inspect_backbone
 
@@ -181,7 +189,7 @@ def main() -> int:
         rows = [r for r in old["rows"] if r["model"] not in done] + rows
         extra = {**{k: v for k, v in old.items() if k in ("student_attention", "latency_b8_224")}, **extra}
     print_table(rows)
-    write_result("probe_imagenette", {"train_per_class": args.train_per_class, "n_train": len(itr),
+    write_result("probe_imagenette", {"train_per_class": args.train_per_class, "blocks": args.blocks or "last", "n_train": len(itr),
                                       "n_val": len(iva), "student": args.student or "embedded default",
                                       "rows": rows, **extra}, args.out)
     return 0

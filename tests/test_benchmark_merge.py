@@ -122,3 +122,20 @@ def test_compare_across_weights_pairs_two_encoders_only_when_asked_and_only_in_t
     other = _run(tmp_path / "v3.json", rows, encoder="vit@128", weights_sha256="b" * 64)
     with pytest.raises(SystemExit, match="encoder"):         # another input size is still other episodes
         control_success.compare_runs([f"{v1}:attention", f"{other}:attention"], str(out), across_weights=True)
+
+
+def test_compare_across_inputs_pairs_two_cameras_on_the_same_simulated_episodes_only(tmp_path):
+    one = _run(tmp_path / "corner.json", [("t", "attention", 0, [0, 1])], encoder="vit@224", camera="corner",
+               demo_size=224, weights_sha256="a" * 64)
+    two = _run(tmp_path / "two.json", [("t", "attention", 0, [1, 1])], encoder="vit@160x320",
+               camera="corner+corner4", demo_size=160, weights_sha256="a" * 64)
+    out = tmp_path / "cmp.json"
+    with pytest.raises(SystemExit, match="camera"):                   # not without asking
+        control_success.compare_runs([f"{one}:attention", f"{two}:attention"], str(out))
+    assert control_success.compare_runs([f"{one}:attention", f"{two}:attention"], str(out), across_inputs=True) == 0
+    c = json.loads(out.read_text())
+    assert c["across_inputs"] is True and c["inputs"]["two:attention"]["camera"] == "corner+corner4"
+    assert c["paired"]["two:attention"] == {"corner:attention_only": 0, "two:attention_only": 1, "p_two_sided": 1.0}
+    held = _run(tmp_path / "held.json", [("t", "attention", 0, [1, 1])], camera="corner+corner4", hold_steps=0)
+    with pytest.raises(SystemExit, match="hold_steps"):               # other demos: other episodes still refused
+        control_success.compare_runs([f"{one}:attention", f"{held}:attention"], str(out), across_inputs=True)
