@@ -279,6 +279,9 @@ def compare_runs(specs: list[str], out: str | None, across_weights: bool = False
     labels = [label for label, _, _ in runs]
     summary = _summary(results, labels)
     paired = {b: _mcnemar(results, labels[0], b) for b in labels[1:]}
+    tasks = sorted({t for t, _ in shared})
+    paired_by_task = {t: {b: _mcnemar([r for r in results if r["task"] == t], labels[0], b) for b in labels[1:]}
+                      for t in tasks} if len(tasks) > 1 else None
     print_table(summary["by_pooling"])
     print_table(summary["by_seed"])
     for b, t in paired.items():
@@ -286,10 +289,10 @@ def compare_runs(specs: list[str], out: str | None, across_weights: bool = False
               f"exact McNemar p = {t['p_two_sided']:.3g}")
     inputs = {label: {k: d["settings"].get(k) for k in _INPUT_SETTINGS} for label, d, _ in runs} if across_inputs else None
     write_result("control_success_compare", dict(runs=specs, across_weights=across_weights, across_inputs=across_inputs,
-                                                 inputs=inputs, tasks=sorted({t for t, _ in shared}),
+                                                 inputs=inputs, tasks=tasks,
                                                  seeds=sorted({s for _, s in shared}), episodes=first,
                                                  by_pooling=summary["by_pooling"], by_seed=summary["by_seed"],
-                                                 paired=paired), out)
+                                                 paired=paired, paired_by_task=paired_by_task), out)
     return 0
 
 

@@ -125,9 +125,11 @@ def test_compare_across_weights_pairs_two_encoders_only_when_asked_and_only_in_t
 
 
 def test_compare_across_inputs_pairs_two_cameras_on_the_same_simulated_episodes_only(tmp_path):
-    one = _run(tmp_path / "corner.json", [("t", "attention", 0, [0, 1])], encoder="vit@224", camera="corner",
+    one = _run(tmp_path / "corner.json", [("t", "attention", 0, [0, 1]), ("u", "attention", 0, [1, 1])],
+               encoder="vit@224", camera="corner",
                demo_size=224, weights_sha256="a" * 64)
-    two = _run(tmp_path / "two.json", [("t", "attention", 0, [1, 1])], encoder="vit@160x320",
+    two = _run(tmp_path / "two.json", [("t", "attention", 0, [1, 1]), ("u", "attention", 0, [0, 1])],
+               encoder="vit@160x320",
                camera="corner+corner4", demo_size=160, weights_sha256="a" * 64)
     out = tmp_path / "cmp.json"
     with pytest.raises(SystemExit, match="camera"):                   # not without asking
@@ -135,7 +137,10 @@ def test_compare_across_inputs_pairs_two_cameras_on_the_same_simulated_episodes_
     assert control_success.compare_runs([f"{one}:attention", f"{two}:attention"], str(out), across_inputs=True) == 0
     c = json.loads(out.read_text())
     assert c["across_inputs"] is True and c["inputs"]["two:attention"]["camera"] == "corner+corner4"
-    assert c["paired"]["two:attention"] == {"corner:attention_only": 0, "two:attention_only": 1, "p_two_sided": 1.0}
+    assert c["paired"]["two:attention"] == {"corner:attention_only": 1, "two:attention_only": 1, "p_two_sided": 1.0}
+    by_task = {t: (v["two:attention"]["corner:attention_only"], v["two:attention"]["two:attention_only"])
+               for t, v in c["paired_by_task"].items()}
+    assert by_task == {"t": (0, 1), "u": (1, 0)}
     held = _run(tmp_path / "held.json", [("t", "attention", 0, [1, 1])], camera="corner+corner4", hold_steps=0)
     with pytest.raises(SystemExit, match="hold_steps"):               # other demos: other episodes still refused
         control_success.compare_runs([f"{one}:attention", f"{held}:attention"], str(out), across_inputs=True)
