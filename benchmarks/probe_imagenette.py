@@ -70,7 +70,7 @@ def vit_features(bb, images: list, blocks: tuple[int, ...] | None = None, batch:
     import torch
 
     last = bb.config.depth - 1
-    blocks = tuple(last if b == -1 else b for b in (blocks or (last,)))
+    blocks = tuple(bb.resolve_blocks(blocks))                  # negatives from the end; None: the last
     cls, mean = [], []
     with torch.inference_mode():
         for s in range(0, len(images), batch):
