@@ -72,8 +72,9 @@ def main() -> int:
     ap.add_argument("--work-dir", default=str(ROOT / "runs" / "control_success"))
     ap.add_argument("--out", default=None, help=f"JSON path (default {RESULTS}/control_success.json)")
     ap.add_argument("--merge", nargs="+", default=None, metavar="PART_JSON",
-                    help="combine the JSONs of runs over disjoint --tasks (all other settings equal, e.g. one "
-                         "process per core) into --out with a recomputed summary, then exit")
+                    help="combine the JSONs of runs over disjoint --tasks or --seeds (all other settings equal, e.g. one "
+                         "process per core, or a stopped run and one that ran its missing seeds) into --out with a "
+                         "recomputed summary, then exit")
     ap.add_argument("--compare", nargs="+", default=None, metavar="RUN_JSON:POOLING",
                     help="pair the heads of finished runs on the same held-out episodes (e.g. one pooling at two "
                          "epoch budgets): mean success, per seed, exact McNemar against the first; to --out, then exit")
@@ -219,22 +220,30 @@ def load_encoder(backbone: str | None, weights: str | None, size: int | None, ca
 
 
 def merge_parts(paths: list[str], out: str | None) -> int:
-    """One result from runs that split the tasks between processes; refuses parts with other settings."""
+    """One result from runs that split the tasks or the seeds between processes (a stopped run's part
+    included); refuses parts with other settings and parts that repeat a task, pooling and seed."""
     import json
 
     parts = [json.loads(Path(p).read_text()) for p in paths]
-    same = [{k: v for k, v in p["settings"].items() if k not in ("tasks",)} for p in parts]
+    same = [{k: v for k, v in p["settings"].items() if k not in ("tasks", "seeds")} for p in parts]
     if any(s != same[0] for s in same[1:]):
-        raise SystemExit("these runs differ in settings other than --tasks; they cannot be merged")
-    tasks = [t for p in parts for t in p["settings"]["tasks"]]
-    if len(set(tasks)) != len(tasks):
-        raise SystemExit(f"the runs overlap in tasks: {tasks}")
-    settings = dict(parts[0]["settings"], tasks=tasks)
+        raise SystemExit("these runs differ in settings other than --tasks and --seeds; they cannot be merged")
     results = [r for p in parts for r in p["results"]]
+    keys = [(r["task"], r["pooling"], r.get("seed")) for r in results]
+    repeated = sorted({k for k in keys if keys.count(k) > 1}, key=str)
+    if repeated:
+        raise SystemExit(f"the runs overlap in (task, pooling, seed): {repeated}")
+    settings = dict(parts[0]["settings"], tasks=list(dict.fromkeys(t for p in parts for t in p["settings"]["tasks"])))
+    if all("seeds" in p["settings"] for p in parts):
+        # the seeds each task has; a part's planned seeds that it never ran do not count
+        settings["seeds"] = sorted({r["seed"] for r in results})
+        expected = {(t, pl, s) for t in settings["tasks"] for pl in settings["poolings"] for s in settings["seeds"]}
+        complete = expected <= set(keys)
+    else:
+        complete = all(p.get("complete") for p in parts)
     summary = _summary(results, settings["poolings"])
     print_table(summary["by_pooling"])
-    write_result("control_success", dict(settings=settings, results=results, summary=summary,
-                                         complete=all(p.get("complete") for p in parts),
+    write_result("control_success", dict(settings=settings, results=results, summary=summary, complete=complete,
                                          merged_from=[Path(p).name for p in paths]), out)
     return 0
 

@@ -1,4 +1,4 @@
-"""benchmarks/control_success.py: --merge combines runs that split the tasks (others are refused); the summary
+"""benchmarks/control_success.py: --merge combines runs that split the tasks or seeds (others are refused); the summary
 over seeds; --compare pairs heads of different runs on the same episodes."""
 import json
 import sys
@@ -33,6 +33,29 @@ def test_merge_recomputes_the_summary_and_refuses_mismatched_parts(tmp_path):
         control_success.merge_parts([a, c], str(out))
     with pytest.raises(SystemExit, match="overlap"):
         control_success.merge_parts([a, a], str(out))
+
+
+def _seeded_part(path, task, seeds, planned=None, complete=True):
+    results = [dict(task=task, pooling="attention", seed=s, success_rate=0.5, per_config=[True, False]) for s in seeds]
+    path.write_text(json.dumps(dict(settings=dict(tasks=[task], poolings=["attention"], seeds=planned or seeds,
+                                                  epochs=60), results=results, complete=complete)))
+    return str(path)
+
+
+def test_merge_joins_runs_that_split_the_seeds_and_a_stopped_part(tmp_path):
+    stopped = _seeded_part(tmp_path / "a.json", "t1", [0, 1], planned=[0, 1, 2], complete=False)  # killed after seed 1
+    rest = _seeded_part(tmp_path / "b.json", "t1", [2])
+    other = _seeded_part(tmp_path / "c.json", "t2", [0, 1, 2])
+    out = tmp_path / "m.json"
+    assert control_success.merge_parts([stopped, rest, other], str(out)) == 0
+    m = json.loads(out.read_text())
+    assert m["settings"]["tasks"] == ["t1", "t2"] and m["settings"]["seeds"] == [0, 1, 2]
+    assert m["complete"] is True and len(m["results"]) == 6
+    assert control_success.merge_parts([stopped, other], str(out)) == 0      # t1 seed 2 is missing
+    m = json.loads(out.read_text())
+    assert m["complete"] is False and m["settings"]["seeds"] == [0, 1, 2]
+    with pytest.raises(SystemExit, match=r"overlap.*'t1', 'attention', 1"):
+        control_success.merge_parts([stopped, _seeded_part(tmp_path / "d.json", "t1", [1, 2])], str(out))
 
 
 def test_summary_averages_over_seeds_and_pairs_episodes_within_a_seed():
