@@ -70,7 +70,7 @@ def main() -> int:
     ap.add_argument("--mesh-faces", default=None, metavar="N|none",
                     help="render meshes simplified to N triangles (default: RenderSettings'); 'none': full meshes")
     ap.add_argument("--work-dir", default=str(ROOT / "runs" / "control_success"))
-    ap.add_argument("--out", default=None, help=f"JSON path (default {RESULTS}/control_success.json)")
+    ap.add_argument("--out", default=None, help=f"JSON path (default {RESULTS}/control_success.json; required with --merge and --compare)")
     ap.add_argument("--merge", nargs="+", default=None, metavar="PART_JSON",
                     help="combine the JSONs of runs over disjoint --tasks or --seeds (all other settings equal, e.g. one "
                          "process per core, or a stopped run and one that ran its missing seeds) into --out with a "
@@ -219,10 +219,23 @@ def load_encoder(backbone: str | None, weights: str | None, size: int | None, ca
     return bb
 
 
+def _require_out(out: str | None, inputs: list[str], flag: str) -> Path:
+    """--merge and --compare write only where they are told: without --out they used to replace the committed
+    benchmarks/results JSON, and an --out that is one of their inputs would overwrite it."""
+    if not out:
+        raise SystemExit(f"{flag} needs --out PATH (a new JSON file); it does not write to {RESULTS} by default")
+    dst = Path(out).resolve()
+    if any(Path(p.rpartition(":")[0] if flag == "--compare" else p).resolve() == dst for p in inputs):
+        raise SystemExit(f"--out {out} is one of the {flag} inputs; give a new path")
+    return dst
+
+
 def merge_parts(paths: list[str], out: str | None) -> int:
     """One result from runs that split the tasks or the seeds between processes (a stopped run's part
     included); refuses parts with other settings and parts that repeat a task, pooling and seed."""
     import json
+
+    _require_out(out, paths, "--merge")
 
     parts = [json.loads(Path(p).read_text()) for p in paths]
     same = [{k: v for k, v in p["settings"].items() if k not in ("tasks", "seeds")} for p in parts]
@@ -264,6 +277,7 @@ def compare_runs(specs: list[str], out: str | None, across_weights: bool = False
     configurations, episode cap, demos and their hold are still the same, so are the simulated episodes."""
     import json
 
+    _require_out(out, specs, "--compare")
     runs = []
     for spec in specs:
         path, _, pooling = spec.rpartition(":")

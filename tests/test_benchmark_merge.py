@@ -167,3 +167,23 @@ def test_compare_across_inputs_pairs_two_cameras_on_the_same_simulated_episodes_
     held = _run(tmp_path / "held.json", [("t", "attention", 0, [1, 1])], camera="corner+corner4", hold_steps=0)
     with pytest.raises(SystemExit, match="hold_steps"):               # other demos: other episodes still refused
         control_success.compare_runs([f"{one}:attention", f"{held}:attention"], str(out), across_inputs=True)
+
+
+def test_merge_and_compare_write_only_to_a_new_out(tmp_path, monkeypatch):
+    """Without --out they used to replace the committed benchmarks/results JSON; an --out that is one of the
+    inputs would overwrite that input. Both are refused before anything is read or written."""
+    results = tmp_path / "results"
+    results.mkdir()
+    monkeypatch.setattr(control_success, "RESULTS", results)
+    a = _part(tmp_path / "a.json", ["t1"], {"attention": [True, False]})
+    b = _part(tmp_path / "b.json", ["t2"], {"attention": [True, True]})
+    before = Path(a).read_text()
+    with pytest.raises(SystemExit, match="--merge needs --out"):
+        control_success.merge_parts([a, b], None)
+    with pytest.raises(SystemExit, match="--compare needs --out"):
+        control_success.compare_runs([f"{a}:attention", f"{b}:attention"], None)
+    with pytest.raises(SystemExit, match="one of the --merge inputs"):
+        control_success.merge_parts([a, b], a)
+    with pytest.raises(SystemExit, match="one of the --compare inputs"):
+        control_success.compare_runs([f"{a}:attention", f"{b}:attention"], a)
+    assert Path(a).read_text() == before and not list(results.iterdir())
