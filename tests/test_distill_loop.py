@@ -135,3 +135,24 @@ def test_default_vit_teacher_is_built_at_the_training_size():
     maps, logits = t.maps_and_logits(torch.zeros(1, 3, 112, 112))
     assert [tuple(m.shape) for m in maps] == [(1, 192, 7, 7), (1, 192, 7, 7)] and logits is None
     assert t.default_pairs(4) == {1: (0,), 3: (1,)}
+
+
+def test_init_from_a_run_folder_continues_student_and_training_heads(tmp_path):
+    """--init RUN_DIR starts a new schedule from that run's last checkpoint, heads included (a shipped student
+    alone would restart the logit head and projectors from random); a folder without a checkpoint is refused."""
+    from safetensors.torch import load_file
+
+    from frozenvit.backbone.errors import FrozenVitError
+
+    torch.set_num_threads(1)
+    distill(_teacher(), _images(), _cfg(epochs=1), tmp_path / "first", progress=False)
+    before = load_file(tmp_path / "first" / "ckpt" / "model.safetensors")
+    cont = distill(_teacher(), _images(), _cfg(epochs=1, lr=0.0, min_lr=0.0, init=str(tmp_path / "first")), tmp_path / "second",
+                   progress=False)
+    after = cont.state_dict()
+    assert any(k.startswith("logits.") for k in before) and set(before) == set(after)
+    for k, v in before.items():            # lr 0: nothing moved, so every tensor is the first run's
+        torch.testing.assert_close(after[k], v, msg=k)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FrozenVitError, match="distill run with a checkpoint"):
+        distill(_teacher(), _images(), _cfg(epochs=1, init=str(tmp_path / "empty")), tmp_path / "third", progress=False)

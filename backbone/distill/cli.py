@@ -71,7 +71,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--student-kwargs", default="{}", help='JSON timm kwargs, e.g. \'{"depth": 6}\'')
     p.add_argument("--init", default=None,
                    help="start the student from these ViT weights' first blocks (e.g. the teacher's; "
-                        "'default' = the embedded default) instead of from scratch")
+                        "'default' = the embedded default) instead of from scratch; a distill run folder continues from its "
+                        "last checkpoint, training heads included")
     p.add_argument("--data", required=True, help="folder of training images (searched recursively)")
     p.add_argument("--extra-data", action="append", default=None, metavar="DIR",
                    help="another folder of images added to --data (repeatable), e.g. ../shared/data/more_images; "

@@ -111,6 +111,22 @@ def init_student_from(student: nn.Module, path: str | Path) -> dict[str, int]:
     return {"copied": len(take), "student_tensors": len(own)}
 
 
+def init_distiller_from(model: nn.Module, ckpt: str | Path) -> dict[str, int]:
+    """Continue from another distill run's last checkpoint: the student AND its training heads (dense
+    projections, logit head, stride-8/16 projectors), where names and shapes match. Starting a new schedule
+    from a shipped student alone restarts those heads from random, and the first steps' gradients through
+    them pull the student away from where it was. The student itself must match in full."""
+    own = model.state_dict()
+    theirs = load_file(str(ckpt))
+    take = {k: v.to(own[k].dtype) for k, v in theirs.items() if k in own and own[k].shape == v.shape}
+    missing = [k for k in own if k.startswith("student.") and k not in take]
+    if missing:
+        raise FrozenVitError(f"{ckpt}: its student differs from this one ({len(missing)} tensors missing or of another "
+                             f"shape, e.g. {missing[0]}); use the same --student and --img-size")
+    model.load_state_dict(take, strict=False)
+    return {"copied": len(take), "tensors": len(own)}
+
+
 # ----------------------------------------------------------------------------- losses
 def dense_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """pred (B, N, C); target (B, C, h, w) already on the student grid -> smooth-L1 on LN'ed target."""
@@ -242,9 +258,13 @@ def distill(teacher: Teacher, images: np.ndarray, cfg: DistillConfig, out: str |
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
     student = make_student(cfg.student, cfg.img_size, **cfg.student_kwargs)
-    if cfg.init:
+    run_ckpt = Path(cfg.init) / "ckpt" / "model.safetensors" if cfg.init and Path(cfg.init).is_dir() else None
+    if cfg.init and run_ckpt is None:
         counts = init_student_from(student, cfg.init)
         print(f"student initialised from {cfg.init}: {counts['copied']}/{counts['student_tensors']} tensors")
+    elif run_ckpt is not None and not run_ckpt.is_file():
+        raise FrozenVitError(f"--init {cfg.init}: a folder must be a distill run with a checkpoint "
+                             f"({run_ckpt} is missing); give a weights file or an embedded name instead")
     depth = len(student.blocks)
     pairs = teacher.default_pairs(depth) if cfg.w_dense > 0 else {}
     with torch.no_grad():
@@ -262,6 +282,9 @@ def distill(teacher: Teacher, images: np.ndarray, cfg: DistillConfig, out: str |
         raise FrozenVitError("nothing to distil: --w-dense, --w-kd and the stride weights are all off")
     device = torch.device(cfg.device)
     model = Distiller(student, dims, num_classes, strided, fused_attn=device.type != "cpu").to(device)
+    if run_ckpt is not None:
+        counts = init_distiller_from(model, run_ckpt)
+        print(f"student and training heads initialised from {run_ckpt}: {counts['copied']}/{counts['tensors']} tensors")
     teacher.model.to(device)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "pos_embed" not in n and "token" not in n]
     no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "pos_embed" not in n and "token" not in n)]
