@@ -156,7 +156,11 @@ def main() -> int:
             elif args.student:
                 w = student_weights(Path(args.student))
                 bb = load_backbone("vit_tiny_patch16_224", weights=w, img_size=224, num_classes=0)
-                desc = f"student {args.student} at 224 px (pos-embed interpolated)"
+                from safetensors import safe_open
+
+                with safe_open(str(w), "pt") as f:
+                    native = f.get_slice("pos_embed").get_shape()[1] - bb.model.num_prefix_tokens == 14 * 14
+                desc = f"student {args.student} at 224 px ({'native 14x14' if native else 'pos-embed interpolated'})"
             else:
                 bb = load_backbone()
                 desc = f"embedded default {bb.name} at 224 px, sha256 {bb.weights_sha256[:12]}"
