@@ -219,7 +219,7 @@ def load_encoder(backbone: str | None, weights: str | None, size: int | None, ca
     return bb
 
 
-def _require_out(out: str | None, inputs: list[str], flag: str) -> Path:
+def _require_out(out: str | None, inputs: list[str], flag: str) -> None:
     """--merge and --compare write only where they are told: without --out they used to replace the committed
     benchmarks/results JSON, and an --out that is one of their inputs would overwrite it."""
     if not out:
@@ -227,7 +227,6 @@ def _require_out(out: str | None, inputs: list[str], flag: str) -> Path:
     dst = Path(out).resolve()
     if any(Path(p.rpartition(":")[0] if flag == "--compare" else p).resolve() == dst for p in inputs):
         raise SystemExit(f"--out {out} is one of the {flag} inputs; give a new path")
-    return dst
 
 
 def merge_parts(paths: list[str], out: str | None) -> int:
@@ -236,7 +235,6 @@ def merge_parts(paths: list[str], out: str | None) -> int:
     import json
 
     _require_out(out, paths, "--merge")
-
     parts = [json.loads(Path(p).read_text()) for p in paths]
     same = [{k: v for k, v in p["settings"].items() if k not in ("tasks", "seeds")} for p in parts]
     if any(s != same[0] for s in same[1:]):
