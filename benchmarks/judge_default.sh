@@ -7,8 +7,10 @@
 # steps (default: all, in this order; each writes benchmarks/results/${TAG}_<step>*.json):
 #   probe      Imagenette linear probe (student only; random/teacher rows merged from probe_imagenette.json),
 #              plus attention statistics and the forward-time ratio against timm's vit_tiny_patch16_224
-#   mpdd       PatchCore on MPDD metal_plate, anomaly_real.py's "vit" row (stretch, exact search)
-#   kolektor   PatchCore on KolektorSDD: "vit" (stretch) and "vit_tile2_b1" (tiles x2, border 1)
+#   mpdd       PatchCore on MPDD metal_plate, anomaly_real.py's "vit" row (stretch, exact search, 3x3 mean) and
+#              "vit_agg1" (the same without the 3x3 mean, as PatchCore's ViT default)
+#   kolektor   PatchCore on KolektorSDD: "vit" (stretch), "vit_tile2_b1" (tiles x2, border 1) and
+#              "vit_tile2_b1_ivf_agg1" (IVF, no 3x3 mean: what `anomaly fit --backbone embedded --tile 2 --score-border 1` does)
 #   synthetic  anomaly_quality.py (the synthetic set: weave, grain, washer)
 #   control    control_success.py, attention head, 4 tasks x 3 seeds, the head defaults of today (200 epochs,
 #              4 augmented views per frame), demos held 20 steps, cap 200, as two processes of one thread
@@ -34,10 +36,10 @@ for step in "${steps[@]}"; do
       "$PY" benchmarks/probe_imagenette.py --models student --student "$STUDENT" --threads "$THREADS" \
         --merge "$R/probe_imagenette.json" --out "$R/${TAG}_probe.json" ;;
     mpdd)
-      "$PY" benchmarks/anomaly_real.py --vit-weights "$STUDENT" --sets mpdd_metal_plate --configs vit \
+      "$PY" benchmarks/anomaly_real.py --vit-weights "$STUDENT" --sets mpdd_metal_plate --configs vit vit_agg1 \
         --threads "$THREADS" --out "$R/${TAG}_anomaly" ;;
     kolektor)
-      "$PY" benchmarks/anomaly_real.py --vit-weights "$STUDENT" --sets kolektorsdd --configs vit vit_tile2_b1 \
+      "$PY" benchmarks/anomaly_real.py --vit-weights "$STUDENT" --sets kolektorsdd --configs vit vit_tile2_b1 vit_tile2_b1_ivf_agg1 \
         --threads "$THREADS" --out "$R/${TAG}_anomaly" ;;
     synthetic)
       "$PY" benchmarks/anomaly_quality.py --weights "$STUDENT" --threads "$THREADS" \
