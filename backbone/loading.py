@@ -21,10 +21,23 @@ from .weights import hub_is_allowed, offline_message, read_state_dict, resample_
 log = logging.getLogger("frozenvit.backbone")
 ASSETS = Path(__file__).parent / "assets"
 DEFAULT_SPEC = ASSETS / "default.json"
-# Earlier embedded defaults, kept loadable by name so that a new default can be compared with them:
-# name -> its spec in backbone/assets (same fields as default.json; the weights file is checked against its sha256).
-EMBEDDED = {"frozenvit-default-v1": "default_v1.json", "frozenvit-default-v2": "default_v2.json",
-            "frozenvit-default-v3": "default_v3.json"}
+
+
+def embedded_names(assets: Path = ASSETS) -> dict[str, str]:
+    """name -> spec file of every versioned default in `assets`: default_vN.json is "frozenvit-default-vN" (written by
+    `distill ship --version N` beside default.json), in version order."""
+    found = {}
+    for path in assets.glob("default_v*.json"):
+        v = path.stem[len("default_v"):]
+        if v.isdigit():
+            found[int(v)] = path.name
+    return {f"frozenvit-default-v{v}": found[v] for v in sorted(found)}
+
+
+# Every embedded default, the current one included, kept loadable by name so that a new default can be compared
+# with the earlier ones: name -> its spec in backbone/assets (same fields as default.json; the weights file is
+# checked against its sha256).
+EMBEDDED = embedded_names()
 
 
 def _size2(s: int | tuple[int, int] | list[int]) -> tuple[int, int]:

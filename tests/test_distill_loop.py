@@ -111,6 +111,25 @@ def test_ship_writes_a_spec_that_load_backbone_reads(tmp_path):
     assert bb.config.grid == (8, 8)
 
 
+def test_ship_with_a_version_makes_the_default_loadable_by_name_and_never_reuses_a_version(tmp_path):
+    from frozenvit.backbone.errors import FrozenVitError
+    from frozenvit.backbone.loading import embedded_names
+    from frozenvit.backbone.distill.train import ship_student
+
+    distill(_teacher(), _images(), _cfg(epochs=1), tmp_path / "run", progress=False)
+    student, assets = tmp_path / "run" / "student.safetensors", tmp_path / "assets"
+    spec = ship_student(student, assets, "tiny", train_img_size=32, img_size=64, model_kwargs=TINY, version=4)
+    assert json.loads((assets / "default_v4.json").read_text()) == spec
+    assert embedded_names(assets) == {"frozenvit-default-v4": "default_v4.json"}
+    ship_student(student, assets, "tiny", train_img_size=32, img_size=64, model_kwargs=TINY, version=4)  # same weights
+    (assets / "default_v10.json").write_text(json.dumps({**spec, "sha256": "f" * 64}))
+    before = {p.name: p.read_bytes() for p in assets.iterdir()}
+    with pytest.raises(FrozenVitError, match="version 10 is taken"):
+        ship_student(student, assets, "other", train_img_size=32, img_size=64, model_kwargs=TINY, version=10)
+    assert {p.name: p.read_bytes() for p in assets.iterdir()} == before       # nothing copied or rewritten
+    assert list(embedded_names(assets)) == ["frozenvit-default-v4", "frozenvit-default-v10"]   # by number
+
+
 def test_student_initialised_from_a_deeper_vits_first_blocks(tmp_path):
     import timm
     from safetensors.torch import save_file

@@ -132,6 +132,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--name", required=True)
     p.add_argument("--assets", default=str(Path(__file__).parents[1] / "assets"))
     p.add_argument("--train-img-size", type=int, default=128)
+    p.add_argument("--version", type=int, default=None, metavar="N",
+                   help="also write default_vN.json, so the student stays loadable as 'frozenvit-default-vN' after "
+                        "later defaults ship (refused if that version names other weights)")
     p.set_defaults(func=_ship)
     args = parser.parse_args(argv)
     return args.func(args)
@@ -140,7 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _ship(a: argparse.Namespace) -> int:
     from .train import ship_student
 
-    print(json.dumps(ship_student(a.student, a.assets, a.name, train_img_size=a.train_img_size), indent=2))
+    print(json.dumps(ship_student(a.student, a.assets, a.name, train_img_size=a.train_img_size,
+                                         version=a.version), indent=2))
     return 0
 
 

@@ -361,17 +361,28 @@ def distill(teacher: Teacher, images: np.ndarray, cfg: DistillConfig, out: str |
 
 def ship_student(student_file: str | Path, assets_dir: str | Path, name: str, teacher: Teacher | None = None,
                  train_img_size: int = 128, img_size: int = 224, arch: str = "vit_tiny_patch16_224",
-                 model_kwargs: dict | None = None) -> dict:
+                 model_kwargs: dict | None = None, version: int | None = None) -> dict:
     """Copy a distilled bare-ViT file into assets_dir as <name>.safetensors and write default.json.
 
     default.json is what load_backbone() reads: arch, extra timm kwargs, training and serving
     resolution, the student's preprocessing (the teacher's mean/std) and the file's sha256.
+    version N also writes the same spec as default_vN.json, which makes it loadable as "frozenvit-default-vN" after
+    later defaults ship (`loading.embedded_names`). A default_vN.json that names other weights is never replaced:
+    FrozenVitError, before anything is copied.
     """
     import shutil
 
     from safetensors import safe_open
 
     assets_dir = Path(assets_dir)
+    if version is not None and (not isinstance(version, int) or isinstance(version, bool) or version < 1):
+        raise FrozenVitError(f"ship version must be a positive int, got {version!r}")
+    versioned = None if version is None else assets_dir / f"default_v{version}.json"
+    if versioned is not None and versioned.is_file():
+        taken = json.loads(versioned.read_text()).get("sha256")
+        if taken != sha256_file(student_file):
+            raise FrozenVitError(f"{versioned} already names other weights (sha256 {str(taken)[:12]}...): version "
+                                 f"{version} is taken; ship as --version {version + 1} or higher")
     assets_dir.mkdir(parents=True, exist_ok=True)
     dst = assets_dir / f"{name}.safetensors"
     with safe_open(str(student_file), "pt") as f:
@@ -392,5 +403,7 @@ def ship_student(student_file: str | Path, assets_dir: str | Path, name: str, te
             "img_size": img_size, "mean": list(mean), "std": list(std), "interpolation": "bicubic",
             "crop_pct": 1.0, "sha256": sha256_file(dst)}
     write_json(assets_dir / "default.json", spec)
+    if versioned is not None:
+        write_json(versioned, spec)
     return spec
 
