@@ -14,6 +14,7 @@ from frozenvit.backbone.suite.lazy import lazy_exports
 
 _API = {
     "patchcore": ("PatchCore", "AnomalyPrediction", "conformal_threshold", "default_blocks"),
+    "ensemble": ("PatchCoreEnsemble", "load_detector", "default_members"),
     "audit": ("contamination_audit", "AuditResult"),
     "datasets": ("read_mvtec", "read_folders", "read_dataset", "load_images", "AnomalyDataset", "TestSample"),
     "errors": ("DatasetError",),

@@ -28,6 +28,7 @@ from .search import load_index, save_index
 
 KIND = "anomaly.patchcore"
 FORMAT_VERSION = 1
+REPLACES = ("anomaly.ensemble",)     # `anomaly fit --out` may replace an ensemble it wrote with a single model
 # preprocessing and geometry that must match between fit and load
 _CONTRACT = ("name", "kind", "img_size", "patch_size", "grid", "embed_dim", "depth", "mean", "std",
              "interpolation", "resize")
@@ -93,7 +94,7 @@ def save_patchcore(det: Any, path: str | os.PathLike, backbone_source: dict | No
         "backbone": describe_backbone(bb), "backbone_source": source,
     }
     cfg["params"]["blocks"] = list(cfg["params"]["blocks"]) if cfg["params"]["blocks"] is not None else None
-    with atomic_dir(path, KIND) as tmp:
+    with atomic_dir(path, KIND, replaces=REPLACES) as tmp:
         save_file({"bank": det.bank_, "calibration_scores": np.asarray(det.calibration_scores_, np.float32)},
                   str(tmp / "bank.safetensors"), metadata=tensor_metadata(cfg))
         save_index(det.index_, tmp / "index.faiss")

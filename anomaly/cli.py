@@ -54,18 +54,35 @@ def _backbone(args: argparse.Namespace) -> tuple[Any, dict | None]:
     return bb, source
 
 
-def _detector(args: argparse.Namespace, bb: Any):
+def _detector(args: argparse.Namespace, bb: Any, **member: Any):
+    """The PatchCore the options describe, on `bb`; `member`: an ensemble member's own settings (tile and
+    score_border), each used where the option was left at 'auto'."""
     from .patchcore import PatchCore
 
     few_shot = {k: getattr(args, k) for k in ("threshold", "tile", "tile_overlap") if hasattr(args, k)}   # fit's own
     if getattr(args, "augment", "none") != "none":
         few_shot["augment"] = args.augment
-    return PatchCore(bb, blocks=args.blocks, coreset_ratio=args.coreset_ratio, reduce_dim=args.reduce_dim,
-                     aggregation=args.aggregation,
-                     image_score=args.image_score, score_border=args.score_border, index=args.index,
-                     target_fpr=args.target_fpr,
-                     holdout=args.holdout, batch_size=args.batch_size, coreset_chunk=args.coreset_chunk,
-                     seed=args.seed, progress=None, **few_shot)
+    kw = dict(blocks=args.blocks, coreset_ratio=args.coreset_ratio, reduce_dim=args.reduce_dim,
+              aggregation=args.aggregation, image_score=args.image_score, score_border=args.score_border,
+              index=args.index, target_fpr=args.target_fpr, holdout=args.holdout, batch_size=args.batch_size,
+              coreset_chunk=args.coreset_chunk, seed=args.seed, progress=None, **few_shot)
+    kw.update({k: v for k, v in member.items() if kw.get(k, "auto") == "auto"})
+    return PatchCore(bb, **kw)
+
+
+def _wants_ensemble(args: argparse.Namespace) -> bool:
+    """`anomaly fit` with no option that picks a backbone or its blocks: the default ensemble (defaults.ENSEMBLE)."""
+    return (args.backbone is None and args.weights is None and not getattr(args, "random_weights", False)
+            and args.blocks is None and args.img_size is None and args.resize == "stretch")
+
+
+def _ensemble(args: argparse.Namespace):
+    from . import defaults
+    from .ensemble import PatchCoreEnsemble
+
+    members = [_detector(args, defaults.ensemble_backbone(name), **own) for name, own in defaults.ENSEMBLE]
+    return PatchCoreEnsemble(members, target_fpr=args.target_fpr, holdout=args.holdout, seed=args.seed,
+                             threshold=args.threshold)
 
 
 def _threshold_text(det: Any) -> str:
@@ -88,16 +105,21 @@ def _normals(data: str) -> list[Path]:
 def _cmd_fit(args: argparse.Namespace) -> int:
     from frozenvit.backbone.suite.artifacts import check_artifact_dir
 
-    from .artifact import KIND
+    from .artifact import KIND, REPLACES
 
-    check_artifact_dir(args.out, KIND)
+    check_artifact_dir(args.out, KIND, replaces=REPLACES)
     _faiss_threads(args)
     train = _normals(args.data)
-    bb, source = _backbone(args)
-    det = _detector(args, bb).fit(train)
-    det.save(args.out, backbone_source=source)
-    print(f"fitted on {det.n_train_images_} normal images ({det.n_train_patches_} patches, blocks {det.blocks_}); "
-          f"bank {det.bank_.shape[0]} x {det.bank_.shape[1]} ({det.bank_.nbytes / 1e6:.1f} MB)")
+    if _wants_ensemble(args):
+        det = _ensemble(args).fit(train)
+        det.save(args.out)
+        print(f"fitted the default ensemble on {det.n_train_images_} normal images: {det.describe()}")
+    else:
+        bb, source = _backbone(args)
+        det = _detector(args, bb).fit(train)
+        det.save(args.out, backbone_source=source)
+        print(f"fitted on {det.n_train_images_} normal images ({det.n_train_patches_} patches, blocks {det.blocks_}); "
+              f"bank {det.bank_.shape[0]} x {det.bank_.shape[1]} ({det.bank_.nbytes / 1e6:.1f} MB)")
     if det.threshold is not None:
         print(f"threshold {det.threshold_:.4f} (given with --threshold)")
     elif det.threshold_ is None:
@@ -106,11 +128,11 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     else:
         print(f"threshold {det.threshold_:.4f} at target false-alarm rate {det.target_fpr:g} "
               f"(calibrated on {len(det.calibration_scores_)} held-out normals)")
-    if det.tile is not None:
+    if getattr(det, "tile", None) is not None:
         scale = "auto (as large as each image's short side)" if det.tile == "auto" else f"{det.tile:g}"
         print(f"tiles at scale {scale} of the {det.backbone_.config.img_size[0]}x{det.backbone_.config.img_size[1]} "
               f"input, overlap >= {det.tile_overlap:g}: {det.n_train_patches_} bank candidate patches")
-    if source is None:
+    if not _wants_ensemble(args) and source is None:
         print("note: random weights cannot be rebuilt from the artifact; load it in Python with the same backbone",
               file=sys.stderr)
     print(f"wrote {args.out}")
@@ -122,14 +144,14 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     from frozenvit.backbone.suite.artifacts import atomic_write_bytes, atomic_write_text, check_output_dir, output_dir
     from frozenvit.backbone.suite.engine import engine_from_args, engine_session
 
+    from .ensemble import load_detector
     from .images import image_size
-    from .patchcore import PatchCore
     from .stream import iter_scored
 
     _faiss_threads(args)
     engine_from_args(args)                         # --workers without --ray fails before any work
     check_output_dir(args.out, "anomaly.predict")
-    det = PatchCore.load(args.model)
+    det = load_detector(args.model)
     _override_threshold(det, args)
     files = list_images(args.images)
     for f in files:              # an unreadable file stops the run (ImageFormatError naming it) before any output
@@ -164,15 +186,15 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from frozenvit.backbone.suite.artifacts import check_output_file, write_json
 
     from .datasets import read_folders, read_mvtec
+    from .ensemble import load_detector
     from .evaluation import evaluate_dataset
-    from .patchcore import PatchCore
 
     if args.masks and not args.test:
         raise UsageError("--masks goes with --test (a plain folder of test images); an MVTec --data folder "
                          "brings its own ground_truth/")
     check_output_file(args.out, "anomaly.evaluate")
     _faiss_threads(args)
-    det = PatchCore.load(args.model)
+    det = load_detector(args.model)
     _override_threshold(det, args)
     ds = read_mvtec(args.data) if args.data else read_folders(None, args.test, args.masks)
     metrics, per_type = evaluate_dataset(det, ds)

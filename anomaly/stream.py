@@ -75,9 +75,10 @@ def iter_scored(det: Any, files: Sequence[str | Path], *, overlays: bool = True,
             yield from iter_scored(det, paths, overlays=overlays, batch_size=batch_size, engine=engine,
                                    workers=workers, model_dir=Path(tmp) / "model", worker_threads=worker_threads)
         return
-    params = {k: v for k, v in det.get_params(deep=False).items() if k != "backbone"}   # e.g. a --threshold
-    yield from _ray_scored(paths, Path(model_dir).resolve(), det.backbone_, params, overlays, batch_size, workers,
-                           worker_threads)
+    # e.g. a --threshold; an ensemble's workers rebuild its members' backbones from the artifact (backbone None)
+    params = {k: v for k, v in det.get_params(deep=False).items() if k not in ("backbone", "members")}
+    yield from _ray_scored(paths, Path(model_dir).resolve(), getattr(det, "backbone_", None), params, overlays,
+                           batch_size, workers, worker_threads)
 
 
 class _ScoringActor:
@@ -88,11 +89,14 @@ class _ScoringActor:
         import ray
         import torch
 
+        from .ensemble import load_detector
         from .patchcore import PatchCore
 
         torch.set_num_threads(threads)
         faiss.omp_set_num_threads(threads)
-        self.det = PatchCore.load(model_dir, backbone=ray.get(backbone_ref[0])).set_params(**params)
+        backbone = ray.get(backbone_ref[0])
+        det = load_detector(model_dir) if backbone is None else PatchCore.load(model_dir, backbone=backbone)
+        self.det = det.set_params(**params)
         self.overlays = overlays
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

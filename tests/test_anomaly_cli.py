@@ -187,8 +187,18 @@ def test_patchcore_without_a_backbone_and_fit_without_options_use_one_default(wo
     assert np.array_equal(det.decision_function(img), loaded.decision_function(img))
     assert main(["anomaly", "fit", "--data", str(workspace / "data" / "weave"), "--out", str(tmp_path / "cli"),
                  "--threads", "1"]) == 0
-    rec = json.loads((tmp_path / "cli" / "config.json").read_text())
-    assert rec["backbone"]["weights_sha256"] == default.weights_sha256 and rec["params"]["tile"] == defaults.TILE
+    rec = json.loads((tmp_path / "cli" / "config.json").read_text())      # no backbone option: the default ensemble
+    assert rec["kind"] == "anomaly.ensemble" and rec["n_members"] == len(defaults.ENSEMBLE) == 2
+    lite0, vit = [json.loads((tmp_path / "cli" / "members" / str(i) / "config.json").read_text()) for i in range(2)]
+    assert lite0["backbone"]["weights_sha256"] == default.weights_sha256 and lite0["params"]["tile"] == defaults.TILE
+    assert vit["backbone_source"] == {"default": True} and vit["params"]["tile"] == 2.0
+    assert vit["params"]["score_border"] == 1 and lite0["params"]["score_border"] == defaults.SCORE_BORDER
+    assert main(["anomaly", "evaluate", "--model", str(tmp_path / "cli"), "--data", str(workspace / "data" / "weave"),
+                 "--out", str(tmp_path / "cli_eval.json")]) == 0
+    assert 0 <= json.loads((tmp_path / "cli_eval.json").read_text())["metrics"]["image_auroc"] <= 1
+    assert main(["anomaly", "fit", "--data", str(workspace / "data" / "weave"), "--out", str(tmp_path / "cli"),
+                 "--backbone", "efficientnet_lite0", "--threads", "1"]) == 0            # replaces the ensemble it wrote
+    assert json.loads((tmp_path / "cli" / "config.json").read_text())["kind"] == "anomaly.patchcore"
 
 
 def test_backbone_embedded_is_the_embedded_vit_and_is_rebuilt_by_predict(workspace, capsys):

@@ -85,7 +85,7 @@ def _refuse(path: Path, why: str, flag: str) -> OutputConflict:
                           f"Choose a new {flag} path (or an empty folder), or move those files away")
 
 
-def _check_owned_dir(path: Path, kind: str, flag: str, whole: bool) -> None:
+def _check_owned_dir(path: Path, kind: str, flag: str, whole: bool, replaces: tuple[str, ...] = ()) -> None:
     """Raise OutputConflict unless `path` is absent, empty, or a frozenvit folder of this kind.
 
     `whole`: the folder will be replaced as a whole, so it must hold nothing but the files we listed.
@@ -98,7 +98,7 @@ def _check_owned_dir(path: Path, kind: str, flag: str, whole: bool) -> None:
     have = marker["kind"] if marker else _legacy_kind(path)
     if have is None:
         raise _refuse(path, "is a non-empty folder that frozenvit did not write", flag)
-    if have != kind:
+    if have != kind and have not in replaces:
         raise _refuse(path, f"holds a frozenvit {have!r} output, not a {kind!r}", flag)
     if whole and marker is not None and "files" in marker:
         foreign = sorted(set(_files(path)) - set(marker["files"]) - {MARKER})
@@ -150,21 +150,22 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
-def check_artifact_dir(target: str | os.PathLike, kind: str, flag: str = "--out") -> None:
-    """Refuse early (before hours of work) a `target` that `atomic_dir(target, kind)` would refuse."""
+def check_artifact_dir(target: str | os.PathLike, kind: str, flag: str = "--out", replaces: tuple[str, ...] = ()) -> None:
+    """Refuse early (before hours of work) a `target` that `atomic_dir(target, kind, replaces=...)` would refuse."""
     recover(target)
-    _check_owned_dir(Path(target), kind, flag, whole=True)
+    _check_owned_dir(Path(target), kind, flag, whole=True, replaces=replaces)
 
 
 @contextlib.contextmanager
-def atomic_dir(target: str | os.PathLike, kind: str, flag: str = "--out") -> Iterator[Path]:
+def atomic_dir(target: str | os.PathLike, kind: str, flag: str = "--out", replaces: tuple[str, ...] = ()) -> Iterator[Path]:
     """Yield a temporary folder; when the body returns it replaces `target` as a whole.
 
     Refuses (OutputConflict, before the body runs) a `target` that is not absent, empty, or a frozenvit
-    artifact of this `kind` holding only files frozenvit wrote. If the body raises, `target` is untouched.
+    artifact of this `kind` (or of a kind in `replaces`) holding only files frozenvit wrote. If the body raises,
+    `target` is untouched.
     """
     target = Path(target)
-    check_artifact_dir(target, kind, flag)
+    check_artifact_dir(target, kind, flag, replaces)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         _clean_stale(target)

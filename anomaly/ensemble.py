@@ -1,0 +1,205 @@
+"""Several PatchCores on different backbones, one detector: the PatchCore paper's ensemble, calibrated on held-out
+normals instead of the test set.
+
+    from frozenvit.anomaly import PatchCoreEnsemble
+    det = PatchCoreEnsemble().fit(normals)          # the default members: Lite0 (2 stages) and the embedded ViT
+    out = det.predict(images)                        # as PatchCore.predict: scores, maps, is_defect, threshold
+    det.save("model/"); det = load_detector("model/")
+
+Each member is fitted on the same normals with the same holdout split. Its image scores and maps are put on one
+scale by its own held-out normals (`standardiser`): (x - mean) / std of their image scores. The ensemble's image
+score is the mean of its members' standardised scores, its map the mean of their standardised maps (all maps lie
+on the original pixels, so they add up pixel for pixel), and its threshold is calibrated on the held-out normals'
+ensemble scores exactly as a PatchCore's is on its own. Why it is `anomaly fit`'s default: docs/anomaly.md, "The
+defaults and why".
+"""
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.exceptions import NotFittedError
+
+from frozenvit.backbone.errors import ArtifactError
+from frozenvit.backbone.suite.errors import UsageError
+
+from .artifact import KIND as PATCHCORE_KIND
+from .errors import DatasetError
+from .patchcore import AnomalyPrediction, PatchCore, conformal_threshold
+
+KIND = "anomaly.ensemble"
+FORMAT_VERSION = 1
+MIN_STD = 1e-6          # a member whose held-out scores do not spread is scaled as if they spread this much
+
+
+def default_members(progress: bool | None = None) -> list[PatchCore]:
+    """`anomaly fit`'s default members (`defaults.ENSEMBLE`): each a PatchCore with its own settings."""
+    from . import defaults
+
+    return [PatchCore(defaults.ensemble_backbone(name), progress=progress, **kw) for name, kw in defaults.ENSEMBLE]
+
+
+def standardiser(holdout_scores: np.ndarray, map_range: tuple[float, float]) -> tuple[float, float]:
+    """(location, scale) that put one member's scores and maps on the ensemble's common scale.
+
+    The mean and standard deviation of its held-out normals' image scores; with fewer than 2 held-out normals
+    (few-shot) the median and the spread (max - median) of its normal patch scores (`map_range_`), the only
+    normal statistics such a member has."""
+    s = np.asarray(holdout_scores, np.float64)
+    if len(s) >= 2:
+        return float(s.mean()), float(max(s.std(), MIN_STD))
+    lo, hi = map_range
+    return float(lo), float(max(hi - lo, MIN_STD))
+
+
+class PatchCoreEnsemble(BaseEstimator):
+    """The mean of several PatchCores' standardised scores and maps, a scikit-learn estimator.
+
+    members: unfitted PatchCores (each with its own backbone and settings); None: `default_members()` at fit
+        time (Lite0 with two stages and the embedded ViT with tiles x2, docs/anomaly.md says why). They are
+        cloned with their backbones shared, so the list given is never fitted itself.
+    target_fpr, holdout, seed: as PatchCore's, and given to every member, so that they all hold out the same
+        images (the ensemble's threshold is calibrated on those images' ensemble scores).
+    threshold: an explicit decision threshold on ensemble scores; None: calibrated.
+    progress: progress bars for the default members; None: only on a terminal.
+    """
+
+    def __init__(self, members: Sequence[PatchCore] | None = None, target_fpr: float = 0.01, holdout: float = 0.2,
+                 threshold: float | None = None, seed: int = 0, progress: bool | None = None) -> None:
+        self.members = members
+        self.target_fpr = target_fpr
+        self.holdout = holdout
+        self.threshold = threshold
+        self.seed = seed
+        self.progress = progress
+
+    def _fresh_members(self) -> list[PatchCore]:
+        given = default_members(self.progress) if self.members is None else list(self.members)
+        if not given or not all(isinstance(m, PatchCore) for m in given):
+            raise UsageError(f"PatchCoreEnsemble members must be a non-empty list of PatchCore, got {self.members!r}")
+        # copies with the same hyperparameters that share the frozen backbones (sklearn.base.clone would deep-copy
+        # them); every member holds out the same normals and leaves the decision to the ensemble
+        return [type(m)(**{**m.get_params(deep=False), "target_fpr": self.target_fpr, "holdout": self.holdout,
+                           "seed": self.seed, "threshold": None}) for m in given]
+
+    def fit(self, images: Sequence[Any], y: Any = None) -> "PatchCoreEnsemble":
+        """Fit every member on the same normals (paths, arrays or PIL images) and calibrate; returns self."""
+        images = list(images)
+        if not images:
+            raise DatasetError("PatchCoreEnsemble.fit got no normal images: give at least 1")
+        members = self._fresh_members()
+        with warnings.catch_warnings(record=True) as caught:      # each member would warn alike: the ensemble once
+            warnings.simplefilter("always")
+            for m in members:
+                m.fit(images)
+        for w in {str(w.message): w for w in caught}.values():
+            warnings.warn(w.message, w.category, stacklevel=2)
+        self._set_learned(members)
+        return self
+
+    def _set_learned(self, members: list[PatchCore]) -> None:
+        hold = [tuple(m.holdout_indices_) for m in members]
+        if len(set(hold)) != 1:     # only from members loaded or fitted apart: fit gives all the same split
+            raise UsageError("PatchCoreEnsemble members were calibrated on different held-out normals; refit them "
+                             "together (same holdout and seed)")
+        self.members_ = members
+        self.standardisers_ = [standardiser(m.calibration_scores_, m.map_range_) for m in members]
+        self.holdout_indices_ = members[0].holdout_indices_
+        self.calibration_scores_ = self._combine([m.calibration_scores_ for m in members]).astype(np.float32)
+        calibrated = conformal_threshold(self.calibration_scores_, self.target_fpr) if len(self.holdout_indices_) else None
+        self.threshold_ = float(self.threshold) if self.threshold is not None else calibrated
+        self.map_range_ = tuple(float(v) for v in self._combine([np.asarray(m.map_range_) for m in members]))
+        self.n_train_images_ = members[0].n_train_images_
+        self.n_train_patches_ = sum(int(m.n_train_patches_) for m in members)
+
+    def _combine(self, per_member: Sequence[Any]) -> Any:
+        """Mean of the members' standardised values (scores or maps, same shape across members)."""
+        return sum((np.asarray(v, np.float64) - loc) / scale
+                   for v, (loc, scale) in zip(per_member, self.standardisers_)) / len(per_member)
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "members_"):
+            raise NotFittedError("this PatchCoreEnsemble is not fitted yet: call fit(normal_images) or "
+                                 "load_detector(dir)")
+
+    def decision_function(self, images: Sequence[Any]) -> np.ndarray:
+        """Image scores (B,), no maps."""
+        self._check_fitted()
+        images = list(images)
+        return self._combine([m.decision_function(images) for m in self.members_]).astype(np.float32)
+
+    def decision_threshold(self) -> float | None:
+        return float(self.threshold) if self.threshold is not None else self.threshold_
+
+    def predict(self, images: Sequence[Any]) -> AnomalyPrediction:
+        """As PatchCore.predict; `patch_scores` holds one entry per member (their own grids differ)."""
+        self._check_fitted()
+        images = list(images)
+        preds = [m.predict(images) for m in self.members_]
+        scores = self._combine([p.scores for p in preds]).astype(np.float32)
+        maps = [self._combine(per_image).astype(np.float32) for per_image in zip(*(p.maps for p in preds))]
+        t = self.decision_threshold()
+        return AnomalyPrediction(scores, maps, None if t is None else scores > t, t, [p.patch_scores for p in preds])
+
+    # ---- what `anomaly fit` prints ------------------------------------------------------------
+    def describe(self) -> str:
+        self._check_fitted()
+        return "; ".join(f"{m.backbone_.name} blocks {m.blocks_}, bank {m.bank_.shape[0]} x {m.bank_.shape[1]}"
+                         + (f", tiles {m.tile}" if m.tile is not None else "") for m in self.members_)
+
+    # ---- persistence ------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike, backbone_sources: Sequence[dict | None] | None = None) -> None:
+        """An atomic artifact directory: config.json and members/0, members/1, ... (PatchCore artifacts)."""
+        from frozenvit.backbone.suite.artifacts import atomic_dir, write_json
+
+        self._check_fitted()
+        sources = list(backbone_sources) if backbone_sources is not None else [None] * len(self.members_)
+        cfg = {"kind": KIND, "format_version": FORMAT_VERSION, "n_members": len(self.members_),
+               "params": {k: v for k, v in self.get_params(deep=False).items() if k not in ("members", "progress")},
+               "threshold": self.threshold_, "standardisers": [list(s) for s in self.standardisers_]}
+        with atomic_dir(path, KIND, replaces=(PATCHCORE_KIND,)) as tmp:
+            for i, (m, src) in enumerate(zip(self.members_, sources)):
+                m.save(tmp / "members" / str(i), backbone_source=src)
+            write_json(tmp / "config.json", cfg)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "PatchCoreEnsemble":
+        """Rebuild a saved ensemble; each member's backbone from its own record (ArtifactError if one cannot be)."""
+        from frozenvit.backbone.suite.artifacts import read_config
+
+        path = Path(path)
+        cfg = read_config(path, KIND, FORMAT_VERSION)
+        try:
+            n = int(cfg["n_members"])
+            det = cls(**cfg["params"])
+            members = [PatchCore.load(path / "members" / str(i)) for i in range(n)]
+            saved = [tuple(float(v) for v in s) for s in cfg["standardisers"]]
+        except (KeyError, TypeError, ValueError) as e:
+            raise ArtifactError(f"{path}/config.json is not a complete {KIND} config ({type(e).__name__}: {e}); "
+                                "refit the model") from e
+        det.members = None
+        try:
+            det._set_learned(members)
+        except UsageError as e:
+            raise ArtifactError(f"{path}: {e}") from e
+        if not all(math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9) for s, t in zip(saved, det.standardisers_)
+                   for a, b in zip(s, t)) or len(saved) != n:
+            raise ArtifactError(f"{path}: the members' calibration scores do not give the saved standardisers; the "
+                                "artifact is corrupt, refit it")
+        return det
+
+
+def load_detector(path: str | os.PathLike) -> PatchCore | PatchCoreEnsemble:
+    """A saved PatchCore or PatchCoreEnsemble, whichever `path` holds (its config.json's kind)."""
+    import json
+
+    try:
+        kind = json.loads((Path(path) / "config.json").read_text()).get("kind")
+    except (OSError, ValueError, AttributeError):
+        kind = None                 # PatchCore.load names what is wrong with the directory
+    return PatchCoreEnsemble.load(path) if kind == KIND else PatchCore.load(path)
