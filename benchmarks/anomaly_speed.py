@@ -3,6 +3,7 @@ relative to bare `patch_grids`, bank size.
 
     python benchmarks/anomaly_speed.py --threads 2                                  # the embedded ViT
     python benchmarks/anomaly_speed.py --threads 2 --backbone default --skip-coreset --tiled 1250x500
+    python benchmarks/anomaly_speed.py --threads 2 --backbone ensemble --tiled 1250x500       # anomaly fit's default
 
 Targets (issue 4): coreset < 60 s on 2 cores; predict img/s / patch_grids img/s >= 0.85.
 The coreset input is seeded Gaussian noise: no cluster structure, the worst case for k-center.
@@ -63,6 +64,61 @@ def get_backbone(name: str):
         return load_backbone("vit_tiny_patch16_224", pretrained=False, img_size=224), "stand-in (random ViT-Ti/16)"
 
 
+def bench_ensemble(args) -> None:
+    """--backbone ensemble: `anomaly fit`'s default (defaults.ENSEMBLE, every setting the shipped one's) against bare
+    `patch_grids` of every member on exactly the inputs it sees (whole images or its tiles), in interleaved rounds."""
+    from frozenvit.anomaly import PatchCoreEnsemble, render_sample
+
+    size = (args.size, args.size)
+    train = [render_sample("weave", None, 1, i, size)[0] for i in range(args.n_train)]
+    sets = {f"{args.size}px": [render_sample("weave", "hole" if i % 2 else None, 2, i, size)[0]
+                               for i in range(args.batch_size)]}
+    warnings.simplefilter("ignore")
+    t0 = time.perf_counter()
+    ens = PatchCoreEnsemble(progress=False).fit(train)
+    rows = [{"what": "fit", "variant": f"{args.n_train} images {args.size}px", "seconds": time.perf_counter() - t0,
+             "bank": " + ".join(f"{m.bank_.shape[0]}x{m.bank_.shape[1]} {m.index_kind(len(m.bank_))}"
+                                for m in ens.members_)}]
+    fitted = {f"{args.size}px": ens}
+    if args.tiled:
+        th, tw = (int(v) for v in args.tiled.lower().split("x"))
+        sets[args.tiled] = [render_sample("weave", "hole" if i % 2 else None, 2, i, (th, tw))[0] for i in range(4)]
+        n_fit = max(2, args.n_train // 4)                  # about the untiled bank's size (search cost grows with it)
+        fitted[args.tiled] = PatchCoreEnsemble(progress=False).fit(
+            [render_sample("weave", None, 1, i, (th, tw))[0] for i in range(n_fit)])
+    variants = {}
+    for name, imgs in sets.items():
+        e = fitted[name]
+        inputs = [(m.backbone_, m.blocks_, [v for _, v, _ in m._views(imgs)]) for m in e.members_]
+        variants[f"bare {name}"] = (lambda inputs=inputs: [bb.patch_grids(x, blocks=b, batch_size=args.batch_size,
+                                                                          progress=False) for bb, b, x in inputs])
+        variants[f"predict {name}"] = (lambda e=e, imgs=imgs: e.predict(imgs))
+        variants[f"scores {name}"] = (lambda e=e, imgs=imgs: e.decision_function(imgs))
+        rows.append({"what": "inputs", "variant": name, "per_image": " + ".join(
+            f"{len(x) // len(imgs)} {bb.name}" for bb, _, x in inputs)})
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for r in range(args.repeats + 1):
+        for k, fn in variants.items():
+            t0 = time.perf_counter()
+            fn()
+            if r:                                                    # round 0 is the warm-up
+                times[k].append(time.perf_counter() - t0)
+    for name, imgs in sets.items():
+        bare = len(imgs) / median(times[f"bare {name}"])
+        rows.append({"what": "bare patch_grids (members)", "variant": name, "img_s": bare})
+        for kind in ("predict", "scores"):
+            ips = len(imgs) / median(times[f"{kind} {name}"])
+            rows.append({"what": "predict (maps)" if kind == "predict" else "scores only", "variant": name,
+                         "img_s": ips, "ratio_to_patch_grids": ips / bare,
+                         "ratio_per_round_median": median([b / p for b, p in zip(times[f"bare {name}"],
+                                                                                times[f"{kind} {name}"])])})
+    print(f"anomaly fit's default ensemble: {ens.describe()}; threads {args.threads}")
+    print_table(rows, "{:.3f}")
+    write_result(f"anomaly_speed_ensemble_t{args.threads}",
+                 {"members": ens.describe(), "rows": rows, "repeats": args.repeats,
+                  "targets": {"predict_ratio": 0.85}}, args.out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--threads", type=int, default=2)
@@ -76,7 +132,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--skip-coreset", action="store_true")
     ap.add_argument("--backbone", default="embedded",
-                    help="'embedded' (the embedded ViT), 'default' (anomaly/defaults.py's, with its tiling) or a name")
+                    help="'embedded' (the embedded ViT), 'default' (anomaly/defaults.py's, with its tiling), 'ensemble' "
+                         "(anomaly fit's default ensemble, the coreset skipped) or a name")
     ap.add_argument("--tiled", default=None, metavar="HxW",
                     help="also time tiled predict (the default's tiling, else tile='auto') on images of HxW px against "
                          "bare patch_grids on the same tiles, e.g. 1250x500")
@@ -88,6 +145,8 @@ def main() -> None:
     faiss.omp_set_num_threads(args.threads)
     from frozenvit.anomaly import PatchCore, render_sample
 
+    if args.backbone == "ensemble":
+        return bench_ensemble(args)
     rows = [] if args.skip_coreset else bench_coreset(args.n, args.d, args.ratio, args.chunk)
     bb, which = get_backbone(args.backbone)
     size = (args.size, args.size)
