@@ -1,5 +1,6 @@
-"""What PatchCore uses when nothing says otherwise: one source for `PatchCore()` in Python and for
-`frozenvit anomaly fit|audit` with no options.
+"""What PatchCore uses when nothing says otherwise: one source for `PatchCore()` in Python, `frozenvit anomaly audit`
+and each member of the default ensemble (`ENSEMBLE`, what `frozenvit anomaly fit` fits with no backbone option and
+`PatchCoreEnsemble()` in Python).
 
 The values were picked from benchmarks/anomaly_real.py on the two real development sets (docs/anomaly.md,
 "Real inspection data"): see there for the table and why.

@@ -83,7 +83,10 @@ def bench_ensemble(args) -> None:
     if args.tiled:
         th, tw = (int(v) for v in args.tiled.lower().split("x"))
         sets[args.tiled] = [render_sample("weave", "hole" if i % 2 else None, 2, i, (th, tw))[0] for i in range(4)]
-        n_fit = max(2, args.n_train // 4)                  # about the untiled bank's size (search cost grows with it)
+        # n_train / (the first member's tiles per image) normals, as the single default's run: its bank about as large
+        # as untiled (search cost grows with it)
+        first = ens.members_[0]
+        n_fit = max(2, args.n_train // len(first.tiling_of((th, tw)) or [None]))
         fitted[args.tiled] = PatchCoreEnsemble(progress=False).fit(
             [render_sample("weave", None, 1, i, (th, tw))[0] for i in range(n_fit)])
     variants = {}
@@ -112,6 +115,9 @@ def bench_ensemble(args) -> None:
                          "img_s": ips, "ratio_to_patch_grids": ips / bare,
                          "ratio_per_round_median": median([b / p for b, p in zip(times[f"bare {name}"],
                                                                                 times[f"{kind} {name}"])])})
+    for name, e in fitted.items():
+        rows.append({"what": "banks", "variant": name, "bank": " + ".join(
+            f"{m.bank_.shape[0]}x{m.bank_.shape[1]} {m.index_kind(len(m.bank_))}" for m in e.members_)})
     print(f"anomaly fit's default ensemble: {ens.describe()}; threads {args.threads}")
     print_table(rows, "{:.3f}")
     write_result(f"anomaly_speed_ensemble_t{args.threads}",
