@@ -167,6 +167,32 @@ def test_ray_scoring_streams_equal_scores_in_file_order_and_survives_a_dead_work
     assert min(s.score for s in local[2:]) > max(s.score for s in local[:2])   # the squares stand out
 
 
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:only 1 held-out normals")
+def test_ray_scoring_of_an_ensemble_rebuilds_its_members_and_equals_local(image_files, tmp_path):
+    """An ensemble (anomaly fit's default) has no single backbone to hand over: workers load it whole."""
+    pytest.importorskip("ray")
+    from frozenvit.anomaly import PatchCore, PatchCoreEnsemble
+    from frozenvit.anomaly.stream import iter_scored
+    from frozenvit.backbone import load_backbone
+
+    members = [PatchCore(load_backbone("efficientnet_lite0", img_size=64), coreset_ratio=0.5),
+               PatchCore(load_backbone(img_size=48), coreset_ratio=0.5, tile=1.0)]
+    det = PatchCoreEnsemble(members, holdout=0.3, progress=False).fit(image_files[:4])
+    det.save(tmp_path / "model")
+    test = image_files[2:]
+    local = list(iter_scored(det, test, batch_size=2))
+    on_ray = list(iter_scored(det, test, batch_size=2, engine="ray", workers=2, model_dir=tmp_path / "model"))
+    assert [s.path for s in on_ray] == [str(f) for f in test]
+    np.testing.assert_allclose([s.score for s in on_ray], [s.score for s in local], rtol=1e-5, atol=1e-6)
+    # the held-out normal among the test files scores exactly the threshold (its largest held-out score), where
+    # threads' rounding may tip the decision: every other decision must agree
+    t = det.decision_threshold()
+    away = [abs(s.score - t) > 1e-4 for s in local]
+    assert sum(away) >= 4
+    assert [r.is_defect for r, a in zip(on_ray, away) if a] == [s.is_defect for s, a in zip(local, away) if a]
+
+
 # ---- forecasting: the statistical models' fits as Ray tasks ------------------------------------------
 @pytest.mark.slow
 def test_ray_backtest_gives_the_same_forecasts_to_the_last_digit_and_survives_a_dead_worker(tmp_path, monkeypatch):
