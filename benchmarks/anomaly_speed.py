@@ -64,6 +64,19 @@ def get_backbone(name: str):
         return load_backbone("vit_tiny_patch16_224", pretrained=False, img_size=224), "stand-in (random ViT-Ti/16)"
 
 
+def timed_rounds(variants: dict, repeats: int) -> dict[str, list[float]]:
+    """Seconds of every variant in each of `repeats` rounds after a warm-up round. Interleaved: on a shared machine
+    the load drifts, so each round times every variant once."""
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for r in range(repeats + 1):
+        for k, fn in variants.items():
+            t0 = time.perf_counter()
+            fn()
+            if r:                                                    # round 0 is the warm-up
+                times[k].append(time.perf_counter() - t0)
+    return times
+
+
 def bench_ensemble(args) -> None:
     """--backbone ensemble: `anomaly fit`'s default (defaults.ENSEMBLE, every setting the shipped one's) against bare
     `patch_grids` of every member on exactly the inputs it sees (whole images or its tiles), in interleaved rounds."""
@@ -99,13 +112,7 @@ def bench_ensemble(args) -> None:
         variants[f"scores {name}"] = (lambda e=e, imgs=imgs: e.decision_function(imgs))
         rows.append({"what": "inputs", "variant": name, "per_image": " + ".join(
             f"{len(x) // len(imgs)} {bb.name}" for bb, _, x in inputs)})
-    times: dict[str, list[float]] = {k: [] for k in variants}
-    for r in range(args.repeats + 1):
-        for k, fn in variants.items():
-            t0 = time.perf_counter()
-            fn()
-            if r:                                                    # round 0 is the warm-up
-                times[k].append(time.perf_counter() - t0)
+    times = timed_rounds(variants, args.repeats)
     for name, imgs in sets.items():
         bare = len(imgs) / median(times[f"bare {name}"])
         rows.append({"what": "bare patch_grids (members)", "variant": name, "img_s": bare})
@@ -190,13 +197,7 @@ def main() -> None:
         variants["patch_grids tiles"] = lambda: bb.patch_grids(crops, blocks=blocks, batch_size=args.batch_size,
                                                                 progress=False)
         variants["predict tiled"] = lambda: tdet.predict(big)
-    times: dict[str, list[float]] = {k: [] for k in variants}
-    for r in range(args.repeats + 1):
-        for k, fn in variants.items():
-            t0 = time.perf_counter()
-            fn()
-            if r:                                                    # round 0 is the warm-up
-                times[k].append(time.perf_counter() - t0)
+    times = timed_rounds(variants, args.repeats)
     bare = args.batch_size / median(times["patch_grids"])
     rows.append({"what": "patch_grids", "variant": f"blocks {blocks}", "img_s": bare, "batch": args.batch_size})
     for k in [k for k in list(variants)[1:] if "tile" not in k]:
