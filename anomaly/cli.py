@@ -55,8 +55,8 @@ def _backbone(args: argparse.Namespace) -> tuple[Any, dict | None]:
 
 
 def _detector(args: argparse.Namespace, bb: Any, **member: Any):
-    """The PatchCore the options describe, on `bb`; `member`: an ensemble member's own settings (tile and
-    score_border), each used where the option was left at 'auto'."""
+    """The PatchCore the options describe, on `bb`; `member`: an ensemble member's own settings (tile,
+    score_border, index), each used where the option was left at 'auto'."""
     from .patchcore import PatchCore
 
     few_shot = {k: getattr(args, k) for k in ("threshold", "tile", "tile_overlap") if hasattr(args, k)}   # fit's own
@@ -359,7 +359,8 @@ def _add_method_args(p: argparse.ArgumentParser) -> None:
                         "with its tiles)")
     p.add_argument("--index", choices=("auto", "flat", "ivf", "ivfpq"), default=defaults.INDEX,
                    help="nearest-neighbour search: flat is exact; ivf/ivfpq are approximate, for large banks; auto: "
-                        f"flat under {defaults.IVF_MIN_BANK:,} bank entries, ivf from there on")
+                        f"flat under {defaults.IVF_MIN_BANK:,} bank entries, ivf from there on (the default "
+                        "ensemble's ViT: ivf)")
     p.add_argument("--target-fpr", type=_open_fraction, default=0.01,
                    help="false-alarm rate the threshold is calibrated to on held-out normals, in (0, 1)")
     p.add_argument("--holdout", type=_fraction_from_0, default=0.2,

@@ -193,6 +193,7 @@ def test_patchcore_without_a_backbone_and_fit_without_options_use_one_default(wo
     assert lite0["backbone"]["weights_sha256"] == default.weights_sha256 and lite0["params"]["tile"] == defaults.TILE
     assert vit["backbone_source"] == {"default": True} and vit["params"]["tile"] == 2.0
     assert vit["params"]["score_border"] == 1 and lite0["params"]["score_border"] == defaults.SCORE_BORDER
+    assert vit["params"]["index"] == "ivf" and lite0["params"]["index"] == defaults.INDEX
     assert main(["anomaly", "evaluate", "--model", str(tmp_path / "cli"), "--data", str(workspace / "data" / "weave"),
                  "--out", str(tmp_path / "cli_eval.json")]) == 0
     assert 0 <= json.loads((tmp_path / "cli_eval.json").read_text())["metrics"]["image_auroc"] <= 1
