@@ -38,6 +38,7 @@ def memoised(cls: type) -> type:
     class Memoised(cls):
         def _features(self, batch: list) -> tuple:
             h = hashlib.blake2b(digest_size=32)
+            h.update(repr((id(self.backbone_), self.blocks_)).encode())   # ensemble members: one memo, no clashes
             for v in batch:
                 a = np.ascontiguousarray(np.asarray(v))
                 h.update(str(a.shape).encode() + a.tobytes())
@@ -63,6 +64,9 @@ def main() -> None:
                     help="PatchCore(aggregation=...): 'auto' (none on the embedded ViT) or an odd size (3: the paper's)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--no-memo", action="store_true", help="recompute the backbone features of every batch")
+    ap.add_argument("--ensemble", action="store_true",
+                    help="anomaly fit's default ensemble (defaults.ENSEMBLE, each member's own settings) instead of "
+                         "PatchCore on the embedded ViT; --tile, --coreset-ratio and --aggregation then do not apply")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     import faiss
@@ -81,6 +85,10 @@ def main() -> None:
     labels = np.array([s.label for s in test])
     test_images = [read_image(s.path) for s in test]
     bb = load_backbone()
+    if args.ensemble:
+        from frozenvit.anomaly import PatchCoreEnsemble, defaults
+
+        members_bb = [defaults.ensemble_backbone(name) for name, _ in defaults.ENSEMBLE]
     print(f"{args.dataset}: {len(ds.train)} train normals, test {int((labels == 0).sum())} good / "
           f"{int((labels == 1).sum())} defective; {bb.name} at {bb.config.img_size}, tile {args.tile}, "
           f"{args.threads} thread(s)")
@@ -91,8 +99,13 @@ def main() -> None:
             aurocs, fit_s, score_s, bank = [], [], [], []
             for d in range(args.draws):
                 pick = np.sort(np.random.default_rng(d).choice(len(ds.train), k, replace=False))
-                det = PatchCore(bb, holdout=0.0, augment=None if aug == "none" else aug, tile=args.tile,
-                                coreset_ratio=args.coreset_ratio, aggregation=args.aggregation, progress=False)
+                if args.ensemble:
+                    det = PatchCoreEnsemble([PatchCore(members_bb[i], augment=None if aug == "none" else aug,
+                                                       progress=False, **own)
+                                             for i, (_, own) in enumerate(defaults.ENSEMBLE)], holdout=0.0)
+                else:
+                    det = PatchCore(bb, holdout=0.0, augment=None if aug == "none" else aug, tile=args.tile,
+                                    coreset_ratio=args.coreset_ratio, aggregation=args.aggregation, progress=False)
                 t0 = time.perf_counter()
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")          # "threshold is not calibrated": AUROC needs none
@@ -104,19 +117,22 @@ def main() -> None:
                 aurocs.append(auc)
                 fit_s.append(t1 - t0)
                 score_s.append(t2 - t1)
-                bank.append(int(det.bank_.shape[0]))
+                banks = [m.bank_ for m in det.members_] if args.ensemble else [det.bank_]
+                bank.append(int(sum(b.shape[0] for b in banks)))
                 runs.append({"shots": k, "augment": aug, "draw": d, "train": [ds.train[i].name for i in pick],
                              "image_auroc": auc, "fit_s": t1 - t0, "score_s": t2 - t1,
-                             "bank": list(det.bank_.shape), "n_train_patches": int(det.n_train_patches_)})
+                             "bank": [list(b.shape) for b in banks] if args.ensemble else list(det.bank_.shape),
+                             "n_train_patches": int(det.n_train_patches_)})
                 print(f"  K={k} augment={aug} draw {d}: image AUROC {auc:.3f} (fit {t1 - t0:.1f} s, "
-                      f"score {t2 - t1:.1f} s, bank {det.bank_.shape[0]})", flush=True)
+                      f"score {t2 - t1:.1f} s, bank {bank[-1]})", flush=True)
             rows.append({"K": k, "augment": aug, "image AUROC": float(np.mean(aurocs)),
                          "min": float(np.min(aurocs)), "max": float(np.max(aurocs)),
                          "bank": int(np.mean(bank)), "fit s": float(np.mean(fit_s)),
                          "score s": float(np.mean(score_s))})
     print_table(rows)
-    name = f"anomaly_fewshot_{args.dataset}" + (f"_tile{args.tile:g}" if args.tile else "")
-    write_result(name, {"dataset": args.dataset, "backbone": bb.name, "weights_sha256": getattr(bb, "weights_sha256", None),
+    name = f"anomaly_fewshot_{args.dataset}" + ("_ensemble" if args.ensemble else f"_tile{args.tile:g}" if args.tile else "")
+    write_result(name, {"dataset": args.dataset, "ensemble": repr(defaults.ENSEMBLE) if args.ensemble else None,
+                        "backbone": bb.name, "weights_sha256": getattr(bb, "weights_sha256", None),
                         "img_size": list(bb.config.img_size), "aggregation": args.aggregation,
                         "tile": args.tile, "coreset_ratio": args.coreset_ratio, "draws": args.draws,
                         "n_test_good": int((labels == 0).sum()), "n_test_defective": int((labels == 1).sum()),
