@@ -48,8 +48,7 @@ def contamination_audit(detector: Any, images: Sequence[Any], n_splits: int = 5,
     if n_splits < 2:
         raise UsageError(f"the audit needs n_splits >= 2 folds, got {n_splits}")
     k = min(n_splits, n)
-    # a copy with the same hyperparameters that shares the frozen backbone (sklearn.base.clone would deep-copy it)
-    det = type(detector)(**detector.get_params(deep=False))
+    det = detector.unfitted_copy()
     det._check_params()
     det._setup_backbone()
     feats = np.concatenate([det._rows(f).reshape(len(f), -1, f.shape[1])

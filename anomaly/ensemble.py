@@ -82,10 +82,9 @@ class PatchCoreEnsemble(BaseEstimator):
         given = default_members(self.progress) if self.members is None else list(self.members)
         if not given or not all(isinstance(m, PatchCore) for m in given):
             raise UsageError(f"PatchCoreEnsemble members must be a non-empty list of PatchCore, got {self.members!r}")
-        # copies with the same hyperparameters that share the frozen backbones (sklearn.base.clone would deep-copy
-        # them); every member holds out the same normals and leaves the decision to the ensemble
-        return [type(m)(**{**m.get_params(deep=False), "target_fpr": self.target_fpr, "holdout": self.holdout,
-                           "seed": self.seed, "threshold": None}) for m in given]
+        # every member holds out the same normals and leaves the decision to the ensemble
+        return [m.unfitted_copy(target_fpr=self.target_fpr, holdout=self.holdout, seed=self.seed, threshold=None)
+                for m in given]
 
     def fit(self, images: Sequence[Any], y: Any = None) -> "PatchCoreEnsemble":
         """Fit every member on the same normals (paths, arrays or PIL images) and calibrate; returns self."""

@@ -181,6 +181,11 @@ class PatchCore(BaseEstimator):
         self.seed = seed
         self.progress = progress
 
+    def unfitted_copy(self, **overrides: Any) -> "PatchCore":
+        """A new, unfitted PatchCore with these hyperparameters (`overrides` replacing some) that shares the frozen
+        backbone object: `sklearn.base.clone` would deep-copy it."""
+        return type(self)(**{**self.get_params(deep=False), **overrides})
+
     # ---- features ---------------------------------------------------------------------------
     def _check_params(self) -> None:
         def whole(v: Any, lo: int) -> bool:
