@@ -25,7 +25,7 @@ import numpy as np
 
 from common import RESULTS, ROOT, print_table, write_result
 from frozenvit.control.defaults import (DEFAULT_BC_EPOCHS, DEFAULT_HOLD_STEPS, DEFAULT_QUERIES, DEFAULT_QUERY_DIVERSITY,
-                                        DEFAULT_VIEWS)
+                                        DEFAULT_GRIPPER, DEFAULT_VIEWS, GRIPPERS)
 
 DEFAULT_TASKS = ["reach-v3", "push-v3", "button-press-v3", "drawer-open-v3"]
 
@@ -50,6 +50,10 @@ def main() -> int:
                     help="attention pooling: the MLP also gets the CLS token (patch tokens on top of the summary)")
     ap.add_argument("--views", type=int, default=DEFAULT_VIEWS, metavar="K",
                     help="every head also trains on K augmented views per demo frame (cache_features(views=K))")
+    ap.add_argument("--gripper", choices=GRIPPERS, default=DEFAULT_GRIPPER,
+                    help="'snap': the head's gripper command is set to the nearest value the expert used in the demos "
+                         "(PatchTokenPolicy(gripper=)); 'continuous': as predicted (every run before 2026-12-02). "
+                         "Only acting differs: a head trained once serves both")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0],
                     help="training seeds of each head: BC success varies a lot from seed to seed")
     ap.add_argument("--block", type=int, default=None,
@@ -98,6 +102,7 @@ def main() -> int:
     from frozenvit.control import (AttentionConfig, PatchTokenPolicy, cache_features, collect_demos, config_seeds,
                                    default_block, evaluate)
     from frozenvit.control.policy import FORMAT_VERSION as POLICY_FORMAT
+    from frozenvit.control.policy import gripper_levels
     from frozenvit.control.cli import render_settings
 
     torch.set_num_threads(args.threads)
@@ -121,7 +126,7 @@ def main() -> int:
                     token_dropout=args.token_dropout, num_queries=args.num_queries, keypoints=args.keypoints,
                     pos_code=args.pos_code, query_diversity=args.query_diversity, with_cls=args.with_cls,
                     blocks=blocks, ensemble=args.ensemble, chunk=args.chunk, chunk_decay=args.chunk_decay,
-                    velocity=args.velocity, loss=args.loss, views=args.views,
+                    velocity=args.velocity, loss=args.loss, views=args.views, gripper=args.gripper,
                     encoder=enc, weights_sha256=bb.weights_sha256, camera=args.camera, demo_size=args.demo_size,
                     action_noise=args.action_noise, hold_steps=args.hold_steps,
                     render=render.as_dict(),
@@ -159,14 +164,17 @@ def main() -> int:
                                        f"{_attention_suffix(args, pooling)}{_head_suffix(args)}")
         attention = AttentionConfig(args.num_queries, query_diversity=args.query_diversity,
                                     with_cls=args.with_cls) if pooling == "attention" else None
-        pol = PatchTokenPolicy(pooling, attention, epochs=args.epochs, seed=seed)
+        pol = PatchTokenPolicy(pooling, attention, epochs=args.epochs, seed=seed, gripper=args.gripper)
         try:
             cached = PatchTokenPolicy.load(pol_dir) if (pol_dir / "config.json").is_file() else None
         except ArtifactError:                                      # of an older format: trained again
             cached = None
-        if cached is not None and cached.get_params() == pol.get_params() \
+        if cached is not None and dict(cached.get_params(), gripper=args.gripper) == pol.get_params() \
                 and cached.meta_.get("fingerprint") == bb.weights_sha256:
-            pol = cached
+            # the gripper option acts at predict only, so a head trained with either serves both; its levels
+            # are the demos' (a head saved before the option holds none)
+            pol = cached.set_params(gripper=args.gripper)
+            pol.gripper_levels_ = gripper_levels(cache.actions)
         else:
             pol.fit(cache, checkpoint_dir=work / f"ckpt_v{POLICY_FORMAT}" / pol_dir.name)
             pol.save(pol_dir)
@@ -341,7 +349,7 @@ _ATTENTION_OPTIONS = tuple(_ATTENTION_OPTIONS_DEFAULTS)
 
 
 # what a result JSON (or policy folder name) written before the options of every head existed was made with
-_HEAD_OPTIONS_DEFAULTS = dict(chunk=1, chunk_decay=0.1, velocity=False, loss="mse", views=0)
+_HEAD_OPTIONS_DEFAULTS = dict(chunk=1, chunk_decay=0.1, velocity=False, loss="mse", views=0, gripper="continuous")
 
 
 def _head_suffix(args: argparse.Namespace) -> str:
