@@ -25,9 +25,13 @@ import numpy as np
 
 from common import RESULTS, ROOT, print_table, write_result
 from frozenvit.control.defaults import (DEFAULT_BC_EPOCHS, DEFAULT_HOLD_STEPS, DEFAULT_QUERIES, DEFAULT_QUERY_DIVERSITY,
-                                        DEFAULT_GRIPPER, DEFAULT_VIEWS, GRIPPERS)
+                                        DEFAULT_VIEWS)
 
 DEFAULT_TASKS = ["reach-v3", "push-v3", "button-press-v3", "drawer-open-v3"]
+GRIPPERS = ("continuous", "snap")
+# an expert whose gripper column takes at most this many values commands the gripper as a choice (Meta-World's
+# scripted experts use one or two values per task); with more, --gripper snap leaves the head's command alone
+MAX_GRIPPER_LEVELS = 3
 
 
 def main() -> int:
@@ -50,10 +54,10 @@ def main() -> int:
                     help="attention pooling: the MLP also gets the CLS token (patch tokens on top of the summary)")
     ap.add_argument("--views", type=int, default=DEFAULT_VIEWS, metavar="K",
                     help="every head also trains on K augmented views per demo frame (cache_features(views=K))")
-    ap.add_argument("--gripper", choices=GRIPPERS, default=DEFAULT_GRIPPER,
-                    help="'snap': the head's gripper command is set to the nearest value the expert used in the demos "
-                         "(PatchTokenPolicy(gripper=)); 'continuous': as predicted (every run before 2026-12-02). "
-                         "Only acting differs: a head trained once serves both")
+    ap.add_argument("--gripper", choices=GRIPPERS, default="continuous",
+                    help="'snap': the head's gripper command is replaced by the nearest value the expert used in the "
+                         "demos (measured 2026-12-02, control/RESULTS.md: not in the library, it did not pay); "
+                         "'continuous': as the head predicts it. Only acting differs: one trained head serves both")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0],
                     help="training seeds of each head: BC success varies a lot from seed to seed")
     ap.add_argument("--block", type=int, default=None,
@@ -102,7 +106,6 @@ def main() -> int:
     from frozenvit.control import (AttentionConfig, PatchTokenPolicy, cache_features, collect_demos, config_seeds,
                                    default_block, evaluate)
     from frozenvit.control.policy import FORMAT_VERSION as POLICY_FORMAT
-    from frozenvit.control.policy import gripper_levels
     from frozenvit.control.cli import render_settings
 
     torch.set_num_threads(args.threads)
@@ -164,23 +167,22 @@ def main() -> int:
                                        f"{_attention_suffix(args, pooling)}{_head_suffix(args)}")
         attention = AttentionConfig(args.num_queries, query_diversity=args.query_diversity,
                                     with_cls=args.with_cls) if pooling == "attention" else None
-        pol = PatchTokenPolicy(pooling, attention, epochs=args.epochs, seed=seed, gripper=args.gripper)
+        pol = PatchTokenPolicy(pooling, attention, epochs=args.epochs, seed=seed)
         try:
             cached = PatchTokenPolicy.load(pol_dir) if (pol_dir / "config.json").is_file() else None
         except ArtifactError:                                      # of an older format: trained again
             cached = None
-        if cached is not None and dict(cached.get_params(), gripper=args.gripper) == pol.get_params() \
+        if cached is not None and cached.get_params() == pol.get_params() \
                 and cached.meta_.get("fingerprint") == bb.weights_sha256:
-            # the gripper option acts at predict only, so a head trained with either serves both; its levels
-            # are the demos' (a head saved before the option holds none)
-            pol = cached.set_params(gripper=args.gripper)
-            pol.gripper_levels_ = gripper_levels(cache.actions)
+            pol = cached
         else:
             pol.fit(cache, checkpoint_dir=work / f"ckpt_v{POLICY_FORMAT}" / pol_dir.name)
             pol.save(pol_dir)
         t_fit = time.perf_counter() - t1
+        if args.gripper == "snap":
+            snap_gripper(pol, gripper_levels(cache.actions))
         res = evaluate(pol, bb, heldout, max_steps=args.max_steps, parallel=args.parallel,
-                       journal=episode_journal(pol_dir, pol, heldout, args.max_steps))
+                       journal=episode_journal(pol_dir, pol, heldout, args.max_steps, args.gripper))
         results.append(dict(task=task, pooling=pooling, seed=seed, block=blocks[pooling],
                             success_rate=res.success_rate,
                             successes=int(sum(res.successes)), episodes=len(res.successes),
@@ -205,14 +207,41 @@ def main() -> int:
     return 0
 
 
-def episode_journal(pol_dir: Path, policy: Any, heldout: list[int], max_steps: int) -> Path:
+def episode_journal(pol_dir: Path, policy: Any, heldout: list[int], max_steps: int,
+                    gripper: str = "continuous") -> Path:
     """Where a head's evaluation journals its episodes, so that a run stopped mid-evaluation resumes at the
     next episode: named by the head's digest, the held-out configurations and the cap, so that another
     evaluation (or a head trained again into the same folder) never meets this one's journal."""
     from frozenvit.control.policy import policy_digest
 
     span = f"{heldout[0]}-{heldout[-1]}x{len(heldout)}" if heldout else "none"
-    return Path(pol_dir) / f"episodes_{policy_digest(policy)[:12]}_cfg{span}_cap{max_steps}.jsonl"
+    snap = "_snap" if gripper == "snap" else ""                  # the same head acting otherwise: other episodes
+    return Path(pol_dir) / f"episodes_{policy_digest(policy)[:12]}_cfg{span}_cap{max_steps}{snap}.jsonl"
+
+
+def gripper_levels(actions: Any) -> tuple[float, ...] | None:
+    """The sorted distinct values of the last column of expert actions (M, A), rounded to 1e-6, or None when
+    there are more than MAX_GRIPPER_LEVELS (a continuous gripper command)."""
+    levels = np.unique(np.round(np.asarray(actions, dtype=np.float64)[:, -1], 6))
+    return tuple(float(v) for v in levels) if 0 < len(levels) <= MAX_GRIPPER_LEVELS else None
+
+
+def snap_gripper(policy: Any, levels: tuple[float, ...] | None) -> Any:
+    """`policy` (in place) acting with its gripper command (the last action column) replaced by the nearest of
+    `levels` (ties to the lower); None leaves it as it is. The scripted experts open or close, and regression
+    blurs the switch; control/RESULTS.md, "The gripper as a choice", has what it did."""
+    if levels is None:
+        return policy
+    raw = policy.predict
+    grid = np.asarray(levels, dtype=np.float32)                                     # (L,)
+
+    def predict(*inputs: Any) -> np.ndarray:
+        out = raw(*inputs)                                                          # (B, A)
+        out[:, -1] = grid[np.abs(out[:, -1:] - grid).argmin(1)]
+        return out
+
+    policy.predict = predict
+    return policy
 
 
 def load_encoder(backbone: str | None, weights: str | None, size: int | None, camera: str, **kwargs) -> Any:

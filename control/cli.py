@@ -21,8 +21,8 @@ from frozenvit.backbone.suite.cli import add_threads_arg, number
 from frozenvit.backbone.suite.engine import add_engine_args
 from frozenvit.backbone.suite.errors import UsageError
 
-from .defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_GRIPPER, DEFAULT_HEADS, DEFAULT_HIDDEN,
-                       DEFAULT_HOLD_STEPS, DEFAULT_LR, DEFAULT_QUERIES, DEFAULT_VIEWS, GRIPPERS, POOLINGS)
+from .defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_HEADS, DEFAULT_HIDDEN, DEFAULT_HOLD_STEPS, DEFAULT_LR,
+                       DEFAULT_QUERIES, DEFAULT_VIEWS, POOLINGS)
 from .env import DEFAULT_CAMERA, RenderSettings, camera_count
 
 POSITIVE = number(int, min=1)
@@ -71,9 +71,6 @@ def register(subparsers: Any) -> None:
                    help="augmented views per demo frame (random shift of 4 px at the encoder's input size, colour "
                         "jitter +-0.1), encoded once and cached beside the clean features; each BC sample reads the "
                         "frame or one of its views; costs K times the clean features' memory and disk; 0: none")
-    q.add_argument("--gripper", choices=GRIPPERS, default=DEFAULT_GRIPPER,
-                   help="'snap': the policy sets the gripper to the nearest value the expert used in the demos (an "
-                        "expert that opens or closes, as Meta-World's do); 'continuous': as the head predicts it")
     q.add_argument("--seed", type=int, default=0, help="seed of the head's initialisation and of the shuffling")
     q.add_argument("--block", type=int, default=None,
                    help="backbone block whose tokens are read, negative from the end; None: the last")
@@ -284,7 +281,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     bb = load_backbone_for_camera(args, demos.get("camera", DEFAULT_CAMERA))
     block = _block(args.block, bb.config.depth)
     pol = PatchTokenPolicy(args.pooling, attention, hidden=args.hidden, epochs=args.epochs, batch_size=args.batch_size,
-                           lr=args.lr, seed=args.seed, gripper=args.gripper)
+                           lr=args.lr, seed=args.seed)
     pol.head_config(backbone_meta(bb, block))          # hyperparameters that cannot fit fail before any encoding
     cache = cache_features(args.demos, bb, block=block, views=args.views)
     size = cache.nbytes()
@@ -296,16 +293,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     random = "" if bb.config.pretrained else " RANDOM weights"
     print(f"trained {args.pooling} policy on {len(cache)} frames of {cache.meta['task']} ({bb.config.name}{random} "
           f"{_px(bb.config.img_size)}, block {cache.meta['block']}); final loss {pol.history_[-1]:.4f}; "
-          f"{_gripper_note(pol)}saved to {args.out}")
+          f"saved to {args.out}")
     return 0
-
-
-def _gripper_note(pol: Any) -> str:
-    if pol.gripper != "snap":
-        return ""
-    if pol.gripper_levels_ is None:
-        return "gripper continuous (the demos' commands take too many values to snap to); "
-    return f"gripper snapped to {', '.join(f'{v:g}' for v in pol.gripper_levels_)}; "
 
 
 def _block(block: int | None, depth: int) -> int | None:

@@ -13,5 +13,3 @@ DEFAULT_BATCH_SIZE = 256
 DEFAULT_LR = 1e-3
 DEFAULT_HOLD_STEPS = 20           # expert steps recorded past its first success (RESULTS.md, "Held demos")
 DEFAULT_VIEWS = 4                 # augmented views per demo frame, encoded once (RESULTS.md, "Augmented views")
-GRIPPERS = ("snap", "continuous")  # how the head's gripper command is acted on (PatchTokenPolicy(gripper=))
-DEFAULT_GRIPPER = "snap"          # the demos' nearest gripper value (RESULTS.md, "The gripper as a choice")

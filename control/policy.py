@@ -33,7 +33,7 @@ from frozenvit.backbone.suite.artifacts import (atomic_dir, check_tensor_metadat
                                                 tensor_metadata, write_json)
 from frozenvit.backbone.suite.progress import progress_bar
 
-from .defaults import DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_GRIPPER, DEFAULT_HIDDEN, DEFAULT_LR, GRIPPERS
+from .defaults import DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_HIDDEN, DEFAULT_LR
 from .errors import DemoError, PolicyError
 from .features import FeatureCache, check_backbone
 from .head import AttentionConfig, HeadConfig, PolicyHead, bc_loss
@@ -44,9 +44,6 @@ FORMAT_VERSION = 2
 # the library and the CLI") holds, at the values every policy since is trained with. Such a policy loads
 # when its options have these values (chunk_decay acts only with chunk > 1) and is refused otherwise.
 REMOVED_OPTIONS = dict(chunk=1, chunk_decay=0.1, velocity=False, loss="mse")
-# An expert whose gripper column takes at most this many distinct values commands the gripper as a choice
-# (Meta-World's scripted experts: one or two values per task); more, and the column is taken as continuous.
-MAX_GRIPPER_LEVELS = 3
 
 
 class PatchTokenPolicy(BaseEstimator):
@@ -61,19 +58,13 @@ class PatchTokenPolicy(BaseEstimator):
     augment: train on the cache's augmented views too, when it holds some (`cache_features(views=K)`): each
         sample of each epoch reads the clean frame or one of its K views, uniformly (seeded by `seed`). No
         effect on a cache without views: the head trains exactly as before views existed.
-    gripper: "snap": the predicted gripper command (the last action column) is replaced by the nearest of
-        the values the expert used in the demos (`gripper_levels_`), when it used at most MAX_GRIPPER_LEVELS
-        (a scripted expert opens or closes; regression blurs the switch into a weak grip). "continuous": as
-        predicted. Training is the same either way; only `predict` differs.
     Learned attributes: head_ (PolicyHead), proprio_mean_/proprio_std_ (P,), meta_ (dict: the
-    backbone, block and demos the tokens came from), history_ (mean BC loss per epoch), n_samples_,
-    gripper_levels_ (sorted tuple of the demos' gripper commands, or None when they take more values).
+    backbone, block and demos the tokens came from), history_ (mean BC loss per epoch), n_samples_.
     """
 
     def __init__(self, pooling: str = "attention", attention: AttentionConfig | None = None, *,
                  hidden: int = DEFAULT_HIDDEN, epochs: int = DEFAULT_BC_EPOCHS, batch_size: int = DEFAULT_BATCH_SIZE,
-                 lr: float = DEFAULT_LR, weight_decay: float = 1e-4, seed: int = 0, augment: bool = True,
-                 gripper: str = DEFAULT_GRIPPER) -> None:
+                 lr: float = DEFAULT_LR, weight_decay: float = 1e-4, seed: int = 0, augment: bool = True) -> None:
         self.pooling = pooling
         self.attention = attention
         self.hidden = hidden
@@ -83,7 +74,6 @@ class PatchTokenPolicy(BaseEstimator):
         self.weight_decay = weight_decay
         self.seed = seed
         self.augment = augment
-        self.gripper = gripper
 
     @property
     def uses_cls(self) -> bool:
@@ -114,7 +104,6 @@ class PatchTokenPolicy(BaseEstimator):
         if not isinstance(self.augment, (bool, np.bool_)):
             raise PolicyError(f"augment must be True or False (train on the cache's augmented views too), got "
                               f"{self.augment!r}")
-        self._check_gripper()
         if len(cache) == 0:
             raise DemoError("the feature cache is empty")
         M, N, C = cache.tokens.shape
@@ -143,7 +132,6 @@ class PatchTokenPolicy(BaseEstimator):
         self.meta_ = {k: v for k, v in cache.meta.items() if k != "configs"}
         self.proprio_mean_, self.proprio_std_ = mean, std
         self.n_samples_ = M
-        self.gripper_levels_ = gripper_levels(cache.actions)
         head.train()
         bar = progress_bar(range(start_epoch, self.epochs), desc=f"bc {self.pooling}", unit="epoch",
                            disable=None if progress is None else not progress)
@@ -188,15 +176,8 @@ class PatchTokenPolicy(BaseEstimator):
         self._check_fitted()
         prop = torch.as_tensor(np.asarray(proprio, dtype=np.float32))
         prop = (prop - self.proprio_mean_) / self.proprio_std_                      # (B, P)
-        out = self.head_(tokens.float(), None if cls is None else cls.float(), prop).clamp(-1.0, 1.0).numpy()
-        if self.gripper == "snap" and self.gripper_levels_ is not None:
-            levels = np.asarray(self.gripper_levels_, dtype=out.dtype)                 # (L,)
-            out[:, -1] = levels[np.abs(out[:, -1:] - levels).argmin(1)]                 # nearest, ties to the lower
-        return out                                                                  # (B, A)
-
-    def _check_gripper(self) -> None:
-        if self.gripper not in GRIPPERS:
-            raise PolicyError(f"gripper must be one of {', '.join(GRIPPERS)}, got {self.gripper!r}")
+        out = self.head_(tokens.float(), None if cls is None else cls.float(), prop)  # (B, A)
+        return out.clamp(-1.0, 1.0).numpy()
 
     def check_backbone(self, backbone: Any) -> None:
         """Raise ArtifactError unless `backbone` is the one this policy was trained on."""
@@ -219,10 +200,8 @@ class PatchTokenPolicy(BaseEstimator):
         check_tensor_metadata(Path(path) / "model.safetensors", cfg)
         cfg = _without_removed_options(cfg, path)
         params = dict(cfg["params"])
-        params.setdefault("gripper", "continuous")        # written before the option: it acts as it did
         att = params.pop("attention")
         pol = cls(attention=AttentionConfig(**att) if att else None, **params)
-        pol._check_gripper()
         t = load_file(str(Path(path) / "model.safetensors"))
         pol.head_ = pol._build(HeadConfig.from_dict(cfg["head"]))
         state = {k[len("head."):]: v for k, v in t.items() if k.startswith("head.")}
@@ -233,8 +212,6 @@ class PatchTokenPolicy(BaseEstimator):
         pol.head_.eval()
         pol.proprio_mean_, pol.proprio_std_ = t["proprio_mean"], t["proprio_std"]
         pol.meta_, pol.history_, pol.n_samples_ = cfg["meta"], cfg["history"], cfg["n_samples"]
-        levels = cfg.get("gripper_levels")
-        pol.gripper_levels_ = None if levels is None else tuple(float(v) for v in levels)
         return pol
 
     def _params(self) -> dict[str, Any]:
@@ -251,8 +228,7 @@ class PatchTokenPolicy(BaseEstimator):
 
     def _write(self, directory: Path) -> None:
         cfg = dict(kind=KIND, format_version=FORMAT_VERSION, params=self._params(), head=self.head_.cfg.to_dict(),
-                   meta=self.meta_, history=list(self.history_), n_samples=int(self.n_samples_),
-                   gripper_levels=None if self.gripper_levels_ is None else list(self.gripper_levels_))
+                   meta=self.meta_, history=list(self.history_), n_samples=int(self.n_samples_))
         save_file(self._tensors(), str(directory / "model.safetensors"), metadata=tensor_metadata(cfg))
         write_json(directory / "config.json", cfg)
 
@@ -269,7 +245,6 @@ class PatchTokenPolicy(BaseEstimator):
                 cache: FeatureCache) -> tuple[int, list[float]]:
         cfg = _without_removed_options(_read_config(ckpt), ckpt)
         made = {**type(self)()._params(), **cfg["params"]}    # a parameter added since: its default, as in load
-        made["gripper"] = self.gripper                        # acts at predict only: training is the same
         if made != self._params():
             raise ArtifactError(f"checkpoint {ckpt} was made with {made}, not {self._params()}; "
                                 "use another checkpoint_dir or the same hyperparameters")
@@ -300,22 +275,11 @@ def policy_digest(policy: PatchTokenPolicy) -> str:
     # with the removed options at their fixed values: a head's digest (and so the name of the journals of
     # its evaluations, control.evaluate) stays what it was while they existed
     params = dict(policy._params(), **REMOVED_OPTIONS)
-    extra = {}
-    if params.pop("gripper") == "snap":                # a continuous head's digest is the one from before the option
-        extra = dict(gripper="snap", gripper_levels=policy.gripper_levels_)
-    h = hashlib.sha256(config_digest(dict(params=params, meta=policy.meta_, **extra)).encode())
+    h = hashlib.sha256(config_digest(dict(params=params, meta=policy.meta_)).encode())
     for k, v in sorted(policy._tensors().items()):
         h.update(k.encode())
         h.update(v.cpu().numpy().tobytes())
     return h.hexdigest()
-
-
-def gripper_levels(actions: torch.Tensor | np.ndarray) -> tuple[float, ...] | None:
-    """The sorted distinct values of the last column of expert actions (M, A), rounded to 1e-6, or None
-    when there are more than MAX_GRIPPER_LEVELS (a continuous gripper command)."""
-    col = np.asarray(actions, dtype=np.float64)[:, -1]
-    levels = np.unique(np.round(col, 6))
-    return tuple(float(v) for v in levels) if 0 < len(levels) <= MAX_GRIPPER_LEVELS else None
 
 
 def _read_config(path: str | Path) -> dict:
