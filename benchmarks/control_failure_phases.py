@@ -6,7 +6,8 @@ then back within 1 cm of its start height at the end), or carried to the wrong p
 far from the goal)? It also records the head's gripper command while the hand is near the object and while
 the object is up, against the scripted expert's on the same states. Episodes are replayed one at a time;
 the evaluation's lockstep gives the same episodes (control.evaluate acts row by row), and the script checks
-that each replay fails as it did in the run.
+that each replay fails as it did in the run. Heads of the embedded default encoder only (another encoder's head is refused
+by the agent's backbone check).
 
     .venv/bin/python benchmarks/control_failure_phases.py --threads 1 --episodes 8 \\
         --run benchmarks/results/control_success_eight_new4_v3.json:pick-place-v3:0:WORK/policies/pick-place-v3_..._s0_...
