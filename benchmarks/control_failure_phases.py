@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
+    for spec in args.run:
+        if len(spec.split(":", 3)) != 4:
+            raise SystemExit(f"--run {spec!r}: give RESULT_JSON:TASK:SEED:POLICY_DIR")
     results = [replay(*spec.split(":", 3), episodes=args.episodes, lift=args.lift) for spec in args.run]
     print_table([{k: v for k, v in r.items() if k != "episodes"} for r in results], floatfmt="{:.3g}")
     write_result("control_failure_phases", dict(runs=args.run, lift_m=args.lift, near_m=NEAR, results=results), args.out)
