@@ -311,3 +311,22 @@ def test_ray_backtest_trains_each_neural_model_as_one_task_with_the_local_weight
     pd.testing.assert_frame_equal(on_ray.forecasts_with_intervals(), local.forecasts_with_intervals(),
                                   check_exact=True)
     assert sum(taken) == 1                # DLinear came back from its one task; the ensemble reused it
+
+
+
+def test_the_kill_once_fault_kills_a_worker_only_when_it_creates_the_flag(tmp_path, monkeypatch):
+    # The CI run of 2026-12-02 failed on a race: two Ray workers both saw no flag, one created it and died, the
+    # other raised FileExistsError (an application error Ray does not retry). The fault must be check-free: a
+    # worker that loses the race to create the flag goes on. Simulated by a flag that exists while os.path.exists
+    # still says it does not (the other worker created it just after this one looked).
+    from frozenvit.backbone.suite import engine
+
+    flag = tmp_path / "killed"
+    env = dict(os.environ, **{engine.KILL_ONCE_ENV: str(flag)})
+    code = "from frozenvit.backbone.suite.engine import die_once_if_asked; die_once_if_asked()"
+    assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 1   # the first one dies...
+    assert flag.exists()
+    assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0   # ...the next goes on
+    monkeypatch.setenv(engine.KILL_ONCE_ENV, str(flag))
+    monkeypatch.setattr(engine.os.path, "exists", lambda p: False)
+    engine.die_once_if_asked()                                        # the loser of the race returns, no error
