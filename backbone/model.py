@@ -113,11 +113,12 @@ class FrozenBackbone(nn.Module):
             feats = self.model(pixels)
             grids = {b: feats[b].float() for b in blocks}
             return grids, {b: pixels.new_zeros(pixels.shape[0], 0, feats[b].shape[1]) for b in blocks}
-        outs = self.model.forward_intermediates(pixels, indices=list(blocks), return_prefix_tokens=True,
+        order = sorted(set(blocks))            # timm returns the intermediates in block order, whatever the order asked
+        outs = self.model.forward_intermediates(pixels, indices=order, return_prefix_tokens=True,
                                                 norm=norm, stop_early=True, output_fmt="NCHW",
                                                 intermediates_only=True)
         grids, prefix = {}, {}
-        for b, (grid, pre) in zip(blocks, outs):
+        for b, (grid, pre) in zip(order, outs):
             grids[b] = grid.float()            # (B, C, h, w)
             prefix[b] = pre.float()            # (B, P, C)
         return grids, prefix

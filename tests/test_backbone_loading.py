@@ -111,6 +111,19 @@ def test_patch_grids_are_deterministic_and_batching_invariant(make_tiny_vit):
     torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
+def test_blocks_asked_in_any_order_get_their_own_grids(make_tiny_vit):
+    # timm hands intermediates back in block order; blocks (3, 1) once came back labelled the other way round
+    bb = make_tiny_vit()
+    pixels = bb.preprocess(_images(2)).pixels
+    one, three = bb.patch_grids(pixels, blocks=1)[1], bb.patch_grids(pixels, blocks=3)[3]
+    for order in ((3, 1), (1, 3)):
+        g, prefix = bb.forward_pixels(pixels, list(order))
+        torch.testing.assert_close(g[1], one)
+        torch.testing.assert_close(g[3], three)
+        assert not torch.equal(g[1], g[3])
+    torch.testing.assert_close(bb.patch_grids(pixels, blocks=(3, 1))[1], one)
+
+
 @pytest.mark.parametrize("name,kw,cls,regs,dist", [
     ("vit_tiny_patch16_224", {}, True, 0, False),
     ("vit_small_patch14_reg4_dinov2", {"img_size": 56}, True, 4, False),
