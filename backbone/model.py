@@ -103,7 +103,8 @@ class FrozenBackbone(nn.Module):
     @torch.inference_mode()
     def forward_pixels(self, pixels: torch.Tensor, blocks: Sequence[int], norm: bool = False
                        ) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
-        """Normalised (B, 3, H, W) -> ({block: (B, C, h, w)}, {block: (B, P, C)}); stops after the last block asked."""
+        """Normalised (B, 3, H, W) -> ({block: (B, C, h, w)}, {block: (B, P, C)}); stops after the last block asked.
+        Keys are 0-based block indices (a negative block asked is keyed by its index from the start)."""
         H, W = pixels.shape[-2:]
         if (H, W) != tuple(self.config.img_size):
             raise GridMismatch(f"pixels are {H}x{W}, the backbone is built for {self.config.img_size[0]}x"
@@ -113,7 +114,7 @@ class FrozenBackbone(nn.Module):
             feats = self.model(pixels)
             grids = {b: feats[b].float() for b in blocks}
             return grids, {b: pixels.new_zeros(pixels.shape[0], 0, feats[b].shape[1]) for b in blocks}
-        order = sorted(set(blocks))            # timm returns the intermediates in block order, whatever the order asked
+        order = sorted(self.resolve_blocks(list(blocks)))   # timm returns intermediates in block order, whatever was asked
         outs = self.model.forward_intermediates(pixels, indices=order, return_prefix_tokens=True,
                                                 norm=norm, stop_early=True, output_fmt="NCHW",
                                                 intermediates_only=True)
