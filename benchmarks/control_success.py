@@ -60,8 +60,9 @@ def main() -> int:
                          "'continuous': as the head predicts it. Only acting differs: one trained head serves both")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0],
                     help="training seeds of each head: BC success varies a lot from seed to seed")
-    ap.add_argument("--block", type=int, default=None,
-                    help="backbone block of every pooling (default: control.default_block, the last)")
+    ap.add_argument("--block", type=int, nargs="+", default=None,
+                    help="backbone block of every pooling (default: control.default_block, the last); several "
+                         "blocks (e.g. 5 11): their tokens side by side")
     ap.add_argument("--size", type=int, default=None,
                     help="encoder input size of one view (default: the default's own); a composite --camera of k "
                          "views gets an encoder built at (size, k*size)")
@@ -116,8 +117,9 @@ def main() -> int:
     heldout = config_seeds("heldout", args.configs, start=args.heldout_start)
     render = render_settings(args)
     lod = "" if render.mesh_faces is None else f"_lod{render.mesh_faces}"    # full-mesh runs keep their old names
-    blocks = {p: bb.resolve_blocks(args.block if args.block is not None else default_block(bb.config.depth))[0]
-              for p in args.poolings}
+    chosen = bb.resolve_blocks(args.block if args.block is not None else default_block(bb.config.depth))
+    blocks = {p: chosen[0] if len(chosen) == 1 else chosen for p in args.poolings}   # one block: an int, as before
+    label = "-".join(str(b) for b in chosen)
     # the head options dropped from control (control/RESULTS.md), at the values every run since has had,
     # so that --resume and --compare still match results of runs made while they existed
     args.frames, args.token_dropout, args.keypoints, args.pos_code, args.ensemble, args.action_noise = \
@@ -146,7 +148,7 @@ def main() -> int:
         print(f"resuming: {len(results)} results of {keep or 'no pooling'} kept from {out_path}", flush=True)
     done = {(r["task"], r["pooling"], r["seed"]) for r in results}
     demo_sfx = f"_hold{args.hold_steps}" if args.hold_steps > 0 else ""             # none: older folder names
-    prepared: dict[str, tuple[dict, float]] = {}
+    prepared: dict[str, tuple[Any, float]] = {}
     for task in args.tasks:                 # demos and caches of every task first: then seed by seed over the tasks,
         if all((task, p, sd) in done for p in args.poolings for sd in args.seeds):   # so that a run stopped early
             continue                                                                 # has every task at seed 0
@@ -154,16 +156,15 @@ def main() -> int:
         demo_dir = work / "demos" / f"{task}_{args.camera}_{args.demo_size}px{lod}{demo_sfx}"
         collect_demos(task, demo_dir, args.demos, camera=args.camera, image_size=args.demo_size, max_steps=500,
                       render=render, hold_steps=args.hold_steps)
-        caches = {b: cache_features(demo_dir, bb, block=b, views=args.views) for b in sorted(set(blocks.values()))}
-        prepared[task] = (caches, time.perf_counter() - t0)
+        cache = cache_features(demo_dir, bb, block=chosen, views=args.views)      # every pooling reads these blocks
+        prepared[task] = (cache, time.perf_counter() - t0)
     for seed, task, pooling in [(sd, t, p) for sd in args.seeds for t in args.tasks for p in args.poolings]:
         if (task, pooling, seed) in done:
             continue
-        caches, t_prep = prepared[task]
+        cache, t_prep = prepared[task]
         t1 = time.perf_counter()
-        cache = caches[blocks[pooling]]
         pol_dir = work / "policies" / (f"{task}_{enc}_{(bb.weights_sha256 or 'random')[:10]}_{pooling}"
-                                       f"_b{blocks[pooling]}_f1_s{seed}{lod}{demo_sfx}"
+                                       f"_b{label}_f1_s{seed}{lod}{demo_sfx}"
                                        f"{_attention_suffix(args, pooling)}{_head_suffix(args)}")
         attention = AttentionConfig(args.num_queries, query_diversity=args.query_diversity,
                                     with_cls=args.with_cls) if pooling == "attention" else None

@@ -14,6 +14,8 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 import torch
 
+from .features import token_blocks
+
 
 class StageTimer:
     """Wall-clock milliseconds per named stage, one entry per call: `with timer("encode"): ...`."""
@@ -52,7 +54,7 @@ class VisuomotorAgent:
             policy.check_backbone(backbone)
         self.policy = policy
         self.backbone = backbone
-        self.block = int(policy.meta_["block"])
+        self.blocks = token_blocks(policy.meta_)
         self.uses_cls = policy.uses_cls
 
     def reset(self, slots: Iterable[Any] | None = None) -> None:
@@ -66,9 +68,9 @@ class VisuomotorAgent:
         with timer("preprocess"):
             pixels = self.backbone.preprocess(list(frames)).pixels                 # (B, 3, H, W)
         with timer("encode"):
-            grids, prefix = self.backbone.forward_pixels(pixels, [self.block])
-            tokens = grids[self.block].flatten(2).transpose(1, 2)                  # (B, N, C)
-            cls = prefix[self.block][:, 0] if self.uses_cls else None              # (B, C)
+            grids, prefix = self.backbone.forward_pixels(pixels, self.blocks)
+            tokens = torch.cat([grids[b].flatten(2).transpose(1, 2) for b in self.blocks], -1)   # (B, N, C)
+            cls = torch.cat([prefix[b][:, 0] for b in self.blocks], -1) if self.uses_cls else None  # (B, C)
         return tokens, cls
 
     def act(self, frames: Sequence[np.ndarray], proprio: np.ndarray, timer: StageTimer = _NULL) -> np.ndarray:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -89,13 +89,27 @@ def default_block(depth: int) -> int:
     return depth - 1
 
 
-def backbone_meta(backbone: Any, block: int | None = None) -> dict[str, Any]:
-    """What a cache or a policy must agree on with the backbone used at run time (block None: the last)."""
+def backbone_meta(backbone: Any, block: int | Sequence[int] | None = None) -> dict[str, Any]:
+    """What a cache or a policy must agree on with the backbone used at run time (block None: the last).
+
+    Several blocks (e.g. (5, 11)): each token is their tokens side by side, in the order given, so
+    embed_dim is the backbone's times their number; `block` is then a list (one block: an int, as always)."""
     c = backbone.config
-    b = backbone.resolve_blocks(default_block(c.depth) if block is None else block)[0]
+    bs = backbone.resolve_blocks(default_block(c.depth) if block is None else block)
     return dict(backbone=c.name, fingerprint=backbone_fingerprint(backbone), pretrained=bool(c.pretrained),
-                img_size=list(c.img_size), block=b, grid=list(c.grid), embed_dim=int(c.embed_dim),
-                has_cls=bool(c.has_cls))
+                img_size=list(c.img_size), block=bs[0] if len(bs) == 1 else bs, grid=list(c.grid),
+                embed_dim=int(c.embed_dim) * len(bs), has_cls=bool(c.has_cls))
+
+
+def token_blocks(meta: dict[str, Any]) -> list[int]:
+    """The blocks whose tokens a cache or policy reads, in the order their channels are laid side by side."""
+    b = meta["block"]
+    return [int(x) for x in b] if isinstance(b, (list, tuple)) else [int(b)]
+
+
+def block_label(meta: dict[str, Any]) -> str:
+    """"11" for one block, "5-11" for blocks 5 and 11 (folder names, messages)."""
+    return "-".join(str(b) for b in token_blocks(meta))
 
 
 def check_backbone(meta: dict[str, Any], backbone: Any) -> None:
@@ -115,7 +129,8 @@ def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | None = N
                    shift: int = 4, jitter: float = 0.1, seed: int = 0) -> FeatureCache:
     """Encode every frame of `demo_dir` once with the frozen `backbone` (block `block`) and cache it.
 
-    block None: `default_block(depth)`, the last block.
+    block None: `default_block(depth)`, the last block. Several blocks: their tokens side by side
+    (`backbone_meta`).
 
     views=K > 0: also K augmented views of every frame (`view_tokens`, `view_cls`), encoded once. A view is
     the frame as the encoder sees it (after the backbone's resize to its input size), shifted DrQ-style
@@ -143,7 +158,7 @@ def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | None = N
         H = meta["img_size"][0]
         sfx = f"_views{views}_s{shift}_j{jitter:g}_seed{seed}" if views else ""    # none: the clean caches' names
         cache_dir = Path(demo_dir) / "features" / (
-            f"{meta['backbone']}_{H}px_b{meta['block']}_{meta['fingerprint'][:12]}{sfx}")
+            f"{meta['backbone']}_{H}px_b{block_label(meta)}_{meta['fingerprint'][:12]}{sfx}")
     cache_dir = Path(cache_dir)
     if (cache_dir / "config.json").is_file():
         cached = load_feature_cache(cache_dir)
@@ -155,8 +170,9 @@ def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | None = N
     episodes = progress_bar(iter_episodes(demo_dir), total=len(manifest["episodes"]), desc="encode demos", unit="ep",
                     disable=None if progress is None else not progress)
     for e, ep in enumerate(episodes):
-        g = backbone.patch_grids(list(ep.frames), blocks=(meta["block"],), batch_size=batch_size, progress=False)
-        tokens, cls = _tokens_and_cls(g, meta["block"])                          # (T, N, C), (T, C)
+        blocks = token_blocks(meta)
+        g = backbone.patch_grids(list(ep.frames), blocks=blocks, batch_size=batch_size, progress=False)
+        tokens, cls = _tokens_and_cls(g, blocks)                                 # (T, N, C), (T, C)
         parts["tokens"].append(tokens)
         parts["cls"].append(cls)
         parts["proprio"].append(torch.from_numpy(ep.proprio).float())
@@ -164,7 +180,7 @@ def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | None = N
         parts["episode"].append(torch.full((len(ep),), e, dtype=torch.int64))
         parts["step"].append(torch.arange(len(ep), dtype=torch.int64))
         if views:
-            vt, vc = _encode_views(backbone, ep.frames, meta["block"], views, shift, jitter, rng, batch_size)
+            vt, vc = _encode_views(backbone, ep.frames, blocks, views, shift, jitter, rng, batch_size)
             parts["view_tokens"].append(vt)
             parts["view_cls"].append(vc)
     tensors = {k: torch.cat(v).contiguous() for k, v in parts.items()}
@@ -188,12 +204,16 @@ def _as_cache(t: dict[str, torch.Tensor], meta: dict[str, Any]) -> FeatureCache:
                         view_cls=t.get("view_cls") if has_cls else None)
 
 
-def _tokens_and_cls(g: Any, block: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """float16 tokens (B, N, C) and CLS (B, C) of one block of PatchGrids (zeros without a CLS token)."""
-    grid = g[block]                                                                   # (B, C, h, w)
-    cls = g.cls(block)
-    return (grid.flatten(2).transpose(1, 2).half(),
-            (cls if cls is not None else grid.new_zeros(grid.shape[0], grid.shape[1])).half())
+def _tokens_and_cls(g: Any, blocks: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """float16 tokens (B, N, C) and CLS (B, C) of PatchGrids (zeros without a CLS token); several blocks
+    side by side along C, in the order given."""
+    tokens, cls = [], []
+    for b in blocks:
+        grid = g[b]                                                                   # (B, C, h, w)
+        c = g.cls(b)
+        tokens.append(grid.flatten(2).transpose(1, 2))
+        cls.append(c if c is not None else grid.new_zeros(grid.shape[0], grid.shape[1]))
+    return torch.cat(tokens, -1).half(), torch.cat(cls, -1).half()
 
 
 def check_views(views: Any, shift: Any, jitter: Any, seed: Any) -> None:
@@ -234,7 +254,7 @@ def colour_jitter(x: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
     return ((x - grey) * s + grey).clamp(0, 1)
 
 
-def _encode_views(backbone: Any, frames: np.ndarray, block: int, k: int, shift: int, jitter: float,
+def _encode_views(backbone: Any, frames: np.ndarray, blocks: Sequence[int], k: int, shift: int, jitter: float,
                   rng: np.random.Generator, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(T, k, N, C) and (T, k, C) float16 features of k augmented views of each of T frames (uint8)."""
     T = len(frames)
@@ -247,9 +267,9 @@ def _encode_views(backbone: Any, frames: np.ndarray, block: int, k: int, shift: 
         x = x.repeat_interleave(k, 0)                                                 # (b*k, 3, H, W)
         x = colour_jitter(random_shift(x, offsets[i:i + batch_size].flatten(0, 1), shift),
                           factors[i:i + batch_size].flatten(0, 1))
-        g = backbone.patch_grids((x - pre.mean) / pre.std, blocks=(block,), batch_size=batch_size,
+        g = backbone.patch_grids((x - pre.mean) / pre.std, blocks=blocks, batch_size=batch_size,
                                  progress=False, check=False)
-        t, c = _tokens_and_cls(g, block)                                              # (b*k, N, C), (b*k, C)
+        t, c = _tokens_and_cls(g, blocks)                                              # (b*k, N, C), (b*k, C)
         tokens.append(t)
         cls.append(c)
     N, C = tokens[0].shape[1:]

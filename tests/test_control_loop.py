@@ -15,6 +15,7 @@ from frozenvit.control import (AttentionConfig, DemoError, MetaWorldTask, PatchT
                                UntrainedHead, VisuomotorAgent, cache_features, collect_demos, config_seeds,
                                default_block, evaluate, iter_episodes, load_manifest, measure_latency)
 from frozenvit.control.latency import STAGES  # noqa: E402
+from frozenvit.control.features import block_label, token_blocks  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -106,6 +107,26 @@ def test_feature_cache_holds_the_encoder_tokens_and_is_reused(demo_dir, bb, monk
     monkeypatch.setattr(type(bb), "patch_grids", lambda *a, **k: pytest.fail("re-encoded a cached frame"))
     again = cache_features(demo_dir, bb, block=0)
     assert torch.equal(again.tokens, cache.tokens)
+
+
+def test_several_blocks_lay_their_tokens_side_by_side_in_cache_agent_and_policy(demo_dir, bb, tmp_path):
+    one, three = cache_features(demo_dir, bb, block=1, views=2), cache_features(demo_dir, bb, block=3, views=2)
+    both = cache_features(demo_dir, bb, block=(3, 1), views=2)
+    assert both.meta["block"] == [3, 1] and token_blocks(both.meta) == [3, 1] and block_label(both.meta) == "3-1"
+    assert both.meta["embed_dim"] == 2 * bb.config.embed_dim
+    C = bb.config.embed_dim
+    for name in ("tokens", "cls", "view_tokens", "view_cls"):          # the augmented views draw the same shifts
+        a = getattr(both, name)
+        assert torch.equal(a[..., :C], getattr(three, name)) and torch.equal(a[..., C:], getattr(one, name))
+    torch.manual_seed(0)
+    pol = PatchTokenPolicy("attention", hidden=8, epochs=2).fit(both)
+    pol.save(tmp_path / "p")
+    agent = VisuomotorAgent(PatchTokenPolicy.load(tmp_path / "p"), bb)
+    frames = list(next(iter_episodes(demo_dir)).frames[:3])
+    tokens, _ = agent.encode(frames)                                  # what the loop feeds the head at run time
+    torch.testing.assert_close(tokens.half(), both.tokens[:3], atol=2e-3, rtol=1e-2)
+    assert agent.act(frames, np.zeros((3, 4), np.float32)).shape == (3, 4)
+    assert cache_features(demo_dir, bb, block=3).meta["block"] == 3   # one block: an int, as in older caches
 
 
 def test_agent_acting_for_several_environments_equals_acting_for_each_alone(demo_dir, bb):
