@@ -72,8 +72,10 @@ def register(subparsers: Any) -> None:
                         "jitter +-0.1), encoded once and cached beside the clean features; each BC sample reads the "
                         "frame or one of its views; costs K times the clean features' memory and disk; 0: none")
     q.add_argument("--seed", type=int, default=0, help="seed of the head's initialisation and of the shuffling")
-    q.add_argument("--block", type=int, default=None,
-                   help="backbone block whose tokens are read, negative from the end; None: the last")
+    q.add_argument("--block", type=int, nargs="+", default=None, metavar="B",
+                   help="backbone block whose tokens are read, negative from the end; None: the last. Several "
+                        "(e.g. 5 11): their tokens side by side, each token twice as wide (control/RESULTS.md, "
+                        "\"An intermediate block beside the last\")")
     q.add_argument("--checkpoint", default=None, help="checkpoint directory (resume by re-running): new, empty, or an earlier checkpoint")
     _encoder_arg(q)
     add_backbone_args(q)
@@ -262,7 +264,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from frozenvit.backbone.suite.artifacts import check_artifact_dir
 
     from .demos import load_manifest
-    from .features import backbone_meta, cache_features
+    from .features import backbone_meta, block_label, cache_features
     from .head import AttentionConfig
     from .policy import KIND, PatchTokenPolicy
 
@@ -292,16 +294,21 @@ def _cmd_train(args: argparse.Namespace) -> int:
     pol.save(args.out)
     random = "" if bb.config.pretrained else " RANDOM weights"
     print(f"trained {args.pooling} policy on {len(cache)} frames of {cache.meta['task']} ({bb.config.name}{random} "
-          f"{_px(bb.config.img_size)}, block {cache.meta['block']}); final loss {pol.history_[-1]:.4f}; "
+          f"{_px(bb.config.img_size)}, block {block_label(cache.meta)}); final loss {pol.history_[-1]:.4f}; "
           f"saved to {args.out}")
     return 0
 
 
-def _block(block: int | None, depth: int) -> int | None:
-    if block is not None and not -depth <= block < depth:
-        raise UsageError(f"--block {block} is out of range for a {depth}-block backbone (0..{depth - 1}, or negative "
-                         "from the end)")
-    return block
+def _block(blocks: list[int] | None, depth: int) -> int | list[int] | None:
+    if blocks is None:
+        return None
+    for b in blocks:
+        if not -depth <= b < depth:
+            raise UsageError(f"--block {b} is out of range for a {depth}-block backbone (0..{depth - 1}, or negative "
+                             "from the end)")
+    if len({b % depth for b in blocks}) < len(blocks):
+        raise UsageError(f"--block {' '.join(map(str, blocks))} names a block twice")
+    return blocks[0] if len(blocks) == 1 else blocks
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:

@@ -28,6 +28,8 @@ CASES = [
     ("--queries with --pooling cls", "control train --demos {demos} --out {new} --pooling cls --queries 8",
      "UsageError"),
     ("--block 99", "control train --demos {demos} --out {new} --block 99", "UsageError"),
+    ("--block 1 99", "control train --demos {demos} --out {new} --block 1 99", "UsageError"),
+    ("--block 1 -3 (the same block twice)", "control train --demos {demos} --out {new} --block 1 -3", "UsageError"),
     ("--heads 5 (does not divide 48)", "control train --demos {demos} --out {new} --heads 5", "PolicyError"),
     ("--steps 0", "control latency --steps 0", "UsageError"),
     ("--budget-ms 0", "control latency --budget-ms 0", "UsageError"),

@@ -251,6 +251,12 @@ def test_cli_collect_train_evaluate_latency(tmp_path, bb, monkeypatch, capsys):
     assert main(["control", "train", "--demos", d, "--out", str(tmp_path / "c"), "--pooling", "cls", "--epochs", "1",
                  "--threads", "1"]) == 0
     assert PatchTokenPolicy.load(tmp_path / "c").attention is None
+    two = str(tmp_path / "twoblocks")                                 # an intermediate block beside the last
+    assert main(["control", "train", "--demos", d, "--out", two, "--epochs", "1", "--heads", "3", "--with-cls",
+                 "--block", "1", "-1", "--threads", "1"]) == 0
+    assert "block 1-3" in capsys.readouterr().out
+    assert PatchTokenPolicy.load(two).meta_["block"] == [1, 3]
+    assert main(["control", "evaluate", "--policy", two, "--configs", "1", "--max-steps", "2"]) == 0
     capsys.readouterr()
 
 
