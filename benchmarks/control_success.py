@@ -119,7 +119,9 @@ def main() -> int:
     lod = "" if render.mesh_faces is None else f"_lod{render.mesh_faces}"    # full-mesh runs keep their old names
     chosen = bb.resolve_blocks(args.block if args.block is not None else default_block(bb.config.depth))
     blocks = {p: chosen[0] if len(chosen) == 1 else chosen for p in args.poolings}   # one block: an int, as before
-    label = "-".join(str(b) for b in chosen)
+    # several blocks: each block's channels normalised on their own (control.head, norm_groups); the runs of
+    # 7ea91fe..be86076 normalised the joint width and named their heads without the "_ln" suffix
+    label = "-".join(str(b) for b in chosen) + ("_ln" if len(chosen) > 1 else "")
     # the head options dropped from control (control/RESULTS.md), at the values every run since has had,
     # so that --resume and --compare still match results of runs made while they existed
     args.frames, args.token_dropout, args.keypoints, args.pos_code, args.ensemble, args.action_noise = \
@@ -137,6 +139,8 @@ def main() -> int:
                     render=render.as_dict(),
                     threads=args.threads,
                     heldout_seeds=[heldout[0], heldout[-1]] if heldout else [])
+    if len(chosen) > 1:
+        settings["block_norm"] = "each"            # absent: one block, or the joint norm of the first multi-block runs
     out_path = Path(args.out) if args.out else RESULTS / "control_success.json"
     if args.resume and out_path.is_file():
         import json

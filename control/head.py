@@ -60,8 +60,11 @@ class HeadConfig:
     pooling: str = "attention"
     attention: AttentionConfig | None = None
     hidden: int = DEFAULT_HIDDEN
+    norm_groups: int = 1             # a token is this many blocks' tokens side by side, each normalised on its own
 
     def __post_init__(self) -> None:
+        if int(self.norm_groups) < 1 or self.embed_dim % int(self.norm_groups):
+            raise PolicyError(f"norm_groups must be >= 1 and divide the {self.embed_dim}-d tokens, got {self.norm_groups}")
         if self.pooling not in POOLINGS:
             raise PolicyError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
         if self.pooling != "attention" and self.attention is not None:
@@ -90,7 +93,10 @@ class HeadConfig:
         return self.pooling == "cls" or (self.attention is not None and self.attention.with_cls)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if d["norm_groups"] == 1:                    # one block: the config (and digest) of before several existed
+            del d["norm_groups"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "HeadConfig":
@@ -169,11 +175,20 @@ class PolicyHead(nn.Module):
         if self.cfg.uses_cls and cls is None:
             raise PolicyError(f"this {self.cfg.pooling} head reads the CLS token; the backbone has none")
         if self.cfg.pooling == "cls":
-            return F.layer_norm(cls.float(), (C,))
-        x = F.layer_norm(tokens.float(), (C,))    # affine-free: the projections that follow absorb scale/shift
+            return self._norm(cls)
+        x = self._norm(tokens)                    # affine-free: the projections that follow absorb scale/shift
         if self.cfg.uses_cls:
-            x = torch.cat([x, F.layer_norm(cls.float(), (C,)).unsqueeze(-2)], dim=-2)
+            x = torch.cat([x, self._norm(cls).unsqueeze(-2)], dim=-2)
         return x.mean(dim=-2) if self.cfg.pooling == "mean" else x
+
+    def _norm(self, x: torch.Tensor) -> torch.Tensor:
+        """Parameter-free LayerNorm over the token width (..., C); with norm_groups G over each of the G
+        blocks' C/G channels on its own, so that a block with smaller activations (block 5's tokens are about
+        a third of block 11's norm in ViT-Ti) is not scaled down against the other."""
+        C, G = x.shape[-1], self.cfg.norm_groups
+        if G == 1:
+            return F.layer_norm(x.float(), (C,))
+        return F.layer_norm(x.float().unflatten(-1, (G, C // G)), (C // G,)).flatten(-2)
 
     def forward_prepared(self, x: torch.Tensor, proprio: torch.Tensor, return_penalty: bool = False
                          ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -205,7 +220,7 @@ class PolicyHead(nn.Module):
         """Where each query looks: (B, N, C) patch tokens of one frame -> (B, H, Q, N) attention weights."""
         if self.cfg.attention is None:
             raise PolicyError(f"pooling={self.cfg.pooling!r} has no attention map")
-        x = F.layer_norm(tokens.float(), (tokens.shape[-1],))                       # as prepare(), without CLS
+        x = self._norm(tokens)                                                      # as prepare(), without CLS
         return self.pool(x, self.pos, return_weights=True)[1]
 
     @torch.no_grad()

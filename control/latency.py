@@ -15,7 +15,7 @@ import torch
 from .agent import StageTimer, VisuomotorAgent
 from .env import ACTION_DIM, PROPRIO_DIM, MetaWorldTask, config_seeds
 from .evaluate import rollout_timed
-from .features import backbone_meta, check_backbone
+from .features import backbone_meta, check_backbone, token_blocks
 from .head import HeadConfig, PolicyHead
 
 STAGES = ("render", "preprocess", "encode", "head", "step")
@@ -126,7 +126,8 @@ class UntrainedHead:
     def __init__(self, backbone: Any, pooling: str = "attention", block: int | None = None, seed: int = 0) -> None:
         self.pooling = pooling
         self.meta_ = backbone_meta(backbone, block)
-        cfg = HeadConfig(self.meta_["embed_dim"], tuple(self.meta_["grid"]), PROPRIO_DIM, ACTION_DIM, pooling=pooling)
+        cfg = HeadConfig(self.meta_["embed_dim"], tuple(self.meta_["grid"]), PROPRIO_DIM, ACTION_DIM, pooling=pooling,
+                         norm_groups=len(token_blocks(self.meta_)))
         self.uses_cls = cfg.uses_cls
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)

@@ -35,7 +35,7 @@ from frozenvit.backbone.suite.progress import progress_bar
 
 from .defaults import DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_HIDDEN, DEFAULT_LR
 from .errors import DemoError, PolicyError
-from .features import FeatureCache, check_backbone
+from .features import FeatureCache, check_backbone, token_blocks
 from .head import AttentionConfig, HeadConfig, PolicyHead, bc_loss
 
 KIND = "control.policy"
@@ -85,7 +85,7 @@ class PatchTokenPolicy(BaseEstimator):
         """The head this policy gets on tokens described by `meta` (embed_dim, grid, has_cls, as in
         `backbone_meta`). Raises PolicyError when the hyperparameters contradict each other or the tokens."""
         cfg = HeadConfig(int(meta["embed_dim"]), tuple(meta["grid"]), proprio_dim, action_dim, pooling=self.pooling,
-                         attention=self.attention, hidden=self.hidden)
+                         attention=self.attention, hidden=self.hidden, norm_groups=len(token_blocks(meta)))
         if cfg.uses_cls and meta.get("has_cls") is False:
             raise PolicyError(f"this {self.pooling} head reads the CLS token and "
                               f"{meta.get('backbone', 'the backbone')} has none; use pooling 'attention' (without "

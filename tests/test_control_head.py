@@ -141,3 +141,22 @@ def test_with_cls_hands_the_mlp_the_cls_token_beside_the_pooled_patches():
         h(tokens, None, prop)
     m = h.attention_map(tokens)                                    # maps need the patches only
     assert m.shape == (2, 9) and torch.allclose(m.sum(-1), torch.ones(2))
+
+
+@pytest.mark.parametrize("pooling", ["attention", "mean", "cls"])
+def test_two_blocks_side_by_side_are_normalised_each_on_its_own(pooling):
+    torch.manual_seed(0)
+    one = PolicyHead(HeadConfig(16, (2, 2), pooling=pooling))
+    two = PolicyHead(HeadConfig(16, (2, 2), pooling=pooling, norm_groups=2))
+    tokens, cls = torch.randn(3, 4, 16), torch.randn(3, 16)
+    louder = torch.cat([tokens[..., :8], 3 * tokens[..., 8:] + 1], -1)      # the second block 3x larger, shifted
+    louder_cls = torch.cat([cls[..., :8], 3 * cls[..., 8:] + 1], -1)
+    torch.testing.assert_close(two.prepare(louder, louder_cls), two.prepare(tokens, cls), atol=1e-4, rtol=1e-4)  # LN eps aside
+    assert not torch.allclose(one.prepare(louder, louder_cls), one.prepare(tokens, cls))     # jointly: it shifts
+    halves = torch.cat([nn.functional.layer_norm(tokens[..., :8], (8,)), nn.functional.layer_norm(tokens[..., 8:], (8,))], -1)
+    if pooling == "attention":
+        torch.testing.assert_close(two.prepare(tokens, None), halves)
+    assert "norm_groups" not in one.cfg.to_dict() and two.cfg.to_dict()["norm_groups"] == 2
+    assert HeadConfig.from_dict(two.cfg.to_dict()) == two.cfg and HeadConfig.from_dict(one.cfg.to_dict()) == one.cfg
+    with pytest.raises(PolicyError, match="norm_groups"):
+        HeadConfig(16, (2, 2), norm_groups=3)

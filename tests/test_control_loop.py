@@ -121,7 +121,9 @@ def test_several_blocks_lay_their_tokens_side_by_side_in_cache_agent_and_policy(
     torch.manual_seed(0)
     pol = PatchTokenPolicy("attention", hidden=8, epochs=2).fit(both)
     pol.save(tmp_path / "p")
+    assert pol.head_.cfg.norm_groups == 2 and json.loads((tmp_path / "p" / "config.json").read_text())["head"]["norm_groups"] == 2
     agent = VisuomotorAgent(PatchTokenPolicy.load(tmp_path / "p"), bb)
+    assert agent.policy.head_.cfg.norm_groups == 2
     frames = list(next(iter_episodes(demo_dir)).frames[:3])
     tokens, _ = agent.encode(frames)                                  # what the loop feeds the head at run time
     torch.testing.assert_close(tokens.half(), both.tokens[:3], atol=2e-3, rtol=1e-2)
