@@ -110,8 +110,14 @@ def main() -> int:
     ap.add_argument("--stand-in", default="vit_tiny_patch16_224", help="architecture timed if no default ships")
     ap.add_argument("--backbone", default=None, help="time this timm model instead of the embedded default")
     ap.add_argument("--weights", default=None, help="local weights for --backbone")
-    ap.add_argument("--block", type=int, default=None,
-                    help="block the attention head reads (default: control.default_block; -1 = the last)")
+    ap.add_argument("--block", type=int, nargs="+", default=None,
+                    help="block(s) the default encoder's attention head reads (default: control.default_block; -1 = "
+                         "the last; several: their tokens side by side, e.g. 5 11). Until 2026-12-02 it applied to "
+                         "both encoders")
+    ap.add_argument("--fast-block", type=int, nargs="+", default=None,
+                    help="block(s) the faster encoder's head reads (default: its last); with --fast default "
+                         "--fast-size 224 and --block 5 11, the two-block head and the one-block head take turns "
+                         "on the same encoder")
     ap.add_argument("--mesh-faces", default=None, metavar="N|none",
                     help="the loop renders big meshes simplified to ~N triangles (default: full meshes)")
     ap.add_argument("--fast-mesh-faces", default=None, metavar="N|none",
@@ -128,6 +134,7 @@ def main() -> int:
                                    VisuomotorAgent, camera_count, measure_latency)
 
     from frozenvit.control.cli import parse_mesh_faces, render_settings
+    from frozenvit.control.features import block_label
 
     loop_render = render_settings(args)
     args.camera = args.camera or DEFAULT_CAMERA
@@ -155,7 +162,8 @@ def main() -> int:
         # Encoders take turns in rounds, so drift in the machine's load hits both alike.
         envs = [MetaWorldTask(args.task, camera=args.camera, image_size=bb.config.img_size[0], render=r)
                 for (_, bb, _), r in zip(encoders, renders)]
-        agents = [VisuomotorAgent(UntrainedHead(bb, block=args.block), bb) for _, bb, _ in encoders]
+        agents = [VisuomotorAgent(UntrainedHead(bb, block=b), bb)
+                  for (_, bb, _), b in zip(encoders, (args.block, args.fast_block))]
         parts: list[list] = [[] for _ in encoders]
         try:
             for r in range(args.rounds):
@@ -167,20 +175,21 @@ def main() -> int:
                 env.close()
         if len(encoders) == 2:
             round_ratios[threads] = [float(np.median(f.total) / np.median(d.total)) for d, f in zip(*parts)]
-        for (label, bb, real), reps in zip(encoders, parts):
+        for (label, bb, real), reps, agent in zip(encoders, parts, agents):
             rep = LatencyReport.concat(reps)
             size = bb.config.img_size[0]
             s = rep.summary()
-            row = dict(encoder=label, tokens=bb.config.grid[0] * bb.config.grid[1], threads=threads,
+            row = dict(encoder=label, blocks=block_label(agent.policy.meta_),
+                       tokens=bb.config.grid[0] * bb.config.grid[1], threads=threads,
                        min=s["min"], p50=s["p50"], p95=s["p95"], p99=s["p99"],
                        **{f"{k}_p50": v for k, v in s["stage_p50_ms"].items()},
                        encode_min=float(rep.stages["encode"].min()), render_min=float(rep.stages["render"].min()))
             rows.append(row)
-            runs.append(dict(encoder=label, pretrained=real, backbone=bb.config.name, img_size=size,
+            runs.append(dict(encoder=label, blocks=agent.blocks, pretrained=real, backbone=bb.config.name, img_size=size,
                              threads=threads, round_p50=[float(np.median(x.total)) for x in reps], **rep.to_dict()))
             if threads == args.threads:
                 figs.append((label, rep))
-            print(f"  {label}, {threads} thread(s): p50 {s['p50']:.1f} ms, p99 {s['p99']:.1f} ms", flush=True)
+            print(f"  {label}, block {row['blocks']}, {threads} thread(s): p50 {s['p50']:.1f} ms, p99 {s['p99']:.1f} ms", flush=True)
     print_table(rows, floatfmt="{:.1f}")
 
     verdicts = {}
