@@ -4,7 +4,7 @@ For each task, attention and mean-pooling heads are trained (same seed and budge
 tokens of one block for the first --train-episodes demos, and scored by action MSE on the
 remaining demos (their configurations were never trained on). The CLS-only head is scored on the
 last block. Cheap (seconds per head) where a success-rate run costs minutes per head, so it picks
-`control.default_block`; success is then measured by `control_success.py`.
+`control.default_blocks`; success is then measured by `control_success.py`.
 
     .venv/bin/python benchmarks/control_blocks.py --threads 1 --blocks 11 7 4 2 0
 """

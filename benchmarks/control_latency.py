@@ -111,13 +111,13 @@ def main() -> int:
     ap.add_argument("--backbone", default=None, help="time this timm model instead of the embedded default")
     ap.add_argument("--weights", default=None, help="local weights for --backbone")
     ap.add_argument("--block", type=int, nargs="+", default=None,
-                    help="block(s) the default encoder's attention head reads (default: control.default_block; -1 = "
-                         "the last; several: their tokens side by side, e.g. 5 11). Until 2026-12-02 it applied to "
-                         "both encoders")
+                    help="block(s) the default encoder's attention head reads (default: control.default_blocks, "
+                         "5 and 11 for a 12-block encoder; -1 = the last; several: their tokens side by side). Until "
+                         "2026-12-02 it applied to both encoders")
     ap.add_argument("--fast-block", type=int, nargs="+", default=None,
-                    help="block(s) the faster encoder's head reads (default: its last); with --fast default "
-                         "--fast-size 224 and --block 5 11, the two-block head and the one-block head take turns "
-                         "on the same encoder")
+                    help="block(s) the faster encoder's head reads (default: control.default_blocks, the last "
+                         "of the 4-block fast encoder); with --fast default --fast-size 224 --fast-block 11, the "
+                         "default two-block head and a one-block head take turns on the same encoder")
     ap.add_argument("--mesh-faces", default=None, metavar="N|none",
                     help="the loop renders big meshes simplified to ~N triangles (default: full meshes)")
     ap.add_argument("--fast-mesh-faces", default=None, metavar="N|none",

@@ -61,8 +61,8 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0],
                     help="training seeds of each head: BC success varies a lot from seed to seed")
     ap.add_argument("--block", type=int, nargs="+", default=None,
-                    help="backbone block of every pooling (default: control.default_block, the last); several "
-                         "blocks (e.g. 5 11): their tokens side by side")
+                    help="backbone block(s) of every pooling (default: control.default_blocks, 5 and 11 for a "
+                         "12-block encoder, their tokens side by side; 11 alone: the default until 2026-12-02)")
     ap.add_argument("--size", type=int, default=None,
                     help="encoder input size of one view (default: the default's own); a composite --camera of k "
                          "views gets an encoder built at (size, k*size)")
@@ -105,7 +105,7 @@ def main() -> int:
 
     from frozenvit.backbone.errors import ArtifactError
     from frozenvit.control import (AttentionConfig, PatchTokenPolicy, cache_features, collect_demos, config_seeds,
-                                   default_block, evaluate)
+                                   default_blocks, evaluate)
     from frozenvit.control.policy import FORMAT_VERSION as POLICY_FORMAT
     from frozenvit.control.cli import render_settings
 
@@ -117,7 +117,7 @@ def main() -> int:
     heldout = config_seeds("heldout", args.configs, start=args.heldout_start)
     render = render_settings(args)
     lod = "" if render.mesh_faces is None else f"_lod{render.mesh_faces}"    # full-mesh runs keep their old names
-    chosen = bb.resolve_blocks(args.block if args.block is not None else default_block(bb.config.depth))
+    chosen = bb.resolve_blocks(args.block if args.block is not None else default_blocks(bb.config.depth))
     blocks = {p: chosen[0] if len(chosen) == 1 else chosen for p in args.poolings}   # one block: an int, as before
     # several blocks: each block's channels normalised on their own (control.head, norm_groups); the runs of
     # 7ea91fe..be86076 normalised the joint width and named their heads without the "_ln" suffix

@@ -24,7 +24,7 @@ _API = {
             "check_task", "config_seeds", "frame_size", "make_renderer", "task_names"),
     "errors": ("DemoError", "PolicyError", "RenderUnavailable", "TaskError"),
     "evaluate": ("EpisodeJournal", "TaskResult", "evaluate", "save_gif"),
-    "features": ("FeatureCache", "backbone_meta", "cache_features", "default_block", "load_feature_cache"),
+    "features": ("FeatureCache", "backbone_meta", "cache_features", "default_blocks", "load_feature_cache"),
     "head": ("POOLINGS", "AttentionConfig", "AttentionPool", "HeadConfig", "PolicyHead", "bc_loss"),
     "latency": ("STAGES", "LatencyReport", "UntrainedHead", "measure_latency"),
     "policy": ("PatchTokenPolicy",),

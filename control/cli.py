@@ -73,9 +73,10 @@ def register(subparsers: Any) -> None:
                         "frame or one of its views; costs K times the clean features' memory and disk; 0: none")
     q.add_argument("--seed", type=int, default=0, help="seed of the head's initialisation and of the shuffling")
     q.add_argument("--block", type=int, nargs="+", default=None, metavar="B",
-                   help="backbone block whose tokens are read, negative from the end; None: the last. Several "
-                        "(e.g. 5 11): their tokens side by side, each token twice as wide (control/RESULTS.md, "
-                        "\"An intermediate block beside the last\")")
+                   help="backbone block(s) whose tokens are read, negative from the end; several: their tokens side "
+                        "by side. Default: 5 and 11 on a 12-block encoder (the last block of each half), the last "
+                        "on one of fewer blocks such as the fast encoder (control/RESULTS.md, \"An intermediate "
+                        "block beside the last\"); --block -1: the last alone, the default until 2026-12-02")
     q.add_argument("--checkpoint", default=None, help="checkpoint directory (resume by re-running): new, empty, or an earlier checkpoint")
     _encoder_arg(q)
     add_backbone_args(q)

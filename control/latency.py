@@ -123,7 +123,8 @@ class UntrainedHead:
     a policy when only the loop's latency is measured (the time does not depend on the weights; the
     actions mean nothing). Same interface as a fitted PatchTokenPolicy for `VisuomotorAgent`."""
 
-    def __init__(self, backbone: Any, pooling: str = "attention", block: int | None = None, seed: int = 0) -> None:
+    def __init__(self, backbone: Any, pooling: str = "attention", block: int | Sequence[int] | None = None,
+                 seed: int = 0) -> None:
         self.pooling = pooling
         self.meta_ = backbone_meta(backbone, block)
         cfg = HeadConfig(self.meta_["embed_dim"], tuple(self.meta_["grid"]), PROPRIO_DIM, ACTION_DIM, pooling=pooling,

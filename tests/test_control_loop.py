@@ -13,7 +13,7 @@ pytest.importorskip("metaworld")
 from frozenvit.backbone.suite.report import DemoContext  # noqa: E402
 from frozenvit.control import (AttentionConfig, DemoError, MetaWorldTask, PatchTokenPolicy, RenderUnavailable,  # noqa: E402
                                UntrainedHead, VisuomotorAgent, cache_features, collect_demos, config_seeds,
-                               default_block, evaluate, iter_episodes, load_manifest, measure_latency)
+                               default_blocks, evaluate, iter_episodes, load_manifest, measure_latency)
 from frozenvit.control.latency import STAGES  # noqa: E402
 from frozenvit.control.features import block_label, token_blocks  # noqa: E402
 
@@ -99,8 +99,8 @@ def test_feature_cache_holds_the_encoder_tokens_and_is_reused(demo_dir, bb, monk
     ep = next(iter_episodes(demo_dir))
     direct = bb.patch_grids(list(ep.frames[:3]), blocks=(b,))[b].flatten(2).transpose(1, 2)   # (3, N, C)
     torch.testing.assert_close(cache.tokens[:3].float(), direct, atol=2e-3, rtol=1e-2)       # float16 storage
-    last = cache_features(demo_dir, bb)                                   # default: the last block, for every pooling
-    assert last.meta["block"] == default_block(bb.config.depth) == 3
+    last = cache_features(demo_dir, bb)                    # default of a 4-block encoder: the last block alone
+    assert default_blocks(bb.config.depth) == (3,) and last.meta["block"] == 3
     torch.testing.assert_close(last.cls[:3].float(), bb.patch_grids(list(ep.frames[:3]), blocks=(-1,)).cls(3),
                                atol=2e-3, rtol=1e-2)
     assert len(cache) == sum(len(e) for e in iter_episodes(demo_dir))
