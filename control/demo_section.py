@@ -13,10 +13,11 @@ import numpy as np
 
 from frozenvit.backbone.suite.report import DemoContext, Section
 
+from .defaults import DEFAULT_BC_EPOCHS
+
 EASY_TASK = "button-press-topdown-v3"
 BUDGET_MS = 90.0
 EVAL_SIZE = 128      # the short evaluation's input: 8x8 tokens, a third of 224 px's, so the section stays short
-DEMO_BC_EPOCHS = 120  # fewer than the default 200: the head reaches 8/8 here, and the section stays under a minute
 
 
 def section(ctx: DemoContext) -> Section:
@@ -76,9 +77,10 @@ def _backbone(ctx: DemoContext, unavailable: type) -> tuple[Any, str, bool]:
 
 def _short_evaluation(sec: Section, bb: Any, ctx: DemoContext, label: str) -> None:
     from . import PatchTokenPolicy, cache_features, collect_demos, config_seeds, evaluate
+    from .features import block_label
 
     task = "reach-v3" if ctx.quick else EASY_TASK
-    n_demos, n_cfg, cap, epochs = (1, 1, 5, 2) if ctx.quick else (8, 8, 100, DEMO_BC_EPOCHS)
+    n_demos, n_cfg, cap, epochs = (1, 1, 5, 2) if ctx.quick else (8, 8, 100, DEFAULT_BC_EPOCHS)
     demo_cap = max(cap, 150)                   # the scripted expert needs up to ~100 steps
     size = bb.config.img_size[0]
     t0 = time.perf_counter()
@@ -93,7 +95,7 @@ def _short_evaluation(sec: Section, bb: Any, ctx: DemoContext, label: str) -> No
     res = evaluate(pol, bb, config_seeds("heldout", n_cfg), max_steps=cap, parallel=4, progress=False)
     t_eval = time.perf_counter() - t0 - t_demo - t_enc - t_fit
     sec.text(f"Short evaluation on {task}: {n_demos} scripted-expert demos ({len(cache)} frames), attention-"
-             f"pooling head trained {epochs} epochs by behaviour cloning, rolled out on {n_cfg} held-out "
+             f"pooling head over block(s) {block_label(cache.meta)} trained {epochs} epochs by behaviour cloning, rolled out on {n_cfg} held-out "
              f"configurations (seeds {res.configs[0]}..{res.configs[-1]}, never seen in training), cap {cap} steps.")
     sec.table([dict(task=task, encoder=label, demos=n_demos, heldout_configs=n_cfg,
                     success_rate=res.success_rate, mean_steps_success=float(np.mean(
