@@ -96,7 +96,8 @@ def _short_evaluation(sec: Section, bb: Any, ctx: DemoContext, label: str) -> No
     t_eval = time.perf_counter() - t0 - t_demo - t_enc - t_fit
     sec.text(f"Short evaluation on {task}: {n_demos} scripted-expert demos ({len(cache)} frames), attention-"
              f"pooling head over block(s) {block_label(cache.meta)} trained {epochs} epochs by behaviour cloning, "
-             f"rolled out on {n_cfg} held-out configurations (seeds {res.configs[0]}..{res.configs[-1]}, never seen in training), cap {cap} steps.")
+             f"rolled out on {n_cfg} held-out configurations (seeds {res.configs[0]}..{res.configs[-1]}, never "
+             f"seen in training), cap {cap} steps.")
     sec.table([dict(task=task, encoder=label, demos=n_demos, heldout_configs=n_cfg,
                     success_rate=res.success_rate, mean_steps_success=float(np.mean(
                         [s for s, ok in zip(res.steps, res.successes) if ok])) if any(res.successes) else float("nan"),
