@@ -130,9 +130,9 @@ def check_backbone(meta: dict[str, Any], backbone: Any) -> None:
             f"{got_size} (weights {got_fp[:12]}); load the same backbone or retrain the policy")
 
 
-def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | Sequence[int] | None = None, batch_size: int = 32,
-                   cache_dir: str | Path | None = None, progress: bool | None = None, views: int = DEFAULT_VIEWS,
-                   shift: int = 4, jitter: float = 0.1, seed: int = 0) -> FeatureCache:
+def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | Sequence[int] | None = None,
+                   batch_size: int = 32, cache_dir: str | Path | None = None, progress: bool | None = None,
+                   views: int = DEFAULT_VIEWS, shift: int = 4, jitter: float = 0.1, seed: int = 0) -> FeatureCache:
     """Encode every frame of `demo_dir` once with the frozen `backbone` (block `block`) and cache it.
 
     block None: `default_blocks(depth)` (5 and 11 for 12 blocks). Several blocks: their tokens side by side
