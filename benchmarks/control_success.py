@@ -57,6 +57,8 @@ def main() -> int:
     ap.add_argument("--aux-weight", type=float, default=0.0, metavar="W",
                     help="weight of an auxiliary loss in training: the pooled features predict the scene's "
                          "object and goal positions (control.scene_targets); 0: none")
+    ap.add_argument("--aux-relative", action="store_true",
+                    help="with --aux-weight: the positions relative to the hand, frame by frame")
     ap.add_argument("--gripper", choices=GRIPPERS, default="continuous",
                     help="'snap': the head's gripper command is replaced by the nearest value the expert used in the "
                          "demos (measured 2026-12-02, control/RESULTS.md: not in the library, it did not pay); "
@@ -137,7 +139,7 @@ def main() -> int:
                     pos_code=args.pos_code, query_diversity=args.query_diversity, with_cls=args.with_cls,
                     blocks=blocks, ensemble=args.ensemble, chunk=args.chunk, chunk_decay=args.chunk_decay,
                     velocity=args.velocity, loss=args.loss, views=args.views, gripper=args.gripper,
-                    aux_weight=args.aux_weight,
+                    aux_weight=args.aux_weight, aux_relative=args.aux_relative,
                     encoder=enc, weights_sha256=bb.weights_sha256, camera=args.camera, demo_size=args.demo_size,
                     action_noise=args.action_noise, hold_steps=args.hold_steps,
                     render=render.as_dict(),
@@ -185,7 +187,8 @@ def main() -> int:
                 and cached.meta_.get("fingerprint") == bb.weights_sha256:
             pol = cached
         else:
-            pol.fit(cache, aux_targets=scene_targets(demo_dir, cache) if args.aux_weight > 0 else None,
+            pol.fit(cache, aux_targets=scene_targets(demo_dir, cache, relative=args.aux_relative)
+                    if args.aux_weight > 0 else None,
                     checkpoint_dir=work / f"ckpt_v{POLICY_FORMAT}" / pol_dir.name)
             pol.save(pol_dir)
         t_fit = time.perf_counter() - t1
@@ -389,14 +392,16 @@ _ATTENTION_OPTIONS = tuple(_ATTENTION_OPTIONS_DEFAULTS)
 
 # what a result JSON (or policy folder name) written before the options of every head existed was made with
 _HEAD_OPTIONS_DEFAULTS = dict(chunk=1, chunk_decay=0.1, velocity=False, loss="mse", views=0, gripper="continuous",
-                              aux_weight=0.0)
+                              aux_weight=0.0, aux_relative=False)
 
 
 def _head_suffix(args: argparse.Namespace) -> str:
     """Policy-folder suffix of the options of every head that differ from the defaults (none for the defaults,
     so older folders keep their names). The folders of heads with the removed options (_k8, _vel, _l1) stay
     as they are; no head trained now is named so."""
-    return (f"_views{args.views}" if args.views else "") + (f"_aux{args.aux_weight:g}" if getattr(args, "aux_weight", 0) else "")
+    aux = getattr(args, "aux_weight", 0.0)                   # absent: a Namespace of before the option existed
+    rel = "rel" if aux and getattr(args, "aux_relative", False) else ""
+    return (f"_views{args.views}" if args.views else "") + (f"_aux{aux:g}{rel}" if aux else "")
 
 
 def _attention_suffix(args: argparse.Namespace, pooling: str) -> str:

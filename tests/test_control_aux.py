@@ -100,6 +100,8 @@ def test_scene_targets_give_each_frame_its_episodes_vector_and_refuse_other_demo
     t = scene_targets(d, cache)
     assert t.shape == (9, 3) and t.dtype == np.float32
     np.testing.assert_allclose(t, np.stack(vecs)[episode.numpy()].astype(np.float32))
+    rel = scene_targets(d, cache, relative=True)                   # each 3-d position minus the frame's hand
+    np.testing.assert_allclose(rel, t - cache.proprio[:, :3].numpy(), rtol=1e-6, atol=1e-6)
     cache.meta["configs"] = [100, 101, 103]
     with pytest.raises(DemoError, match="not made from the demos"):
         scene_targets(d, cache)
