@@ -54,11 +54,6 @@ def main() -> int:
                     help="attention pooling: the MLP also gets the CLS token (patch tokens on top of the summary)")
     ap.add_argument("--views", type=int, default=DEFAULT_VIEWS, metavar="K",
                     help="every head also trains on K augmented views per demo frame (cache_features(views=K))")
-    ap.add_argument("--aux-weight", type=float, default=0.0, metavar="W",
-                    help="weight of an auxiliary loss in training: the pooled features predict the scene's "
-                         "object and goal positions (control.scene_targets); 0: none")
-    ap.add_argument("--aux-relative", action="store_true",
-                    help="with --aux-weight: the positions relative to the hand, frame by frame")
     ap.add_argument("--gripper", choices=GRIPPERS, default="continuous",
                     help="'snap': the head's gripper command is replaced by the nearest value the expert used in the "
                          "demos (measured 2026-12-02, control/RESULTS.md: not in the library, it did not pay); "
@@ -110,7 +105,7 @@ def main() -> int:
 
     from frozenvit.backbone.errors import ArtifactError
     from frozenvit.control import (AttentionConfig, PatchTokenPolicy, cache_features, collect_demos, config_seeds,
-                                   default_blocks, evaluate, scene_targets)
+                                   default_blocks, evaluate)
     from frozenvit.control.policy import FORMAT_VERSION as POLICY_FORMAT
     from frozenvit.control.cli import render_settings
 
@@ -139,7 +134,6 @@ def main() -> int:
                     pos_code=args.pos_code, query_diversity=args.query_diversity, with_cls=args.with_cls,
                     blocks=blocks, ensemble=args.ensemble, chunk=args.chunk, chunk_decay=args.chunk_decay,
                     velocity=args.velocity, loss=args.loss, views=args.views, gripper=args.gripper,
-                    aux_weight=args.aux_weight, aux_relative=args.aux_relative,
                     encoder=enc, weights_sha256=bb.weights_sha256, camera=args.camera, demo_size=args.demo_size,
                     action_noise=args.action_noise, hold_steps=args.hold_steps,
                     render=render.as_dict(),
@@ -167,18 +161,18 @@ def main() -> int:
         collect_demos(task, demo_dir, args.demos, camera=args.camera, image_size=args.demo_size, max_steps=500,
                       render=render, hold_steps=args.hold_steps)
         cache = cache_features(demo_dir, bb, block=chosen, views=args.views)      # every pooling reads these blocks
-        prepared[task] = (cache, time.perf_counter() - t0, demo_dir)
+        prepared[task] = (cache, time.perf_counter() - t0)
     for seed, task, pooling in [(sd, t, p) for sd in args.seeds for t in args.tasks for p in args.poolings]:
         if (task, pooling, seed) in done:
             continue
-        cache, t_prep, demo_dir = prepared[task]
+        cache, t_prep = prepared[task]
         t1 = time.perf_counter()
         pol_dir = work / "policies" / (f"{task}_{enc}_{(bb.weights_sha256 or 'random')[:10]}_{pooling}"
                                        f"_b{label}_f1_s{seed}{lod}{demo_sfx}"
                                        f"{_attention_suffix(args, pooling)}{_head_suffix(args)}")
         attention = AttentionConfig(args.num_queries, query_diversity=args.query_diversity,
                                     with_cls=args.with_cls) if pooling == "attention" else None
-        pol = PatchTokenPolicy(pooling, attention, epochs=args.epochs, seed=seed, aux_weight=args.aux_weight)
+        pol = PatchTokenPolicy(pooling, attention, epochs=args.epochs, seed=seed)
         try:
             cached = PatchTokenPolicy.load(pol_dir) if (pol_dir / "config.json").is_file() else None
         except ArtifactError:                                      # of an older format: trained again
@@ -187,9 +181,7 @@ def main() -> int:
                 and cached.meta_.get("fingerprint") == bb.weights_sha256:
             pol = cached
         else:
-            pol.fit(cache, aux_targets=scene_targets(demo_dir, cache, relative=args.aux_relative)
-                    if args.aux_weight > 0 else None,
-                    checkpoint_dir=work / f"ckpt_v{POLICY_FORMAT}" / pol_dir.name)
+            pol.fit(cache, checkpoint_dir=work / f"ckpt_v{POLICY_FORMAT}" / pol_dir.name)
             pol.save(pol_dir)
         t_fit = time.perf_counter() - t1
         if args.gripper == "snap":
@@ -391,17 +383,14 @@ _ATTENTION_OPTIONS = tuple(_ATTENTION_OPTIONS_DEFAULTS)
 
 
 # what a result JSON (or policy folder name) written before the options of every head existed was made with
-_HEAD_OPTIONS_DEFAULTS = dict(chunk=1, chunk_decay=0.1, velocity=False, loss="mse", views=0, gripper="continuous",
-                              aux_weight=0.0, aux_relative=False)
+_HEAD_OPTIONS_DEFAULTS = dict(chunk=1, chunk_decay=0.1, velocity=False, loss="mse", views=0, gripper="continuous")
 
 
 def _head_suffix(args: argparse.Namespace) -> str:
     """Policy-folder suffix of the options of every head that differ from the defaults (none for the defaults,
     so older folders keep their names). The folders of heads with the removed options (_k8, _vel, _l1) stay
     as they are; no head trained now is named so."""
-    aux = getattr(args, "aux_weight", 0.0)                   # absent: a Namespace of before the option existed
-    rel = "rel" if aux and getattr(args, "aux_relative", False) else ""
-    return (f"_views{args.views}" if args.views else "") + (f"_aux{aux:g}{rel}" if aux else "")
+    return f"_views{args.views}" if args.views else ""
 
 
 def _attention_suffix(args: argparse.Namespace, pooling: str) -> str:

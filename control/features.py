@@ -196,30 +196,6 @@ def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | Sequence
     return _as_cache(tensors, meta)
 
 
-def scene_targets(demo_dir: str | Path, cache: FeatureCache, *, relative: bool = False) -> np.ndarray:
-    """(M, K) float32: for every cached frame, the scene vector of its episode (Meta-World's rand_vec: the
-    randomised object and goal positions the expert saw). relative=True: each of its 3-d positions minus
-    the frame's hand position (proprio[:, :3]), so the targets change as the arm moves. Training targets only
-    (PatchTokenPolicy's aux_weight); a policy never reads them at run time. DemoError when `cache` was not
-    made from `demo_dir`, or (relative) the vector is not made of 3-d positions."""
-    vecs, configs = [], []
-    for ep in iter_episodes(demo_dir):
-        vecs.append(np.asarray(ep.rand_vec, dtype=np.float32))
-        configs.append(int(ep.config))
-    if configs != [int(c) for c in cache.meta.get("configs", [])] or len(cache.episode) == 0 \
-            or int(cache.episode.max()) >= len(vecs):
-        raise DemoError(f"the feature cache was not made from the demos in {demo_dir} (other episodes); "
-                        "pass the demo directory the cache was encoded from")
-    out = np.stack(vecs)[cache.episode.numpy()]                                    # (M, K)
-    if relative:
-        if out.shape[1] % 3:
-            raise DemoError(f"the scene vectors of {demo_dir} have {out.shape[1]} values, not 3-d positions; "
-                            "use relative=False")
-        hand = cache.proprio[:, :3].numpy()                                          # (M, 3)
-        out = (out.reshape(len(out), -1, 3) - hand[:, None]).reshape(len(out), -1)
-    return out.astype(np.float32)
-
-
 def load_feature_cache(cache_dir: str | Path) -> FeatureCache:
     cfg = read_config(cache_dir, KIND, FORMAT_VERSION)
     tensors = load_file(str(Path(cache_dir) / "features.safetensors"))

@@ -61,11 +61,8 @@ class HeadConfig:
     attention: AttentionConfig | None = None
     hidden: int = DEFAULT_HIDDEN
     norm_groups: int = 1             # a token is this many blocks' tokens side by side, each normalised on its own
-    aux_dim: int = 0                 # outputs of a linear layer on the pooled features, trained only (PatchTokenPolicy.aux_weight)
 
     def __post_init__(self) -> None:
-        if int(self.aux_dim) < 0:
-            raise PolicyError(f"aux_dim must be >= 0, got {self.aux_dim}")
         if int(self.norm_groups) < 1 or self.embed_dim % int(self.norm_groups):
             raise PolicyError(f"norm_groups must be >= 1 and divide the {self.embed_dim}-d tokens, got {self.norm_groups}")
         if self.pooling not in POOLINGS:
@@ -99,8 +96,6 @@ class HeadConfig:
         d = asdict(self)
         if d["norm_groups"] == 1:                    # one block: the config (and digest) of before several existed
             del d["norm_groups"]
-        if d["aux_dim"] == 0:                        # no auxiliary layer: the config of before it existed
-            del d["aux_dim"]
         return d
 
     @classmethod
@@ -172,8 +167,6 @@ class PolicyHead(nn.Module):
             nn.Linear(cfg.hidden, cfg.hidden), nn.GELU(),
             nn.Linear(cfg.hidden, cfg.action_dim),
         )
-        # made after the MLP, so that a head without it is initialised exactly as before it existed
-        self.aux = nn.Linear(features, cfg.aux_dim) if cfg.aux_dim else None
 
     def prepare(self, tokens: torch.Tensor, cls: torch.Tensor | None) -> torch.Tensor:
         """Parameter-free input: tokens (..., N, C) -> LN'ed (..., N, C) for "attention" ((..., N+1, C)
@@ -197,15 +190,11 @@ class PolicyHead(nn.Module):
             return F.layer_norm(x.float(), (C,))
         return F.layer_norm(x.float().unflatten(-1, (G, C // G)), (C // G,)).flatten(-2)
 
-    def forward_prepared(self, x: torch.Tensor, proprio: torch.Tensor, return_penalty: bool = False,
-                         return_aux: bool = False) -> torch.Tensor | tuple[torch.Tensor, ...]:
+    def forward_prepared(self, x: torch.Tensor, proprio: torch.Tensor, return_penalty: bool = False
+                         ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """x: prepared frames (B, N(+1), C) for "attention" or (B, C); proprio (B, P) -> (B, A).
 
-        return_penalty: also the weighted query-diversity penalty (a scalar; 0 without attention).
-        return_aux: also the auxiliary layer's outputs (B, aux_dim) on the pooled visual features (no
-        proprioception), last; PolicyError for a head without one."""
-        if return_aux and self.aux is None:
-            raise PolicyError("this head has no auxiliary layer (HeadConfig.aux_dim = 0)")
+        return_penalty: also the weighted query-diversity penalty (a scalar; 0 without attention)."""
         penalty = x.new_zeros(())
         a = self.cfg.attention
         if a is not None:
@@ -218,8 +207,7 @@ class PolicyHead(nn.Module):
             if a.query_diversity > 0:
                 penalty = a.query_diversity * diversity_penalty(att)
         out = self.mlp(torch.cat([x, proprio], dim=-1))                             # (B, A)
-        extra = ((penalty,) if return_penalty else ()) + ((self.aux(x),) if return_aux else ())
-        return (out, *extra) if extra else out
+        return (out, penalty) if return_penalty else out
 
     def forward(self, tokens: torch.Tensor, cls: torch.Tensor | None, proprio: torch.Tensor) -> torch.Tensor:
         N, C = self.cfg.num_tokens, self.cfg.embed_dim

@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 from safetensors.torch import load_file, save_file
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
@@ -59,18 +58,13 @@ class PatchTokenPolicy(BaseEstimator):
     augment: train on the cache's augmented views too, when it holds some (`cache_features(views=K)`): each
         sample of each epoch reads the clean frame or one of its K views, uniformly (seeded by `seed`). No
         effect on a cache without views: the head trains exactly as before views existed.
-    aux_weight: > 0 adds an auxiliary loss in training: a linear layer on the pooled visual features (no
-        proprioception) predicts per-frame targets that `fit` is given (`aux_targets`, e.g. the scene's object
-        and goal positions, `control.scene_targets`), standardised, by squared error times this weight. The
-        layer is saved with the head and never acts. 0: no auxiliary layer, the head of before it existed.
     Learned attributes: head_ (PolicyHead), proprio_mean_/proprio_std_ (P,), meta_ (dict: the
     backbone, block and demos the tokens came from), history_ (mean BC loss per epoch), n_samples_.
     """
 
     def __init__(self, pooling: str = "attention", attention: AttentionConfig | None = None, *,
                  hidden: int = DEFAULT_HIDDEN, epochs: int = DEFAULT_BC_EPOCHS, batch_size: int = DEFAULT_BATCH_SIZE,
-                 lr: float = DEFAULT_LR, weight_decay: float = 1e-4, seed: int = 0, augment: bool = True,
-                 aux_weight: float = 0.0) -> None:
+                 lr: float = DEFAULT_LR, weight_decay: float = 1e-4, seed: int = 0, augment: bool = True) -> None:
         self.pooling = pooling
         self.attention = attention
         self.hidden = hidden
@@ -80,7 +74,6 @@ class PatchTokenPolicy(BaseEstimator):
         self.weight_decay = weight_decay
         self.seed = seed
         self.augment = augment
-        self.aux_weight = aux_weight
 
     @property
     def uses_cls(self) -> bool:
@@ -88,13 +81,11 @@ class PatchTokenPolicy(BaseEstimator):
         return self.pooling == "cls" or (self.pooling == "attention" and self.attention is not None
                                          and self.attention.with_cls)
 
-    def head_config(self, meta: dict[str, Any], proprio_dim: int = 4, action_dim: int = 4,
-                    aux_dim: int = 0) -> HeadConfig:
+    def head_config(self, meta: dict[str, Any], proprio_dim: int = 4, action_dim: int = 4) -> HeadConfig:
         """The head this policy gets on tokens described by `meta` (embed_dim, grid, has_cls, as in
         `backbone_meta`). Raises PolicyError when the hyperparameters contradict each other or the tokens."""
         cfg = HeadConfig(int(meta["embed_dim"]), tuple(meta["grid"]), proprio_dim, action_dim, pooling=self.pooling,
-                         attention=self.attention, hidden=self.hidden, norm_groups=len(token_blocks(meta)),
-                         aux_dim=aux_dim)
+                         attention=self.attention, hidden=self.hidden, norm_groups=len(token_blocks(meta)))
         if cfg.uses_cls and meta.get("has_cls") is False:
             raise PolicyError(f"this {self.pooling} head reads the CLS token and "
                               f"{meta.get('backbone', 'the backbone')} has none; use pooling 'attention' (without "
@@ -102,13 +93,9 @@ class PatchTokenPolicy(BaseEstimator):
         return cfg
 
     # -- training ---------------------------------------------------------------------------------
-    def fit(self, cache: FeatureCache, *, aux_targets: torch.Tensor | np.ndarray | None = None,
-            checkpoint_dir: str | Path | None = None, checkpoint_every: int = 10,
+    def fit(self, cache: FeatureCache, *, checkpoint_dir: str | Path | None = None, checkpoint_every: int = 10,
             progress: bool | None = None) -> "PatchTokenPolicy":
-        """Behaviour cloning on `cache` (squared error of predicted and expert actions). Returns self.
-
-        aux_targets (M, D): one row per cached frame, the auxiliary layer's targets (needed, and only read,
-        when aux_weight > 0). Columns constant over the cache are dropped."""
+        """Behaviour cloning on `cache` (squared error of predicted and expert actions). Returns self."""
         for name in ("epochs", "batch_size"):
             if int(getattr(self, name)) < 1:
                 raise PolicyError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -119,13 +106,9 @@ class PatchTokenPolicy(BaseEstimator):
                               f"{self.augment!r}")
         if len(cache) == 0:
             raise DemoError("the feature cache is empty")
-        if not (isinstance(self.aux_weight, (int, float, np.number)) and self.aux_weight >= 0):
-            raise PolicyError(f"aux_weight must be a number >= 0 (0: no auxiliary loss), got {self.aux_weight!r}")
         M, N, C = cache.tokens.shape
         P, A = cache.proprio.shape[1], cache.actions.shape[1]
-        aux = _aux_targets(aux_targets, M) if self.aux_weight > 0 else None         # (M, D) standardised
-        cfg = self.head_config(dict(cache.meta, embed_dim=C, has_cls=cache.cls is not None), P, A,
-                               0 if aux is None else aux.shape[1])
+        cfg = self.head_config(dict(cache.meta, embed_dim=C, has_cls=cache.cls is not None), P, A)
         if cfg.num_tokens != N:
             raise DemoError(f"the cache says grid {cfg.grid} but holds {N} tokens per frame; rebuild the cache")
         head = self._build(cfg)
@@ -166,11 +149,7 @@ class PatchTokenPolicy(BaseEstimator):
                     v = pick[rows]                                                  # (B,)
                     x[v > 0] = views_in[rows[v > 0] * K + v[v > 0] - 1].float()     # view k of frame r: r*K + k-1
                 prop = (cache.proprio[rows] - mean) / std                           # (B, P)
-                if aux is None:
-                    pred, penalty = head.forward_prepared(x, prop, return_penalty=True)  # (B, A)
-                else:
-                    pred, penalty, aux_pred = head.forward_prepared(x, prop, return_penalty=True, return_aux=True)
-                    penalty = penalty + self.aux_weight * F.mse_loss(aux_pred, aux[rows])
+                pred, penalty = head.forward_prepared(x, prop, return_penalty=True)  # (B, A)
                 loss = bc_loss(pred, cache.actions[rows])
                 opt.zero_grad(set_to_none=True)
                 (loss + penalty).backward()
@@ -296,8 +275,6 @@ def policy_digest(policy: PatchTokenPolicy) -> str:
     # with the removed options at their fixed values: a head's digest (and so the name of the journals of
     # its evaluations, control.evaluate) stays what it was while they existed
     params = dict(policy._params(), **REMOVED_OPTIONS)
-    if not params["aux_weight"]:
-        del params["aux_weight"]                      # without the auxiliary loss: the digest of before it existed
     h = hashlib.sha256(config_digest(dict(params=params, meta=policy.meta_)).encode())
     for k, v in sorted(policy._tensors().items()):
         h.update(k.encode())
@@ -351,26 +328,6 @@ def _prepare_frames(head: PolicyHead, tokens: torch.Tensor, cls: torch.Tensor | 
         x = head.prepare(tokens[i:i + chunk], cls[i:i + chunk] if cls is not None else None)
         out.append(x.half() if x.ndim == 3 else x)
     return torch.cat(out)
-
-
-def _aux_targets(targets: Any, rows: int) -> torch.Tensor:
-    """Auxiliary targets (rows, D) as float32, each column standardised over the cache, constant columns
-    dropped; PolicyError when they are missing, of another length, not finite or all constant."""
-    if targets is None:
-        raise PolicyError("aux_weight > 0 needs aux_targets: one row per cached frame (e.g. "
-                          "control.scene_targets(demo_dir, cache)); or set aux_weight=0")
-    t = torch.as_tensor(np.asarray(targets, dtype=np.float32))
-    if t.ndim == 1:
-        t = t[:, None]
-    if t.ndim != 2 or len(t) != rows:
-        raise PolicyError(f"aux_targets must be ({rows}, D), one row per cached frame; got {tuple(t.shape)}")
-    if not torch.isfinite(t).all():
-        raise PolicyError("aux_targets hold NaN or infinite values")
-    std = t.std(0)
-    keep = std > 1e-6
-    if not keep.any():
-        raise PolicyError("every column of aux_targets is constant over the cache: nothing to predict")
-    return (t[:, keep] - t[:, keep].mean(0)) / std[keep]
 
 
 def _lr_factor(step: int, total: int) -> float:
