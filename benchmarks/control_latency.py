@@ -112,7 +112,7 @@ def main() -> int:
     ap.add_argument("--weights", default=None, help="local weights for --backbone")
     ap.add_argument("--block", type=int, nargs="+", default=None,
                     help="block(s) the default encoder's attention head reads (default: control.default_blocks, "
-                         "5 and 11 for a 12-block encoder; -1 = the last; several: their tokens side by side). Until "
+                         "2, 5 and 11 for a 12-block encoder; -1 = the last; several: their tokens side by side). Until "
                          "2026-12-02 it applied to both encoders")
     ap.add_argument("--fast-block", type=int, nargs="+", default=None,
                     help="block(s) the faster encoder's head reads (default: control.default_blocks, the last "

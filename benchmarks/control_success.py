@@ -61,8 +61,9 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0],
                     help="training seeds of each head: BC success varies a lot from seed to seed")
     ap.add_argument("--block", type=int, nargs="+", default=None,
-                    help="backbone block(s) of every pooling (default: control.default_blocks, 5 and 11 for a "
-                         "12-block encoder, their tokens side by side; 11 alone: the default until 2026-12-02)")
+                    help="backbone block(s) of every pooling (default: control.default_blocks, 2, 5 and 11 for a "
+                         "12-block encoder, their tokens side by side; 5 11: the default until 2026-12-03; 11 "
+                         "alone: the default until 2026-12-02)")
     ap.add_argument("--size", type=int, default=None,
                     help="encoder input size of one view (default: the default's own); a composite --camera of k "
                          "views gets an encoder built at (size, k*size)")

@@ -74,9 +74,10 @@ def register(subparsers: Any) -> None:
     q.add_argument("--seed", type=int, default=0, help="seed of the head's initialisation and of the shuffling")
     q.add_argument("--block", type=int, nargs="+", default=None, metavar="B",
                    help="backbone block(s) whose tokens are read, negative from the end; several: their tokens side "
-                        "by side. Default: 5 and 11 on a 12-block encoder (the last block of each half), the last "
-                        "on one of fewer blocks such as the fast encoder (control/RESULTS.md, \"An intermediate "
-                        "block beside the last\"); --block -1: the last alone, the default until 2026-12-02")
+                        "by side. Default: 2, 5 and 11 on a 12-block encoder (the last of the first quarter, of the first "
+                        "half and of all), the last on one of fewer blocks such as the fast encoder "
+                        "(control/RESULTS.md, \"A third block\"); --block 5 11: the default until 2026-12-03; "
+                        "--block -1: the last alone, the default until 2026-12-02")
     q.add_argument("--checkpoint", default=None, help="checkpoint directory (resume by re-running): new, empty, or an earlier checkpoint")
     _encoder_arg(q)
     add_backbone_args(q)

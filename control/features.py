@@ -84,15 +84,15 @@ def backbone_fingerprint(backbone: Any) -> str:
 def default_blocks(depth: int) -> tuple[int, ...]:
     """The backbone blocks whose tokens a policy reads by default, side by side, the same for every pooling.
 
-    12 blocks or more: the last block of the first half beside the last (12 blocks: 5 and 11; 24: 11 and 23).
-    The last block alone misses a goal or object about one patch wide; with block 5 beside it the 12-block
-    embedded default gains reach (0.37 -> 0.52 over 3 seeds, paired p = 0.0014), no task is significantly
-    worse, and the 8-task mean goes 0.729 -> 0.746 (control/RESULTS.md, "An intermediate block beside the
-    last"). Fewer than 12 blocks (distilled students such as the 4-block fast encoder): the last alone, the
-    only choice measured on them."""
+    12 blocks or more: the last block of the first quarter, the last of the first half and the last
+    (12 blocks: 2, 5 and 11; 24: 5, 11 and 23). The last block alone misses a goal or object about one
+    patch wide: block 5 beside it lifted reach (0.37 -> 0.52 over 3 seeds, paired p = 0.0014), and block 2
+    beside those two lifted pick-place (@PP@) and the 8-task mean (@MEAN@), no task significantly worse
+    (control/RESULTS.md, "A third block"). Fewer than 12 blocks (distilled students such as the 4-block
+    fast encoder): the last alone, the only choice measured on them."""
     if depth < 1:
         raise ValueError(f"depth must be >= 1, got {depth}")
-    return (depth // 2 - 1, depth - 1) if depth >= 12 else (depth - 1,)
+    return (depth // 4 - 1, depth // 2 - 1, depth - 1) if depth >= 12 else (depth - 1,)
 
 
 def backbone_meta(backbone: Any, block: int | Sequence[int] | None = None) -> dict[str, Any]:
@@ -135,7 +135,7 @@ def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | Sequence
                    views: int = DEFAULT_VIEWS, shift: int = 4, jitter: float = 0.1, seed: int = 0) -> FeatureCache:
     """Encode every frame of `demo_dir` once with the frozen `backbone` (block `block`) and cache it.
 
-    block None: `default_blocks(depth)` (5 and 11 for 12 blocks). Several blocks: their tokens side by side
+    block None: `default_blocks(depth)` (2, 5 and 11 for 12 blocks). Several blocks: their tokens side by side
     (`backbone_meta`).
 
     views=K > 0: also K augmented views of every frame (`view_tokens`, `view_cls`), encoded once. A view is

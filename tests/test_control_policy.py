@@ -216,23 +216,23 @@ def test_sincos_policy_with_cls_round_trips_and_its_diverse_queries_look_at_diff
     np.testing.assert_array_equal(pol.predict(*rows(cache, 5)), back.predict(*rows(cache, 5)))
 
 
-def test_default_blocks_are_the_last_of_each_half_from_12_blocks_and_the_last_below():
+def test_default_blocks_end_the_first_quarter_the_first_half_and_the_whole_from_12_blocks_and_the_last_below():
     from frozenvit.control.features import default_blocks
 
     assert [default_blocks(d) for d in (1, 4, 8, 11)] == [(0,), (3,), (7,), (10,)]
-    assert [default_blocks(d) for d in (12, 16, 24)] == [(5, 11), (7, 15), (11, 23)]
+    assert [default_blocks(d) for d in (12, 16, 24)] == [(2, 5, 11), (3, 7, 15), (5, 11, 23)]
     with pytest.raises(ValueError, match="depth"):
         default_blocks(0)
 
 
-def test_a_12_block_encoder_is_read_at_blocks_5_and_11_side_by_side_by_default():
+def test_a_12_block_encoder_is_read_at_blocks_2_5_and_11_side_by_side_by_default():
     from frozenvit.backbone import load_backbone
     from frozenvit.control.features import backbone_meta
     from frozenvit.control.latency import UntrainedHead
 
     bb = load_backbone("vit_tiny_patch16_224", pretrained=False, img_size=32, depth=12, embed_dim=24, num_heads=2)
     meta = backbone_meta(bb)
-    assert meta["block"] == [5, 11] and meta["embed_dim"] == 48
+    assert meta["block"] == [2, 5, 11] and meta["embed_dim"] == 72
     assert backbone_meta(bb, -1)["block"] == 11 and backbone_meta(bb, -1)["embed_dim"] == 24
     head = UntrainedHead(bb)
-    assert head.meta_["block"] == [5, 11] and head.head_.cfg.norm_groups == 2
+    assert head.meta_["block"] == [2, 5, 11] and head.head_.cfg.norm_groups == 3
