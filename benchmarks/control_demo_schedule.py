@@ -36,7 +36,7 @@ def main() -> None:
 
     from frozenvit.backbone import load_backbone
     from frozenvit.control import PatchTokenPolicy, cache_features, collect_demos, config_seeds, evaluate
-    from frozenvit.control.demo_section import EASY_TASK, EVAL_SIZE
+    from frozenvit.control.demo_section import DEMO_CAP, DEMO_EPISODES, EASY_TASK, EVAL_SIZE
 
     torch.set_num_threads(args.threads)
     schedules = []
@@ -46,7 +46,7 @@ def main() -> None:
         except ValueError:
             raise SystemExit(f"--schedules takes EPOCHSxBATCH, e.g. 40x32; got {s!r}")
         schedules.append((epochs, batch))
-    n_demos, cap = 8, 100
+    n_demos, cap = DEMO_EPISODES, DEMO_CAP
     bb = load_backbone(img_size=EVAL_SIZE)
     demo_dir = collect_demos(EASY_TASK, Path(args.work_dir) / f"demos_{EASY_TASK}_{EVAL_SIZE}px", n_demos,
                              image_size=EVAL_SIZE, max_steps=150, hold_steps=0, progress=False)
