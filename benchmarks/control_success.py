@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from common import RESULTS, ROOT, print_table, write_result
-from frozenvit.control.defaults import (DEFAULT_BC_EPOCHS, DEFAULT_HOLD_STEPS, DEFAULT_QUERIES, DEFAULT_QUERY_DIVERSITY,
+from frozenvit.control.defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_HOLD_STEPS, DEFAULT_QUERIES, DEFAULT_QUERY_DIVERSITY,
                                         DEFAULT_VIEWS)
 
 DEFAULT_TASKS = ["reach-v3", "push-v3", "button-press-v3", "drawer-open-v3"]
@@ -47,6 +47,8 @@ def main() -> int:
     ap.add_argument("--poolings", nargs="+", default=["attention", "cls", "mean"])
     ap.add_argument("--epochs", type=int, default=DEFAULT_BC_EPOCHS,
                     help="behaviour-cloning epochs of every head (the results before 2026-11-30 used 60)")
+    ap.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
+                    help="behaviour-cloning batch of every head (a smaller one takes more steps per epoch)")
     ap.add_argument("--num-queries", type=int, default=DEFAULT_QUERIES, help="learned queries of the attention pooler")
     ap.add_argument("--query-diversity", type=float, default=DEFAULT_QUERY_DIVERSITY, metavar="W",
                     help="attention pooling: weight of the penalty on queries whose attention maps overlap")
@@ -130,7 +132,8 @@ def main() -> int:
     args.chunk, args.chunk_decay, args.velocity, args.loss = 1, 0.1, False, "mse"
     results: list[dict] = []
     settings = dict(tasks=args.tasks, demos=args.demos, configs=args.configs, max_steps=args.max_steps,
-                    poolings=args.poolings, epochs=args.epochs, frames=args.frames, seeds=args.seeds,
+                    poolings=args.poolings, epochs=args.epochs, batch_size=args.batch_size,
+                    frames=args.frames, seeds=args.seeds,
                     token_dropout=args.token_dropout, num_queries=args.num_queries, keypoints=args.keypoints,
                     pos_code=args.pos_code, query_diversity=args.query_diversity, with_cls=args.with_cls,
                     blocks=blocks, ensemble=args.ensemble, chunk=args.chunk, chunk_decay=args.chunk_decay,
@@ -173,7 +176,7 @@ def main() -> int:
                                        f"{_attention_suffix(args, pooling)}{_head_suffix(args)}")
         attention = AttentionConfig(args.num_queries, query_diversity=args.query_diversity,
                                     with_cls=args.with_cls) if pooling == "attention" else None
-        pol = PatchTokenPolicy(pooling, attention, epochs=args.epochs, seed=seed)
+        pol = PatchTokenPolicy(pooling, attention, epochs=args.epochs, batch_size=args.batch_size, seed=seed)
         try:
             cached = PatchTokenPolicy.load(pol_dir) if (pol_dir / "config.json").is_file() else None
         except ArtifactError:                                      # of an older format: trained again
@@ -384,14 +387,16 @@ _ATTENTION_OPTIONS = tuple(_ATTENTION_OPTIONS_DEFAULTS)
 
 
 # what a result JSON (or policy folder name) written before the options of every head existed was made with
-_HEAD_OPTIONS_DEFAULTS = dict(chunk=1, chunk_decay=0.1, velocity=False, loss="mse", views=0, gripper="continuous")
+_HEAD_OPTIONS_DEFAULTS = dict(chunk=1, chunk_decay=0.1, velocity=False, loss="mse", views=0, gripper="continuous",
+                              batch_size=DEFAULT_BATCH_SIZE)
 
 
 def _head_suffix(args: argparse.Namespace) -> str:
     """Policy-folder suffix of the options of every head that differ from the defaults (none for the defaults,
     so older folders keep their names). The folders of heads with the removed options (_k8, _vel, _l1) stay
     as they are; no head trained now is named so."""
-    return f"_views{args.views}" if args.views else ""
+    return (f"_views{args.views}" if args.views else "") + \
+        (f"_bs{args.batch_size}" if args.batch_size != DEFAULT_BATCH_SIZE else "")
 
 
 def _attention_suffix(args: argparse.Namespace, pooling: str) -> str:

@@ -303,11 +303,14 @@ def test_benchmark_keeps_runs_of_other_views_apart_but_pairs_them(load_benchmark
     from argparse import Namespace
 
     cs = load_benchmark("control_success")
-    assert cs._head_suffix(Namespace(views=0)) == ""                              # older folder names kept
-    assert cs._head_suffix(Namespace(views=4)) == "_views4"
+    assert cs._head_suffix(Namespace(views=0, batch_size=256)) == ""              # older folder names kept
+    assert cs._head_suffix(Namespace(views=4, batch_size=256)) == "_views4"
+    assert cs._head_suffix(Namespace(views=4, batch_size=64)) == "_views4_bs64"  # another batch: its own heads
     old = dict(tasks=["reach-v3"], poolings=["attention"], blocks={"attention": 11}, seeds=[0], epochs=200)
     assert cs._pooling_settings(old, "attention") == cs._pooling_settings(dict(old, views=0), "attention")
     assert cs._pooling_settings(old, "attention") != cs._pooling_settings(dict(old, views=4), "attention")
+    assert cs._pooling_settings(old, "attention") == cs._pooling_settings(dict(old, batch_size=256), "attention")
+    assert cs._pooling_settings(old, "attention") != cs._pooling_settings(dict(old, batch_size=64), "attention")
     assert "views" not in cs._EPISODE_SETTINGS
 
 
