@@ -49,9 +49,6 @@ def main() -> int:
                     help="behaviour-cloning epochs of every head (the results before 2026-11-30 used 60)")
     ap.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
                     help="behaviour-cloning batch of every head (a smaller one takes more steps per epoch)")
-    ap.add_argument("--frames", type=int, default=1, metavar="F",
-                    help="frames the head reads per step: the current one and the F - 1 before it (PatchTokenPolicy's "
-                         "frames; CortexBench stacks 3)")
     ap.add_argument("--num-queries", type=int, default=DEFAULT_QUERIES, help="learned queries of the attention pooler")
     ap.add_argument("--query-diversity", type=float, default=DEFAULT_QUERY_DIVERSITY, metavar="W",
                     help="attention pooling: weight of the penalty on queries whose attention maps overlap")
@@ -130,8 +127,8 @@ def main() -> int:
     label = "-".join(str(b) for b in chosen) + ("_ln" if len(chosen) > 1 else "")
     # the head options dropped from control (control/RESULTS.md), at the values every run since has had,
     # so that --resume and --compare still match results of runs made while they existed
-    args.token_dropout, args.keypoints, args.pos_code, args.ensemble, args.action_noise = \
-        0.0, False, "sincos", 1, 0.0
+    args.frames, args.token_dropout, args.keypoints, args.pos_code, args.ensemble, args.action_noise = \
+        1, 0.0, False, "sincos", 1, 0.0
     args.chunk, args.chunk_decay, args.velocity, args.loss = 1, 0.1, False, "mse"
     results: list[dict] = []
     settings = dict(tasks=args.tasks, demos=args.demos, configs=args.configs, max_steps=args.max_steps,
@@ -175,12 +172,11 @@ def main() -> int:
         cache, t_prep = prepared[task]
         t1 = time.perf_counter()
         pol_dir = work / "policies" / (f"{task}_{enc}_{(bb.weights_sha256 or 'random')[:10]}_{pooling}"
-                                       f"_b{label}_f{args.frames}_s{seed}{lod}{demo_sfx}"
+                                       f"_b{label}_f1_s{seed}{lod}{demo_sfx}"
                                        f"{_attention_suffix(args, pooling)}{_head_suffix(args)}")
         attention = AttentionConfig(args.num_queries, query_diversity=args.query_diversity,
                                     with_cls=args.with_cls) if pooling == "attention" else None
-        pol = PatchTokenPolicy(pooling, attention, epochs=args.epochs, batch_size=args.batch_size, seed=seed,
-                               frames=args.frames)
+        pol = PatchTokenPolicy(pooling, attention, epochs=args.epochs, batch_size=args.batch_size, seed=seed)
         try:
             cached = PatchTokenPolicy.load(pol_dir) if (pol_dir / "config.json").is_file() else None
         except ArtifactError:                                      # of an older format: trained again

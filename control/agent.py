@@ -1,9 +1,8 @@
 """The control loop's brain: frames -> preprocess -> frozen encoder -> policy head -> actions.
 
 `VisuomotorAgent` serves several environments in lockstep (one batch through the encoder per
-step) and can time each stage with a `StageTimer`. For a head of one frame (the default) it keeps no
-state between steps: each action depends on that step's frame and proprioception only. For a head of
-F > 1 frames it keeps each environment's last F - 1 frames' tokens, and `reset` forgets them.
+step) and can time each stage with a `StageTimer`. It keeps no state between steps: each action
+depends on that step's frame and proprioception only.
 """
 from __future__ import annotations
 
@@ -57,16 +56,11 @@ class VisuomotorAgent:
         self.backbone = backbone
         self.blocks = token_blocks(policy.meta_)
         self.uses_cls = policy.uses_cls
-        self.frames = int(getattr(policy, "frames", 1))
-        self._past: dict[Any, list[tuple[torch.Tensor, torch.Tensor | None]]] = {}   # slot -> older frames
 
     def reset(self, slots: Iterable[Any] | None = None) -> None:
-        """A new episode starts in these environment slots (None: all): forget their earlier frames. A loop
-        calls it before each episode's first `act`; a head of one frame has nothing to forget."""
-        if slots is None:
-            self._past.clear()
-        for s in slots or ():
-            self._past.pop(s, None)
+        """A new episode starts in these environment slots (None: all). Nothing to forget: the agent has
+        kept no state between steps since action chunks and the velocity input went (control/RESULTS.md);
+        kept for loops written while it had some (benchmarks/control_endpoints.py)."""
 
     def encode(self, frames: Sequence[np.ndarray], timer: StageTimer = _NULL
                ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -79,38 +73,13 @@ class VisuomotorAgent:
             cls = torch.cat([prefix[b][:, 0] for b in self.blocks], -1) if self.uses_cls else None  # (B, C)
         return tokens, cls
 
-    def act(self, frames: Sequence[np.ndarray], proprio: np.ndarray, timer: StageTimer = _NULL,
-            slots: Sequence[Any] | None = None) -> np.ndarray:
-        """Actions (B, 4) for B frames (H, W, 3) uint8 and proprio (B, 4). One head call per step.
-
-        slots: which environment each row is (None: rows 0..B-1), for a head of several frames to stack each
-        row's frame on that environment's earlier ones."""
+    def act(self, frames: Sequence[np.ndarray], proprio: np.ndarray, timer: StageTimer = _NULL) -> np.ndarray:
+        """Actions (B, 4) for B frames (H, W, 3) uint8 and proprio (B, 4). One head call per step."""
         if len(frames) != len(proprio):
             raise ValueError(f"got {len(frames)} frames and {len(proprio)} proprio rows")
         tokens, cls = self.encode(frames, timer)
         with timer("head"):
-            if self.frames > 1:
-                tokens, cls = self._stack(tokens, cls, range(len(frames)) if slots is None else slots)
             return _row_by_row(self.policy.predict, tokens, cls, np.asarray(proprio, dtype=np.float32))
-
-    def _stack(self, tokens: torch.Tensor, cls: torch.Tensor | None, slots: Sequence[Any]
-               ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(B, N, C) -> (B, F, N, C) (and cls (B, C) -> (B, F, C)): each row after its slot's last F - 1
-        frames, the episode's first frame repeated where there are fewer (as the policy was trained)."""
-        if len(slots) != len(tokens):
-            raise ValueError(f"got {len(slots)} slots for {len(tokens)} frames")
-        F = self.frames
-        rows_t, rows_c = [], []
-        for i, s in enumerate(slots):
-            now = (tokens[i], None if cls is None else cls[i])
-            past = self._past.setdefault(s, [])
-            seq = [past[0] if past else now] * (F - 1 - len(past)) + past + [now]  # (F,) oldest first
-            rows_t.append(torch.stack([t for t, _ in seq]))
-            if cls is not None:
-                rows_c.append(torch.stack([c for _, c in seq]))
-            past.append(now)
-            del past[:-(F - 1)]
-        return torch.stack(rows_t), (torch.stack(rows_c) if cls is not None else None)
 
 
 def _row_by_row(head: Callable[..., np.ndarray], *inputs: Any) -> np.ndarray:

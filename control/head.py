@@ -1,5 +1,4 @@
 """The policy network on frozen patch tokens: pool one frame's grid, add proprioception, MLP to an action.
-With `HeadConfig.frames` = F > 1 the last F frames are pooled alike and their features laid side by side.
 
 Poolings (`HeadConfig.pooling`):
 
@@ -62,11 +61,8 @@ class HeadConfig:
     attention: AttentionConfig | None = None
     hidden: int = DEFAULT_HIDDEN
     norm_groups: int = 1             # a token is this many blocks' tokens side by side, each normalised on its own
-    frames: int = 1                  # the head reads the last F frames, each pooled alike, side by side
 
     def __post_init__(self) -> None:
-        if int(self.frames) < 1:
-            raise PolicyError(f"frames must be >= 1, got {self.frames}")
         if int(self.norm_groups) < 1 or self.embed_dim % int(self.norm_groups):
             raise PolicyError(f"norm_groups must be >= 1 and divide the {self.embed_dim}-d tokens, got {self.norm_groups}")
         if self.pooling not in POOLINGS:
@@ -98,9 +94,8 @@ class HeadConfig:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for k in ("norm_groups", "frames"):         # at 1: the config (and digest) of before the option existed
-            if d[k] == 1:
-                del d[k]
+        if d["norm_groups"] == 1:                    # one block: the config (and digest) of before several existed
+            del d["norm_groups"]
         return d
 
     @classmethod
@@ -168,7 +163,7 @@ class PolicyHead(nn.Module):
         else:
             features = C
         self.mlp = nn.Sequential(
-            nn.Linear(features * cfg.frames + cfg.proprio_dim, cfg.hidden), nn.GELU(),
+            nn.Linear(features + cfg.proprio_dim, cfg.hidden), nn.GELU(),
             nn.Linear(cfg.hidden, cfg.hidden), nn.GELU(),
             nn.Linear(cfg.hidden, cfg.action_dim),
         )
@@ -197,16 +192,10 @@ class PolicyHead(nn.Module):
 
     def forward_prepared(self, x: torch.Tensor, proprio: torch.Tensor, return_penalty: bool = False
                          ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """x: prepared frames (B, N(+1), C) for "attention" or (B, C), with a frame axis after B when the head
-        reads F > 1 frames ((B, F, N(+1), C) or (B, F, C), oldest first); proprio (B, P) -> (B, A).
+        """x: prepared frames (B, N(+1), C) for "attention" or (B, C); proprio (B, P) -> (B, A).
 
         return_penalty: also the weighted query-diversity penalty (a scalar; 0 without attention)."""
         penalty = x.new_zeros(())
-        B, F_ = x.shape[0], self.cfg.frames
-        if F_ > 1:
-            if x.shape[1] != F_:
-                raise PolicyError(f"this head reads {F_} frames per sample, got {x.shape[1]}")
-            x = x.flatten(0, 1)                                                     # (B*F, ...) pooled alike
         a = self.cfg.attention
         if a is not None:
             if a.with_cls:
@@ -217,16 +206,13 @@ class PolicyHead(nn.Module):
                 x = torch.cat([x, cls], 1)                                          # (B, Q*C + C)
             if a.query_diversity > 0:
                 penalty = a.query_diversity * diversity_penalty(att)
-        x = x.reshape(B, -1)                                                        # (B, F * features)
         out = self.mlp(torch.cat([x, proprio], dim=-1))                             # (B, A)
         return (out, penalty) if return_penalty else out
 
     def forward(self, tokens: torch.Tensor, cls: torch.Tensor | None, proprio: torch.Tensor) -> torch.Tensor:
-        """tokens (B, N, C), cls (B, C) or None; for a head of F > 1 frames (B, F, N, C) and (B, F, C)."""
-        N, C, F_ = self.cfg.num_tokens, self.cfg.embed_dim, self.cfg.frames
-        want = (N, C) if F_ == 1 else (F_, N, C)
-        if tokens.ndim != len(want) + 1 or tuple(tokens.shape[1:]) != want:
-            raise PolicyError(f"tokens must be (B, {', '.join(map(str, want))}), got {tuple(tokens.shape)}")
+        N, C = self.cfg.num_tokens, self.cfg.embed_dim
+        if tokens.ndim != 3 or tokens.shape[1:] != (N, C):
+            raise PolicyError(f"tokens must be (B, {N}, {C}), got {tuple(tokens.shape)}")
         return self.forward_prepared(self.prepare(tokens, cls), proprio)
 
     @torch.no_grad()

@@ -58,18 +58,13 @@ class PatchTokenPolicy(BaseEstimator):
     augment: train on the cache's augmented views too, when it holds some (`cache_features(views=K)`): each
         sample of each epoch reads the clean frame or one of its K views, uniformly (seeded by `seed`). No
         effect on a cache without views: the head trains exactly as before views existed.
-    frames: F, the frames the head reads per step: the current one and the F - 1 before it in its episode (the
-        first frame repeated before the episode's start), each pooled alike and side by side (CortexBench's
-        Meta-World protocol stacks 3). Acting, `VisuomotorAgent` keeps the last F - 1 frames' tokens per
-        environment. A sample's frames share its view (clean, or view k of each).
     Learned attributes: head_ (PolicyHead), proprio_mean_/proprio_std_ (P,), meta_ (dict: the
     backbone, block and demos the tokens came from), history_ (mean BC loss per epoch), n_samples_.
     """
 
     def __init__(self, pooling: str = "attention", attention: AttentionConfig | None = None, *,
                  hidden: int = DEFAULT_HIDDEN, epochs: int = DEFAULT_BC_EPOCHS, batch_size: int = DEFAULT_BATCH_SIZE,
-                 lr: float = DEFAULT_LR, weight_decay: float = 1e-4, seed: int = 0, augment: bool = True,
-                 frames: int = 1) -> None:
+                 lr: float = DEFAULT_LR, weight_decay: float = 1e-4, seed: int = 0, augment: bool = True) -> None:
         self.pooling = pooling
         self.attention = attention
         self.hidden = hidden
@@ -79,7 +74,6 @@ class PatchTokenPolicy(BaseEstimator):
         self.weight_decay = weight_decay
         self.seed = seed
         self.augment = augment
-        self.frames = frames
 
     @property
     def uses_cls(self) -> bool:
@@ -91,8 +85,7 @@ class PatchTokenPolicy(BaseEstimator):
         """The head this policy gets on tokens described by `meta` (embed_dim, grid, has_cls, as in
         `backbone_meta`). Raises PolicyError when the hyperparameters contradict each other or the tokens."""
         cfg = HeadConfig(int(meta["embed_dim"]), tuple(meta["grid"]), proprio_dim, action_dim, pooling=self.pooling,
-                         attention=self.attention, hidden=self.hidden, norm_groups=len(token_blocks(meta)),
-                         frames=int(self.frames))
+                         attention=self.attention, hidden=self.hidden, norm_groups=len(token_blocks(meta)))
         if cfg.uses_cls and meta.get("has_cls") is False:
             raise PolicyError(f"this {self.pooling} head reads the CLS token and "
                               f"{meta.get('backbone', 'the backbone')} has none; use pooling 'attention' (without "
@@ -103,7 +96,7 @@ class PatchTokenPolicy(BaseEstimator):
     def fit(self, cache: FeatureCache, *, checkpoint_dir: str | Path | None = None, checkpoint_every: int = 10,
             progress: bool | None = None) -> "PatchTokenPolicy":
         """Behaviour cloning on `cache` (squared error of predicted and expert actions). Returns self."""
-        for name in ("epochs", "batch_size", "frames"):
+        for name in ("epochs", "batch_size"):
             if int(getattr(self, name)) < 1:
                 raise PolicyError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.lr > 0:
@@ -129,7 +122,6 @@ class PatchTokenPolicy(BaseEstimator):
         if K:
             views_in = _prepare_frames(head, cache.view_tokens.flatten(0, 1),
                                        None if cache.view_cls is None else cache.view_cls.flatten(0, 1))
-        back = _frames_back(cache.step, int(self.frames))                          # (M, F) rows, oldest first
         steps_per_epoch = math.ceil(M / self.batch_size)
         total = self.epochs * steps_per_epoch
         start_epoch, history = 0, []
@@ -152,13 +144,10 @@ class PatchTokenPolicy(BaseEstimator):
                 for g in opt.param_groups:                                          # cosine decay, 5% warm-up
                     g["lr"] = self.lr * _lr_factor(step, total)
                 rows = perm[s * self.batch_size:(s + 1) * self.batch_size]         # (B,)
-                src = rows if back is None else back[rows]                          # (B,) or (B, F)
-                x = frames_in[src].float()                                          # (B, [F,] N, C) or (B, [F,] C)
+                x = frames_in[rows].float()                                         # (B, N, C) or (B, C)
                 if pick is not None:
                     v = pick[rows]                                                  # (B,)
-                    if back is not None:
-                        v = v[:, None].expand_as(src)                               # (B, F): a sample's frames alike
-                    x[v > 0] = views_in[src[v > 0] * K + v[v > 0] - 1].float()      # view k of frame r: r*K + k-1
+                    x[v > 0] = views_in[rows[v > 0] * K + v[v > 0] - 1].float()     # view k of frame r: r*K + k-1
                 prop = (cache.proprio[rows] - mean) / std                           # (B, P)
                 pred, penalty = head.forward_prepared(x, prop, return_penalty=True)  # (B, A)
                 loss = bc_loss(pred, cache.actions[rows])
@@ -183,8 +172,7 @@ class PatchTokenPolicy(BaseEstimator):
     # -- inference --------------------------------------------------------------------------------
     @torch.inference_mode()
     def predict(self, tokens: torch.Tensor, cls: torch.Tensor | None, proprio: torch.Tensor | np.ndarray) -> np.ndarray:
-        """Actions (B, A) in [-1, 1] for tokens (B, N, C), cls (B, C) or None, raw proprio (B, P); a head of
-        F > 1 frames takes tokens (B, F, N, C) and cls (B, F, C), oldest first."""
+        """Actions (B, A) in [-1, 1] for tokens (B, N, C), cls (B, C) or None, raw proprio (B, P)."""
         self._check_fitted()
         prop = torch.as_tensor(np.asarray(proprio, dtype=np.float32))
         prop = (prop - self.proprio_mean_) / self.proprio_std_                      # (B, P)
@@ -287,8 +275,6 @@ def policy_digest(policy: PatchTokenPolicy) -> str:
     # with the removed options at their fixed values: a head's digest (and so the name of the journals of
     # its evaluations, control.evaluate) stays what it was while they existed
     params = dict(policy._params(), **REMOVED_OPTIONS)
-    if params["frames"] == 1:                      # ... and so does that of a head of one frame since `frames` came
-        del params["frames"]
     h = hashlib.sha256(config_digest(dict(params=params, meta=policy.meta_)).encode())
     for k, v in sorted(policy._tensors().items()):
         h.update(k.encode())
@@ -342,17 +328,6 @@ def _prepare_frames(head: PolicyHead, tokens: torch.Tensor, cls: torch.Tensor | 
         x = head.prepare(tokens[i:i + chunk], cls[i:i + chunk] if cls is not None else None)
         out.append(x.half() if x.ndim == 3 else x)
     return torch.cat(out)
-
-
-def _frames_back(step: torch.Tensor, frames: int) -> torch.Tensor | None:
-    """(M, F) cache rows of each frame's stack, oldest first: row r - j for the frame j steps back, the
-    episode's first frame where the episode has not gone back that far (a cache holds each episode's frames
-    in order, `step` counting from 0). None for F = 1."""
-    if frames == 1:
-        return None
-    rows = torch.arange(len(step))[:, None]                                         # (M, 1)
-    j = torch.arange(frames - 1, -1, -1)[None, :]                                   # (1, F): F-1 .. 0
-    return rows - torch.minimum(j, step[:, None])                                   # (M, F)
 
 
 def _lr_factor(step: int, total: int) -> float:
