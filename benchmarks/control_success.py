@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from common import RESULTS, ROOT, print_table, write_result
-from frozenvit.control.defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_HOLD_STEPS, DEFAULT_QUERIES,
-                                        DEFAULT_QUERY_DIVERSITY, DEFAULT_VIEWS)
+from frozenvit.control.defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_HIDDEN, DEFAULT_HOLD_STEPS,
+                                        DEFAULT_QUERIES, DEFAULT_QUERY_DIVERSITY, DEFAULT_VIEWS)
 
 DEFAULT_TASKS = ["reach-v3", "push-v3", "button-press-v3", "drawer-open-v3"]
 GRIPPERS = ("continuous", "snap")
@@ -56,6 +56,13 @@ def main() -> int:
                     help="attention pooling: the MLP also gets the CLS token (patch tokens on top of the summary)")
     ap.add_argument("--views", type=int, default=DEFAULT_VIEWS, metavar="K",
                     help="every head also trains on K augmented views per demo frame (cache_features(views=K))")
+    ap.add_argument("--view-shift", type=int, default=4, metavar="PX",
+                    help="largest random shift of a view, in pixels at the encoder's input size")
+    ap.add_argument("--view-jitter", type=float, default=0.1, help="colour jitter of a view (+-fraction)")
+    ap.add_argument("--weight-decay", type=float, default=1e-4, help="AdamW weight decay of the BC heads")
+    ap.add_argument("--hidden", type=int, default=DEFAULT_HIDDEN, help="width of the heads' MLP hidden layers")
+    ap.add_argument("--gripper-weight", type=float, default=1.0, metavar="G",
+                    help="weight of the gripper command's squared error in the BC loss (the arm's three: 1)")
     ap.add_argument("--gripper", choices=GRIPPERS, default="continuous",
                     help="'snap': the head's gripper command is replaced by the nearest value the expert used in the "
                          "demos (measured 2026-12-02, control/RESULTS.md: not in the library, it did not pay); "
@@ -113,6 +120,8 @@ def main() -> int:
     from frozenvit.control.cli import render_settings
 
     torch.set_num_threads(args.threads)
+    if args.gripper_weight != 1.0:
+        _weight_gripper_loss(args.gripper_weight)
     bb = load_encoder(args.backbone, args.weights, args.size, args.camera)
     H, W = bb.config.img_size
     enc = f"{bb.config.name}@{H}" if H == W else f"{bb.config.name}@{H}x{W}"     # square: the names of before
@@ -138,6 +147,8 @@ def main() -> int:
                     pos_code=args.pos_code, query_diversity=args.query_diversity, with_cls=args.with_cls,
                     blocks=blocks, ensemble=args.ensemble, chunk=args.chunk, chunk_decay=args.chunk_decay,
                     velocity=args.velocity, loss=args.loss, views=args.views, gripper=args.gripper,
+                    view_shift=args.view_shift, view_jitter=args.view_jitter, weight_decay=args.weight_decay,
+                    hidden=args.hidden, gripper_weight=args.gripper_weight,
                     encoder=enc, weights_sha256=bb.weights_sha256, camera=args.camera, demo_size=args.demo_size,
                     action_noise=args.action_noise, hold_steps=args.hold_steps,
                     render=render.as_dict(),
@@ -164,7 +175,8 @@ def main() -> int:
         demo_dir = work / "demos" / f"{task}_{args.camera}_{args.demo_size}px{lod}{demo_sfx}"
         collect_demos(task, demo_dir, args.demos, camera=args.camera, image_size=args.demo_size, max_steps=500,
                       render=render, hold_steps=args.hold_steps)
-        cache = cache_features(demo_dir, bb, block=chosen, views=args.views)      # every pooling reads these blocks
+        cache = cache_features(demo_dir, bb, block=chosen, views=args.views, shift=args.view_shift,
+                               jitter=args.view_jitter)      # every pooling reads these blocks
         prepared[task] = (cache, time.perf_counter() - t0)
     for seed, task, pooling in [(sd, t, p) for sd in args.seeds for t in args.tasks for p in args.poolings]:
         if (task, pooling, seed) in done:
@@ -176,7 +188,8 @@ def main() -> int:
                                        f"{_attention_suffix(args, pooling)}{_head_suffix(args)}")
         attention = AttentionConfig(args.num_queries, query_diversity=args.query_diversity,
                                     with_cls=args.with_cls) if pooling == "attention" else None
-        pol = PatchTokenPolicy(pooling, attention, epochs=args.epochs, batch_size=args.batch_size, seed=seed)
+        pol = PatchTokenPolicy(pooling, attention, epochs=args.epochs, batch_size=args.batch_size, seed=seed,
+                               weight_decay=args.weight_decay, hidden=args.hidden)
         try:
             cached = PatchTokenPolicy.load(pol_dir) if (pol_dir / "config.json").is_file() else None
         except ArtifactError:                                      # of an older format: trained again
@@ -375,6 +388,8 @@ def _pooling_settings(settings: dict, pooling: str) -> dict:
     s.update({k: settings.get(k, default) for k, default in _HEAD_OPTIONS_DEFAULTS.items()})   # ... and before these
     if s["chunk"] == 1:
         s["chunk_decay"] = 0.1                         # unused without chunks
+    if not s["views"]:
+        s["view_shift"], s["view_jitter"] = 4, 0.1     # unused without views
     if pooling == "attention":                         # runs from before an option existed: its default
         s.update({k: settings.get(k, default) for k, default in _ATTENTION_OPTIONS_DEFAULTS.items()})
     return s
@@ -388,7 +403,23 @@ _ATTENTION_OPTIONS = tuple(_ATTENTION_OPTIONS_DEFAULTS)
 
 # what a result JSON (or policy folder name) written before the options of every head existed was made with
 _HEAD_OPTIONS_DEFAULTS = dict(chunk=1, chunk_decay=0.1, velocity=False, loss="mse", views=0, gripper="continuous",
-                              batch_size=DEFAULT_BATCH_SIZE)
+                              batch_size=DEFAULT_BATCH_SIZE, view_shift=4, view_jitter=0.1,
+                              weight_decay=1e-4, hidden=DEFAULT_HIDDEN, gripper_weight=1.0)
+
+
+def _weight_gripper_loss(weight: float) -> None:
+    """Make the BC loss of every head trained in this process weigh the gripper command's squared error
+    (the last action) `weight` times the arm's: a screen of the lever, not a library option."""
+    import torch
+
+    import frozenvit.control.policy as policy
+
+    def weighted(pred: "torch.Tensor", target: "torch.Tensor") -> "torch.Tensor":
+        w = torch.ones(pred.shape[-1], dtype=pred.dtype)
+        w[-1] = weight
+        return ((pred - target) ** 2 * w).mean()
+
+    policy.bc_loss = weighted
 
 
 def _head_suffix(args: argparse.Namespace) -> str:
@@ -396,7 +427,12 @@ def _head_suffix(args: argparse.Namespace) -> str:
     so older folders keep their names). The folders of heads with the removed options (_k8, _vel, _l1) stay
     as they are; no head trained now is named so."""
     return (f"_views{args.views}" if args.views else "") + \
-        (f"_bs{args.batch_size}" if args.batch_size != DEFAULT_BATCH_SIZE else "")
+        (f"_vs{args.view_shift}" if args.views and args.view_shift != 4 else "") + \
+        (f"_vj{args.view_jitter:g}" if args.views and args.view_jitter != 0.1 else "") + \
+        (f"_bs{args.batch_size}" if args.batch_size != DEFAULT_BATCH_SIZE else "") + \
+        (f"_wd{args.weight_decay:g}" if args.weight_decay != 1e-4 else "") + \
+        (f"_h{args.hidden}" if args.hidden != DEFAULT_HIDDEN else "") + \
+        (f"_gw{args.gripper_weight:g}" if args.gripper_weight != 1.0 else "")
 
 
 def _attention_suffix(args: argparse.Namespace, pooling: str) -> str:
