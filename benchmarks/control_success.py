@@ -29,6 +29,9 @@ from frozenvit.control.defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, D
 
 DEFAULT_TASKS = ["reach-v3", "push-v3", "button-press-v3", "drawer-open-v3"]
 GRIPPERS = ("continuous", "snap")
+# the library's defaults the screening options start from (cache_features' shift and jitter, PatchTokenPolicy's
+# weight decay); named once so that the options, the folder suffixes and the settings of older runs agree
+VIEW_SHIFT, VIEW_JITTER, WEIGHT_DECAY = 4, 0.1, 1e-4
 # an expert whose gripper column takes at most this many values commands the gripper as a choice (Meta-World's
 # scripted experts use one or two values per task); with more, --gripper snap leaves the head's command alone
 MAX_GRIPPER_LEVELS = 3
@@ -56,10 +59,10 @@ def main() -> int:
                     help="attention pooling: the MLP also gets the CLS token (patch tokens on top of the summary)")
     ap.add_argument("--views", type=int, default=DEFAULT_VIEWS, metavar="K",
                     help="every head also trains on K augmented views per demo frame (cache_features(views=K))")
-    ap.add_argument("--view-shift", type=int, default=4, metavar="PX",
+    ap.add_argument("--view-shift", type=int, default=VIEW_SHIFT, metavar="PX",
                     help="largest random shift of a view, in pixels at the encoder's input size")
-    ap.add_argument("--view-jitter", type=float, default=0.1, help="colour jitter of a view (+-fraction)")
-    ap.add_argument("--weight-decay", type=float, default=1e-4, help="AdamW weight decay of the BC heads")
+    ap.add_argument("--view-jitter", type=float, default=VIEW_JITTER, help="colour jitter of a view (+-fraction)")
+    ap.add_argument("--weight-decay", type=float, default=WEIGHT_DECAY, help="AdamW weight decay of the BC heads")
     ap.add_argument("--hidden", type=int, default=DEFAULT_HIDDEN, help="width of the heads' MLP hidden layers")
     ap.add_argument("--gripper-weight", type=float, default=1.0, metavar="G",
                     help="weight of the gripper command's squared error in the BC loss (the arm's three: 1)")
@@ -106,6 +109,8 @@ def main() -> int:
                     help="keep the results already in the JSON of every pooling whose own settings match (its block, "
                          "encoder, configurations, seeds...; another pooling's block does not matter); run the rest")
     args = ap.parse_args()
+    if not args.gripper_weight > 0:
+        ap.error(f"--gripper-weight must be > 0 (1: the plain BC loss), got {args.gripper_weight}")
     if args.merge:
         return merge_parts(args.merge, args.out)
     if args.compare:
@@ -389,7 +394,7 @@ def _pooling_settings(settings: dict, pooling: str) -> dict:
     if s["chunk"] == 1:
         s["chunk_decay"] = 0.1                         # unused without chunks
     if not s["views"]:
-        s["view_shift"], s["view_jitter"] = 4, 0.1     # unused without views
+        s["view_shift"], s["view_jitter"] = VIEW_SHIFT, VIEW_JITTER     # unused without views
     if pooling == "attention":                         # runs from before an option existed: its default
         s.update({k: settings.get(k, default) for k, default in _ATTENTION_OPTIONS_DEFAULTS.items()})
     return s
@@ -403,8 +408,8 @@ _ATTENTION_OPTIONS = tuple(_ATTENTION_OPTIONS_DEFAULTS)
 
 # what a result JSON (or policy folder name) written before the options of every head existed was made with
 _HEAD_OPTIONS_DEFAULTS = dict(chunk=1, chunk_decay=0.1, velocity=False, loss="mse", views=0, gripper="continuous",
-                              batch_size=DEFAULT_BATCH_SIZE, view_shift=4, view_jitter=0.1,
-                              weight_decay=1e-4, hidden=DEFAULT_HIDDEN, gripper_weight=1.0)
+                              batch_size=DEFAULT_BATCH_SIZE, view_shift=VIEW_SHIFT,
+                              view_jitter=VIEW_JITTER, weight_decay=WEIGHT_DECAY, hidden=DEFAULT_HIDDEN, gripper_weight=1.0)
 
 
 def _weight_gripper_loss(weight: float) -> None:
@@ -427,10 +432,10 @@ def _head_suffix(args: argparse.Namespace) -> str:
     so older folders keep their names). The folders of heads with the removed options (_k8, _vel, _l1) stay
     as they are; no head trained now is named so."""
     return (f"_views{args.views}" if args.views else "") + \
-        (f"_vs{args.view_shift}" if args.views and args.view_shift != 4 else "") + \
-        (f"_vj{args.view_jitter:g}" if args.views and args.view_jitter != 0.1 else "") + \
+        (f"_vs{args.view_shift}" if args.views and args.view_shift != VIEW_SHIFT else "") + \
+        (f"_vj{args.view_jitter:g}" if args.views and args.view_jitter != VIEW_JITTER else "") + \
         (f"_bs{args.batch_size}" if args.batch_size != DEFAULT_BATCH_SIZE else "") + \
-        (f"_wd{args.weight_decay:g}" if args.weight_decay != 1e-4 else "") + \
+        (f"_wd{args.weight_decay:g}" if args.weight_decay != WEIGHT_DECAY else "") + \
         (f"_h{args.hidden}" if args.hidden != DEFAULT_HIDDEN else "") + \
         (f"_gw{args.gripper_weight:g}" if args.gripper_weight != 1.0 else "")
 
