@@ -82,8 +82,7 @@ def main() -> int:
     ap.add_argument("--backbone", default=None, help="timm name (default: the embedded default)")
     ap.add_argument("--weights", default=None)
     ap.add_argument("--camera", default="corner",
-                    help="camera (corner@30: with a 30-degree field of view), or several joined by '+' (corner+topview): "
-                         "their views side by side")
+                    help="camera, or several joined by '+' (corner+topview): their views side by side")
     ap.add_argument("--demo-size", type=int, default=224,
                     help="rendered size of each view (resized to the encoder's)")
     ap.add_argument("--hold-steps", type=int, default=DEFAULT_HOLD_STEPS,

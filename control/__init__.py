@@ -21,7 +21,7 @@ _API = {
     "demos": ("Episode", "collect_demos", "iter_episodes", "load_manifest", "read_episode", "record_episode"),
     "env": ("ACTION_DIM", "DEFAULT_CAMERA", "HELDOUT_OFFSET", "PROPRIO_DIM", "CompositeRenderer", "FrameRenderer",
             "MetaWorldTask", "RenderSettings", "State", "camera_count", "camera_is_upside_down", "camera_names",
-            "check_task", "config_seeds", "frame_size", "make_renderer", "parse_camera", "task_names"),
+            "check_task", "config_seeds", "frame_size", "make_renderer", "task_names"),
     "errors": ("DemoError", "PolicyError", "RenderUnavailable", "TaskError"),
     "evaluate": ("EpisodeJournal", "TaskResult", "evaluate", "save_gif"),
     "features": ("FeatureCache", "backbone_meta", "cache_features", "default_blocks", "load_feature_cache"),

@@ -39,9 +39,8 @@ def register(subparsers: Any) -> None:
     q.add_argument("--task", required=True, help="Meta-World v3 task, e.g. reach-v3")
     q.add_argument("--out", required=True, help="demo directory: new, empty, or an earlier collect output of the same task (re-run to resume)")
     q.add_argument("--episodes", type=POSITIVE, default=25, help="successful episodes to record")
-    q.add_argument("--camera", default="corner", help="corner, corner2, corner3, topview, ... (frames are upright); corner@30: that camera with a "
-                   "30-degree field of view (zoomed in; the scene's is 45); several joined by '+' (corner+topview): "
-                   "their views side by side, the encoder built at (S, k*S)")
+    q.add_argument("--camera", default="corner", help="corner, corner2, corner3, topview, ... (frames are upright); "
+                   "several joined by '+' (corner+topview): their views side by side, the encoder built at (S, k*S)")
     q.add_argument("--image-size", type=number(int, min=16), default=None,
                    help="rendered size of each view (pixels, square; None: the --encoder's input size, 224 or 112)")
     _encoder_arg(q, "whose input size the frames are rendered at")

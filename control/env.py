@@ -27,10 +27,6 @@ Three things about Meta-World v3 that this module settles once:
   side, left to right in the order given, each rendered at S x S and made upright on its own: a
   (S, k*S, 3) frame for k views (`camera_names`, `camera_count`). The encoder reading it is built at
   (S, k*S) (`frame_size`), so it costs k times the tokens of one view at the same size.
-* **Zoom.** "corner@30" is the corner camera with its vertical field of view set to 30 degrees
-  (Meta-World's cameras have 45): the same place and aim, a narrower view, so the objects and goals,
-  which sit near the middle of the corner camera's frame, cover more pixels and patches at the same
-  frame size and encoder cost (`parse_camera`).
 
 Headless rendering uses EGL unless `MUJOCO_GL` says otherwise (`osmesa` is the fallback).
 """
@@ -178,11 +174,10 @@ class FrameRenderer:
 
         self.data = data
         self.camera = camera
-        name, self.fovy = parse_camera(camera)
-        self.cam_id = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, name)
+        self.cam_id = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
         if self.cam_id < 0:
             names = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_CAMERA, i) for i in range(model.ncam)]
-            raise TaskError(f"no camera named {name!r}; this scene has {names}")
+            raise TaskError(f"no camera named {camera!r}; this scene has {names}")
         # Read by MuJoCo when the GL context and its framebuffer are made: set them first.
         model.vis.quality.offsamples = int(settings.offsamples)
         model.vis.global_.offwidth = max(int(model.vis.global_.offwidth), size)
@@ -210,18 +205,7 @@ class FrameRenderer:
 
     def render(self, upright: bool = True) -> np.ndarray:
         """(S, S, 3) uint8 frame of the current state; rotated 180 degrees if the camera is rolled over."""
-        if self.fovy is None:
-            self._renderer.update_scene(self.data, camera=self.cam_id)
-        else:
-            # The scene's frustum is read from the model's field of view while the scene is updated; the
-            # model is shared with the physics and maybe other views of this camera: set it, then put it back.
-            fovy = self._renderer.model.cam_fovy
-            saved = float(fovy[self.cam_id])
-            fovy[self.cam_id] = self.fovy
-            try:
-                self._renderer.update_scene(self.data, camera=self.cam_id)
-            finally:
-                fovy[self.cam_id] = saved
+        self._renderer.update_scene(self.data, camera=self.cam_id)
         img = self._renderer.render()                                   # (S, S, 3) uint8
         if upright and camera_is_upside_down(self.data.cam_xmat[self.cam_id]):
             img = np.ascontiguousarray(img[::-1, ::-1])                 # rotate 180, keeps handedness
@@ -264,23 +248,6 @@ def camera_names(camera: str) -> list[str]:
         raise TaskError(f"camera {camera!r} has an empty name; give one camera (e.g. corner) or several joined "
                         "by '+' (e.g. corner+topview)")
     return names
-
-
-def parse_camera(camera: str) -> tuple[str, float | None]:
-    """One view's camera name and field of view: 'corner' -> ('corner', None), the camera as the scene
-    defines it; 'corner@30' -> ('corner', 30.0), the same camera with a vertical field of view of 30
-    degrees. TaskError for a field of view that is not a number in (0, 180)."""
-    name, sep, fov = str(camera).partition("@")
-    if not sep:
-        return name, None
-    try:
-        fovy = float(fov)
-    except ValueError:
-        fovy = float("nan")
-    if not name.strip() or not 0.0 < fovy < 180.0:
-        raise TaskError(f"camera {camera!r}: write a camera name and its vertical field of view in degrees, "
-                        "between 0 and 180, e.g. corner@30")
-    return name, fovy
 
 
 def camera_count(camera: str) -> int:

@@ -12,7 +12,7 @@ pytest.importorskip("mujoco")
 
 from frozenvit.control import (AttentionConfig, MetaWorldTask, PatchTokenPolicy, RenderUnavailable,  # noqa: E402
                                TaskError, cache_features, camera_count, collect_demos, config_seeds, evaluate,
-                               frame_size, load_manifest, parse_camera)
+                               frame_size, load_manifest)
 
 TWO = "corner+topview"
 
@@ -41,36 +41,6 @@ def test_a_composite_frame_is_the_single_cameras_frames_side_by_side():
         np.testing.assert_array_equal(frame[:, :32], left.render())     # each view upright on its own
         np.testing.assert_array_equal(frame[:, 32:], right.render())
         assert not np.array_equal(frame[:, :32], frame[:, 32:])
-
-
-def test_a_field_of_view_suffix_parses_and_bad_ones_are_refused():
-    assert parse_camera("corner") == ("corner", None)
-    assert parse_camera("corner@30") == ("corner", 30.0) and parse_camera("topview@12.5") == ("topview", 12.5)
-    assert camera_count("corner+corner@30") == 2
-    for bad in ("corner@", "corner@wide", "corner@0", "corner@180", "corner@-5", "corner@nan", "@30"):
-        with pytest.raises(TaskError, match="field of view"):
-            parse_camera(bad)
-
-
-def test_a_zoomed_view_is_the_middle_of_the_cameras_own_view_and_leaves_the_scene_as_it_was():
-    """A pinhole camera with half the tangent of the field of view sees the middle half of the frame:
-    corner@23.41 at 112 px is corner's 224 px frame cropped to its middle 112 px, to 0.0003 grey levels on average."""
-    half = 2 * np.degrees(np.arctan(np.tan(np.radians(22.5)) / 2))     # corner's fovy is 45
-    seed = config_seeds("heldout", 1)[0]
-    with _task("corner", 224) as plain, _task(f"corner@{half:.4f}+corner", 112) as both:
-        assert plain.env.model.cam_fovy[both._renderer.renderers[0].cam_id] == 45.0
-        for t in (plain, both):
-            t.reset(seed)
-        fovy = both.env.model.cam_fovy.copy()
-        frame = both.render()
-        np.testing.assert_array_equal(both.env.model.cam_fovy, fovy)       # the model's own field of view is back
-        whole = plain.render().astype(float)
-    zoom, other = frame[:, :112].astype(float), frame[:, 112:].astype(float)
-    middle = whole[56:168, 56:168]
-    shrunk = whole.reshape(112, 2, 112, 2, 3).mean(axis=(1, 3))           # the whole view at 112 px
-    assert np.abs(zoom - middle).mean() < 0.5                              # measured 0.0003 grey levels
-    assert np.abs(zoom - shrunk).mean() > 15.0                             # the scene's own view is another picture
-    assert np.abs(other - shrunk).mean() < 4.0                             # measured 2.0: the other view is the scene's
 
 
 def test_an_unknown_camera_inside_a_composite_is_refused_naming_the_scenes_cameras():
