@@ -304,7 +304,7 @@ def test_benchmark_keeps_runs_of_other_views_apart_but_pairs_them(load_benchmark
 
     cs = load_benchmark("control_success")
     base = dict(views=4, batch_size=256, view_shift=4, view_jitter=0.1, weight_decay=1e-4, hidden=256,
-                gripper_weight=1.0)
+                gripper_weight=1.0, chunk=1)
 
     def suffix(**kw):
         return cs._head_suffix(Namespace(**dict(base, **kw)))
@@ -315,6 +315,7 @@ def test_benchmark_keeps_runs_of_other_views_apart_but_pairs_them(load_benchmark
     assert suffix(batch_size=64) == "_views4_bs64"                                # another batch: its own heads
     assert suffix(view_shift=8, view_jitter=0.2) == "_views4_vs8_vj0.2"
     assert suffix(weight_decay=0.05, hidden=512, gripper_weight=5.0) == "_views4_wd0.05_h512_gw5"
+    assert suffix(chunk=8) == "_views4_chunk8"                                    # chunked heads: their own folders
     old = dict(tasks=["reach-v3"], poolings=["attention"], blocks={"attention": 11}, seeds=[0], epochs=200)
     assert cs._pooling_settings(old, "attention") == cs._pooling_settings(dict(old, views=0), "attention")
     assert cs._pooling_settings(old, "attention") != cs._pooling_settings(dict(old, views=4), "attention")
@@ -324,7 +325,7 @@ def test_benchmark_keeps_runs_of_other_views_apart_but_pairs_them(load_benchmark
     assert cs._pooling_settings(four, "attention") == cs._pooling_settings(dict(four, view_shift=4), "attention")
     assert cs._pooling_settings(four, "attention") != cs._pooling_settings(dict(four, view_shift=8), "attention")
     assert cs._pooling_settings(old, "attention") == cs._pooling_settings(dict(old, view_shift=8), "attention")
-    for k, v in (("weight_decay", 0.05), ("hidden", 512), ("gripper_weight", 5.0), ("view_jitter", 0.2)):
+    for k, v in (("weight_decay", 0.05), ("hidden", 512), ("gripper_weight", 5.0), ("view_jitter", 0.2), ("chunk", 8)):
         assert cs._pooling_settings(four, "attention") != cs._pooling_settings(dict(four, **{k: v}), "attention")
     assert "views" not in cs._EPISODE_SETTINGS
 
