@@ -256,9 +256,9 @@ def episode_journal(pol_dir: Path, policy: Any, heldout: list[int], max_steps: i
     from frozenvit.control.policy import policy_digest
 
     span = f"{heldout[0]}-{heldout[-1]}x{len(heldout)}" if heldout else "none"
-    snap = "_snap" if gripper == "snap" else ""                  # the same head acting otherwise: other episodes
-    snap += f"_m{chunk_decay:g}" if chunk_decay is not None else ""     # a chunked head's ensemble's decay, likewise
-    return Path(pol_dir) / f"episodes_{policy_digest(policy)[:12]}_cfg{span}_cap{max_steps}{snap}.jsonl"
+    # the same head acting otherwise (a snapped gripper, a chunked head's ensemble decay): other episodes
+    acting = ("_snap" if gripper == "snap" else "") + (f"_m{chunk_decay:g}" if chunk_decay is not None else "")
+    return Path(pol_dir) / f"episodes_{policy_digest(policy)[:12]}_cfg{span}_cap{max_steps}{acting}.jsonl"
 
 
 def gripper_levels(actions: Any) -> tuple[float, ...] | None:
