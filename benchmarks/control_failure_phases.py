@@ -68,6 +68,7 @@ def replay(result_json: str, task: str, seed: str, policy_dir: str, *, episodes:
     with MetaWorldTask(task, max_steps=int(run["settings"]["max_steps"])) as env:
         for config in failed:
             s = env.reset(config)
+            agent.reset()
             z0, obj, hand, goal, ours, expert = s.full[6], [], [], [], [], []
             while not s.done:
                 a = agent.act([env.render()], s.proprio[None])[0]

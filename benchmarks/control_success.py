@@ -68,8 +68,7 @@ def main() -> int:
                     help="weight of the gripper command's squared error in the BC loss (the arm's three: 1)")
     ap.add_argument("--chunk", type=int, default=1, metavar="K",
                     help="every head predicts the next K actions of each frame and acts by ACT's temporal ensemble of "
-                         "the overlapping predictions (1: one action, the library's head). Re-measured on the "
-                         "three-block default on 2026-12-04 (control/RESULTS.md); not a library option")
+                         "the overlapping predictions (PatchTokenPolicy chunk; 1: one action)")
     ap.add_argument("--chunk-decay", type=float, default=0.1, metavar="M",
                     help="with --chunk K > 1: the ensemble weighs the prediction made i steps before the oldest "
                          "exp(-M i) (ACT's convention: M > 0 favours older predictions; 0: a plain mean)")
@@ -138,8 +137,6 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     if args.gripper_weight != 1.0:
         _weight_gripper_loss(args.gripper_weight)
-    if args.chunk > 1:
-        _ensemble_chunks_in_evaluate(args.chunk, args.chunk_decay)
     bb = load_encoder(args.backbone, args.weights, args.size, args.camera)
     H, W = bb.config.img_size
     enc = f"{bb.config.name}@{H}" if H == W else f"{bb.config.name}@{H}x{W}"     # square: the names of before
@@ -156,7 +153,7 @@ def main() -> int:
     # so that --resume and --compare still match results of runs made while they existed
     args.frames, args.token_dropout, args.keypoints, args.pos_code, args.ensemble, args.action_noise = \
         1, 0.0, False, "sincos", 1, 0.0
-    args.velocity, args.loss = False, "mse"             # --chunk: measured again on 2026-12-04, in this script only
+    args.velocity, args.loss = False, "mse"
     results: list[dict] = []
     settings = dict(tasks=args.tasks, demos=args.demos, configs=args.configs, max_steps=args.max_steps,
                     poolings=args.poolings, epochs=args.epochs, batch_size=args.batch_size,
@@ -207,23 +204,23 @@ def main() -> int:
         attention = AttentionConfig(args.num_queries, query_diversity=args.query_diversity,
                                     with_cls=args.with_cls) if pooling == "attention" else None
         pol = PatchTokenPolicy(pooling, attention, epochs=args.epochs, batch_size=args.batch_size, seed=seed,
-                               weight_decay=args.weight_decay, hidden=args.hidden)
+                               weight_decay=args.weight_decay, hidden=args.hidden, chunk=args.chunk,
+                               chunk_decay=args.chunk_decay)
         try:
             cached = PatchTokenPolicy.load(pol_dir) if (pol_dir / "config.json").is_file() else None
         except ArtifactError:                                      # of an older format: trained again
             cached = None
-        if cached is not None and cached.get_params() == pol.get_params() \
+        if cached is not None and cached.set_params(chunk_decay=args.chunk_decay).get_params() == pol.get_params() \
                 and cached.meta_.get("fingerprint") == bb.weights_sha256:
-            pol = cached
+            pol = cached                                           # the decay acts at run time: one fit serves all
         else:
-            pol.fit(chunk_targets(cache, args.chunk), checkpoint_dir=work / f"ckpt_v{POLICY_FORMAT}" / pol_dir.name)
+            pol.fit(cache, checkpoint_dir=work / f"ckpt_v{POLICY_FORMAT}" / pol_dir.name)
             pol.save(pol_dir)
         t_fit = time.perf_counter() - t1
         if args.gripper == "snap":
             snap_gripper(pol, gripper_levels(cache.actions))
         res = evaluate(pol, bb, heldout, max_steps=args.max_steps, parallel=args.parallel,
-                       journal=episode_journal(pol_dir, pol, heldout, args.max_steps, args.gripper,
-                                               args.chunk_decay if args.chunk > 1 else None))
+                       journal=episode_journal(pol_dir, pol, heldout, args.max_steps, args.gripper))
         results.append(dict(task=task, pooling=pooling, seed=seed, block=blocks[pooling],
                             success_rate=res.success_rate,
                             successes=int(sum(res.successes)), episodes=len(res.successes),
@@ -249,16 +246,16 @@ def main() -> int:
 
 
 def episode_journal(pol_dir: Path, policy: Any, heldout: list[int], max_steps: int,
-                    gripper: str = "continuous", chunk_decay: float | None = None) -> Path:
+                    gripper: str = "continuous") -> Path:
     """Where a head's evaluation journals its episodes, so that a run stopped mid-evaluation resumes at the
     next episode: named by the head's digest, the held-out configurations and the cap, so that another
-    evaluation (or a head trained again into the same folder) never meets this one's journal."""
+    evaluation (or a head trained again into the same folder) never meets this one's journal. The digest
+    covers the policy's chunk_decay, which acts at run time only."""
     from frozenvit.control.policy import policy_digest
 
     span = f"{heldout[0]}-{heldout[-1]}x{len(heldout)}" if heldout else "none"
-    # the same head acting otherwise (a snapped gripper, a chunked head's ensemble decay): other episodes
-    acting = ("_snap" if gripper == "snap" else "") + (f"_m{chunk_decay:g}" if chunk_decay is not None else "")
-    return Path(pol_dir) / f"episodes_{policy_digest(policy)[:12]}_cfg{span}_cap{max_steps}{acting}.jsonl"
+    snap = "_snap" if gripper == "snap" else ""                 # the same head acting otherwise: other episodes
+    return Path(pol_dir) / f"episodes_{policy_digest(policy)[:12]}_cfg{span}_cap{max_steps}{snap}.jsonl"
 
 
 def gripper_levels(actions: Any) -> tuple[float, ...] | None:
@@ -284,97 +281,6 @@ def snap_gripper(policy: Any, levels: tuple[float, ...] | None) -> Any:
 
     policy.predict = predict
     return policy
-
-
-def chunk_targets(cache: Any, k: int) -> Any:
-    """`cache` with each frame's action replaced by the k actions from it on, (M, k*A): the next k of the same
-    demo, the demo's last action repeated past its end (the expert holds at the goal, --hold-steps). k = 1:
-    `cache` itself. A head fitted on it predicts whole chunks (ACT, Zhao et al. 2023)."""
-    import dataclasses
-
-    import torch
-
-    if k == 1:
-        return cache
-    order = np.lexsort((cache.step.numpy(), cache.episode.numpy()))               # frames by demo, then step
-    ep = cache.episode.numpy()[order]
-    rows = []
-    for e in np.unique(ep):
-        idx = order[ep == e]                                                         # (T,) this demo's frames
-        ahead = np.minimum(np.arange(len(idx))[:, None] + np.arange(k), len(idx) - 1)   # (T, k)
-        rows.append((idx, idx[ahead]))
-    take = np.empty((len(cache), k), dtype=np.int64)
-    for idx, nxt in rows:
-        take[idx] = nxt
-    actions = cache.actions[torch.as_tensor(take)].flatten(1)                       # (M, k*A)
-    return dataclasses.replace(cache, actions=actions)
-
-
-class ChunkEnsemble:
-    """ACT's temporal ensembling around a VisuomotorAgent whose head predicts chunks of k actions, for the
-    lockstep loop of control.evaluate: the action taken at step t is the mean of the predictions for step t
-    made at steps t-k+1..t (fewer early in an episode), weighted exp(-decay i), i = 0 for the oldest.
-
-    It learns which environment slots are live, and when each one's episode starts, from the environments
-    it wraps (`env(slot, e)`): a slot starts at reset and ends at a step that is done, as lockstep's own."""
-
-    def __init__(self, agent: Any, chunk: int, decay: float) -> None:
-        self.agent, self.chunk, self.decay = agent, int(chunk), float(decay)
-        self.past: dict[int, list[np.ndarray]] = {}                                  # live slot -> chunks (k, A)
-
-    def weights(self, n: int) -> np.ndarray:
-        w = np.exp(-self.decay * np.arange(n))
-        return w / w.sum()
-
-    def ensemble(self, slot: int, chunk: np.ndarray) -> np.ndarray:
-        """This step's chunk (k, A) of `slot` -> the action (A,) to take now."""
-        past = self.past[slot]
-        past.append(chunk)
-        del past[:-self.chunk]
-        n = len(past)                                                                # past[j]: n-1-j steps ago
-        return self.weights(n) @ np.stack([p[n - 1 - j] for j, p in enumerate(past)])
-
-    def act(self, frames: Any, proprio: np.ndarray, timer: Any = None) -> np.ndarray:
-        from frozenvit.control.agent import _row_by_row
-
-        tokens, cls = self.agent.encode(frames)
-        out = _row_by_row(self.agent.policy.predict, tokens, cls, np.asarray(proprio, dtype=np.float32))
-        chunks = out.reshape(len(out), self.chunk, -1)                               # (B, k, A)
-        return np.stack([self.ensemble(s, c) for s, c in zip(sorted(self.past), chunks)])
-
-    def env(self, slot: int, e: Any) -> Any:
-        ens = self
-
-        class Slot:
-            def reset(self, config: int) -> Any:
-                ens.past[slot] = []
-                return e.reset(config)
-
-            def step(self, action: np.ndarray) -> Any:
-                st = e.step(action)
-                if st.done:
-                    ens.past.pop(slot)
-                return st
-
-            def __getattr__(self, name: str) -> Any:
-                return getattr(e, name)
-
-        return Slot()
-
-
-def _ensemble_chunks_in_evaluate(chunk: int, decay: float) -> None:
-    """Make control.evaluate's local loop act with ChunkEnsemble in this process: a screen of the lever, not a
-    library option (it was one until 2026-12-01; control/RESULTS.md, "Options removed")."""
-    import importlib
-
-    ev = importlib.import_module("frozenvit.control.evaluate")    # the module: the package's `evaluate` is its function
-    plain = ev.lockstep
-
-    def lockstep(agent: Any, envs: Any, configs: Any, record: Any, movies: Any, done: Any) -> None:
-        ens = ChunkEnsemble(agent, chunk, decay)
-        plain(ens, [ens.env(s, e) for s, e in enumerate(envs)], configs, record, movies, done)
-
-    ev.lockstep = lockstep
 
 
 def load_encoder(backbone: str | None, weights: str | None, size: int | None, camera: str, **kwargs) -> Any:
@@ -525,9 +431,11 @@ def _weight_gripper_loss(weight: float) -> None:
 
     import frozenvit.control.policy as policy
 
+    from frozenvit.control.env import ACTION_DIM
+
     def weighted(pred: "torch.Tensor", target: "torch.Tensor") -> "torch.Tensor":
-        w = torch.ones(pred.shape[-1], dtype=pred.dtype)
-        w[-1] = weight
+        w = torch.ones(pred.shape[-1], dtype=pred.dtype)                         # (k*A,): k actions of a chunk
+        w[ACTION_DIM - 1::ACTION_DIM] = weight
         return ((pred - target) ** 2 * w).mean()
 
     policy.bc_loss = weighted
@@ -536,7 +444,8 @@ def _weight_gripper_loss(weight: float) -> None:
 def _head_suffix(args: argparse.Namespace) -> str:
     """Policy-folder suffix of the options of every head that differ from the defaults (none for the defaults,
     so older folders keep their names). The folders of heads with the removed options (_k8, _vel, _l1) stay
-    as they are; no head trained now is named so (the benchmark's own --chunk names its heads _chunk<K>)."""
+    as they are; no head trained now is named so: --chunk names its heads _ck<K> (the _chunk<K> heads of
+    2026-12-04 were fitted by this script on targets of K actions, as a one-action head of K*4 outputs)."""
     return (f"_views{args.views}" if args.views else "") + \
         (f"_vs{args.view_shift}" if args.views and args.view_shift != VIEW_SHIFT else "") + \
         (f"_vj{args.view_jitter:g}" if args.views and args.view_jitter != VIEW_JITTER else "") + \
@@ -544,7 +453,7 @@ def _head_suffix(args: argparse.Namespace) -> str:
         (f"_wd{args.weight_decay:g}" if args.weight_decay != WEIGHT_DECAY else "") + \
         (f"_h{args.hidden}" if args.hidden != DEFAULT_HIDDEN else "") + \
         (f"_gw{args.gripper_weight:g}" if args.gripper_weight != 1.0 else "") + \
-        (f"_chunk{args.chunk}" if args.chunk > 1 else "")
+        (f"_ck{args.chunk}" if args.chunk > 1 else "")
 
 
 def _attention_suffix(args: argparse.Namespace, pooling: str) -> str:

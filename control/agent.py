@@ -1,8 +1,9 @@
 """The control loop's brain: frames -> preprocess -> frozen encoder -> policy head -> actions.
 
 `VisuomotorAgent` serves several environments in lockstep (one batch through the encoder per
-step) and can time each stage with a `StageTimer`. It keeps no state between steps: each action
-depends on that step's frame and proprioception only.
+step) and can time each stage with a `StageTimer`. For a policy with action chunks it remembers, per
+environment slot and episode, the chunks predicted so far (`TemporalEnsemble`): `reset(slots)` when an
+episode starts. A one-action policy keeps no state between steps.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 import torch
 
 from .features import token_blocks
+from .policy import check_chunking
 
 
 class StageTimer:
@@ -40,6 +42,46 @@ _NULL = StageTimer()
 _NULL.enabled = False
 
 
+class TemporalEnsemble:
+    """ACT's temporal ensembling (Zhao et al. 2023) for several environment slots at once.
+
+    At every step each slot's policy predicts the next k actions. The action taken at step t is the weighted
+    mean of the predictions for step t made at steps t-k+1..t (fewer early in an episode), weights
+    exp(-decay * i), i = 0 for the oldest of them (ACT's convention: decay > 0 favours older predictions, 0 is
+    a plain mean), normalised to sum 1. With k = 1 it returns each prediction unchanged. `reset(slots)`
+    forgets what a slot has predicted (a new episode)."""
+
+    def __init__(self, chunk: int, decay: float) -> None:
+        check_chunking(chunk, decay)
+        self.chunk, self.decay = int(chunk), float(decay)
+        self._past: dict[Any, list[np.ndarray]] = {}        # slot -> its last <= k chunks (k, A), oldest first
+
+    def reset(self, slots: Iterable[Any] | None = None) -> None:
+        if slots is None:
+            self._past.clear()
+        for s in slots or ():
+            self._past.pop(s, None)
+
+    def weights(self, n: int) -> np.ndarray:
+        """(n,) normalised weights of n overlapping predictions, oldest first."""
+        w = np.exp(-self.decay * np.arange(n))
+        return w / w.sum()
+
+    def __call__(self, slots: Sequence[Any], chunks: np.ndarray) -> np.ndarray:
+        """chunks (B, k, A), this step's predictions of slots[b] -> (B, A) actions to take now."""
+        if self.chunk == 1:
+            return chunks[:, 0]
+        out = np.empty((len(slots), chunks.shape[2]), dtype=chunks.dtype)
+        for b, s in enumerate(slots):
+            past = self._past.setdefault(s, [])
+            past.append(chunks[b])
+            del past[:-self.chunk]
+            n = len(past)                                   # past[j] was predicted n-1-j steps ago
+            now = np.stack([p[n - 1 - j] for j, p in enumerate(past)])             # (n, A), oldest first
+            out[b] = self.weights(n) @ now
+        return out
+
+
 class VisuomotorAgent:
     """Acts for a batch of environments from their latest frames and proprioception.
 
@@ -47,6 +89,8 @@ class VisuomotorAgent:
         a = agent.act([frame], proprio[None])              # (1, 4)
 
     `policy`: a fitted PatchTokenPolicy, or a latency.UntrainedHead when only timing matters.
+    A policy with chunk > 1 keeps state per environment slot: call `reset()` (or `reset([slot])`) when an
+    episode starts, and pass `slots` to `act` when the batch's rows are not environments 0..B-1.
     """
 
     def __init__(self, policy: Any, backbone: Any, *, check: bool = True) -> None:
@@ -56,11 +100,11 @@ class VisuomotorAgent:
         self.backbone = backbone
         self.blocks = token_blocks(policy.meta_)
         self.uses_cls = policy.uses_cls
+        self.ensemble = TemporalEnsemble(getattr(policy, "chunk", 1), getattr(policy, "chunk_decay", 0.0))
 
     def reset(self, slots: Iterable[Any] | None = None) -> None:
-        """A new episode starts in these environment slots (None: all). Nothing to forget: the agent has
-        kept no state between steps since action chunks and the velocity input went (control/RESULTS.md);
-        kept for loops written while it had some (benchmarks/control_endpoints.py)."""
+        """A new episode starts in these environment slots (None: all): forget their chunks so far."""
+        self.ensemble.reset(None if slots is None else list(slots))
 
     def encode(self, frames: Sequence[np.ndarray], timer: StageTimer = _NULL
                ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -73,13 +117,21 @@ class VisuomotorAgent:
             cls = torch.cat([prefix[b][:, 0] for b in self.blocks], -1) if self.uses_cls else None  # (B, C)
         return tokens, cls
 
-    def act(self, frames: Sequence[np.ndarray], proprio: np.ndarray, timer: StageTimer = _NULL) -> np.ndarray:
-        """Actions (B, 4) for B frames (H, W, 3) uint8 and proprio (B, 4). One head call per step."""
+    def act(self, frames: Sequence[np.ndarray], proprio: np.ndarray, timer: StageTimer = _NULL,
+            slots: Sequence[Any] | None = None) -> np.ndarray:
+        """Actions (B, 4) for B frames (H, W, 3) uint8 and proprio (B, 4) of environment slots `slots` (None:
+        0..B-1). One head call per step; with action chunks, the temporal ensemble of each slot's chunks."""
         if len(frames) != len(proprio):
             raise ValueError(f"got {len(frames)} frames and {len(proprio)} proprio rows")
+        slots = list(range(len(frames))) if slots is None else list(slots)
+        if len(slots) != len(frames) or len(set(slots)) != len(slots):
+            raise ValueError(f"got slots {slots} for {len(frames)} frames: one distinct slot per frame")
         tokens, cls = self.encode(frames, timer)
         with timer("head"):
-            return _row_by_row(self.policy.predict, tokens, cls, np.asarray(proprio, dtype=np.float32))
+            prop = np.asarray(proprio, dtype=np.float32)
+            if self.ensemble.chunk == 1:
+                return _row_by_row(self.policy.predict, tokens, cls, prop)
+            return self.ensemble(slots, _row_by_row(self.policy.predict_chunk, tokens, cls, prop))
 
 
 def _row_by_row(head: Callable[..., np.ndarray], *inputs: Any) -> np.ndarray:

@@ -133,6 +133,7 @@ def lockstep(agent: VisuomotorAgent, envs: Sequence[MetaWorldTask], configs: Seq
     def assign(s: int) -> None:
         slot_cfg[s] = queue.pop(0) if queue else None
         states[s] = envs[s].reset(slot_cfg[s]) if slot_cfg[s] is not None else None
+        agent.reset([s])                                                            # a new episode in slot s
 
     for s in range(n_env):
         assign(s)
@@ -143,7 +144,7 @@ def lockstep(agent: VisuomotorAgent, envs: Sequence[MetaWorldTask], configs: Seq
             if slot_cfg[s] in record:
                 movies.setdefault(slot_cfg[s], []).append(f)
         proprio = np.stack([states[s].proprio for s in live])                      # (B, 4)
-        actions = agent.act(frames, proprio)                                       # (B, 4)
+        actions = agent.act(frames, proprio, slots=live)                           # (B, 4)
         for s, a in zip(live, actions):
             st = envs[s].step(a)
             states[s] = st
@@ -328,6 +329,7 @@ def rollout_timed(agent: VisuomotorAgent, env: MetaWorldTask, config: int, timer
                   max_steps: int | None = None) -> State:
     """One episode with every stage of the loop timed: render, preprocess, encode, head, step."""
     state = env.reset(config)
+    agent.reset()
     limit = max_steps or env.max_steps
     while not state.done and state.steps < limit:
         with timer("total"):

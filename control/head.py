@@ -10,6 +10,9 @@ Poolings (`HeadConfig.pooling`):
 * "cls": the backbone's CLS token only.
 * "mean": the mean patch token.
 
+With `HeadConfig.chunk` = k > 1 the MLP predicts the next k actions of a frame (action chunks, ACT, Zhao et
+al. 2023) as (B, k*A), read as (B, k, A); k = 1 is the one-action head, weight for weight.
+
 Tokens are layer-normalised without parameters first, so for "cls" and "mean" a frame's whole visual
 feature is fixed and training computes it once (`PolicyHead.prepare`). Why these choices:
 control/RESULTS.md.
@@ -61,8 +64,11 @@ class HeadConfig:
     attention: AttentionConfig | None = None
     hidden: int = DEFAULT_HIDDEN
     norm_groups: int = 1             # a token is this many blocks' tokens side by side, each normalised on its own
+    chunk: int = 1                   # actions predicted per frame: the MLP outputs chunk * action_dim
 
     def __post_init__(self) -> None:
+        if isinstance(self.chunk, bool) or int(self.chunk) != self.chunk or self.chunk < 1:
+            raise PolicyError(f"chunk must be an integer >= 1 (actions predicted per frame), got {self.chunk!r}")
         if int(self.norm_groups) < 1 or self.embed_dim % int(self.norm_groups):
             raise PolicyError(f"norm_groups must be >= 1 and divide the {self.embed_dim}-d tokens, got {self.norm_groups}")
         if self.pooling not in POOLINGS:
@@ -96,6 +102,8 @@ class HeadConfig:
         d = asdict(self)
         if d["norm_groups"] == 1:                    # one block: the config (and digest) of before several existed
             del d["norm_groups"]
+        if d["chunk"] == 1:                          # one action: the config (and digest) of before chunks came back
+            del d["chunk"]
         return d
 
     @classmethod
@@ -146,7 +154,7 @@ class AttentionPool(nn.Module):
 
 
 class PolicyHead(nn.Module):
-    """(tokens (B, N, C), cls (B, C) or None, proprio (B, P)) -> action (B, A), for one `HeadConfig`.
+    """(tokens (B, N, C), cls (B, C) or None, proprio (B, P)) -> actions (B, chunk * A), for one `HeadConfig`.
 
     `prepare` turns a frame's tokens into what the pooling consumes (LN'ed tokens, or an already
     pooled (C,) vector for "mean"/"cls"); it has no parameters, so training computes it once per frame.
@@ -165,7 +173,7 @@ class PolicyHead(nn.Module):
         self.mlp = nn.Sequential(
             nn.Linear(features + cfg.proprio_dim, cfg.hidden), nn.GELU(),
             nn.Linear(cfg.hidden, cfg.hidden), nn.GELU(),
-            nn.Linear(cfg.hidden, cfg.action_dim),
+            nn.Linear(cfg.hidden, cfg.action_dim * cfg.chunk),
         )
 
     def prepare(self, tokens: torch.Tensor, cls: torch.Tensor | None) -> torch.Tensor:
@@ -192,7 +200,7 @@ class PolicyHead(nn.Module):
 
     def forward_prepared(self, x: torch.Tensor, proprio: torch.Tensor, return_penalty: bool = False
                          ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """x: prepared frames (B, N(+1), C) for "attention" or (B, C); proprio (B, P) -> (B, A).
+        """x: prepared frames (B, N(+1), C) for "attention" or (B, C); proprio (B, P) -> (B, chunk * A).
 
         return_penalty: also the weighted query-diversity penalty (a scalar; 0 without attention)."""
         penalty = x.new_zeros(())
@@ -206,7 +214,7 @@ class PolicyHead(nn.Module):
                 x = torch.cat([x, cls], 1)                                          # (B, Q*C + C)
             if a.query_diversity > 0:
                 penalty = a.query_diversity * diversity_penalty(att)
-        out = self.mlp(torch.cat([x, proprio], dim=-1))                             # (B, A)
+        out = self.mlp(torch.cat([x, proprio], dim=-1))                             # (B, k*A)
         return (out, penalty) if return_penalty else out
 
     def forward(self, tokens: torch.Tensor, cls: torch.Tensor | None, proprio: torch.Tensor) -> torch.Tensor:

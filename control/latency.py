@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from .agent import StageTimer, VisuomotorAgent
+from .defaults import DEFAULT_CHUNK, DEFAULT_CHUNK_DECAY
 from .env import ACTION_DIM, PROPRIO_DIM, MetaWorldTask, config_seeds
 from .evaluate import rollout_timed
 from .features import backbone_meta, check_backbone, token_blocks
@@ -114,7 +115,8 @@ def measure_latency(agent: VisuomotorAgent, env: MetaWorldTask, *, steps: int = 
     stages = {s: np.asarray(timer.ms[s][warmup:need]) for s in STAGES if timer.ms.get(s)}
     meta = dict(task=env.name, image_size=env.image_size, camera=env.camera, threads=torch.get_num_threads(),
                 backbone=agent.policy.meta_.get("backbone"), img_size=agent.policy.meta_.get("img_size"),
-                pooling=agent.policy.pooling, trained=not isinstance(agent.policy, UntrainedHead), warmup=warmup)
+                pooling=agent.policy.pooling, trained=not isinstance(agent.policy, UntrainedHead), warmup=warmup,
+                chunk=int(getattr(agent.policy, "chunk", 1)))
     return LatencyReport(total, stages, meta)
 
 
@@ -124,11 +126,12 @@ class UntrainedHead:
     actions mean nothing). Same interface as a fitted PatchTokenPolicy for `VisuomotorAgent`."""
 
     def __init__(self, backbone: Any, pooling: str = "attention", block: int | Sequence[int] | None = None,
-                 seed: int = 0) -> None:
+                 seed: int = 0, *, chunk: int = DEFAULT_CHUNK, chunk_decay: float = DEFAULT_CHUNK_DECAY) -> None:
         self.pooling = pooling
+        self.chunk, self.chunk_decay = chunk, chunk_decay
         self.meta_ = backbone_meta(backbone, block)
         cfg = HeadConfig(self.meta_["embed_dim"], tuple(self.meta_["grid"]), PROPRIO_DIM, ACTION_DIM, pooling=pooling,
-                         norm_groups=len(token_blocks(self.meta_)))
+                         norm_groups=len(token_blocks(self.meta_)), chunk=chunk)
         self.uses_cls = cfg.uses_cls
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -137,7 +140,11 @@ class UntrainedHead:
     def check_backbone(self, backbone: Any) -> None:
         check_backbone(self.meta_, backbone)
 
-    @torch.inference_mode()
     def predict(self, tokens: torch.Tensor, cls: torch.Tensor | None, proprio: np.ndarray) -> np.ndarray:
+        return self.predict_chunk(tokens, cls, proprio)[:, 0]
+
+    @torch.inference_mode()
+    def predict_chunk(self, tokens: torch.Tensor, cls: torch.Tensor | None, proprio: np.ndarray) -> np.ndarray:
         prop = torch.as_tensor(np.asarray(proprio, dtype=np.float32))
-        return self.head_(tokens.float(), None if cls is None else cls.float(), prop).clamp(-1.0, 1.0).numpy()
+        out = self.head_(tokens.float(), None if cls is None else cls.float(), prop).clamp(-1.0, 1.0)
+        return out.view(len(prop), self.chunk, -1).numpy()

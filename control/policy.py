@@ -6,6 +6,11 @@
     pol = PatchTokenPolicy.load("runs/policies/reach-attn")
     actions = pol.predict(tokens, cls, proprio)                     # (B, N, C), (B, C) or None, (B, 4) -> (B, 4)
 
+With chunk=k > 1 the head predicts the next k actions of every frame (`predict_chunk`, (B, k, 4); `predict`
+gives the first of them). A frame's targets are the actions of its own and the next k-1 frames of its demo, the
+demo's last action repeated past its end. `VisuomotorAgent` acts by the temporal ensemble of the overlapping
+chunks (ACT, Zhao et al. 2023: weights exp(-chunk_decay * i), i = 0 for the oldest prediction).
+
 With augment=True and a cache holding K augmented views per frame (`cache_features(..., views=K)`), every
 training sample is the clean frame or one of its K views, drawn uniformly per sample and epoch.
 
@@ -33,7 +38,8 @@ from frozenvit.backbone.suite.artifacts import (atomic_dir, check_tensor_metadat
                                                 tensor_metadata, write_json)
 from frozenvit.backbone.suite.progress import progress_bar
 
-from .defaults import DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_HIDDEN, DEFAULT_LR
+from .defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_CHUNK, DEFAULT_CHUNK_DECAY, DEFAULT_HIDDEN,
+                       DEFAULT_LR)
 from .errors import DemoError, PolicyError
 from .features import FeatureCache, check_backbone, token_blocks
 from .head import AttentionConfig, HeadConfig, PolicyHead, bc_loss
@@ -42,8 +48,9 @@ KIND = "control.policy"
 FORMAT_VERSION = 2
 # Options a format-2 policy written before they were removed (control/RESULTS.md, "Options removed from
 # the library and the CLI") holds, at the values every policy since is trained with. Such a policy loads
-# when its options have these values (chunk_decay acts only with chunk > 1) and is refused otherwise.
-REMOVED_OPTIONS = dict(chunk=1, chunk_decay=0.1, velocity=False, loss="mse")
+# when its options have these values and is refused otherwise. (Action chunks were removed with them on
+# 2026-12-01 and came back on 2026-12-04: a policy of either time holds chunk and chunk_decay as now.)
+REMOVED_OPTIONS = dict(velocity=False, loss="mse")
 
 
 class PatchTokenPolicy(BaseEstimator):
@@ -55,6 +62,10 @@ class PatchTokenPolicy(BaseEstimator):
     hidden: width of the MLP's hidden layers.
     epochs, batch_size, lr, weight_decay, seed: the BC schedule (AdamW, 5% warm-up, cosine decay;
         seeded initialisation and shuffling).
+    chunk: actions predicted per frame (k; 1: one action, the head as without action chunks).
+    chunk_decay: m of the run-time temporal ensemble's weights exp(-m * i) (i = 0: the oldest prediction of
+        the current step; 0: a plain mean; > 0 favours older predictions, as ACT). Read by VisuomotorAgent; it
+        does not change training, and acts only with chunk > 1.
     augment: train on the cache's augmented views too, when it holds some (`cache_features(views=K)`): each
         sample of each epoch reads the clean frame or one of its K views, uniformly (seeded by `seed`). No
         effect on a cache without views: the head trains exactly as before views existed.
@@ -64,7 +75,8 @@ class PatchTokenPolicy(BaseEstimator):
 
     def __init__(self, pooling: str = "attention", attention: AttentionConfig | None = None, *,
                  hidden: int = DEFAULT_HIDDEN, epochs: int = DEFAULT_BC_EPOCHS, batch_size: int = DEFAULT_BATCH_SIZE,
-                 lr: float = DEFAULT_LR, weight_decay: float = 1e-4, seed: int = 0, augment: bool = True) -> None:
+                 lr: float = DEFAULT_LR, weight_decay: float = 1e-4, seed: int = 0, chunk: int = DEFAULT_CHUNK,
+                 chunk_decay: float = DEFAULT_CHUNK_DECAY, augment: bool = True) -> None:
         self.pooling = pooling
         self.attention = attention
         self.hidden = hidden
@@ -73,6 +85,8 @@ class PatchTokenPolicy(BaseEstimator):
         self.lr = lr
         self.weight_decay = weight_decay
         self.seed = seed
+        self.chunk = chunk
+        self.chunk_decay = chunk_decay
         self.augment = augment
 
     @property
@@ -84,8 +98,10 @@ class PatchTokenPolicy(BaseEstimator):
     def head_config(self, meta: dict[str, Any], proprio_dim: int = 4, action_dim: int = 4) -> HeadConfig:
         """The head this policy gets on tokens described by `meta` (embed_dim, grid, has_cls, as in
         `backbone_meta`). Raises PolicyError when the hyperparameters contradict each other or the tokens."""
+        check_chunking(self.chunk, self.chunk_decay)
         cfg = HeadConfig(int(meta["embed_dim"]), tuple(meta["grid"]), proprio_dim, action_dim, pooling=self.pooling,
-                         attention=self.attention, hidden=self.hidden, norm_groups=len(token_blocks(meta)))
+                         attention=self.attention, hidden=self.hidden, norm_groups=len(token_blocks(meta)),
+                         chunk=int(self.chunk))
         if cfg.uses_cls and meta.get("has_cls") is False:
             raise PolicyError(f"this {self.pooling} head reads the CLS token and "
                               f"{meta.get('backbone', 'the backbone')} has none; use pooling 'attention' (without "
@@ -95,7 +111,8 @@ class PatchTokenPolicy(BaseEstimator):
     # -- training ---------------------------------------------------------------------------------
     def fit(self, cache: FeatureCache, *, checkpoint_dir: str | Path | None = None, checkpoint_every: int = 10,
             progress: bool | None = None) -> "PatchTokenPolicy":
-        """Behaviour cloning on `cache` (squared error of predicted and expert actions). Returns self."""
+        """Behaviour cloning on `cache` (squared error of predicted and expert actions; with chunk k, of each
+        frame's next k). Returns self."""
         for name in ("epochs", "batch_size"):
             if int(getattr(self, name)) < 1:
                 raise PolicyError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -114,6 +131,7 @@ class PatchTokenPolicy(BaseEstimator):
         head = self._build(cfg)
         mean = cache.proprio.mean(0)
         std = cache.proprio.std(0).clamp_min(1e-3)
+        targets = cache.actions if cfg.chunk == 1 else cache.actions[chunk_rows(cache, cfg.chunk)].flatten(1)  # (M, k*A)
         opt = torch.optim.AdamW(head.parameters(), lr=self.lr, weight_decay=self.weight_decay)
         gen = torch.Generator().manual_seed(self.seed)
         frames_in = _prepare_frames(head, cache.tokens, cache.cls)                  # (M, N, C) or (M, C)
@@ -149,8 +167,8 @@ class PatchTokenPolicy(BaseEstimator):
                     v = pick[rows]                                                  # (B,)
                     x[v > 0] = views_in[rows[v > 0] * K + v[v > 0] - 1].float()     # view k of frame r: r*K + k-1
                 prop = (cache.proprio[rows] - mean) / std                           # (B, P)
-                pred, penalty = head.forward_prepared(x, prop, return_penalty=True)  # (B, A)
-                loss = bc_loss(pred, cache.actions[rows])
+                pred, penalty = head.forward_prepared(x, prop, return_penalty=True)  # (B, k*A)
+                loss = bc_loss(pred, targets[rows])
                 opt.zero_grad(set_to_none=True)
                 (loss + penalty).backward()
                 opt.step()
@@ -170,14 +188,20 @@ class PatchTokenPolicy(BaseEstimator):
             return PolicyHead(cfg)
 
     # -- inference --------------------------------------------------------------------------------
-    @torch.inference_mode()
     def predict(self, tokens: torch.Tensor, cls: torch.Tensor | None, proprio: torch.Tensor | np.ndarray) -> np.ndarray:
-        """Actions (B, A) in [-1, 1] for tokens (B, N, C), cls (B, C) or None, raw proprio (B, P)."""
+        """Actions (B, A) in [-1, 1] for tokens (B, N, C), cls (B, C) or None, raw proprio (B, P): with chunk > 1
+        the first action of each frame's chunk (VisuomotorAgent ensembles the whole chunks instead)."""
+        return self.predict_chunk(tokens, cls, proprio)[:, 0]
+
+    @torch.inference_mode()
+    def predict_chunk(self, tokens: torch.Tensor, cls: torch.Tensor | None, proprio: torch.Tensor | np.ndarray
+                      ) -> np.ndarray:
+        """The next `chunk` actions (B, k, A) in [-1, 1] of each frame; arguments as `predict`'s."""
         self._check_fitted()
         prop = torch.as_tensor(np.asarray(proprio, dtype=np.float32))
         prop = (prop - self.proprio_mean_) / self.proprio_std_                      # (B, P)
-        out = self.head_(tokens.float(), None if cls is None else cls.float(), prop)  # (B, A)
-        return out.clamp(-1.0, 1.0).numpy()
+        out = self.head_(tokens.float(), None if cls is None else cls.float(), prop)  # (B, k*A)
+        return out.clamp(-1.0, 1.0).view(len(prop), self.head_.cfg.chunk, -1).numpy()
 
     def check_backbone(self, backbone: Any) -> None:
         """Raise ArtifactError unless `backbone` is the one this policy was trained on."""
@@ -245,6 +269,7 @@ class PatchTokenPolicy(BaseEstimator):
                 cache: FeatureCache) -> tuple[int, list[float]]:
         cfg = _without_removed_options(_read_config(ckpt), ckpt)
         made = {**type(self)()._params(), **cfg["params"]}    # a parameter added since: its default, as in load
+        made["chunk_decay"] = self.chunk_decay                 # acts at run time only: training is the same
         if made != self._params():
             raise ArtifactError(f"checkpoint {ckpt} was made with {made}, not {self._params()}; "
                                 "use another checkpoint_dir or the same hyperparameters")
@@ -267,6 +292,29 @@ class PatchTokenPolicy(BaseEstimator):
     def _check_fitted(self) -> None:
         if not hasattr(self, "head_"):
             raise NotFittedError("this PatchTokenPolicy is not fitted: call fit(cache) or PatchTokenPolicy.load(dir)")
+
+
+def check_chunking(chunk: Any, decay: Any) -> None:
+    """PolicyError unless chunk is an integer >= 1 and decay a number >= 0."""
+    if isinstance(chunk, (bool, np.bool_)) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+        raise PolicyError(f"chunk must be an integer >= 1 (actions predicted per frame; 1: no chunks), got {chunk!r}")
+    if isinstance(decay, (bool, np.bool_)) or not isinstance(decay, (int, float, np.number)) or not decay >= 0:
+        raise PolicyError(f"chunk_decay must be a number >= 0 (0: a plain mean of the overlapping predictions), "
+                          f"got {decay!r}")
+
+
+def chunk_rows(cache: FeatureCache, k: int) -> torch.Tensor:
+    """(M, k) cache rows of each frame's next k frames in its own demo (by episode and step, in any stored
+    order); past the demo's end its last frame, so that the demo's last action repeats (the expert holds at
+    the goal)."""
+    ep, step = cache.episode.numpy(), cache.step.numpy()
+    order = np.lexsort((step, ep))                                                  # (M,) frames by demo, then step
+    ep_sorted = ep[order]
+    last = np.searchsorted(ep_sorted, ep_sorted, side="right") - 1                  # (M,) its demo's last position
+    ahead = np.minimum(np.arange(len(order))[:, None] + np.arange(k), last[:, None])   # (M, k) sorted positions
+    rows = np.empty((len(order), k), dtype=np.int64)
+    rows[order] = order[ahead]
+    return torch.from_numpy(rows)
 
 
 def policy_digest(policy: PatchTokenPolicy) -> str:
@@ -301,16 +349,15 @@ def _read_config(path: str | Path) -> dict:
 def _without_removed_options(cfg: dict, path: str | Path) -> dict:
     """A format-2 config without the removed options (REMOVED_OPTIONS), which a policy written while they
     existed holds; ArtifactError naming those not at their fixed values (such a head cannot act here)."""
-    params, head = dict(cfg["params"]), dict(cfg["head"])
+    params = dict(cfg["params"])
     held = {k: params.pop(k) for k in REMOVED_OPTIONS if k in params}
-    head.pop("chunk", None)                                                         # a copy of params' chunk
-    off = [f"{k}={v!r}" for k, v in held.items() if k != "chunk_decay" and v != REMOVED_OPTIONS[k]]
+    off = [f"{k}={v!r}" for k, v in held.items() if v != REMOVED_OPTIONS[k]]
     if off:
         raise ArtifactError(f"{path} is a policy trained with {', '.join(off)}: frozenvit no longer has "
                             f"{'this option' if len(off) == 1 else 'these options'} (control/RESULTS.md, "
                             "\"Options removed from the library and the CLI\"); retrain it with `frozenvit control "
                             "train`, or load it with an older frozenvit")
-    return dict(cfg, params=params, head=head)
+    return dict(cfg, params=params)
 
 
 # what a checkpoint and the features it is resumed on must agree on: the encoder and the augmented views
@@ -318,14 +365,14 @@ _FEATURE_KEYS = ("fingerprint", "views", "view_shift", "view_jitter", "view_seed
 
 
 @torch.no_grad()
-def _prepare_frames(head: PolicyHead, tokens: torch.Tensor, cls: torch.Tensor | None, chunk: int = 256) -> torch.Tensor:
+def _prepare_frames(head: PolicyHead, tokens: torch.Tensor, cls: torch.Tensor | None, batch: int = 256) -> torch.Tensor:
     """The head's parameter-free input for every cached frame (tokens (M, N, C), cls (M, C) or None), computed once.
 
     LN'ed tokens (M, N, C) kept in float16 for attention pooling; pooled (M, C) float32 otherwise.
     """
     out = []
-    for i in range(0, len(tokens), chunk):
-        x = head.prepare(tokens[i:i + chunk], cls[i:i + chunk] if cls is not None else None)
+    for i in range(0, len(tokens), batch):
+        x = head.prepare(tokens[i:i + batch], cls[i:i + batch] if cls is not None else None)
         out.append(x.half() if x.ndim == 3 else x)
     return torch.cat(out)
 

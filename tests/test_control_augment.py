@@ -315,7 +315,7 @@ def test_benchmark_keeps_runs_of_other_views_apart_but_pairs_them(load_benchmark
     assert suffix(batch_size=64) == "_views4_bs64"                                # another batch: its own heads
     assert suffix(view_shift=8, view_jitter=0.2) == "_views4_vs8_vj0.2"
     assert suffix(weight_decay=0.05, hidden=512, gripper_weight=5.0) == "_views4_wd0.05_h512_gw5"
-    assert suffix(chunk=8) == "_views4_chunk8"                                    # chunked heads: their own folders
+    assert suffix(chunk=8) == "_views4_ck8"                                       # chunked heads: their own folders
     old = dict(tasks=["reach-v3"], poolings=["attention"], blocks={"attention": 11}, seeds=[0], epochs=200)
     assert cs._pooling_settings(old, "attention") == cs._pooling_settings(dict(old, views=0), "attention")
     assert cs._pooling_settings(old, "attention") != cs._pooling_settings(dict(old, views=4), "attention")

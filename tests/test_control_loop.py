@@ -220,6 +220,21 @@ def test_measure_latency_times_every_stage_of_the_loop(bb):
     assert p["p50"] <= p["p95"] <= p["p99"]
 
 
+def test_a_chunked_head_acts_in_the_timed_loop_and_is_reset_at_each_episode(bb, monkeypatch):
+    pol = UntrainedHead(bb, block=-1, chunk=4, chunk_decay=0.1)
+    try:
+        env = MetaWorldTask("reach-v3", image_size=64, max_steps=3)
+    except RenderUnavailable as e:
+        pytest.skip(f"no headless OpenGL: {e}")
+    agent = VisuomotorAgent(pol, bb)
+    resets = []
+    real = agent.reset
+    monkeypatch.setattr(agent, "reset", lambda slots=None: resets.append(slots) or real(slots))
+    with env:
+        rep = measure_latency(agent, env, steps=5, warmup=2)           # 7 steps: three episodes of <= 3
+    assert rep.total.shape == (5,) and rep.meta["chunk"] == 4 and resets == [None, None, None]
+
+
 def test_cli_collect_train_evaluate_latency(tmp_path, bb, monkeypatch, capsys):
     from frozenvit.backbone.suite.cli import main
     from frozenvit.control import cli
@@ -259,6 +274,16 @@ def test_cli_collect_train_evaluate_latency(tmp_path, bb, monkeypatch, capsys):
     assert "block 1-3" in capsys.readouterr().out
     assert PatchTokenPolicy.load(two).meta_["block"] == [1, 3]
     assert main(["control", "evaluate", "--policy", two, "--configs", "1", "--max-steps", "2"]) == 0
+    capsys.readouterr()
+    ck = str(tmp_path / "chunked")                                    # action chunks: trained, evaluated, timed
+    assert main(["control", "train", "--demos", d, "--out", ck, "--epochs", "1", "--heads", "3", "--chunk", "4",
+                 "--chunk-decay", "0.2", "--threads", "1"]) == 0
+    chunked = PatchTokenPolicy.load(ck)
+    assert (chunked.chunk, chunked.chunk_decay, chunked.head_.cfg.chunk) == (4, 0.2, 4)
+    assert main(["control", "evaluate", "--policy", ck, "--configs", "1", "--max-steps", "3"]) == 0
+    assert main(["control", "latency", "--policy", ck, "--steps", "3", "--warmup", "1",
+                 "--json", str(tmp_path / "lat4.json")]) == 0
+    assert json.loads((tmp_path / "lat4.json").read_text())["summary"]["chunk"] == 4
     capsys.readouterr()
 
 

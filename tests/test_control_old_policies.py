@@ -1,6 +1,7 @@
 """Policy folders saved by earlier frozenvits: a head whose options all still exist loads and acts as it did;
-one trained with a removed option (action chunks, the velocity input, an L1 or Huber loss: control/RESULTS.md,
-"Options removed from the library and the CLI") is refused by name."""
+one trained with a removed option (the velocity input, an L1 or Huber loss: control/RESULTS.md, "Options removed
+from the library and the CLI") is refused by name. Action chunks were removed with them on 2026-12-01 and came
+back on 2026-12-04: folders of all three times read each other where their options allow."""
 import json
 import shutil
 from pathlib import Path
@@ -40,7 +41,7 @@ def with_params(**kw):
 def test_the_format_stays_2_because_old_and_new_folders_read_each_other():
     # new folders lack the removed keys, which a frozenvit that had them reads as their defaults
     assert FORMAT_VERSION == 2 and json.loads((WITH_REMOVED / "config.json").read_text())["format_version"] == 2
-    assert REMOVED_OPTIONS == dict(chunk=1, chunk_decay=0.1, velocity=False, loss="mse")
+    assert REMOVED_OPTIONS == dict(velocity=False, loss="mse")
 
 
 def test_a_policy_written_before_chunking_loads_and_predicts_what_it_predicted_then():
@@ -57,6 +58,7 @@ def test_a_policy_saved_with_the_removed_options_at_their_defaults_loads_and_pre
     assert {k: saved["params"][k] for k in REMOVED_OPTIONS} == REMOVED_OPTIONS and saved["head"]["chunk"] == 1
     pol = PatchTokenPolicy.load(WITH_REMOVED)
     assert pol.get_params() == small(epochs=3).get_params()               # the options are gone, the rest is kept
+    assert (pol.chunk, pol.chunk_decay) == (1, 0.1)
     x = rows(marked_token_cache(M=64), 5)
     np.testing.assert_allclose(pol.predict(*x), old["predictions"], rtol=1e-5, atol=1e-7)
     assert policy_digest(pol) == old["policy_digest"]                     # its evaluation journals still resume
@@ -77,6 +79,9 @@ def test_saved_again_it_no_longer_holds_the_removed_options_and_predicts_identic
     pol.save(tmp_path / "again")
     cfg = json.loads((tmp_path / "again" / "config.json").read_text())
     assert not set(REMOVED_OPTIONS) & (set(cfg["params"]) | set(cfg["head"]))
+    # chunks are back as parameters; a one-action head's config is the one of before chunks (no "chunk" key),
+    # which the frozenvit of 2026-12-01..04 reads as chunk 1
+    assert (cfg["params"]["chunk"], cfg["params"]["chunk_decay"]) == (1, 0.1) and "chunk" not in cfg["head"]
     back = PatchTokenPolicy.load(tmp_path / "again")
     x = rows(marked_token_cache(M=64), 5)
     np.testing.assert_array_equal(back.predict(*x), pol.predict(*x))
@@ -87,11 +92,11 @@ def test_a_policy_trained_with_removed_options_is_refused_naming_them():
     with pytest.raises(ArtifactError) as e:
         PatchTokenPolicy.load(CHUNKED)
     msg = str(e.value)
-    assert "chunk=3" in msg and "velocity=True" in msg and "loss='l1'" in msg and "chunk_decay" not in msg
+    assert "velocity=True" in msg and "loss='l1'" in msg and "chunk=" not in msg    # chunks are an option again
     assert "retrain" in msg and "older frozenvit" in msg
 
 
-@pytest.mark.parametrize("option, value", [("chunk", 2), ("velocity", True), ("loss", "huber")])
+@pytest.mark.parametrize("option, value", [("velocity", True), ("loss", "huber")])
 def test_each_removed_option_off_its_default_is_refused_alone(tmp_path, option, value):
     odd = rewrite_config(WITH_REMOVED, tmp_path / "odd", with_params(**{option: value}))
     with pytest.raises(ArtifactError, match=rf"trained with {option}={value!r}: frozenvit no longer has this option"):
@@ -99,11 +104,25 @@ def test_each_removed_option_off_its_default_is_refused_alone(tmp_path, option, 
 
 
 def test_another_chunk_decay_does_not_matter_without_chunks(tmp_path):
-    # the decay weighed overlapping chunks at run time; with chunk 1 it never acted
+    # the decay weighs overlapping chunks at run time; with chunk 1 it never acts
     decay = rewrite_config(WITH_REMOVED, tmp_path / "decay", with_params(chunk_decay=0.5))
     x = rows(marked_token_cache(M=64), 5)
     np.testing.assert_array_equal(PatchTokenPolicy.load(decay).predict(*x),
                                   PatchTokenPolicy.load(WITH_REMOVED).predict(*x))
+
+
+def test_a_chunked_policy_of_before_the_removal_loads_as_one_of_now(tmp_path):
+    # a folder of 2026-12-01 with chunk=3 and the options that stayed removed at their defaults: its head
+    # (weights of 3 actions per frame) acts here as it did then
+    now = small(epochs=2, chunk=3).fit(marked_token_cache(M=64), progress=False)
+    now.save(tmp_path / "now")
+    then = rewrite_config(tmp_path / "now", tmp_path / "then", lambda cfg: dict(
+        cfg, params=dict(cfg["params"], velocity=False, loss="mse"), head=dict(cfg["head"], chunk=3)))
+    old = PatchTokenPolicy.load(then)
+    x = rows(marked_token_cache(M=64), 5)
+    assert old.chunk == 3 and old.predict_chunk(*x).shape == (5, 3, 4)
+    np.testing.assert_array_equal(old.predict_chunk(*x), now.predict_chunk(*x))
+    assert policy_digest(old) == policy_digest(now)
 
 
 def _interrupted_checkpoint(ckpt: Path, monkeypatch) -> None:
