@@ -16,7 +16,7 @@ from __future__ import annotations
 from frozenvit.backbone.suite.lazy import lazy_exports
 
 _API = {
-    "agent": ("StageTimer", "VisuomotorAgent"),
+    "agent": ("StageTimer", "TemporalEnsemble", "VisuomotorAgent"),
     "encoders": ("FAST_ENCODER", "load_fast_encoder"),
     "demos": ("Episode", "collect_demos", "iter_episodes", "load_manifest", "read_episode", "record_episode"),
     "env": ("ACTION_DIM", "DEFAULT_CAMERA", "HELDOUT_OFFSET", "PROPRIO_DIM", "CompositeRenderer", "FrameRenderer",

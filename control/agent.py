@@ -71,7 +71,7 @@ class TemporalEnsemble:
         """chunks (B, k, A), this step's predictions of slots[b] -> (B, A) actions to take now."""
         if self.chunk == 1:
             return chunks[:, 0]
-        out = np.empty((len(slots), chunks.shape[2]), dtype=chunks.dtype)
+        out = np.empty((len(slots), chunks.shape[2]))                # float64, as the weighted mean comes
         for b, s in enumerate(slots):
             past = self._past.setdefault(s, [])
             past.append(chunks[b])
