@@ -22,6 +22,7 @@ from pathlib import Path
 
 import common  # noqa: F401  (puts the repo root on sys.path)
 from common import RESULTS, machine, print_table, write_result
+from frozenvit.control.defaults import DEFAULT_CHUNK
 
 TARGET_P50_MS, TARGET_P99_MS = 60.0, 90.0
 
@@ -118,7 +119,7 @@ def main() -> int:
                     help="block(s) the faster encoder's head reads (default: control.default_blocks, the last "
                          "of the 4-block fast encoder); with --fast default --fast-size 224 --fast-block 11, the "
                          "default two-block head and a one-block head take turns on the same encoder")
-    ap.add_argument("--chunk", type=int, default=1, metavar="K",
+    ap.add_argument("--chunk", type=int, default=DEFAULT_CHUNK, metavar="K",
                     help="both heads predict K actions per frame and act by their temporal ensemble (1: one action)")
     ap.add_argument("--mesh-faces", default=None, metavar="N|none",
                     help="the loop renders big meshes simplified to ~N triangles (default: full meshes)")

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from common import RESULTS, ROOT, print_table, write_result
-from frozenvit.control.defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_HIDDEN, DEFAULT_HOLD_STEPS,
-                                        DEFAULT_QUERIES, DEFAULT_QUERY_DIVERSITY, DEFAULT_VIEWS)
+from frozenvit.control.defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_CHUNK, DEFAULT_HIDDEN,
+                                        DEFAULT_HOLD_STEPS, DEFAULT_QUERIES, DEFAULT_QUERY_DIVERSITY, DEFAULT_VIEWS)
 
 DEFAULT_TASKS = ["reach-v3", "push-v3", "button-press-v3", "drawer-open-v3"]
 GRIPPERS = ("continuous", "snap")
@@ -66,7 +66,7 @@ def main() -> int:
     ap.add_argument("--hidden", type=int, default=DEFAULT_HIDDEN, help="width of the heads' MLP hidden layers")
     ap.add_argument("--gripper-weight", type=float, default=1.0, metavar="G",
                     help="weight of the gripper command's squared error in the BC loss (the arm's three: 1)")
-    ap.add_argument("--chunk", type=int, default=1, metavar="K",
+    ap.add_argument("--chunk", type=int, default=DEFAULT_CHUNK, metavar="K",
                     help="every head predicts the next K actions of each frame and acts by ACT's temporal ensemble of "
                          "the overlapping predictions (PatchTokenPolicy chunk; 1: one action)")
     ap.add_argument("--chunk-decay", type=float, default=0.1, metavar="M",

@@ -70,7 +70,7 @@ def register(subparsers: Any) -> None:
     q.add_argument("--chunk", type=POSITIVE, default=DEFAULT_CHUNK, metavar="K",
                    help="actions predicted per frame (action chunks, ACT); at run time the action is the weighted mean "
                         "of the up to K predictions made for that step; 1: one action (control/RESULTS.md, \"Action "
-                        "chunks back in the library\": K = 8 raised the 8-task mean from 0.771 to 0.808 and lowered "
+                        "chunks the default\": K = 8 raised the 8-task mean from 0.771 to 0.808 and lowered "
                         "reach-v3 from 0.52 to 0.46)")
     q.add_argument("--chunk-decay", type=number(float, min=0), default=DEFAULT_CHUNK_DECAY, metavar="M",
                    help="with --chunk K > 1: weights exp(-M i) of a step's overlapping predictions, i = 0 for the "

@@ -12,6 +12,6 @@ DEFAULT_BC_EPOCHS = 200
 DEFAULT_BATCH_SIZE = 256
 DEFAULT_LR = 1e-3
 DEFAULT_HOLD_STEPS = 20           # expert steps recorded past its first success (RESULTS.md, "Held demos")
-DEFAULT_CHUNK = 1                 # actions predicted per frame (1: no action chunks; RESULTS.md, "Action chunks")
+DEFAULT_CHUNK = 8                 # actions predicted per frame (ACT chunks; 1: none; RESULTS.md, "Action chunks the default")
 DEFAULT_CHUNK_DECAY = 0.1         # temporal ensemble weights exp(-m i), i = 0 for the oldest prediction
 DEFAULT_VIEWS = 4                 # augmented views per demo frame, encoded once (RESULTS.md, "Augmented views")

@@ -348,9 +348,13 @@ def _read_config(path: str | Path) -> dict:
 
 def _without_removed_options(cfg: dict, path: str | Path) -> dict:
     """A format-2 config without the removed options (REMOVED_OPTIONS), which a policy written while they
-    existed holds; ArtifactError naming those not at their fixed values (such a head cannot act here)."""
+    existed holds, and with chunk = 1 where it holds no chunk (a one-action head); ArtifactError naming the
+    removed options not at their fixed values (such a head cannot act here)."""
     params = dict(cfg["params"])
     held = {k: params.pop(k) for k in REMOVED_OPTIONS if k in params}
+    # written 2026-12-01..04, while chunks were out of the library: one action per frame, whatever the default now
+    params.setdefault("chunk", 1)
+    params.setdefault("chunk_decay", DEFAULT_CHUNK_DECAY)
     off = [f"{k}={v!r}" for k, v in held.items() if v != REMOVED_OPTIONS[k]]
     if off:
         raise ArtifactError(f"{path} is a policy trained with {', '.join(off)}: frozenvit no longer has "

@@ -14,6 +14,7 @@ from frozenvit.backbone.suite.report import DemoContext  # noqa: E402
 from frozenvit.control import (AttentionConfig, DemoError, MetaWorldTask, PatchTokenPolicy, RenderUnavailable,  # noqa: E402
                                UntrainedHead, VisuomotorAgent, cache_features, collect_demos, config_seeds,
                                default_blocks, evaluate, iter_episodes, load_manifest, measure_latency)
+from frozenvit.control.defaults import DEFAULT_CHUNK  # noqa: E402
 from frozenvit.control.latency import STAGES  # noqa: E402
 from frozenvit.control.features import block_label, token_blocks  # noqa: E402
 
@@ -131,20 +132,31 @@ def test_several_blocks_lay_their_tokens_side_by_side_in_cache_agent_and_policy(
     assert cache_features(demo_dir, bb, block=3).meta["block"] == 3   # one block: an int, as in older caches
 
 
-def test_agent_acting_for_several_environments_equals_acting_for_each_alone(demo_dir, bb):
-    agent = VisuomotorAgent(UntrainedHead(bb), bb)
+def acting_alone(agent, frames, prop):
+    """Each frame acted on in a call of its own, in its own environment slot: (B, 4)."""
+    return np.concatenate([agent.act([f], p[None], slots=[i]) for i, (f, p) in enumerate(zip(frames, prop))])
+
+
+@pytest.mark.parametrize("chunk", [1, DEFAULT_CHUNK], ids=["one action", "default chunks"])
+def test_agent_acting_for_several_environments_equals_acting_for_each_alone(demo_dir, bb, chunk):
+    agent = VisuomotorAgent(UntrainedHead(bb, chunk=chunk), bb)
     frames = list(next(iter_episodes(demo_dir)).frames[:6])
     prop = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
-    together = agent.act(frames, prop)                                                     # (6, 4) in one batch
-    alone = np.concatenate([agent.act([f], p[None]) for f, p in zip(frames, prop)])
-    np.testing.assert_array_equal(together, alone)                    # bit for bit: see control.agent._row_by_row
-    assert not np.allclose(together[0], together[1])                  # the frames and proprio matter
+    together = [agent.act(frames, prop), agent.act(frames[::-1], prop)]                 # two steps of 6 slots
+    agent.reset()
+    alone = [acting_alone(agent, frames, prop), acting_alone(agent, frames[::-1], prop)]
+    for t, a in zip(together, alone):
+        np.testing.assert_array_equal(t, a)                           # bit for bit: see control.agent._row_by_row
+    assert not np.allclose(together[0][0], together[0][1])            # the frames and proprio matter
+    assert (chunk == 1) == np.array_equal(together[1], agent.act(frames[::-1], prop))   # chunks: the past matters
 
 
-def test_a_trained_heads_actions_do_not_depend_on_the_batch_they_share(demo_dir, bb):
+@pytest.mark.parametrize("chunk", [1, DEFAULT_CHUNK], ids=["one action", "default chunks"])
+def test_a_trained_heads_actions_do_not_depend_on_the_batch_they_share(demo_dir, bb, chunk):
     """An episode's outcome must not depend on which episodes share its lockstep step or Ray chunk."""
     torch.manual_seed(0)
-    pol = PatchTokenPolicy("attention", hidden=8, epochs=2).fit(cache_features(demo_dir, bb, progress=False))
+    pol = PatchTokenPolicy("attention", hidden=8, epochs=2, chunk=chunk).fit(
+        cache_features(demo_dir, bb, progress=False))
     agent = VisuomotorAgent(pol, bb)
     frames = list(next(iter_episodes(demo_dir)).frames[:5])
     prop = np.random.default_rng(1).normal(size=(5, 4)).astype(np.float32)
@@ -152,8 +164,10 @@ def test_a_trained_heads_actions_do_not_depend_on_the_batch_they_share(demo_dir,
     alone_tokens = torch.cat([agent.encode([f])[0] for f in frames])
     assert torch.equal(tokens, alone_tokens)                          # the encoder's rows are batch-invariant
     together = agent.act(frames, prop)
-    np.testing.assert_array_equal(together, np.concatenate([agent.act([f], p[None]) for f, p in zip(frames, prop)]))
-    np.testing.assert_array_equal(together[2:4], agent.act(frames[2:4], prop[2:4]))
+    agent.reset()
+    np.testing.assert_array_equal(together, acting_alone(agent, frames, prop))
+    agent.reset()
+    np.testing.assert_array_equal(together[2:4], agent.act(frames[2:4], prop[2:4], slots=[2, 3]))
 
 
 def test_evaluate_reports_every_heldout_configuration(demo_dir, bb, tmp_path):

@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 from frozenvit.backbone.errors import ArtifactError
 from frozenvit.backbone.suite.artifacts import tensor_metadata, write_json
 from frozenvit.control import policy as policy_mod
+from frozenvit.control.defaults import DEFAULT_CHUNK
 from frozenvit.control.policy import FORMAT_VERSION, REMOVED_OPTIONS, PatchTokenPolicy, policy_digest
 
 from test_control_policy import marked_token_cache, rows, small
@@ -50,6 +51,32 @@ def test_a_policy_written_before_chunking_loads_and_predicts_what_it_predicted_t
     # equal up to float32 rounding of another thread count or machine (a changed head would be far off)
     x = rows(marked_token_cache(M=64), 5)
     np.testing.assert_allclose(pol.predict(*x), old["predictions"], rtol=1e-5, atol=1e-7)
+
+
+def without_chunk_params(cfg):
+    """The config as the frozenvit of 2026-12-01..04 wrote it: no chunk parameters (a one-action head)."""
+    return dict(cfg, params={k: v for k, v in cfg["params"].items() if k not in ("chunk", "chunk_decay")})
+
+
+def test_a_folder_without_chunk_parameters_is_a_one_action_head_whatever_the_default():
+    assert DEFAULT_CHUNK > 1 and PatchTokenPolicy().chunk == DEFAULT_CHUNK     # else this test proves nothing
+    assert "chunk" not in json.loads((BEFORE / "config.json").read_text())["params"]
+    pol = PatchTokenPolicy.load(BEFORE)
+    assert (pol.chunk, pol.chunk_decay, pol.head_.cfg.chunk) == (1, 0.1, 1)
+    x = rows(marked_token_cache(M=64), 5)
+    assert pol.predict_chunk(*x).shape == (5, 1, 4)
+
+
+def test_a_checkpoint_without_chunk_parameters_resumes_as_one_action_and_not_as_chunks(tmp_path, monkeypatch):
+    _interrupted_checkpoint(tmp_path / "ckpt", monkeypatch)
+    old = rewrite_config(tmp_path / "ckpt", tmp_path / "old", without_chunk_params)
+    shutil.copytree(old, tmp_path / "old2")
+    cache = marked_token_cache(M=128)
+    resumed = small(epochs=4).fit(cache, checkpoint_dir=old, progress=False)
+    full = small(epochs=4).fit(cache, progress=False)
+    assert resumed.history_ == full.history_
+    with pytest.raises(ArtifactError, match="'chunk': 1.*'chunk': 8"):
+        small(epochs=4, chunk=8).fit(cache, checkpoint_dir=tmp_path / "old2", progress=False)
 
 
 def test_a_policy_saved_with_the_removed_options_at_their_defaults_loads_and_predicts_what_it_predicted_then():

@@ -34,9 +34,10 @@ def marked_token_cache(M=480, grid=(4, 4), C=16, seed=0, episode_len=12) -> Feat
 
 
 def small(pooling="attention", attention=None, **kw):
+    """A small, quick head; one action per frame unless a test asks for chunks (tests/test_control_chunks.py)."""
     if pooling == "attention" and attention is None:
         attention = AttentionConfig(queries=2, heads=2)
-    kw = {"hidden": 64, "epochs": 4, "batch_size": 64, "lr": 3e-3, **kw}
+    kw = {"hidden": 64, "epochs": 4, "batch_size": 64, "lr": 3e-3, "chunk": 1, **kw}
     return PatchTokenPolicy(pooling, attention, **kw)
 
 
