@@ -6,8 +6,8 @@
     pol = PatchTokenPolicy.load("runs/policies/reach-attn")
     actions = pol.predict(tokens, cls, proprio)                     # (B, N, C), (B, C) or None, (B, 4) -> (B, 4)
 
-With chunk=k > 1 the head predicts the next k actions of every frame (`predict_chunk`, (B, k, 4); `predict`
-gives the first of them). A frame's targets are the actions of its own and the next k-1 frames of its demo, the
+By default (chunk=8; chunk=1: one action) the head predicts the next k actions of every frame (`predict_chunk`,
+(B, k, 4); `predict` gives the first of them). A frame's targets are the actions of its own and the next k-1 frames of its demo, the
 demo's last action repeated past its end. `VisuomotorAgent` acts by the temporal ensemble of the overlapping
 chunks (ACT, Zhao et al. 2023: weights exp(-chunk_decay * i), i = 0 for the oldest prediction).
 
@@ -62,7 +62,8 @@ class PatchTokenPolicy(BaseEstimator):
     hidden: width of the MLP's hidden layers.
     epochs, batch_size, lr, weight_decay, seed: the BC schedule (AdamW, 5% warm-up, cosine decay;
         seeded initialisation and shuffling).
-    chunk: actions predicted per frame (k; 1: one action, the head as without action chunks).
+    chunk: actions predicted per frame (k; 8 by default since 2026-12-04; 1: one action, the head as without
+        action chunks). A saved policy without a chunk parameter (written 2026-12-01..04) loads with chunk 1.
     chunk_decay: m of the run-time temporal ensemble's weights exp(-m * i) (i = 0: the oldest prediction of
         the current step; 0: a plain mean; > 0 favours older predictions, as ACT). Read by VisuomotorAgent; it
         does not change training, and acts only with chunk > 1.
