@@ -120,7 +120,8 @@ def main() -> int:
                          "of the 4-block fast encoder); with --fast default --fast-size 224 --fast-block 11, the "
                          "default two-block head and a one-block head take turns on the same encoder")
     ap.add_argument("--chunk", type=int, default=DEFAULT_CHUNK, metavar="K",
-                    help="both heads predict K actions per frame and act by their temporal ensemble (1: one action)")
+                    help="both heads predict K actions per frame and act by their temporal ensemble (default: the "
+                         "library's, 8 since 2026-12-04; 1: one action)")
     ap.add_argument("--mesh-faces", default=None, metavar="N|none",
                     help="the loop renders big meshes simplified to ~N triangles (default: full meshes)")
     ap.add_argument("--fast-mesh-faces", default=None, metavar="N|none",

@@ -68,7 +68,8 @@ def main() -> int:
                     help="weight of the gripper command's squared error in the BC loss (the arm's three: 1)")
     ap.add_argument("--chunk", type=int, default=DEFAULT_CHUNK, metavar="K",
                     help="every head predicts the next K actions of each frame and acts by ACT's temporal ensemble of "
-                         "the overlapping predictions (PatchTokenPolicy chunk; 1: one action)")
+                         "the overlapping predictions (PatchTokenPolicy chunk; default: the library's, 8 since 2026-12-04; "
+                         "1: one action)")
     ap.add_argument("--chunk-decay", type=float, default=0.1, metavar="M",
                     help="with --chunk K > 1: the ensemble weighs the prediction made i steps before the oldest "
                          "exp(-M i) (ACT's convention: M > 0 favours older predictions; 0: a plain mean)")
@@ -443,9 +444,11 @@ def _weight_gripper_loss(weight: float) -> None:
 
 def _head_suffix(args: argparse.Namespace) -> str:
     """Policy-folder suffix of the options of every head that differ from the defaults (none for the defaults,
-    so older folders keep their names). The folders of heads with the removed options (_k8, _vel, _l1) stay
-    as they are; no head trained now is named so: --chunk names its heads _ck<K> (the _chunk<K> heads of
-    2026-12-04 were fitted by this script on targets of K actions, as a one-action head of K*4 outputs)."""
+    so older folders keep their names), and _ck<K> for chunks of K > 1 actions, the default's included (a
+    one-action head keeps the name it had before chunks became the default, a chunked one the name it had
+    before). The folders of heads with the removed options (_k8, _vel, _l1) stay as they are; no head
+    trained now is named so, nor _chunk<K> (the heads of 2026-12-04 this script fitted on targets of K
+    actions, as a one-action head of K*4 outputs)."""
     return (f"_views{args.views}" if args.views else "") + \
         (f"_vs{args.view_shift}" if args.views and args.view_shift != VIEW_SHIFT else "") + \
         (f"_vj{args.view_jitter:g}" if args.views and args.view_jitter != VIEW_JITTER else "") + \
