@@ -7,8 +7,8 @@
     actions = pol.predict(tokens, cls, proprio)                     # (B, N, C), (B, C) or None, (B, 4) -> (B, 4)
 
 By default (chunk=8; chunk=1: one action) the head predicts the next k actions of every frame (`predict_chunk`,
-(B, k, 4); `predict` gives the first of them). A frame's targets are the actions of its own and the next k-1 frames of its demo, the
-demo's last action repeated past its end. `VisuomotorAgent` acts by the temporal ensemble of the overlapping
+(B, k, 4); `predict` gives the first of them). A frame's targets are the actions of its own and the next k-1
+frames of its demo, the demo's last action repeated past its end. `VisuomotorAgent` acts by the temporal ensemble of the overlapping
 chunks (ACT, Zhao et al. 2023: weights exp(-chunk_decay * i), i = 0 for the oldest prediction).
 
 With augment=True and a cache holding K augmented views per frame (`cache_features(..., views=K)`), every
@@ -223,7 +223,7 @@ class PatchTokenPolicy(BaseEstimator):
         at their fixed values (retrain), or was edited."""
         cfg = _read_config(path)
         check_tensor_metadata(Path(path) / "model.safetensors", cfg)
-        cfg = _without_removed_options(cfg, path)
+        cfg = _in_current_terms(cfg, path)
         params = dict(cfg["params"])
         att = params.pop("attention")
         pol = cls(attention=AttentionConfig(**att) if att else None, **params)
@@ -268,7 +268,7 @@ class PatchTokenPolicy(BaseEstimator):
 
     def _resume(self, ckpt: Path, head: PolicyHead, opt: torch.optim.Optimizer, gen: torch.Generator,
                 cache: FeatureCache) -> tuple[int, list[float]]:
-        cfg = _without_removed_options(_read_config(ckpt), ckpt)
+        cfg = _in_current_terms(_read_config(ckpt), ckpt)
         made = {**type(self)()._params(), **cfg["params"]}    # a parameter added since: its default, as in load
         made["chunk_decay"] = self.chunk_decay                 # acts at run time only: training is the same
         if made != self._params():
@@ -347,13 +347,13 @@ def _read_config(path: str | Path) -> dict:
         raise
 
 
-def _without_removed_options(cfg: dict, path: str | Path) -> dict:
-    """A format-2 config without the removed options (REMOVED_OPTIONS), which a policy written while they
-    existed holds, and with chunk = 1 where it holds no chunk (a one-action head); ArtifactError naming the
-    removed options not at their fixed values (such a head cannot act here)."""
+def _in_current_terms(cfg: dict, path: str | Path) -> dict:
+    """A format-2 config as this frozenvit's parameters: without the removed options (REMOVED_OPTIONS), which
+    a policy written while they existed holds, and with chunk = 1 where it holds no chunk (a one-action head,
+    written 2026-12-01..04 while chunks were out of the library, whatever the default now). ArtifactError
+    naming the removed options not at their fixed values (such a head cannot act here)."""
     params = dict(cfg["params"])
     held = {k: params.pop(k) for k in REMOVED_OPTIONS if k in params}
-    # written 2026-12-01..04, while chunks were out of the library: one action per frame, whatever the default now
     params.setdefault("chunk", 1)
     params.setdefault("chunk_decay", DEFAULT_CHUNK_DECAY)
     off = [f"{k}={v!r}" for k, v in held.items() if v != REMOVED_OPTIONS[k]]
