@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from common import RESULTS, ROOT, print_table, write_result
-from frozenvit.control.defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_CHUNK, DEFAULT_HIDDEN,
-                                        DEFAULT_HOLD_STEPS, DEFAULT_QUERIES, DEFAULT_QUERY_DIVERSITY, DEFAULT_VIEWS)
+from frozenvit.control.defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_CHUNK, DEFAULT_CHUNK_DECAY,
+                                        DEFAULT_HIDDEN, DEFAULT_HOLD_STEPS, DEFAULT_QUERIES, DEFAULT_QUERY_DIVERSITY, DEFAULT_VIEWS)
 
 DEFAULT_TASKS = ["reach-v3", "push-v3", "button-press-v3", "drawer-open-v3"]
 GRIPPERS = ("continuous", "snap")
@@ -70,7 +70,7 @@ def main() -> int:
                     help="every head predicts the next K actions of each frame and acts by ACT's temporal ensemble of "
                          "the overlapping predictions (PatchTokenPolicy chunk; default: the library's, 8 since 2026-12-04; "
                          "1: one action)")
-    ap.add_argument("--chunk-decay", type=float, default=0.1, metavar="M",
+    ap.add_argument("--chunk-decay", type=float, default=DEFAULT_CHUNK_DECAY, metavar="M",
                     help="with --chunk K > 1: the ensemble weighs the prediction made i steps before the oldest "
                          "exp(-M i) (ACT's convention: M > 0 favours older predictions; 0: a plain mean)")
     ap.add_argument("--gripper", choices=GRIPPERS, default="continuous",
