@@ -13,5 +13,5 @@ DEFAULT_BATCH_SIZE = 256
 DEFAULT_LR = 1e-3
 DEFAULT_HOLD_STEPS = 20           # expert steps recorded past its first success (RESULTS.md, "Held demos")
 DEFAULT_CHUNK = 8                 # actions predicted per frame (ACT chunks; 1: none; RESULTS.md, "Action chunks the default")
-DEFAULT_CHUNK_DECAY = 0.1         # temporal ensemble weights exp(-m i), i = 0 for the oldest prediction
+DEFAULT_CHUNK_DECAY = 0.1         # temporal ensemble weights exp(-m i), i = 0 for the oldest (RESULTS.md, "The ensemble's decay")
 DEFAULT_VIEWS = 4                 # augmented views per demo frame, encoded once (RESULTS.md, "Augmented views")

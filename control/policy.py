@@ -8,8 +8,9 @@
 
 By default (chunk=8; chunk=1: one action) the head predicts the next k actions of every frame (`predict_chunk`,
 (B, k, 4); `predict` gives the first of them). A frame's targets are the actions of its own and the next k-1
-frames of its demo, the demo's last action repeated past its end. `VisuomotorAgent` acts by the temporal ensemble of the overlapping
-chunks (ACT, Zhao et al. 2023: weights exp(-chunk_decay * i), i = 0 for the oldest prediction).
+frames of its demo, the demo's last action repeated past its end. `VisuomotorAgent` acts by the temporal
+ensemble of the overlapping chunks (ACT, Zhao et al. 2023: weights exp(-chunk_decay * i), i = 0 for the oldest
+prediction).
 
 With augment=True and a cache holding K augmented views per frame (`cache_features(..., views=K)`), every
 training sample is the clean frame or one of its K views, drawn uniformly per sample and epoch.
