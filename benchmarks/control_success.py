@@ -18,8 +18,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -94,6 +95,10 @@ def main() -> int:
                     help="camera, or several joined by '+' (corner+topview): their views side by side")
     ap.add_argument("--demo-size", type=int, default=224,
                     help="rendered size of each view (resized to the encoder's)")
+    ap.add_argument("--action-noise", type=float, default=0.0, metavar="S",
+                    help="DART screen (Laskey et al. 2017): while the demos are recorded, N(0, S) noise is added to "
+                         "the arm's three commands the expert's actions execute; the demos keep the expert's clean "
+                         "actions as labels (a screen, not a library option: control/RESULTS.md, \"Noisy demos\")")
     ap.add_argument("--hold-steps", type=int, default=DEFAULT_HOLD_STEPS,
                     help="demos go on this many expert steps past the first success (what to do at the goal; "
                          "0: demos end at success, as in the results before 2026-11-30)")
@@ -154,8 +159,7 @@ def main() -> int:
     label = "-".join(str(b) for b in chosen) + ("_ln" if len(chosen) > 1 else "")
     # the head options dropped from control (control/RESULTS.md), at the values every run since has had,
     # so that --resume and --compare still match results of runs made while they existed
-    args.frames, args.token_dropout, args.keypoints, args.pos_code, args.ensemble, args.action_noise = \
-        1, 0.0, False, "sincos", 1, 0.0
+    args.frames, args.token_dropout, args.keypoints, args.pos_code, args.ensemble = 1, 0.0, False, "sincos", 1
     args.velocity, args.loss = False, "mse"
     results: list[dict] = []
     settings = dict(tasks=args.tasks, demos=args.demos, configs=args.configs, max_steps=args.max_steps,
@@ -185,14 +189,16 @@ def main() -> int:
         print(f"resuming: {len(results)} results of {keep or 'no pooling'} kept from {out_path}", flush=True)
     done = {(r["task"], r["pooling"], r["seed"]) for r in results}
     demo_sfx = f"_hold{args.hold_steps}" if args.hold_steps > 0 else ""             # none: older folder names
+    demo_sfx += f"_dart{args.action_noise:g}" if args.action_noise else ""
     prepared: dict[str, tuple[Any, float]] = {}
     for task in args.tasks:                 # demos and caches of every task first: then seed by seed over the tasks,
         if all((task, p, sd) in done for p in args.poolings for sd in args.seeds):   # so that a run stopped early
             continue                                                                 # has every task at seed 0
         t0 = time.perf_counter()
         demo_dir = work / "demos" / f"{task}_{args.camera}_{args.demo_size}px{lod}{demo_sfx}"
-        collect_demos(task, demo_dir, args.demos, camera=args.camera, image_size=args.demo_size, max_steps=500,
-                      render=render, hold_steps=args.hold_steps)
+        with _noisy_steps(args.action_noise):
+            collect_demos(task, demo_dir, args.demos, camera=args.camera, image_size=args.demo_size, max_steps=500,
+                          render=render, hold_steps=args.hold_steps)
         cache = cache_features(demo_dir, bb, block=chosen, views=args.views, shift=args.view_shift,
                                jitter=args.view_jitter)      # every pooling reads these blocks
         prepared[task] = (cache, time.perf_counter() - t0)
@@ -425,6 +431,35 @@ _ATTENTION_OPTIONS = tuple(_ATTENTION_OPTIONS_DEFAULTS)
 _HEAD_OPTIONS_DEFAULTS = dict(chunk=1, chunk_decay=0.1, velocity=False, loss="mse", views=0, gripper="continuous",
                               batch_size=DEFAULT_BATCH_SIZE, view_shift=VIEW_SHIFT,
                               view_jitter=VIEW_JITTER, weight_decay=WEIGHT_DECAY, hidden=DEFAULT_HIDDEN, gripper_weight=1.0)
+
+
+@contextmanager
+def _noisy_steps(noise: float) -> Iterator[None]:
+    """While in the block, every MetaWorldTask.step executes its action plus N(0, noise) on the arm's three
+    commands (the gripper's untouched), from a generator seeded by the configuration at each reset. Demos
+    recorded in it keep the expert's clean actions as labels (control.demos.record_episode records an action
+    before it steps): DART's noise injection, a screen of the lever, not a library option. noise 0: no change."""
+    if not noise:
+        yield
+        return
+    from frozenvit.control.env import MetaWorldTask
+
+    reset, step = MetaWorldTask.reset, MetaWorldTask.step
+    rngs: dict[int, np.random.Generator] = {}
+
+    def noisy_reset(self, config: int):
+        rngs[id(self)] = np.random.default_rng([int(config), 0xDA27])
+        return reset(self, config)
+
+    def noisy_step(self, action):
+        a = np.asarray(action, dtype=np.float32).reshape(-1)
+        return step(self, np.clip(a + np.r_[rngs[id(self)].normal(0.0, noise, 3), 0.0], -1.0, 1.0))
+
+    MetaWorldTask.reset, MetaWorldTask.step = noisy_reset, noisy_step
+    try:
+        yield
+    finally:
+        MetaWorldTask.reset, MetaWorldTask.step = reset, step
 
 
 def _weight_gripper_loss(weight: float) -> None:
