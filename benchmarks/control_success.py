@@ -96,9 +96,9 @@ def main() -> int:
     ap.add_argument("--demo-size", type=int, default=224,
                     help="rendered size of each view (resized to the encoder's)")
     ap.add_argument("--action-noise", type=float, default=0.0, metavar="S",
-                    help="DART screen (Laskey et al. 2017): while the demos are recorded, N(0, S) noise is added to "
-                         "the arm's three commands the expert's actions execute; the demos keep the expert's clean "
-                         "actions as labels (a screen, not a library option: control/RESULTS.md, \"Noisy demos\")")
+                    help="DART screen (Laskey et al. 2017): the demos are recorded while N(0, S) noise is added to "
+                         "the arm's three executed commands, and keep the expert's clean actions as labels (a screen, "
+                         "not a library option: control/RESULTS.md, \"Noisy demos\"; 0: clean demos)")
     ap.add_argument("--hold-steps", type=int, default=DEFAULT_HOLD_STEPS,
                     help="demos go on this many expert steps past the first success (what to do at the goal; "
                          "0: demos end at success, as in the results before 2026-11-30)")
@@ -125,6 +125,8 @@ def main() -> int:
     args = ap.parse_args()
     if not args.gripper_weight > 0:
         ap.error(f"--gripper-weight must be > 0 (1: the plain BC loss), got {args.gripper_weight}")
+    if not args.action_noise >= 0:
+        ap.error(f"--action-noise must be >= 0 (the standard deviation of the noise; 0: clean demos), got {args.action_noise}")
     if args.chunk < 1 or not args.chunk_decay >= 0:
         ap.error(f"--chunk must be >= 1 and --chunk-decay >= 0, got {args.chunk} and {args.chunk_decay}")
     if args.chunk > 1 and args.gripper == "snap":

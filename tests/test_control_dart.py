@@ -2,6 +2,7 @@
 and the labels stay the expert's clean actions (DART). A screen of the lever, not a library option
 (control/RESULTS.md, "Noisy demos")."""
 import numpy as np
+import pytest
 
 from frozenvit.control.env import MetaWorldTask
 
@@ -45,3 +46,11 @@ def test_no_noise_patches_nothing(load_benchmark, monkeypatch):
     plain_step = MetaWorldTask.step
     with cs._noisy_steps(0.0):
         assert MetaWorldTask.step is plain_step
+
+
+def test_the_benchmark_refuses_a_negative_noise(load_benchmark, monkeypatch, capsys):
+    cs = load_benchmark("control_success")
+    monkeypatch.setattr("sys.argv", ["control_success.py", "--action-noise", "-0.3"])
+    with pytest.raises(SystemExit):
+        cs.main()
+    assert "--action-noise must be >= 0" in capsys.readouterr().err
