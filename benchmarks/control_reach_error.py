@@ -14,6 +14,10 @@ This script measures both:
   (the same episodes as in the run: control.evaluate acts row by row, and each replay's outcome is checked
   against the run's) and the hand's offset from the goal where it came closest is split into its part along
   the ray and its part across it.
+* whether the head reads the puck (with --run and --puck centre): reach-v3's scene also holds a puck, placed
+  at random and irrelevant to the task, a small red shape like the goal. The replays put it at the middle of
+  its range after each reset; the episodes' outcomes are paired with the run's (exact McNemar). A head that
+  reads only the goal keeps its outcomes.
 
     .venv/bin/python benchmarks/control_reach_error.py --threads 1 \\
         --run benchmarks/results/control_success_X.json:0:WORK/policies/reach-v3_..._s0_...
@@ -40,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--camera", default="corner")
     ap.add_argument("--configs", type=int, default=50, help="held-out configurations for the ceiling (from the first)")
     ap.add_argument("--episodes", type=int, default=50, help="held-out configurations replayed with the head")
+    ap.add_argument("--puck", choices=("keep", "centre"), default="keep",
+                    help="with --run: 'centre' moves reach-v3's puck to the middle of its range after each reset")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/control_reach_error.json)")
     args = ap.parse_args(argv)
@@ -53,8 +59,11 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-        out["misses"] = replay(*args.run.split(":", 2), camera=args.camera, episodes=args.episodes)
+        out["misses"] = replay(*args.run.split(":", 2), camera=args.camera, episodes=args.episodes, puck=args.puck)
         print_table(out["misses"]["summary"], floatfmt="{:.3g}")
+        m = out["misses"]
+        print(f"puck {args.puck}: {m['successes']} / {m['replayed']} succeed (the run: {m['run_successes']}); "
+              f"only in the run {m['only_run']}, only in the replay {m['only_replay']}, p = {m['mcnemar_p']:.3g}")
     write_result("control_reach_error", dict(run=args.run, **out), args.out)
     return 0
 
@@ -102,7 +111,10 @@ def ceiling(camera: str, n: int) -> dict:
                 per_config_stretch_m=stretch.round(4).tolist())
 
 
-def replay(result_json: str, seed: str, policy_dir: str, *, camera: str, episodes: int) -> dict:
+def replay(result_json: str, seed: str, policy_dir: str, *, camera: str, episodes: int, puck: str = "keep") -> dict:
+    import mujoco
+    from scipy.stats import binomtest
+
     from frozenvit.backbone import load_backbone
     from frozenvit.control import MetaWorldTask, PatchTokenPolicy, VisuomotorAgent, config_seeds
     from frozenvit.control.env import HELDOUT_OFFSET
@@ -123,14 +135,18 @@ def replay(result_json: str, seed: str, policy_dir: str, *, camera: str, episode
     with MetaWorldTask(TASK, camera=camera, max_steps=int(run["settings"]["max_steps"])) as env:
         for config, ok in zip(held, head[0]["per_config"]):
             s = env.reset(config)
+            if puck == "centre":
+                space = env.env._random_reset_space
+                env.env._set_obj_xyz((np.asarray(space.low[:3]) + np.asarray(space.high[:3])) / 2)
+                mujoco.mj_forward(env.env.model, env.env.data)
             agent.reset()
             cam, goal = camera_position(env, camera), np.array(s.full[GOAL], dtype=np.float64)
             ray = (goal - cam) / np.linalg.norm(goal - cam)
-            hand = []
+            hand = []                 # the point reach-v3 scores: between the fingertips (the state's xyz is the hand's body)
             while not s.done:
                 a = agent.act([env.render()], s.proprio[None])[0]
                 s = env.step(a)
-                hand.append(np.array(s.full[:3], dtype=np.float64))
+                hand.append(np.array(env.env.tcp_center, dtype=np.float64))
             off = np.asarray(hand) - goal                                        # (T, 3)
             i = int(np.argmin(np.linalg.norm(off, axis=1)))
             along = float(off[i] @ ray)
@@ -147,8 +163,13 @@ def replay(result_json: str, seed: str, policy_dir: str, *, camera: str, episode
                                 along_abs_cm=100 * float(np.median([abs(r["along_m"]) for r in sel])),
                                 across_cm=100 * float(np.median([r["across_m"] for r in sel])),
                                 along_larger=int(sum(abs(r["along_m"]) > r["across_m"] for r in sel))))
-    return dict(seed=int(seed), policy=policy_dir, replayed=len(rows),
+    only_run = sum(r["run_success"] and not r["success"] for r in rows)
+    only_replay = sum(r["success"] and not r["run_success"] for r in rows)
+    p = binomtest(only_run, only_run + only_replay).pvalue if only_run + only_replay else 1.0
+    return dict(seed=int(seed), policy=policy_dir, puck=puck, replayed=len(rows),
+                successes=int(sum(r["success"] for r in rows)), run_successes=int(sum(r["run_success"] for r in rows)),
                 replays_as_in_run=int(sum(r["success"] == r["run_success"] for r in rows)),
+                only_run=int(only_run), only_replay=int(only_replay), mcnemar_p=float(p),
                 summary=summary, episodes=rows)
 
 

@@ -99,6 +99,11 @@ def main() -> int:
                     help="DART screen (Laskey et al. 2017): the demos are recorded while N(0, S) noise is added to "
                          "the arm's three executed commands, and keep the expert's clean actions as labels (a screen, "
                          "not a library option: control/RESULTS.md, \"Noisy demos\"; 0: clean demos)")
+    ap.add_argument("--expert", choices=("metaworld", "fingertips"), default="metaworld",
+                    help="who records reach-v3's demos: Meta-World's scripted expert, which moves the hand's body onto "
+                         "the goal and so stops with the fingertips (the point the task scores) 4.5 cm from it, or "
+                         "'fingertips': the same proportional controller moving the fingertips onto the goal (a screen, "
+                         "control/RESULTS.md)")
     ap.add_argument("--hold-steps", type=int, default=DEFAULT_HOLD_STEPS,
                     help="demos go on this many expert steps past the first success (what to do at the goal; "
                          "0: demos end at success, as in the results before 2026-11-30)")
@@ -127,6 +132,8 @@ def main() -> int:
         ap.error(f"--gripper-weight must be > 0 (1: the plain BC loss), got {args.gripper_weight}")
     if not args.action_noise >= 0:
         ap.error(f"--action-noise must be >= 0 (the standard deviation of the noise; 0: clean demos), got {args.action_noise}")
+    if args.expert != "metaworld" and set(args.tasks) - {"reach-v3"}:
+        ap.error(f"--expert {args.expert} has a scripted expert for reach-v3 only")
     if args.chunk < 1 or not args.chunk_decay >= 0:
         ap.error(f"--chunk must be >= 1 and --chunk-decay >= 0, got {args.chunk} and {args.chunk_decay}")
     if args.chunk > 1 and args.gripper == "snap":
@@ -174,7 +181,7 @@ def main() -> int:
                     view_shift=args.view_shift, view_jitter=args.view_jitter, weight_decay=args.weight_decay,
                     hidden=args.hidden, gripper_weight=args.gripper_weight,
                     encoder=enc, weights_sha256=bb.weights_sha256, camera=args.camera, demo_size=args.demo_size,
-                    action_noise=args.action_noise, hold_steps=args.hold_steps,
+                    action_noise=args.action_noise, expert=args.expert, hold_steps=args.hold_steps,
                     render=render.as_dict(),
                     threads=args.threads,
                     heldout_seeds=[heldout[0], heldout[-1]] if heldout else [])
@@ -192,13 +199,14 @@ def main() -> int:
     done = {(r["task"], r["pooling"], r["seed"]) for r in results}
     demo_sfx = f"_hold{args.hold_steps}" if args.hold_steps > 0 else ""             # none: older folder names
     demo_sfx += f"_dart{args.action_noise:g}" if args.action_noise else ""
+    demo_sfx += "_tcp" if args.expert == "fingertips" else ""
     prepared: dict[str, tuple[Any, float]] = {}
     for task in args.tasks:                 # demos and caches of every task first: then seed by seed over the tasks,
         if all((task, p, sd) in done for p in args.poolings for sd in args.seeds):   # so that a run stopped early
             continue                                                                 # has every task at seed 0
         t0 = time.perf_counter()
         demo_dir = work / "demos" / f"{task}_{args.camera}_{args.demo_size}px{lod}{demo_sfx}"
-        with _noisy_steps(args.action_noise):
+        with _noisy_steps(args.action_noise), _fingertip_expert(args.expert == "fingertips"):
             collect_demos(task, demo_dir, args.demos, camera=args.camera, image_size=args.demo_size, max_steps=500,
                           render=render, hold_steps=args.hold_steps)
         cache = cache_features(demo_dir, bb, block=chosen, views=args.views, shift=args.view_shift,
@@ -348,7 +356,7 @@ def merge_parts(paths: list[str], out: str | None) -> int:
 
 # what must be equal for two runs' episodes to be the same episodes
 _EPISODE_SETTINGS = ("configs", "heldout_seeds", "max_steps", "encoder", "weights_sha256", "demos", "camera",
-                     "demo_size", "hold_steps", "action_noise", "render")
+                     "demo_size", "hold_steps", "action_noise", "expert", "render")
 # ... of which these only change what the policy sees, not what is simulated (--across-inputs lets them differ)
 _INPUT_SETTINGS = ("encoder", "weights_sha256", "camera", "demo_size", "render")
 
@@ -412,6 +420,7 @@ def _pooling_settings(settings: dict, pooling: str) -> dict:
     s["block"] = settings.get("blocks", {}).get(pooling)
     s.setdefault("ensemble", 1)                        # runs before --ensemble existed had one head per seed
     s.setdefault("action_noise", 0.0)                  # ... and before --action-noise, noise-free demos
+    s.setdefault("expert", "metaworld")                # ... and before --expert, Meta-World's experts
     s.setdefault("hold_steps", 0)                      # ... and before --hold-steps, demos that end at success
     s.update({k: settings.get(k, default) for k, default in _HEAD_OPTIONS_DEFAULTS.items()})   # ... and before these
     if s["chunk"] == 1:
@@ -433,6 +442,33 @@ _ATTENTION_OPTIONS = tuple(_ATTENTION_OPTIONS_DEFAULTS)
 _HEAD_OPTIONS_DEFAULTS = dict(chunk=1, chunk_decay=0.1, velocity=False, loss="mse", views=0, gripper="continuous",
                               batch_size=DEFAULT_BATCH_SIZE, view_shift=VIEW_SHIFT,
                               view_jitter=VIEW_JITTER, weight_decay=WEIGHT_DECAY, hidden=DEFAULT_HIDDEN, gripper_weight=1.0)
+
+
+@contextmanager
+def _fingertip_expert(on: bool) -> Iterator[None]:
+    """While in the block, MetaWorldTask.expert_action of reach-v3 moves the fingertips (env.tcp_center, the point
+    reach-v3 scores) onto the goal with the gain of Meta-World's reach expert (5), the gripper command 0 as
+    there; that expert moves the hand's body (the state's first three numbers, 4.5 cm above the fingertips)
+    onto it instead. A screen of the demonstrator, not a library option. on=False: no change."""
+    if not on:
+        yield
+        return
+    from frozenvit.control.env import MetaWorldTask
+
+    plain = MetaWorldTask.expert_action
+
+    def fingertips(self, state=None):
+        state = state or self._state
+        if self.name != "reach-v3" or state is None:
+            return plain(self, state)
+        goal = np.asarray(state.full[-3:], dtype=np.float64)
+        return np.r_[np.clip(5.0 * (goal - self.env.tcp_center), -1.0, 1.0), 0.0].astype(np.float32)
+
+    MetaWorldTask.expert_action = fingertips
+    try:
+        yield
+    finally:
+        MetaWorldTask.expert_action = plain
 
 
 @contextmanager
