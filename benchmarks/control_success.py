@@ -99,11 +99,10 @@ def main() -> int:
                     help="DART screen (Laskey et al. 2017): the demos are recorded while N(0, S) noise is added to "
                          "the arm's three executed commands, and keep the expert's clean actions as labels (a screen, "
                          "not a library option: control/RESULTS.md, \"Noisy demos\"; 0: clean demos)")
-    ap.add_argument("--expert", choices=("metaworld", "fingertips"), default="metaworld",
-                    help="who records reach-v3's demos: Meta-World's scripted expert, which moves the hand's body onto "
-                         "the goal and so stops with the fingertips (the point the task scores) 4.5 cm from it, or "
-                         "'fingertips': the same proportional controller moving the fingertips onto the goal (a screen, "
-                         "control/RESULTS.md)")
+    ap.add_argument("--expert", choices=("default", "metaworld"), default="default",
+                    help="who records the demos (collect_demos(expert=)): 'default', the library's (Meta-World's scripted "
+                         "experts, but for reach-v3 a controller that brings the fingertips onto the goal, since "
+                         "2026-12-05); 'metaworld': Meta-World's own on every task, as in the results before")
     ap.add_argument("--hold-steps", type=int, default=DEFAULT_HOLD_STEPS,
                     help="demos go on this many expert steps past the first success (what to do at the goal; "
                          "0: demos end at success, as in the results before 2026-11-30)")
@@ -132,8 +131,6 @@ def main() -> int:
         ap.error(f"--gripper-weight must be > 0 (1: the plain BC loss), got {args.gripper_weight}")
     if not args.action_noise >= 0:
         ap.error(f"--action-noise must be >= 0 (the standard deviation of the noise; 0: clean demos), got {args.action_noise}")
-    if args.expert != "metaworld" and set(args.tasks) - {"reach-v3"}:
-        ap.error(f"--expert {args.expert} has a scripted expert for reach-v3 only")
     if args.chunk < 1 or not args.chunk_decay >= 0:
         ap.error(f"--chunk must be >= 1 and --chunk-decay >= 0, got {args.chunk} and {args.chunk_decay}")
     if args.chunk > 1 and args.gripper == "snap":
@@ -199,16 +196,15 @@ def main() -> int:
     done = {(r["task"], r["pooling"], r["seed"]) for r in results}
     demo_sfx = f"_hold{args.hold_steps}" if args.hold_steps > 0 else ""             # none: older folder names
     demo_sfx += f"_dart{args.action_noise:g}" if args.action_noise else ""
-    demo_sfx += "_tcp" if args.expert == "fingertips" else ""
     prepared: dict[str, tuple[Any, float]] = {}
     for task in args.tasks:                 # demos and caches of every task first: then seed by seed over the tasks,
         if all((task, p, sd) in done for p in args.poolings for sd in args.seeds):   # so that a run stopped early
             continue                                                                 # has every task at seed 0
         t0 = time.perf_counter()
-        demo_dir = work / "demos" / f"{task}_{args.camera}_{args.demo_size}px{lod}{demo_sfx}"
-        with _noisy_steps(args.action_noise), _fingertip_expert(args.expert == "fingertips"):
+        demo_dir = work / "demos" / f"{task}_{args.camera}_{args.demo_size}px{lod}{demo_sfx}{_expert_suffix(task, args)}"
+        with _noisy_steps(args.action_noise):
             collect_demos(task, demo_dir, args.demos, camera=args.camera, image_size=args.demo_size, max_steps=500,
-                          render=render, hold_steps=args.hold_steps)
+                          render=render, hold_steps=args.hold_steps, expert=args.expert)
         cache = cache_features(demo_dir, bb, block=chosen, views=args.views, shift=args.view_shift,
                                jitter=args.view_jitter)      # every pooling reads these blocks
         prepared[task] = (cache, time.perf_counter() - t0)
@@ -218,7 +214,7 @@ def main() -> int:
         cache, t_prep = prepared[task]
         t1 = time.perf_counter()
         pol_dir = work / "policies" / (f"{task}_{enc}_{(bb.weights_sha256 or 'random')[:10]}_{pooling}"
-                                       f"_b{label}_f1_s{seed}{lod}{demo_sfx}"
+                                       f"_b{label}_f1_s{seed}{lod}{demo_sfx}{_expert_suffix(task, args)}"
                                        f"{_attention_suffix(args, pooling)}{_head_suffix(args)}")
         attention = AttentionConfig(args.num_queries, query_diversity=args.query_diversity,
                                     with_cls=args.with_cls) if pooling == "attention" else None
@@ -421,6 +417,8 @@ def _pooling_settings(settings: dict, pooling: str) -> dict:
     s.setdefault("ensemble", 1)                        # runs before --ensemble existed had one head per seed
     s.setdefault("action_noise", 0.0)                  # ... and before --action-noise, noise-free demos
     s.setdefault("expert", "metaworld")                # ... and before --expert, Meta-World's experts
+    if s["expert"] == "fingertips":                    # the screen's name, 2026-12-05, before the library took it
+        s["expert"] = "default"
     s.setdefault("hold_steps", 0)                      # ... and before --hold-steps, demos that end at success
     s.update({k: settings.get(k, default) for k, default in _HEAD_OPTIONS_DEFAULTS.items()})   # ... and before these
     if s["chunk"] == 1:
@@ -444,31 +442,12 @@ _HEAD_OPTIONS_DEFAULTS = dict(chunk=1, chunk_decay=0.1, velocity=False, loss="ms
                               view_jitter=VIEW_JITTER, weight_decay=WEIGHT_DECAY, hidden=DEFAULT_HIDDEN, gripper_weight=1.0)
 
 
-@contextmanager
-def _fingertip_expert(on: bool) -> Iterator[None]:
-    """While in the block, MetaWorldTask.expert_action of reach-v3 moves the fingertips (env.tcp_center, the point
-    reach-v3 scores) onto the goal with the gain of Meta-World's reach expert (5), the gripper command 0 as
-    there; that expert moves the hand's body (the state's first three numbers, 4.5 cm above the fingertips)
-    onto it instead. A screen of the demonstrator, not a library option. on=False: no change."""
-    if not on:
-        yield
-        return
-    from frozenvit.control.env import MetaWorldTask
+def _expert_suffix(task: str, args: argparse.Namespace) -> str:
+    """'_tcp' for demos of the fingertips controller (reach-v3 under the library's default expert): folders of
+    Meta-World's own demos keep the names of before."""
+    from frozenvit.control import expert_name
 
-    plain = MetaWorldTask.expert_action
-
-    def fingertips(self, state=None):
-        state = state or self._state
-        if self.name != "reach-v3" or state is None:
-            return plain(self, state)
-        goal = np.asarray(state.full[-3:], dtype=np.float64)
-        return np.r_[np.clip(5.0 * (goal - self.env.tcp_center), -1.0, 1.0), 0.0].astype(np.float32)
-
-    MetaWorldTask.expert_action = fingertips
-    try:
-        yield
-    finally:
-        MetaWorldTask.expert_action = plain
+    return "_tcp" if expert_name(task, args.expert) == "fingertips" else ""
 
 
 @contextmanager

@@ -23,7 +23,7 @@ from frozenvit.backbone.suite.errors import UsageError
 
 from .defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_CHUNK, DEFAULT_CHUNK_DECAY, DEFAULT_HEADS,
                        DEFAULT_HIDDEN, DEFAULT_HOLD_STEPS, DEFAULT_LR, DEFAULT_QUERIES, DEFAULT_VIEWS, POOLINGS)
-from .env import DEFAULT_CAMERA, RenderSettings, camera_count
+from .env import DEFAULT_CAMERA, EXPERTS, RenderSettings, camera_count
 
 POSITIVE = number(int, min=1)
 ENCODERS = ("default", "fast")
@@ -51,6 +51,10 @@ def register(subparsers: Any) -> None:
                    help="record the expert this many steps past its first success (what to do at the goal; "
                         "0: demos end at success)")
     q.add_argument("--first-config", type=COUNT, default=0, help="first training configuration seed")
+    q.add_argument("--expert", choices=EXPERTS, default="default",
+                   help="who demonstrates: 'default', Meta-World's scripted experts except on reach-v3, where a "
+                        "controller brings the fingertips (the point the task scores) onto the goal; 'metaworld': "
+                        "Meta-World's own on every task (its reach expert stops the fingertips 4.4 cm from the goal)")
     q.set_defaults(func=_cmd_collect)
 
     q = sub.add_parser("train", help="cache frozen features of the demos and fit a policy head by BC")
@@ -264,7 +268,7 @@ def _cmd_collect(args: argparse.Namespace) -> int:
     output_dir(args.out, KIND)
     out = collect_demos(args.task, args.out, args.episodes, camera=args.camera, image_size=size,
                         max_steps=args.max_steps, hold_steps=args.hold_steps, first_config=args.first_config,
-                        render=render_settings(args))
+                        expert=args.expert, render=render_settings(args))
     m = load_manifest(out)
     steps = [e["steps"] for e in m["episodes"]]
     print(f"{len(steps)} successful episodes of {args.task} in {out} ({sum(steps)} frames, "

@@ -27,12 +27,12 @@ from frozenvit.backbone.suite.progress import progress_bar
 from frozenvit.backbone.suite.artifacts import atomic_write_bytes, write_json
 
 from .defaults import DEFAULT_HOLD_STEPS
-from .env import DEFAULT_CAMERA, HELDOUT_OFFSET, MetaWorldTask, RenderSettings
+from .env import DEFAULT_CAMERA, HELDOUT_OFFSET, MetaWorldTask, RenderSettings, expert_name
 from .errors import DemoError
 
 KIND = "control.demos"
 FORMAT_VERSION = 1
-_SETTINGS = ("task", "camera", "image_size", "max_steps", "hold_steps", "render")
+_SETTINGS = ("task", "camera", "image_size", "max_steps", "hold_steps", "render", "expert")
 
 
 @dataclass
@@ -50,13 +50,16 @@ class Episode:
 
 def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: str = DEFAULT_CAMERA,
                   image_size: int = 224, max_steps: int = 500, hold_steps: int = DEFAULT_HOLD_STEPS,
-                  first_config: int = 0,
+                  first_config: int = 0, expert: str = "default",
                   render: RenderSettings = RenderSettings(), max_failures: int | None = None,
                   progress: bool | None = None) -> Path:
     """Record `n_episodes` successful expert episodes of `task` on training configurations.
 
     Configurations are tried in order from `first_config` (training seeds, below HELDOUT_OFFSET);
     those where the expert fails within `max_steps` are skipped and listed in the manifest.
+    expert: "default" (Meta-World's scripted experts, but for reach-v3 one that brings the fingertips onto
+    the goal: control.env.expert_name) or "metaworld" (Meta-World's for every task); the manifest records
+    who demonstrated, and demos of one are never resumed with the other.
     With hold_steps=K the expert goes on for K steps after its first success (K more frames per
     episode), so the demos show what to do *at* the goal and not only on the way there; without
     them the last recorded state is the last one short of success.
@@ -70,7 +73,7 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
         raise ValueError(f"hold_steps must be >= 0, got {hold_steps}")
     out = Path(out_dir)
     settings = dict(task=task, camera=camera, image_size=int(image_size), max_steps=int(max_steps),
-                    hold_steps=int(hold_steps), render=render.as_dict())
+                    hold_steps=int(hold_steps), render=render.as_dict(), expert=expert_name(task, expert))
     manifest = _open_manifest(out, settings)
     done = {e["config"] for e in manifest["episodes"]}
     failed = set(manifest["failed_configs"])
@@ -79,7 +82,7 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
     max_failures = 10 * n_episodes + 10 if max_failures is None else max_failures
     new_failures = 0
     with MetaWorldTask(task, camera=camera, image_size=image_size, max_steps=max_steps, render=render,
-                       stop_on_success=hold_steps == 0) as env, \
+                       stop_on_success=hold_steps == 0, expert=expert) as env, \
             progress_bar(total=n_episodes, initial=len(done), desc=f"demos {task}", unit="ep",
                  disable=None if progress is None else not progress) as bar:
         config = first_config
@@ -145,6 +148,7 @@ def load_manifest(demo_dir: str | Path) -> dict:
         raise DemoError(f"{path} cannot be read ({e}); re-collect the demos") from e
     if not isinstance(m, dict) or m.get("kind") != KIND or m.get("format_version") != FORMAT_VERSION:
         raise DemoError(f"{path} is not a format-{FORMAT_VERSION} demo manifest; re-collect the demos")
+    m.setdefault("expert", "metaworld")      # demos recorded before 2026-12-05: Meta-World's experts on every task
     missing = [k for k in (*_SETTINGS, "episodes", "failed_configs") if k not in m]
     if missing:
         raise DemoError(f"{path} lacks {', '.join(missing)} (written by an older frozenvit); re-collect the demos")

@@ -1,46 +1,61 @@
-"""benchmarks/control_success.py --expert fingertips: reach-v3's demos recorded by a controller that moves the
-fingertips (the point reach-v3 scores) onto the goal, where Meta-World's expert moves the hand's body there.
-A screen of the demonstrator (control/RESULTS.md)."""
+"""Who demonstrates reach-v3: Meta-World's scripted expert moves the hand's body onto the goal, 4.5 cm above the
+point the task scores (the fingertips), so its demos stop 4.4 cm from the goal, just inside the 5 cm radius. The
+library's default demonstrator for reach-v3 brings the fingertips there (control.env.expert_name); expert=
+"metaworld" keeps Meta-World's own. The manifest records who demonstrated, and demos of one never resume the other."""
+import json
+
 import numpy as np
 import pytest
 
 pytest.importorskip("metaworld")
 pytest.importorskip("mujoco")
 
-from frozenvit.control import MetaWorldTask  # noqa: E402
+from frozenvit.control import (DemoError, MetaWorldTask, RenderUnavailable, collect_demos,  # noqa: E402
+                               expert_name, load_manifest)
 
 
-def _run(task, steps=60):
+def _gaps_after(task, steps=60):
     s = task.reset(7)
     for _ in range(steps):
         s = task.step(task.expert_action(s))
-    return s
+    goal = s.full[-3:]
+    return np.linalg.norm(task.env.tcp_center - goal), np.linalg.norm(s.full[:3] - goal)
 
 
-def test_fingertip_expert_brings_the_scored_point_onto_the_goal_and_is_undone_after(load_benchmark):
-    cs = load_benchmark("control_success")
-    plain = MetaWorldTask.expert_action
-    with MetaWorldTask("reach-v3", render=None, max_steps=500, stop_on_success=False) as task:
-        s = _run(task)
-        metaworld_gap = np.linalg.norm(task.env.tcp_center - s.full[-3:])
-        body_gap = np.linalg.norm(s.full[:3] - s.full[-3:])
-        with cs._fingertip_expert(True):
-            s = task.reset(7)
-            a = task.expert_action(s)
-            want = np.clip(5.0 * (s.full[-3:] - task.env.tcp_center), -1, 1)
-            assert np.allclose(a[:3], want, atol=1e-6) and a[3] == 0.0
-            s = _run(task)
-            tip_gap = np.linalg.norm(task.env.tcp_center - s.full[-3:])
-        assert MetaWorldTask.expert_action is plain
-    # Meta-World's expert parks the hand's body on the goal, the fingertips ~4.5 cm away (inside the 5 cm radius)
-    assert body_gap < 0.01 and 0.04 < metaworld_gap < 0.05
+def test_default_reach_expert_brings_the_fingertips_onto_the_goal_metaworlds_the_hand_body():
+    with MetaWorldTask("reach-v3", render=None, stop_on_success=False) as ours, \
+            MetaWorldTask("reach-v3", render=None, stop_on_success=False, expert="metaworld") as theirs:
+        assert (ours.expert, theirs.expert) == ("fingertips", "metaworld")
+        s = ours.reset(7)
+        want = np.clip(5.0 * (s.full[-3:] - ours.env.tcp_center), -1, 1)      # the reach expert's gain, on the tips
+        a = ours.expert_action(s)
+        assert np.allclose(a[:3], want, atol=1e-6) and a[3] == 0.0 and a.dtype == np.float32
+        tip_gap, _ = _gaps_after(ours)
+        mw_tip_gap, mw_body_gap = _gaps_after(theirs)
     assert tip_gap < 0.01
+    assert mw_body_gap < 0.01 and 0.04 < mw_tip_gap < 0.05
 
 
-def test_fingertip_expert_leaves_other_tasks_to_metaworld(load_benchmark):
-    cs = load_benchmark("control_success")
-    with MetaWorldTask("push-v3", render=None) as task:
-        s = task.reset(3)
-        plain = task.expert_action(s)
-        with cs._fingertip_expert(True):
-            assert np.array_equal(task.expert_action(s), plain)
+def test_other_tasks_keep_metaworlds_experts_and_bad_names_are_refused():
+    assert expert_name("push-v3") == expert_name("push-v3", "metaworld") == "metaworld"
+    assert expert_name("reach-v3") == "fingertips" and expert_name("reach-v3", "metaworld") == "metaworld"
+    with MetaWorldTask("push-v3", render=None) as a, MetaWorldTask("push-v3", render=None, expert="metaworld") as b:
+        assert np.array_equal(a.expert_action(a.reset(3)), b.expert_action(b.reset(3)))
+    with pytest.raises(ValueError, match="expert must be one of"):
+        expert_name("reach-v3", "fingertip")
+
+
+def test_manifest_records_the_expert_and_refuses_to_resume_with_another(tmp_path):
+    try:
+        d = collect_demos("reach-v3", tmp_path / "d", 1, image_size=32, max_steps=100, hold_steps=0, progress=False)
+    except RenderUnavailable as e:
+        pytest.skip(f"no headless OpenGL: {e}")
+    assert load_manifest(d)["expert"] == "fingertips"
+    with pytest.raises(DemoError, match="other settings"):
+        collect_demos("reach-v3", d, 2, image_size=32, max_steps=100, hold_steps=0, expert="metaworld", progress=False)
+    m = load_manifest(d)
+    assert len(m["episodes"]) == 1                                    # nothing recorded by the refused call
+    raw = json.loads((d / "manifest.json").read_text())
+    del raw["expert"]
+    (d / "manifest.json").write_text(json.dumps(raw))                   # a manifest from before the expert was recorded
+    assert load_manifest(d)["expert"] == "metaworld"

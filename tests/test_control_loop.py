@@ -51,8 +51,9 @@ def test_collected_demos_hold_successful_episodes_that_replay_to_success(demo_di
 
 
 def test_collect_skips_configurations_where_the_expert_fails(tmp_path):
-    d = collect_demos("reach-v3", tmp_path / "d", 1, image_size=32, max_steps=44, hold_steps=0, progress=False)
-    m = load_manifest(d)                                           # the expert needs 41..52 steps on reach
+    d = collect_demos("reach-v3", tmp_path / "d", 1, image_size=32, max_steps=44, hold_steps=0, expert="metaworld",
+                      progress=False)
+    m = load_manifest(d)                                           # Meta-World's expert needs 41..52 steps on reach
     assert m["failed_configs"] and all(e["steps"] < 44 for e in m["episodes"])
     with pytest.raises(DemoError, match="max_steps"):
         collect_demos("reach-v3", tmp_path / "e", 1, image_size=32, max_steps=1, max_failures=0, progress=False)
