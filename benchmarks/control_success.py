@@ -101,7 +101,7 @@ def main() -> int:
                          "not a library option: control/RESULTS.md, \"Noisy demos\"; 0: clean demos)")
     ap.add_argument("--expert", choices=("default", "metaworld"), default="default",
                     help="who records the demos (collect_demos(expert=)): 'default', the library's (Meta-World's scripted "
-                         "experts, but for reach-v3 a controller that brings the fingertips onto the goal, since "
+                         "experts, but for reach-v3 a controller that brings the fingertips onto the goal and for pick-place-v3 one that brings the object there, since "
                          "2026-12-05); 'metaworld': Meta-World's own on every task, as in the results before")
     ap.add_argument("--hold-steps", type=int, default=DEFAULT_HOLD_STEPS,
                     help="demos go on this many expert steps past the first success (what to do at the goal; "
@@ -144,7 +144,7 @@ def main() -> int:
 
     from frozenvit.backbone.errors import ArtifactError
     from frozenvit.control import (AttentionConfig, PatchTokenPolicy, cache_features, collect_demos, config_seeds,
-                                   default_blocks, evaluate)
+                                   default_blocks, evaluate, expert_name)
     from frozenvit.control.policy import FORMAT_VERSION as POLICY_FORMAT
     from frozenvit.control.cli import render_settings
 
@@ -179,6 +179,7 @@ def main() -> int:
                     hidden=args.hidden, gripper_weight=args.gripper_weight,
                     encoder=enc, weights_sha256=bb.weights_sha256, camera=args.camera, demo_size=args.demo_size,
                     action_noise=args.action_noise, expert=args.expert, hold_steps=args.hold_steps,
+                    demonstrators={t: expert_name(t, args.expert) for t in args.tasks},
                     render=render.as_dict(),
                     threads=args.threads,
                     heldout_seeds=[heldout[0], heldout[-1]] if heldout else [])
@@ -327,7 +328,7 @@ def merge_parts(paths: list[str], out: str | None) -> int:
 
     _require_out(out, paths, "--merge")
     parts = [json.loads(Path(p).read_text()) for p in paths]
-    same = [{k: v for k, v in p["settings"].items() if k not in ("tasks", "seeds")} for p in parts]
+    same = [{k: v for k, v in p["settings"].items() if k not in ("tasks", "seeds", "demonstrators")} for p in parts]
     if any(s != same[0] for s in same[1:]):
         raise SystemExit("these runs differ in settings other than --tasks and --seeds; they cannot be merged")
     results = [r for p in parts for r in p["results"]]
@@ -336,6 +337,8 @@ def merge_parts(paths: list[str], out: str | None) -> int:
     if repeated:
         raise SystemExit(f"the runs overlap in (task, pooling, seed): {repeated}")
     settings = dict(parts[0]["settings"], tasks=list(dict.fromkeys(t for p in parts for t in p["settings"]["tasks"])))
+    if any("demonstrators" in p["settings"] for p in parts):
+        settings["demonstrators"] = {t: e for p in parts for t, e in _demonstrators(p["settings"]).items()}
     if all("seeds" in p["settings"] for p in parts):
         # the seeds each task has; a part's planned seeds that it never ran do not count
         settings["seeds"] = sorted({r["seed"] for r in results})
@@ -352,7 +355,7 @@ def merge_parts(paths: list[str], out: str | None) -> int:
 
 # what must be equal for two runs' episodes to be the same episodes
 _EPISODE_SETTINGS = ("configs", "heldout_seeds", "max_steps", "encoder", "weights_sha256", "demos", "camera",
-                     "demo_size", "hold_steps", "action_noise", "expert", "render")
+                     "demo_size", "hold_steps", "action_noise", "render")    # and each shared task's demonstrator
 # ... of which these only change what the policy sees, not what is simulated (--across-inputs lets them differ)
 _INPUT_SETTINGS = ("encoder", "weights_sha256", "camera", "demo_size", "render")
 
@@ -386,6 +389,12 @@ def compare_runs(specs: list[str], out: str | None, across_weights: bool = False
     shared = set.intersection(*keys)
     if not shared:
         raise SystemExit("these runs share no (task, seed) heads")
+    who = [_demonstrators(d["settings"]) for _, d, _ in runs]
+    for task in sorted({t for t, _ in shared}):
+        if len({w.get(task) for w in who}) > 1:
+            raise SystemExit(f"{task}'s demos were recorded by other experts in these runs "
+                             f"({', '.join(f'{label}: {w.get(task)}' for (label, _, _), w in zip(runs, who))}); "
+                             "their episodes differ")
     results = [dict(r, pooling=label) for label, d, p in runs for r in d["results"]
                if r["pooling"] == p and (r["task"], r.get("seed", 0)) in shared]
     labels = [label for label, _, _ in runs]
@@ -408,11 +417,24 @@ def compare_runs(specs: list[str], out: str | None, across_weights: bool = False
     return 0
 
 
+def _demonstrators(settings: dict) -> dict[str, str]:
+    """Who recorded each task's demos (control.expert_name). Runs before 2026-12-05 recorded no expert (Meta-World's
+    everywhere); those written before settings named the demonstrators give --expert, which resolves as the library
+    does now ('fingertips': the reach screen's name for the library's default)."""
+    from frozenvit.control import expert_name
+
+    if "demonstrators" in settings:
+        return dict(settings["demonstrators"])
+    expert = {"fingertips": "default"}.get(settings.get("expert", "metaworld"), settings.get("expert", "metaworld"))
+    return {t: expert_name(t, expert) for t in settings.get("tasks", [])}
+
+
 def _pooling_settings(settings: dict, pooling: str) -> dict:
     """The settings one pooling's results depend on: all but the task list, the seeds (results are kept
     per seed), the other poolings and their blocks, and (except for attention) the token dropout, the
     number of queries, keypoints and the other options of the attention head."""
-    s = {k: v for k, v in settings.items() if k not in ("tasks", "poolings", "blocks", "seeds") + _ATTENTION_OPTIONS}
+    s = {k: v for k, v in settings.items()
+         if k not in ("tasks", "poolings", "blocks", "seeds", "demonstrators") + _ATTENTION_OPTIONS}
     s["block"] = settings.get("blocks", {}).get(pooling)
     s.setdefault("ensemble", 1)                        # runs before --ensemble existed had one head per seed
     s.setdefault("action_noise", 0.0)                  # ... and before --action-noise, noise-free demos
@@ -443,11 +465,11 @@ _HEAD_OPTIONS_DEFAULTS = dict(chunk=1, chunk_decay=0.1, velocity=False, loss="ms
 
 
 def _expert_suffix(task: str, args: argparse.Namespace) -> str:
-    """'_tcp' for demos of the fingertips controller (reach-v3 under the library's default expert): folders of
-    Meta-World's own demos keep the names of before."""
+    """'_tcp' for demos of the fingertips controller (reach-v3 under the library's default expert), '_carry' for
+    pick-place-v3's object-onto-goal expert: folders of Meta-World's own demos keep the names of before."""
     from frozenvit.control import expert_name
 
-    return "_tcp" if expert_name(task, args.expert) == "fingertips" else ""
+    return {"fingertips": "_tcp", "carry": "_carry"}.get(expert_name(task, args.expert), "")
 
 
 @contextmanager

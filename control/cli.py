@@ -53,8 +53,10 @@ def register(subparsers: Any) -> None:
     q.add_argument("--first-config", type=COUNT, default=0, help="first training configuration seed")
     q.add_argument("--expert", choices=EXPERTS, default="default",
                    help="who demonstrates: 'default', Meta-World's scripted experts except on reach-v3, where a "
-                        "controller brings the fingertips (the point the task scores) onto the goal; 'metaworld': "
-                        "Meta-World's own on every task (its reach expert stops the fingertips 4.4 cm from the goal)")
+                        "controller brings the fingertips (the point the task scores) onto the goal, and pick-place-v3, "
+                        "where the expert's last phase brings the object there; 'metaworld': Meta-World's own on every "
+                        "task (they bring the hand's body to the goal: reach's fingertips stop 4.4 cm from it, "
+                        "pick-place's object 3.5-4.3 cm)")
     q.set_defaults(func=_cmd_collect)
 
     q = sub.add_parser("train", help="cache frozen features of the demos and fit a policy head by BC")

@@ -281,19 +281,24 @@ class State:
 
 
 EXPERTS = ("default", "metaworld")
-# Tasks whose demonstrator is not Meta-World's scripted policy under expert="default". Meta-World's reach expert
-# moves the hand's body onto the goal, but reach-v3 scores the point between the fingertips (env.tcp_center),
-# 4.5 cm below it: its demos stop 4.4 cm from the goal, inside the 5 cm success radius by a few millimetres, and
-# heads that imitate them miss by a little more (control/RESULTS.md, "Demos that bring the fingertips onto the goal").
-FINGERTIP_EXPERTS = frozenset({"reach-v3"})
+# Tasks whose demonstrator is not Meta-World's scripted policy under expert="default", and who demonstrates them.
+# Meta-World's reach expert moves the hand's body onto the goal, but reach-v3 scores the point between the
+# fingertips (env.tcp_center), 4.5 cm below it: its demos stop 4.4 cm from the goal, inside the 5 cm success radius
+# by a few millimetres, and heads that imitate them miss by a little more (control/RESULTS.md, "Demos that bring the
+# fingertips onto the goal"). Pick-place's expert likewise carries the hand's body to the goal with the object held
+# below it: the object stops 3.5-4.3 cm from the goal (7 cm radius). 'carry' is Meta-World's pick-place expert with
+# its last phase aimed at the object instead: the same gain on (goal - object), so the object ends within 1 cm.
+CORRECTED_EXPERTS = {"reach-v3": "fingertips", "pick-place-v3": "carry"}
+_CARRY_GAIN = 10.0           # Meta-World's pick-place policy: move(hand, to_xyz=..., p=10.0)
 
 
 def expert_name(task: str, expert: str = "default") -> str:
-    """Who demonstrates `task`: 'fingertips' (the same proportional controller as Meta-World's reach expert,
-    gain 5, moving the fingertips onto the goal) for reach-v3 under expert='default'; else 'metaworld'."""
+    """Who demonstrates `task`: under expert='default', 'fingertips' for reach-v3 (the same proportional controller
+    as Meta-World's reach expert, gain 5, moving the fingertips onto the goal) and 'carry' for pick-place-v3
+    (Meta-World's expert, whose last phase brings the object, not the hand, onto the goal); else 'metaworld'."""
     if expert not in EXPERTS:
         raise ValueError(f"expert must be one of {EXPERTS}, got {expert!r}")
-    return "fingertips" if expert == "default" and task in FINGERTIP_EXPERTS else "metaworld"
+    return CORRECTED_EXPERTS.get(task, "metaworld") if expert == "default" else "metaworld"
 
 
 class MetaWorldTask:
@@ -407,17 +412,24 @@ class MetaWorldTask:
         return self._renderer.render()
 
     def expert_action(self, state: State | None = None) -> np.ndarray:
-        """The scripted expert's (4,) action for `state` (default: the current one): Meta-World's, or for
-        reach-v3 under expert='default' the fingertips controller (`expert_name`)."""
+        """The scripted expert's (4,) action for `state` (default: the current one): Meta-World's, or under
+        expert='default' the corrected one of `expert_name` (reach-v3, pick-place-v3). The fingertips controller
+        reads the fingertips from the environment, so it must be given the current state (as record_episode does)."""
         state = state or self._state
         if state is None:
             raise TaskError("call reset(config) first")
+        full = state.full
         if self.expert == "fingertips":
-            goal = np.asarray(state.full[-3:], dtype=np.float64)
+            goal = np.asarray(full[-3:], dtype=np.float64)
             return np.r_[np.clip(5.0 * (goal - self.env.tcp_center), -1.0, 1.0), 0.0].astype(np.float32)
         with warnings.catch_warnings():      # metaworld warns on gains > 1 at every step
             warnings.simplefilter("ignore")
-            return np.asarray(self._expert.get_action(state.full), dtype=np.float32)
+            action = np.asarray(self._expert.get_action(full), dtype=np.float64)
+            if self.expert == "carry":
+                parsed = self._expert._parse_obs(full)
+                if np.array_equal(self._expert._desired_pos(parsed), parsed["goal_pos"]):   # its last phase
+                    action[:3] = _CARRY_GAIN * (parsed["goal_pos"] - parsed["puck_pos"])
+        return action.astype(np.float32)
 
     def close(self) -> None:
         if self._renderer is not None:

@@ -187,3 +187,24 @@ def test_merge_and_compare_write_only_to_a_new_out(tmp_path, monkeypatch):
     with pytest.raises(SystemExit, match="one of the --compare inputs"):
         control_success.compare_runs([f"{a}:attention", f"{b}:attention"], a)
     assert Path(a).read_text() == before and not list(results.iterdir())
+
+
+def test_compare_pairs_runs_whose_shared_tasks_had_the_same_demonstrator_only(tmp_path):
+    """Runs before --expert recorded none (Meta-World's experts); the library's default changed who demonstrates
+    reach-v3 and pick-place-v3 only, so an old push run pairs with a new one and an old pick-place run does not."""
+    old = _run(tmp_path / "old.json", [("push-v3", "attention", 0, [1, 0]), ("pick-place-v3", "attention", 0, [0, 0])],
+               tasks=["push-v3", "pick-place-v3"])
+    new = _run(tmp_path / "new.json", [("push-v3", "attention", 0, [1, 1])], tasks=["push-v3"], expert="default",
+               demonstrators={"push-v3": "metaworld"})
+    out = tmp_path / "cmp.json"
+    assert control_success.compare_runs([f"{old}:attention", f"{new}:attention"], str(out)) == 0
+    assert json.loads(out.read_text())["tasks"] == ["push-v3"]
+    carry = _run(tmp_path / "carry.json", [("pick-place-v3", "attention", 0, [1, 1])], tasks=["pick-place-v3"],
+                 expert="default", demonstrators={"pick-place-v3": "carry"})
+    with pytest.raises(SystemExit, match="pick-place-v3's demos were recorded by other experts"):
+        control_success.compare_runs([f"{old}:attention", f"{carry}:attention"], str(out))
+    screen = _run(tmp_path / "screen.json", [("reach-v3", "attention", 0, [1, 1])], tasks=["reach-v3"],
+                  expert="fingertips")                       # the reach screen's JSON, before demonstrators were named
+    assert control_success._demonstrators(json.loads(Path(screen).read_text())["settings"]) == {"reach-v3": "fingertips"}
+    assert control_success._demonstrators(json.loads(Path(old).read_text())["settings"]) == {
+        "push-v3": "metaworld", "pick-place-v3": "metaworld"}

@@ -36,9 +36,30 @@ def test_default_reach_expert_brings_the_fingertips_onto_the_goal_metaworlds_the
     assert mw_body_gap < 0.01 and 0.04 < mw_tip_gap < 0.05
 
 
+def test_default_pick_place_expert_carries_the_object_onto_the_goal_metaworlds_the_hand_body():
+    """Meta-World's pick-place expert, last phase aimed at the object: the object ends within 1.5 cm of the goal
+    where Meta-World's stops 3-5 cm away (the hand's body is on the goal), at about the same step."""
+    ends, firsts = {}, {}
+    for expert in ("default", "metaworld"):
+        with MetaWorldTask("pick-place-v3", render=None, stop_on_success=False, expert=expert) as t:
+            s, first = t.reset(3), None
+            for k in range(150):
+                s = t.step(t.expert_action(s))
+                first = first or (k + 1 if s.success else None)
+            ends[t.expert], firsts[t.expert] = np.linalg.norm(s.full[4:7] - s.full[-3:]), first
+            if t.expert == "carry":
+                assert np.linalg.norm(s.full[:3] - s.full[-3:]) > 0.03       # the hand's body is not on the goal
+    assert ends["carry"] < 0.015 and 0.03 < ends["metaworld"] < 0.05
+    assert firsts["carry"] is not None and firsts["metaworld"] is not None and abs(firsts["carry"] - firsts["metaworld"]) < 15
+    with MetaWorldTask("pick-place-v3", render=None) as ours, \
+            MetaWorldTask("pick-place-v3", render=None, expert="metaworld") as theirs:
+        assert np.array_equal(ours.expert_action(ours.reset(3)), theirs.expert_action(theirs.reset(3)))   # grasp alike
+
+
 def test_other_tasks_keep_metaworlds_experts_and_bad_names_are_refused():
     assert expert_name("push-v3") == expert_name("push-v3", "metaworld") == "metaworld"
     assert expert_name("reach-v3") == "fingertips" and expert_name("reach-v3", "metaworld") == "metaworld"
+    assert expert_name("pick-place-v3") == "carry" and expert_name("pick-place-v3", "metaworld") == "metaworld"
     with MetaWorldTask("push-v3", render=None) as a, MetaWorldTask("push-v3", render=None, expert="metaworld") as b:
         assert np.array_equal(a.expert_action(a.reset(3)), b.expert_action(b.reset(3)))
     with pytest.raises(ValueError, match="expert must be one of"):
