@@ -101,7 +101,7 @@ def main() -> int:
                          "not a library option: control/RESULTS.md, \"Noisy demos\"; 0: clean demos)")
     ap.add_argument("--expert", choices=("default", "metaworld"), default="default",
                     help="who records the demos (collect_demos(expert=)): 'default', the library's (Meta-World's scripted "
-                         "experts, but for reach-v3 a controller that brings the fingertips onto the goal and for pick-place-v3 one that brings the object there, since "
+                         "experts, but for reach-v3 a controller that brings the fingertips onto the goal and for pick-place-v3 one that brings the object there, and for peg-insert-side-v3 one that does not put a held peg back down, since "
                          "2026-12-05); 'metaworld': Meta-World's own on every task, as in the results before")
     ap.add_argument("--hold-steps", type=int, default=DEFAULT_HOLD_STEPS,
                     help="demos go on this many expert steps past the first success (what to do at the goal; "
@@ -466,10 +466,10 @@ _HEAD_OPTIONS_DEFAULTS = dict(chunk=1, chunk_decay=0.1, velocity=False, loss="ms
 
 def _expert_suffix(task: str, args: argparse.Namespace) -> str:
     """'_tcp' for demos of the fingertips controller (reach-v3 under the library's default expert), '_carry' for
-    pick-place-v3's object-onto-goal expert: folders of Meta-World's own demos keep the names of before."""
+    pick-place-v3's object-onto-goal expert, '_held' for peg-insert-side-v3's: folders of Meta-World's own demos keep the names of before."""
     from frozenvit.control import expert_name
 
-    return {"fingertips": "_tcp", "carry": "_carry"}.get(expert_name(task, args.expert), "")
+    return {"fingertips": "_tcp", "carry": "_carry", "held": "_held"}.get(expert_name(task, args.expert), "")
 
 
 @contextmanager

@@ -54,7 +54,7 @@ def register(subparsers: Any) -> None:
     q.add_argument("--expert", choices=EXPERTS, default="default",
                    help="who demonstrates: 'default', Meta-World's scripted experts except on reach-v3, where a "
                         "controller brings the fingertips (the point the task scores) onto the goal, and pick-place-v3, "
-                        "where the expert's last phase brings the object there; 'metaworld': Meta-World's own on every "
+                        "where the expert's last phase brings the object there, and peg-insert-side-v3, where the expert does not go back down to a peg it holds; 'metaworld': Meta-World's own on every "
                         "task (they bring the hand's body to the goal: reach's fingertips stop 4.4 cm from it, "
                         "pick-place's object 4.0 cm, median)")
     q.set_defaults(func=_cmd_collect)

@@ -58,7 +58,8 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
     Configurations are tried in order from `first_config` (training seeds, below HELDOUT_OFFSET);
     those where the expert fails within `max_steps` are skipped and listed in the manifest.
     expert: "default" (Meta-World's scripted experts, but for reach-v3 one that brings the fingertips onto
-    the goal and for pick-place-v3 one that brings the object there: control.env.expert_name) or "metaworld"
+    the goal, for pick-place-v3 one that brings the object there, for peg-insert-side-v3 one that does not go back
+    down to a peg it holds: control.env.expert_name) or "metaworld"
     (Meta-World's for every task); the manifest records
     who demonstrated, and demos of one are never resumed with the other.
     With hold_steps=K the expert goes on for K steps after its first success (K more frames per

@@ -191,7 +191,7 @@ def test_merge_and_compare_write_only_to_a_new_out(tmp_path, monkeypatch):
 
 def test_compare_pairs_runs_whose_shared_tasks_had_the_same_demonstrator_only(tmp_path):
     """Runs before --expert recorded none (Meta-World's experts); the library's default changed who demonstrates
-    reach-v3 and pick-place-v3 only, so an old push run pairs with a new one and an old pick-place run does not."""
+    reach-v3, pick-place-v3 and peg-insert-side-v3 only, so an old push run pairs with a new one and an old pick-place run does not."""
     old = _run(tmp_path / "old.json", [("push-v3", "attention", 0, [1, 0]), ("pick-place-v3", "attention", 0, [0, 0])],
                tasks=["push-v3", "pick-place-v3"])
     new = _run(tmp_path / "new.json", [("push-v3", "attention", 0, [1, 1])], tasks=["push-v3"], expert="default",

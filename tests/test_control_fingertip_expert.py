@@ -60,6 +60,7 @@ def test_other_tasks_keep_metaworlds_experts_and_bad_names_are_refused():
     assert expert_name("push-v3") == expert_name("push-v3", "metaworld") == "metaworld"
     assert expert_name("reach-v3") == "fingertips" and expert_name("reach-v3", "metaworld") == "metaworld"
     assert expert_name("pick-place-v3") == "carry" and expert_name("pick-place-v3", "metaworld") == "metaworld"
+    assert expert_name("peg-insert-side-v3") == "held"
     with MetaWorldTask("push-v3", render=None) as a, MetaWorldTask("push-v3", render=None, expert="metaworld") as b:
         assert np.array_equal(a.expert_action(a.reset(3)), b.expert_action(b.reset(3)))
     with pytest.raises(ValueError, match="expert must be one of"):
@@ -80,3 +81,22 @@ def test_manifest_records_the_expert_and_refuses_to_resume_with_another(tmp_path
     del raw["expert"]
     (d / "manifest.json").write_text(json.dumps(raw))                   # a manifest from before the expert was recorded
     assert load_manifest(d)["expert"] == "metaworld"
+
+
+def test_default_peg_expert_does_not_go_back_down_to_a_peg_it_holds():
+    """Meta-World's peg-insert expert holds the peg at the threshold of its 'go down to the peg' phase and dithers
+    between pressing it onto the table and lifting it; 'held' skips that phase while its fingers are closed on it."""
+    firsts = {}
+    for expert in ("default", "metaworld"):
+        with MetaWorldTask("peg-insert-side-v3", render=None, expert=expert) as t:
+            s, first = t.reset(4), None                    # a configuration where Meta-World's expert dithers long
+            a0 = t.expert_action(s)
+            while not s.done:
+                s = t.step(t.expert_action(s))
+            firsts[t.expert] = s.steps if s.success else None
+            if expert == "default":
+                ours_a0 = a0
+            else:
+                assert np.array_equal(ours_a0, a0)             # before the grasp the two are the same expert
+    assert firsts["held"] is not None and firsts["metaworld"] is not None
+    assert firsts["held"] < 120 < 200 < firsts["metaworld"]
