@@ -37,7 +37,7 @@ def test_read_config_names_version_and_kind_mismatches(tmp_path):
         read_config(tmp_path / "a", "thing", 2)
     with pytest.raises(ArtifactError, match="expected 'other'"):
         read_config(tmp_path / "a", "other", 1)
-    with pytest.raises(ArtifactError, match="missing"):
+    with pytest.raises(ArtifactError, match="does not exist"):
         read_config(tmp_path / "nothing", "thing", 1)
     (tmp_path / "a" / "config.json").write_text("{not json")
     with pytest.raises(ArtifactError, match="corrupt"):

@@ -2,6 +2,8 @@
 --gif-dir, --checkpoint) that points at a user's folder or file is refused with exit 2 before any work."""
 import pytest
 
+from frozenvit.backbone.errors import ArtifactError
+
 from frozenvit.backbone.suite.cli import main
 
 # (argv with {out} for the user's path, the kind of path: "dir" or "file")
@@ -49,3 +51,76 @@ def test_a_users_files_survive_every_command(tree_snapshot, name, where, tmp_pat
     assert code == 2, err
     assert "OutputConflict" in err and "never deletes or overwrites" in err
     assert tree_snapshot(tmp_path) == before            # nothing removed, changed or added
+
+
+def _png(path):
+    import numpy as np
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.full((32, 32, 3), 128, np.uint8)).save(path)
+
+
+def test_a_model_folder_without_our_marker_is_a_users_folder_and_fit_refuses_it(tree_snapshot, tmp_path, capsys):
+    """A model folder copied by a tool that drops dotfiles: config.json says patchcore, but the notes are the user's."""
+    _png(tmp_path / "data" / "good.png")
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "config.json").write_text('{"kind": "anomaly.patchcore", "format_version": 1}')
+    (out / "notes.txt").write_text("what I saw on line 3")
+    (out / "myplots").mkdir()
+    (out / "myplots" / "roc.png").write_bytes(b"png")
+    before = tree_snapshot(tmp_path)
+    code = main(["anomaly", "fit", "--data", str(tmp_path / "data"), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and "OutputConflict" in err and ".frozenvit.json" in err, err
+    assert tree_snapshot(tmp_path) == before
+
+
+def _thing(path, version):
+    from frozenvit.backbone.suite.artifacts import atomic_dir, write_json
+
+    with atomic_dir(path, "thing") as tmp:
+        write_json(tmp / "config.json", {"kind": "thing", "format_version": version})
+
+
+@pytest.mark.parametrize("lookalike", [".model.old-keep", ".model.tmp-x", ".model.tmp-abc123"])
+def test_folders_named_like_our_temporaries_are_never_removed(tree_snapshot, tmp_path, lookalike):
+    user = tmp_path / lookalike
+    user.mkdir()
+    (user / ".frozenvit.json").write_text('{"kind": "thing"}')     # even one that copies our marker
+    (user / "keep.txt").write_text("mine")
+    _thing(tmp_path / "model", 1)
+    _thing(tmp_path / "model", 2)                                  # a replace cleans our stale temporaries only
+    assert (user / "keep.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["model", lookalike])
+
+
+def test_a_users_lookalike_folder_is_never_recovered_into_a_missing_artifact(tree_snapshot, tmp_path):
+    from frozenvit.backbone.suite.artifacts import read_config
+
+    user = tmp_path / ".model.old-keep"
+    user.mkdir()
+    (user / ".frozenvit.json").write_text('{"kind": "thing", "files": {}}')
+    (user / "config.json").write_text('{"kind": "thing", "format_version": 1}')
+    before = tree_snapshot(tmp_path)
+    with pytest.raises(ArtifactError, match="does not exist"):
+        read_config(tmp_path / "model", "thing", 1)
+    assert tree_snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("victim", ["bank.bin", "config.json", "member/0/config.json"])
+def test_a_changed_file_of_an_artifact_is_refused_on_load(tmp_path, victim):
+    from frozenvit.backbone.suite.artifacts import atomic_dir, read_config, write_json
+
+    with atomic_dir(tmp_path / "m", "thing") as tmp:
+        write_json(tmp / "config.json", {"kind": "thing", "format_version": 1, "threshold": 0.5})
+        (tmp / "bank.bin").write_bytes(bytes(range(256)))
+        write_json(tmp / "member" / "0" / "config.json", {"threshold": 0.1})
+    assert read_config(tmp_path / "m", "thing", 1)["threshold"] == 0.5
+    f = tmp_path / "m" / victim
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 0x01                                   # one flipped bit
+    f.write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match="changed after it was written|not valid JSON"):
+        read_config(tmp_path / "m", "thing", 1)

@@ -3,16 +3,20 @@
 Three promises, shared by every application:
 
 - **Nothing of the user's is deleted or overwritten.** Every folder frozenvit writes carries a marker,
-  `.frozenvit.json` ({"kind": ..., "files": [...]}). A non-empty `--out` without our marker of the same kind,
-  an artifact folder holding files we did not write, or an existing output file we did not write is refused
-  with `OutputConflict`, before any work starts.
+  `.frozenvit.json` ({"kind": ..., "files": {name: sha256}}). A folder without our marker is a user's folder:
+  a non-empty `--out` without our marker of the same kind, an artifact folder holding files we did not write,
+  or an existing output file we did not write is refused with `OutputConflict`, before any work starts.
 - **Replacing an artifact is safe at every instant.** An artifact is written into a temporary sibling
-  `.NAME.tmp-*`; the marker, listing every file, is written last, so a temporary folder with a marker is
-  complete. The old artifact is moved aside to `.NAME.old-*`, the new one renamed into place, the old one
-  removed. A crash between the two renames leaves no folder at the path: the next load or write finds the
-  complete sibling, renames it back and logs that it did. Stale siblings are removed on the next write.
-- **What was written is what is read.** `tensor_metadata(config)` stores a digest of the config beside the
-  tensors (safetensors metadata); `check_tensor_metadata` refuses a config edited by hand.
+  `.NAME.tmp-TOKEN` that holds its own `.frozenvit-temp.json` naming TOKEN and NAME, so a folder is taken for
+  one of our temporaries only when both agree, never by its name alone. The marker, listing every file, is
+  written last, so a temporary folder with a marker is complete. The old artifact is moved aside to
+  `.NAME.old-TOKEN` (tagged the same way), the new one renamed into place, the old one removed. A crash between
+  the two renames leaves no folder at the path: the next load or write finds the complete sibling, renames it
+  back and logs that it did. Our stale siblings are removed on the next write; look-alikes are left alone.
+- **What was written is what is read.** The marker records the sha256 of every file of an artifact (tensors,
+  faiss index, config, members); `read_config` checks them all, so a flipped byte, a NaN written into a tensor
+  file or a config edited by hand is refused with `ArtifactError`. `tensor_metadata(config)` also ties each
+  safetensors file to its config.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import hashlib
 import json
 import logging
 import os
+import secrets
 import shutil
 import tempfile
 from pathlib import Path
@@ -47,6 +52,7 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
 
 
 MARKER = ".frozenvit.json"
+TEMP_MARKER = ".frozenvit-temp.json"    # inside our temporaries only: {"target": NAME, "tag": "tmp"|"old", "token": ...}
 _CRASH_POINTS: dict[str, Any] = {}      # tests install callables here to simulate a kill at each step
 
 
@@ -64,20 +70,10 @@ def _read_marker(directory: Path) -> dict | None:
     return m if isinstance(m, dict) and "kind" in m else None
 
 
-def _legacy_kind(directory: Path) -> str | None:
-    """Kind of a folder written before markers existed (its config.json or manifest.json names it)."""
-    for name in ("config.json", "manifest.json"):
-        try:
-            kind = json.loads((directory / name).read_text()).get("kind")
-        except (OSError, ValueError, AttributeError):
-            continue
-        if isinstance(kind, str):
-            return kind
-    return None
-
-
 def _files(directory: Path) -> list[str]:
-    return sorted(str(f.relative_to(directory)) for f in directory.rglob("*") if not f.is_dir())
+    """Every file under `directory`, relative, but the temporaries' tag (the marker is listed by the caller)."""
+    return sorted(str(f.relative_to(directory)) for f in directory.rglob("*")
+                  if not f.is_dir() and f.name != TEMP_MARKER)
 
 
 def _refuse(path: Path, why: str, flag: str) -> OutputConflict:
@@ -95,39 +91,76 @@ def _check_owned_dir(path: Path, kind: str, flag: str, whole: bool, replaces: tu
     if not path.exists() or not any(path.iterdir()):
         return
     marker = _read_marker(path)
-    have = marker["kind"] if marker else _legacy_kind(path)
-    if have is None:
-        raise _refuse(path, "is a non-empty folder that frozenvit did not write", flag)
+    if marker is None:                        # a config.json without our marker is still a user's folder
+        raise _refuse(path, f"is a non-empty folder that frozenvit did not write (it has no {MARKER})", flag)
+    have = marker["kind"]
     if have != kind and have not in replaces:
         raise _refuse(path, f"holds a frozenvit {have!r} output, not a {kind!r}", flag)
-    if whole and marker is not None and "files" in marker:
-        foreign = sorted(set(_files(path)) - set(marker["files"]) - {MARKER})
+    if whole:
+        foreign = sorted(set(_files(path)) - set(marker.get("files") or ()) - {MARKER})
         if foreign:
             shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
             raise _refuse(path, f"holds files that frozenvit did not write ({shown})", flag)
 
 
+def _new_temporary(target: Path, tag: str) -> Path:
+    """Create `.NAME.TAG-TOKEN` beside `target`, tagged inside as ours; only its name is returned for "old"."""
+    token = secrets.token_hex(8)
+    path = target.parent / f".{target.name}.{tag}-{token}"
+    if tag == "tmp":
+        path.mkdir()
+        os.chmod(path, 0o777 & ~_umask())
+        _tag(path, target, tag, token)
+    return path
+
+
+def _tag(folder: Path, target: Path, tag: str, token: str) -> None:
+    (folder / TEMP_MARKER).write_text(json.dumps({"target": target.name, "tag": tag, "token": token}))
+
+
+def _is_our_temporary(cand: Path, target: Path, tag: str) -> bool:
+    """True only when `cand` carries our tag naming this target, this role and the token in its own name."""
+    if cand.is_symlink() or not cand.is_dir():
+        return False
+    try:
+        t = json.loads((cand / TEMP_MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    prefix = f".{target.name}.{tag}-"
+    return (isinstance(t, dict) and t.get("target") == target.name and t.get("tag") == tag
+            and cand.name.startswith(prefix) and t.get("token") == cand.name[len(prefix):])
+
+
 def _siblings(target: Path, tag: str) -> list[Path]:
+    """Our temporaries of `target` with this tag, oldest first (look-alikes that are not ours are skipped)."""
     if not target.parent.is_dir():
         return []
-    return sorted(target.parent.glob(f".{glob.escape(target.name)}.{tag}-*"), key=lambda p: p.stat().st_mtime)
+    found = [p for p in target.parent.glob(f".{glob.escape(target.name)}.{tag}-*") if _is_our_temporary(p, target, tag)]
+    return sorted(found, key=lambda p: p.stat().st_mtime)
+
+
+def _untag(folder: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        (folder / TEMP_MARKER).unlink()
 
 
 def recover(target: str | os.PathLike) -> bool:
     """If a write was killed between its two renames, put the complete artifact back at `target`.
 
-    Prefers the newest complete new version, else the old one. Returns True when it restored one.
+    Prefers the newest complete new version, else the old one; only folders tagged as our temporaries of
+    this target are considered. Returns True when it restored one.
     """
     target = Path(target)
     if target.exists() or target.is_symlink():
+        if target.is_dir() and _read_marker(target) is not None:
+            _untag(target)                    # a kill right after the rename left the temporary's tag inside
         return False
     for tag in ("tmp", "old"):
         for cand in reversed(_siblings(target, tag)):
-            if not cand.is_dir():
-                continue
-            complete = _read_marker(cand) is not None if tag == "tmp" else any(cand.iterdir())
+            complete = _read_marker(cand) is not None
             if complete:
                 os.replace(cand, target)
+                _untag(target)
                 log.warning("recovered %s from an interrupted write (%s version, %s)", target,
                             "new" if tag == "tmp" else "previous", cand.name)
                 return True
@@ -135,7 +168,7 @@ def recover(target: str | os.PathLike) -> bool:
 
 
 def _clean_stale(target: Path) -> None:
-    """Remove `.NAME.tmp-*` / `.NAME.old-*` siblings left by killed writes (names only frozenvit makes)."""
+    """Remove our `.NAME.tmp-*` / `.NAME.old-*` temporaries left by killed writes (tagged ones only)."""
     for tag in ("tmp", "old"):
         for p in _siblings(target, tag):
             shutil.rmtree(p, ignore_errors=True)
@@ -169,31 +202,34 @@ def atomic_dir(target: str | os.PathLike, kind: str, flag: str = "--out", replac
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         _clean_stale(target)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        tmp = _new_temporary(target, "tmp")
     except OSError as e:
         raise OutputConflict(f"{flag} {target} cannot be written ({e.strerror}); choose a writable path") from e
     try:
-        os.chmod(tmp, 0o777 & ~_umask())          # mkdtemp makes 0700: give the artifact normal permissions
         yield tmp
-        files = _files(tmp)
-        for f in files:                           # flush contents before the marker declares them complete
+        digests = {}
+        for f in _files(tmp):                     # flush contents before the marker declares them complete
             with open(tmp / f, "rb") as fh:
                 os.fsync(fh.fileno())
-        write_json(tmp / MARKER, {"kind": kind, "files": files})
+            digests[f] = sha256_file(tmp / f)
+        write_json(tmp / MARKER, {"kind": kind, "files": digests})
         _fsync_dir(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     if target.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+        old = _new_temporary(target, "old")
+        _tag(target, target, "old", old.name.rsplit("-", 1)[1])   # recognisable as ours once moved aside
         _crash_point("before_hide_old")
-        os.replace(target, old)                   # replaces the empty folder `old`
+        os.rename(target, old)
         _crash_point("between_renames")
-        os.replace(tmp, target)
+        os.rename(tmp, target)
+        _untag(target)
         _crash_point("before_remove_old")
         shutil.rmtree(old, ignore_errors=True)
     else:
-        os.replace(tmp, target)
+        os.rename(tmp, target)
+        _untag(target)
     _fsync_dir(target.parent)
 
 
@@ -313,23 +349,51 @@ def write_json(path: str | os.PathLike, obj: Any, kind: str | None = None) -> No
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
 
 
+def verify_files(directory: str | os.PathLike) -> dict:
+    """Check every file an artifact's marker lists against its recorded sha256; return the marker.
+
+    Raises ArtifactError naming the first file that is missing or changed (a flipped byte, a NaN written into a
+    tensor file, a config edited by hand), and for a folder without a marker or with a marker of an older format.
+    """
+    directory = Path(directory)
+    marker = _read_marker(directory)
+    if marker is None:
+        raise ArtifactError(f"{directory} has no {MARKER} (written by another tool, or copied without its hidden "
+                            "files); copy the artifact with its dotfiles, or write it again")
+    files = marker.get("files")
+    if not isinstance(files, dict):
+        raise ArtifactError(f"{directory} was written by an older frozenvit (no file digests); retrain or refit it")
+    for name, digest in sorted(files.items()):
+        f = directory / name
+        if not f.is_file():
+            raise ArtifactError(f"{f} is missing from the artifact; write the artifact again")
+        if sha256_file(f) != digest:
+            raise ArtifactError(f"{f} changed after it was written (edited, corrupted or copied incompletely); "
+                                "write the artifact again instead of editing it")
+    return marker
+
+
 def read_config(directory: str | os.PathLike, kind: str, version: int) -> dict:
-    """Read `config.json` of an artifact and check its kind and format version."""
+    """Read `config.json` of an artifact, check every file's digest, its kind and its format version."""
     recover(directory)
     path = Path(directory) / "config.json"
+    if not Path(directory).is_dir():
+        raise ArtifactError(f"{directory} does not exist: pass the folder a `fit`/`train`/`save` wrote")
     if not path.is_file():
         raise ArtifactError(f"{directory} is not a frozenvit artifact of kind {kind!r}: {path.name} is missing")
     try:
         cfg = json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise ArtifactError(f"{path} is not valid JSON ({e}); the artifact is corrupt, refit it") from e
-    if cfg.get("kind") != kind:
-        raise ArtifactError(f"{directory} holds a {cfg.get('kind')!r} artifact, expected {kind!r}")
+    if not isinstance(cfg, dict) or cfg.get("kind") != kind:
+        have = cfg.get("kind") if isinstance(cfg, dict) else None
+        raise ArtifactError(f"{directory} holds a {have!r} artifact, expected {kind!r}")
     if cfg.get("format_version") != version:
         raise ArtifactError(
             f"{directory} has format version {cfg.get('format_version')}, this frozenvit reads {version}; "
-            "refit the model with this version"
+            "retrain or refit it with this version"
         )
+    verify_files(directory)
     return cfg
 
 

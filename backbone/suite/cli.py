@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -15,7 +16,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .errors import FrozenVitError
+from .errors import FrozenVitError, InvalidParameterError, NotFittedError
 
 COMMANDS_GROUP = "frozenvit.commands"
 LOG_DIR = Path(tempfile.gettempdir()) / "frozenvit-logs"
@@ -28,6 +29,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         text = action.help or ""
         if action.help is argparse.SUPPRESS or "%(default)" in text or "(default" in text or not action.option_strings:
             return text
+        if action.required or action.default is None or action.default is argparse.SUPPRESS:
+            return text                                   # nothing to show: the help says what happens without it
         if isinstance(action, (argparse._StoreConstAction, argparse._HelpAction, argparse._VersionAction)):
             return text                                   # flags: their presence is the value
         return f"{text} (default: %(default)s)".lstrip()
@@ -71,11 +74,52 @@ def number(kind: Callable[[str], Any] = int, min: float | None = None, max: floa
     return parse
 
 
+def int_list(text: str) -> tuple[int, ...]:
+    """argparse `type=` for a comma-separated list of non-negative integers: `--blocks 2,5,11`."""
+    try:
+        values = tuple(int(t) for t in text.replace(" ", "").split(",") if t != "")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 2,5,11, got {text!r}")
+    if not values or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 0 such as 2,5,11, got {text!r}")
+    return values
+
+
+int_list.__name__ = "list of integers"
+
+
 def add_threads_arg(parser: argparse.ArgumentParser, default: int | None = None) -> None:
     """--threads N: torch intra-op threads for this command (main() applies it)."""
+    shown = "torch's choice" if default is None else str(default)
     parser.add_argument("--threads", type=number(int, min=1), default=default,
-                        help="torch threads (default: %(default)s = torch's choice when None); "
-                             "1 is steadiest on a busy 2-core machine")
+                        help=f"torch threads for this command (default: {shown}); 1 is steadiest on a busy machine")
+
+
+def add_backbone_args(parser: argparse.ArgumentParser, *, default_help: str = "the embedded default ViT",
+                      blocks_help: str | None = None) -> None:
+    """The same backbone options in every command: --backbone, --weights, --image-size (and --blocks).
+
+    --backbone NAME: a timm model name, a name `load_backbone` knows ("embedded", ...), or what the
+    application adds; --weights FILE: local .safetensors/.pth weights for it; --image-size PX: input size;
+    --blocks 2,5,11: which blocks' patch grids to read (only when `blocks_help` is given).
+    """
+    parser.add_argument("--backbone", default=None, metavar="NAME",
+                        help=f"timm model name or a named backbone (default: {default_help})")
+    parser.add_argument("--weights", default=None, metavar="FILE",
+                        help="local .safetensors/.pth weights for --backbone (no download)")
+    parser.add_argument("--image-size", type=number(int, min=16), default=None, metavar="PX",
+                        help="input size in pixels (default: the backbone's own)")
+    if blocks_help is not None:
+        parser.add_argument("--blocks", type=int_list, default=None, metavar="B,B,...", help=blocks_help)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("frozenvit")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -89,6 +133,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="frozenvit", description="Downstream applications on frozen ViT backbones")
     p.add_argument("-v", "--verbose", action="store_true", help="log INFO messages")
+    p.add_argument("--version", action="version", version=f"frozenvit {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     q = sub.add_parser("demo", help="run every application's demo on the embedded default; write an HTML report")
     q.add_argument("--out", default="demo-report",
@@ -118,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.set_num_threads(threads)
     try:
         return int(args.func(args) or 0)
-    except FrozenVitError as e:              # the user's mistake: one line that says what to do
+    except (FrozenVitError, InvalidParameterError, NotFittedError) as e:   # the user's mistake: one line, what to do
         print(f"error ({type(e).__name__}): {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -126,17 +171,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as e:                   # our bug: one line, the traceback in a log file
         log = _write_crash_log(argv)
-        print(f"error: unexpected {type(e).__name__}: {e}. This is a bug in frozenvit, not your input; "
-              f"the traceback is in {log}", file=sys.stderr)
+        where = f"the traceback is in {log}" if log else "run with -v to see the traceback (no log could be written)"
+        print(f"error: unexpected {type(e).__name__}: {e}. This is a bug in frozenvit, not your input; {where}",
+              file=sys.stderr)
         return 1
 
 
-def _write_crash_log(argv: Sequence[str] | None) -> Path:
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    path = LOG_DIR / f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{id(argv) % 100000:05d}.log"
-    cmd = " ".join(sys.argv[:1] + list(argv if argv is not None else sys.argv[1:]))
-    path.write_text(f"command: {cmd}\n\n{traceback.format_exc()}")
-    return path
+def _write_crash_log(argv: Sequence[str] | None) -> Path | None:
+    """Write the traceback to a log file; None when no log can be written (the caller still prints one line)."""
+    try:
+        LOG_DIR.mkdir(parents=True, exist_ok=True)
+        path = LOG_DIR / f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+        cmd = " ".join(sys.argv[:1] + list(argv if argv is not None else sys.argv[1:]))
+        with open(path, "x") as f:
+            f.write(f"command: {cmd}\n\n{traceback.format_exc()}")
+        return path
+    except Exception:                        # a log folder of another user, a full disk: never a second traceback
+        if logging.getLogger().isEnabledFor(logging.INFO):
+            traceback.print_exc()
+        return None
 
 
 if __name__ == "__main__":

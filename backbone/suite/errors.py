@@ -4,6 +4,9 @@ The CLI turns a FrozenVitError into one line and exit status 2; anything else is
 """
 from __future__ import annotations
 
+from sklearn.exceptions import NotFittedError  # noqa: F401  (re-exported: "not fitted" is sklearn's error everywhere)
+from sklearn.utils._param_validation import InvalidParameterError
+
 
 class FrozenVitError(Exception):
     """Base class of every error this suite raises on purpose (a user's mistake, with its cure)."""
@@ -19,3 +22,11 @@ class OutputConflict(FrozenVitError, FileExistsError):
 
 class UsageError(FrozenVitError, ValueError):
     """A command-line value that cannot be meant (`--step-size 0`, `--configs -3`, `--weights` without `--backbone`)."""
+
+
+class ParameterError(FrozenVitError, InvalidParameterError):
+    """A hyperparameter no estimator can use (`k=0`, `pooling="max"`). The one class for it in every estimator.
+
+    A subclass of scikit-learn's InvalidParameterError (itself a ValueError and TypeError), which is what
+    `_parameter_constraints` raises: `except InvalidParameterError` catches both.
+    """

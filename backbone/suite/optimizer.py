@@ -1,11 +1,15 @@
 """An optimizer's state as flat tensors and JSON, so that training checkpoints need no pickle.
 
 `optimizer_tensors(opt)` -> ({"<param index>.<key>": tensor}, param groups as JSON-ready dicts);
-`load_optimizer(opt, tensors, groups)` puts them back. Used by the distillation trainer and the
-forecasters' per-epoch checkpoints; safetensors holds the tensors, JSON the groups.
+`load_optimizer(opt, tensors, groups)` puts them back. Used by every trainer's checkpoints (distillation,
+forecasters, control policies); safetensors holds the tensors, JSON the groups.
+
+`warmup_cosine(step, total, warmup)` is the one learning-rate schedule: linear warm-up over the first
+`warmup` share of the steps, then cosine decay to zero.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -29,3 +33,11 @@ def load_optimizer(opt: Any, tensors: dict, groups: list[dict]) -> None:
             state.setdefault(int(i), {})[k] = v
     groups = [{**g, "betas": tuple(g["betas"])} if "betas" in g else g for g in groups]
     opt.load_state_dict({"state": state, "param_groups": groups})
+
+
+def warmup_cosine(step: int, total: int, warmup: float = 0.05) -> float:
+    """Learning-rate factor in [0, 1] at `step` of `total`: linear warm-up over `warmup` of the steps, then cosine."""
+    warm = max(1, int(total * warmup + 1e-9))
+    if step < warm:
+        return (step + 1) / warm
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - warm) / max(1, total - warm))))
