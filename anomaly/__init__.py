@@ -13,7 +13,10 @@ from __future__ import annotations
 from frozenvit.backbone.suite.lazy import lazy_exports
 
 _API = {
-    "patchcore": ("PatchCore", "AnomalyPrediction", "conformal_threshold", "default_blocks"),
+    "patchcore": ("PatchCore", "AnomalyPrediction"),
+    "features": ("PatchFeatures", "default_blocks", "local_aggregate", "center_tokens", "fuse_blocks"),
+    "anomaly_map": ("anomaly_maps", "canvas_maps", "original_maps"),
+    "threshold": ("conformal_threshold",),
     "ensemble": ("PatchCoreEnsemble", "load_detector", "default_members"),
     "audit": ("contamination_audit", "AuditResult"),
     "datasets": ("read_mvtec", "read_folders", "read_dataset", "load_images", "AnomalyDataset", "TestSample"),
@@ -21,9 +24,9 @@ _API = {
     "images": ("read_image", "read_mask"),
     "metrics": ("anomaly_metrics", "aupro", "pro_curve", "image_auroc", "pixel_auroc", "f1_max"),
     "evaluation": ("evaluate_dataset",),
-    "coreset": ("greedy_coreset", "chunked_coreset", "greedy_kcenter", "random_projection"),
+    "coreset": ("coreset_bank", "greedy_coreset", "chunked_coreset", "greedy_kcenter", "random_projection"),
     "search": ("build_index", "knn"),
-    "scoring": ("local_aggregate", "fuse_blocks", "reweighted_max", "topk_mean", "canvas_maps", "original_maps"),
+    "scoring": ("reweighted_max", "topk_mean"),
     "tiling": ("Tiling",),
     "synthetic": ("make_synthetic_mvtec", "render_sample", "CATEGORIES", "DEFECTS"),
     "viz": ("overlay",),

@@ -55,8 +55,8 @@ def describe_backbone(bb: Any) -> dict[str, Any]:
 
 
 def _is_embedded_default(bb: Any) -> bool:
-    """True for the embedded default and for an earlier one loaded by name ("frozenvit-default-v1"): the
-    artifact records {"default": True}, and _rebuild_backbone finds the right one by the weights' sha256."""
+    """True for an embedded ViT: the artifact records {"default": True}, and _rebuild_backbone finds it by the
+    weights' sha256."""
     from frozenvit.backbone import is_embedded
 
     return is_embedded(bb.weights_sha256)
@@ -114,7 +114,7 @@ def _rebuild_backbone(cfg: dict, path: Path) -> Any:
             "backbone: PatchCore.load(path, backbone=bb)")
     size = tuple(desc["img_size"])                                      # (H, W) it was fitted at
     try:
-        if src.get("default"):                  # the current default, or the earlier one with these weights
+        if src.get("default"):                  # an embedded ViT, found by its weights' sha256
             from frozenvit.backbone import embedded_name_for
 
             return load_backbone(embedded_name_for(desc.get("weights_sha256")), img_size=size,
@@ -143,12 +143,13 @@ def load_patchcore(cls: type, path: str | os.PathLike, backbone: Any = None) -> 
         bb = backbone if backbone is not None else _rebuild_backbone(cfg, path)
         check_backbone(cfg, bb, path)
         params = dict(cfg["params"])
-        params.setdefault("score_border", 0)        # saved before the option: every patch counted in image scores
-        params.setdefault("aggregation", 3)         # saved before "auto": the 3x3 mean was the only default
+        expected = set(cls().get_params(deep=False)) - set(_NOT_SAVED)
+        if set(params) != expected:
+            raise KeyError(f"hyperparameters {sorted(set(params) ^ expected)} are not this version's")
         if params.get("blocks") is not None:
             params["blocks"] = tuple(params["blocks"])
         det = cls(backbone=bb, **params)
-        det._check_params()
+        det._validate_params()
         threshold = None if cfg["threshold"] is None else float(cfg["threshold"])        # None: uncalibrated
         learned = dict(blocks_=tuple(cfg["blocks"]), grid_=tuple(cfg["grid"]), threshold_=threshold,
                        map_range_=tuple(float(v) for v in cfg["map_range"]),

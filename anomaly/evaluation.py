@@ -1,11 +1,13 @@
 """Evaluate a fitted detector on a labelled test set (MVTec layout or plain folders with masks)."""
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 
 from .errors import DatasetError
+from .features import named_images
 from .images import read_image
 from .metrics import anomaly_metrics, image_auroc
 
@@ -16,20 +18,31 @@ def evaluate_dataset(det: Any, ds: Any) -> tuple[dict[str, float], list[dict[str
     """Overall metrics and per-defect-type image AUROC (each type against the good test images).
 
     The false-alarm and detection rates are at the detector's `decision_threshold()`; NaN when it has none
-    (an uncalibrated few-shot model): the AUROCs and AUPRO need no threshold."""
+    (an uncalibrated few-shot model): the AUROCs and AUPRO need no threshold. The pixel metrics (pixel AUROC,
+    AUPRO, pixel F1-max) are computed on the images whose masks are known: the good ones and the defective ones
+    with a mask. When only some defective images have a mask, a warning names those without one, which the pixel
+    metrics leave out; with no mask at all there are no pixel metrics."""
     samples = [s for s in ds.test if s.label >= 0]
     if not samples:
         raise DatasetError(f"{ds.root}: no labelled test images (need test/good and test/<defect>, or masks)")
+    unmasked = [s for s in samples if s.label == 1 and s.mask_path is None]
+    pixel = any(s.label == 1 and s.mask_path is not None for s in samples)
+    if pixel and unmasked:
+        shown = ", ".join(str(s.path) for s in unmasked[:5]) + (f" and {len(unmasked) - 5} more" if len(unmasked) > 5
+                                                                else "")
+        warnings.warn(f"{len(unmasked)} defective test image{'s' * (len(unmasked) > 1)} without a mask ({shown}): "
+                      "pixel AUROC, AUPRO and pixel F1-max leave them out; add their masks to count them", stacklevel=2)
     scores, masks, maps = [], [], []
-    pixel = ds.has_masks
     for i in range(0, len(samples), CHUNK):
         chunk = samples[i:i + CHUNK]
         images = [read_image(s.path) for s in chunk]
-        pred = det.predict(images)
+        with named_images([str(s.path) for s in chunk]):
+            pred = det.predict(images)
         scores.append(pred.scores)
-        if pixel:
-            masks += [s.load_mask(img.shape[:2]) for s, img in zip(chunk, images)]
-            maps += pred.maps
+        for s, img, amap in zip(chunk, images, pred.maps):
+            if pixel and (s.label == 0 or s.mask_path is not None):
+                masks.append(s.load_mask(img.shape[:2]))
+                maps.append(amap)
     scores = np.concatenate(scores)
     labels = np.array([s.label for s in samples])
     metrics = anomaly_metrics(labels, scores, masks if pixel else None, maps if pixel else None)

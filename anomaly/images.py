@@ -14,28 +14,34 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from frozenvit.backbone.commands import IMAGE_SUFFIXES
 from frozenvit.backbone.errors import ImageFormatError
 from frozenvit.backbone.preprocess import integer_to_uint8, png_significant_bits
 
 from .errors import DatasetError
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
-
-
-def is_image_file(path: Path) -> bool:
-    return path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES and not path.name.startswith(".")
 
 
 def list_images(folder: str | os.PathLike, *, what: str = "images") -> list[Path]:
-    """Image files directly in `folder`, sorted by name. Raises DatasetError if none."""
+    """Image files directly in `folder`, sorted by name, by the rule every command reads inputs by
+    (`backbone.commands.image_files`: no hidden files, nothing frozenvit wrote). Raises DatasetError if none."""
+    from frozenvit.backbone.commands import image_files
+
     folder = Path(folder)
     if not folder.is_dir():
         raise DatasetError(f"{what} folder {folder} does not exist or is not a folder")
-    files = sorted(p for p in folder.iterdir() if is_image_file(p))
+    files = image_files([folder], recursive=False)
     if not files:
         raise DatasetError(f"{what} folder {folder} holds no image files ({', '.join(IMAGE_SUFFIXES)}); "
                            "point to the folder that contains the images")
     return files
+
+
+def subfolders(folder: str | os.PathLike) -> list[Path]:
+    """Folders directly in `folder`, sorted, but hidden ones and those frozenvit wrote (never read as input)."""
+    from frozenvit.backbone.commands import is_ours
+
+    return sorted(p for p in Path(folder).iterdir() if p.is_dir() and not p.name.startswith(".") and not is_ours(p))
 
 
 def image_size(path: str | os.PathLike) -> tuple[int, int]:

@@ -18,7 +18,7 @@ import numpy as np
 
 BATCH = 64   # images per predict call: bounds the memory held by full-size maps
 # zlib level of overlay PNGs: 1 encodes a 512x512 overlay in ~30 ms instead of ~115 ms at PIL's default 6, for
-# files ~15 % larger; at 6 the encoding took longer than scoring the image (2026-12-01, MPDD, 1 thread)
+# files ~15 % larger; at 6 the encoding took longer than scoring the image (MPDD, 1 thread)
 OVERLAY_PNG_LEVEL = 1
 
 
@@ -34,11 +34,13 @@ def score_batch(det: Any, paths: Sequence[str], overlays: bool) -> list[Scored]:
     """Scores, decisions and (optionally) overlay PNGs of one batch of image files."""
     from PIL import Image
 
+    from .features import named_images
     from .images import read_image
     from .viz import overlay
 
     images = [read_image(p) for p in paths]
-    pred = det.predict(images)
+    with named_images([str(p) for p in paths]):                     # warnings name the file, not its batch place
+        pred = det.predict(images)
     decisions = [None] * len(paths) if pred.is_defect is None else [bool(d) for d in pred.is_defect]
     out = []
     for p, img, amap, s, d in zip(paths, images, pred.maps, pred.scores, decisions):

@@ -15,7 +15,10 @@ import numpy as np
 from PIL import Image
 from scipy import ndimage
 
+from frozenvit.backbone.suite.errors import ParameterError
+
 CATEGORIES = ("weave", "grain", "washer")   # two textures, one object
+MIN_SIDE, MAX_SIDE = 32, 2048               # image sides in pixels: large enough for a defect, small enough to render
 DEFECTS = ("scratch", "hole", "crack", "stain")
 
 
@@ -154,7 +157,10 @@ def make_synthetic_mvtec(root: str | os.PathLike, category: str = "weave", *, n_
     n_test_defect images per defect type. Train images use indices [0, n_train), good test images
     [n_train, n_train + n_test_good), so the test goods are never training images.
     """
+    if not all(MIN_SIDE <= int(v) <= MAX_SIDE for v in size):
+        raise ParameterError(f"synthetic images must be {MIN_SIDE} to {MAX_SIDE} px a side, got {size[0]}x{size[1]}")
     base = Path(root) / category
+
     def save(a: np.ndarray, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         Image.fromarray(a).save(path)

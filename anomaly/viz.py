@@ -1,6 +1,8 @@
 """Overlays of defect maps on the original image (uint8 RGB in, uint8 RGB out)."""
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 from scipy import ndimage
 
@@ -30,3 +32,20 @@ def overlay(image: np.ndarray, amap: np.ndarray, lo: float, hi: float, mask: np.
         edge = mask & ~ndimage.binary_erosion(mask, iterations=max(1, min(mask.shape) // 200))
         out[edge] = (0.1, 1.0, 0.1)
     return np.round(np.clip(out, 0, 1) * 255).astype(np.uint8)
+
+
+def overlay_file_names(images: Sequence[str]) -> list[str]:
+    """A distinct PNG file name for the overlay of each image (relative paths or paths, in order): the path with
+    "/" as "__" and its suffix as ".png" (`good/000.jpg` -> `good__000.png`); a name taken already (also when
+    only its case differs) gets "~2", "~3", ... before the suffix, so `x.png` and `x.jpg` never share a file."""
+    used: set[str] = set()
+    out = []
+    for name in images:
+        stem = name.replace("/", "__").rsplit(".", 1)[0]
+        candidate, k = f"{stem}.png", 1
+        while candidate.lower() in used:
+            k += 1
+            candidate = f"{stem}~{k}.png"
+        used.add(candidate.lower())
+        out.append(candidate)
+    return out

@@ -7,8 +7,9 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
+from .suite.cli import add_backbone_args as add_suite_backbone_args
 from .suite.cli import add_threads_arg, number
 from .suite.errors import UsageError
 
@@ -16,7 +17,8 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
 
 
 def add_backbone_args(parser: argparse.ArgumentParser) -> None:
-    """--backbone NAME --weights FILE --img-size N (no name: the embedded default)."""
+    """--backbone NAME --weights FILE --img-size N (no name: the embedded default): control's commands only;
+    every other command takes `suite.cli.add_backbone_args` (--image-size)."""
     parser.add_argument("--backbone", default=None,
                         help="timm model name, or efficientnet_lite0/1/2 (ImageNet weights from frozenvit[convnets]); "
                              "default: the embedded default")
@@ -29,21 +31,94 @@ def add_backbone_args(parser: argparse.ArgumentParser) -> None:
 def backbone_from_args(args: argparse.Namespace):
     from .loading import load_backbone
 
-    return load_backbone(args.backbone, weights=args.weights, img_size=args.img_size,
+    return load_backbone(args.backbone, weights=args.weights, img_size=args.image_size,
                          pretrained=not getattr(args, "random_weights", False))
 
 
-def list_images(paths: Sequence[str]) -> list[Path]:
+def is_ours(folder: Path) -> bool:
+    """True for a folder frozenvit wrote (its marker) or one of its temporaries (their tag)."""
+    from .suite.artifacts import MARKER, TEMP_MARKER
+
+    return (folder / MARKER).is_file() or (folder / TEMP_MARKER).is_file()
+
+
+def image_files(paths: Sequence[str | Path], *, recursive: bool = True, exclude: Sequence[str | Path] = ()) -> list[Path]:
+    """The image files that `paths` (files or folders) name, in order, each once: the one rule every command
+    reads its inputs by.
+
+    A file is taken as named. A folder gives its files with an image suffix (IMAGE_SUFFIXES), sorted, those in
+    its subfolders too with `recursive`; hidden names (".*": macOS `._x.png`, `.ipynb_checkpoints/`, our
+    temporaries and their look-alikes) are skipped, and so are folders frozenvit wrote (outputs, artifacts:
+    they hold `.frozenvit.json`) and the `exclude` paths (a command's own --out), so outputs are never read back
+    as inputs. Raises UsageError for a path that does not exist.
+    """
+    skip = {Path(e).resolve() for e in exclude}
     out: list[Path] = []
+    seen: set[Path] = set()
+
+    def walk(folder: Path) -> Iterator[Path]:
+        if folder.resolve() in skip or is_ours(folder):
+            return
+        for f in folder.iterdir():
+            if f.name.startswith(".") or f.resolve() in skip:
+                continue
+            if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES:
+                yield f
+            elif recursive and f.is_dir() and not f.is_symlink():
+                yield from walk(f)
+
     for p in map(Path, paths):
-        if p.is_dir():
-            out += sorted(f for f in p.rglob("*") if f.suffix.lower() in IMAGE_SUFFIXES)
-        elif p.is_file():
-            out.append(p)
-        else:
+        if not p.exists():
             raise UsageError(f"{p} does not exist; pass image files or folders of images")
+        for f in sorted(walk(p)) if p.is_dir() else [p]:
+            if f.resolve() not in seen:
+                seen.add(f.resolve())
+                out.append(f)
+    return out
+
+
+def list_images(paths: Sequence[str], exclude: Sequence[str | Path] = ()) -> list[Path]:
+    """`image_files(paths)` (folders searched recursively); UsageError when there are none."""
+    out = image_files(paths, exclude=exclude)
     if not out:
-        raise UsageError(f"no images ({', '.join(IMAGE_SUFFIXES)}) found in {', '.join(paths)}")
+        raise UsageError(f"no images ({', '.join(IMAGE_SUFFIXES)}) found in {', '.join(map(str, paths))} (hidden "
+                         "files and folders frozenvit wrote are skipped)")
+    return out
+
+
+def check_writable(path: str | Path, flag: str = "--out") -> None:
+    """Raise OutputConflict unless `path` can be created or written: its nearest existing ancestor must be a
+    writable folder (not a file). Called before the work, so a bad --out never costs a run."""
+    import os
+
+    from .suite.errors import OutputConflict
+
+    path = Path(path)
+    if path.exists():
+        parent = path if path.is_dir() else path.parent
+    else:
+        parent = next((p for p in path.parents if p.exists()), Path("."))
+    if not parent.is_dir():
+        raise OutputConflict(f"{flag} {path} cannot be written: {parent} is a file, not a folder; choose another path")
+    if not os.access(parent, os.W_OK):
+        raise OutputConflict(f"{flag} {path} cannot be written (no write permission in {parent}); "
+                             "choose a writable path")
+
+
+def read_images(files: Sequence[Path]) -> list:
+    """PIL images of `files`, each checked by decoding its header; ImageFormatError naming a file that is not one."""
+    from PIL import Image
+
+    from .errors import ImageFormatError
+
+    out = []
+    for f in files:
+        try:
+            im = Image.open(f)
+            im.load()
+        except Exception as e:   # Pillow's plugins raise many types on malformed files
+            raise ImageFormatError(f"cannot read image {f} ({type(e).__name__}: {e}); replace or remove the file") from e
+        out.append(im)
     return out
 
 
@@ -55,7 +130,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     if name is not None and args.weights is None:
         kwargs["pretrained"] = False  # the contract does not depend on the weights: no download for `info`
     logging.getLogger("frozenvit.backbone").setLevel(logging.ERROR)
-    bb = load_backbone(name, weights=args.weights, img_size=args.img_size, **kwargs)
+    bb = load_backbone(name, weights=args.weights, img_size=args.image_size, **kwargs)
     text = bb.config.describe()
     if name is not None and args.weights is None:
         text = text.replace("   (RANDOM weights)", "   (architecture only; weights not loaded)")
@@ -64,16 +139,14 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from PIL import Image
-
     from .diagnostics import inspect_backbone, plot_inspection
     from .suite.artifacts import check_output_dir, output_dir, write_json
 
     check_output_dir(args.out, "backbone.inspect")
+    check_writable(args.out)
+    images = read_images(list_images(args.images, exclude=[args.out])[: args.max_images])
     bb = backbone_from_args(args)
-    files = list_images(args.images)[: args.max_images]
     out = output_dir(args.out, "backbone.inspect")
-    images = [Image.open(f) for f in files]
     rep = inspect_backbone(bb, images, batch_size=args.batch_size)
     print(rep.table())
     plot_inspection(rep, out / "inspect.png")
@@ -89,10 +162,12 @@ def register(subparsers: Any) -> None:
     q.add_argument("name", nargs="?", default=None,
                    help="timm model name or efficientnet_lite0/1/2 (default: the embedded default)")
     q.add_argument("--weights", default=None, help="local .safetensors/.pth weights for NAME")
-    q.add_argument("--img-size", type=number(int, min=1), default=None, help="input size (None: the model's)")
+    q.add_argument("--image-size", type=number(int, min=16), default=None, metavar="PX",
+                   help="input size in pixels (default: the backbone's own)")
     q.set_defaults(func=_cmd_info)
     q = bsub.add_parser("inspect", help="attention entropy/distance and token-norm outliers on given images")
-    add_backbone_args(q)
+    add_suite_backbone_args(q)
+    q.add_argument("--random-weights", action="store_true", help="random initialisation (baselines only)")
     add_threads_arg(q)
     q.add_argument("--images", nargs="+", required=True, help="image files or folders")
     q.add_argument("--max-images", type=number(int, min=1), default=32, help="use at most this many images")

@@ -10,7 +10,7 @@ import pytest
 from frozenvit.anomaly import PatchCore, PatchCoreEnsemble, conformal_threshold, load_detector
 from frozenvit.backbone import load_backbone
 from frozenvit.backbone.errors import ArtifactError
-from frozenvit.backbone.suite.errors import UsageError
+from frozenvit.backbone.suite.errors import ParameterError
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +73,21 @@ def test_the_members_given_are_not_fitted_and_share_their_backbones(backbones):
     assert [m.backbone_ for m in ens.members_] == list(backbones)
 
 
+def rewritten(to, cfg, members):
+    """An ensemble artifact of config `cfg` and these member artifact folders, written the way frozenvit writes
+    artifacts (file digests matching): what a faulty writer, not a hand edit, would leave."""
+    import shutil
+
+    from frozenvit.anomaly.ensemble import KIND
+    from frozenvit.backbone.suite.artifacts import atomic_dir, write_json
+
+    with atomic_dir(to, KIND) as tmp:
+        for i, m in enumerate(members):
+            shutil.copytree(m, tmp / "members" / str(i))
+        write_json(tmp / "config.json", cfg)
+    return to
+
+
 def test_saved_ensemble_loads_with_the_same_predictions_and_a_corrupt_one_is_refused(fitted, tmp_path):
     ens, _ = fitted
     ens.save(tmp_path / "ens")
@@ -85,9 +100,9 @@ def test_saved_ensemble_loads_with_the_same_predictions_and_a_corrupt_one_is_ref
     assert back.threshold_ == pytest.approx(ens.threshold_)
     cfg = json.loads((tmp_path / "ens" / "config.json").read_text())
     cfg["standardisers"][0][1] *= 2
-    (tmp_path / "ens" / "config.json").write_text(json.dumps(cfg))
+    members = sorted((tmp_path / "ens" / "members").iterdir())
     with pytest.raises(ArtifactError, match="standardisers"):
-        load_detector(tmp_path / "ens")
+        load_detector(rewritten(tmp_path / "corrupt", cfg, members))
 
 
 def test_members_held_out_on_different_normals_are_refused(backbones, tmp_path):
@@ -97,10 +112,10 @@ def test_members_held_out_on_different_normals_are_refused(backbones, tmp_path):
         ens.save(tmp_path / "ens")
         other = members(backbones, seed=5)[1].fit(images(10, 0))
     other.save(tmp_path / "other")
-    for f in (tmp_path / "other").iterdir():                       # a member swapped for one split differently
-        (tmp_path / "ens" / "members" / "1" / f.name).write_bytes(f.read_bytes())
+    cfg = json.loads((tmp_path / "ens" / "config.json").read_text())
+    swapped = [tmp_path / "ens" / "members" / "0", tmp_path / "other"]   # a member split differently
     with pytest.raises(ArtifactError, match="different held-out normals"):
-        load_detector(tmp_path / "ens")
+        load_detector(rewritten(tmp_path / "swapped", cfg, swapped))
 
 
 def test_few_shot_ensemble_has_no_threshold_and_warns_once(backbones):
@@ -119,8 +134,35 @@ def test_few_shot_ensemble_has_no_threshold_and_warns_once(backbones):
         assert with_threshold.fit(images(2, 5)).predict(images(1, 6)).is_defect is not None
 
 
-def test_bad_members_are_a_usage_error():
-    with pytest.raises(UsageError, match="non-empty list of PatchCore"):
+def test_bad_members_are_a_parameter_error():
+    with pytest.raises(ParameterError, match="non-empty list of PatchCore"):
         PatchCoreEnsemble([]).fit(images(3, 0))
-    with pytest.raises(UsageError, match="non-empty list of PatchCore"):
+    with pytest.raises(ParameterError, match="non-empty list of PatchCore"):
         PatchCoreEnsemble(["lite0"]).fit(images(3, 0))
+
+
+@pytest.mark.parametrize("bad", [dict(target_fpr=0.0), dict(holdout=1.0), dict(threshold=float("nan")),
+                                 dict(members="lite0")])
+def test_a_bad_ensemble_hyperparameter_is_refused_by_fit_before_any_member_fits(backbones, bad):
+    from frozenvit.backbone.suite.errors import InvalidParameterError
+
+    ens = PatchCoreEnsemble(**{"members": members(backbones), **bad})
+    with pytest.raises(InvalidParameterError, match=f"'{next(iter(bad))}' parameter of PatchCoreEnsemble"):
+        ens.fit(images(3, 0))
+    assert not any(hasattr(m, "bank_") for m in (ens.members if isinstance(ens.members, list) else []))
+
+
+def test_a_bad_member_hyperparameter_is_refused_by_the_ensemble_fit(backbones):
+    from frozenvit.backbone.suite.errors import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError, match="'coreset_ratio' parameter of PatchCore"):
+        PatchCoreEnsemble([PatchCore(backbones[0], coreset_ratio=2.0)]).fit(images(3, 0))
+
+
+def test_ensemble_save_returns_the_artifact_path_and_refuses_an_unfitted_one(fitted, tmp_path):
+    from sklearn.exceptions import NotFittedError
+
+    assert fitted[0].save(tmp_path / "e") == tmp_path / "e" and (tmp_path / "e" / "config.json").is_file()
+    with pytest.raises(NotFittedError):
+        PatchCoreEnsemble().save(tmp_path / "unfitted")
+    assert not (tmp_path / "unfitted").exists()

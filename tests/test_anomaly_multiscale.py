@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from frozenvit.anomaly import PatchCore, default_blocks, render_sample
-from frozenvit.anomaly.scoring import center_tokens, fuse_blocks, local_aggregate
+from frozenvit.anomaly.features import center_tokens, fuse_blocks, local_aggregate
 
 pytestmark = pytest.mark.filterwarnings("ignore:only .* held-out normals:UserWarning")
 
@@ -101,12 +101,12 @@ def test_by_default_a_convnet_leaves_its_edge_ring_out_of_the_image_score_and_a_
     for img in imgs:
         img[:12, :12] = (10, 200, 240)                                  # a square in the corner patch
     det = PatchCore(cnn, coreset_ratio=0.25, image_score="max", progress=False).fit(normals)
-    assert det.score_border == "auto" and det.border_() == 1
+    assert det.score_border == "auto" and det.border_rings() == 1
     out = det.predict(imgs)
     core = out.patch_scores[:, 1:-1, 1:-1].reshape(3, -1).max(1)        # (3,) the 6x6 inner patches of 8x8
     assert (out.patch_scores.reshape(3, -1).max(1) > core).all() and np.allclose(out.scores, core)
     torch.manual_seed(0)
-    assert PatchCore(make_tiny_vit(), coreset_ratio=0.25, progress=False).fit(normals[:4]).border_() == 0
+    assert PatchCore(make_tiny_vit(), coreset_ratio=0.25, progress=False).fit(normals[:4]).border_rings() == 0
 
 
 def test_by_default_a_convnet_averages_3x3_neighbourhoods_and_a_vit_none(cnn, normals, make_tiny_vit):
@@ -119,7 +119,7 @@ def test_by_default_a_convnet_averages_3x3_neighbourhoods_and_a_vit_none(cnn, no
     imgs = normals[:2]
     for bb, want in ((cnn, 3), (vit, 1)):
         auto = PatchCore(bb, coreset_ratio=0.25, progress=False).fit(normals[:4])
-        assert defaults.AGGREGATION == "auto" and auto.aggregation == "auto" and auto.aggregation_() == want
+        assert defaults.AGGREGATION == "auto" and auto.aggregation == "auto" and auto.aggregation_size() == want
         explicit = PatchCore(bb, coreset_ratio=0.25, aggregation=want, progress=False).fit(normals[:4])
         other = PatchCore(bb, coreset_ratio=0.25, aggregation=4 - want, progress=False).fit(normals[:4])
         assert np.array_equal(auto.predict(imgs).patch_scores, explicit.predict(imgs).patch_scores)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from frozenvit.anomaly import PatchCore, conformal_threshold, contamination_audit, default_blocks, render_sample
-from frozenvit.anomaly.scoring import center_tokens, fuse_blocks, local_aggregate
+from frozenvit.anomaly.features import center_tokens, fuse_blocks, local_aggregate
 from frozenvit.backbone.errors import ArtifactError
 
 
@@ -48,7 +48,7 @@ def test_patch_scores_are_brute_force_nearest_bank_distances(bb, fitted, normals
     out = fitted.predict(imgs)
     g = bb.patch_grids(imgs, blocks=fitted.blocks_)
     centred = [center_tokens(g[b]) for b in fitted.blocks_]
-    f = fuse_blocks([local_aggregate(x, fitted.aggregation_()) for x in centred], fitted.reduce_dim)   # (B, D, h, w)
+    f = fuse_blocks([local_aggregate(x, fitted.aggregation_size()) for x in centred], fitted.reduce_dim)   # (B, D, h, w)
     q = f.permute(0, 2, 3, 1).reshape(-1, f.shape[1]).double()
     ref = torch.cdist(q, torch.from_numpy(fitted.bank_).double()).min(1).values.reshape(3, *fitted.grid_)
     assert np.allclose(out.patch_scores, ref.numpy(), atol=1e-3)
@@ -128,37 +128,25 @@ def test_score_border_leaves_the_edge_patches_out_of_the_image_score_but_keeps_t
 
 
 def test_score_border_that_leaves_no_patch_or_is_negative_is_refused(bb, normals):
-    from frozenvit.backbone.suite.errors import UsageError
+    from frozenvit.backbone.suite.errors import InvalidParameterError, ParameterError
 
-    with pytest.raises(UsageError, match="score_border=2 leaves no patch of the 4x4 grid to score; use at most 1"):
+    with pytest.raises(ParameterError, match="score_border=2 leaves no patch of the 4x4 grid to score; use at most 1"):
         PatchCore(bb, score_border=2, progress=False).fit(normals)
-    with pytest.raises(UsageError, match="score_border must be 'auto' or an int >= 0"):
+    with pytest.raises(InvalidParameterError, match="'score_border' parameter of PatchCore must be"):
         PatchCore(bb, score_border=-1, progress=False).fit(normals)
 
 
-def test_score_border_is_saved_and_a_model_saved_before_it_loads_with_every_patch_counted(bb, normals, tmp_path):
-    from frozenvit.backbone.suite.artifacts import tensor_metadata
-    from safetensors.numpy import load_file, save_file
-
+def test_score_border_is_saved(bb, normals, tmp_path):
     imgs = [with_square(render_sample("weave", None, 0, 0, size=(96, 112))[0], 0, 0, (20, 20))[0]]
     det = PatchCore(bb, score_border=1, progress=False).fit(normals)
-    det.save(tmp_path / "m")
-    loaded = PatchCore.load(tmp_path / "m", backbone=bb)
+    loaded = PatchCore.load(det.save(tmp_path / "m"), backbone=bb)
     assert loaded.score_border == 1 and np.array_equal(loaded.predict(imgs).scores, det.predict(imgs).scores)
-    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
-    del cfg["params"]["score_border"]                                   # as written before the option existed
-    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
-    t = load_file(str(tmp_path / "m" / "bank.safetensors"))
-    save_file(t, str(tmp_path / "m" / "bank.safetensors"), metadata=tensor_metadata(cfg))
-    old = PatchCore.load(tmp_path / "m", backbone=bb)
-    assert old.score_border == 0
-    assert np.array_equal(old.predict(imgs).scores, det.set_params(score_border=0).predict(imgs).scores)
 
 
 def test_index_auto_is_exact_for_small_banks_and_ivf_from_ivf_min_bank_entries(bb, normals, monkeypatch):
     import faiss
 
-    import frozenvit.anomaly.patchcore as pc
+    from frozenvit.anomaly import defaults
     from frozenvit.anomaly.defaults import IVF_MIN_BANK
 
     det = PatchCore(bb, progress=False)
@@ -167,7 +155,7 @@ def test_index_auto_is_exact_for_small_banks_and_ivf_from_ivf_min_bank_entries(b
     assert PatchCore(bb, index="flat").index_kind(10 ** 9) == "flat"
     small = det.fit(normals)                                            # 10 x 16 patches -> a bank of 16
     assert type(small.index_) is faiss.IndexFlatL2
-    monkeypatch.setattr(pc, "IVF_MIN_BANK", len(small.bank_))           # as if this bank were large
+    monkeypatch.setattr(defaults, "IVF_MIN_BANK", len(small.bank_))           # as if this bank were large
     large = PatchCore(bb, progress=False).fit(normals)
     assert isinstance(large.index_, faiss.IndexIVFFlat) and np.array_equal(large.bank_, small.bank_)
 
@@ -187,9 +175,9 @@ def test_centring_removes_an_image_wide_shift_of_the_tokens(bb, normals):
     det = PatchCore(bb, progress=False).fit(normals)
     g = bb.patch_grids(normals[:2], blocks=det.blocks_)
     shifted = type(g)({b: g[b] + torch.randn(1, g[b].shape[1], 1, 1) for b in g.grids})
-    assert torch.allclose(det.features_from(g), det.features_from(shifted), atol=1e-5)
+    assert torch.allclose(det.feature_extractor().from_grids(g), det.feature_extractor().from_grids(shifted), atol=1e-5)
     det.center = False
-    assert not torch.allclose(det.features_from(g), det.features_from(shifted), atol=1e-2)
+    assert not torch.allclose(det.feature_extractor().from_grids(g), det.feature_extractor().from_grids(shifted), atol=1e-2)
 
 
 def test_audit_ranks_a_defective_training_image_first(bb, normals):
@@ -256,15 +244,30 @@ def test_params_come_from_the_constructor_and_clone_gives_an_unfitted_copy(bb, f
     assert "coreset_ratio=0.25" in repr(PatchCore(coreset_ratio=0.25)) and "sigma" not in repr(PatchCore())
 
 
-def test_the_constructor_checks_nothing_and_fit_names_the_bad_parameters(bb, normals):
-    from frozenvit.backbone.suite.errors import UsageError
+@pytest.mark.parametrize("bad", [dict(coreset_ratio=0.0), dict(holdout=1.0), dict(image_score="median"),
+                                 dict(threshold=float("inf")), dict(reduce_dim=1.5), dict(seed=-1)])
+def test_the_constructor_checks_nothing_and_fit_names_the_bad_parameter(bb, normals, bad):
+    from frozenvit.backbone.suite.errors import InvalidParameterError
 
-    det = PatchCore(bb, coreset_ratio=0.0, holdout=1.0, aggregation=2, image_score="median")   # no error yet
-    with pytest.raises(UsageError) as e:
+    det = PatchCore(bb, **bad)                                          # no error yet
+    with pytest.raises(InvalidParameterError, match=f"'{next(iter(bad))}' parameter of PatchCore"):
         det.fit(normals)
-    assert all(p in str(e.value) for p in ("coreset_ratio", "holdout", "aggregation", "image_score"))
-    with pytest.raises(UsageError, match="blocks=.*below 4"):
+
+
+def test_blocks_the_backbone_lacks_are_a_parameter_error(bb, normals):
+    from frozenvit.backbone.suite.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="blocks=.*below 4"):
         PatchCore(bb, blocks=(1, 9), progress=False).fit(normals)
+
+
+def test_save_returns_the_artifact_path_and_refuses_an_unfitted_model(fitted, tmp_path):
+    from sklearn.exceptions import NotFittedError
+
+    assert fitted.save(tmp_path / "m") == tmp_path / "m" and (tmp_path / "m" / "config.json").is_file()
+    with pytest.raises(NotFittedError):
+        PatchCore().save(tmp_path / "unfitted")
+    assert not (tmp_path / "unfitted").exists()
 
 
 def test_predict_and_decision_function_leave_every_learned_attribute_as_it_was(fitted):
@@ -290,41 +293,50 @@ def test_an_unfitted_detector_says_so():
         PatchCore().predict([np.zeros((32, 32, 3), np.uint8)])
 
 
+def rewritten(model, cfg, to):
+    """A copy of the artifact `model` with config `cfg`, written the way frozenvit writes artifacts (file digests and
+    tensor metadata matching): what another version of frozenvit would have written."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    from frozenvit.anomaly.artifact import KIND
+    from frozenvit.backbone.suite.artifacts import atomic_dir, tensor_metadata, write_json
+
+    with atomic_dir(to, KIND) as tmp:
+        save_file(load_file(str(model / "bank.safetensors")), str(tmp / "bank.safetensors"),
+                  metadata=tensor_metadata(cfg))
+        shutil.copy(model / "index.faiss", tmp / "index.faiss")
+        write_json(tmp / "config.json", cfg)
+    return to
+
+
 def test_an_artifact_with_unknown_parameters_is_refused_not_crashed(fitted, bb, tmp_path):
-    from frozenvit.backbone.suite.artifacts import tensor_metadata
-    from safetensors.numpy import load_file, save_file
-
-    fitted.save(tmp_path / "m")
-    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
-    cfg["params"]["not_a_parameter"] = 3                     # a config written by another version, digest matching
-    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
-    t = load_file(str(tmp_path / "m" / "bank.safetensors"))
-    save_file(t, str(tmp_path / "m" / "bank.safetensors"), metadata=tensor_metadata(cfg))
-    with pytest.raises(ArtifactError, match="not a complete anomaly.patchcore config"):
-        PatchCore.load(tmp_path / "m", backbone=bb)
+    cfg = json.loads((fitted.save(tmp_path / "m") / "config.json").read_text())
+    cfg["params"]["not_a_parameter"] = 3
+    with pytest.raises(ArtifactError, match="not a complete anomaly.patchcore config.*refit"):
+        PatchCore.load(rewritten(tmp_path / "m", cfg, tmp_path / "other"), backbone=bb)
 
 
-def test_aggregation_auto_is_saved_as_auto_and_a_model_saved_without_it_loads_with_the_3x3_mean(bb, normals, tmp_path):
-    from frozenvit.backbone.suite.artifacts import tensor_metadata
-    from safetensors.numpy import load_file, save_file
+@pytest.mark.parametrize("older", ["score_border", "aggregation"])
+def test_an_artifact_without_a_hyperparameter_is_refused_with_refit(fitted, bb, tmp_path, older):
+    cfg = json.loads((fitted.save(tmp_path / "m") / "config.json").read_text())
+    del cfg["params"][older]                                            # as an older frozenvit wrote it
+    with pytest.raises(ArtifactError, match=f"{older}.*refit"):
+        PatchCore.load(rewritten(tmp_path / "m", cfg, tmp_path / "older"), backbone=bb)
 
+
+def test_aggregation_auto_is_saved_as_auto(bb, normals, tmp_path):
     imgs = [with_square(render_sample("weave", None, 0, 0, size=(96, 112))[0], 30, 40, (20, 20))[0]]
     det = PatchCore(bb, progress=False).fit(normals)
-    det.save(tmp_path / "m")
-    loaded = PatchCore.load(tmp_path / "m", backbone=bb)
-    assert loaded.aggregation == "auto" and loaded.aggregation_() == 1
+    loaded = PatchCore.load(det.save(tmp_path / "m"), backbone=bb)
+    assert loaded.aggregation == "auto" and loaded.aggregation_size() == 1
     assert np.array_equal(loaded.predict(imgs).scores, det.predict(imgs).scores)
-    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
-    del cfg["params"]["aggregation"]                                    # a config without the key: the old default
-    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
-    t = load_file(str(tmp_path / "m" / "bank.safetensors"))
-    save_file(t, str(tmp_path / "m" / "bank.safetensors"), metadata=tensor_metadata(cfg))
-    assert PatchCore.load(tmp_path / "m", backbone=bb).aggregation_() == 3
 
 
 @pytest.mark.parametrize("bad", [2, 0, "none", 1.0])
 def test_aggregation_other_than_auto_or_an_odd_positive_int_is_refused(bb, normals, bad):
-    from frozenvit.backbone.suite.errors import UsageError
+    from frozenvit.backbone.suite.errors import InvalidParameterError
 
-    with pytest.raises(UsageError, match="aggregation must be 'auto' or an odd positive int"):
+    with pytest.raises(InvalidParameterError, match="aggregation"):
         PatchCore(bb, aggregation=bad, progress=False).fit(normals)

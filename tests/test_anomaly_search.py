@@ -3,7 +3,9 @@ import numpy as np
 import pytest
 import torch
 
-from frozenvit.anomaly.scoring import fuse_blocks, local_aggregate, reduced_width, reweighted_max, smooth, topk_mean
+from frozenvit.anomaly.anomaly_map import smooth
+from frozenvit.anomaly.features import fuse_blocks, local_aggregate, reduced_width
+from frozenvit.anomaly.scoring import reweighted_max, topk_mean
 from frozenvit.anomaly.search import build_index, knn, load_index, save_index
 
 
@@ -102,7 +104,7 @@ def test_smooth_is_a_normalised_gaussian():
 
 
 def test_batched_torch_smoothing_equals_scipy_gaussian_filter():
-    from frozenvit.anomaly.scoring import smooth_batch
+    from frozenvit.anomaly.anomaly_map import smooth_batch
     a = np.random.default_rng(0).random((2, 30, 45)).astype(np.float32)
     got = smooth_batch(torch.from_numpy(a), 4.0).numpy()
     assert np.allclose(got, np.stack([smooth(x, 4.0) for x in a]), atol=1e-5)
@@ -110,7 +112,7 @@ def test_batched_torch_smoothing_equals_scipy_gaussian_filter():
 
 def test_canvas_maps_equal_bilinear_upsampling_then_scipy_gaussian():
     import torch.nn.functional as F
-    from frozenvit.anomaly.scoring import canvas_maps
+    from frozenvit.anomaly.anomaly_map import canvas_maps
     p = np.random.default_rng(1).random((3, 4, 5)).astype(np.float32)
     up = F.interpolate(torch.from_numpy(p)[:, None], size=(64, 80), mode="bilinear", align_corners=False)[:, 0]
     ref = np.stack([smooth(u, 4.0) for u in up.numpy()])
@@ -126,7 +128,7 @@ def test_local_aggregate_equals_avg_pool_without_padding(size):
 
 
 def test_center_tokens_ignores_a_defect_covering_a_third_of_the_image():
-    from frozenvit.anomaly.scoring import center_tokens
+    from frozenvit.anomaly.features import center_tokens
     g = torch.randn(1, 8, 6, 6) * 0.1 + 3.0
     g[..., :2, :] += 10.0                                               # 12 of 36 tokens: a large defect
     out = center_tokens(g)
@@ -139,7 +141,7 @@ def test_center_tokens_ignores_a_defect_covering_a_third_of_the_image():
     ("pad", (30, 60), (64, 64), (16, 0, 32, 64), (-15.0, 0.0, 45.0, 60.0)),
 ])
 def test_original_maps_equal_canvas_maps_then_to_original(mapping):
-    from frozenvit.anomaly.scoring import canvas_maps, original_maps
+    from frozenvit.anomaly.anomaly_map import canvas_maps, original_maps
     from frozenvit.backbone.preprocess import GridMapping
     _, orig, model, box, region = mapping
     m = GridMapping(orig, model, box, region)

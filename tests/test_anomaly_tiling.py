@@ -151,7 +151,7 @@ def test_a_planted_defect_maps_to_its_own_pixels(tiled, where):
 
 @pytest.mark.parametrize("sigma", [4.0, 0.0])
 def test_tiled_maps_equal_stitching_each_tiles_map_then_smoothing_the_image(tiled, sigma):
-    from frozenvit.anomaly.scoring import original_maps, smooth
+    from frozenvit.anomaly.anomaly_map import anomaly_maps, original_maps, smooth
 
     det = copy.copy(tiled).set_params(sigma=sigma)                     # a shallow copy: the fixture keeps its sigma
     img, _ = with_square(render_sample("weave", None, 0, 78, size=SIZE)[0], 54, 100, 20)
@@ -159,7 +159,7 @@ def test_tiled_maps_equal_stitching_each_tiles_map_then_smoothing_the_image(tile
     tiling, m = where[0]
     stitched = tiling.stitch(original_maps(t[None], [m], 0.0)[0] for t in patch[0])   # (H0, W0) the reference
     ref = smooth(stitched, sigma * tiling.tile_size[0] / m.model_size[0])
-    got = det.anomaly_maps(patch, where)[0]
+    got = anomaly_maps(patch, where, det.sigma)[0]
     assert got.shape == SIZE and got.dtype == np.float32
     assert np.allclose(got, ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
 
@@ -214,8 +214,8 @@ def test_score_border_leaves_every_tiles_edge_patches_out_of_the_image_score(tin
 def test_tiles_go_to_the_backbone_in_batches_of_batch_size(tiny_vit, normals, monkeypatch):
     det = PatchCore(tiny_vit, coreset_ratio=0.5, tile=1.0, batch_size=4, progress=False).fit(normals[:3])
     seen = []
-    features = det._features
-    monkeypatch.setattr(det, "_features", lambda batch: seen.append(len(batch)) or features(batch))
+    grids = tiny_vit.patch_grids
+    monkeypatch.setattr(tiny_vit, "patch_grids", lambda batch, **kw: seen.append(len(batch)) or grids(batch, **kw))
     det.predict(normals[3:5])                                           # 2 x 15 tiles
     assert max(seen) == 4 and sum(seen) == 30
 
@@ -264,7 +264,7 @@ def test_an_auto_tiled_model_saves_and_loads_auto(tiny_vit, normals, tmp_path):
 
 
 def test_tile_must_be_none_auto_or_a_positive_scale(tiny_vit, normals):
-    from frozenvit.backbone.suite.errors import UsageError
+    from sklearn.utils._param_validation import InvalidParameterError
 
-    with pytest.raises(UsageError, match="tile must be None, 'auto' or a scale > 0"):
+    with pytest.raises(InvalidParameterError, match="'tile' parameter of PatchCore must be"):
         PatchCore(tiny_vit, tile="big").fit(normals[:2])

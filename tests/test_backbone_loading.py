@@ -155,7 +155,7 @@ def test_cnn_backbone_hands_out_grids_with_the_same_interface():
 def test_info_cli_reports_reg4_dinov2_contract(capsys):
     from frozenvit.backbone.suite.cli import main
 
-    assert main(["backbone", "info", "vit_small_patch14_reg4_dinov2", "--img-size", "224"]) == 0
+    assert main(["backbone", "info", "vit_small_patch14_reg4_dinov2", "--image-size", "224"]) == 0
     out = capsys.readouterr().out
     assert "16x16 tokens" in out
     assert "5 (1 CLS + 4 register)" in out

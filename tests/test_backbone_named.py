@@ -94,7 +94,7 @@ def test_anomaly_fit_by_short_name_records_a_model_that_predict_rebuilds(tmp_pat
                  "--n-test-defect", "1", "--height", "64", "--width", "64"]) == 0
     with pytest.warns(UserWarning, match="held-out normals"):
         assert main(["anomaly", "fit", "--data", str(tmp_path / "data" / "weave"), "--out", str(tmp_path / "m"),
-                     "--backbone", "efficientnet_lite0", "--img-size", "64", "--threads", "1"]) == 0
+                     "--backbone", "efficientnet_lite0", "--image-size", "64", "--threads", "1"]) == 0
     from frozenvit.anomaly import PatchCore
 
     det = PatchCore.load(tmp_path / "m")                                    # rebuilt from the package by name

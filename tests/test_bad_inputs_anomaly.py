@@ -12,7 +12,7 @@ import torch
 
 from frozenvit.backbone.suite.cli import main
 
-FIT = "anomaly fit --data {ws}/data/weave --out {ws}/new_model --img-size 64"
+FIT = "anomaly fit --data {ws}/data/weave --out {ws}/new_model --image-size 64"
 NAMED = "--backbone test_vit --weights {ws}/w.safetensors"
 FIT_NAMED = f"{FIT} {NAMED}"
 PREDICT = "anomaly predict --images {ws}/data/weave/test --out {ws}/pred"
@@ -38,23 +38,23 @@ CASES = [
     ("--model whose config.json was edited by hand", f"{EVALUATE} --model {{ws}}/edited", "ArtifactError"),
     ("--coreset-ratio 0", f"{FIT_NAMED} --coreset-ratio 0", "UsageError"),
     ("--coreset-ratio 1.5", f"{FIT_NAMED} --coreset-ratio 1.5", "UsageError"),
-    ("--holdout 1.0", f"{FIT_NAMED} --holdout 1.0", "UsageError"),
+    ("--holdout 1.0", f"{FIT_NAMED} --holdout 1.0", "InvalidParameterError"),
     ("--target-fpr 0", f"{FIT_NAMED} --target-fpr 0", "UsageError"),
     ("--batch-size 0", f"{FIT_NAMED} --batch-size 0", "UsageError"),
-    ("--blocks out of range", f"{FIT_NAMED} --blocks 2,9", "UsageError"),
+    ("--blocks out of range", f"{FIT_NAMED} --blocks 2,9", "ParameterError"),
     ("--blocks not numbers", f"{FIT_NAMED} --blocks 2,last", "UsageError"),
     ("--reduce-dim 0", f"{FIT_NAMED} --reduce-dim 0", "UsageError"),
     ("--tile 0", f"{FIT_NAMED} --tile 0", "UsageError"),
     ("--score-border -1", f"{FIT_NAMED} --score-border -1", "UsageError"),
-    ("--score-border that leaves no patch", f"{FIT_NAMED} --score-border 9", "UsageError"),
+    ("--score-border that leaves no patch", f"{FIT_NAMED} --score-border 9", "ParameterError"),
     ("--index that is not a search", f"{FIT_NAMED} --index exhaustive", "UsageError"),
-    ("--tile-overlap 1", f"{FIT_NAMED} --tile --tile-overlap 1", "UsageError"),
+    ("--tile-overlap 1", f"{FIT_NAMED} --tile --tile-overlap 1", "InvalidParameterError"),
     ("--augment that is not a symmetry", f"{FIT_NAMED} --augment sideways", "UsageError"),
-    ("--threshold nan", f"{FIT_NAMED} --threshold nan", "UsageError"),
+    ("--threshold nan", f"{FIT_NAMED} --threshold nan", "InvalidParameterError"),
     ("predict --threshold inf", "anomaly predict --model {ws}/model --images {ws}/data/weave/test --out {ws}/pred "
-                                "--threshold inf", "UsageError"),
-    ("--img-size not divisible by a ViT's patch", "anomaly fit --data {ws}/data/weave --out {ws}/new_model "
-                                                  "--img-size 70 --backbone test_vit --random-weights", "GridMismatch"),
+                                "--threshold inf", "InvalidParameterError"),
+    ("--image-size not divisible by a ViT's patch", "anomaly fit --data {ws}/data/weave --out {ws}/new_model "
+                                                  "--image-size 70 --backbone test_vit --random-weights", "GridMismatch"),
     ("an unreadable image among test images", "anomaly predict --model {ws}/model --images {ws}/bad_test "
                                               "--out {ws}/pred", "ImageFormatError"),
     ("--images that do not exist", "anomaly predict --model {ws}/model --images {ws}/nothing --out {ws}/pred",
@@ -63,9 +63,22 @@ CASES = [
      "DatasetError"),
     ("evaluate --masks with --data", f"{EVALUATE} --model {{ws}}/model --masks {{ws}}/one", "UsageError"),
     ("audit --folds 1", "anomaly audit --data {ws}/data/weave --folds 1 " + NAMED, "UsageError"),
-    ("audit with one image", "anomaly audit --data {ws}/one --img-size 64 " + NAMED, "DatasetError"),
+    ("audit with one image", "anomaly audit --data {ws}/one --image-size 64 " + NAMED, "DatasetError"),
     ("synth --height 8", "anomaly synth --out {ws}/synth --height 8", "UsageError"),
     ("synth --n-train 0", "anomaly synth --out {ws}/synth --n-train 0", "UsageError"),
+    ("synth --height 100000", "anomaly synth --out {ws}/synth --height 100000", "UsageError"),
+    ("--aggregation 2 (even)", f"{FIT_NAMED} --aggregation 2", "ParameterError"),
+    ("--seed -1", f"{FIT_NAMED} --seed -1", "UsageError"),
+    ("predict --model that does not exist", f"{PREDICT} --model {{ws}}/nothing", "ArtifactError"),
+    ("evaluate --model that does not exist", f"{EVALUATE} --model {{ws}}/nothing", "ArtifactError"),
+    ("fit --out under a file", f"{FIT_NAMED} --out {{ws}}/w.safetensors/model", "OutputConflict"),
+    ("predict --out under a file", "anomaly predict --model {ws}/model --images {ws}/data/weave/test "
+                                   "--out {ws}/w.safetensors/pred", "OutputConflict"),
+    ("evaluate --out under a file", "anomaly evaluate --model {ws}/model --data {ws}/data/weave "
+                                    "--out {ws}/w.safetensors/m.json", "OutputConflict"),
+    ("audit --out under a file", "anomaly audit --data {ws}/data/weave --folds 2 --image-size 64 " + NAMED
+                                 + " --out {ws}/w.safetensors/a.json", "OutputConflict"),
+    ("synth --out under a file", "anomaly synth --out {ws}/w.safetensors/synth", "OutputConflict"),
 ]
 
 
@@ -119,3 +132,23 @@ def test_bad_input_is_a_named_error_with_exit_2_and_writes_nothing(tree_snapshot
 
 def test_the_table_has_at_least_fourteen_distinct_bad_inputs():
     assert len({c[0] for c in CASES}) == len(CASES) >= 14
+
+
+@pytest.mark.parametrize("argv", [
+    f"{FIT_NAMED} --out {{ws}}/w.safetensors/model",
+    "anomaly predict --model {ws}/model --images {ws}/data/weave/test --out {ws}/w.safetensors/pred",
+    "anomaly evaluate --model {ws}/model --data {ws}/data/weave --out {ws}/w.safetensors/m.json",
+    "anomaly audit --data {ws}/data/weave --folds 2 --image-size 64 " + NAMED + " --out {ws}/w.safetensors/a.json",
+    "anomaly synth --out {ws}/w.safetensors/synth",
+], ids=["fit", "predict", "evaluate", "audit", "synth"])
+def test_an_out_that_cannot_be_written_is_refused_before_any_work(ws, argv, monkeypatch, capsys):
+    import frozenvit.anomaly.synthetic
+    import frozenvit.backbone
+
+    def work(*a, **k):
+        raise AssertionError("the work started before --out was checked")
+
+    monkeypatch.setattr(frozenvit.backbone, "load_backbone", work)
+    monkeypatch.setattr(frozenvit.anomaly.synthetic, "make_synthetic_mvtec", work)
+    assert main(argv.format(ws=ws).split()) == 2
+    assert "error (OutputConflict)" in capsys.readouterr().err

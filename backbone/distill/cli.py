@@ -43,10 +43,10 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"--device {args.device}: torch sees no CUDA device here; use --device cpu")
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)
-    teacher = make_teacher(args.teacher, img_size=args.img_size)
+    teacher = make_teacher(args.teacher, img_size=args.image_size)
     out = output_dir(args.out, "distill_run")
-    cfg = DistillConfig(student=args.student, student_kwargs=student_kwargs, img_size=args.img_size,
-                        cache_size=args.cache_size or int(round(args.img_size * 1.125)), epochs=args.epochs,
+    cfg = DistillConfig(student=args.student, student_kwargs=student_kwargs, img_size=args.image_size,
+                        cache_size=args.cache_size or int(round(args.image_size * 1.125)), epochs=args.epochs,
                         batch_size=args.batch_size, lr=args.lr, seed=args.seed, precision=args.precision,
                         ckpt_every_s=args.ckpt_minutes * 60,
                         w_kd=args.w_kd, w_dense=args.w_dense, warmup_steps=args.warmup_steps, init=args.init or "",
@@ -77,8 +77,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--extra-data", action="append", default=None, metavar="DIR",
                    help="another folder of images added to --data (repeatable), e.g. ../shared/data/more_images; "
                         "imagenette/val is refused (the probe's test set)")
-    p.add_argument("--img-size", type=number(int, min=16), default=128, help="training resolution (px)")
-    p.add_argument("--cache-size", type=number(int, min=0), default=0, help="decoded cache side (px); 0: 1.125 x img-size")
+    p.add_argument("--image-size", type=number(int, min=16), default=128, metavar="PX",
+                   help="training resolution in pixels")
+    p.add_argument("--cache-size", type=number(int, min=0), default=0,
+                   help="decoded cache side in pixels; 0: 1.125 x --image-size")
     p.add_argument("--cache-dir", default=None, help="where to keep the decoded cache (default OUT/cache)")
     p.add_argument("--epochs", type=number(float, min=0, min_open=True), default=10.0,
                    help="passes over the training images (fractions allowed)")
