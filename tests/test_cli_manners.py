@@ -136,3 +136,11 @@ def test_random_weights_without_a_name_are_the_default_architecture_with_random_
     a = default.model.state_dict()["blocks.0.attn.qkv.weight"]
     b = rand.model.state_dict()["blocks.0.attn.qkv.weight"]
     assert not (a.float() == b.float()).all()
+
+
+@pytest.mark.parametrize("argv", [[], ["anomaly"], ["control"], ["forecast"], ["backbone"]])
+def test_a_missing_subcommand_is_named_by_its_choices_not_an_internal_name(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "required: {" in err and "_command" not in err and "_cmd" not in err, err
