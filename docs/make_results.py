@@ -1,7 +1,7 @@
 """Write docs/results.md: one table per application, every figure read from benchmarks/results/*.json.
 
-    python docs/make_results.py           # (re)write docs/results.md
-    python docs/make_results.py --check   # exit 1 when docs/results.md is not what this script writes
+    python docs/make_results.py           # (re)write docs/results.md and the README's headline lines
+    python docs/make_results.py --check   # exit 1 when either is not what this script writes
 
 A figure is typed nowhere by hand: each cell names the JSON file and the field it comes from, and each
 table is dated with its JSON's own date ("when" or "date") and links to it. To change a headline, run the
@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 OUT = ROOT / "docs" / "results.md"
+README = ROOT / "README.md"
+HEADLINE = re.compile(r"(<!-- headline:(\w+) -->\n).*?(<!-- /headline -->)", re.S)
 LINK = "../benchmarks/results/"          # from docs/results.md to a JSON
 
 # The eight tasks of control's held-out benchmark, and the JSON that holds each task's shipped default
@@ -268,6 +271,43 @@ neighbourhood mean (PatchCore's default on a ViT), `benchmarks/anomaly_real.py`:
 """
 
 
+# ---------------------------------------------------------------- README headlines
+
+def headlines() -> dict[str, str]:
+    """One sentence per application for the README, between its <!-- headline:NAME --> markers."""
+    link = "[results](docs/results.md#{})"
+    what, dataset, name, config = ANOMALY_QUALITY[0]
+    m = run_of(load(name), config)["metrics"]
+    anomaly_ = (f"On MPDD metal_plate the default ensemble scores image AUROC / pixel AUROC / AUPRO "
+                f"**{f3(m['image_auroc'])} / {f3(m['pixel_auroc'])} / {f3(m['aupro'])}** ({link.format('anomaly')}).")
+    rows = {r["model"]: r for r in load("forecast_m4_hourly.json")["summary"]}
+    forecasting_ = (f"On M4 Hourly PatchTST reaches MASE **{f3(rows['PatchTST']['MASE'])}** against seasonal "
+                    f"naive's {f3(rows['SeasonalNaive']['MASE'])} ({link.format('forecasting')}).")
+    won = played = 0
+    for task, name in CONTROL_TASKS:
+        for r in load(name)["results"]:
+            if r["task"] == task and r["pooling"] == "attention":
+                won, played = won + r["successes"], played + r["episodes"]
+    control_ = (f"The shipped defaults succeed on **{f3(won / played)}** of held-out configurations over eight "
+                f"Meta-World tasks, three seeds each ({link.format('control')}).")
+    probe = {r["model"]: r["top1"] for r in load(PROBE[0][1])["rows"] if r["features"] in ("cls+mean", "pool")}
+    backbone_ = (f"The embedded ViT scores **{f3(probe['student'])}** on an Imagenette linear probe, its ImageNet "
+                 f"teacher {f3(probe['teacher'])} ({link.format('backbone')}).")
+    return {"anomaly": anomaly_, "forecasting": forecasting_, "control": control_, "backbone": backbone_}
+
+
+def with_headlines(readme: str) -> str:
+    """The README with each headline block refilled; a marker this script does not know is an error."""
+    lines = headlines()
+
+    def fill(m: re.Match) -> str:
+        if m.group(2) not in lines:
+            raise SystemExit(f"README.md: no headline named {m.group(2)!r} (known: {', '.join(lines)})")
+        return m.group(1) + lines[m.group(2)] + "\n" + m.group(3)
+
+    return HEADLINE.sub(fill, readme)
+
+
 def render() -> str:
     return "\n".join([
         "# Measured results",
@@ -287,15 +327,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="exit 1 when docs/results.md differs from what would be written")
     args = ap.parse_args(argv)
-    text = render()
+    wanted = {OUT: render(), README: with_headlines(README.read_text())}
     if args.check:
-        if not OUT.is_file() or OUT.read_text() != text:
-            print(f"{OUT.relative_to(ROOT)} is out of date: run python docs/make_results.py", file=sys.stderr)
-            return 1
-        print(f"{OUT.relative_to(ROOT)} is up to date")
-        return 0
-    OUT.write_text(text)
-    print(f"wrote {OUT.relative_to(ROOT)}")
+        stale = [p for p, text in wanted.items() if not p.is_file() or p.read_text() != text]
+        for p in stale:
+            print(f"{p.relative_to(ROOT)} is out of date: run python docs/make_results.py", file=sys.stderr)
+        if not stale:
+            print("docs/results.md and the README's headlines are up to date")
+        return 1 if stale else 0
+    for p, text in wanted.items():
+        p.write_text(text)
+        print(f"wrote {p.relative_to(ROOT)}")
     return 0
 
 
