@@ -271,6 +271,36 @@ neighbourhood mean (PatchCore's default on a ViT), `benchmarks/anomaly_real.py`:
 """
 
 
+# ---------------------------------------------------------------- scale-out
+
+SCALEOUT = [   # (job, JSON, part, local run, Ray run)
+    ("AutoETS backtest, M4 Hourly ({n_series} series)", "ray_scaleout.json", "forecast", "local, 1 process", "ray, 2 workers"),
+    ("anomaly scoring, {n_images:,} MPDD images with overlays", "ray_scaleout_anomaly_large.json", "anomaly",
+     "local, 1 thread", "ray, 2 x 1 thread"),
+    ("control evaluation, button-press, actors kept between calls", "ray_scaleout_control.json", "control",
+     "local, 1 thread", "ray, 2 x 1 thread, actors kept from the previous call"),
+    ("the same, fresh actors", "ray_scaleout_control.json", "control",
+     "local, 1 thread", "ray, 2 x 1 thread, fresh actors"),
+]
+
+
+def scaleout() -> str:
+    rows = []
+    for job, name, part, local, ray in SCALEOUT:
+        d = load(name)
+        a, b = row_of(d[part]["rows"], run=local), row_of(d[part]["rows"], run=ray)
+        rows.append([job.format(**d[part]), f"{a['wall_s']:.1f} s", f"{b['wall_s']:.1f} s", f"**{b['speedup']:.2f}x**",
+                     f"{b['speedup_incl_start']:.2f}x", src(name, d)])
+    t = table(["job", "local, 1 process", "Ray, 2 single-thread workers", "speedup", "with Ray's start", "measured"], rows)
+    return f"""## scale-out
+
+`benchmarks/ray_scaleout.py` on the 2-core machine, one local Ray instance, the same answers as the local
+run in every case ([scaling.md](scaling.md)):
+
+{t}
+"""
+
+
 # ---------------------------------------------------------------- README headlines
 
 def headlines() -> dict[str, str]:
@@ -319,7 +349,7 @@ def render() -> str:
         "and links to the JSON. All runs are on a 2-core CPU without a GPU. The guides say what each option does;",
         "experiment notes, with the runs behind each default, are in [lab/](../lab/README.md).",
         "",
-        anomaly(), forecasting(), control(), backbone(),
+        anomaly(), forecasting(), control(), backbone(), scaleout(),
     ]).rstrip("\n") + "\n"
 
 
