@@ -318,8 +318,8 @@ def headlines() -> dict[str, str]:
         for r in load(name)["results"]:
             if r["task"] == task and r["pooling"] == "attention":
                 won, played = won + r["successes"], played + r["episodes"]
-    control_ = (f"The shipped defaults succeed on **{f3(won / played)}** of held-out configurations over eight "
-                f"Meta-World tasks, three seeds each ({link.format('control')}).")
+    control_ = (f"With the shipped defaults, the mean held-out success over eight Meta-World tasks, three seeds "
+                f"each, is **{f3(won / played)}** ({link.format('control')}).")
     probe = {r["model"]: r["top1"] for r in load(PROBE[0][1])["rows"] if r["features"] in ("cls+mean", "pool")}
     backbone_ = (f"The embedded ViT scores **{f3(probe['student'])}** on an Imagenette linear probe, its ImageNet "
                  f"teacher {f3(probe['teacher'])} ({link.format('backbone')}).")
