@@ -1,6 +1,6 @@
-# make demo  - set up .venv and write demo-report/index.html with the embedded default backbone
+# make demo  - set up .venv and write demo-report/index.html: every application once, offline
 # make test  - set up .venv and run the offline test suite
-# make bench - set up .venv and run the benchmarks (writes benchmarks/results/*.json)
+# make bench - set up .venv, run the benchmarks (writes benchmarks/results/*.json), regenerate docs/results.md
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -31,6 +31,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py --threads $(THREADS)
+	$(PY) docs/make_results.py
 
 clean:
 	rm -rf $(VENV) demo-report .pytest_cache

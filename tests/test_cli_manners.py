@@ -26,18 +26,64 @@ def test_every_command_is_found():
 
 
 @pytest.mark.parametrize("command", sorted(LEAVES))
-def test_every_option_has_help_text_and_shows_its_default(command):
+def test_every_option_has_help_text_and_shows_a_real_default(command):
+    """A default worth showing is shown; "(default: None)" and a default on a required option never are."""
     parser = LEAVES[command]
-    text = parser.format_help()
+    text = " ".join(parser.format_help().split())
+    assert "(default: None)" not in text, command
     for action in parser._actions:
-        if not action.option_strings or isinstance(action, argparse._HelpAction):
+        if not action.option_strings or isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
             continue
         flag = max(action.option_strings, key=len)
         assert action.help, f"{command} {flag} has no help text"
-        if not isinstance(action, argparse._StoreConstAction):
-            assert "(default" in parser._get_formatter()._get_help_string(action), f"{command} {flag}"
-    assert "(default: " in text or all(isinstance(a, (argparse._HelpAction, argparse._StoreConstAction))
-                                       for a in parser._actions if a.option_strings)
+        shown = parser._get_formatter()._get_help_string(action)
+        if action.required:
+            assert "(default" not in shown, f"{command} {flag}"
+        elif isinstance(action, argparse._StoreConstAction):
+            continue
+        elif action.default is not None:
+            assert "(default" in shown, f"{command} {flag}"
+
+
+def test_help_leaves_out_none_defaults_and_required_options_defaults():
+    p = cli.Parser(prog="x")
+    p.add_argument("--need", required=True, help="a required one")
+    p.add_argument("--maybe", default=None, help="when absent: the model's own")
+    p.add_argument("--n", type=int, default=3, help="a count")
+    text = " ".join(p.format_help().split())
+    assert "a required one (default" not in text and "the model's own (default" not in text
+    assert "a count (default: 3)" in text
+
+
+def test_version_prints_the_installed_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.startswith("frozenvit ")
+
+
+def test_the_crash_handler_ends_in_one_line_when_its_log_folder_cannot_be_written(tmp_path, monkeypatch, capsys):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the log folder should be")
+    monkeypatch.setattr(cli, "LOG_DIR", blocker / "logs")
+
+    def boom(args):
+        raise KeyError("an internal slip")
+
+    monkeypatch.setattr(cli, "_cmd_demo", boom)
+    assert main(["demo", "--out", str(tmp_path / "r")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "bug in frozenvit" in err and "no log could be written" in err
+
+
+def test_a_bad_hyperparameter_from_sklearn_validation_exits_2(monkeypatch, capsys):
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    def bad(args):
+        raise InvalidParameterError("The 'k' parameter of Thing must be an int in the range [1, inf). Got 0 instead.")
+
+    monkeypatch.setattr(cli, "_cmd_demo", bad)
+    assert main(["demo", "--out", "unused"]) == 2
+    assert "InvalidParameterError" in capsys.readouterr().err
 
 
 def test_a_usage_mistake_is_a_named_error_with_exit_2(capsys):
@@ -90,3 +136,11 @@ def test_random_weights_without_a_name_are_the_default_architecture_with_random_
     a = default.model.state_dict()["blocks.0.attn.qkv.weight"]
     b = rand.model.state_dict()["blocks.0.attn.qkv.weight"]
     assert not (a.float() == b.float()).all()
+
+
+@pytest.mark.parametrize("argv", [[], ["anomaly"], ["control"], ["forecast"], ["backbone"]])
+def test_a_missing_subcommand_is_named_by_its_choices_not_an_internal_name(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "required: {" in err and "_command" not in err and "_cmd" not in err, err

@@ -2,7 +2,7 @@
 --gif-dir, --checkpoint) that points at a user's folder or file is refused with exit 2 before any work."""
 import pytest
 
-from frozenvit.backbone.errors import ArtifactError
+from frozenvit.backbone.errors import ArtifactError, OutputConflict
 
 from frozenvit.backbone.suite.cli import main
 
@@ -124,3 +124,22 @@ def test_a_changed_file_of_an_artifact_is_refused_on_load(tmp_path, victim):
     f.write_bytes(bytes(data))
     with pytest.raises(ArtifactError, match="changed after it was written|not valid JSON"):
         read_config(tmp_path / "m", "thing", 1)
+
+
+@pytest.mark.parametrize("how", ["file-as-parent", "read-only-parent"])
+def test_an_output_that_cannot_be_written_is_refused_before_the_work(tmp_path, how):
+    import os
+
+    from frozenvit.backbone.suite.artifacts import check_artifact_dir, check_output_dir
+
+    if how == "file-as-parent":
+        (tmp_path / "a").write_text("a file")
+        out = tmp_path / "a" / "model"
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root writes into read-only folders")
+        (tmp_path / "ro").mkdir(mode=0o555)
+        out = tmp_path / "ro" / "model"
+    for check in (check_artifact_dir, check_output_dir):
+        with pytest.raises(OutputConflict, match="cannot be written"):
+            check(out, "thing")

@@ -183,8 +183,25 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
+def check_writable(path: str | os.PathLike, flag: str = "--out") -> None:
+    """Refuse early a path that cannot be created: a file where a folder must be, or no write permission.
+
+    `path` itself may exist (it is checked by the callers' ownership rules); its nearest existing ancestor
+    must be a writable folder, so a long job never learns after its work that it cannot save it.
+    """
+    path = Path(path)
+    ancestor = next((p for p in path.parents if p.exists() or p.is_symlink()), Path("."))
+    if not ancestor.is_dir():
+        raise OutputConflict(f"{flag} {path} cannot be written: {ancestor} is a file, not a folder; "
+                             "choose another path")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise OutputConflict(f"{flag} {path} cannot be written (no write permission in {ancestor}); "
+                             "choose a writable path")
+
+
 def check_artifact_dir(target: str | os.PathLike, kind: str, flag: str = "--out", replaces: tuple[str, ...] = ()) -> None:
     """Refuse early (before hours of work) a `target` that `atomic_dir(target, kind, replaces=...)` would refuse."""
+    check_writable(target, flag)
     recover(target)
     _check_owned_dir(Path(target), kind, flag, whole=True, replaces=replaces)
 
@@ -236,11 +253,10 @@ def atomic_dir(target: str | os.PathLike, kind: str, flag: str = "--out", replac
 def check_output_dir(path: str | os.PathLike, kind: str, flag: str = "--out") -> None:
     """Refuse early, writing nothing, a folder that `output_dir(path, kind)` would refuse."""
     path = Path(path)
+    check_writable(path, flag)
     _check_owned_dir(path, kind, flag, whole=False)
-    parent = next((p for p in [path, *path.parents] if p.exists()), Path("."))
-    if not os.access(parent, os.W_OK):
-        raise OutputConflict(f"{flag} {path} cannot be written (no write permission in {parent}); "
-                             "choose a writable path")
+    if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
+        raise OutputConflict(f"{flag} {path} cannot be written (no write permission); choose a writable path")
 
 
 def output_dir(path: str | os.PathLike, kind: str, flag: str = "--out") -> Path:
@@ -268,10 +284,7 @@ def check_output_file(path: str | os.PathLike | None, kind: str, flag: str = "--
     if path.is_dir():
         raise _refuse(path, "is a folder, a file path is expected here", flag)
     if not path.exists():
-        parent = next((p for p in path.parents if p.exists()), Path("."))
-        if not parent.is_dir() or not os.access(parent, os.W_OK):
-            raise OutputConflict(f"{flag} {path} cannot be written (no write permission in {parent}); "
-                                 "choose a writable path")
+        check_writable(path, flag)
         return
     if file_kind(path) != kind:
         raise _refuse(path, "exists and was not written by this frozenvit command", flag)

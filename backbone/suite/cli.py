@@ -149,7 +149,18 @@ def build_parser() -> argparse.ArgumentParser:
             ep.load()(sub)
         except Exception as e:  # one broken plugin must not take the whole CLI down
             print(f"warning: command plugin {ep.name!r} failed to load: {e}", file=sys.stderr)
+    _name_subcommands(p)
     return p
+
+
+def _name_subcommands(parser: argparse.ArgumentParser) -> None:
+    """A missing sub-command is named by its choices ({fit,predict,...}), never by an internal `dest`."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            if action.metavar is None:
+                action.metavar = "{" + ",".join(action.choices) + "}"
+            for child in action.choices.values():
+                _name_subcommands(child)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,378 @@
+"""Write docs/results.md: one table per application, every figure read from benchmarks/results/*.json.
+
+    python docs/make_results.py           # (re)write docs/results.md and the README's headline lines
+    python docs/make_results.py --check   # exit 1 when either is not what this script writes
+
+A figure is typed nowhere by hand: each cell names the JSON file and the field it comes from, and each
+table is dated with its JSON's own date ("when" or "date") and links to it. To change a headline, run the
+benchmark, point the spec below at its JSON, and rerun this script. Needs only the standard library.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+OUT = ROOT / "docs" / "results.md"
+README = ROOT / "README.md"
+HEADLINE = re.compile(r"(<!-- headline:(\w+) -->\n).*?(<!-- /headline -->)", re.S)
+LINK = "../benchmarks/results/"          # from docs/results.md to a JSON
+
+# The eight tasks of control's held-out benchmark, and the JSON that holds each task's shipped default
+# (its default demonstrator, blocks 2, 5 and 11, action chunks of 8), three training seeds each.
+CONTROL_TASKS = [
+    ("reach-v3", "control_success_fingertips_2026-12-05_reach.json"),
+    ("push-v3", "control_success_default_cap500_2026-12-04_reach_push.json"),
+    ("pick-place-v3", "control_success_carry_2026-12-05_pick_place.json"),
+    ("peg-insert-side-v3", "control_success_held_2026-12-05_peg.json"),
+    ("sweep-into-v3", "control_success_default_2026-12-04_new4.json"),
+    ("button-press-v3", "control_success_default_2026-12-04_first4.json"),
+    ("drawer-open-v3", "control_success_default_2026-12-04_first4.json"),
+    ("door-open-v3", "control_success_default_2026-12-04_new4.json"),
+]
+CONTROL_LATENCY = [f"control_latency_default_chunk8_2026-12-04_run{i}.json" for i in (1, 2, 3)]
+
+
+def load(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text())
+
+
+def date(d: dict) -> str:
+    """The JSON's own date, YYYY-MM-DD."""
+    return str(d.get("when") or d["date"])[:10]
+
+
+def src(name: str, d: dict | None = None) -> str:
+    """'2026-12-02, [json](...)': the date and the link a row or table cites."""
+    d = load(name) if d is None else d
+    return f"{date(d)}, [json]({LINK}{name})"
+
+
+def f3(x: float) -> str:
+    return f"{x:.3f}"
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def pval(p: float) -> str:
+    return f"{p:.2g}"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def run_of(d: dict, config: str) -> dict:
+    """The run of an anomaly_real JSON with this configuration name."""
+    (run,) = [r for r in d["runs"] if r["config"] == config]
+    return run
+
+
+def row_of(rows: list[dict], **match) -> dict:
+    (row,) = [r for r in rows if all(r.get(k) == v for k, v in match.items())]
+    return row
+
+
+# ---------------------------------------------------------------- anomaly
+
+VIT_ALONE = "embedded ViT alone (`--backbone embedded --tile 2 --score-border 1 --index ivf`)"
+ANOMALY_QUALITY = [   # (what, set, JSON, configuration in it)
+    ("**default ensemble** (Lite0 + embedded ViT)", "MPDD metal_plate", "anomaly_real_ensemble_mpdd_metal_plate.json", "ensemble"),
+    ("Lite0 alone (`--backbone efficientnet_lite0`)", "MPDD metal_plate", "anomaly_real_mpdd_metal_plate.json", "lite0_tileauto_b1"),
+    (VIT_ALONE, "MPDD metal_plate", "distill_v3_anomaly_tiles_mpdd_metal_plate.json", "vit_tile2_b1_ivf_agg1"),
+    ("**default ensemble** (Lite0 + embedded ViT)", "KolektorSDD", "anomaly_real_ensemble_kolektorsdd.json", "ensemble"),
+    ("Lite0 alone (`--backbone efficientnet_lite0`)", "KolektorSDD", "anomaly_real_kolektorsdd.json", "lite0_tileauto_b1_ivf"),
+    (VIT_ALONE, "KolektorSDD", "distill_v3_kd4_more2_anomaly_kolektorsdd.json", "vit_tile2_b1_ivf_agg1"),
+]
+ANOMALY_SPEED = [     # (what, JSON, (what, variant) of the 512 px row, of the tiled row)
+    ("default ensemble", "anomaly_speed_ensemble_t2.json",
+     ("predict (maps)", "512px"), ("predict (maps)", "1250x500")),
+    ("Lite0 alone", "anomaly_speed_efficientnet_lite0_t2_tiledmaps_quiet.json",
+     ("predict (maps)", "ivf index, maps at 512px"),
+     ("predict tiled (maps)", "1250x500 px, tile auto, 3 tiles/img, bank 12466x38 (untiled 12544), ivf index (the default's)")),
+]
+
+
+def anomaly() -> str:
+    rows = []
+    for what, dataset, name, config in ANOMALY_QUALITY:
+        d = load(name)
+        m = run_of(d, config)["metrics"]
+        rows.append([what, dataset, f3(m["image_auroc"]), f3(m["pixel_auroc"]), f3(m["aupro"]),
+                     pct(m["detection_rate"]), pct(m["false_alarm_rate"]), src(name, d)])
+    quality = table(["model", "set", "image AUROC", "pixel AUROC", "AUPRO@0.3", "detected", "false alarms", "measured"],
+                    rows)
+    rows = []
+    for what, name, whole, tiled in ANOMALY_SPEED:
+        d = load(name)
+        a = row_of(d["rows"], what=whole[0], variant=whole[1])
+        b = row_of(d["rows"], what=tiled[0], variant=tiled[1])
+        rows.append([what, f3(a["ratio_to_patch_grids"]), f3(b["ratio_to_patch_grids"]), f"{d['targets']['predict_ratio']:.2f}",
+                     src(name, d)])
+    speed = table(["model", "512 px images", "1250x500 px images (tiled)", "target", "measured"], rows)
+    return f"""## anomaly
+
+Full protocol of `benchmarks/anomaly_real.py`: fit on `train/good` with 20% held out to calibrate the
+threshold at a 1% false-alarm target, test on all of `test/`. "Detected" and "false alarms" are at that
+calibrated threshold.
+
+{quality}
+
+Speed (`benchmarks/anomaly_speed.py --threads 2`): `predict` with maps, in images per second, as a share
+of the bare backbone's (`patch_grids` of each member on exactly the inputs it sees).
+
+{speed}
+"""
+
+
+# ---------------------------------------------------------------- forecasting
+
+MODEL_NAMES = {"SeasonalNaive": "seasonal naive", "Naive": "naive"}
+
+
+def forecasting() -> str:
+    name = "forecast_m4_hourly.json"
+    d = load(name)
+    rows = []
+    for r in d["summary"]:
+        p = r["p_value"]
+        rows.append([MODEL_NAMES.get(r["model"], r["model"]), f3(r["MASE"]), f"{r['sMAPE']:.2f}",
+                     "-" if p is None or p != p else pval(p)])
+    m4 = table(["model", "MASE", "sMAPE", "Diebold-Mariano p vs seasonal naive"], rows)
+
+    iname = "forecast_m4_hourly_intervals.json"
+    di = load(iname)
+    rows = [[MODEL_NAMES.get(r["model"], r["model"]), f3(r["MASE"]), f"{100 * r['cov80']:.1f}%", f"{100 * r['cov95']:.1f}%",
+             f"{r['MSIS95']:.2f}"] for r in di["summary"]]
+    intervals = table(["model", "MASE", "coverage of the 80% interval", "coverage of the 95% interval", "MSIS (95%)"], rows)
+
+    pname = "forecast_paper_etth2.json"
+    dp = load(pname)
+    by = {(r["model"], r["h"]): r for r in dp["results"]}
+    rows = []
+    for h in sorted({r["h"] for r in dp["results"]}):
+        p, dl = by[("PatchTST", h)], by[("DLinear", h)]
+        rows.append([str(h), f"{p['mse']:.3f} / {p['mae']:.3f}", f"{p['all_windows_mse']:.3f}",
+                     f"{100 * (p['mse'] / p['all_windows_mse'] - 1):+.1f}%", f"{p['paper_mse']:.3f} / {p['paper_mae']:.3f}",
+                     f"{dl['mse']:.3f} / {dl['mae']:.3f}", f"{dl['paper_mse']:.3f} / {dl['paper_mae']:.3f}"])
+    etth2 = table(["H", "PatchTST MSE / MAE", "paper, all test windows (MSE)", "vs all windows",
+                   "paper PatchTST/42 (published)", "DLinear MSE / MAE", "paper DLinear"], rows)
+    return f"""## forecasting
+
+M4 Hourly ({d['n_series']} series, horizon {d['h']}, {d['n_windows']} rolling windows, season
+{d['season_length']}; `benchmarks/forecast_m4_hourly.py`; {src(name, d)}):
+
+{m4}
+
+Conformal intervals and combinations on M4 Hourly ({di['n_windows']} window, `--levels 80,95`;
+`benchmarks/forecast_m4_hourly_intervals.py`; {src(iname, di)}):
+
+{intervals}
+
+ETTh2, the PatchTST paper's protocol (`frozenvit forecast paper`; `benchmarks/forecast_paper_etth2.py`;
+{src(pname, dp)}):
+
+{etth2}
+"""
+
+
+# ---------------------------------------------------------------- control
+
+def control() -> str:
+    rows, by_seed, names = [], {}, []
+    for task, name in CONTROL_TASKS:
+        d = load(name)
+        runs = sorted((r for r in d["results"] if r["task"] == task and r["pooling"] == "attention"), key=lambda r: r["seed"])
+        rates = [r["success_rate"] for r in runs]
+        for r in runs:
+            by_seed.setdefault(r["seed"], []).append((r["successes"], r["episodes"]))
+        demonstrator = d["settings"].get("demonstrators", {}).get(task, "Meta-World's expert")
+        rows.append([task, *[f"{x:.2f}" for x in rates], f"**{sum(rates) / len(rates):.2f}**", demonstrator,
+                     str(d["settings"]["max_steps"]), src(name, d)])
+        names.append(name)
+    seeds = sorted(by_seed)
+    assert all(len(by_seed[s]) == len(CONTROL_TASKS) for s in seeds), "every task needs every seed"
+    won = [sum(k for k, _ in by_seed[s]) for s in seeds]
+    played = [sum(n for _, n in by_seed[s]) for s in seeds]
+    # per seed to four places: k / 400 episodes is exact there, where three places would round a half either way
+    rows.append(["**mean of the eight**", *[f"{k / n:.4f}" for k, n in zip(won, played)],
+                 f"**{f3(sum(won) / sum(played))}**", "", "", ""])
+    success = table(["task", *[f"seed {s}" for s in seeds], "mean", "demonstrator", "cap (steps)", "measured"], rows)
+
+    rows = []
+    for name in CONTROL_LATENCY:
+        d = load(name)
+        default = [r for r in d["rows"] if r["threads"] == 2 and r["encoder"].startswith("embedded default")]
+        fast = [r for r in d["rows"] if r["threads"] == 2 and r["encoder"].startswith("fast encoder")]
+        (a,), (b,) = default, fast
+        rows.append([f"{a['p50']:.1f} / {a['p99']:.1f}", f"{b['p50']:.1f} / {b['p99']:.1f}", src(name, d)])
+    t = load(CONTROL_LATENCY[0])["targets"]
+    latency = table(["default encoder p50 / p99 (ms)", "`--backbone metaworld-fast` p50 / p99 (ms)", "measured"], rows)
+    return f"""## control
+
+Held-out success of the shipped defaults (`benchmarks/control_success.py`): the embedded ViT at 224 px,
+heads reading blocks 2, 5 and 11 through attention pooling, chunks of 8 actions, 4 augmented views, 25
+demos per task, 50 held-out configurations per task and seed, three training seeds.
+
+{success}
+
+Control loop latency on reach-v3, one environment, 2 threads (`benchmarks/control_latency.py`; render,
+preprocess, encode, head and environment step; targets p50 <= {t['p50_ms']:.0f} ms and p99 <= {t['p99_ms']:.0f} ms):
+
+{latency}
+"""
+
+
+# ---------------------------------------------------------------- backbone
+
+PROBE = [   # (what, JSON, model row)
+    ("**v3, the embedded default**", "distill_v3_kd4_more2_probe.json", "student"),
+    ("v2 (`frozenvit-default-v2`)", "distill_v2_probe.json", "student"),
+    ("v1 (`frozenvit-default-v1`)", "probe_imagenette.json", "student"),
+    ("teacher: ImageNet EfficientNet-Lite0", "distill_v3_kd4_more2_probe.json", "teacher"),
+]
+DENSE = [   # (what, JSON, configuration): PatchCore on MPDD metal_plate, no 3x3 mean (its ViT default)
+    ("**v3, the embedded default**", "distill_v3_kd4_more2_anomaly_mpdd_metal_plate.json", "vit_agg1"),
+    ("v2 (`frozenvit-default-v2`)", "anomaly_real_mpdd_metal_plate_variants.json", "vit_agg1"),
+    ("teacher: Lite0's stride-16 stage", "anomaly_real_mpdd_metal_plate_variants.json", "lite0_s1_agg1"),
+]
+
+
+def backbone() -> str:
+    rows = []
+    for what, name, model in PROBE:
+        d = load(name)
+        got = {r["features"]: r["top1"] for r in d["rows"] if r["model"] == model}
+        cells = [f3(got["pool"]), "-"] if "pool" in got else [f3(got["cls+mean"]), f3(got["mean"])]
+        rows.append([what, *cells, src(name, d)])
+    probe = table(["model", "top-1, CLS + mean token (teacher: pooled)", "top-1, mean token", "measured"], rows)
+    rows = []
+    for what, name, config in DENSE:
+        d = load(name)
+        (r,) = [r for r in d["table"] if r["config"] == config]
+        rows.append([what, f3(r["image AUROC"]), f3(r["pixel AUROC"]), f3(r["AUPRO@0.3"]), src(name, d)])
+    dense = table(["model", "image AUROC", "pixel AUROC", "AUPRO@0.3", "measured"], rows)
+    return f"""## backbone
+
+Imagenette linear probe (`benchmarks/probe_imagenette.py`: logistic regression on 100 training images per
+class, scored on the 3,925 validation images, 224 px):
+
+{probe}
+
+Patch tokens for dense work: PatchCore on MPDD metal_plate, one 224 px input per image, without the 3x3
+neighbourhood mean (PatchCore's default on a ViT), `benchmarks/anomaly_real.py`:
+
+{dense}
+"""
+
+
+# ---------------------------------------------------------------- scale-out
+
+SCALEOUT = [   # (job, JSON, part, local run, Ray run)
+    ("AutoETS backtest, M4 Hourly ({n_series} series)", "ray_scaleout.json", "forecast", "local, 1 process", "ray, 2 workers"),
+    ("anomaly scoring, {n_images:,} MPDD images with overlays", "ray_scaleout_anomaly_large.json", "anomaly",
+     "local, 1 thread", "ray, 2 x 1 thread"),
+    ("control evaluation, button-press, actors kept between calls", "ray_scaleout_control.json", "control",
+     "local, 1 thread", "ray, 2 x 1 thread, actors kept from the previous call"),
+    ("the same, fresh actors", "ray_scaleout_control.json", "control",
+     "local, 1 thread", "ray, 2 x 1 thread, fresh actors"),
+]
+
+
+def scaleout() -> str:
+    rows = []
+    for job, name, part, local, ray in SCALEOUT:
+        d = load(name)
+        a, b = row_of(d[part]["rows"], run=local), row_of(d[part]["rows"], run=ray)
+        rows.append([job.format(**d[part]), f"{a['wall_s']:.1f} s", f"{b['wall_s']:.1f} s", f"**{b['speedup']:.2f}x**",
+                     f"{b['speedup_incl_start']:.2f}x", src(name, d)])
+    t = table(["job", "local, 1 process", "Ray, 2 single-thread workers", "speedup", "with Ray's start", "measured"], rows)
+    return f"""## scale-out
+
+`benchmarks/ray_scaleout.py` on the 2-core machine, one local Ray instance, the same answers as the local
+run in every case ([scaling.md](scaling.md)):
+
+{t}
+"""
+
+
+# ---------------------------------------------------------------- README headlines
+
+def headlines() -> dict[str, str]:
+    """One sentence per application for the README, between its <!-- headline:NAME --> markers."""
+    link = "[results](docs/results.md#{})"
+    what, dataset, name, config = ANOMALY_QUALITY[0]
+    m = run_of(load(name), config)["metrics"]
+    anomaly_ = (f"On MPDD metal_plate the default ensemble scores image AUROC / pixel AUROC / AUPRO "
+                f"**{f3(m['image_auroc'])} / {f3(m['pixel_auroc'])} / {f3(m['aupro'])}** ({link.format('anomaly')}).")
+    rows = {r["model"]: r for r in load("forecast_m4_hourly.json")["summary"]}
+    forecasting_ = (f"On M4 Hourly PatchTST reaches MASE **{f3(rows['PatchTST']['MASE'])}** against seasonal "
+                    f"naive's {f3(rows['SeasonalNaive']['MASE'])} ({link.format('forecasting')}).")
+    won = played = 0
+    for task, name in CONTROL_TASKS:
+        for r in load(name)["results"]:
+            if r["task"] == task and r["pooling"] == "attention":
+                won, played = won + r["successes"], played + r["episodes"]
+    control_ = (f"With the shipped defaults, the mean held-out success over eight Meta-World tasks, three seeds "
+                f"each, is **{f3(won / played)}** ({link.format('control')}).")
+    probe = {r["model"]: r["top1"] for r in load(PROBE[0][1])["rows"] if r["features"] in ("cls+mean", "pool")}
+    backbone_ = (f"The embedded ViT scores **{f3(probe['student'])}** on an Imagenette linear probe, its ImageNet "
+                 f"teacher {f3(probe['teacher'])} ({link.format('backbone')}).")
+    return {"anomaly": anomaly_, "forecasting": forecasting_, "control": control_, "backbone": backbone_}
+
+
+def with_headlines(readme: str) -> str:
+    """The README with each headline block refilled; a marker this script does not know is an error."""
+    lines = headlines()
+
+    def fill(m: re.Match) -> str:
+        if m.group(2) not in lines:
+            raise SystemExit(f"README.md: no headline named {m.group(2)!r} (known: {', '.join(lines)})")
+        return m.group(1) + lines[m.group(2)] + "\n" + m.group(3)
+
+    return HEADLINE.sub(fill, readme)
+
+
+def render() -> str:
+    return "\n".join([
+        "# Measured results",
+        "",
+        "<!-- Generated by `python docs/make_results.py` from benchmarks/results/*.json. Do not edit by hand:",
+        "     change the JSON or the script, then rerun it. tests/test_docs_results.py fails when this file is stale. -->",
+        "",
+        "Every figure below is read from the JSON a benchmark wrote; each row or table gives the date of its run",
+        "and links to the JSON. All runs are on a 2-core CPU without a GPU. The guides say what each option does;",
+        "experiment notes, with the runs behind each default, are in [lab/](../lab/README.md).",
+        "",
+        anomaly(), forecasting(), control(), backbone(), scaleout(),
+    ]).rstrip("\n") + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 when docs/results.md differs from what would be written")
+    args = ap.parse_args(argv)
+    wanted = {OUT: render(), README: with_headlines(README.read_text())}
+    if args.check:
+        stale = [p for p, text in wanted.items() if not p.is_file() or p.read_text() != text]
+        for p in stale:
+            print(f"{p.relative_to(ROOT)} is out of date: run python docs/make_results.py", file=sys.stderr)
+        if not stale:
+            print("docs/results.md and the README's headlines are up to date")
+        return 1 if stale else 0
+    for p, text in wanted.items():
+        p.write_text(text)
+        print(f"wrote {p.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
