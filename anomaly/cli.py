@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from frozenvit.backbone.commands import check_writable
 from frozenvit.backbone.suite.cli import add_backbone_args, add_threads_arg, number
 from frozenvit.backbone.suite.engine import add_engine_args
 from frozenvit.backbone.suite.errors import UsageError
@@ -23,12 +22,6 @@ def _faiss_threads(args: argparse.Namespace) -> None:
         import faiss
 
         faiss.omp_set_num_threads(args.threads)
-
-
-def _check_out(args: argparse.Namespace) -> None:
-    """--out can be written (a writable folder above it, not a file in its way): refused before any work."""
-    if args.out is not None:
-        check_writable(args.out)
 
 
 def _backbone(args: argparse.Namespace) -> tuple[Any, dict | None]:
@@ -118,7 +111,6 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     from .artifact import KIND, REPLACES
 
     check_artifact_dir(args.out, KIND, replaces=REPLACES)
-    _check_out(args)
     _faiss_threads(args)
     train = _normals(args.data)
     if _wants_ensemble(args):
@@ -162,7 +154,6 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     _faiss_threads(args)
     engine_from_args(args)                         # --workers without --ray fails before any work
     check_artifact_dir(args.out, PREDICT_KIND)
-    _check_out(args)
     det = _model(args)
     files = list_images(args.images, exclude=[args.out])     # never an output of ours, --out least of all
     for f in files:              # an unreadable file stops the run (ImageFormatError naming it) before any output
@@ -205,7 +196,6 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         raise UsageError("--masks goes with --test (a plain folder of test images); an MVTec --data folder "
                          "brings its own ground_truth/")
     check_output_file(args.out, "anomaly.evaluate")
-    _check_out(args)
     _faiss_threads(args)
     det = _model(args)
     ds = read_mvtec(args.data) if args.data else read_folders(None, args.test, args.masks)
@@ -233,7 +223,6 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     from .audit import contamination_audit
 
     check_output_file(args.out, "anomaly.audit")
-    _check_out(args)
     _faiss_threads(args)
     train = _normals(args.data)
     bb, _ = _backbone(args)
@@ -256,7 +245,6 @@ def _cmd_synth(args: argparse.Namespace) -> int:
     from .synthetic import make_synthetic_mvtec
 
     check_output_dir(args.out, "anomaly.synthetic")
-    _check_out(args)
     output_dir(args.out, "anomaly.synthetic")
     for c in args.category:
         p = make_synthetic_mvtec(args.out, c, n_train=args.n_train, n_test_good=args.n_test_good,

@@ -86,25 +86,6 @@ def list_images(paths: Sequence[str], exclude: Sequence[str | Path] = ()) -> lis
     return out
 
 
-def check_writable(path: str | Path, flag: str = "--out") -> None:
-    """Raise OutputConflict unless `path` can be created or written: its nearest existing ancestor must be a
-    writable folder (not a file). Called before the work, so a bad --out never costs a run."""
-    import os
-
-    from .suite.errors import OutputConflict
-
-    path = Path(path)
-    if path.exists():
-        parent = path if path.is_dir() else path.parent
-    else:
-        parent = next((p for p in path.parents if p.exists()), Path("."))
-    if not parent.is_dir():
-        raise OutputConflict(f"{flag} {path} cannot be written: {parent} is a file, not a folder; choose another path")
-    if not os.access(parent, os.W_OK):
-        raise OutputConflict(f"{flag} {path} cannot be written (no write permission in {parent}); "
-                             "choose a writable path")
-
-
 def read_images(files: Sequence[Path]) -> list:
     """PIL images of `files`, each checked by decoding its header; ImageFormatError naming a file that is not one."""
     from PIL import Image
@@ -143,7 +124,6 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     from .suite.artifacts import check_output_dir, output_dir, write_json
 
     check_output_dir(args.out, "backbone.inspect")
-    check_writable(args.out)
     images = read_images(list_images(args.images, exclude=[args.out])[: args.max_images])
     bb = backbone_from_args(args)
     out = output_dir(args.out, "backbone.inspect")
