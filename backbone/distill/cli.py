@@ -19,7 +19,7 @@ def _run(args: argparse.Namespace) -> int:
     from frozenvit.backbone.suite.artifacts import check_output_dir, output_dir
     from frozenvit.backbone.suite.errors import UsageError
 
-    from .data import AugmentConfig, build_cache, list_images
+    from .data import AugmentConfig, build_cache, check_images, list_images
     from .teacher import make_teacher
     from .train import DistillConfig, distill
 
@@ -34,7 +34,8 @@ def _run(args: argparse.Namespace) -> int:
     for r in roots:
         if not Path(r).is_dir():
             raise UsageError(f"--data/--extra-data {r} is not a folder; point it at a folder of JPEG/PNG images")
-        list_images(r)                            # no images, or a held-out split: a named error before the teacher loads
+        check_images(list_images(r))              # no images, a held-out split, a file that is not an image: a
+                                                  # named error before the teacher loads
     try:
         dense_blocks = tuple(int(b) for b in args.dense_blocks.split(",") if b.strip())
     except ValueError:

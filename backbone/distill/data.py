@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from frozenvit.backbone.suite.progress import progress_bar
 
+from frozenvit.backbone.errors import ImageFormatError
 from frozenvit.backbone.suite.artifacts import write_json
 from frozenvit.backbone.suite.errors import UsageError
 
@@ -50,6 +51,18 @@ def list_images(root: str | Path) -> list[Path]:
     return files
 
 
+def check_images(files: Sequence[Path]) -> None:
+    """Raise ImageFormatError naming the first file whose header Pillow cannot read (checked before any work)."""
+    from PIL import Image
+
+    for f in files:
+        try:
+            with Image.open(f):
+                pass
+        except Exception as e:   # Pillow's plugins raise many types on malformed files
+            raise ImageFormatError(f"cannot read image {f} ({type(e).__name__}: {e}); replace or remove the file") from e
+
+
 def build_cache(root: str | Path | Sequence[str | Path], cache_dir: str | Path, size: int,
                 progress: bool | None = None, workers: int = 1) -> np.ndarray:
     """Decode every image under root (one folder or several, in order) once, resize (shorter side,
@@ -79,27 +92,37 @@ def build_cache(root: str | Path | Sequence[str | Path], cache_dir: str | Path, 
     arr = np.memmap(tmp, dtype=np.uint8, mode="w+", shape=(len(files), size, size, 3))
 
     def decode(i: int) -> None:
-        with Image.open(files[i]) as im:
-            im = im.convert("RGB")
-            w, h = im.size
-            s = size / min(w, h)
-            im = im.resize((max(size, round(w * s)), max(size, round(h * s))), Image.BICUBIC)
-            l, t = (im.size[0] - size) // 2, (im.size[1] - size) // 2
-            arr[i] = np.asarray(im.crop((l, t, l + size, t + size)))
+        try:
+            with Image.open(files[i]) as im:
+                im = im.convert("RGB")
+                w, h = im.size
+                s = size / min(w, h)
+                im = im.resize((max(size, round(w * s)), max(size, round(h * s))), Image.BICUBIC)
+                l, t = (im.size[0] - size) // 2, (im.size[1] - size) // 2
+                arr[i] = np.asarray(im.crop((l, t, l + size, t + size)))
+        except Exception as e:   # Pillow's plugins raise many types on malformed files
+            raise ImageFormatError(f"cannot read image {files[i]} ({type(e).__name__}: {e}); replace or remove "
+                                   "the file") from e
 
     bar = progress_bar(total=len(files), desc=f"decode {size}px", disable=None if progress is None else not progress)
-    if workers > 1:   # PIL decodes and resizes without the GIL: threads scale on a many-core machine
-        from concurrent.futures import ThreadPoolExecutor
+    try:
+        if workers > 1:   # PIL decodes and resizes without the GIL: threads scale on a many-core machine
+            from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            for _ in pool.map(decode, range(len(files))):
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                for _ in pool.map(decode, range(len(files))):
+                    bar.update(1)
+        else:
+            for i in range(len(files)):
+                decode(i)
                 bar.update(1)
-    else:
-        for i in range(len(files)):
-            decode(i)
-            bar.update(1)
-    bar.close()
-    arr.flush()
+        arr.flush()
+    except BaseException:
+        del arr
+        tmp.unlink(missing_ok=True)              # a half-decoded cache is never left behind
+        raise
+    finally:
+        bar.close()
     del arr
     tmp.replace(data_path)
     write_json(meta_path, meta)
