@@ -36,10 +36,20 @@ def backbone_from_args(args: argparse.Namespace):
 
 
 def is_ours(folder: Path) -> bool:
-    """True for a folder frozenvit wrote (its marker) or one of its temporaries (their tag)."""
+    """True for a folder frozenvit wrote (its marker) or one of its temporaries (their tag); a user's file of the
+    same name that is not one of them does not count."""
+    import json
+
     from .suite.artifacts import MARKER, TEMP_MARKER
 
-    return (folder / MARKER).is_file() or (folder / TEMP_MARKER).is_file()
+    for name, key in ((MARKER, "kind"), (TEMP_MARKER, "token")):
+        try:
+            tag = json.loads((folder / name).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(tag, dict) and key in tag:
+            return True
+    return False
 
 
 def image_files(paths: Sequence[str | Path], *, recursive: bool = True, exclude: Sequence[str | Path] = ()) -> list[Path]:
