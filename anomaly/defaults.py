@@ -3,7 +3,7 @@
 and each member of the default ensemble (`ENSEMBLE`, what `frozenvit anomaly fit` fits with no backbone option and
 `PatchCoreEnsemble()` in Python).
 
-The values were picked from benchmarks/anomaly_real.py on the two real development sets (docs/anomaly.md,
+The values were picked from benchmarks/anomaly_real.py on the two real development sets (lab/anomaly-notes.md,
 "Real inspection data"): see there for the table and why.
 """
 from __future__ import annotations
@@ -32,17 +32,17 @@ TILE: float | str | None = "auto"
 # PatchCore(index=...) and `anomaly fit --index`: "auto" is exact search ("flat") for banks under IVF_MIN_BANK
 # entries and "ivf" from there on. On KolektorSDD (bank 62,799 x 38) IVF scored 0.910 / 0.919 / 0.769 against
 # exact 0.909 / 0.916 / 0.763 at a quarter of the predict time; the exact search is most of predict from ~10,000
-# entries on (docs/anomaly.md, "Real inspection data")
+# entries on (lab/anomaly-notes.md, "Real inspection data")
 INDEX: str = "auto"
 IVF_MIN_BANK: int = 10_000
 # "auto": 1 ring on a ConvNet, whose zero-padded edge patches were the worst patch of every normal KolektorSDD
-# test image (docs/anomaly.md, "Real inspection data"), 0 on a ViT (no padding)
+# test image (lab/anomaly-notes.md, "Real inspection data"), 0 on a ViT (no padding)
 SCORE_BORDER: int | str = "auto"
 # PatchCore(aggregation=...) and `anomaly fit --aggregation`: "auto" is no neighbourhood mean (1) on a ViT and the
 # paper's 3x3 mean on a ConvNet. A ViT-Ti/16 token already covers 16 px, so a 3x3 mean spans 48 px and blurs small
 # defects: with the embedded ViT, MPDD went 0.961 / 0.964 / 0.755 -> 0.998 / 0.972 / 0.860 (image AUROC / pixel
 # AUROC / AUPRO) and tiled KolektorSDD's AUPRO 0.842 -> 0.875; Lite0's stride-8 patches lost image AUROC without it
-# on MPDD (0.997 -> 0.972) (docs/anomaly.md, "Real inspection data")
+# on MPDD (0.997 -> 0.972) (lab/anomaly-notes.md, "Real inspection data")
 AGGREGATION: int | str = "auto"
 
 
@@ -50,7 +50,7 @@ AGGREGATION: int | str = "auto"
 # (load_backbone name, None for the embedded ViT; PatchCore settings of that member, the rest as PatchCore's defaults).
 # Lite0 with two stages is the best single configuration on MPDD and the embedded ViT with tiles x2 and the edge ring
 # out the best ranking one on KolektorSDD's thin cracks; their standardised mean is within 0.02 of the best measured
-# configuration on both sets, where either alone is not (docs/anomaly.md, "The defaults and why"). PatchCore() in
+# configuration on both sets, where either alone is not (lab/anomaly-notes.md). PatchCore() in
 # Python keeps the single BACKBONE.
 # The ViT member searches its bank with IVF at any size: its tiles multiply the queries (8 x 196 per KolektorSDD
 # photo), and exact search over an 8,311-entry bank took tiled predict from about 0.92 to 0.83 of bare backbone

@@ -10,8 +10,8 @@ Each member is fitted on the same normals with the same holdout split. Its image
 scale by its own held-out normals (`standardiser`): (x - mean) / std of their image scores. The ensemble's image
 score is the mean of its members' standardised scores, its map the mean of their standardised maps (all maps lie
 on the original pixels, so they add up pixel for pixel), and its threshold is calibrated on the held-out normals'
-ensemble scores exactly as a PatchCore's is on its own. Why it is `anomaly fit`'s default: docs/anomaly.md, "The
-defaults and why".
+ensemble scores exactly as a PatchCore's is on its own. Why it is `anomaly fit`'s default: lab/anomaly-notes.md, "The
+default ensemble".
 """
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ class PatchCoreEnsemble(BaseEstimator):
     """The mean of several PatchCores' standardised scores and maps, a scikit-learn estimator.
 
     members: unfitted PatchCores (each with its own backbone and settings); None: `default_members()` at fit
-        time (Lite0 with two stages and the embedded ViT with tiles x2, docs/anomaly.md says why). They are
+        time (Lite0 with two stages and the embedded ViT with tiles x2, lab/anomaly-notes.md says why). They are
         cloned with their backbones shared, so the list given is never fitted itself.
     target_fpr, holdout, seed: as PatchCore's, and given to every member, so that they all hold out the same
         images (the ensemble's threshold is calibrated on those images' ensemble scores).

@@ -60,7 +60,7 @@ class PatchCore(BaseEstimator):
     `decision_function` and `save` never change it.
 
     backbone: a `backbone.FrozenBackbone`; None loads the anomaly default at fit time (`defaults.BACKBONE`:
-        EfficientNet-Lite0, ImageNet weights from a core dependency; docs/anomaly.md says why).
+        EfficientNet-Lite0, ImageNet weights from a core dependency; lab/anomaly-notes.md says why).
     blocks: backbone blocks to fuse (negative: from the end); None: two intermediate blocks (`default_blocks`:
         for a ConvNet, its stride-8 and stride-16 stages). Grids of different sizes are fused on the finest.
     coreset_ratio: bank size as a fraction of training patches, in (0, 1] (greedy k-center).

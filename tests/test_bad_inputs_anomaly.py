@@ -71,14 +71,6 @@ CASES = [
     ("--seed -1", f"{FIT_NAMED} --seed -1", "UsageError"),
     ("predict --model that does not exist", f"{PREDICT} --model {{ws}}/nothing", "ArtifactError"),
     ("evaluate --model that does not exist", f"{EVALUATE} --model {{ws}}/nothing", "ArtifactError"),
-    ("fit --out under a file", f"{FIT_NAMED} --out {{ws}}/w.safetensors/model", "OutputConflict"),
-    ("predict --out under a file", "anomaly predict --model {ws}/model --images {ws}/data/weave/test "
-                                   "--out {ws}/w.safetensors/pred", "OutputConflict"),
-    ("evaluate --out under a file", "anomaly evaluate --model {ws}/model --data {ws}/data/weave "
-                                    "--out {ws}/w.safetensors/m.json", "OutputConflict"),
-    ("audit --out under a file", "anomaly audit --data {ws}/data/weave --folds 2 --image-size 64 " + NAMED
-                                 + " --out {ws}/w.safetensors/a.json", "OutputConflict"),
-    ("synth --out under a file", "anomaly synth --out {ws}/w.safetensors/synth", "OutputConflict"),
 ]
 
 

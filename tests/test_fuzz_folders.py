@@ -19,7 +19,7 @@ from PIL import Image
 from frozenvit.backbone.commands import IMAGE_SUFFIXES
 from frozenvit.backbone.suite.cli import main
 
-FUZZ = settings(max_examples=30, deadline=None, derandomize=True, database=None,
+FUZZ = settings(max_examples=50, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 OUT = "frozenvit_pred"                                  # no generated name takes it
 DIRS = ["a", "A", "b", "a__b", ".hidden", ".ipynb_checkpoints", f".{OUT}.tmp-1a2b3c", f".{OUT}.old-4d5e6f",
