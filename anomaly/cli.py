@@ -12,7 +12,6 @@ from frozenvit.backbone.suite.cli import add_backbone_args, add_threads_arg, num
 from frozenvit.backbone.suite.engine import add_engine_args
 from frozenvit.backbone.suite.errors import UsageError
 
-CHUNK = 64   # images per predict call in the CLI: bounds the memory held by full-size maps
 EMBEDDED = "embedded"   # --backbone embedded: the embedded ViT (no --backbone: anomaly/defaults.py's backbone)
 PREDICT_KIND = "anomaly.predict"   # the marker of a predict --out folder
 
@@ -164,9 +163,9 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     rows = []
     # the folder is replaced as a whole when the run ends: it never mixes this run's results with an earlier one's
     with engine_session(args) as engine, atomic_dir(args.out, PREDICT_KIND) as tmp:
-        for name, ov, got in zip(names, overlays, iter_scored(det, files, overlays=not args.no_overlays,
-                                                              batch_size=CHUNK, engine=engine, workers=args.workers,
-                                                              model_dir=args.model)):
+        scored = iter_scored(det, files, overlays=not args.no_overlays, engine=engine, workers=args.workers,
+                             model_dir=args.model)             # a batch of full-size maps in memory at a time
+        for name, ov, got in zip(names, overlays, scored):
             rows.append({"image": name, "score": f"{got.score:.6f}",
                          "is_defect": "" if got.is_defect is None else int(got.is_defect),
                          "threshold": _threshold_text(det), "overlay": f"overlays/{ov}" if ov else ""})

@@ -10,8 +10,8 @@ from .errors import DatasetError
 from .features import named_images
 from .images import read_image
 from .metrics import anomaly_metrics, image_auroc
+from .stream import BATCH
 
-CHUNK = 64   # images per predict call: bounds the memory held by full-size maps
 
 
 def evaluate_dataset(det: Any, ds: Any) -> tuple[dict[str, float], list[dict[str, Any]]]:
@@ -33,8 +33,8 @@ def evaluate_dataset(det: Any, ds: Any) -> tuple[dict[str, float], list[dict[str
         warnings.warn(f"{len(unmasked)} defective test image{'s' * (len(unmasked) > 1)} without a mask ({shown}): "
                       "pixel AUROC, AUPRO and pixel F1-max leave them out; add their masks to count them", stacklevel=2)
     scores, masks, maps = [], [], []
-    for i in range(0, len(samples), CHUNK):
-        chunk = samples[i:i + CHUNK]
+    for i in range(0, len(samples), BATCH):
+        chunk = samples[i:i + BATCH]
         images = [read_image(s.path) for s in chunk]
         with named_images([str(s.path) for s in chunk]):
             pred = det.predict(images)

@@ -309,3 +309,20 @@ def test_evaluate_names_defective_images_without_a_mask_and_keeps_the_pixel_metr
     res = json.loads((workspace / "m_missing.json").read_text())
     assert {"pixel_auroc", "aupro"} <= set(res["metrics"])
     assert res["defective_images_without_masks"] == [str(data / "test" / "hole" / "000.png")]
+
+
+def test_fit_and_audit_defaults_are_patchcores_and_the_ensembles():
+    from frozenvit.anomaly import PatchCore, PatchCoreEnsemble
+    from frozenvit.anomaly.features import AUGMENTS
+    from frozenvit.backbone.suite.cli import build_parser
+
+    params, ens = PatchCore().get_params(), PatchCoreEnsemble().get_params()
+    for command in ("fit", "audit"):
+        args = build_parser().parse_args(["anomaly", command, "--data", "d"] + ["--out", "o"] * (command == "fit"))
+        shared = {k: v for k, v in vars(args).items() if k in params and k not in ("backbone", "augment")}
+        assert len(shared) >= 12 and shared == {k: params[k] for k in shared}, command
+        assert {k: getattr(args, k) for k in ("target_fpr", "holdout", "seed")} == \
+            {k: ens[k] for k in ("target_fpr", "holdout", "seed")}
+    fit = next(a for a in build_parser()._subparsers._group_actions[0].choices["anomaly"]._subparsers
+               ._group_actions[0].choices["fit"]._actions if a.dest == "augment")
+    assert set(fit.choices) == {"none", *AUGMENTS} and fit.default == "none" and params["augment"] is None
