@@ -283,8 +283,9 @@ def _choice(value: Any) -> str:
 
 def _add_threshold_arg(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--threshold", type=number(float), default=None,
-                   help=f"decide defective when the image score exceeds this {what}; without it, the calibrated one "
-                        "(a model fitted on too few normals to hold any out has none and gives no decisions)")
+                   help=f"decide defective when the image score exceeds this value {what}; without it, the "
+                        "calibrated one (a model fitted on too few normals to hold any out has none and gives no "
+                        "decisions)")
 
 
 def _add_method_args(p: argparse.ArgumentParser) -> None:

@@ -126,7 +126,7 @@ class PatchCore(BaseEstimator):
         "proj_dim": [None, _POSITIVE],
         "reduce_dim": [None, _POSITIVE, Interval(RealNotInt, 0, 1, closed="right")],
         "center": ["boolean"],
-        "aggregation": [StrOptions({"auto"}), _POSITIVE],                # odd: checked in `_check_setup`
+        "aggregation": [StrOptions({"auto"}), _POSITIVE],                # odd: checked in `_setup_backbone`
         "image_score": [StrOptions(set(IMAGE_SCORES))],
         "num_neighbors": [_POSITIVE],
         "topk_frac": [_FRACTION],

@@ -159,9 +159,11 @@ def register(subparsers: Any) -> None:
     add_suite_backbone_args(q)
     q.add_argument("--random-weights", action="store_true", help="random initialisation (baselines only)")
     add_threads_arg(q)
-    q.add_argument("--images", nargs="+", required=True, help="image files or folders")
+    q.add_argument("--images", nargs="+", required=True,
+                   help="image files or folders (searched recursively; hidden files and folders frozenvit wrote, "
+                        "--out included, are skipped)")
     q.add_argument("--max-images", type=number(int, min=1), default=32, help="use at most this many images")
     q.add_argument("--batch-size", type=number(int, min=1), default=8, help="images per forward pass")
-    q.add_argument("--out", default="inspect-out",
+    q.add_argument("--out", default="inspect-out", metavar="DIR",
                    help="folder for inspect.png and inspect.json: new, empty, or an earlier inspect output")
     q.set_defaults(func=_cmd_inspect)

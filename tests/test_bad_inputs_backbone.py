@@ -21,6 +21,8 @@ CASES = [
     ("distill: --student-kwargs not JSON", "distill --data {tmp}/empty --student-kwargs {{depth --out {tmp}/o",
      "UsageError"),
     ("distill: unknown teacher", "distill --data {tmp}/imgs --teacher resnet9000 --out {tmp}/o", "UsageError"),
+    ("inspect: --out under a file", "backbone inspect --images {tmp}/imgs --out {tmp}/w.safetensors/o",
+     "OutputConflict"),
     ("inspect: a text file named .png", "backbone inspect --images {tmp}/text --out {tmp}/o", "ImageFormatError"),
     ("distill: --data holding a text file named .png", "distill --data {tmp}/text --out {tmp}/o", "ImageFormatError"),
     ("demo: unknown section", "demo --only nosuchsection --out {tmp}/o", "UsageError"),
