@@ -126,3 +126,17 @@ def test_a_recorded_bit_depth_keeps_a_dark_image_dark(tmp_path):
     a12 = np.full((8, 8), 200, np.uint16)                                 # dim in 12 bits
     _save16(tmp_path / "dim.png", a12, 12)
     assert (read_image(tmp_path / "dim.png") == round(200 / 4095 * 255)).all()
+
+
+def test_readers_skip_what_frozenvit_wrote_and_hidden_files(tmp_path):
+    from frozenvit.backbone.suite.artifacts import output_dir
+
+    root = make_synthetic_mvtec(tmp_path, "weave", n_train=3, n_test_good=1, n_test_defect=1, size=(48, 56))
+    for inside in (root / "test" / "inspect-out", root / "train" / "good" / "inspect-out"):
+        Image.new("RGB", (48, 56)).save(output_dir(inside, "backbone.inspect") / "inspect.png")
+    Image.new("RGB", (48, 56)).save(root / "train" / "good" / "._000.png")
+    (root / "test" / ".ipynb_checkpoints").mkdir()
+    Image.new("RGB", (48, 56)).save(root / "test" / ".ipynb_checkpoints" / "x.png")
+    ds = read_mvtec(root)
+    assert [p.name for p in ds.train] == ["000.png", "001.png", "002.png"]
+    assert {s.defect_type for s in ds.test} == {"good", *DEFECTS}
