@@ -392,9 +392,9 @@ def register(subparsers: Any) -> None:
                         "only if this command wrote it)")
     _add_threshold_arg(q, "instead of the model's, for the false-alarm and detection rates")
     add_threads_arg(q)
-    q.description = ("Pixel metrics (pixel AUROC, AUPRO, pixel F1-max) count the images whose masks are known: the "
-                     "good ones and the defective ones with a mask. A defective image without a mask is named in a "
-                     "warning and left out of them (and listed in --out); with no masks at all there are none.")
+    q.description = ("Pixel metrics (pixel AUROC, AUPRO, pixel F1-max) count the images whose masks are known:\n"
+                     "the good ones and the defective ones with a mask. A defective image without a mask is named\n"
+                     "in a warning and left out of them (and listed in --out); with no masks at all there are none.")
     q.set_defaults(func=_cmd_evaluate)
 
     q = sub.add_parser("audit", help="rank training normals by how anomalous they look to a bank without them")

@@ -26,9 +26,9 @@ from sklearn.utils._param_validation import Interval, RealNotInt, StrOptions
 
 from frozenvit.backbone.suite.errors import ParameterError
 
+from . import defaults as D
 from .anomaly_map import anomaly_maps
 from .coreset import coreset_bank
-from . import defaults as D
 from .errors import DatasetError
 from .features import AUGMENTS, PatchFeatures, default_blocks, tiling_of
 from .scoring import IMAGE_SCORES, image_score_of_inputs, inner_indices, reweighted_max, topk_mean
@@ -233,12 +233,9 @@ class PatchCore(BaseEstimator):
         """Set backbone_ (the given one, or the default of anomaly/defaults.py), blocks_ (0-based) and grid_ (the
         finest grid of those blocks, where the bank lives). Raises ParameterError for blocks the backbone lacks,
         an even aggregation, or a score_border that leaves no patch of the grid."""
-        if self.backbone is not None:
-            self.backbone_ = self.backbone
-        else:
-            from .defaults import load_default_backbone
-
-            self.backbone_ = load_default_backbone()
+        if self.aggregation != "auto" and self.aggregation % 2 == 0:
+            raise ParameterError(f"PatchCore aggregation must be 'auto' or an odd positive int, got {self.aggregation!r}")
+        self.backbone_ = self.backbone if self.backbone is not None else D.load_default_backbone()
         config = self.backbone_.config
         default = default_blocks(config.depth, config.strides)
         try:
@@ -247,8 +244,6 @@ class PatchCore(BaseEstimator):
             raise ParameterError(f"PatchCore blocks={self.blocks!r}: {e}; pick 0-based indices below {config.depth} "
                                  f"(negatives count from the end), or None for {default}") from e
         self.grid_ = max((tuple(config.grid_of(b)) for b in self.blocks_), key=math.prod)
-        if self.aggregation != "auto" and self.aggregation % 2 == 0:
-            raise ParameterError(f"PatchCore aggregation must be 'auto' or an odd positive int, got {self.aggregation!r}")
         if self.score_border != "auto" and 2 * self.score_border >= min(self.grid_):
             raise ParameterError(f"PatchCore score_border={self.score_border} leaves no patch of the {self.grid_[0]}x"
                                  f"{self.grid_[1]} grid to score; use at most {(min(self.grid_) - 1) // 2}")
