@@ -326,3 +326,12 @@ def test_fit_and_audit_defaults_are_patchcores_and_the_ensembles():
     fit = next(a for a in build_parser()._subparsers._group_actions[0].choices["anomaly"]._subparsers
                ._group_actions[0].choices["fit"]._actions if a.dest == "augment")
     assert set(fit.choices) == {"none", *AUGMENTS} and fit.default == "none" and params["augment"] is None
+
+
+@pytest.mark.parametrize("command", ["predict", "evaluate"])
+def test_a_model_folder_that_does_not_exist_is_named_as_such(workspace, command, capsys):
+    where = {"predict": ["--images", str(workspace / "data" / "weave" / "test"), "--out", str(workspace / "p_none")],
+             "evaluate": ["--data", str(workspace / "data" / "weave")]}[command]
+    assert main(["anomaly", command, "--model", str(workspace / "no_model")] + where) == 2
+    assert f"error (ArtifactError): {workspace / 'no_model'} does not exist" in capsys.readouterr().err
+    assert not (workspace / "p_none").exists()
