@@ -15,6 +15,7 @@ import numpy as np
 from frozenvit.backbone.suite.errors import ParameterError
 
 from .coreset import greedy_coreset
+from .defaults import AUDIT_FOLDS
 from .errors import DatasetError
 from .search import build_index, knn
 
@@ -34,7 +35,7 @@ class AuditResult:
                 for r, i in enumerate(order)]
 
 
-def contamination_audit(detector: Any, images: Sequence[Any], n_splits: int = 5,
+def contamination_audit(detector: Any, images: Sequence[Any], n_splits: int = AUDIT_FOLDS,
                         names: Sequence[str] | None = None, z_threshold: float = 3.5) -> AuditResult:
     """Score every image with a bank built without it (k-fold), using `detector`'s hyperparameters.
 

