@@ -405,7 +405,7 @@ def run_set(set_name: str, configs: list[str], threads: int, out: str | None, da
     print_table(rows)
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--sets", nargs="+", default=list(SETS), choices=SETS)
@@ -418,6 +418,11 @@ def main() -> None:
     ap.add_argument("--vit-weights", default=None, metavar="SAFETENSORS",
                     help="a ViT-Ti/16 student (e.g. a candidate default) in place of the embedded default's weights "
                          "in the 'vit*' rows; needs --out, so the default's own file is not overwritten")
+    return ap
+
+
+def main() -> None:
+    ap = parser()
     args = ap.parse_args()
     if args.vit_weights and not args.out:
         ap.error("--vit-weights needs --out: otherwise the student's rows would replace the embedded default's "

@@ -132,7 +132,7 @@ def bench_ensemble(args) -> None:
                   "targets": {"predict_ratio": 0.85}}, args.out)
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n", type=int, default=200_000, help="coreset input rows")
@@ -151,7 +151,11 @@ def main() -> None:
                     help="also time tiled predict (the default's tiling, else tile='auto') on images of HxW px against "
                          "bare patch_grids on the same tiles, e.g. 1250x500")
     ap.add_argument("--out", default=None)
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
     torch.set_num_threads(args.threads)
     import faiss
 
