@@ -59,7 +59,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--weights", default=None, help="evaluate this checkpoint instead of the embedded default")
     ap.add_argument("--arch", default="vit_tiny_patch16_224", help="timm architecture of --weights")
-    ap.add_argument("--img-size", type=int, default=224)
+    ap.add_argument("--image-size", type=int, default=224)
     ap.add_argument("--aggregation", default="auto", type=int_or_auto,
                     help="PatchCore(aggregation=...): 'auto' (1 on a ViT, 3 on a ConvNet) or an odd size")
     ap.add_argument("--out", default=None)
@@ -75,7 +75,7 @@ def main() -> None:
     from frozenvit.anomaly import PatchCore, make_synthetic_mvtec, read_mvtec
     from frozenvit.anomaly.evaluation import evaluate_dataset
 
-    models, status = backbones(args.weights, args.arch, args.img_size)
+    models, status = backbones(args.weights, args.arch, args.image_size)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for cat in args.categories:
