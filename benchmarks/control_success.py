@@ -76,7 +76,7 @@ def print_paired(paired: dict, ref: str) -> None:
 
 def main() -> int:
     args = parser().parse_args()
-    from frozenvit.control.compare import compare_runs, merge_runs, paired_test, summarize
+    from frozenvit.control.compare import RunMismatch, compare_runs, merge_runs, paired_test, summarize
 
     may_differ = ("weights_sha256",) if args.across_weights else ()
     if args.merge or args.compare:
@@ -106,6 +106,7 @@ def main() -> int:
     from frozenvit.control import (DEFAULT_CAMERA, PatchTokenPolicy, cache_features, collect_demos, config_seeds,
                                    default_blocks, evaluate, load_manifest)
 
+    baseline = read_run(args.baseline) if args.baseline else None           # a bad path fails now, not in hours
     torch.set_num_threads(args.threads)
     bb = load_backbone(args.backbone, weights=args.weights)
     blocks = bb.resolve_blocks(args.blocks or default_blocks(bb.config.depth))
@@ -166,10 +167,14 @@ def main() -> int:
     print_table(summary["by_seed"])
     print_paired(summary["paired"], args.poolings[0])
     run = dict(settings=settings, results=results, summary=summary, complete=True)
-    if args.baseline:
-        label, baseline = read_run(args.baseline)
-        run["baseline"] = compare_runs({label: baseline, "this run": (run, args.poolings[0])}, may_differ=may_differ)
-        print_paired(run["baseline"]["paired"], label)
+    if baseline:
+        label, other = baseline
+        try:
+            run["baseline"] = compare_runs({label: other, "this run": (run, args.poolings[0])}, may_differ=may_differ)
+            print_paired(run["baseline"]["paired"], label)
+        except RunMismatch as e:                                           # the run is kept all the same
+            run["baseline"] = dict(refused=str(e))
+            print(f"not paired with {label}: {e}")
     write_result("control_success", run, out)
     return 0
 

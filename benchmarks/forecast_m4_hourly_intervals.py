@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED_DATA, print_table, write_result  # noqa: E402
+from common import print_table, write_result  # noqa: E402
 from forecast_m4_hourly import build, load  # noqa: E402   the same data and models as the point benchmark
 from forecast_m4_hourly import parser as point_parser  # noqa: E402
 
