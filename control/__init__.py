@@ -17,6 +17,7 @@ from frozenvit.backbone.suite.lazy import lazy_exports
 
 _API = {
     "agent": ("StageTimer", "TemporalEnsemble", "VisuomotorAgent"),
+    "compare": ("McNemar", "RunMismatch", "compare_runs", "mcnemar", "merge_runs"),
     "encoders": ("FAST_ENCODER", "load_fast_encoder"),
     "demos": ("Episode", "collect_demos", "iter_episodes", "load_manifest", "read_episode", "record_episode"),
     "env": ("ACTION_DIM", "DEFAULT_CAMERA", "EXPERTS", "HELDOUT_OFFSET", "PROPRIO_DIM", "CompositeRenderer", "FrameRenderer",

@@ -299,37 +299,6 @@ def test_train_help_shows_the_views_default(capsys):
     assert "--views K" in text and "0: none (default: 4)" in text
 
 
-def test_benchmark_keeps_runs_of_other_views_apart_but_pairs_them(load_benchmark):
-    from argparse import Namespace
-
-    cs = load_benchmark("control_success")
-    base = dict(views=4, batch_size=256, view_shift=4, view_jitter=0.1, weight_decay=1e-4, hidden=256,
-                gripper_weight=1.0, chunk=1)
-
-    def suffix(**kw):
-        return cs._head_suffix(Namespace(**dict(base, **kw)))
-
-    assert suffix(views=0) == ""                                                  # older folder names kept
-    assert suffix(views=0, view_shift=8) == ""                                    # no views: the shift is unused
-    assert suffix() == "_views4"
-    assert suffix(batch_size=64) == "_views4_bs64"                                # another batch: its own heads
-    assert suffix(view_shift=8, view_jitter=0.2) == "_views4_vs8_vj0.2"
-    assert suffix(weight_decay=0.05, hidden=512, gripper_weight=5.0) == "_views4_wd0.05_h512_gw5"
-    assert suffix(chunk=8) == "_views4_ck8"                                       # chunked heads: their own folders
-    old = dict(tasks=["reach-v3"], poolings=["attention"], blocks={"attention": 11}, seeds=[0], epochs=200)
-    assert cs._pooling_settings(old, "attention") == cs._pooling_settings(dict(old, views=0), "attention")
-    assert cs._pooling_settings(old, "attention") != cs._pooling_settings(dict(old, views=4), "attention")
-    assert cs._pooling_settings(old, "attention") == cs._pooling_settings(dict(old, batch_size=256), "attention")
-    assert cs._pooling_settings(old, "attention") != cs._pooling_settings(dict(old, batch_size=64), "attention")
-    four = dict(old, views=4)
-    assert cs._pooling_settings(four, "attention") == cs._pooling_settings(dict(four, view_shift=4), "attention")
-    assert cs._pooling_settings(four, "attention") != cs._pooling_settings(dict(four, view_shift=8), "attention")
-    assert cs._pooling_settings(old, "attention") == cs._pooling_settings(dict(old, view_shift=8), "attention")
-    for k, v in (("weight_decay", 0.05), ("hidden", 512), ("gripper_weight", 5.0), ("view_jitter", 0.2), ("chunk", 8)):
-        assert cs._pooling_settings(four, "attention") != cs._pooling_settings(dict(four, **{k: v}), "attention")
-    assert "views" not in cs._EPISODE_SETTINGS
-
-
 def test_the_library_and_the_cli_train_on_the_same_number_of_views_by_default():
     # four views per frame paid on reach and push (control/RESULTS.md, "Augmented views"): the default of both
     import inspect
@@ -342,15 +311,3 @@ def test_the_library_and_the_cli_train_on_the_same_number_of_views_by_default():
     args = build_parser().parse_args(["control", "train", "--demos", "d", "--out", "o"])
     assert args.views == DEFAULT_VIEWS
     assert build_parser().parse_args(["control", "train", "--demos", "d", "--out", "o", "--views", "0"]).views == 0
-
-
-def test_benchmark_gripper_weight_scales_only_the_gripper_error(load_benchmark, monkeypatch):
-    import frozenvit.control.policy as policy
-
-    cs = load_benchmark("control_success")
-    monkeypatch.setattr(policy, "bc_loss", policy.bc_loss)            # restored after the test
-    pred = torch.zeros(2, 4)
-    target = torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
-    assert float(policy.bc_loss(pred, target)) == pytest.approx(2 / 8)
-    cs._weight_gripper_loss(5.0)
-    assert float(policy.bc_loss(pred, target)) == pytest.approx((1 + 5) / 8)

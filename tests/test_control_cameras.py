@@ -1,7 +1,5 @@
 """Composite cameras ("corner+topview"): views side by side, an encoder built at (S, k*S), the whole loop."""
 import argparse
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -99,16 +97,3 @@ def test_the_fast_encoder_refuses_a_composite_camera(tmp_path, capsys):
 
     with pytest.raises(UsageError, match="composite"):
         load_backbone_for_camera(_args(encoder="fast", backbone=None, random_weights=False), TWO)
-
-
-def test_the_success_benchmark_builds_its_encoder_at_one_views_size_times_the_views():
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import control_success
-
-    kw = dict(pretrained=False, depth=1, embed_dim=48, num_heads=3)
-    def load(size, camera):
-        return control_success.load_encoder("vit_tiny_patch16_224", None, size, camera, **kw)
-
-    assert tuple(load(64, TWO).config.img_size) == (64, 128) and tuple(load(64, TWO).config.grid) == (4, 8)
-    assert tuple(load(None, TWO).config.img_size) == (224, 448)            # the model's own size, per view
-    assert tuple(load(64, "corner").config.img_size) == (64, 64)

@@ -181,29 +181,3 @@ def test_the_ensemble_weights_are_act_s_and_one_action_passes_through():
     np.testing.assert_array_equal(TemporalEnsemble(1, 0.1)([0, 1], chunks), chunks[:, 0])
     with pytest.raises(PolicyError):
         TemporalEnsemble(0, 0.1)
-
-
-def test_the_benchmark_refuses_chunks_with_the_snapped_gripper(load_benchmark, monkeypatch, capsys):
-    cs = load_benchmark("control_success")
-    monkeypatch.setattr("sys.argv", ["control_success.py", "--chunk", "4", "--gripper", "snap"])
-    with pytest.raises(SystemExit):
-        cs.main()
-    assert "--gripper snap" in capsys.readouterr().err
-    monkeypatch.setattr("sys.argv", ["control_success.py", "--chunk", "0"])
-    with pytest.raises(SystemExit):
-        cs.main()
-    assert "--chunk must be >= 1" in capsys.readouterr().err
-
-
-def test_the_benchmarks_gripper_weight_weighs_every_gripper_command_of_a_chunk(load_benchmark, monkeypatch):
-    import frozenvit.control.policy as policy_mod
-
-    cs = load_benchmark("control_success")
-    monkeypatch.setattr(policy_mod, "bc_loss", policy_mod.bc_loss)         # undone after the test
-    cs._weight_gripper_loss(5.0)
-    pred, target = torch.zeros(1, 8), torch.zeros(1, 8)
-    target[0, 3] = target[0, 7] = 1.0                                        # the gripper of both actions
-    assert policy_mod.bc_loss(pred, target).item() == pytest.approx(10.0 / 8)
-    target = torch.zeros(1, 8)
-    target[0, 2] = 1.0                                                       # an arm command
-    assert policy_mod.bc_loss(pred, target).item() == pytest.approx(1.0 / 8)

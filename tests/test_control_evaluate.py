@@ -50,21 +50,3 @@ def test_a_result_without_episodes_is_written_with_null_not_nan(tmp_path):
     write_json(tmp_path / "r.json", empty.to_dict(), kind="control.evaluate")
     text = (tmp_path / "r.json").read_text()
     assert "NaN" not in text and json.loads(text)["success_rate"] is None
-
-
-def test_the_success_benchmark_journals_each_heads_evaluation_apart(tmp_path, load_benchmark, monkeypatch):
-    # a stopped benchmark resumes its evaluations at the next episode; another head, other configurations
-    # or another cap must never meet that journal (EpisodeJournal would refuse it and stop the run)
-    import frozenvit.control.policy as policy_mod
-
-    cs = load_benchmark("control_success")
-    digests = {"a": "ab" * 32, "b": "cd" * 32}
-    monkeypatch.setattr(policy_mod, "policy_digest", lambda p: digests[p])
-    base = cs.episode_journal(tmp_path, "a", [1000000, 1000049], 200)
-    assert base.parent == tmp_path and base.name.endswith(".jsonl")
-    assert cs.episode_journal(tmp_path, "a", [1000000, 1000049], 200) == base
-    others = [cs.episode_journal(tmp_path, "b", [1000000, 1000049], 200),
-              cs.episode_journal(tmp_path, "a", [1000000, 1000024, 1000049], 200),
-              cs.episode_journal(tmp_path, "a", [1000500, 1000549], 200),
-              cs.episode_journal(tmp_path, "a", [1000000, 1000049], 500)]
-    assert len({base, *others}) == 5
