@@ -42,7 +42,8 @@ def register(subparsers: Any) -> None:
     q.add_argument("--out", required=True,
                    help="demo folder: new, empty, or an earlier collect output of the same task (re-run to resume)")
     q.add_argument("--episodes", type=POSITIVE, default=DEFAULT_EPISODES, help="successful episodes to record")
-    q.add_argument("--camera", default=DEFAULT_CAMERA, help="corner, corner2, corner3, topview, ... (frames are upright)")
+    q.add_argument("--camera", default=DEFAULT_CAMERA,
+                   help="corner, corner2, corner3, topview, ... (frames are upright)")
     _backbone_args(q, "frames are rendered at its input size (--image-size: at that size instead)")
     q.add_argument("--max-steps", type=POSITIVE, default=DEFAULT_MAX_STEPS,
                    help="episode cap; configurations where the expert needs longer are skipped")
@@ -78,7 +79,8 @@ def register(subparsers: Any) -> None:
                    help="augmented views per demo frame (random shift of 4 px at the encoder's input size, colour "
                         "jitter +-0.1), encoded once and cached beside the clean features; each BC sample reads the "
                         "frame or one of its views; costs K times the clean features' memory and disk; 0: none")
-    q.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of the head's initialisation and of the shuffling")
+    q.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                   help="seed of the head's initialisation and of the shuffling")
     q.add_argument("--checkpoint", default=None,
                    help="checkpoint folder, resumed by re-running (new, empty, or an earlier checkpoint); "
                         "without it training is not checkpointed")
@@ -116,7 +118,8 @@ def register(subparsers: Any) -> None:
     q.add_argument("--steps", type=POSITIVE, default=LATENCY_STEPS, help="timed steps")
     q.add_argument("--warmup", type=COUNT, default=LATENCY_WARMUP, help="untimed steps first")
     q.add_argument("--budget-ms", type=number(float, min=0, min_open=True), default=None,
-                   help=f"control period: verdict on p99, exit status {OVER_BUDGET} if over it (without it: no verdict)")
+                   help=f"control period: verdict on p99, exit status {OVER_BUDGET} if over it "
+                        "(without it: no verdict)")
     q.add_argument("--out", default=None,
                    help="report folder (new, empty, or an earlier latency output): latency.json and histogram.png; "
                         "without it the report is only printed")

@@ -43,8 +43,8 @@ from frozenvit.backbone.suite.errors import ParameterError
 from frozenvit.backbone.suite.optimizer import load_optimizer, optimizer_tensors, warmup_cosine
 from frozenvit.backbone.suite.progress import progress_bar
 
-from .defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_CHUNK, DEFAULT_HIDDEN, DEFAULT_LR, DEFAULT_POOLING,
-                       DEFAULT_SEED, POOLINGS)
+from .defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_CHUNK, DEFAULT_HIDDEN, DEFAULT_LR,
+                       DEFAULT_POOLING, DEFAULT_SEED, POOLINGS)
 from .errors import DemoError
 from .features import FeatureCache, check_backbone, token_blocks
 from .head import AttentionConfig, HeadConfig, PolicyHead, bc_loss
@@ -87,8 +87,8 @@ class PatchTokenPolicy(BaseEstimator):
 
     def __init__(self, pooling: str = DEFAULT_POOLING, attention: AttentionConfig | None = None, *,
                  hidden: int = DEFAULT_HIDDEN, epochs: int = DEFAULT_BC_EPOCHS, batch_size: int = DEFAULT_BATCH_SIZE,
-                 lr: float = DEFAULT_LR, weight_decay: float = 1e-4, seed: int = DEFAULT_SEED, chunk: int = DEFAULT_CHUNK,
-                 augment: bool = True) -> None:
+                 lr: float = DEFAULT_LR, weight_decay: float = 1e-4, seed: int = DEFAULT_SEED,
+                 chunk: int = DEFAULT_CHUNK, augment: bool = True) -> None:
         self.pooling = pooling
         self.attention = attention
         self.hidden = hidden
