@@ -22,7 +22,8 @@ from frozenvit.backbone.suite.errors import UsageError
 from .defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_CAMERA, DEFAULT_CHUNK, DEFAULT_CONFIGS,
                        DEFAULT_EPISODES, DEFAULT_EXPERT, DEFAULT_HEADS, DEFAULT_HIDDEN, DEFAULT_HOLD_STEPS, DEFAULT_LR,
                        DEFAULT_MAX_STEPS, DEFAULT_PARALLEL, DEFAULT_POOLING, DEFAULT_QUERIES, DEFAULT_SEED,
-                       DEFAULT_VIEWS, LATENCY_STEPS, LATENCY_TASK, LATENCY_WARMUP, POOLINGS)
+                       DEFAULT_VIEW_JITTER, DEFAULT_VIEW_SHIFT, DEFAULT_VIEWS, LATENCY_STEPS, LATENCY_TASK,
+                       LATENCY_WARMUP, POOLINGS)
 from .experts import EXPERTS
 
 POSITIVE = number(int, min=1)
@@ -44,7 +45,8 @@ def register(subparsers: Any) -> None:
     q.add_argument("--episodes", type=POSITIVE, default=DEFAULT_EPISODES, help="successful episodes to record")
     q.add_argument("--camera", default=DEFAULT_CAMERA,
                    help="corner, corner2, corner3, topview, ... (frames are upright)")
-    _backbone_args(q, "frames are rendered at its input size (--image-size: at that size instead)")
+    _backbone_args(q, "embedded; the frames are rendered at its input size unless --image-size says otherwise",
+                   random_weights=False)
     q.add_argument("--max-steps", type=POSITIVE, default=DEFAULT_MAX_STEPS,
                    help="episode cap; configurations where the expert needs longer are skipped")
     q.add_argument("--hold-steps", type=COUNT, default=DEFAULT_HOLD_STEPS,
@@ -76,17 +78,18 @@ def register(subparsers: Any) -> None:
                    help="actions predicted per frame (action chunks, ACT); at run time the action is the weighted "
                         "mean of the up to K predictions made for that step; 1: one action")
     q.add_argument("--views", type=COUNT, default=DEFAULT_VIEWS, metavar="K",
-                   help="augmented views per demo frame (random shift of 4 px at the encoder's input size, colour "
-                        "jitter +-0.1), encoded once and cached beside the clean features; each BC sample reads the "
-                        "frame or one of its views; costs K times the clean features' memory and disk; 0: none")
+                   help=f"augmented views per demo frame (random shift of {DEFAULT_VIEW_SHIFT} px at the encoder's "
+                        f"input size, colour jitter +-{DEFAULT_VIEW_JITTER:g}), encoded once and cached beside the "
+                        "clean features; each BC sample reads the frame or one of its views; costs K times the clean "
+                        "features' memory and disk; 0: none")
     q.add_argument("--seed", type=int, default=DEFAULT_SEED,
                    help="seed of the head's initialisation and of the shuffling")
     q.add_argument("--checkpoint", default=None,
                    help="checkpoint folder, resumed by re-running (new, empty, or an earlier checkpoint); "
                         "without it training is not checkpointed")
-    _backbone_args(q, blocks_help="blocks whose tokens are read, side by side (default: 2,5,11 on a 12-block "
-                                  "encoder, the last of the first quarter, of the first half and of all; the last "
-                                  "alone on one of fewer blocks)")
+    _backbone_args(q, "embedded", blocks_help="blocks whose tokens are read, side by side (default: 2,5,11 on a "
+                                              "12-block encoder, the last of the first quarter, of the first half and "
+                                              "of all; the last alone on one of fewer blocks)")
     add_threads_arg(q)
     q.set_defaults(func=_cmd_train)
 
@@ -123,23 +126,24 @@ def register(subparsers: Any) -> None:
     q.add_argument("--out", default=None,
                    help="report folder (new, empty, or an earlier latency output): latency.json and histogram.png; "
                         "without it the report is only printed")
-    _backbone_args(q, "a --policy's own, at its input size; else the embedded default")
+    _backbone_args(q, "a --policy's own, at its input size; else embedded")
     add_threads_arg(q)
     q.set_defaults(func=_cmd_latency)
 
 
-def _backbone_args(q: argparse.ArgumentParser, default_help: str = "the embedded default ViT",
-                   blocks_help: str | None = None) -> None:
+def _backbone_args(q: argparse.ArgumentParser, default_help: str, blocks_help: str | None = None,
+                   random_weights: bool = True) -> None:
     add_backbone_args(q, default_help=f"{default_help}; named: {BACKBONE_HELP}", blocks_help=blocks_help)
-    q.add_argument("--random-weights", action="store_true",
-                   help="the backbone's architecture with random weights, the same every time (baselines)")
+    if random_weights:
+        q.add_argument("--random-weights", action="store_true",
+                       help="the backbone's architecture with random weights, the same every time (baselines)")
 
 
 def _encoder(args: argparse.Namespace, policy: Any = None) -> Any:
     """The encoder the command asks for; for a `policy`, the one it was trained on unless told otherwise."""
     from .encoders import encoder_for_policy, load_encoder
 
-    kw = dict(pretrained=not args.random_weights)
+    kw = dict(pretrained=not getattr(args, "random_weights", False))
     if policy is not None:
         return encoder_for_policy(policy, args.backbone, args.weights, args.image_size, **kw)
     return load_encoder(args.backbone, args.weights, args.image_size, **kw)

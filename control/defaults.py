@@ -15,6 +15,8 @@ DEFAULT_HOLD_STEPS = 20           # expert steps recorded past its first success
 DEFAULT_CHUNK = 8                 # actions predicted per frame (ACT chunks; 1: none)
 DEFAULT_CHUNK_DECAY = 0.1         # temporal ensemble weights exp(-m i), i = 0 for the oldest prediction
 DEFAULT_VIEWS = 4                 # augmented views per demo frame, encoded once
+DEFAULT_VIEW_SHIFT = 4            # a view's random shift, pixels of the encoder's input
+DEFAULT_VIEW_JITTER = 0.1         # a view's colour factors are drawn from [1 - jitter, 1 + jitter]
 
 DEFAULT_CAMERA = "corner"
 DEFAULT_EXPERT = "default"        # each task's default demonstrator (control.experts)

@@ -33,7 +33,7 @@ from frozenvit.backbone.suite.artifacts import atomic_dir, read_config, write_js
 from frozenvit.backbone.suite.errors import ParameterError
 from frozenvit.backbone.suite.progress import progress_bar
 
-from .defaults import DEFAULT_VIEWS
+from .defaults import DEFAULT_VIEW_JITTER, DEFAULT_VIEW_SHIFT, DEFAULT_VIEWS
 from .demos import iter_episodes, load_manifest
 from .errors import DemoError
 
@@ -133,7 +133,8 @@ def check_backbone(meta: dict[str, Any], backbone: Any) -> None:
 
 def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | Sequence[int] | None = None,
                    batch_size: int = 32, cache_dir: str | Path | None = None, progress: bool | None = None,
-                   views: int = DEFAULT_VIEWS, shift: int = 4, jitter: float = 0.1, seed: int = 0) -> FeatureCache:
+                   views: int = DEFAULT_VIEWS, shift: int = DEFAULT_VIEW_SHIFT,
+                   jitter: float = DEFAULT_VIEW_JITTER, seed: int = 0) -> FeatureCache:
     """Encode every frame of `demo_dir` once with the frozen `backbone` (block `block`) and cache it.
 
     block None: `default_blocks(depth)` (2, 5 and 11 for 12 blocks). Several blocks: their tokens side by side
