@@ -11,15 +11,14 @@ import torch
 from sklearn.base import clone
 
 from frozenvit.backbone.suite.cli import main
-from frozenvit.backbone.suite.errors import UsageError
+from frozenvit.backbone.suite.errors import InvalidParameterError, ParameterError
 from frozenvit.control.features import (FeatureCache, backbone_fingerprint, cache_features, colour_jitter,
                                         random_shift)
 from frozenvit.control.policy import PatchTokenPolicy
 
-from test_control_old_policies import BEFORE
 from test_control_policy import marked_token_cache, small
 
-RENDER = dict(shadows=False, reflections=False, offsamples=0, mesh_faces=None)
+RENDER = dict(shadows=False, reflections=False, offsamples=0)
 CLEAN_KEYS = {"kind", "format_version", "backbone", "fingerprint", "pretrained", "img_size", "block", "grid",
               "embed_dim", "has_cls", "task", "camera", "demo_image_size", "render", "configs"}
 
@@ -44,8 +43,8 @@ def write_demos(root: Path, episodes=(5, 4), size=48, seed=0) -> Path:
         (root / f"episodes/cfg_{e:07d}.npz").write_bytes(buf.getvalue())
         listed.append(dict(config=e, file=f"episodes/cfg_{e:07d}.npz", steps=T))
     (root / "manifest.json").write_text(json.dumps(dict(
-        kind="control.demos", format_version=1, task="reach-v3", camera="corner", image_size=size, max_steps=100,
-        hold_steps=0, render=RENDER, episodes=listed, failed_configs=[])))
+        kind="control.demos", format_version=2, task="reach-v3", camera="corner", image_size=size, max_steps=100,
+        hold_steps=0, render=RENDER, expert="fingertips", episodes=listed, failed_configs=[])))
     return root
 
 
@@ -152,7 +151,7 @@ def test_a_clean_cache_given_as_cache_dir_is_not_taken_for_a_views_cache_or_back
                                 dict(views=1, jitter=1.0), dict(views=1, jitter=-0.1)],
                          ids=["views<0", "views float", "views bool", "shift<0", "jitter 1", "jitter<0"])
 def test_bad_augmentation_values_are_refused_before_anything_is_written(demos, bb, tmp_path, kw):
-    with pytest.raises(UsageError, match=next(iter(k for k in ("jitter", "shift", "views") if k in kw))):
+    with pytest.raises(ParameterError, match=next(iter(k for k in ("jitter", "shift", "views") if k in kw))):
         cache_features(demos, bb, cache_dir=tmp_path / "x", progress=False, **kw)
     assert not (tmp_path / "x").exists()
 
@@ -171,11 +170,9 @@ def same_weights(a: PatchTokenPolicy, b: PatchTokenPolicy) -> bool:
     return all(torch.equal(x, y) for x, y in zip(a.head_.state_dict().values(), b.head_.state_dict().values()))
 
 
-def test_without_views_fit_is_the_head_of_before_views():
+def test_on_a_cache_without_views_augment_changes_nothing():
     cache = marked_token_cache(M=64)
     now = small(epochs=3).fit(cache, progress=False)
-    before = PatchTokenPolicy.load(BEFORE)                     # written before chunking, so before views too
-    np.testing.assert_allclose(now.history_, before.history_, rtol=1e-6)
     off = small(epochs=3, augment=False).fit(cache, progress=False)
     assert off.history_ == now.history_ and same_weights(off, now)
 
@@ -240,20 +237,6 @@ def test_resume_with_views_ends_where_an_uninterrupted_run_does_and_refuses_othe
     assert resumed.history_ == full.history_ and same_weights(resumed, full)
 
 
-def test_a_checkpoint_written_before_augment_existed_resumes_at_its_default(tmp_path):
-    from frozenvit.backbone.errors import ArtifactError
-
-    cache = marked_token_cache(M=64)
-    done = small(epochs=2).fit(cache, checkpoint_dir=tmp_path / "ck", progress=False)
-    cfg_path = tmp_path / "ck" / "config.json"
-    cfg = json.loads(cfg_path.read_text())
-    del cfg["params"]["augment"]
-    cfg_path.write_text(json.dumps(cfg))
-    assert small(epochs=2).fit(cache, checkpoint_dir=tmp_path / "ck", progress=False).history_ == done.history_
-    with pytest.raises(ArtifactError, match="was made with"):
-        small(epochs=2, augment=False).fit(cache, checkpoint_dir=tmp_path / "ck", progress=False)
-
-
 # -- the parameter ---------------------------------------------------------------------------------------
 def test_augment_is_an_estimator_parameter_saved_with_the_policy(tmp_path):
     pol = small(augment=False)
@@ -265,22 +248,16 @@ def test_augment_is_an_estimator_parameter_saved_with_the_policy(tmp_path):
     assert back.augment is False and back.get_params() == pol.get_params() and back.meta_["views"] == 2
 
 
-def test_a_policy_saved_before_augment_existed_loads_with_the_default():
-    assert "augment" not in json.loads((BEFORE / "config.json").read_text())["params"]
-    assert PatchTokenPolicy.load(BEFORE).augment is True
-
-
 def test_augment_must_be_a_bool():
-    from frozenvit.control.errors import PolicyError
-    with pytest.raises(PolicyError, match="augment"):
+    with pytest.raises(InvalidParameterError, match="augment"):
         small(augment="yes").fit(marked_token_cache(M=32), progress=False)
 
 
 # -- the command line and the benchmark -----------------------------------------------------------------
 def test_train_views_caches_the_views_and_reports_their_size(demos, bb, tmp_path, monkeypatch, capsys):
-    from frozenvit.control import cli
+    from frozenvit.control import encoders
 
-    monkeypatch.setattr(cli, "load_backbone_for", lambda args, img_size=None, fingerprint=None: bb)
+    monkeypatch.setattr(encoders, "load_encoder", lambda *a, **k: bb)
     out = str(tmp_path / "pol")
     assert main(["control", "train", "--demos", str(demos), "--out", out, "--epochs", "1", "--heads", "3",
                  "--views", "1", "--threads", "1"]) == 0

@@ -7,7 +7,7 @@ from frozenvit.backbone.errors import ArtifactError, OutputConflict
 from frozenvit.control.evaluate import EpisodeJournal, TaskResult
 
 RUN = dict(policy="ab" * 32, task="reach-v3", camera="corner", image_size=64, max_steps=20,
-           render=dict(shadows=False, reflections=False, offsamples=0, mesh_faces=None), configs=[1000000, 1000001])
+           render=dict(shadows=False, reflections=False, offsamples=0), configs=[1000000, 1000001])
 
 
 def test_a_reopened_journal_holds_the_finished_episodes_and_drops_a_line_cut_short(tmp_path):
@@ -25,7 +25,7 @@ def test_a_reopened_journal_holds_the_finished_episodes_and_drops_a_line_cut_sho
 
 
 @pytest.mark.parametrize("key,value", [("configs", [1000000]), ("policy", "cd" * 32), ("max_steps", 30),
-                                       ("render", dict(RUN["render"], mesh_faces=800))])
+                                       ("render", dict(RUN["render"], shadows=True))])
 def test_a_journal_of_another_evaluation_is_refused_and_left_alone(tmp_path, key, value):
     path = tmp_path / "ev.episodes.jsonl"
     EpisodeJournal(path, RUN).append(1000000, True, 12)
