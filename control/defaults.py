@@ -1,6 +1,6 @@
 """Defaults of the library, which the CLI shows without importing torch (`frozenvit --help` stays light).
 
-Why these values: control/RESULTS.md ("Queries kept apart", "Trained to convergence", "Held demos on the
+Why these values: lab/control-results.md ("Queries kept apart", "Trained to convergence", "Held demos on the
 test set", "Augmented views", "Action chunks the default").
 """
 POOLINGS = ("attention", "cls", "mean")

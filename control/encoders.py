@@ -2,7 +2,7 @@
 
 "embedded" (the default, also None) is the embedded default ViT of frozenvit.backbone. "metaworld-fast"
 (`FAST_ENCODER`) is a 4-block ViT-Tiny/16 at 112 px (7 x 7 tokens) distilled from the embedded default on
-Meta-World expert-demo frames by `frozenvit distill` (recipe and figures: control/assets/MODEL_CARD.md). It
+Meta-World expert-demo frames by `frozenvit distill` (recipe and figures: control/assets/MODEL_CARD.md and lab/control-fast-encoder-notes.md). It
 only knows Meta-World's look; for anything else use the embedded default or your own backbone. Any other
 name is a timm model, built by `backbone.load_backbone`.
 """

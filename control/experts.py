@@ -6,7 +6,7 @@ Meta-World environment -> a (4,) float32 action (hand dxyz, gripper effort; the 
 Who demonstrates a task (`expert_name`): with expert="default" the task's own entry of `TASK_DEMONSTRATORS`,
 else Meta-World's scripted policy; with expert="metaworld" Meta-World's on every task. Meta-World's experts
 bring the hand's *body* where the task is scored at another point; the three corrected ones below aim at that
-point instead (control/RESULTS.md, "Demos that bring the fingertips onto the goal", "Demos that carry the
+point instead (lab/control-results.md, "Demos that bring the fingertips onto the goal", "Demos that carry the
 object onto the goal", "Demos that do not put the peg back down").
 """
 from __future__ import annotations

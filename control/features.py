@@ -89,7 +89,7 @@ def default_blocks(depth: int) -> tuple[int, ...]:
     patch wide: block 5 beside it lifted reach (0.37 -> 0.52 over 3 seeds, paired p = 0.0014), and block 2
     beside those two lifted pick-place (0.49 -> 0.60 over 3 seeds, paired p = 0.0015) and the 8-task mean
     (0.746 -> 0.771; all paired episodes 65 / 94, p = 0.026), no task significantly worse
-    (control/RESULTS.md, "A third block"). Fewer than 12 blocks (distilled students such as the 4-block
+    (lab/control-results.md, "A third block"). Fewer than 12 blocks (distilled students such as the 4-block
     fast encoder): the last alone, the only choice measured on them."""
     if depth < 1:
         raise ValueError(f"depth must be >= 1, got {depth}")

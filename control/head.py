@@ -18,7 +18,7 @@ ParameterError; tokens that do not fit a built head are a PolicyError.
 
 Tokens are layer-normalised without parameters first, so for "cls" and "mean" a frame's whole visual
 feature is fixed and training computes it once (`PolicyHead.prepare`). Why these choices:
-control/RESULTS.md.
+lab/control-results.md.
 """
 from __future__ import annotations
 
@@ -265,5 +265,5 @@ def diversity_penalty(att: torch.Tensor) -> torch.Tensor:
 
 def bc_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Behaviour-cloning loss: squared error of the actions, averaged over batch and action dimensions
-    (L1 and Huber were tried and did not pay: control/RESULTS.md)."""
+    (L1 and Huber were tried and did not pay: lab/control-results.md)."""
     return F.mse_loss(pred, target)

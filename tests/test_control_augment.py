@@ -277,7 +277,7 @@ def test_train_help_shows_the_views_default(capsys):
 
 
 def test_the_library_and_the_cli_train_on_the_same_number_of_views_by_default():
-    # four views per frame paid on reach and push (control/RESULTS.md, "Augmented views"): the default of both
+    # four views per frame paid on reach and push (lab/control-results.md, "Augmented views"): the default of both
     import inspect
 
     from frozenvit.backbone.suite.cli import build_parser

@@ -432,7 +432,7 @@ def test_collect_renders_at_the_encoders_input_size(tmp_path):
 
 
 def test_demos_go_on_past_success_by_default_in_the_library_and_the_cli():
-    # held demos lifted both heads on the test set (control/RESULTS.md, "Held demos on the test set"): both
+    # held demos lifted both heads on the test set (lab/control-results.md, "Held demos on the test set"): both
     # entry points record the same 20 steps past the first success unless told otherwise
     import inspect
 
