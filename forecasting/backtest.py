@@ -310,16 +310,20 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
     aliases = [m.alias for m in models]
     if len(set(aliases)) != len(aliases):
         raise ValueError(f"model aliases must be unique, got {aliases}; subclass or wrap to rename")
-    need_hist = max([season_length + 1, mase_season + 1] + [m.min_history() for m in models])
+    need_hist, why, cure = max(                     # the history every series needs first, and what asks for it
+        [(season_length + 1, f"a season of --season-length {season_length} + 1", "a smaller --season-length"),
+         (mase_season + 1, f"MASE's lag --mase-season {mase_season} + 1", "a smaller --mase-season")] +
+        [(m.min_history(), f"{m.alias}'s look-back and training", "a smaller --h, a shorter --input-size")
+         for m in models], key=lambda need: need[0])
     need = need_hist + K * h + h + (n_windows - 1) * step_size
     calib_text = f" + {K} --calibration-windows of --h" if K else ""
     ids, ds, ys = [], [], []
     for uid, g in df.groupby(ID, sort=False):
         ids.append(uid), ds.append(g[DS].to_numpy()), ys.append(g[Y].to_numpy(dtype=float))
         if len(g) < need:
-            raise SeriesError(f"series {uid!r} has {len(g)} values; this backtest needs {need} (history {need_hist}"
-                              f"{calib_text} + --h {h} + {n_windows - 1} more --windows of --step-size {step_size}); "
-                              "use a smaller --h, fewer --windows, a smaller --step-size or a shorter --input-size"
+            raise SeriesError(f"series {uid!r} has {len(g)} values; this backtest needs {need} (history {need_hist}, "
+                              f"{why}{calib_text} + --h {h} + {n_windows - 1} more --windows of --step-size "
+                              f"{step_size}); use {cure}, fewer --windows or a smaller --step-size"
                               + (" or fewer --calibration-windows" if K else ""))
     cuts = np.array([_cutoff_positions(y.size, h, n_windows, step_size) for y in ys])      # (S, W)
     ccuts = calibration_cutoffs(cuts, K, h)                                                 # (S, K)

@@ -18,8 +18,8 @@ from frozenvit.backbone.suite.engine import add_engine_args
 from frozenvit.backbone.suite.errors import UsageError
 
 from .defaults import NEURAL_TRAINING, PATCHTST_SHAPE  # noqa: F401   the models' defaults, re-exported
-from .defaults import (BACKTEST_COMMAND, CONFORMAL, GLOBAL_CALIBRATIONS, LOOKBACK, PAPER_HORIZONS, PATCH_LEN,
-                       SHORT_SERIES, VIT_DEPTH)
+from .defaults import (BACKTEST_COMMAND, CONFORMAL, CSV_SEP, GLOBAL_CALIBRATIONS, LOOKBACK, PAPER_HORIZONS,
+                       PATCH_LEN, SHORT_SERIES, VIT_DEPTH)
 from .errors import SeriesError
 
 MODEL_NAMES = ("snaive", "naive", "ets", "dlinear", "patchtst", "vit")
@@ -101,6 +101,8 @@ def register(subparsers) -> None:
     q.add_argument("--time-col", default=None,
                    help="time column; when not given: 'ds' in a long CSV, the first column in a wide one")
     q.add_argument("--target-col", default="y", help="value column of a long CSV")
+    q.add_argument("--sep", default=CSV_SEP, metavar="CHAR",
+                   help="the field separator of --csv, e.g. ';' for a semicolon-separated file")
     q.add_argument("--sort", action="store_true",
                    help="sort each series' rows by time (else unsorted rows are refused)")
     q.add_argument("--fill", choices=("ffill", "interpolate", "zero"), default=None,
@@ -282,27 +284,30 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     from .data import read_long_csv, read_wide_csv
     from .ensemble import assemble
     from .plots import plot_coverage, plot_forecasts, plot_mase_by_horizon
+    from .run_folder import RunFolder
 
     _check_backtest_args(args)
     vit = vit_options(args, flat_names(args.models))          # flags checked, the ViT loaded, before the data
     engine_from_args(args)                          # --workers without --ray fails before any work
     check_output_dir(args.out, "forecast.backtest")
+    folder = RunFolder(args.out, args.resume)       # a stopped run there is continued with --resume only
     if args.wide:
         cols = [c.strip() for c in args.columns.split(",")] if args.columns else None
-        df = read_wide_csv(args.csv, args.time_col, cols, sort=args.sort, fill=args.fill)
+        df = read_wide_csv(args.csv, args.time_col, cols, sort=args.sort, fill=args.fill, sep=args.sep)
     else:
         df = read_long_csv(args.csv, args.id_col, args.time_col or "ds", args.target_col, sort=args.sort,
-                           fill=args.fill)
+                           fill=args.fill, sep=args.sep)
     names = flat_names(args.models)
     calib = (CONFORMAL["calibration_windows"] if args.calibration_windows is None else args.calibration_windows) \
         if args.levels else 0
     built = dict(zip(names, make_models(names, args.h, args.season_length, args.input_size or LOOKBACK,
                                         args.max_epochs, args.seed, vit=vit)))
-    for n in NEURAL:                                  # checkpoints after every epoch, for --resume
-        if n in built:
-            built[n].set_params(checkpoint_dir=str(args.out / "checkpoints" / built[n].alias), resume=args.resume)
-    if any(n in NEURAL for n in names):
+    checkpoints = {n: f"checkpoints/{built[n].alias}" for n in NEURAL if n in built}
+    for n, rel in checkpoints.items():              # checkpoints after every epoch, for --resume
+        built[n].set_params(checkpoint_dir=str(args.out / rel), resume=args.resume)
+    if checkpoints:
         output_dir(args.out, "forecast.backtest")     # claimed before training: its checkpoints go inside
+        folder.start(checkpoints.values())
     with engine_session(args) as engine, _warnings_as_lines():
         res = backtest(df, assemble(args.models, built), h=args.h, n_windows=args.windows,
                        step_size=args.step_size, season_length=args.season_length, refit_every=args.refit_every,
@@ -335,13 +340,14 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     atomic_write_text(out / "mase_by_horizon.csv", hz.to_csv())
     plot_forecasts(res, df, n_series=args.plot_series).savefig(out / "forecasts.png", dpi=110)
     plot_mase_by_horizon(res).savefig(out / "mase_by_horizon.png", dpi=110)
-    pictures = "forecasts.png, mase_by_horizon.png"
+    written = ["summary.json", "forecasts.csv", "mase_by_horizon.csv", "forecasts.png", "mase_by_horizon.png"]
     if res.levels:
         plot_coverage(res).savefig(out / "coverage_by_horizon.png", dpi=110)
-        pictures += ", coverage_by_horizon.png"
+        written.append("coverage_by_horizon.png")
     for alias, model in res.fitted.items():
-        model.save(out / "models" / alias)
-    print(f"\nwrote {out}/summary.json, forecasts.csv, mase_by_horizon.csv, {pictures}")
+        written.append(model.save(out / "models" / alias).relative_to(out).as_posix())
+    folder.finish(written + list(checkpoints.values()))     # nothing of an earlier run is left beside these
+    print(f"\nwrote in {out}: {', '.join(written)}")
     return 0
 
 

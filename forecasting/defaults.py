@@ -29,3 +29,4 @@ SHORT_SERIES = ("skip", "baseline", "error")       # what becomes of series too 
 BACKTEST_COMMAND = dict(h=48, season_length=24, windows=8, models="snaive,ets,dlinear,patchtst",
                         input_size="auto", short_series="skip", plot_series=3)
 PAPER_HORIZONS = (96, 192, 336, 720)               # the PatchTST paper's horizons (`forecast paper`)
+CSV_SEP = ","                                      # the field separator of the CSV files read (--sep)
