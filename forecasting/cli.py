@@ -18,8 +18,8 @@ from frozenvit.backbone.suite.engine import add_engine_args
 from frozenvit.backbone.suite.errors import UsageError
 
 from .defaults import NEURAL_TRAINING, PATCHTST_SHAPE  # noqa: F401   the models' defaults, re-exported
-from .defaults import (BACKTEST_COMMAND, CONFORMAL, CSV_SEP, GLOBAL_CALIBRATIONS, LOOKBACK, PAPER_HORIZONS,
-                       PATCH_LEN, SHORT_SERIES, VIT_DEPTH)
+from .defaults import (BACKTEST_COMMAND, CONFORMAL, CSV_SEP, DS, GLOBAL_CALIBRATIONS, ID, LOOKBACK,
+                       PAPER_HORIZONS, PATCH_LEN, SHORT_SERIES, VIT_DEPTH, Y)
 from .errors import SeriesError
 
 MODEL_NAMES = ("snaive", "naive", "ets", "dlinear", "patchtst", "vit")
@@ -97,10 +97,10 @@ def register(subparsers) -> None:
     q.add_argument("--wide", action="store_true", help="a date column then one column per series (ETT layout)")
     q.add_argument("--columns", default=None,
                    help="comma-separated series columns of a wide CSV; when not given: every column but the time")
-    q.add_argument("--id-col", default="unique_id", help="series id column of a long CSV")
+    q.add_argument("--id-col", default=ID, help="series id column of a long CSV")
     q.add_argument("--time-col", default=None,
-                   help="time column; when not given: 'ds' in a long CSV, the first column in a wide one")
-    q.add_argument("--target-col", default="y", help="value column of a long CSV")
+                   help=f"time column; when not given: {DS!r} in a long CSV, the first column in a wide one")
+    q.add_argument("--target-col", default=Y, help="value column of a long CSV")
     q.add_argument("--sep", default=CSV_SEP, metavar="CHAR",
                    help="the field separator of --csv, e.g. ';' for a semicolon-separated file")
     q.add_argument("--sort", action="store_true",
@@ -244,7 +244,7 @@ def _check_backtest_args(args: argparse.Namespace) -> None:
     """Refuse combinations that cannot be meant, before any file is read."""
     if args.columns is not None and not args.wide:
         raise UsageError("--columns selects the series of a wide CSV; pass --wide too, or drop --columns")
-    if args.wide and (args.id_col != "unique_id" or args.target_col != "y"):
+    if args.wide and (args.id_col != ID or args.target_col != Y):
         raise UsageError("--id-col and --target-col name columns of a long CSV; a wide CSV (--wide) has one "
                          "column per series: select them with --columns")
     for flag, value in (("--calibration-windows", args.calibration_windows),
@@ -295,7 +295,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
         cols = [c.strip() for c in args.columns.split(",")] if args.columns else None
         df = read_wide_csv(args.csv, args.time_col, cols, sort=args.sort, fill=args.fill, sep=args.sep)
     else:
-        df = read_long_csv(args.csv, args.id_col, args.time_col or "ds", args.target_col, sort=args.sort,
+        df = read_long_csv(args.csv, args.id_col, args.time_col or DS, args.target_col, sort=args.sort,
                            fill=args.fill, sep=args.sep)
     names = flat_names(args.models)
     calib = (CONFORMAL["calibration_windows"] if args.calibration_windows is None else args.calibration_windows) \

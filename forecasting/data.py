@@ -17,11 +17,10 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from .defaults import CSV_SEP
+from .defaults import CSV_SEP, DS, ID, Y
 from .errors import SeriesError
 
 Fill = Literal["ffill", "interpolate", "zero"]
-ID, DS, Y = "unique_id", "ds", "y"
 
 
 def read_long_csv(path: str | Path, id_col: str = ID, time_col: str = DS, target_col: str = Y, *,

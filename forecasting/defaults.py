@@ -30,3 +30,4 @@ BACKTEST_COMMAND = dict(h=48, season_length=24, windows=8, models="snaive,ets,dl
                         input_size="auto", short_series="skip", plot_series=3)
 PAPER_HORIZONS = (96, 192, 336, 720)               # the PatchTST paper's horizons (`forecast paper`)
 CSV_SEP = ","                                      # the field separator of the CSV files read (--sep)
+ID, DS, Y = "unique_id", "ds", "y"                 # the long format's columns (forecasting.data)

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
+from numbers import Integral
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 from sklearn.base import clone
+
+from frozenvit.backbone.suite.errors import ParameterError
 
 from .base import Forecaster
 from .data import ID
@@ -102,9 +105,9 @@ def prepare(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: i
     none, the backtest's length check refuses a short series). `calibration_windows` K: each series'
     K h values before the first cutoff are no look-back's history."""
     if short_series is not None and short_series not in SHORT_SERIES:
-        from frozenvit.backbone.suite.errors import ParameterError
-
         raise ParameterError(f"short_series must be one of {SHORT_SERIES}, got {short_series!r}")
+    if input_size not in (None, "auto") and not (isinstance(input_size, Integral) and input_size >= 1):
+        raise ParameterError(f"input_size must be None, 'auto' or an integer >= 1, got {input_size!r}")
     lengths = df.groupby(ID, sort=False).size()
     glob = [m for m in _leaves(models) if _is_global(m)]
     record = {"policy": short_series, "ids": []} if short_series else {}

@@ -70,3 +70,10 @@ def test_save_before_fit_is_not_fitted_error_and_after_fit_returns_the_path(tmp_
         model.save(tmp_path / "m")
     got = model.fit([np.sin(np.arange(60) / 3)]).save(str(tmp_path / "m"))
     assert got == Path(tmp_path / "m") and isinstance(got, Path)
+
+
+@pytest.mark.parametrize("kw", [{"input_size": "big"}, {"input_size": 0}, {"short_series": "drop"}],
+                         ids=["input_size text", "input_size 0", "short_series"])
+def test_a_bad_look_back_or_short_series_setting_of_backtest_is_a_parameter_error(kw):
+    with pytest.raises(ParameterError):
+        backtest(_panel(), [SeasonalNaive(4), DLinear(h=4, input_size=16)], h=4, season_length=4, **kw)

@@ -132,7 +132,8 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                         help="run on Ray (pip install \"frozenvit[ray]\"): on the cluster at ADDRESS, else at "
                              "RAY_ADDRESS, else on a local instance started with --workers CPUs")
     parser.add_argument("--workers", type=number(int, min=1), default=None,
-                        help="Ray workers (actors or tasks in flight) with --ray (None: one per CPU of the cluster)")
+                        help="Ray workers (actors or tasks in flight) with --ray; when not given: one per CPU of "
+                             "the cluster")
 
 
 def engine_from_args(args: argparse.Namespace) -> str:
