@@ -153,7 +153,8 @@ def register(subparsers) -> None:
     q.add_argument("--plot-series", type=number(int, min=1), default=_D["plot_series"],
                    help="series shown in forecasts.png")
     q.add_argument("--out", type=Path, default=Path("forecast-out"),
-                   help="output folder: new, empty, or an earlier forecast backtest's (its files are overwritten)")
+                   help="output folder: new, empty, or an earlier forecast backtest's, whose results this run "
+                        "replaces (files frozenvit did not write stay); a stopped run there continues with --resume")
     add_vit_args(q)
     add_threads_arg(q)
     add_engine_args(q)
