@@ -187,9 +187,6 @@ class EvalWorker:
         this actor has not seen them yet)."""
         import ray
 
-        from frozenvit.backbone.suite.engine import die_once_if_asked
-
-        die_once_if_asked()
         key = models[0].hex() + models[1].hex()
         if key != self.agent_key:
             self.agent, self.agent_key = VisuomotorAgent(*ray.get(models)), key
