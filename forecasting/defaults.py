@@ -1,7 +1,7 @@
 """The neural models' defaults, in one place: the settings that beat seasonal naive on M4 Hourly.
 
 `DLinear(h)` and `PatchTST(h)` take these as their constructor defaults, `frozenvit forecast backtest`
-trains with them, and benchmarks/forecast_m4_hourly.py uses them (docs/forecasting.md has the figures).
+trains with them, and benchmarks/forecast_m4_hourly.py uses them (docs/results.md has the figures).
 An MAE loss on each window's own scale, not an MSE on the data's scale: with the MSE both models lost to
 seasonal naive on M4 Hourly. The paper protocol sets every value itself (`forecasting.paper.paper_config`).
 Imports nothing, so that the CLI can read it without loading torch.
