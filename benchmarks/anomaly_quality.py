@@ -19,9 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from frozenvit.anomaly.cli import aggregation_arg
-
-from common import print_table, write_result
+from common import int_or_auto, print_table, write_result
 
 METRICS = ("image_auroc", "pixel_auroc", "aupro", "image_f1_max", "pixel_f1_max", "false_alarm_rate", "detection_rate")
 
@@ -49,7 +47,7 @@ def backbones(weights: str | None, arch: str, img_size: int) -> tuple[list[tuple
                  load_backbone("vit_tiny_patch16_224", pretrained=False, img_size=224))], "default pending"
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--categories", nargs="+", default=["weave", "grain", "washer"])
@@ -61,11 +59,15 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--weights", default=None, help="evaluate this checkpoint instead of the embedded default")
     ap.add_argument("--arch", default="vit_tiny_patch16_224", help="timm architecture of --weights")
-    ap.add_argument("--img-size", type=int, default=224)
-    ap.add_argument("--aggregation", default="auto", type=aggregation_arg,
+    ap.add_argument("--image-size", type=int, default=224)
+    ap.add_argument("--aggregation", default="auto", type=int_or_auto,
                     help="PatchCore(aggregation=...): 'auto' (1 on a ViT, 3 on a ConvNet) or an odd size")
     ap.add_argument("--out", default=None)
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
     torch.set_num_threads(args.threads)
     import faiss
 
@@ -73,7 +75,7 @@ def main() -> None:
     from frozenvit.anomaly import PatchCore, make_synthetic_mvtec, read_mvtec
     from frozenvit.anomaly.evaluation import evaluate_dataset
 
-    models, status = backbones(args.weights, args.arch, args.img_size)
+    models, status = backbones(args.weights, args.arch, args.image_size)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for cat in args.categories:

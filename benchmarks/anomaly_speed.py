@@ -77,6 +77,12 @@ def timed_rounds(variants: dict, repeats: int) -> dict[str, list[float]]:
     return times
 
 
+def member_inputs(member, images: list) -> list:
+    """What a fitted PatchCore's backbone reads for `images` (all of one size): its tiles, or the images whole."""
+    tiling = member.tiling_of(images[0].shape[:2])
+    return images if tiling is None else [c for img in images for c in tiling.crops(img)]
+
+
 def bench_ensemble(args) -> None:
     """--backbone ensemble: `anomaly fit`'s default (defaults.ENSEMBLE, every setting the shipped one's) against bare
     `patch_grids` of every member on exactly the inputs it sees (whole images or its tiles), in interleaved rounds."""
@@ -105,7 +111,7 @@ def bench_ensemble(args) -> None:
     variants = {}
     for name, imgs in sets.items():
         e = fitted[name]
-        inputs = [(m.backbone_, m.blocks_, [v for _, v, _ in m._views(imgs)]) for m in e.members_]
+        inputs = [(m.backbone_, m.blocks_, member_inputs(m, imgs)) for m in e.members_]
         variants[f"bare {name}"] = (lambda inputs=inputs: [bb.patch_grids(x, blocks=b, batch_size=args.batch_size,
                                                                           progress=False) for bb, b, x in inputs])
         variants[f"predict {name}"] = (lambda e=e, imgs=imgs: e.predict(imgs))
@@ -132,7 +138,7 @@ def bench_ensemble(args) -> None:
                   "targets": {"predict_ratio": 0.85}}, args.out)
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n", type=int, default=200_000, help="coreset input rows")
@@ -151,7 +157,11 @@ def main() -> None:
                     help="also time tiled predict (the default's tiling, else tile='auto') on images of HxW px against "
                          "bare patch_grids on the same tiles, e.g. 1250x500")
     ap.add_argument("--out", default=None)
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
     torch.set_num_threads(args.threads)
     import faiss
 
@@ -187,8 +197,8 @@ def main() -> None:
         th, tw = (int(v) for v in args.tiled.lower().split("x"))
         big = [render_sample("weave", "hole" if i % 2 else None, 2, i, (th, tw))[0] for i in range(4)]
         # n_train / (tiles per image) normals: a bank about as large as the untiled one's (search cost grows with it)
-        probe = PatchCore(bb, tile=det.tile or "auto")
-        probe.backbone_ = bb
+        normals = [render_sample("weave", None, 1, i, (th, tw))[0] for i in range(2)]
+        probe = PatchCore(bb, tile=det.tile or "auto", progress=False).fit(normals)     # only to count its tiles
         per_image = len(probe.tiling_of((th, tw)) or [None])
         tdet = PatchCore(bb, tile=det.tile or "auto", progress=False).fit(
             [render_sample("weave", None, 1, i, (th, tw))[0] for i in range(max(2, args.n_train // per_image))])

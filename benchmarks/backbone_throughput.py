@@ -16,13 +16,17 @@ from frozenvit.backbone import load_backbone
 MODELS = ["vit_tiny_patch16_224", "vit_small_patch14_dinov2", "default"]
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", default=None)
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
     images = [rng.integers(0, 256, (224, 224, 3), dtype=np.uint8) for _ in range(args.batch_size)]

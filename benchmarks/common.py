@@ -25,6 +25,11 @@ def time_call(fn: Callable[[], Any], repeats: int = 7, warmup: int = 2) -> list[
     return out
 
 
+def int_or_auto(text: str) -> int | str:
+    """argparse `type=` for 'auto' or an integer (the estimator checks the value itself)."""
+    return "auto" if text.lower() == "auto" else int(text)
+
+
 def median(xs: Sequence[float]) -> float:
     return float(statistics.median(xs))
 

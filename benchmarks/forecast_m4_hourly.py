@@ -18,7 +18,7 @@ from common import SHARED_DATA, print_table, write_result  # noqa: E402
 import torch  # noqa: E402
 
 from frozenvit.forecasting import ETS, DLinear, Naive, PatchTST, SeasonalNaive, backtest, read_m4  # noqa: E402
-from frozenvit.forecasting.cli import NEURAL_TRAINING, PATCHTST_SHAPE  # noqa: E402   the CLI's defaults
+from frozenvit.forecasting.defaults import NEURAL_TRAINING, PATCHTST_SHAPE  # noqa: E402   the library defaults
 
 REFERENCE = {"SeasonalNaive": 1.193, "Naive": 11.608, "M4 Naive2": 2.395, "M4 SES": 2.385, "M4 Theta": 2.455,
              "M4 winner (Smyl)": 0.893}

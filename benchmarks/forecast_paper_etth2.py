@@ -32,7 +32,7 @@ from frozenvit.forecasting.paper import paper_config, paper_protocol, scores_tab
 DEFAULT_CSV = ROOT.parent / "shared" / "data" / "ett" / "ETTh2.csv"
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--csv", type=Path, default=DEFAULT_CSV)
     ap.add_argument("--horizons", default="96,192,336,720")
@@ -48,7 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--merge", type=Path, default=None,
                     help="earlier JSON of this benchmark: keep its rows of the models not run now (with their settings)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "forecast_paper_etth2.json")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     if not args.csv.is_file():
         print(f"skipped: {args.csv} not found (pass --csv path/to/ETTh2.csv)")
         return 0

@@ -121,7 +121,7 @@ def anchor(data: Path, threads: int, target: Path) -> dict:
     return {"epoch_seconds": two - one, "fit_seconds": one}
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=SHARED_DATA / "m4_hourly")
     ap.add_argument("--target", type=Path, default=Path("/tmp/frozenvit-neuralforecast"),
@@ -131,7 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true",
                     help="also run each side once under cProfile: where its time goes (top 12 by own time)")
     ap.add_argument("--out", type=Path, default=None)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     if not (args.data / "Hourly-train.csv").is_file():
         print(f"skipped: {args.data} has no Hourly-train.csv")
         return 0

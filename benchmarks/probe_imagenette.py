@@ -113,7 +113,7 @@ def probe(xtr: np.ndarray, ytr: np.ndarray, xva: np.ndarray, yva: np.ndarray, se
     return {"top1": float((cv.predict(xva) == yva).mean()), "C": cv.best_params_["logisticregression__C"]}
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=str(SHARED_DATA / "imagenette"))
     ap.add_argument("--student", default=None, help="student .safetensors or distill ckpt dir (default: embedded)")
@@ -128,7 +128,11 @@ def main() -> int:
     ap.add_argument("--merge", default=None, help="earlier JSON of this benchmark: keep its rows/fields for "
                     "models not measured in this run (e.g. random and teacher measured while training)")
     ap.add_argument("--out", default=None)
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> int:
+    args = parser().parse_args()
     import torch
 
     from frozenvit.backbone import load_backbone

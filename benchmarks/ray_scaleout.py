@@ -246,7 +246,7 @@ def part_anomaly(args: argparse.Namespace) -> dict[str, Any]:
 PARTS = {"start": part_start, "control": part_control, "forecast": part_forecast, "anomaly": part_anomaly}
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--parts", default="start,control", help=f"comma-separated, of {sorted(PARTS)}")
     ap.add_argument("--workers", type=int, default=2)
@@ -260,7 +260,11 @@ def main() -> None:
                     help="anomaly: score the MPDD test folder this many times over (a larger folder)")
     ap.add_argument("--series", type=int, default=0, help="forecast: the first N M4 Hourly series (0: all 414)")
     ap.add_argument("--out", default=None)
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
     os.environ.setdefault("MUJOCO_GL", "egl")
     WORK.mkdir(parents=True, exist_ok=True)
     parts = args.parts.split(",")

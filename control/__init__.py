@@ -1,12 +1,13 @@
 """frozenvit.control: a patch-token visuomotor policy on Meta-World.
 
     from frozenvit.control import (MetaWorldTask, collect_demos, cache_features, AttentionConfig, PatchTokenPolicy,
-                                   evaluate, measure_latency, VisuomotorAgent, config_seeds)
+                                   evaluate, measure_latency, VisuomotorAgent, config_seeds, load_encoder)
     collect_demos("reach-v3", "runs/demos/reach", n_episodes=25)            # scripted expert, successes only
     cache = cache_features("runs/demos/reach", bb)                          # frozen encoder once per frame
     pol = PatchTokenPolicy("attention", AttentionConfig(queries=4)).fit(cache)  # behaviour cloning (MSE)
     res = evaluate(pol, bb, config_seeds("heldout", 50))                    # success on unseen configurations
     rep = measure_latency(VisuomotorAgent(pol, bb), MetaWorldTask("reach-v3"))  # p50/p95/p99 + stages
+    bb = load_encoder("metaworld-fast")                                     # or "embedded" (the default), a timm name
 
 Meta-World, MuJoCo and gymnasium are the `control` extra: pip install 'frozenvit[control]'.
 Names are imported on first use (PEP 562): `frozenvit --help` does not load torch or MuJoCo.
@@ -17,16 +18,19 @@ from frozenvit.backbone.suite.lazy import lazy_exports
 
 _API = {
     "agent": ("StageTimer", "TemporalEnsemble", "VisuomotorAgent"),
-    "encoders": ("FAST_ENCODER", "load_fast_encoder"),
+    "compare": ("McNemar", "RunMismatch", "compare_runs", "mcnemar", "merge_runs"),
+    "defaults": ("DEFAULT_CAMERA",),
     "demos": ("Episode", "collect_demos", "iter_episodes", "load_manifest", "read_episode", "record_episode"),
-    "env": ("ACTION_DIM", "DEFAULT_CAMERA", "EXPERTS", "HELDOUT_OFFSET", "PROPRIO_DIM", "CompositeRenderer", "FrameRenderer",
-            "MetaWorldTask", "RenderSettings", "State", "camera_count", "camera_is_upside_down", "camera_names",
-            "check_task", "config_seeds", "expert_name", "frame_size", "make_renderer", "task_names"),
+    "encoders": ("BACKBONES", "FAST_ENCODER", "encoder_for_policy", "load_encoder", "load_fast_encoder"),
+    "env": ("ACTION_DIM", "HELDOUT_OFFSET", "PROPRIO_DIM", "MetaWorldTask", "State", "check_task", "config_seeds",
+            "task_names"),
     "errors": ("DemoError", "PolicyError", "RenderUnavailable", "TaskError"),
     "evaluate": ("EpisodeJournal", "TaskResult", "evaluate", "save_gif"),
+    "experts": ("DEMONSTRATORS", "EXPERTS", "TASK_DEMONSTRATORS", "expert_name", "make_expert"),
     "features": ("FeatureCache", "backbone_meta", "cache_features", "default_blocks", "load_feature_cache"),
     "head": ("POOLINGS", "AttentionConfig", "AttentionPool", "HeadConfig", "PolicyHead", "bc_loss"),
     "latency": ("STAGES", "LatencyReport", "UntrainedHead", "measure_latency"),
     "policy": ("PatchTokenPolicy",),
+    "render": ("FrameRenderer", "RenderSettings", "camera_is_upside_down"),
 }
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _API, globals())

@@ -15,8 +15,10 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 import torch
 
+from frozenvit.backbone.suite.errors import ParameterError
+
+from .defaults import DEFAULT_CHUNK_DECAY
 from .features import token_blocks
-from .policy import check_chunking
 
 
 class StageTimer:
@@ -51,8 +53,12 @@ class TemporalEnsemble:
     a plain mean), normalised to sum 1. With k = 1 it returns each prediction unchanged. `reset(slots)`
     forgets what a slot has predicted (a new episode)."""
 
-    def __init__(self, chunk: int, decay: float) -> None:
-        check_chunking(chunk, decay)
+    def __init__(self, chunk: int, decay: float = DEFAULT_CHUNK_DECAY) -> None:
+        if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+            raise ParameterError(f"chunk must be an integer >= 1 (actions predicted per frame), got {chunk!r}")
+        if isinstance(decay, bool) or not isinstance(decay, (int, float, np.number)) or not decay >= 0:
+            raise ParameterError(f"decay must be a number >= 0 (0: a plain mean of the overlapping predictions), "
+                                 f"got {decay!r}")
         self.chunk, self.decay = int(chunk), float(decay)
         self._past: dict[Any, list[np.ndarray]] = {}        # slot -> its last <= k chunks (k, A), oldest first
 
@@ -100,7 +106,7 @@ class VisuomotorAgent:
         self.backbone = backbone
         self.blocks = token_blocks(policy.meta_)
         self.uses_cls = policy.uses_cls
-        self.ensemble = TemporalEnsemble(getattr(policy, "chunk", 1), getattr(policy, "chunk_decay", 0.0))
+        self.ensemble = TemporalEnsemble(getattr(policy, "chunk", 1))
 
     def reset(self, slots: Iterable[Any] | None = None) -> None:
         """A new episode starts in these environment slots (None: all): forget their chunks so far."""

@@ -1,7 +1,7 @@
-"""Defaults the CLI shows without importing torch (`frozenvit --help` stays light).
+"""Defaults of the library, which the CLI shows without importing torch (`frozenvit --help` stays light).
 
-Why these values: control/RESULTS.md ("Queries kept apart", "Trained to convergence", "Held demos on the
-test set", "Augmented views").
+Why these values: lab/control-results.md ("Queries kept apart", "Trained to convergence", "Held demos on the
+test set", "Augmented views", "Action chunks the default").
 """
 POOLINGS = ("attention", "cls", "mean")
 DEFAULT_QUERIES = 4
@@ -11,7 +11,21 @@ DEFAULT_HIDDEN = 256              # width of the MLP's two hidden layers
 DEFAULT_BC_EPOCHS = 200
 DEFAULT_BATCH_SIZE = 256
 DEFAULT_LR = 1e-3
-DEFAULT_HOLD_STEPS = 20           # expert steps recorded past its first success (RESULTS.md, "Held demos")
-DEFAULT_CHUNK = 8                 # actions predicted per frame (ACT chunks; 1: none; RESULTS.md, "Action chunks the default")
-DEFAULT_CHUNK_DECAY = 0.1         # temporal ensemble weights exp(-m i), i = 0 for the oldest (RESULTS.md, "The ensemble's decay")
-DEFAULT_VIEWS = 4                 # augmented views per demo frame, encoded once (RESULTS.md, "Augmented views")
+DEFAULT_HOLD_STEPS = 20           # expert steps recorded past its first success
+DEFAULT_CHUNK = 8                 # actions predicted per frame (ACT chunks; 1: none)
+DEFAULT_CHUNK_DECAY = 0.1         # temporal ensemble weights exp(-m i), i = 0 for the oldest prediction
+DEFAULT_VIEWS = 4                 # augmented views per demo frame, encoded once
+DEFAULT_VIEW_SHIFT = 4            # a view's random shift, pixels of the encoder's input
+DEFAULT_VIEW_JITTER = 0.1         # a view's colour factors are drawn from [1 - jitter, 1 + jitter]
+
+DEFAULT_CAMERA = "corner"
+DEFAULT_EXPERT = "default"        # each task's default demonstrator (control.experts)
+DEFAULT_EPISODES = 25             # successful demos recorded by `control collect`
+DEFAULT_MAX_STEPS = 500           # episode cap (Meta-World's own)
+DEFAULT_CONFIGS = 50              # held-out configurations of `control evaluate`
+DEFAULT_PARALLEL = 4              # environments stepped in lockstep by `evaluate`
+LATENCY_TASK = "reach-v3"
+LATENCY_STEPS = 200               # timed steps of `measure_latency`
+LATENCY_WARMUP = 20               # untimed steps first
+DEFAULT_POOLING = "attention"
+DEFAULT_SEED = 0

@@ -20,7 +20,7 @@ BUDGET_MS = 90.0
 EVAL_SIZE = 128      # the short evaluation's input: 8x8 tokens, a third of 224 px's, so the section stays short
 # The short evaluation's cache is small (~520 frames): at the default batch of 256 an epoch is 3 steps, so the
 # default 200 epochs are ~600 steps and 200 passes over the data. Batch 32 for 40 epochs is ~680 steps in 40
-# passes: a fifth of the compute, the same success (control/RESULTS.md, "The demo's schedule").
+# passes: a fifth of the compute, the same success (lab/control-results.md, "The demo's schedule").
 DEMO_EPOCHS, DEMO_BATCH = 40, 32
 DEMO_EPISODES, DEMO_CONFIGS, DEMO_CAP = 8, 8, 100   # demos, held-out configurations, episode cap
 

@@ -22,16 +22,18 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
-from frozenvit.backbone.suite.progress import progress_bar
 
 from frozenvit.backbone.suite.artifacts import atomic_write_bytes, write_json
+from frozenvit.backbone.suite.progress import progress_bar
 
-from .defaults import DEFAULT_HOLD_STEPS
-from .env import DEFAULT_CAMERA, HELDOUT_OFFSET, MetaWorldTask, RenderSettings, expert_name
+from .defaults import DEFAULT_CAMERA, DEFAULT_EXPERT, DEFAULT_HOLD_STEPS, DEFAULT_MAX_STEPS
+from .env import HELDOUT_OFFSET, MetaWorldTask
 from .errors import DemoError
+from .experts import expert_name
+from .render import RenderSettings
 
 KIND = "control.demos"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _SETTINGS = ("task", "camera", "image_size", "max_steps", "hold_steps", "render", "expert")
 
 
@@ -49,19 +51,17 @@ class Episode:
 
 
 def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: str = DEFAULT_CAMERA,
-                  image_size: int = 224, max_steps: int = 500, hold_steps: int = DEFAULT_HOLD_STEPS,
-                  first_config: int = 0, expert: str = "default",
+                  image_size: int = 224, max_steps: int = DEFAULT_MAX_STEPS, hold_steps: int = DEFAULT_HOLD_STEPS,
+                  first_config: int = 0, expert: str = DEFAULT_EXPERT,
                   render: RenderSettings = RenderSettings(), max_failures: int | None = None,
                   progress: bool | None = None) -> Path:
     """Record `n_episodes` successful expert episodes of `task` on training configurations.
 
     Configurations are tried in order from `first_config` (training seeds, below HELDOUT_OFFSET);
     those where the expert fails within `max_steps` are skipped and listed in the manifest.
-    expert: "default" (Meta-World's scripted experts, but for reach-v3 one that brings the fingertips onto
-    the goal, for pick-place-v3 one that brings the object there, for peg-insert-side-v3 one that does not go back
-    down to a peg it holds: control.env.expert_name) or "metaworld"
-    (Meta-World's for every task); the manifest records
-    who demonstrated, and demos of one are never resumed with the other.
+    expert: "default" (each task's default demonstrator, control.experts.expert_name) or "metaworld"
+    (Meta-World's for every task); the manifest records who demonstrated, and demos of one are never resumed
+    with the other.
     With hold_steps=K the expert goes on for K steps after its first success (K more frames per
     episode), so the demos show what to do *at* the goal and not only on the way there; without
     them the last recorded state is the last one short of success.
@@ -150,10 +150,9 @@ def load_manifest(demo_dir: str | Path) -> dict:
         raise DemoError(f"{path} cannot be read ({e}); re-collect the demos") from e
     if not isinstance(m, dict) or m.get("kind") != KIND or m.get("format_version") != FORMAT_VERSION:
         raise DemoError(f"{path} is not a format-{FORMAT_VERSION} demo manifest; re-collect the demos")
-    m.setdefault("expert", "metaworld")      # demos recorded before 2026-12-05: Meta-World's experts on every task
     missing = [k for k in (*_SETTINGS, "episodes", "failed_configs") if k not in m]
     if missing:
-        raise DemoError(f"{path} lacks {', '.join(missing)} (written by an older frozenvit); re-collect the demos")
+        raise DemoError(f"{path} lacks {', '.join(missing)}; re-collect the demos")
     return m
 
 

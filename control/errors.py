@@ -17,5 +17,5 @@ class DemoError(FrozenVitError, ValueError):
 
 
 class PolicyError(FrozenVitError, ValueError):
-    """Policy hyperparameters that contradict each other or do not fit the features (attention options
-    with another pooling, heads that do not divide the token width, CLS pooling without a CLS token)."""
+    """Inputs that do not fit a built policy head: tokens of another grid or width, no CLS token for a CLS head,
+    an attention map asked of a head without attention. (A bad hyperparameter is a ParameterError.)"""

@@ -22,9 +22,11 @@ from frozenvit.backbone.suite.errors import OutputConflict
 from frozenvit.backbone.suite.progress import progress_bar
 
 from .agent import StageTimer, VisuomotorAgent
-from .env import MetaWorldTask, RenderSettings, State, check_task
+from .defaults import DEFAULT_CAMERA, DEFAULT_MAX_STEPS, DEFAULT_PARALLEL
+from .env import MetaWorldTask, State, check_task
 from .errors import TaskError
 from .policy import PatchTokenPolicy, policy_digest
+from .render import RenderSettings
 
 JOURNAL_KIND = "control.evaluate.episodes"
 
@@ -50,8 +52,8 @@ class TaskResult:
 
 
 def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *, task: str | None = None,
-             camera: str | None = None, image_size: int | None = None, max_steps: int = 500,
-             parallel: int = 4, gif_dir: str | Path | None = None, gif_episodes: int = 0,
+             camera: str | None = None, image_size: int | None = None, max_steps: int = DEFAULT_MAX_STEPS,
+             parallel: int = DEFAULT_PARALLEL, gif_dir: str | Path | None = None, gif_episodes: int = 0,
              render: RenderSettings | None = None, journal: str | Path | None = None,
              progress: bool | None = None, engine: str = "local", workers: int | None = None,
              worker_threads: int = 1) -> TaskResult:
@@ -76,7 +78,7 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
     check_engine(engine)
     meta = policy.meta_
     task = task or meta.get("task")
-    camera = camera or meta.get("camera", "corner")
+    camera = camera or meta.get("camera", DEFAULT_CAMERA)
     image_size = int(image_size or meta.get("demo_image_size") or meta["img_size"][0])
     if render is None:
         render = RenderSettings.from_dict(meta["render"]) if "render" in meta else RenderSettings()
@@ -185,9 +187,6 @@ class EvalWorker:
         this actor has not seen them yet)."""
         import ray
 
-        from frozenvit.backbone.suite.engine import die_once_if_asked
-
-        die_once_if_asked()
         key = models[0].hex() + models[1].hex()
         if key != self.agent_key:
             self.agent, self.agent_key = VisuomotorAgent(*ray.get(models)), key
@@ -296,12 +295,12 @@ class EpisodeJournal:
             head = None
         if not isinstance(head, dict) or head.get("frozenvit") != JOURNAL_KIND:
             raise OutputConflict(f"{self.path} exists and is not an episode journal of `frozenvit control evaluate`; "
-                                 "choose another path (--json)")
+                                 "choose another --out")
         old = head.get("run") if isinstance(head.get("run"), dict) else {}
         if old != run:
             diff = ", ".join(sorted(k for k in run if old.get(k) != run[k])) or "run"
             raise ArtifactError(f"{self.path} holds episodes of another evaluation ({diff} differ); rerun the same "
-                                "command to resume it, or choose another path (--json) for this one")
+                                "command to resume it, or choose another --out for this one")
         if partial:
             with open(self.path, "r+b") as f:
                 f.truncate(len(raw) - len(partial))

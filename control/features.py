@@ -30,10 +30,10 @@ from safetensors.torch import load_file, save_file
 
 from frozenvit.backbone.errors import ArtifactError
 from frozenvit.backbone.suite.artifacts import atomic_dir, read_config, write_json
-from frozenvit.backbone.suite.errors import UsageError
+from frozenvit.backbone.suite.errors import ParameterError
 from frozenvit.backbone.suite.progress import progress_bar
 
-from .defaults import DEFAULT_VIEWS
+from .defaults import DEFAULT_VIEW_JITTER, DEFAULT_VIEW_SHIFT, DEFAULT_VIEWS
 from .demos import iter_episodes, load_manifest
 from .errors import DemoError
 
@@ -89,7 +89,7 @@ def default_blocks(depth: int) -> tuple[int, ...]:
     patch wide: block 5 beside it lifted reach (0.37 -> 0.52 over 3 seeds, paired p = 0.0014), and block 2
     beside those two lifted pick-place (0.49 -> 0.60 over 3 seeds, paired p = 0.0015) and the 8-task mean
     (0.746 -> 0.771; all paired episodes 65 / 94, p = 0.026), no task significantly worse
-    (control/RESULTS.md, "A third block"). Fewer than 12 blocks (distilled students such as the 4-block
+    (lab/control-results.md, "A third block"). Fewer than 12 blocks (distilled students such as the 4-block
     fast encoder): the last alone, the only choice measured on them."""
     if depth < 1:
         raise ValueError(f"depth must be >= 1, got {depth}")
@@ -133,7 +133,8 @@ def check_backbone(meta: dict[str, Any], backbone: Any) -> None:
 
 def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | Sequence[int] | None = None,
                    batch_size: int = 32, cache_dir: str | Path | None = None, progress: bool | None = None,
-                   views: int = DEFAULT_VIEWS, shift: int = 4, jitter: float = 0.1, seed: int = 0) -> FeatureCache:
+                   views: int = DEFAULT_VIEWS, shift: int = DEFAULT_VIEW_SHIFT,
+                   jitter: float = DEFAULT_VIEW_JITTER, seed: int = 0) -> FeatureCache:
     """Encode every frame of `demo_dir` once with the frozen `backbone` (block `block`) and cache it.
 
     block None: `default_blocks(depth)` (2, 5 and 11 for 12 blocks). Several blocks: their tokens side by side
@@ -145,8 +146,7 @@ def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | Sequence
     offset) and colour-jittered (brightness, contrast and saturation each scaled by a factor drawn from
     [1 - jitter, 1 + jitter]). The draws come from numpy's default_rng(seed) in frame order, so the cache is
     the same on every run. Memory and disk: K times the clean frames' features (`FeatureCache.nbytes`).
-    views=0 is the cache as before views existed (same directory and config.json); shift, jitter and seed
-    are then unused. UsageError for views or shift < 0 or jitter outside [0, 1).
+    views=0: the clean frames only; shift, jitter and seed are then unused. ParameterError for views or shift < 0 or jitter outside [0, 1).
 
     A cache with the same backbone weights, input size, block, episodes (and views) is loaded instead of
     recomputed. `cache_dir` overrides the default location under `<demo_dir>/features/`.
@@ -224,18 +224,18 @@ def _tokens_and_cls(g: Any, blocks: Sequence[int]) -> tuple[torch.Tensor, torch.
 
 
 def check_views(views: Any, shift: Any, jitter: Any, seed: Any) -> None:
-    """UsageError unless views and shift are integers >= 0, jitter a number in [0, 1) and seed an integer."""
+    """ParameterError unless views and shift are integers >= 0, jitter a number in [0, 1) and seed an integer."""
     def whole(v: Any) -> bool:
         return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
     if not whole(views) or views < 0:
-        raise UsageError(f"views must be an integer >= 0 (augmented views per frame; 0: none), got {views!r}")
+        raise ParameterError(f"views must be an integer >= 0 (augmented views per frame; 0: none), got {views!r}")
     if not whole(shift) or shift < 0:
-        raise UsageError(f"shift must be an integer >= 0 (pixels of the encoder's input; 0: no shift), got {shift!r}")
+        raise ParameterError(f"shift must be an integer >= 0 (pixels of the encoder's input; 0: no shift), got {shift!r}")
     if not isinstance(jitter, (int, float, np.number)) or not 0 <= float(jitter) < 1:
-        raise UsageError(f"jitter must be a number in [0, 1) (colour factors are drawn from [1 - jitter, "
+        raise ParameterError(f"jitter must be a number in [0, 1) (colour factors are drawn from [1 - jitter, "
                          f"1 + jitter]; 0: none), got {jitter!r}")
     if not whole(seed):
-        raise UsageError(f"seed must be an integer, got {seed!r}")
+        raise ParameterError(f"seed must be an integer, got {seed!r}")
 
 
 def random_shift(x: torch.Tensor, offsets: torch.Tensor, pad: int) -> torch.Tensor:

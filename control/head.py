@@ -6,16 +6,19 @@ Poolings (`HeadConfig.pooling`):
   2-d sine-cosine position code (the same math as `nn.MultiheadAttention` with the queries as
   `query` and the tokens as `key`/`value`). The queries start orthogonal, and
   `AttentionConfig.query_diversity` weighs a penalty on queries whose attention maps overlap
-  (`diversity_penalty`, added to the BC loss). `with_cls` hands the MLP the CLS token as well.
+  (`diversity_penalty`, added to the BC loss).
 * "cls": the backbone's CLS token only.
 * "mean": the mean patch token.
 
 With `HeadConfig.chunk` = k > 1 the MLP predicts the next k actions of a frame (action chunks, ACT, Zhao et
-al. 2023) as (B, k*A), read as (B, k, A); k = 1 is the one-action head, weight for weight.
+al. 2023) as (B, k*A), read as (B, k, A).
+
+A hyperparameter no head can use (pooling "max", heads that do not divide the token width) is a
+ParameterError; tokens that do not fit a built head are a PolicyError.
 
 Tokens are layer-normalised without parameters first, so for "cls" and "mean" a frame's whole visual
 feature is fixed and training computes it once (`PolicyHead.prepare`). Why these choices:
-control/RESULTS.md.
+lab/control-results.md.
 """
 from __future__ import annotations
 
@@ -27,6 +30,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from frozenvit.backbone.suite.errors import ParameterError
+
 from .defaults import DEFAULT_HEADS, DEFAULT_HIDDEN, DEFAULT_QUERIES, DEFAULT_QUERY_DIVERSITY, POOLINGS
 from .errors import PolicyError
 
@@ -36,17 +41,16 @@ __all__ = ["POOLINGS", "AttentionConfig", "HeadConfig", "AttentionPool", "Policy
 
 @dataclass(frozen=True)
 class AttentionConfig:
-    """Options of attention pooling; a policy with another pooling refuses them (PolicyError)."""
+    """Options of attention pooling; a policy with another pooling refuses them (ParameterError)."""
     queries: int = DEFAULT_QUERIES                   # learned queries Q
     heads: int = DEFAULT_HEADS                       # attention heads H; must divide the token width
     query_diversity: float = DEFAULT_QUERY_DIVERSITY  # weight of `diversity_penalty` in the loss
-    with_cls: bool = False                           # the CLS token beside the pooled queries
 
     def __post_init__(self) -> None:
         if int(self.queries) < 1 or int(self.heads) < 1:
-            raise PolicyError(f"queries and heads must be >= 1, got queries={self.queries}, heads={self.heads}")
+            raise ParameterError(f"queries and heads must be >= 1, got queries={self.queries}, heads={self.heads}")
         if not self.query_diversity >= 0:
-            raise PolicyError(f"query_diversity must be >= 0, got {self.query_diversity}")
+            raise ParameterError(f"query_diversity must be >= 0, got {self.query_diversity}")
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ class HeadConfig:
     """Everything that fixes a head's architecture: the features' shape and the pooling. Derived once.
 
     attention: None with pooling "attention" means AttentionConfig(); with any other pooling it
-    must be None (PolicyError otherwise).
+    must be None (ParameterError otherwise).
     """
     embed_dim: int                   # C, width of a token
     grid: tuple[int, int]            # (h, w) patch tokens, row-major
@@ -68,25 +72,25 @@ class HeadConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.chunk, bool) or int(self.chunk) != self.chunk or self.chunk < 1:
-            raise PolicyError(f"chunk must be an integer >= 1 (actions predicted per frame), got {self.chunk!r}")
+            raise ParameterError(f"chunk must be an integer >= 1 (actions predicted per frame), got {self.chunk!r}")
         if int(self.norm_groups) < 1 or self.embed_dim % int(self.norm_groups):
-            raise PolicyError(f"norm_groups must be >= 1 and divide the {self.embed_dim}-d tokens, got {self.norm_groups}")
+            raise ParameterError(f"norm_groups must be >= 1 and divide the {self.embed_dim}-d tokens, got {self.norm_groups}")
         if self.pooling not in POOLINGS:
-            raise PolicyError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
+            raise ParameterError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
         if self.pooling != "attention" and self.attention is not None:
-            raise PolicyError(f"attention options {self.attention} given with pooling={self.pooling!r}; "
+            raise ParameterError(f"attention options {self.attention} given with pooling={self.pooling!r}; "
                               "they belong to pooling='attention' (pass attention=None)")
         if self.pooling == "attention" and self.attention is None:
             object.__setattr__(self, "attention", AttentionConfig())
         object.__setattr__(self, "grid", (int(self.grid[0]), int(self.grid[1])))
         if self.hidden < 1:
-            raise PolicyError(f"hidden must be >= 1, got {self.hidden}")
+            raise ParameterError(f"hidden must be >= 1, got {self.hidden}")
         if self.attention is not None:
             if self.embed_dim % self.attention.heads:
-                raise PolicyError(f"{self.attention.heads} heads do not divide the {self.embed_dim}-d tokens; "
+                raise ParameterError(f"{self.attention.heads} heads do not divide the {self.embed_dim}-d tokens; "
                                   "choose a divisor of the token width")
             if self.embed_dim % 4:
-                raise PolicyError(f"the 2-d sine-cosine position code needs a token width divisible by 4, "
+                raise ParameterError(f"the 2-d sine-cosine position code needs a token width divisible by 4, "
                                   f"got {self.embed_dim}")
 
     @property
@@ -95,16 +99,11 @@ class HeadConfig:
 
     @property
     def uses_cls(self) -> bool:
-        """Whether the head reads the CLS token (pooling "cls", or attention with_cls)."""
-        return self.pooling == "cls" or (self.attention is not None and self.attention.with_cls)
+        """Whether the head reads the CLS token (pooling "cls")."""
+        return self.pooling == "cls"
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        if d["norm_groups"] == 1:                    # one block: the config (and digest) of before several existed
-            del d["norm_groups"]
-        if d["chunk"] == 1:                          # one action: the config (and digest) of before chunks came back
-            del d["chunk"]
-        return d
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "HeadConfig":
@@ -118,7 +117,7 @@ class AttentionPool(nn.Module):
     def __init__(self, dim: int, num_queries: int = DEFAULT_QUERIES, num_heads: int = DEFAULT_HEADS) -> None:
         super().__init__()
         if dim % num_heads:
-            raise PolicyError(f"embed dim {dim} is not divisible by num_heads={num_heads}")
+            raise ParameterError(f"embed dim {dim} is not divisible by num_heads={num_heads}")
         self.dim, self.num_queries, self.num_heads = dim, num_queries, num_heads
         # drawn, then made orthogonal: the draw keeps the RNG stream (and so seeded heads) as it was
         self.query = nn.Parameter(torch.randn(num_queries, dim) * dim ** -0.5)   # (Q, C)
@@ -167,7 +166,7 @@ class PolicyHead(nn.Module):
         if cfg.attention is not None:
             self.register_buffer("pos", sincos_2d(cfg.grid, C), persistent=False)   # (N, C)
             self.pool = AttentionPool(C, cfg.attention.queries, cfg.attention.heads)
-            features = cfg.attention.queries * C + (C if cfg.attention.with_cls else 0)
+            features = cfg.attention.queries * C
         else:
             features = C
         self.mlp = nn.Sequential(
@@ -177,16 +176,14 @@ class PolicyHead(nn.Module):
         )
 
     def prepare(self, tokens: torch.Tensor, cls: torch.Tensor | None) -> torch.Tensor:
-        """Parameter-free input: tokens (..., N, C) -> LN'ed (..., N, C) for "attention" ((..., N+1, C)
-        with_cls: the LN'ed CLS token last), mean of LN'ed tokens (..., C) for "mean", LN'ed CLS (..., C) for "cls"."""
+        """Parameter-free input: tokens (..., N, C) -> LN'ed (..., N, C) for "attention", mean of LN'ed tokens
+        (..., C) for "mean", LN'ed CLS (..., C) for "cls"."""
         C = tokens.shape[-1]
         if self.cfg.uses_cls and cls is None:
             raise PolicyError(f"this {self.cfg.pooling} head reads the CLS token; the backbone has none")
         if self.cfg.pooling == "cls":
             return self._norm(cls)
         x = self._norm(tokens)                    # affine-free: the projections that follow absorb scale/shift
-        if self.cfg.uses_cls:
-            x = torch.cat([x, self._norm(cls).unsqueeze(-2)], dim=-2)
         return x.mean(dim=-2) if self.cfg.pooling == "mean" else x
 
     def _norm(self, x: torch.Tensor) -> torch.Tensor:
@@ -200,18 +197,14 @@ class PolicyHead(nn.Module):
 
     def forward_prepared(self, x: torch.Tensor, proprio: torch.Tensor, return_penalty: bool = False
                          ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """x: prepared frames (B, N(+1), C) for "attention" or (B, C); proprio (B, P) -> (B, chunk * A).
+        """x: prepared frames (B, N, C) for "attention" or (B, C); proprio (B, P) -> (B, chunk * A).
 
         return_penalty: also the weighted query-diversity penalty (a scalar; 0 without attention)."""
         penalty = x.new_zeros(())
         a = self.cfg.attention
         if a is not None:
-            if a.with_cls:
-                x, cls = x[:, :-1], x[:, -1]                                        # (B, N, C), (B, C)
             x, att = self.pool(x, self.pos, return_weights=True)                   # (B, Q, C), (B, H, Q, N)
             x = x.flatten(1)                                                        # (B, Q*C)
-            if a.with_cls:
-                x = torch.cat([x, cls], 1)                                          # (B, Q*C + C)
             if a.query_diversity > 0:
                 penalty = a.query_diversity * diversity_penalty(att)
         out = self.mlp(torch.cat([x, proprio], dim=-1))                             # (B, k*A)
@@ -228,7 +221,7 @@ class PolicyHead(nn.Module):
         """Where each query looks: (B, N, C) patch tokens of one frame -> (B, H, Q, N) attention weights."""
         if self.cfg.attention is None:
             raise PolicyError(f"pooling={self.cfg.pooling!r} has no attention map")
-        x = self._norm(tokens)                                                      # as prepare(), without CLS
+        x = self._norm(tokens)                                                      # as prepare()
         return self.pool(x, self.pos, return_weights=True)[1]
 
     @torch.no_grad()
@@ -243,7 +236,7 @@ def sincos_2d(grid: tuple[int, int], dim: int) -> torch.Tensor:
     geometrically from half a period across the grid to one period every four patches (at one
     period every two, sin would be 0 at every patch)."""
     if dim % 4:
-        raise PolicyError(f"a 2-d sine-cosine code needs dim divisible by 4, got {dim}")
+        raise ParameterError(f"a 2-d sine-cosine code needs dim divisible by 4, got {dim}")
     h, w = int(grid[0]), int(grid[1])
     cells = torch.stack(torch.meshgrid(torch.arange(w), torch.arange(h), indexing="xy"), -1)
     cells = cells.reshape(-1, 2).float()                                            # (N, 2) patch (col, row)
@@ -272,5 +265,5 @@ def diversity_penalty(att: torch.Tensor) -> torch.Tensor:
 
 def bc_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Behaviour-cloning loss: squared error of the actions, averaged over batch and action dimensions
-    (L1 and Huber were tried and did not pay: control/RESULTS.md)."""
+    (L1 and Huber were tried and did not pay: lab/control-results.md)."""
     return F.mse_loss(pred, target)

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from .agent import StageTimer, VisuomotorAgent
-from .defaults import DEFAULT_CHUNK, DEFAULT_CHUNK_DECAY
+from .defaults import DEFAULT_CHUNK, LATENCY_STEPS, LATENCY_WARMUP
 from .env import ACTION_DIM, PROPRIO_DIM, MetaWorldTask, config_seeds
 from .evaluate import rollout_timed
 from .features import backbone_meta, check_backbone, token_blocks
@@ -96,8 +96,8 @@ class LatencyReport:
         return dict(summary=self.summary(), table=self.table())
 
 
-def measure_latency(agent: VisuomotorAgent, env: MetaWorldTask, *, steps: int = 200, warmup: int = 20,
-                    configs: Sequence[int] | None = None) -> LatencyReport:
+def measure_latency(agent: VisuomotorAgent, env: MetaWorldTask, *, steps: int = LATENCY_STEPS,
+                    warmup: int = LATENCY_WARMUP, configs: Sequence[int] | None = None) -> LatencyReport:
     """Time `steps` loop steps after `warmup` untimed ones, resetting to new configurations as episodes end.
 
     Environment resets are not timed (they happen between episodes, not within the control period).
@@ -126,9 +126,9 @@ class UntrainedHead:
     actions mean nothing). Same interface as a fitted PatchTokenPolicy for `VisuomotorAgent`."""
 
     def __init__(self, backbone: Any, pooling: str = "attention", block: int | Sequence[int] | None = None,
-                 seed: int = 0, *, chunk: int = DEFAULT_CHUNK, chunk_decay: float = DEFAULT_CHUNK_DECAY) -> None:
+                 seed: int = 0, *, chunk: int = DEFAULT_CHUNK) -> None:
         self.pooling = pooling
-        self.chunk, self.chunk_decay = chunk, chunk_decay
+        self.chunk = chunk
         self.meta_ = backbone_meta(backbone, block)
         cfg = HeadConfig(self.meta_["embed_dim"], tuple(self.meta_["grid"]), PROPRIO_DIM, ACTION_DIM, pooling=pooling,
                          norm_groups=len(token_blocks(self.meta_)), chunk=chunk)

@@ -6,11 +6,11 @@
     pol = PatchTokenPolicy.load("runs/policies/reach-attn")
     actions = pol.predict(tokens, cls, proprio)                     # (B, N, C), (B, C) or None, (B, 4) -> (B, 4)
 
-By default (chunk=8; chunk=1: one action) the head predicts the next k actions of every frame (`predict_chunk`,
+By default (chunk=8) the head predicts the next k actions of every frame (`predict_chunk`,
 (B, k, 4); `predict` gives the first of them). A frame's targets are the actions of its own and the next k-1
 frames of its demo, the demo's last action repeated past its end. `VisuomotorAgent` acts by the temporal
-ensemble of the overlapping chunks (ACT, Zhao et al. 2023: weights exp(-chunk_decay * i), i = 0 for the oldest
-prediction).
+ensemble of the overlapping chunks (ACT, Zhao et al. 2023: weights exp(-m * i), i = 0 for the oldest
+prediction, m = control.defaults.DEFAULT_CHUNK_DECAY).
 
 With augment=True and a cache holding K augmented views per frame (`cache_features(..., views=K)`), every
 training sample is the clean frame or one of its K views, drawn uniformly per sample and epoch.
@@ -25,6 +25,7 @@ import dataclasses
 import hashlib
 import json
 import math
+from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
@@ -33,25 +34,23 @@ import torch
 from safetensors.torch import load_file, save_file
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from frozenvit.backbone.errors import ArtifactError
 from frozenvit.backbone.suite.artifacts import (atomic_dir, check_tensor_metadata, config_digest, read_config,
                                                 tensor_metadata, write_json)
+from frozenvit.backbone.suite.errors import ParameterError
+from frozenvit.backbone.suite.optimizer import load_optimizer, optimizer_tensors, warmup_cosine
 from frozenvit.backbone.suite.progress import progress_bar
 
-from .defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_CHUNK, DEFAULT_CHUNK_DECAY, DEFAULT_HIDDEN,
-                       DEFAULT_LR)
-from .errors import DemoError, PolicyError
+from .defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_CHUNK, DEFAULT_HIDDEN, DEFAULT_LR,
+                       DEFAULT_POOLING, DEFAULT_SEED, POOLINGS)
+from .errors import DemoError
 from .features import FeatureCache, check_backbone, token_blocks
 from .head import AttentionConfig, HeadConfig, PolicyHead, bc_loss
 
 KIND = "control.policy"
-FORMAT_VERSION = 2
-# Options a format-2 policy written before they were removed (control/RESULTS.md, "Options removed from
-# the library and the CLI") holds, at the values every policy since is trained with. Such a policy loads
-# when its options have these values and is refused otherwise. (Action chunks were removed with them on
-# 2026-12-01 and came back on 2026-12-04: a policy of either time holds chunk and chunk_decay as now.)
-REMOVED_OPTIONS = dict(velocity=False, loss="mse")
+FORMAT_VERSION = 3
 
 
 class PatchTokenPolicy(BaseEstimator):
@@ -59,26 +58,37 @@ class PatchTokenPolicy(BaseEstimator):
 
     pooling: "attention" | "cls" | "mean" (control.head).
     attention: AttentionConfig for pooling "attention" (None: its defaults); with another pooling
-        it must stay None, and fit raises PolicyError otherwise.
+        it must stay None.
     hidden: width of the MLP's hidden layers.
     epochs, batch_size, lr, weight_decay, seed: the BC schedule (AdamW, 5% warm-up, cosine decay;
         seeded initialisation and shuffling).
-    chunk: actions predicted per frame (k; 8 by default since 2026-12-04; 1: one action, the head as without
-        action chunks). A saved policy without a chunk parameter (written 2026-12-01..04) loads with chunk 1.
-    chunk_decay: m of the run-time temporal ensemble's weights exp(-m * i) (i = 0: the oldest prediction of
-        the current step; 0: a plain mean; > 0 favours older predictions, as ACT). Read by VisuomotorAgent; it
-        does not change training, and acts only with chunk > 1.
+    chunk: actions predicted per frame (k; 1: one action).
     augment: train on the cache's augmented views too, when it holds some (`cache_features(views=K)`): each
         sample of each epoch reads the clean frame or one of its K views, uniformly (seeded by `seed`). No
-        effect on a cache without views: the head trains exactly as before views existed.
+        effect on a cache without views.
+    A hyperparameter out of its range, or one that contradicts another or the features, is a ParameterError
+    (sklearn's InvalidParameterError), raised by `fit` and `head_config` before any work.
     Learned attributes: head_ (PolicyHead), proprio_mean_/proprio_std_ (P,), meta_ (dict: the
     backbone, block and demos the tokens came from), history_ (mean BC loss per epoch), n_samples_.
     """
 
-    def __init__(self, pooling: str = "attention", attention: AttentionConfig | None = None, *,
+    _parameter_constraints: dict = {
+        "pooling": [StrOptions(set(POOLINGS))],
+        "attention": [AttentionConfig, None],
+        "hidden": [Interval(Integral, 1, None, closed="left")],
+        "epochs": [Interval(Integral, 1, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "lr": [Interval(Real, 0, None, closed="neither")],
+        "weight_decay": [Interval(Real, 0, None, closed="left")],
+        "seed": [Interval(Integral, None, None, closed="neither")],
+        "chunk": [Interval(Integral, 1, None, closed="left")],
+        "augment": ["boolean"],
+    }
+
+    def __init__(self, pooling: str = DEFAULT_POOLING, attention: AttentionConfig | None = None, *,
                  hidden: int = DEFAULT_HIDDEN, epochs: int = DEFAULT_BC_EPOCHS, batch_size: int = DEFAULT_BATCH_SIZE,
-                 lr: float = DEFAULT_LR, weight_decay: float = 1e-4, seed: int = 0, chunk: int = DEFAULT_CHUNK,
-                 chunk_decay: float = DEFAULT_CHUNK_DECAY, augment: bool = True) -> None:
+                 lr: float = DEFAULT_LR, weight_decay: float = 1e-4, seed: int = DEFAULT_SEED,
+                 chunk: int = DEFAULT_CHUNK, augment: bool = True) -> None:
         self.pooling = pooling
         self.attention = attention
         self.hidden = hidden
@@ -88,26 +98,23 @@ class PatchTokenPolicy(BaseEstimator):
         self.weight_decay = weight_decay
         self.seed = seed
         self.chunk = chunk
-        self.chunk_decay = chunk_decay
         self.augment = augment
 
     @property
     def uses_cls(self) -> bool:
-        """Whether the head reads the CLS token (pooling "cls", or attention with_cls)."""
-        return self.pooling == "cls" or (self.pooling == "attention" and self.attention is not None
-                                         and self.attention.with_cls)
+        """Whether the head reads the CLS token (pooling "cls")."""
+        return self.pooling == "cls"
 
     def head_config(self, meta: dict[str, Any], proprio_dim: int = 4, action_dim: int = 4) -> HeadConfig:
         """The head this policy gets on tokens described by `meta` (embed_dim, grid, has_cls, as in
-        `backbone_meta`). Raises PolicyError when the hyperparameters contradict each other or the tokens."""
-        check_chunking(self.chunk, self.chunk_decay)
+        `backbone_meta`). Raises ParameterError when the hyperparameters contradict each other or the tokens."""
+        self._validate_params()
         cfg = HeadConfig(int(meta["embed_dim"]), tuple(meta["grid"]), proprio_dim, action_dim, pooling=self.pooling,
                          attention=self.attention, hidden=self.hidden, norm_groups=len(token_blocks(meta)),
                          chunk=int(self.chunk))
         if cfg.uses_cls and meta.get("has_cls") is False:
-            raise PolicyError(f"this {self.pooling} head reads the CLS token and "
-                              f"{meta.get('backbone', 'the backbone')} has none; use pooling 'attention' (without "
-                              "with_cls) or 'mean'")
+            raise ParameterError(f"pooling {self.pooling!r} reads the CLS token and "
+                                 f"{meta.get('backbone', 'the backbone')} has none; use pooling 'attention' or 'mean'")
         return cfg
 
     # -- training ---------------------------------------------------------------------------------
@@ -115,14 +122,6 @@ class PatchTokenPolicy(BaseEstimator):
             progress: bool | None = None) -> "PatchTokenPolicy":
         """Behaviour cloning on `cache` (squared error of predicted and expert actions; with chunk k, of each
         frame's next k). Returns self."""
-        for name in ("epochs", "batch_size"):
-            if int(getattr(self, name)) < 1:
-                raise PolicyError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not self.lr > 0:
-            raise PolicyError(f"lr must be > 0, got {self.lr}")
-        if not isinstance(self.augment, (bool, np.bool_)):
-            raise PolicyError(f"augment must be True or False (train on the cache's augmented views too), got "
-                              f"{self.augment!r}")
         if len(cache) == 0:
             raise DemoError("the feature cache is empty")
         M, N, C = cache.tokens.shape
@@ -162,7 +161,7 @@ class PatchTokenPolicy(BaseEstimator):
             for s in range(steps_per_epoch):
                 step = epoch * steps_per_epoch + s
                 for g in opt.param_groups:                                          # cosine decay, 5% warm-up
-                    g["lr"] = self.lr * _lr_factor(step, total)
+                    g["lr"] = self.lr * warmup_cosine(step, total)
                 rows = perm[s * self.batch_size:(s + 1) * self.batch_size]         # (B,)
                 x = frames_in[rows].float()                                         # (B, N, C) or (B, C)
                 if pick is not None:
@@ -220,11 +219,9 @@ class PatchTokenPolicy(BaseEstimator):
 
     @classmethod
     def load(cls, path: str | Path) -> "PatchTokenPolicy":
-        """A saved policy; ArtifactError if `path` holds none, an older format or removed options other than
-        at their fixed values (retrain), or was edited."""
-        cfg = _read_config(path)
+        """A saved policy; ArtifactError if `path` holds none, one of another format (retrain), or was edited."""
+        cfg = read_config(path, KIND, FORMAT_VERSION)
         check_tensor_metadata(Path(path) / "model.safetensors", cfg)
-        cfg = _in_current_terms(cfg, path)
         params = dict(cfg["params"])
         att = params.pop("attention")
         pol = cls(attention=AttentionConfig(**att) if att else None, **params)
@@ -259,19 +256,18 @@ class PatchTokenPolicy(BaseEstimator):
         write_json(directory / "config.json", cfg)
 
     def _checkpoint(self, ckpt: Path, opt: torch.optim.Optimizer, gen: torch.Generator, epoch: int) -> None:
-        state = {"epoch": torch.tensor(epoch), "generator": gen.get_state()}
-        for i, s in opt.state_dict()["state"].items():
-            for k, v in s.items():
-                state[f"opt.{i}.{k}"] = torch.as_tensor(v).detach().clone().contiguous()
+        moments, groups = optimizer_tensors(opt)
+        state = {f"opt.{k}": v.detach().clone().contiguous() for k, v in moments.items()}
+        state["generator"] = gen.get_state()
         with atomic_dir(ckpt, KIND, flag="--checkpoint") as tmp:
             self._write(tmp)
             save_file(state, str(tmp / "train_state.safetensors"))
+            write_json(tmp / "train_state.json", dict(epoch=epoch, param_groups=groups))
 
     def _resume(self, ckpt: Path, head: PolicyHead, opt: torch.optim.Optimizer, gen: torch.Generator,
                 cache: FeatureCache) -> tuple[int, list[float]]:
-        cfg = _in_current_terms(_read_config(ckpt), ckpt)
-        made = {**type(self)()._params(), **cfg["params"]}    # a parameter added since: its default, as in load
-        made["chunk_decay"] = self.chunk_decay                 # acts at run time only: training is the same
+        cfg = read_config(ckpt, KIND, FORMAT_VERSION)
+        made = cfg["params"]
         if made != self._params():
             raise ArtifactError(f"checkpoint {ckpt} was made with {made}, not {self._params()}; "
                                 "use another checkpoint_dir or the same hyperparameters")
@@ -281,28 +277,13 @@ class PatchTokenPolicy(BaseEstimator):
         head.load_state_dict({k[len("head."):]: v for k, v in t.items() if k.startswith("head.")})
         st = load_file(str(ckpt / "train_state.safetensors"))
         gen.set_state(st["generator"])
-        opt_state: dict[int, dict[str, torch.Tensor]] = {}
-        for k, v in st.items():
-            if k.startswith("opt."):
-                _, i, name = k.split(".", 2)
-                opt_state.setdefault(int(i), {})[name] = v
-        sd = opt.state_dict()
-        sd["state"] = opt_state
-        opt.load_state_dict(sd)
-        return int(st["epoch"]), list(cfg["history"])
+        info = json.loads((ckpt / "train_state.json").read_text())
+        load_optimizer(opt, {k[len("opt."):]: v for k, v in st.items() if k.startswith("opt.")}, info["param_groups"])
+        return int(info["epoch"]), list(cfg["history"])
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "head_"):
             raise NotFittedError("this PatchTokenPolicy is not fitted: call fit(cache) or PatchTokenPolicy.load(dir)")
-
-
-def check_chunking(chunk: Any, decay: Any) -> None:
-    """PolicyError unless chunk is an integer >= 1 and decay a number >= 0."""
-    if isinstance(chunk, (bool, np.bool_)) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
-        raise PolicyError(f"chunk must be an integer >= 1 (actions predicted per frame; 1: no chunks), got {chunk!r}")
-    if isinstance(decay, (bool, np.bool_)) or not isinstance(decay, (int, float, np.number)) or not decay >= 0:
-        raise PolicyError(f"chunk_decay must be a number >= 0 (0: a plain mean of the overlapping predictions), "
-                          f"got {decay!r}")
 
 
 def chunk_rows(cache: FeatureCache, k: int) -> torch.Tensor:
@@ -322,48 +303,11 @@ def chunk_rows(cache: FeatureCache, k: int) -> torch.Tensor:
 def policy_digest(policy: PatchTokenPolicy) -> str:
     """sha256 of a fitted policy's hyperparameters, backbone description and weights (names it in run logs)."""
     policy._check_fitted()
-    # with the removed options at their fixed values: a head's digest (and so the name of the journals of
-    # its evaluations, control.evaluate) stays what it was while they existed
-    params = dict(policy._params(), **REMOVED_OPTIONS)
-    h = hashlib.sha256(config_digest(dict(params=params, meta=policy.meta_)).encode())
+    h = hashlib.sha256(config_digest(dict(params=policy._params(), meta=policy.meta_)).encode())
     for k, v in sorted(policy._tensors().items()):
         h.update(k.encode())
         h.update(v.cpu().numpy().tobytes())
     return h.hexdigest()
-
-
-def _read_config(path: str | Path) -> dict:
-    """read_config, with "retrain" in the message for a policy of another format version."""
-    try:
-        return read_config(path, KIND, FORMAT_VERSION)
-    except ArtifactError as e:
-        try:
-            old = json.loads((Path(path) / "config.json").read_text())
-        except (OSError, ValueError):
-            raise e from None
-        if isinstance(old, dict) and str(old.get("kind", "")).startswith(KIND):
-            raise ArtifactError(f"{path} is a policy of an older frozenvit ({old.get('kind')}, format "
-                                f"{old.get('format_version')}; this one reads {KIND} format {FORMAT_VERSION}); "
-                                "retrain it with `frozenvit control train`") from None
-        raise
-
-
-def _in_current_terms(cfg: dict, path: str | Path) -> dict:
-    """A format-2 config as this frozenvit's parameters: without the removed options (REMOVED_OPTIONS), which
-    a policy written while they existed holds, and with chunk = 1 where it holds no chunk (a one-action head,
-    written 2026-12-01..04 while chunks were out of the library, whatever the default now). ArtifactError
-    naming the removed options not at their fixed values (such a head cannot act here)."""
-    params = dict(cfg["params"])
-    held = {k: params.pop(k) for k in REMOVED_OPTIONS if k in params}
-    params.setdefault("chunk", 1)
-    params.setdefault("chunk_decay", DEFAULT_CHUNK_DECAY)
-    off = [f"{k}={v!r}" for k, v in held.items() if v != REMOVED_OPTIONS[k]]
-    if off:
-        raise ArtifactError(f"{path} is a policy trained with {', '.join(off)}: frozenvit no longer has "
-                            f"{'this option' if len(off) == 1 else 'these options'} (control/RESULTS.md, "
-                            "\"Options removed from the library and the CLI\"); retrain it with `frozenvit control "
-                            "train`, or load it with an older frozenvit")
-    return dict(cfg, params=params)
 
 
 # what a checkpoint and the features it is resumed on must agree on: the encoder and the augmented views
@@ -382,9 +326,3 @@ def _prepare_frames(head: PolicyHead, tokens: torch.Tensor, cls: torch.Tensor | 
         out.append(x.half() if x.ndim == 3 else x)
     return torch.cat(out)
 
-
-def _lr_factor(step: int, total: int) -> float:
-    warm = max(1, total // 20)
-    if step < warm:
-        return (step + 1) / warm
-    return 0.5 * (1.0 + math.cos(math.pi * (step - warm) / max(1, total - warm)))

@@ -6,6 +6,8 @@ backtests with MASE per horizon step. Imports no vision code.
     res = backtest(df, [SeasonalNaive(24), ETS(24), DLinear(h=48), PatchTST(h=48)],
                    h=48, n_windows=8, season_length=24)
     res.mase_by_horizon()                                             # model x step
+    backtest(df, [SeasonalNaive(24), DLinear(h=48)], h=48, n_windows=8, season_length=24,
+             input_size="auto", short_series="skip")                  # look-back from the data
     backtest(df, [ETS(24), Ensemble([ETS(24), DLinear(h=48)], how="median")], h=48,
              levels=(80, 95)).interval_summary()                      # conformal coverage and MSIS
 
@@ -29,6 +31,7 @@ _API = {
     "frozen_vit": ("FrozenViTForecaster", "FrozenViTConfig", "FrozenViTNet", "trainable_parameters"),
     "intervals": ("conformal_bounds", "conformal_quantile"),
     "layers": ("RevIN", "FastDropout", "patch_count", "patchify"),
+    "lookback": ("ShortSeriesWarning", "auto_input_size", "fitting_input_size"),
     "metrics": ("DMResult", "coverage", "diebold_mariano", "interval_score_terms", "mase", "mase_scale", "msis",
                 "smape"),
     "paper": ("paper_config", "paper_protocol"),

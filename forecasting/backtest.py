@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from frozenvit.backbone.suite.engine import check_engine, ray_session, use_engine
+from frozenvit.backbone.suite.errors import ParameterError
 
 from .base import Forecaster
 from .data import DS, ID, Y, validate
@@ -32,6 +33,7 @@ from .defaults import CONFORMAL, GLOBAL_CALIBRATIONS
 from .ensemble import Ensemble, combine, same_model
 from .errors import SeriesError
 from .intervals import calibration_cutoffs, check_levels, conformal_bounds, known_windows
+from .lookback import prepare
 from .metrics import diebold_mariano, interval_score_terms, mase_scale, smape_terms
 
 METRICS = ("mase", "smape", "mae", "mse")
@@ -61,6 +63,8 @@ class BacktestResult:
     intervals: dict = field(default_factory=dict)  # label -> level -> (lo, hi), each (rows,) like forecasts;
                                                    # label: the model's alias (conformal) or '<alias>/own'
     members: dict = field(default_factory=dict)    # ensemble alias -> its members' aliases
+    input_size: int | None = None                  # the global models' look-back, where the backtest set it
+    short_series: dict = field(default_factory=dict)   # {"policy", "ids"}: series too short for that look-back
 
     def errors(self, metric: str) -> pd.DataFrame:
         """Per-row error terms of `metric` for each model: columns unique_id, cutoff, step, <models>."""
@@ -232,7 +236,7 @@ def with_members(models: Sequence[Forecaster]) -> list[Forecaster]:
     """`models`, then every ensemble member that is not among them (each once)."""
     out = list(models)
     for e in models:
-        for m in e.check().members if isinstance(e, Ensemble) else ():
+        for m in e.members if isinstance(e, Ensemble) else ():
             if not any(same_model(m, o) for o in out):
                 out.append(m)
     return out
@@ -254,7 +258,8 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
              progress: bool | None = None, mase_season: int | None = None, levels: Sequence[float] = (),
              calibration_windows: int = CONFORMAL["calibration_windows"],
              global_calibration: str = CONFORMAL["global_calibration"], engine: str = "local",
-             workers: int | None = None) -> BacktestResult:
+             workers: int | None = None, input_size: int | str | None = None,
+             short_series: str | None = None) -> BacktestResult:
     """Rolling-origin evaluation of `models` on a long frame (unique_id, ds, y); see the module doc.
 
     engine "ray": the statistical models' (series x cutoff) fits go out as Ray tasks over `workers`
@@ -275,6 +280,11 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
     (K h must fit inside its val_size); "retrain", a second training before the first calibration
     window (forecasting.defaults, forecasting.intervals).
 
+    `input_size` sets the global (neural) models' look-back: None keeps each model's own, an int sets
+    it, "auto" chooses it from the data; `short_series` ("skip", "baseline", "error"; None: the length
+    check below) says what becomes of series too short for it (forecasting.lookback). The result
+    records both (`input_size`, `short_series`). The models given are never changed.
+
     `step_size` defaults to h. Raises SeriesError when a setting is below 1, or when a series is
     too short for the history the models need plus h + (n_windows - 1) * step_size values to forecast.
     """
@@ -289,24 +299,31 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
     mase_season = int(mase_season)
     levels = check_levels(levels) if len(levels) else ()
     if global_calibration not in GLOBAL_CALIBRATIONS:
-        raise SeriesError(f"global_calibration must be one of {', '.join(GLOBAL_CALIBRATIONS)}, "
-                          f"got {global_calibration!r}")
+        raise ParameterError(f"global_calibration must be one of {', '.join(GLOBAL_CALIBRATIONS)}, "
+                             f"got {global_calibration!r}")
     K = int(calibration_windows) if levels else 0
-    models = with_members(models)
+    for model in models:                # every hyperparameter, before any work
+        model.check_params()
+    df = validate(df)
+    prep = prepare(df, models, h, n_windows, step_size, season_length, K, input_size, short_series)
+    df, models = prep.df, with_members(prep.models)
     aliases = [m.alias for m in models]
     if len(set(aliases)) != len(aliases):
         raise ValueError(f"model aliases must be unique, got {aliases}; subclass or wrap to rename")
-    df = validate(df)
-    need_hist = max([season_length + 1, mase_season + 1] + [m.min_history() for m in models])
+    need_hist, why, cure = max(                     # the history every series needs first, and what asks for it
+        [(season_length + 1, f"a season of --season-length {season_length} + 1", "a smaller --season-length"),
+         (mase_season + 1, f"MASE's lag --mase-season {mase_season} + 1", "a smaller --mase-season")] +
+        [(m.min_history(), f"{m.alias}'s look-back and training", "a smaller --h, a shorter --input-size")
+         for m in models], key=lambda need: need[0])
     need = need_hist + K * h + h + (n_windows - 1) * step_size
     calib_text = f" + {K} --calibration-windows of --h" if K else ""
     ids, ds, ys = [], [], []
     for uid, g in df.groupby(ID, sort=False):
         ids.append(uid), ds.append(g[DS].to_numpy()), ys.append(g[Y].to_numpy(dtype=float))
         if len(g) < need:
-            raise SeriesError(f"series {uid!r} has {len(g)} values; this backtest needs {need} (history {need_hist}"
-                              f"{calib_text} + --h {h} + {n_windows - 1} more --windows of --step-size {step_size}); "
-                              "use a smaller --h, fewer --windows, a smaller --step-size or a shorter --input-size"
+            raise SeriesError(f"series {uid!r} has {len(g)} values; this backtest needs {need} (history {need_hist}, "
+                              f"{why}{calib_text} + --h {h} + {n_windows - 1} more --windows of --step-size "
+                              f"{step_size}); use {cure}, fewer --windows or a smaller --step-size"
                               + (" or fewer --calibration-windows" if K else ""))
     cuts = np.array([_cutoff_positions(y.size, h, n_windows, step_size) for y in ys])      # (S, W)
     ccuts = calibration_cutoffs(cuts, K, h)                                                 # (S, K)
@@ -394,4 +411,5 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
     members = {m.alias: [p.alias for p in m.members] for m in models if isinstance(m, Ensemble)}
     return BacktestResult(frame, scales, aliases, h, season_length, n_windows, step_size, mase_season, fitted,
                           seconds, levels=levels, calibration_windows=K, intervals=intervals, members=members,
-                          global_calibration=global_calibration if levels else None)
+                          global_calibration=global_calibration if levels else None, input_size=prep.input_size,
+                          short_series=prep.short_series)

@@ -21,7 +21,18 @@ from .defaults import CONFORMAL
 
 
 class Forecaster(BaseEstimator):
-    """Base of every model `backtest` accepts."""
+    """Base of every model `backtest` accepts.
+
+    Hyperparameters are checked by `check_params` (sklearn's `_parameter_constraints`, raising its
+    InvalidParameterError, and ParameterError for combinations), at `fit` and before a backtest's work.
+    """
+
+    _parameter_constraints: dict = {}
+
+    def check_params(self) -> "Forecaster":
+        """Raise InvalidParameterError or ParameterError for a hyperparameter no fit can use; return self."""
+        self._validate_params()
+        return self
 
     @property
     def alias(self) -> str:

@@ -6,12 +6,15 @@ In a backtest a fresh copy is fitted at every cutoff.
 from __future__ import annotations
 
 import warnings
+from numbers import Integral
 from typing import Sequence
 
 import numpy as np
 from sklearn.base import clone
+from sklearn.utils._param_validation import Interval
 
 from frozenvit.backbone.suite.engine import current_engine
+from frozenvit.backbone.suite.errors import NotFittedError
 from frozenvit.backbone.suite.progress import progress_bar
 
 from .base import Forecaster
@@ -36,9 +39,6 @@ def _fill(outs: tuple[np.ndarray, ...], s: int, per_cutoff: list) -> None:
 
 def _fit_chunk(model: "LocalModel", series: list, cutoffs: np.ndarray, predict, nested: bool) -> list:
     """A Ray task: `_fit_cutoffs` for each series of a chunk."""
-    from frozenvit.backbone.suite.engine import die_once_if_asked
-
-    die_once_if_asked()
     return [_fit_cutoffs(model, y, cs, predict, nested) for y, cs in zip(series, cutoffs)]
 
 
@@ -46,6 +46,7 @@ class LocalModel(Forecaster):
     """Base of per-series models. Subclasses implement `_fit(y)` (setting `n_obs_`) and `_predict(h)`."""
 
     def fit(self, y: np.ndarray) -> "LocalModel":
+        self.check_params()
         y = np.asarray(y, dtype=float)
         if y.ndim != 1 or y.size == 0:
             raise SeriesError(f"{self.alias}.fit expects a non-empty 1-D history, got shape {y.shape}")
@@ -57,7 +58,7 @@ class LocalModel(Forecaster):
     def predict(self, h: int) -> np.ndarray:
         """The next h values after the fitted history, (h,) float64."""
         if not hasattr(self, "n_obs_"):
-            raise SeriesError(f"{self.alias} is not fitted; call fit(history) first")
+            raise NotFittedError(f"{self.alias} is not fitted; call fit(history) first")
         if h < 1:
             raise SeriesError(f"horizon h must be >= 1, got {h}")
         return self._predict(int(h))
@@ -141,6 +142,8 @@ class Naive(LocalModel):
 class SeasonalNaive(LocalModel):
     """The value one season earlier: f_{T+k} = y_{T+k-m*ceil(k/m)}."""
 
+    _parameter_constraints = {"season_length": [Interval(Integral, 1, None, closed="left")]}
+
     def __init__(self, season_length: int = 24) -> None:
         self.season_length = season_length
 
@@ -149,8 +152,6 @@ class SeasonalNaive(LocalModel):
 
     def _fit(self, y: np.ndarray) -> None:
         m = int(self.season_length)
-        if m < 1:
-            raise SeriesError(f"season_length must be >= 1, got {m}")
         if y.size < m:
             raise SeriesError(f"SeasonalNaive needs at least one season ({m} values) of history, got {y.size}")
         self.last_season_ = y[-m:].copy()
@@ -169,6 +170,9 @@ class ETS(LocalModel):
     Seasonality is dropped when the history holds fewer than two seasons, as AutoETS requires.
     `model` is AutoETS' "ZZZ"-style spec.
     """
+
+    _parameter_constraints = {"season_length": [Interval(Integral, 1, None, closed="left")], "model": [str],
+                              "damped": ["boolean", None]}
 
     def __init__(self, season_length: int = 24, model: str = "ZZZ", damped: bool | None = None) -> None:
         self.season_length = season_length

@@ -52,6 +52,21 @@ def fingerprint(params: dict, arrays: Sequence[np.ndarray]) -> dict:
     return {"params": json.loads(json.dumps(keep)), "data_sha256": digest.hexdigest()}
 
 
+def unfinished(folder: str | Path) -> list[Path]:
+    """The checkpoints under `folder` (any depth) of trainings that stopped before their last epoch and
+    before early stopping: what `resume` would continue."""
+    out = []
+    for state in sorted(Path(folder).rglob("state.json")):
+        try:
+            st = json.loads(state.read_text())
+            done = st["stopped"] or st["epoch"] >= st["fingerprint"]["params"]["max_epochs"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue                                          # not a checkpoint of ours
+        if st.get("kind") == KIND and not done:
+            out.append(state.parent)
+    return out
+
+
 def save(path: str | Path, net: nn.Module, opt: torch.optim.Optimizer, sched, rng: np.random.Generator,
          state: TrainingState, stamp: dict) -> None:
     """Write the state after an epoch; the folder is replaced only once everything is written."""

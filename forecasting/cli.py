@@ -1,13 +1,16 @@
 """`frozenvit forecast backtest|paper`: rolling backtests and the paper protocol from the shell.
 
-Every value is checked before anything is read or written: a number out of range or an unknown
-model is a UsageError, a file that cannot serve as series a SeriesError (both exit status 2).
-Progress goes to stderr: a bar on a terminal, plain lines with rate and ETA in a log file.
+This module parses arguments, calls the library (`forecasting.backtest`, `forecasting.paper`), prints
+and writes. A value out of range is a UsageError, a file that cannot serve as series a SeriesError, a
+model setting no model can use a ParameterError (each exit status 2). Progress goes to stderr: a bar on
+a terminal, plain lines with rate and ETA in a log file.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+import warnings
 from pathlib import Path
 
 from frozenvit.backbone.suite.cli import add_threads_arg, number
@@ -15,15 +18,15 @@ from frozenvit.backbone.suite.engine import add_engine_args
 from frozenvit.backbone.suite.errors import UsageError
 
 from .defaults import NEURAL_TRAINING, PATCHTST_SHAPE  # noqa: F401   the models' defaults, re-exported
-from .defaults import CONFORMAL, GLOBAL_CALIBRATIONS
+from .defaults import (BACKTEST_COMMAND, CONFORMAL, CSV_SEP, DS, GLOBAL_CALIBRATIONS, ID, LOOKBACK,
+                       PAPER_HORIZONS, PATCH_LEN, SHORT_SERIES, VIT_DEPTH, Y)
 from .errors import SeriesError
 
 MODEL_NAMES = ("snaive", "naive", "ets", "dlinear", "patchtst", "vit")
-SHORT_SERIES = ("skip", "baseline", "error")     # --short-series: what becomes of series too short for the look-back
 NEURAL = ("dlinear", "patchtst", "vit")           # vit: FrozenViTForecaster, the embedded default ViT
 PAPER_MODELS = ("patchtst", "dlinear", "vit")
 PAPER_DATASETS = ("ETTh1", "ETTh2", "ETTm1", "ETTm2")
-PATCH_LEN = 16                      # PatchTST's (and vit's) patch: the shortest look-back they can take
+_D = BACKTEST_COMMAND
 
 
 def names_of(choices: tuple[str, ...]):
@@ -58,30 +61,31 @@ def model_specs(choices: tuple[str, ...]):
     return parse
 
 
+def number_list(kind=int, **limits):
+    """argparse `type=` for comma-separated distinct numbers, each checked by `number(kind, **limits)`."""
+    part = number(kind, **limits)
+
+    def parse(text: str) -> list:
+        values = [part(v) for v in text.split(",") if v.strip()]
+        if not values or len(set(values)) < len(values):
+            raise argparse.ArgumentTypeError(f"expected distinct comma-separated numbers, got {text!r}")
+        return values
+
+    parse.__name__ = "list of numbers"
+    return parse
+
+
 def percent_levels(text: str) -> list[float]:
     """argparse `type=` for --levels: comma-separated distinct percentages strictly between 0 and 100."""
-    part = number(float, min=0, max=100, min_open=True)
-    values = [part(v) for v in text.split(",") if v.strip()]
-    if not values or 100 in values or len(set(values)) < len(values):
-        raise argparse.ArgumentTypeError(f"expected distinct percentages between 0 and 100 (not 100), got {text!r}; "
-                                         "e.g. 80,95")
+    values = number_list(float, min=0, max=100, min_open=True)(text)
+    if 100 in values:
+        raise argparse.ArgumentTypeError(f"expected percentages between 0 and 100 (not 100), got {text!r}; e.g. 80,95")
     return sorted(values)
 
 
 def flat_names(specs: list) -> list[str]:
     """Every model name in parsed --models, ensemble members included, each once, in order."""
     return list(dict.fromkeys(n for s in specs for n in ([s] if isinstance(s, str) else s[1])))
-
-
-def positive_ints(text: str) -> list[int]:
-    """argparse `type=` for a comma-separated list of integers >= 1 (horizons)."""
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
-    return values
 
 
 def register(subparsers) -> None:
@@ -93,24 +97,27 @@ def register(subparsers) -> None:
     q.add_argument("--wide", action="store_true", help="a date column then one column per series (ETT layout)")
     q.add_argument("--columns", default=None,
                    help="comma-separated series columns of a wide CSV; when not given: every column but the time")
-    q.add_argument("--id-col", default="unique_id", help="series id column of a long CSV")
+    q.add_argument("--id-col", default=ID, help="series id column of a long CSV")
     q.add_argument("--time-col", default=None,
-                   help="time column; when not given: 'ds' in a long CSV, the first column in a wide one")
-    q.add_argument("--target-col", default="y", help="value column of a long CSV")
+                   help=f"time column; when not given: {DS!r} in a long CSV, the first column in a wide one")
+    q.add_argument("--target-col", default=Y, help="value column of a long CSV")
+    q.add_argument("--sep", default=CSV_SEP, metavar="CHAR",
+                   help="the field separator of --csv, e.g. ';' for a semicolon-separated file")
     q.add_argument("--sort", action="store_true",
                    help="sort each series' rows by time (else unsorted rows are refused)")
     q.add_argument("--fill", choices=("ffill", "interpolate", "zero"), default=None,
                    help="fill missing timestamps and empty values this way; when not given they are refused")
-    q.add_argument("--h", type=number(int, min=1), default=48, help="forecast horizon in steps")
-    q.add_argument("--season-length", type=number(int, min=1), default=24,
+    q.add_argument("--h", type=number(int, min=1), default=_D["h"], help="forecast horizon in steps")
+    q.add_argument("--season-length", type=number(int, min=1), default=_D["season_length"],
                    help="season in steps: for seasonal naive, ETS and (unless --mase-season) the MASE scale")
     q.add_argument("--mase-season", type=number(int, min=1), default=None,
                    help="lag of the MASE scale (mean absolute difference over this many steps of each window's "
                         "history); when not given: --season-length. summary.json says which was used")
-    q.add_argument("--windows", type=number(int, min=1), default=8, help="number of rolling cutoffs per series")
+    q.add_argument("--windows", type=number(int, min=1), default=_D["windows"],
+                   help="number of rolling cutoffs per series")
     q.add_argument("--step-size", type=number(int, min=1), default=None,
                    help="steps between cutoffs; when not given: the horizon --h")
-    q.add_argument("--models", type=model_specs(MODEL_NAMES), default="snaive,ets,dlinear,patchtst",
+    q.add_argument("--models", type=model_specs(MODEL_NAMES), default=_D["models"],
                    help=f"comma-separated, out of {','.join(MODEL_NAMES)}, and combinations of them: "
                         "median(ets,dlinear,patchtst) or mean(...) (members fitted once, tested against the "
                         "combination)")
@@ -127,23 +134,27 @@ def register(subparsers) -> None:
                         "(needs --calibration-windows 1); 'retrain', a second training before the calibration "
                         f"windows; when not given: {CONFORMAL['global_calibration']}")
     q.add_argument("--input-size", type=number(int, min=1), default=None,
-                   help="look-back of the neural models (PatchTST: at least 16); when not given: 336, or less "
-                        "when the typical (median-length) series is too short for it")
-    q.add_argument("--short-series", choices=SHORT_SERIES, default="skip",
+                   help=f"look-back of the neural models (PatchTST: at least {PATCH_LEN}); when not given: "
+                        f"{LOOKBACK}, or less when the typical (median-length) series is too short for it")
+    q.add_argument("--short-series", choices=SHORT_SERIES, default=_D["short_series"],
                    help="series too short for the neural models' look-back: 'skip' leaves them out of the "
                         "backtest (every model), 'baseline' forecasts them with seasonal naive under the neural "
                         "models' names, 'error' refuses them; a warning names them and summary.json records "
                         "them (default: %(default)s)")
-    q.add_argument("--max-epochs", type=number(int, min=1), default=20, help="training epochs of the neural models")
+    q.add_argument("--max-epochs", type=number(int, min=1), default=NEURAL_TRAINING["max_epochs"],
+                   help="training epochs of the neural models")
     q.add_argument("--refit-every", type=number(int, min=1), default=None,
                    help="retrain the neural models every k cutoffs; when not given: once, before the first")
-    q.add_argument("--seed", type=number(int, min=0), default=0, help="seed of the neural models' training")
+    q.add_argument("--seed", type=number(int, min=0), default=NEURAL_TRAINING["seed"],
+                   help="seed of the neural models' training")
     q.add_argument("--resume", action="store_true",
                    help="continue the neural models' training from the checkpoints a stopped run with this --out "
                         "left in OUT/checkpoints/ (written after every epoch); finished trainings are not repeated")
-    q.add_argument("--plot-series", type=number(int, min=1), default=3, help="series shown in forecasts.png")
+    q.add_argument("--plot-series", type=number(int, min=1), default=_D["plot_series"],
+                   help="series shown in forecasts.png")
     q.add_argument("--out", type=Path, default=Path("forecast-out"),
-                   help="output folder: new, empty, or an earlier forecast backtest's (its files are overwritten)")
+                   help="output folder: new, empty, or an earlier forecast backtest's, whose results this run "
+                        "replaces (files frozenvit did not write stay); a stopped run there continues with --resume")
     add_vit_args(q)
     add_threads_arg(q)
     add_engine_args(q)
@@ -152,7 +163,8 @@ def register(subparsers) -> None:
     q = sub.add_parser("paper", help="the PatchTST paper protocol on an ETT file (MSE/MAE on the standardised scale)")
     q.add_argument("--csv", required=True, type=Path,
                    help="an ETT CSV: a date column, then one column per variable (ETTh1/2, ETTm1/2)")
-    q.add_argument("--horizons", type=positive_ints, default="96,192,336,720", help="comma-separated horizons")
+    q.add_argument("--horizons", type=number_list(int, min=1), default=",".join(map(str, PAPER_HORIZONS)),
+                   help="comma-separated horizons")
     q.add_argument("--models", type=names_of(PAPER_MODELS), default="patchtst,dlinear",
                    help=f"comma-separated, out of {','.join(PAPER_MODELS)}")
     q.add_argument("--dataset", choices=PAPER_DATASETS, default=None,
@@ -169,7 +181,9 @@ def register(subparsers) -> None:
     q.add_argument("--windows-per-epoch", type=number(int, min=1), default=None,
                    help="PatchTST and vit: sample this many training windows per epoch (CPU budget); when not "
                         "given: all")
-    q.add_argument("--out", type=Path, default=None, help="JSON file for the scores; when not given: printed only (an existing file is replaced only if this command wrote it)")
+    q.add_argument("--out", type=Path, default=None,
+                   help="JSON file for the scores (an existing file is replaced only if this command wrote it); "
+                        "when not given: printed only")
     q.add_argument("--resume", action="store_true",
                    help="continue a stopped run: its training checkpoints are in OUT.ckpt/ beside --out (written "
                         "after every epoch whenever --out is given); finished (model, horizon) pairs are not "
@@ -179,64 +193,40 @@ def register(subparsers) -> None:
     q.set_defaults(func=_cmd_paper)
 
 
-def fitting_input_size(length: int, h: int, windows: int, step: int, cap: int = 336) -> int:
-    """The longest look-back (<= cap, a multiple of 8) that leaves one training window and a
-    validation tail of h before the first cutoff of a series of `length` values (may be < 16)."""
-    avail = length - h - (windows - 1) * step - 2 * h
-    return min(cap, avail) // 8 * 8
-
-
-def auto_input_size(lengths, h: int, windows: int, step: int, cap: int = 336) -> int:
-    """The look-back chosen from the data: the longest (<= cap) that fits the median-length series.
-    Series shorter than that are left to --short-series, so that a few short series no longer shrink
-    every series' look-back."""
-    import numpy as np
-
-    typical = int(np.median(np.asarray(lengths)))
-    size = fitting_input_size(typical, h, windows, step, cap)
-    if size < PATCH_LEN:
-        raise SeriesError(f"the typical series ({typical} values, the median length) is too short for neural "
-                          f"models with --h {h} and --windows {windows}; drop dlinear/patchtst/vit from --models, or "
-                          "use fewer --windows or a smaller --h")
-    return size
-
-
-def _name_ids(ids: list, at_most: int = 10) -> str:
-    shown = ", ".join(map(str, ids[:at_most]))
-    return shown + (f" and {len(ids) - at_most} more" if len(ids) > at_most else "")
-
-
 def add_vit_args(q: argparse.ArgumentParser) -> None:
-    """--vit-backbone, --vit-weights, --vit-blocks: which frozen ViT the `vit` model borrows its blocks from."""
-    q.add_argument("--vit-backbone", default=None, metavar="NAME",
-                   help="vit: the timm ViT whose frozen blocks it uses (e.g. vit_small_patch16_224, with "
-                        "--vit-weights for its weights offline); when not given: the embedded default ViT")
-    q.add_argument("--vit-weights", type=Path, default=None, metavar="PATH",
-                   help="vit: a local .safetensors/.pth for --vit-backbone (never unpickled)")
-    q.add_argument("--vit-blocks", type=number(int, min=1), default=None,
-                   help="vit: how many of the ViT's first blocks it uses; when not given: 6, as One Fits All")
+    """--backbone, --weights, --depth: which frozen ViT the `vit` model borrows its first blocks from.
+    (`add_backbone_args` would add --image-size too, which means nothing to a series' patches.)"""
+    q.add_argument("--backbone", default=None, metavar="NAME",
+                   help="vit: the timm ViT or named backbone whose frozen blocks it uses (e.g. "
+                        "vit_small_patch16_224, with --weights for its weights offline); when not given: the "
+                        "embedded default ViT")
+    q.add_argument("--weights", type=Path, default=None, metavar="FILE",
+                   help="vit: local .safetensors/.pth weights for --backbone (never unpickled)")
+    q.add_argument("--depth", type=number(int, min=1), default=None, metavar="N",
+                   help=f"vit: how many of the ViT's first blocks it uses; when not given: {VIT_DEPTH}")
 
 
 def vit_options(args: argparse.Namespace, names: list[str]) -> dict:
-    """FrozenViTForecaster's backbone and n_blocks from --vit-*, the backbone loaded here (once); {} when
-    none is given. --vit-* without `vit` in --models is refused."""
-    given = {k: getattr(args, k) for k in ("vit_backbone", "vit_weights", "vit_blocks") if getattr(args, k) is not None}
+    """FrozenViTForecaster's backbone and n_blocks from --backbone/--weights/--depth, the backbone loaded
+    here (once); {} when none is given. These options without `vit` in --models are refused."""
+    given = {k: getattr(args, k) for k in ("backbone", "weights", "depth") if getattr(args, k) is not None}
     if not given:
         return {}
     if "vit" not in names:
-        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        flags = ", ".join("--" + k for k in given)
         raise UsageError(f"{flags}: only the vit model uses {'it' if len(given) == 1 else 'them'}, and vit is not "
                          f"in --models; add vit to --models or drop {flags}")
-    if args.vit_weights is not None and args.vit_backbone is None:
-        raise UsageError("--vit-weights needs --vit-backbone NAME (the timm architecture the weights are for)")
-    from .frozen_vit import FrozenViTForecaster, load_vit
+    if args.weights is not None and args.backbone is None:
+        raise UsageError("--weights needs --backbone NAME (the timm architecture the weights are for)")
+    from .frozen_vit import load_vit
 
-    blocks = args.vit_blocks or FrozenViTForecaster(h=1).n_blocks              # the constructor's default
-    return {"backbone": load_vit(args.vit_backbone, args.vit_weights, blocks), "n_blocks": blocks}
+    depth = args.depth or VIT_DEPTH
+    return {"backbone": load_vit(args.backbone, args.weights, depth), "n_blocks": depth}
 
 
-def make_models(names: list[str], h: int, season_length: int, input_size: int, max_epochs: int = 20,
-                seed: int = 0, vit: dict | None = None) -> list:
+def make_models(names: list[str], h: int, season_length: int, input_size: int = LOOKBACK,
+                max_epochs: int = NEURAL_TRAINING["max_epochs"], seed: int = NEURAL_TRAINING["seed"],
+                vit: dict | None = None) -> list:
     """The command's models by short name (see MODEL_NAMES); the neural ones with their constructors'
     defaults (NEURAL_TRAINING, PatchTST's PATCHTST_SHAPE: `forecasting.defaults`)."""
     from .baselines import ETS, Naive, SeasonalNaive
@@ -255,7 +245,7 @@ def _check_backtest_args(args: argparse.Namespace) -> None:
     """Refuse combinations that cannot be meant, before any file is read."""
     if args.columns is not None and not args.wide:
         raise UsageError("--columns selects the series of a wide CSV; pass --wide too, or drop --columns")
-    if args.wide and (args.id_col != "unique_id" or args.target_col != "y"):
+    if args.wide and (args.id_col != ID or args.target_col != Y):
         raise UsageError("--id-col and --target-col name columns of a long CSV; a wide CSV (--wide) has one "
                          "column per series: select them with --columns")
     for flag, value in (("--calibration-windows", args.calibration_windows),
@@ -276,80 +266,57 @@ def _check_backtest_args(args: argparse.Namespace) -> None:
                          f"({PATCH_LEN} steps); use --input-size {PATCH_LEN} or more")
 
 
+@contextlib.contextmanager
+def _warnings_as_lines():
+    """The library's warnings (e.g. series skipped as too short) as one `warning: ...` line each on stderr."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda message, *_, **__: print(f"warning: {message}", file=sys.stderr)
+        yield
+
+
 def _cmd_backtest(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from frozenvit.backbone.suite.artifacts import atomic_write_text, check_output_dir, output_dir, write_json
+    from frozenvit.backbone.suite.engine import engine_from_args, engine_session
 
     from .backtest import backtest
     from .data import read_long_csv, read_wide_csv
     from .ensemble import assemble
     from .plots import plot_coverage, plot_forecasts, plot_mase_by_horizon
-
-    from frozenvit.backbone.suite.engine import engine_from_args, engine_session
+    from .run_folder import RunFolder
 
     _check_backtest_args(args)
     vit = vit_options(args, flat_names(args.models))          # flags checked, the ViT loaded, before the data
     engine_from_args(args)                          # --workers without --ray fails before any work
     check_output_dir(args.out, "forecast.backtest")
+    folder = RunFolder(args.out, args.resume)       # a stopped run there is continued with --resume only
     if args.wide:
         cols = [c.strip() for c in args.columns.split(",")] if args.columns else None
-        df = read_wide_csv(args.csv, args.time_col, cols, sort=args.sort, fill=args.fill)
+        df = read_wide_csv(args.csv, args.time_col, cols, sort=args.sort, fill=args.fill, sep=args.sep)
     else:
-        df = read_long_csv(args.csv, args.id_col, args.time_col or "ds", args.target_col, sort=args.sort,
-                           fill=args.fill)
-    step = args.step_size or args.h
-    size = args.input_size
-    lengths = df.groupby("unique_id", sort=False).size()
+        df = read_long_csv(args.csv, args.id_col, args.time_col or DS, args.target_col, sort=args.sort,
+                           fill=args.fill, sep=args.sep)
     names = flat_names(args.models)
-    neural = [n for n in names if n in NEURAL]
     calib = (CONFORMAL["calibration_windows"] if args.calibration_windows is None else args.calibration_windows) \
         if args.levels else 0
-    global_calibration = args.global_calibration or CONFORMAL["global_calibration"]
-    if size is None and neural:              # the calibration windows' values are history the look-back cannot use
-        size = auto_input_size(lengths.to_numpy() - calib * args.h, args.h, args.windows, step)
-    built = dict(zip(names, make_models(names, args.h, args.season_length, size or 336, args.max_epochs, args.seed,
-                                        vit=vit)))
-    for n in NEURAL:                                  # checkpoints after every epoch, for --resume
-        if n in built:
-            built[n].set_params(checkpoint_dir=str(args.out / "checkpoints" / built[n].alias), resume=args.resume)
-    models = list(built.values())
-    short_ids: list[str] = []
-    if neural:
-        need = max(built[n].min_history() for n in neural) + args.h + \
-            (args.windows - 1) * step + calib * args.h                  # values a series needs for them
-        short_ids = [str(u) for u in lengths.index[lengths.to_numpy() < need]]
-        if short_ids:
-            what = (f"{len(short_ids)} of {len(lengths)} series have fewer than the {need} values the neural "
-                    f"models need (look-back {size} + a training target {args.h} + validation {args.h} + "
-                    f"--h {args.h} + {args.windows - 1} more --windows of --step-size {step}): {_name_ids(short_ids)}")
-            fits = fitting_input_size(int(lengths.min()), args.h, args.windows, step)
-            if args.short_series == "error":
-                hint = f"--input-size {fits}, " if fits >= PATCH_LEN else ""
-                raise SeriesError(f"{what}; pass {hint}--short-series skip or --short-series baseline, "
-                                  "or drop those series")
-            if args.short_series == "skip" and len(short_ids) == len(lengths):
-                raise SeriesError(f"{what}: --short-series skip leaves no series; use a shorter --input-size, "
-                                  "fewer --windows or --short-series baseline")
-            done = {"skip": "left out of the backtest for every model",
-                    "baseline": "forecast by seasonal naive in the neural models' columns"}[args.short_series]
-            print(f"warning: {what}; {done} (--short-series {args.short_series})", file=sys.stderr)
-            if args.short_series == "skip":
-                df = df[~df["unique_id"].astype(str).isin(short_ids)].reset_index(drop=True)
-            else:
-                from .baselines import SeasonalNaive
-                from .fallback import WithFallback
-                built = {n: WithFallback(m, SeasonalNaive(args.season_length)) if n in NEURAL else m
-                         for n, m in built.items()}
-    models = assemble(args.models, built)
-    if neural:
+    built = dict(zip(names, make_models(names, args.h, args.season_length, args.input_size or LOOKBACK,
+                                        args.max_epochs, args.seed, vit=vit)))
+    checkpoints = {n: f"checkpoints/{built[n].alias}" for n in NEURAL if n in built}
+    for n, rel in checkpoints.items():              # checkpoints after every epoch, for --resume
+        built[n].set_params(checkpoint_dir=str(args.out / rel), resume=args.resume)
+    if checkpoints:
         output_dir(args.out, "forecast.backtest")     # claimed before training: its checkpoints go inside
-    with engine_session(args) as engine:
-        res = backtest(df, models, h=args.h, n_windows=args.windows, step_size=step,
-                       season_length=args.season_length, refit_every=args.refit_every,
+        folder.start(checkpoints.values())
+    with engine_session(args) as engine, _warnings_as_lines():
+        res = backtest(df, assemble(args.models, built), h=args.h, n_windows=args.windows,
+                       step_size=args.step_size, season_length=args.season_length, refit_every=args.refit_every,
                        progress=None, mase_season=args.mase_season,   # None: a bar on a terminal, lines in a log
                        levels=args.levels or (), calibration_windows=calib,
-                       global_calibration=global_calibration, engine=engine, workers=args.workers)
+                       global_calibration=args.global_calibration or CONFORMAL["global_calibration"],
+                       engine=engine, workers=args.workers, input_size=args.input_size or _D["input_size"],
+                       short_series=args.short_series)
     hz = res.mase_by_horizon()
     pd.set_option("display.width", 160)
     print("MASE by horizon step (rows: step, columns: model)")
@@ -368,19 +335,20 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
         print("\nDiebold-Mariano, each combination against its members (negative: the combination is better)")
         print(res.dm_vs_members().to_string(float_format=lambda v: f"{v:.4g}"))
     out = output_dir(args.out, "forecast.backtest")
-    write_json(out / "summary.json", {"csv": str(args.csv), "input_size": size,
-                                      "short_series": {"policy": args.short_series, "ids": short_ids}, **res.to_dict()})
+    write_json(out / "summary.json", {"csv": str(args.csv), "input_size": res.input_size,
+                                      "short_series": res.short_series, **res.to_dict()})
     atomic_write_text(out / "forecasts.csv", res.forecasts_with_intervals().to_csv(index=False))
     atomic_write_text(out / "mase_by_horizon.csv", hz.to_csv())
     plot_forecasts(res, df, n_series=args.plot_series).savefig(out / "forecasts.png", dpi=110)
     plot_mase_by_horizon(res).savefig(out / "mase_by_horizon.png", dpi=110)
-    pictures = "forecasts.png, mase_by_horizon.png"
+    written = ["summary.json", "forecasts.csv", "mase_by_horizon.csv", "forecasts.png", "mase_by_horizon.png"]
     if res.levels:
         plot_coverage(res).savefig(out / "coverage_by_horizon.png", dpi=110)
-        pictures += ", coverage_by_horizon.png"
+        written.append("coverage_by_horizon.png")
     for alias, model in res.fitted.items():
-        model.save(out / "models" / alias)
-    print(f"\nwrote {out}/summary.json, forecasts.csv, mase_by_horizon.csv, {pictures}")
+        written.append(model.save(out / "models" / alias).relative_to(out).as_posix())
+    folder.finish(written + list(checkpoints.values()))     # nothing of an earlier run is left beside these
+    print(f"\nwrote in {out}: {', '.join(written)}")
     return 0
 
 

@@ -17,21 +17,22 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from .defaults import CSV_SEP, DS, ID, Y
 from .errors import SeriesError
 
 Fill = Literal["ffill", "interpolate", "zero"]
-ID, DS, Y = "unique_id", "ds", "y"
 
 
 def read_long_csv(path: str | Path, id_col: str = ID, time_col: str = DS, target_col: str = Y, *,
-                  sort: bool = False, fill: Fill | None = None, min_length: int | None = None) -> pd.DataFrame:
+                  sort: bool = False, fill: Fill | None = None, min_length: int | None = None,
+                  sep: str = CSV_SEP) -> pd.DataFrame:
     """Read a long CSV (one row per series and timestamp) and validate it.
 
     Returns a DataFrame with columns `unique_id` (str), `ds` (datetime64[ns] or int64), `y` (float64).
     Raises SeriesError for a file that is missing, empty, not a CSV or without data rows, for
     absent columns, and, naming the line, for an empty id or timestamp and for text in `y`.
     """
-    raw = _read_csv(path)
+    raw = _read_csv(path, sep)
     missing = [c for c in (id_col, time_col, target_col) if c not in raw.columns]
     if missing:
         raise SeriesError(f"{path}: columns {missing} not found (have {list(raw.columns)}); name them with "
@@ -46,13 +47,14 @@ def read_long_csv(path: str | Path, id_col: str = ID, time_col: str = DS, target
 
 
 def read_wide_csv(path: str | Path, time_col: str | None = None, columns: list[str] | None = None, *,
-                  sort: bool = False, fill: Fill | None = None, min_length: int | None = None) -> pd.DataFrame:
+                  sort: bool = False, fill: Fill | None = None, min_length: int | None = None,
+                  sep: str = CSV_SEP) -> pd.DataFrame:
     """Read a wide CSV (a time column, then one column per series, like the ETT files) as long format.
 
     `time_col` defaults to the first column; `columns` selects series (default: all others).
     Raises SeriesError as `read_long_csv` does.
     """
-    raw = _read_csv(path)
+    raw = _read_csv(path, sep)
     time_col = time_col or raw.columns[0]
     if time_col not in raw.columns:
         raise SeriesError(f"{path}: time column {time_col!r} not found (have {list(raw.columns)}); "
@@ -100,8 +102,12 @@ def read_m4(train_csv: str | Path, test_csv: str | Path | None = None) -> pd.Dat
     return pd.concat(parts, ignore_index=True)
 
 
-def _read_csv(path: str | Path) -> pd.DataFrame:
-    """The CSV's rows as pandas reads them; every way of not being a CSV with data is a SeriesError."""
+SEPARATORS = {";": "semicolon", "\t": "tab", "|": "pipe"}      # what a CSV from elsewhere may be separated by
+
+
+def _read_csv(path: str | Path, sep: str = CSV_SEP) -> pd.DataFrame:
+    """The CSV's rows as pandas reads them, fields separated by `sep`; every way of not being a CSV with data is
+    a SeriesError (a file whose header holds one field with another separator in it: named as such)."""
     path = Path(path)
     if not path.exists():
         raise SeriesError(f"{path} not found; pass the path of a CSV file with --csv")
@@ -110,7 +116,7 @@ def _read_csv(path: str | Path) -> pd.DataFrame:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", pd.errors.ParserWarning)
-            raw = pd.read_csv(path, index_col=False)      # never the first column as an index (a shift)
+            raw = pd.read_csv(path, index_col=False, sep=sep)    # never the first column as an index (a shift)
     except pd.errors.ParserWarning:
         raise SeriesError(f"{path}: rows have more fields than the header line names; a value would be "
                           "dropped: name every column in the header (an empty last field is fine)") from None
@@ -122,6 +128,10 @@ def _read_csv(path: str | Path) -> pd.DataFrame:
         raise SeriesError(f"{path} is not a readable CSV: {str(e).strip()}") from None
     except OSError as e:
         raise SeriesError(f"{path} cannot be read ({e.strerror or e}); check the path and its permissions") from None
+    other = [c for c in SEPARATORS if c != sep and c in str(raw.columns[0])] if len(raw.columns) == 1 else []
+    if other:
+        raise SeriesError(f"{path}: the file looks {SEPARATORS[other[0]]}-separated; its header is one field "
+                          f"{raw.columns[0]!r}: pass --sep {other[0]!r} (sep={other[0]!r}), or save it with commas")
     if raw.empty:
         raise SeriesError(f"{path} has no data rows below its header line {list(raw.columns)}")
     return raw

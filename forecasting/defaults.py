@@ -1,7 +1,7 @@
 """The neural models' defaults, in one place: the settings that beat seasonal naive on M4 Hourly.
 
 `DLinear(h)` and `PatchTST(h)` take these as their constructor defaults, `frozenvit forecast backtest`
-trains with them, and benchmarks/forecast_m4_hourly.py uses them (docs/forecasting.md has the figures).
+trains with them, and benchmarks/forecast_m4_hourly.py uses them (docs/results.md has the figures).
 An MAE loss on each window's own scale, not an MSE on the data's scale: with the MSE both models lost to
 seasonal naive on M4 Hourly. The paper protocol sets every value itself (`forecasting.paper.paper_config`).
 Imports nothing, so that the CLI can read it without loading torch.
@@ -9,7 +9,10 @@ Imports nothing, so that the CLI can read it without loading torch.
 from __future__ import annotations
 
 NEURAL_TRAINING = dict(loss="mae", normalize_loss=True, lr=1e-3, patience=4, batch_size=128,
-                       windows_per_epoch=8192)
+                       windows_per_epoch=8192, max_epochs=20, seed=0)
+LOOKBACK = 336                     # input_size: the look-back of every neural model, and the most "auto" chooses
+PATCH_LEN = 16                     # PatchTST's (and FrozenViTForecaster's) patch: the shortest look-back they take
+VIT_DEPTH = 6                      # FrozenViTForecaster's n_blocks: the ViT's first 6 blocks, as One Fits All uses
 PATCHTST_SHAPE = dict(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.1)   # sized for a 2-core CPU
 
 # Conformal intervals (forecasting.intervals): K calibration windows before the first cutoff, and where a
@@ -19,3 +22,12 @@ PATCHTST_SHAPE = dict(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.1)  
 # method, measured worse on M4 Hourly: a second network's errors are not the first one's).
 CONFORMAL = dict(calibration_windows=1, global_calibration="holdout")
 GLOBAL_CALIBRATIONS = ("holdout", "retrain")
+
+# `frozenvit forecast backtest` without options: M4 Hourly's horizon and season, eight rolling windows, the look-back
+# chosen from the data and the series too short for it left out (forecasting.lookback)
+SHORT_SERIES = ("skip", "baseline", "error")       # what becomes of series too short for the look-back
+BACKTEST_COMMAND = dict(h=48, season_length=24, windows=8, models="snaive,ets,dlinear,patchtst",
+                        input_size="auto", short_series="skip", plot_series=3)
+PAPER_HORIZONS = (96, 192, 336, 720)               # the PatchTST paper's horizons (`forecast paper`)
+CSV_SEP = ","                                      # the field separator of the CSV files read (--sep)
+ID, DS, Y = "unique_id", "ds", "y"                 # the long format's columns (forecasting.data)

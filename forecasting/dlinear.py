@@ -10,9 +10,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .defaults import LOOKBACK
 from .defaults import NEURAL_TRAINING as _T
 from .layers import RevIN, moving_average
-from .training import NeuralForecaster
+from .training import TRAINING_CONSTRAINTS, NeuralForecaster, at_least
 
 
 @dataclass(frozen=True)
@@ -50,14 +51,15 @@ class DLinear(NeuralForecaster):
     """
 
     config_class, net_class = DLinearConfig, DLinearNet
+    _parameter_constraints = {**TRAINING_CONSTRAINTS, "kernel_size": at_least(1), "revin": ["boolean"]}
 
-    def __init__(self, h: int, input_size: int = 336, kernel_size: int = 25, revin: bool = True,
+    def __init__(self, h: int, input_size: int = LOOKBACK, kernel_size: int = 25, revin: bool = True,
                  loss: str = _T["loss"], normalize_loss: bool = _T["normalize_loss"], lr: float = _T["lr"],
                  lr_decay: float = 0.9, lr_decay_after: int = 3, lr_schedule: str = "step", pct_start: float = 0.3,
-                 max_epochs: int = 20, patience: int = _T["patience"], batch_size: int = _T["batch_size"],
-                 windows_per_epoch: int | None = _T["windows_per_epoch"], val_size: int | None = None, seed: int = 0,
-                 progress: bool | None = None, device: str = "cpu", checkpoint_dir: str | None = None,
-                 resume: bool = False) -> None:
+                 max_epochs: int = _T["max_epochs"], patience: int = _T["patience"],
+                 batch_size: int = _T["batch_size"], windows_per_epoch: int | None = _T["windows_per_epoch"],
+                 val_size: int | None = None, seed: int = _T["seed"], progress: bool | None = None,
+                 device: str = "cpu", checkpoint_dir: str | None = None, resume: bool = False) -> None:
         self.h, self.input_size, self.kernel_size, self.revin = h, input_size, kernel_size, revin
         self.loss, self.lr, self.lr_decay, self.lr_decay_after = loss, lr, lr_decay, lr_decay_after
         self.lr_schedule, self.pct_start, self.normalize_loss = lr_schedule, pct_start, normalize_loss

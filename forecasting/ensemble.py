@@ -16,6 +16,9 @@ import re
 from typing import Sequence
 
 import numpy as np
+from sklearn.utils._param_validation import StrOptions
+
+from frozenvit.backbone.suite.errors import ParameterError
 
 from .base import Forecaster
 
@@ -25,13 +28,15 @@ RULES = ("mean", "median")
 def combine(forecasts: Sequence[np.ndarray], how: str) -> np.ndarray:
     """Members' forecasts, each (...), combined elementwise by `how` (mean or median) -> (...)."""
     if how not in RULES:
-        raise ValueError(f"how must be one of {RULES}, got {how!r}")
+        raise ParameterError(f"how must be one of {RULES}, got {how!r}")
     stack = np.stack([np.asarray(f, dtype=float) for f in forecasts])                   # (M, ...)
     return stack.mean(axis=0) if how == "mean" else np.median(stack, axis=0)
 
 
 class Ensemble(Forecaster):
     """The mean or median (`how`) of the forecasts of two or more `members` (distinct aliases)."""
+
+    _parameter_constraints = {"members": [list, tuple], "how": [StrOptions(set(RULES))]}
 
     def __init__(self, members: Sequence[Forecaster], how: str = "median") -> None:
         self.members = members
@@ -44,19 +49,20 @@ class Ensemble(Forecaster):
     def min_history(self) -> int:
         return max(m.min_history() for m in self.members)
 
-    def check(self) -> "Ensemble":
-        """Raise ValueError on an unknown rule, fewer than two members or a member named twice."""
+    def check_params(self) -> "Ensemble":
+        """Also ParameterError for fewer than two members or a member named twice; each member checked."""
+        super().check_params()
         aliases = [m.alias for m in self.members]
-        if self.how not in RULES:
-            raise ValueError(f"Ensemble how must be one of {RULES}, got {self.how!r}")
         if len(aliases) < 2 or len(set(aliases)) < len(aliases):
-            raise ValueError(f"an Ensemble needs two or more members of distinct aliases, got {aliases}")
+            raise ParameterError(f"an Ensemble needs two or more members of distinct aliases, got {aliases}")
+        for m in self.members:
+            m.check_params()
         return self
 
     def forecast_cutoffs(self, series: Sequence[np.ndarray], cutoffs: np.ndarray, h: int, *,
                          refit_every: int | None = None, progress: bool | None = None) -> tuple[np.ndarray, None]:
         """Every member's forecasts (see `Forecaster.forecast_cutoffs`), combined; nothing to save."""
-        self.check()
+        self.check_params()
         preds = [m.forecast_cutoffs(series, cutoffs, h, refit_every=refit_every, progress=progress)[0]
                  for m in self.members]
         return combine(preds, self.how), None

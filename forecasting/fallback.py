@@ -23,8 +23,16 @@ def short_series(model: Forecaster, cutoffs: np.ndarray) -> np.ndarray:
 class WithFallback(Forecaster):
     """`model` where a series has history enough for it, `fallback` elsewhere (see the module doc)."""
 
+    _parameter_constraints = {"model": [Forecaster], "fallback": [Forecaster]}
+
     def __init__(self, model: Forecaster, fallback: Forecaster) -> None:
         self.model, self.fallback = model, fallback
+
+    def check_params(self) -> "WithFallback":
+        super().check_params()
+        self.model.check_params()
+        self.fallback.check_params()
+        return self
 
     @property
     def alias(self) -> str:

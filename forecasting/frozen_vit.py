@@ -25,11 +25,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from frozenvit.backbone.suite.errors import ArtifactError, FrozenVitError
+from frozenvit.backbone.suite.errors import ArtifactError, FrozenVitError, ParameterError
 
+from .defaults import LOOKBACK, PATCH_LEN, VIT_DEPTH
 from .defaults import NEURAL_TRAINING as _T
 from .layers import FastDropout, RevIN, init_uniform_pos, patch_count, patchify
-from .training import NeuralForecaster
+from .training import TRAINING_CONSTRAINTS, NeuralForecaster, at_least, share
 
 
 class BackboneMismatch(ArtifactError):
@@ -45,9 +46,9 @@ class FrozenViTConfig:
     """The trained parts around the frozen blocks; the blocks themselves come from the backbone."""
     input_size: int                    # look-back L
     h: int
-    patch_len: int = 16
+    patch_len: int = PATCH_LEN
     stride: int = 8
-    n_blocks: int = 6                  # the first k blocks of the ViT
+    n_blocks: int = VIT_DEPTH          # the first k blocks of the ViT
     train_norm: bool = True            # LayerNorm affine pairs trained (Lu et al.; One Fits All)
     train_pos: bool = True             # a trained position embedding; without it the head alone knows positions
     dropout: float = 0.1               # on the embedded tokens
@@ -59,7 +60,7 @@ class FrozenViTConfig:
     def __post_init__(self) -> None:
         patch_count(self.input_size, self.patch_len, self.stride)      # raises if L < P
         if int(self.n_blocks) < 1:
-            raise NotAViT(f"n_blocks={self.n_blocks}: use at least one frozen block")
+            raise ParameterError(f"n_blocks={self.n_blocks}: use at least one frozen block")
 
     @property
     def n_patches(self) -> int:
@@ -78,9 +79,9 @@ def _borrowed(backbone: Any, k: int) -> tuple[nn.Sequential, nn.Module]:
     return nn.Sequential(*list(blocks)[:k]), vit.norm
 
 
-def load_vit(name: str | None = None, weights: Any = None, n_blocks: int = 6) -> Any:
+def load_vit(name: str | None = None, weights: Any = None, n_blocks: int = VIT_DEPTH) -> Any:
     """`load_backbone(name, weights)` (None: the embedded default ViT), checked to be a ViT with at least
-    `n_blocks` blocks (NotAViT otherwise): what the CLI's --vit-backbone/--vit-weights/--vit-blocks give."""
+    `n_blocks` blocks (NotAViT otherwise): what the CLI's --backbone/--weights/--depth give."""
     from frozenvit.backbone import load_backbone
 
     backbone = load_backbone(name, weights=weights)
@@ -179,16 +180,20 @@ class FrozenViTForecaster(NeuralForecaster):
     """
 
     config_class, net_class = FrozenViTConfig, FrozenViTNet
+    _parameter_constraints = {
+        **TRAINING_CONSTRAINTS, "backbone": "no_validation", "n_blocks": at_least(1), "patch_len": at_least(1),
+        "stride": at_least(1), "dropout": share(), "head_dropout": share(),
+        **dict.fromkeys(("train_norm", "train_pos", "revin", "revin_affine", "subtract_last"), ["boolean"])}
 
-    def __init__(self, h: int, backbone: Any = None, n_blocks: int = 6, input_size: int = 336, patch_len: int = 16,
-                 stride: int = 8, train_norm: bool = True, train_pos: bool = True, dropout: float = 0.1,
+    def __init__(self, h: int, backbone: Any = None, n_blocks: int = VIT_DEPTH, input_size: int = LOOKBACK,
+                 patch_len: int = PATCH_LEN, stride: int = 8, train_norm: bool = True, train_pos: bool = True, dropout: float = 0.1,
                  head_dropout: float = 0.0, revin: bool = True, revin_affine: bool = True,
                  subtract_last: bool = False, loss: str = _T["loss"], normalize_loss: bool = _T["normalize_loss"],
                  lr: float = _T["lr"], lr_decay: float = 0.9, lr_decay_after: int = 3, lr_schedule: str = "step",
-                 pct_start: float = 0.3, max_epochs: int = 20, patience: int = _T["patience"],
+                 pct_start: float = 0.3, max_epochs: int = _T["max_epochs"], patience: int = _T["patience"],
                  batch_size: int = _T["batch_size"], windows_per_epoch: int | None = _T["windows_per_epoch"],
-                 val_size: int | None = None, seed: int = 0, progress: bool | None = None, device: str = "cpu",
-                 checkpoint_dir: str | None = None, resume: bool = False) -> None:
+                 val_size: int | None = None, seed: int = _T["seed"], progress: bool | None = None,
+                 device: str = "cpu", checkpoint_dir: str | None = None, resume: bool = False) -> None:
         self.h, self.backbone, self.n_blocks, self.input_size = h, backbone, n_blocks, input_size
         self.patch_len, self.stride, self.train_norm, self.train_pos = patch_len, stride, train_norm, train_pos
         self.dropout, self.head_dropout, self.revin, self.revin_affine = dropout, head_dropout, revin, revin_affine

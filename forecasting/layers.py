@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from frozenvit.backbone.suite.errors import ParameterError
+
 
 class RevIN(nn.Module):
     """Reversible instance normalisation (Kim et al., 2022) over the look-back axis.
@@ -62,7 +64,8 @@ class FastDropout(nn.Dropout):
 def patch_count(input_size: int, patch_len: int, stride: int, pad_end: bool = True) -> int:
     """Number of patches: (L - P) // S + 1, plus one when `stride` values are padded at the end."""
     if input_size < patch_len:
-        raise ValueError(f"look-back {input_size} is shorter than one patch ({patch_len})")
+        raise ParameterError(f"look-back {input_size} is shorter than one patch ({patch_len}); use an input_size "
+                             f">= {patch_len}")
     return (input_size - patch_len) // stride + 1 + int(pad_end)
 
 

@@ -10,12 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from sklearn.utils._param_validation import StrOptions
 from torch import nn
 
+from frozenvit.backbone.suite.errors import ParameterError
+
+from .defaults import LOOKBACK, PATCH_LEN
 from .defaults import NEURAL_TRAINING as _T
 from .defaults import PATCHTST_SHAPE as _S
 from .layers import Encoder, FastDropout, RevIN, init_uniform_pos, patch_count, patchify
-from .training import NeuralForecaster
+from .training import TRAINING_CONSTRAINTS, NeuralForecaster, at_least, share
 
 
 @dataclass(frozen=True)
@@ -23,7 +27,7 @@ class PatchTSTConfig:
     """PatchTST's network, checked and derived once (the patch count), handed whole to PatchTSTNet."""
     input_size: int                    # look-back L
     h: int                             # horizon
-    patch_len: int = 16                # P
+    patch_len: int = PATCH_LEN         # P
     stride: int = 8                    # S
     d_model: int = _S["d_model"]
     n_heads: int = _S["n_heads"]
@@ -42,9 +46,7 @@ class PatchTSTConfig:
     def __post_init__(self) -> None:
         patch_count(self.input_size, self.patch_len, self.stride, self.pad_end)   # raises if L < P
         if self.d_model % self.n_heads:
-            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
-        if self.norm not in ("batch", "layer"):
-            raise ValueError(f"norm must be 'batch' or 'layer', got {self.norm!r}")
+            raise ParameterError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
 
     @property
     def n_patches(self) -> int:
@@ -88,18 +90,23 @@ class PatchTST(NeuralForecaster):
     """
 
     config_class, net_class = PatchTSTConfig, PatchTSTNet
+    _parameter_constraints = {
+        **TRAINING_CONSTRAINTS, "patch_len": at_least(1), "stride": at_least(1), "d_model": at_least(1),
+        "n_heads": at_least(1), "d_ff": at_least(1), "n_layers": at_least(1), "dropout": share(),
+        "attn_dropout": share(), "head_dropout": share(), "norm": [StrOptions({"batch", "layer"})],
+        **dict.fromkeys(("residual_attention", "revin", "revin_affine", "subtract_last"), ["boolean"])}
 
-    def __init__(self, h: int, input_size: int = 336, patch_len: int = 16, stride: int = 8,
+    def __init__(self, h: int, input_size: int = LOOKBACK, patch_len: int = PATCH_LEN, stride: int = 8,
                  d_model: int = _S["d_model"], n_heads: int = _S["n_heads"], d_ff: int = _S["d_ff"],
                  n_layers: int = _S["n_layers"], dropout: float = _S["dropout"], attn_dropout: float = 0.0,
                  head_dropout: float = 0.0, norm: str = "batch", residual_attention: bool = True, revin: bool = True,
                  revin_affine: bool = True, subtract_last: bool = False, loss: str = _T["loss"],
                  normalize_loss: bool = _T["normalize_loss"], lr: float = _T["lr"], lr_decay: float = 0.9,
-                 lr_decay_after: int = 3, lr_schedule: str = "step", pct_start: float = 0.3, max_epochs: int = 20,
-                 patience: int = _T["patience"], batch_size: int = _T["batch_size"],
-                 windows_per_epoch: int | None = _T["windows_per_epoch"], val_size: int | None = None, seed: int = 0,
-                 progress: bool | None = None, device: str = "cpu", checkpoint_dir: str | None = None,
-                 resume: bool = False) -> None:
+                 lr_decay_after: int = 3, lr_schedule: str = "step", pct_start: float = 0.3,
+                 max_epochs: int = _T["max_epochs"], patience: int = _T["patience"], batch_size: int = _T["batch_size"],
+                 windows_per_epoch: int | None = _T["windows_per_epoch"], val_size: int | None = None,
+                 seed: int = _T["seed"], progress: bool | None = None, device: str = "cpu",
+                 checkpoint_dir: str | None = None, resume: bool = False) -> None:
         self.h, self.input_size, self.patch_len, self.stride = h, input_size, patch_len, stride
         self.d_model, self.n_heads, self.d_ff, self.n_layers = d_model, n_heads, d_ff, n_layers
         self.dropout, self.attn_dropout, self.head_dropout, self.norm = dropout, attn_dropout, head_dropout, norm

@@ -44,9 +44,6 @@ def _train_and_forecast(model: Forecaster, series: Sequence[np.ndarray], cutoffs
     """The task: `model.forecast_with_calibration` at `threads` torch threads, and its seconds."""
     import torch
 
-    from frozenvit.backbone.suite.engine import die_once_if_asked
-
-    die_once_if_asked()
     torch.set_num_threads(threads)
     t0 = time.perf_counter()
     preds, calib, fitted = model.forecast_with_calibration(series, cutoffs, calib_cutoffs, h, **kw)

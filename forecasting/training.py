@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import os
 import time
 from dataclasses import fields
+from numbers import Integral, Real
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import torch
 from sklearn.base import clone
+from sklearn.utils._param_validation import Interval, StrOptions
 from torch import nn
 
 from frozenvit.backbone.suite.artifacts import (atomic_dir, check_tensor_metadata, read_config, tensor_metadata,
                                                  write_json)
-from frozenvit.backbone.suite.errors import ArtifactError
+from frozenvit.backbone.suite.errors import ArtifactError, NotFittedError, ParameterError
 from frozenvit.backbone.suite.progress import progress_bar
 
 from .base import Forecaster
@@ -32,6 +35,27 @@ from .errors import SeriesError
 
 FORMAT_VERSION = 1
 _REGISTRY: dict[str, type["NeuralForecaster"]] = {}
+
+
+def at_least(low: float, kind: type = Integral) -> list:
+    """A `_parameter_constraints` entry: a number >= low."""
+    return [Interval(kind, low, None, closed="left")]
+
+
+def share(closed: str = "left") -> list:
+    """A `_parameter_constraints` entry: a number in [0, 1) (a dropout), or as `closed` says."""
+    return [Interval(Real, 0, 1, closed=closed)]
+
+
+# the training loop's hyperparameters, shared by every NeuralForecaster (each adds its network's)
+TRAINING_CONSTRAINTS = {
+    "h": at_least(1), "input_size": at_least(1), "loss": [StrOptions({"mse", "mae"})],
+    "normalize_loss": ["boolean"], "lr": [Interval(Real, 0, None, closed="neither")], "lr_decay": share("right"),
+    "lr_decay_after": at_least(0), "lr_schedule": [StrOptions({"step", "onecycle"})], "pct_start": share("neither"),
+    "max_epochs": at_least(1), "patience": at_least(1), "batch_size": at_least(1),
+    "windows_per_epoch": at_least(1) + [None], "val_size": at_least(0) + [None], "seed": at_least(0),
+    "progress": ["boolean", None], "device": [str], "checkpoint_dir": [str, os.PathLike, None],
+    "resume": ["boolean"]}
 
 
 def as_2d(a: np.ndarray, what: str = "series") -> np.ndarray:
@@ -87,6 +111,7 @@ class NeuralForecaster(Forecaster):
 
     config_class: type
     net_class: type[nn.Module]
+    _parameter_constraints = TRAINING_CONSTRAINTS
 
     def __init_subclass__(cls, **kw: object) -> None:
         super().__init_subclass__(**kw)
@@ -100,6 +125,16 @@ class NeuralForecaster(Forecaster):
 
     def _build(self) -> nn.Module:
         return self.net_class(self.net_config)
+
+    def check_params(self) -> "NeuralForecaster":
+        """Each hyperparameter (`_parameter_constraints`), then the network's shape (`config_class` raises
+        ParameterError) and the validation tail, which must hold a whole horizon or be 0."""
+        super().check_params()
+        self.net_config
+        vs = self.val_size
+        if vs is not None and 0 < int(vs) < int(self.h):
+            raise ParameterError(f"val_size={vs} is shorter than the horizon h={self.h}; use >= h or 0")
+        return self
 
     def min_history(self) -> int:
         """Values a series needs to give one training window and its validation tail."""
@@ -118,6 +153,7 @@ class NeuralForecaster(Forecaster):
         epoch; with `resume` too, a checkpoint found there is continued, to the same weights an
         uninterrupted run reaches (`forecasting.checkpoint`).
         """
+        self.check_params()
         L, h = int(self.input_size), int(self.h)
         arrays = [as_2d(a) for a in series]
         if not arrays:
@@ -126,8 +162,6 @@ class NeuralForecaster(Forecaster):
             raise SeriesError("all training arrays must have the same number of channels")
         if val is None:
             vs = h if self.val_size is None else int(self.val_size)
-            if 0 < vs < h:
-                raise SeriesError(f"val_size={vs} is shorter than the horizon h={h}; use >= h or 0")
             tr_starts = [_starts(len(a), L, h, 0, len(a) - vs) for a in arrays]
             va_arrays = arrays
             va_starts = [_starts(len(a), L, h, len(a) - vs, len(a)) if vs else np.empty(0, int) for a in arrays]
@@ -152,8 +186,6 @@ class NeuralForecaster(Forecaster):
         return self
 
     def _loss(self) -> nn.Module:
-        if self.loss not in ("mse", "mae"):
-            raise ValueError(f"loss must be 'mse' or 'mae', got {self.loss!r}")
         return nn.MSELoss() if self.loss == "mse" else nn.L1Loss()
 
     def _window_loss(self, crit: nn.Module, pred: torch.Tensor, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -166,12 +198,12 @@ class NeuralForecaster(Forecaster):
         return crit(pred, y)
 
     def _scheduler(self, opt: torch.optim.Optimizer, steps_per_epoch: int):
-        """None for the per-epoch decay ("step"); torch's OneCycleLR, stepped per batch, for "onecycle"
-        (the PatchTST scripts' `--lradj TST`: warm-up over `pct_start` of all steps, then cosine decay)."""
+        """None for the per-epoch decay ("step"); torch's OneCycleLR, stepped per batch, for "onecycle":
+        the PatchTST paper's schedule (its scripts' `--lradj TST`, which build this very OneCycleLR: warm-up
+        over `pct_start` of all steps, then cosine annealing, with OneCycleLR's div_factor and final floor),
+        kept as the scripts have it so that the paper protocol reproduces the paper."""
         if self.lr_schedule == "step":
             return None
-        if self.lr_schedule != "onecycle":
-            raise ValueError(f"lr_schedule must be 'step' or 'onecycle', got {self.lr_schedule!r}")
         return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=self.lr, epochs=int(self.max_epochs),
                                                    steps_per_epoch=steps_per_epoch, pct_start=self.pct_start)
 
@@ -257,7 +289,7 @@ class NeuralForecaster(Forecaster):
         only the last input_size values are used. Returns (N, h) or (N, h, C), float64.
         """
         if not hasattr(self, "net_"):
-            raise SeriesError(f"{self.alias} is not fitted; call fit(series) first")
+            raise NotFittedError(f"{self.alias} is not fitted; call fit(series) first")
         L = int(self.input_size)
         if isinstance(contexts, np.ndarray) and contexts.ndim in (2, 3):
             squeeze = contexts.ndim == 2
@@ -319,7 +351,8 @@ class NeuralForecaster(Forecaster):
         second training is run. "retrain": the calibration windows are forecast as a backtest of their
         own, by a model trained on the history before the first of them."""
         if global_calibration not in GLOBAL_CALIBRATIONS:
-            raise ValueError(f"global_calibration must be one of {GLOBAL_CALIBRATIONS}, got {global_calibration!r}")
+            raise ParameterError(f"global_calibration must be one of {GLOBAL_CALIBRATIONS}, "
+                                 f"got {global_calibration!r}")
         calib_cutoffs, cutoffs = np.asarray(calib_cutoffs), np.asarray(cutoffs)
         if global_calibration == "retrain" or calib_cutoffs.shape[1] == 0:
             return super().forecast_with_calibration(series, cutoffs, calib_cutoffs, h, refit_every=refit_every,
@@ -374,7 +407,7 @@ class NeuralForecaster(Forecaster):
         from safetensors.torch import save_file
 
         if not hasattr(self, "net_"):
-            raise SeriesError(f"{self.alias} is not fitted; nothing to save")
+            raise NotFittedError(f"{self.alias} is not fitted; nothing to save")
         with atomic_dir(path, f"forecasting.{type(self).__name__}") as tmp:
             cfg = {"kind": f"forecasting.{type(self).__name__}", "format_version": FORMAT_VERSION,
                    "class": type(self).__name__, "history": self.history_,

@@ -1,4 +1,5 @@
 import json
+import os
 
 import pytest
 
@@ -73,17 +74,31 @@ class Killed(BaseException):
     """Stands for kill -9 at one step: nothing after it runs, not even `except Exception` handlers."""
 
 
+def _kill_at(monkeypatch, point):
+    """Make the replace die at `point`, as kill -9 would: the first rename, the second, or the old one's removal."""
+    real_rename, calls = os.rename, []
+
+    def rename(src, dst):
+        calls.append(dst)
+        if (point == "before_hide_old" and len(calls) == 1) or (point == "between_renames" and len(calls) == 2):
+            raise Killed
+        real_rename(src, dst)
+
+    def rmtree(path, ignore_errors=False):
+        raise Killed
+
+    monkeypatch.setattr(artifacts.os, "rename", rename)
+    if point == "before_remove_old":
+        monkeypatch.setattr(artifacts.shutil, "rmtree", rmtree)
+
+
 @pytest.mark.parametrize("point", ["before_hide_old", "between_renames", "before_remove_old"])
 def test_a_kill_at_any_step_of_a_replace_leaves_a_complete_artifact_or_recovers_it(tmp_path, monkeypatch, point):
     _write(tmp_path / "a", version=1)
-
-    def kill():
-        raise Killed
-
-    monkeypatch.setitem(artifacts._CRASH_POINTS, point, kill)
-    with pytest.raises(Killed):
-        _write(tmp_path / "a", version=2)
-    monkeypatch.delitem(artifacts._CRASH_POINTS, point)
+    with monkeypatch.context() as m:
+        _kill_at(m, point)
+        with pytest.raises(Killed):
+            _write(tmp_path / "a", version=2)
     version = read_config(tmp_path / "a", "thing", read_config_version(tmp_path / "a"))["format_version"]
     assert version == (1 if point == "before_hide_old" else 2)      # the new one once it is complete on disk
     assert (tmp_path / "a" / "data.bin").read_bytes() == b"x" * 100
@@ -109,9 +124,10 @@ def test_a_kill_inside_the_body_leaves_the_old_artifact_and_the_next_write_clean
 
 def test_load_after_a_kill_between_renames_restores_the_new_artifact_and_says_so(tmp_path, monkeypatch, caplog):
     _write(tmp_path / "a", version=1)
-    monkeypatch.setitem(artifacts._CRASH_POINTS, "between_renames", lambda: (_ for _ in ()).throw(Killed()))
-    with pytest.raises(Killed):
-        _write(tmp_path / "a", version=2)
+    with monkeypatch.context() as m:
+        _kill_at(m, "between_renames")
+        with pytest.raises(Killed):
+            _write(tmp_path / "a", version=2)
     assert not (tmp_path / "a").exists()
     with caplog.at_level("WARNING"):
         assert read_config(tmp_path / "a", "thing", 2)["format_version"] == 2

@@ -2,7 +2,6 @@
 import importlib.util
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,19 +19,19 @@ CASES = [
     ("--max-steps 0", "control evaluate --policy {pol} --max-steps 0", "UsageError"),
     ("--episodes 0", "control collect --task reach-v3 --out {new} --episodes 0", "UsageError"),
     ("--hold-steps -1", "control collect --task reach-v3 --out {new} --hold-steps -1", "UsageError"),
-    ("--mesh-faces abc", "control collect --task reach-v3 --out {new} --mesh-faces abc", "UsageError"),
-    ("--mesh-faces 2", "control evaluate --policy {pol} --mesh-faces 2", "UsageError"),
     ("--epochs 0", "control train --demos {demos} --out {new} --epochs 0", "UsageError"),
     ("--lr -1", "control train --demos {demos} --out {new} --lr -1", "UsageError"),
     ("--queries 0", "control train --demos {demos} --out {new} --queries 0", "UsageError"),
     ("--queries with --pooling cls", "control train --demos {demos} --out {new} --pooling cls --queries 8",
      "UsageError"),
-    ("--block 99", "control train --demos {demos} --out {new} --block 99", "UsageError"),
-    ("--block 1 99", "control train --demos {demos} --out {new} --block 1 99", "UsageError"),
-    ("--block 1 -3 (the same block twice)", "control train --demos {demos} --out {new} --block 1 -3", "UsageError"),
-    ("--heads 5 (does not divide 48)", "control train --demos {demos} --out {new} --heads 5", "PolicyError"),
+    ("--blocks 99", "control train --demos {demos} --out {new} --blocks 99", "UsageError"),
+    ("--blocks 1,99", "control train --demos {demos} --out {new} --blocks 1,99", "UsageError"),
+    ("--blocks 1,1 (the same block twice)", "control train --demos {demos} --out {new} --blocks 1,1", "UsageError"),
+    ("--blocks -1", "control train --demos {demos} --out {new} --blocks -1", "UsageError"),
+    ("--heads 5 (does not divide 48)", "control train --demos {demos} --out {new} --heads 5", "ParameterError"),
     ("--chunk 0", "control train --demos {demos} --out {new} --chunk 0", "UsageError"),
-    ("--chunk-decay -1", "control train --demos {demos} --out {new} --chunk 4 --chunk-decay -1", "UsageError"),
+    ("--backbone metaworld-fast with --image-size",
+     "control train --demos {demos} --out {new} --backbone metaworld-fast --image-size 64", "UsageError"),
     ("--chunk 0 (latency)", "control latency --chunk 0", "UsageError"),
     ("--steps 0", "control latency --steps 0", "UsageError"),
     ("--budget-ms 0", "control latency --budget-ms 0", "UsageError"),
@@ -41,7 +40,7 @@ CASES = [
     ("--policy not a policy", "control evaluate --policy {notpol}", "ArtifactError"),
     ("--policy of the old format", "control evaluate --policy {old}", "ArtifactError"),
     ("--policy config.json edited", "control latency --policy {edited}", "ArtifactError"),
-    ("--policy trained with a removed option", "control evaluate --policy {removed}", "ArtifactError"),
+    ("--gifs without --out", "control evaluate --policy {pol} --gifs 1", "UsageError"),
     ("unknown --task (collect)", "control collect --task reach-v9 --out {new}", "TaskError"),
     ("unknown --task (evaluate)", "control evaluate --policy {pol} --task pick-it-up", "TaskError"),
 ]
@@ -49,11 +48,13 @@ CASES = [
 
 @pytest.fixture
 def inputs(tmp_path, make_tiny_vit, monkeypatch):
-    from frozenvit.control import cli
+    from frozenvit.control import encoders
 
     torch.manual_seed(0)
     bb = make_tiny_vit()                                               # 48-d tokens, 4 blocks
-    monkeypatch.setattr(cli, "load_backbone_for", lambda args, img_size=None, fingerprint=None: bb)
+    real = encoders.load_encoder
+    monkeypatch.setattr(encoders, "load_encoder",                    # the shipped encoders by name, else the tiny one
+                        lambda name=None, *a, **k: real(name, *a, **k) if name in encoders.BACKBONES else bb)
     paths = {k: tmp_path / k for k in ("pol", "old", "edited", "notpol", "demos", "notdemos", "badmanifest")}
     small(epochs=1).fit(marked_token_cache(M=32), progress=False).save(paths["pol"])
     for name, change in (("old", lambda c: dict(c, format_version=1)),
@@ -67,11 +68,10 @@ def inputs(tmp_path, make_tiny_vit, monkeypatch):
     (paths["notdemos"] / "a.png").write_bytes(b"not a demo")
     (paths["badmanifest"] / "manifest.json").write_text("{")
     (paths["demos"] / "manifest.json").write_text(json.dumps(dict(     # a demo folder with no episodes yet
-        kind="control.demos", format_version=1, task="reach-v3", camera="corner", image_size=64, max_steps=100,
-        hold_steps=0, render=dict(shadows=False, reflections=False, offsamples=0, mesh_faces=None),
-        episodes=[], failed_configs=[])))
-    removed = Path(__file__).parent / "data" / "control_policy_chunked_velocity_l1"       # chunk=3, velocity, l1
-    return {**{k: str(v) for k, v in paths.items()}, "new": str(tmp_path / "new"), "removed": str(removed)}
+        kind="control.demos", format_version=2, task="reach-v3", camera="corner", image_size=64, max_steps=100,
+        hold_steps=0, render=dict(shadows=False, reflections=False, offsamples=0),
+        expert="fingertips", episodes=[], failed_configs=[])))
+    return {**{k: str(v) for k, v in paths.items()}, "new": str(tmp_path / "new")}
 
 
 @pytest.mark.parametrize("label,argv,error", CASES, ids=[c[0] for c in CASES])

@@ -131,21 +131,21 @@ CASES = {
     "--input-size shorter than a vit patch": (
         lambda d: ["forecast", "backtest", "--csv", str(_long(d / "l.csv")), "--models", "snaive,vit",
                    "--input-size", "8"], "UsageError", ["vit patch", "--input-size 16"], []),
-    "--vit-blocks without vit in --models": (
+    "--depth without vit in --models": (
         lambda d: ["forecast", "backtest", "--csv", str(_long(d / "l.csv")), "--models", "snaive",
-                   "--vit-blocks", "3"], "UsageError", ["--vit-blocks", "add vit to --models"], []),
-    "--vit-weights without --vit-backbone": (
+                   "--depth", "3"], "UsageError", ["--depth", "add vit to --models"], []),
+    "--weights without --backbone": (
         lambda d: ["forecast", "backtest", "--csv", str(_long(d / "l.csv")), "--models", "snaive,vit",
-                   "--vit-weights", str(d / "w.pth")], "UsageError", ["--vit-backbone NAME"], []),
-    "--vit-backbone a ConvNet": (
+                   "--weights", str(d / "w.pth")], "UsageError", ["--backbone NAME"], []),
+    "--backbone a ConvNet": (
         lambda d: ["forecast", "backtest", "--csv", str(_long(d / "l.csv")), "--models", "snaive,vit",
-                   "--vit-backbone", "efficientnet_lite0"], "NotAViT", ["ConvNet", "vit_"], []),
-    "--vit-blocks beyond the ViT's": (
+                   "--backbone", "efficientnet_lite0"], "NotAViT", ["ConvNet", "vit_"], []),
+    "--depth beyond the ViT's": (
         lambda d: ["forecast", "backtest", "--csv", str(_long(d / "l.csv")), "--models", "snaive,vit",
-                   "--vit-blocks", "13"], "NotAViT", ["n_blocks <= 12"], []),
-    "paper: --vit-blocks without vit": (
-        lambda d: PAPER + ["--csv", str(_wide(d / "w.csv")), "--models", "patchtst", "--vit-blocks", "2"],
-        "UsageError", ["--vit-blocks", "add vit to --models"], []),
+                   "--depth", "13"], "NotAViT", ["n_blocks <= 12"], []),
+    "paper: --depth without vit": (
+        lambda d: PAPER + ["--csv", str(_wide(d / "w.csv")), "--models", "patchtst", "--depth", "2"],
+        "UsageError", ["--depth", "add vit to --models"], []),
     "--out is someone else's folder": (lambda d: BT + ["--csv", str(_long(d / "l.csv")), "--out", str(_foreign_out(d))],
                                        "OutputConflict", ["--out"], []),
     "paper: missing csv": (lambda d: PAPER + ["--csv", str(d / "ETTh2.csv")], "SeriesError", ["not found"], []),

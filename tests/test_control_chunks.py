@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from frozenvit.backbone.errors import ArtifactError
 from frozenvit.control.agent import TemporalEnsemble, VisuomotorAgent
-from frozenvit.control.errors import PolicyError
+from frozenvit.backbone.suite.errors import ParameterError
 from frozenvit.control.evaluate import lockstep
 from frozenvit.control.policy import PatchTokenPolicy, chunk_rows, policy_digest
 
@@ -53,42 +54,38 @@ def test_a_chunked_head_fits_the_chunks_and_predict_gives_their_first_action():
 def test_one_action_per_chunk_is_the_head_without_chunks_weight_for_weight():
     cache = marked_token_cache(M=96)
     plain = small(epochs=2).fit(cache, progress=False)
-    one = small(epochs=2, chunk=1, chunk_decay=0.7).fit(cache, progress=False)
+    one = small(epochs=2, chunk=1).fit(cache, progress=False)
     assert plain.history_ == one.history_
     assert all(torch.equal(v, one._tensors()[k]) for k, v in plain._tensors().items())
 
 
-def test_a_chunked_policy_saves_and_loads_and_its_decay_names_its_evaluations(tmp_path):
+def test_a_chunked_policy_saves_and_loads_with_its_chunk(tmp_path):
     cache = marked_token_cache(M=96)
-    pol = small(epochs=2, chunk=4, chunk_decay=0.3).fit(cache, progress=False)
+    pol = small(epochs=2, chunk=4).fit(cache, progress=False)
     pol.save(tmp_path / "p")
     cfg = json.loads((tmp_path / "p" / "config.json").read_text())
     assert cfg["params"]["chunk"] == 4 and cfg["head"]["chunk"] == 4
     back = PatchTokenPolicy.load(tmp_path / "p")
-    assert (back.chunk, back.chunk_decay) == (4, 0.3)
+    assert back.chunk == 4 and back.head_.cfg.chunk == 4
     x = rows(cache, 5)
     np.testing.assert_array_equal(back.predict_chunk(*x), pol.predict_chunk(*x))
     assert policy_digest(back) == policy_digest(pol)
-    assert policy_digest(back.set_params(chunk_decay=0.1)) != policy_digest(pol)  # it acts otherwise: other journals
 
 
-def test_a_checkpoint_resumes_under_another_decay_which_does_not_change_training(tmp_path):
+def test_a_checkpoint_of_a_chunked_head_resumes_and_refuses_another_chunk(tmp_path):
     cache = marked_token_cache(M=128)
-    small(epochs=2, chunk=3, chunk_decay=0.1).fit(cache, checkpoint_dir=tmp_path / "ck", checkpoint_every=1,
-                                                  progress=False)
-    more = small(epochs=2, chunk=3, chunk_decay=0.5).fit(cache, checkpoint_dir=tmp_path / "ck", progress=False)
-    full = small(epochs=2, chunk=3, chunk_decay=0.5).fit(cache, progress=False)
-    assert more.history_ == full.history_
-    with pytest.raises(Exception, match="checkpoint"):                           # another chunk trains otherwise
+    small(epochs=2, chunk=3).fit(cache, checkpoint_dir=tmp_path / "ck", checkpoint_every=1, progress=False)
+    again = small(epochs=2, chunk=3).fit(cache, checkpoint_dir=tmp_path / "ck", progress=False)
+    assert again.history_ == small(epochs=2, chunk=3).fit(cache, progress=False).history_
+    with pytest.raises(ArtifactError, match="checkpoint"):                       # another chunk trains otherwise
         small(epochs=2, chunk=2).fit(cache, checkpoint_dir=tmp_path / "ck", progress=False)
 
 
 @pytest.mark.parametrize("chunk, decay, what", [(0, 0.1, "chunk"), (2.5, 0.1, "chunk"), (True, 0.1, "chunk"),
-                                                 (3, -0.1, "chunk_decay"), (3, float("nan"), "chunk_decay"),
-                                                 (3, "0.1", "chunk_decay")])
-def test_bad_chunk_options_are_named_before_training(chunk, decay, what):
-    with pytest.raises(PolicyError, match=rf"^{what} must be"):
-        small(chunk=chunk, chunk_decay=decay).fit(marked_token_cache(M=32), progress=False)
+                                                 (3, -0.1, "decay"), (3, float("nan"), "decay"), (3, "0.1", "decay")])
+def test_bad_ensemble_options_are_named(chunk, decay, what):
+    with pytest.raises(ParameterError, match=rf"^{what} must be"):
+        TemporalEnsemble(chunk, decay)
 
 
 def brute_force_action(chunks_so_far, k, decay):
@@ -179,31 +176,5 @@ def test_the_ensemble_weights_are_act_s_and_one_action_passes_through():
     np.testing.assert_allclose(ens.weights(3), np.exp(-0.5 * np.arange(3)) / np.exp(-0.5 * np.arange(3)).sum())
     chunks = np.random.default_rng(0).normal(size=(2, 1, 4)).astype(np.float32)
     np.testing.assert_array_equal(TemporalEnsemble(1, 0.1)([0, 1], chunks), chunks[:, 0])
-    with pytest.raises(PolicyError):
+    with pytest.raises(ParameterError):
         TemporalEnsemble(0, 0.1)
-
-
-def test_the_benchmark_refuses_chunks_with_the_snapped_gripper(load_benchmark, monkeypatch, capsys):
-    cs = load_benchmark("control_success")
-    monkeypatch.setattr("sys.argv", ["control_success.py", "--chunk", "4", "--gripper", "snap"])
-    with pytest.raises(SystemExit):
-        cs.main()
-    assert "--gripper snap" in capsys.readouterr().err
-    monkeypatch.setattr("sys.argv", ["control_success.py", "--chunk", "0"])
-    with pytest.raises(SystemExit):
-        cs.main()
-    assert "--chunk must be >= 1" in capsys.readouterr().err
-
-
-def test_the_benchmarks_gripper_weight_weighs_every_gripper_command_of_a_chunk(load_benchmark, monkeypatch):
-    import frozenvit.control.policy as policy_mod
-
-    cs = load_benchmark("control_success")
-    monkeypatch.setattr(policy_mod, "bc_loss", policy_mod.bc_loss)         # undone after the test
-    cs._weight_gripper_loss(5.0)
-    pred, target = torch.zeros(1, 8), torch.zeros(1, 8)
-    target[0, 3] = target[0, 7] = 1.0                                        # the gripper of both actions
-    assert policy_mod.bc_loss(pred, target).item() == pytest.approx(10.0 / 8)
-    target = torch.zeros(1, 8)
-    target[0, 2] = 1.0                                                       # an arm command
-    assert policy_mod.bc_loss(pred, target).item() == pytest.approx(1.0 / 8)

@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from frozenvit.control.env import HELDOUT_OFFSET, camera_is_upside_down, config_seeds
+from frozenvit.control.env import HELDOUT_OFFSET, config_seeds
+from frozenvit.control.render import camera_is_upside_down
 
 metaworld = pytest.importorskip("metaworld")
 mujoco = pytest.importorskip("mujoco")

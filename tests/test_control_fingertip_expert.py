@@ -1,6 +1,6 @@
 """Who demonstrates reach-v3: Meta-World's scripted expert moves the hand's body onto the goal, 4.5 cm above the
 point the task scores (the fingertips), so its demos stop 4.4 cm from the goal, just inside the 5 cm radius. The
-library's default demonstrator for reach-v3 brings the fingertips there (control.env.expert_name); expert=
+library's default demonstrator for reach-v3 brings the fingertips there (control.experts.expert_name); expert=
 "metaworld" keeps Meta-World's own. The manifest records who demonstrated, and demos of one never resume the other."""
 import json
 
@@ -67,6 +67,14 @@ def test_other_tasks_keep_metaworlds_experts_and_bad_names_are_refused():
         expert_name("reach-v3", "fingertip")
 
 
+def test_every_default_demonstrator_is_in_the_registry_and_made_by_name():
+    from frozenvit.control.experts import DEMONSTRATORS, TASK_DEMONSTRATORS, CarryExpert, make_expert
+
+    assert set(TASK_DEMONSTRATORS.values()) <= set(DEMONSTRATORS) and "metaworld" in DEMONSTRATORS
+    assert type(make_expert("pick-place-v3")) is CarryExpert is DEMONSTRATORS["carry"]
+    assert type(make_expert("pick-place-v3", "metaworld")) is DEMONSTRATORS["metaworld"]
+
+
 def test_manifest_records_the_expert_and_refuses_to_resume_with_another(tmp_path):
     try:
         d = collect_demos("reach-v3", tmp_path / "d", 1, image_size=32, max_steps=100, hold_steps=0, progress=False)
@@ -79,8 +87,9 @@ def test_manifest_records_the_expert_and_refuses_to_resume_with_another(tmp_path
     assert len(m["episodes"]) == 1                                    # nothing recorded by the refused call
     raw = json.loads((d / "manifest.json").read_text())
     del raw["expert"]
-    (d / "manifest.json").write_text(json.dumps(raw))                   # a manifest from before the expert was recorded
-    assert load_manifest(d)["expert"] == "metaworld"
+    (d / "manifest.json").write_text(json.dumps(raw))                   # a manifest that does not say who demonstrated
+    with pytest.raises(DemoError, match="lacks expert.*re-collect"):
+        load_manifest(d)
 
 
 def test_default_peg_expert_does_not_go_back_down_to_a_peg_it_holds():

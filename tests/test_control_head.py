@@ -5,6 +5,7 @@ import pytest
 import torch
 from torch import nn
 
+from frozenvit.backbone.suite.errors import ParameterError
 from frozenvit.control.errors import PolicyError
 from frozenvit.control.head import AttentionConfig, AttentionPool, HeadConfig, PolicyHead
 
@@ -30,7 +31,7 @@ def test_attention_pool_matches_nn_multihead_attention_with_copied_weights():
 
 
 def test_attention_pool_rejects_dim_not_divisible_by_heads():
-    with pytest.raises(PolicyError, match="divisible"):
+    with pytest.raises(ParameterError, match="divisible"):
         AttentionPool(10, num_heads=4)
 
 
@@ -52,12 +53,13 @@ def test_policy_head_rejects_tokens_of_another_grid():
 
 
 def test_head_config_refuses_attention_options_with_another_pooling_and_fills_them_for_attention():
-    with pytest.raises(PolicyError, match="pooling='attention'"):
+    with pytest.raises(ParameterError, match="pooling='attention'"):
         HeadConfig(16, (3, 3), pooling="cls", attention=AttentionConfig())
     assert HeadConfig(16, (3, 3)).attention == AttentionConfig()
     assert HeadConfig(16, (3, 3), pooling="mean").attention is None
-    cfg = HeadConfig(16, [3, 4], pooling="attention", attention=AttentionConfig(queries=3, heads=2, with_cls=True))
-    assert cfg.grid == (3, 4) and cfg.num_tokens == 12 and cfg.uses_cls
+    cfg = HeadConfig(16, [3, 4], pooling="attention", attention=AttentionConfig(queries=3, heads=2))
+    assert cfg.grid == (3, 4) and cfg.num_tokens == 12 and not cfg.uses_cls
+    assert HeadConfig(16, (3, 3), pooling="cls").uses_cls
     assert HeadConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
 
 
@@ -96,7 +98,7 @@ def test_sincos_code_gives_every_patch_its_own_code_varying_on_the_grid():
     torch.testing.assert_close(y_half[0], y_half[3])               # same row, other column: same y code
     assert not torch.allclose(x_half[0], x_half[1]) and not torch.allclose(y_half[0], y_half[4])
     assert (pe.std(dim=0) > 0.05).all()                            # no channel is constant over the grid
-    with pytest.raises(PolicyError, match="divisible by 4"):
+    with pytest.raises(ParameterError, match="divisible by 4"):
         sincos_2d((3, 4), 30)
 
 
@@ -124,23 +126,13 @@ def test_query_diversity_adds_a_penalty_in_training_and_the_position_code_is_fix
     assert out.shape == (5, 4) and 0 < penalty <= 0.5
     _, none = head(queries=3, query_diversity=0.0).forward_prepared(x, prop, return_penalty=True)
     assert none == 0
-    with pytest.raises(PolicyError, match="query_diversity"):
+    with pytest.raises(ParameterError, match="query_diversity"):
         AttentionConfig(query_diversity=-1.0)
 
 
-def test_with_cls_hands_the_mlp_the_cls_token_beside_the_pooled_patches():
-    torch.manual_seed(0)
-    h = head(with_cls=True).eval()
-    assert h.mlp[0].in_features == 2 * 16 + 16 + 4
-    tokens, cls, prop = torch.randn(2, 9, 16), torch.randn(2, 16), torch.randn(2, 4)
-    assert h.prepare(tokens, cls).shape == (2, 10, 16)
-    a = h(tokens, cls, prop)
-    assert not torch.allclose(a, h(tokens, torch.randn(2, 16), prop))             # the CLS token matters
-    assert not torch.allclose(a, h(torch.randn(2, 9, 16), cls, prop))             # and so do the patches
+def test_a_cls_head_given_no_cls_token_is_a_policy_error():
     with pytest.raises(PolicyError, match="CLS"):
-        h(tokens, None, prop)
-    m = h.attention_map(tokens)                                    # maps need the patches only
-    assert m.shape == (2, 9) and torch.allclose(m.sum(-1), torch.ones(2))
+        head("cls")(torch.randn(2, 9, 16), None, torch.randn(2, 4))
 
 
 @pytest.mark.parametrize("pooling", ["attention", "mean", "cls"])
@@ -156,7 +148,7 @@ def test_two_blocks_side_by_side_are_normalised_each_on_its_own(pooling):
     halves = torch.cat([nn.functional.layer_norm(tokens[..., :8], (8,)), nn.functional.layer_norm(tokens[..., 8:], (8,))], -1)
     if pooling == "attention":
         torch.testing.assert_close(two.prepare(tokens, None), halves)
-    assert "norm_groups" not in one.cfg.to_dict() and two.cfg.to_dict()["norm_groups"] == 2
+    assert one.cfg.to_dict()["norm_groups"] == 1 and two.cfg.to_dict()["norm_groups"] == 2
     assert HeadConfig.from_dict(two.cfg.to_dict()) == two.cfg and HeadConfig.from_dict(one.cfg.to_dict()) == one.cfg
-    with pytest.raises(PolicyError, match="norm_groups"):
+    with pytest.raises(ParameterError, match="norm_groups"):
         HeadConfig(16, (2, 2), norm_groups=3)

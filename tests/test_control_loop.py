@@ -236,7 +236,7 @@ def test_measure_latency_times_every_stage_of_the_loop(bb):
 
 
 def test_a_chunked_head_acts_in_the_timed_loop_and_is_reset_at_each_episode(bb, monkeypatch):
-    pol = UntrainedHead(bb, block=-1, chunk=4, chunk_decay=0.1)
+    pol = UntrainedHead(bb, block=-1, chunk=4)
     try:
         env = MetaWorldTask("reach-v3", image_size=64, max_steps=3)
     except RenderUnavailable as e:
@@ -252,89 +252,93 @@ def test_a_chunked_head_acts_in_the_timed_loop_and_is_reset_at_each_episode(bb, 
 
 def test_cli_collect_train_evaluate_latency(tmp_path, bb, monkeypatch, capsys):
     from frozenvit.backbone.suite.cli import main
-    from frozenvit.control import cli
+    from frozenvit.control import encoders
+    from frozenvit.control.cli import OVER_BUDGET
 
-    monkeypatch.setattr(cli, "load_backbone_for", lambda args, img_size=None, fingerprint=None: bb)
+    monkeypatch.setattr(encoders, "load_encoder", lambda *a, **k: bb)
     monkeypatch.setenv("FROZENVIT_PROGRESS_SECONDS", "0")            # a progress line per epoch / episode
     d, p = str(tmp_path / "demos"), str(tmp_path / "pol")
     assert main(["control", "collect", "--task", "reach-v3", "--out", d, "--episodes", "1", "--image-size", "32",
                  "--max-steps", "100"]) == 0
     assert main(["control", "train", "--demos", d, "--out", p, "--epochs", "2", "--heads", "3", "--threads", "1"]) == 0
-    ev = tmp_path / "ev.json"
-    assert main(["control", "evaluate", "--policy", p, "--configs", "1", "--max-steps", "3", "--json", str(ev)]) == 0
+    ev, lat = tmp_path / "ev", tmp_path / "lat"
+    assert main(["control", "evaluate", "--policy", p, "--configs", "1", "--max-steps", "3", "--out", str(ev),
+                 "--gifs", "1"]) == 0
     rc = main(["control", "latency", "--policy", p, "--steps", "4", "--warmup", "1", "--budget-ms", "100000",
-               "--hist", str(tmp_path / "h.png"), "--json", str(tmp_path / "lat.json")])
+               "--out", str(lat)])
     out, err = capsys.readouterr()
     assert rc == 0 and "PASS" in out and "success 0/1" in out          # 3 steps cannot reach the goal
     assert "bc attention: 1/2 epoch" in err and "bc attention: 2/2 epoch" in err   # visible in a log file
     assert "eval reach-v3: 1/1 ep" in err
-    assert (tmp_path / "h.png").stat().st_size > 0
-    assert json.loads(ev.read_text())["success_rate"] == 0.0
-    journal = tmp_path / "ev.episodes.jsonl"
+    assert sorted(f.name for f in lat.iterdir()) == [".frozenvit.json", "histogram.png", "latency.json"]
+    assert sorted(f.name for f in ev.iterdir()) == [".frozenvit.json", "episodes.jsonl", "gifs", "results.json"]
+    assert json.loads((ev / "results.json").read_text())["success_rate"] == 0.0
+    assert len(list((ev / "gifs").glob("*.gif"))) == 1
+    journal = ev / "episodes.jsonl"
     assert [json.loads(ln)["config"] for ln in journal.read_text().splitlines()[1:]] == config_seeds("heldout", 1)
+    assert main(["control", "latency", "--policy", p, "--steps", "2", "--warmup", "0", "--budget-ms", "0.001",
+                 "--out", str(lat)]) == OVER_BUDGET == 3                # over budget: its own exit status
+    assert "FAIL" in capsys.readouterr().out
 
     pol = PatchTokenPolicy.load(p)
     assert pol.attention == AttentionConfig(heads=3) and pol.epochs == 2
-    w = str(tmp_path / "withcls")
-    assert main(["control", "train", "--demos", d, "--out", w, "--epochs", "1", "--heads", "3", "--with-cls",
+    c = str(tmp_path / "c")
+    assert main(["control", "train", "--demos", d, "--out", c, "--pooling", "cls", "--epochs", "1",
                  "--threads", "1"]) == 0
-    assert PatchTokenPolicy.load(w).attention.with_cls
-    assert main(["control", "evaluate", "--policy", w, "--configs", "1", "--max-steps", "2"]) == 0   # CLS fed too
-    assert main(["control", "train", "--demos", d, "--out", str(tmp_path / "c"), "--pooling", "cls", "--epochs", "1",
-                 "--threads", "1"]) == 0
-    assert PatchTokenPolicy.load(tmp_path / "c").attention is None
+    assert PatchTokenPolicy.load(c).attention is None
+    assert main(["control", "evaluate", "--policy", c, "--configs", "1", "--max-steps", "2"]) == 0   # CLS fed
     two = str(tmp_path / "twoblocks")                                 # an intermediate block beside the last
-    assert main(["control", "train", "--demos", d, "--out", two, "--epochs", "1", "--heads", "3", "--with-cls",
-                 "--block", "1", "-1", "--threads", "1"]) == 0
-    assert "block 1-3" in capsys.readouterr().out
+    assert main(["control", "train", "--demos", d, "--out", two, "--epochs", "1", "--heads", "3",
+                 "--blocks", "1,3", "--threads", "1"]) == 0
+    assert "blocks 1-3" in capsys.readouterr().out
     assert PatchTokenPolicy.load(two).meta_["block"] == [1, 3]
     assert main(["control", "evaluate", "--policy", two, "--configs", "1", "--max-steps", "2"]) == 0
     capsys.readouterr()
     ck = str(tmp_path / "chunked")                                    # action chunks: trained, evaluated, timed
     assert main(["control", "train", "--demos", d, "--out", ck, "--epochs", "1", "--heads", "3", "--chunk", "4",
-                 "--chunk-decay", "0.2", "--threads", "1"]) == 0
+                 "--threads", "1"]) == 0
     chunked = PatchTokenPolicy.load(ck)
-    assert (chunked.chunk, chunked.chunk_decay, chunked.head_.cfg.chunk) == (4, 0.2, 4)
+    assert (chunked.chunk, chunked.head_.cfg.chunk) == (4, 4)
     assert main(["control", "evaluate", "--policy", ck, "--configs", "1", "--max-steps", "3"]) == 0
     assert main(["control", "latency", "--policy", ck, "--steps", "3", "--warmup", "1",
-                 "--json", str(tmp_path / "lat4.json")]) == 0
-    assert json.loads((tmp_path / "lat4.json").read_text())["summary"]["chunk"] == 4
+                 "--out", str(tmp_path / "lat4")]) == 0
+    assert json.loads((tmp_path / "lat4" / "latency.json").read_text())["summary"]["chunk"] == 4
     capsys.readouterr()
 
 
 def test_cli_evaluate_resumes_a_finished_run_and_refuses_another_configuration_set(tmp_path, bb, demo_dir,
                                                                                   monkeypatch, capsys):
     from frozenvit.backbone.suite.cli import main
-    from frozenvit.control import cli
+    from frozenvit.control import encoders
 
-    monkeypatch.setattr(cli, "load_backbone_for", lambda args, img_size=None, fingerprint=None: bb)
-    p, ev = str(tmp_path / "pol"), str(tmp_path / "ev.json")
+    monkeypatch.setattr(encoders, "load_encoder", lambda *a, **k: bb)
+    p, ev = str(tmp_path / "pol"), str(tmp_path / "ev")
     PatchTokenPolicy("mean", epochs=1).fit(cache_features(demo_dir, bb), progress=False).save(p)
-    cmd = ["control", "evaluate", "--policy", p, "--configs", "2", "--max-steps", "3", "--json", ev]
+    cmd = ["control", "evaluate", "--policy", p, "--configs", "2", "--max-steps", "3", "--out", ev]
     assert main(cmd) == 0
-    journal = tmp_path / "ev.episodes.jsonl"
+    journal = tmp_path / "ev" / "episodes.jsonl"
     first = journal.read_text()
     resets = []
     real_reset = MetaWorldTask.reset
     monkeypatch.setattr(MetaWorldTask, "reset", lambda self, c: resets.append(c) or real_reset(self, c))
     assert main(cmd) == 0 and resets == []                             # nothing left to roll out
     assert journal.read_text() == first and "success 0/2" in capsys.readouterr().out
-    before = sorted(f.name for f in tmp_path.iterdir())
-    assert main(cmd[:5] + ["3"] + cmd[6:]) == 2                        # --configs 3 on the same --json
+    before = sorted(f.name for f in (tmp_path / "ev").iterdir())
+    assert main(cmd[:5] + ["3"] + cmd[6:]) == 2                        # --configs 3 on the same --out
     err = capsys.readouterr().err
     assert "ArtifactError" in err and "configs differ" in err
-    assert sorted(f.name for f in tmp_path.iterdir()) == before and journal.read_text() == first
+    assert sorted(f.name for f in (tmp_path / "ev").iterdir()) == before and journal.read_text() == first
 
 
 def test_random_weights_without_a_backbone_are_recorded_and_evaluated_at_the_policys_size(tmp_path, demo_dir,
                                                                                           capsys):
-    """The real load_backbone_for: the default's architecture, random (seeded) weights, built at the policy's size."""
+    """The real load_encoder: the default's architecture, random (seeded) weights, built at the policy's size."""
     from frozenvit.backbone import default_spec
     from frozenvit.backbone.suite.cli import main
 
     d, p = tmp_path / "demos", str(tmp_path / "pol")
     shutil.copytree(demo_dir, d)
-    assert main(["control", "train", "--demos", str(d), "--out", p, "--random-weights", "--img-size", "64",
+    assert main(["control", "train", "--demos", str(d), "--out", p, "--random-weights", "--image-size", "64",
                  "--epochs", "1", "--hidden", "8", "--threads", "1"]) == 0
     assert "RANDOM weights 64px" in capsys.readouterr().out
     meta = PatchTokenPolicy.load(p).meta_
@@ -374,11 +378,11 @@ def test_demos_record_their_render_settings_and_policies_are_evaluated_with_them
     assert m["render"] == RenderSettings().as_dict()
     d = tmp_path / "copy"
     shutil.copytree(demo_dir, d)
-    with pytest.raises(DemoError, match="other settings"):          # simplified meshes would be another scene
-        collect_demos("reach-v3", d, 3, image_size=64, max_steps=100, render=RenderSettings.simplified(),
+    with pytest.raises(DemoError, match="other settings"):          # Meta-World's look is another scene
+        collect_demos("reach-v3", d, 3, image_size=64, max_steps=100, render=RenderSettings.metaworld(),
                       progress=False)
     legacy = json.loads((d / "manifest.json").read_text())
-    legacy.pop("render")                                             # written before settings were recorded
+    legacy.pop("render")                                             # a manifest without its settings
     (d / "manifest.json").write_text(json.dumps(legacy))
     with pytest.raises(DemoError, match="lacks render.*re-collect"):
         load_manifest(d)
@@ -394,26 +398,26 @@ def test_demos_record_their_render_settings_and_policies_are_evaluated_with_them
 
 
 def test_the_fast_encoder_by_name_and_policies_trained_on_it_bring_it_back(tmp_path, demo_dir, capsys):
-    """`--encoder fast` replaces weights path + size; evaluate/latency pick it from the policy's fingerprint."""
+    """`--backbone metaworld-fast` names the shipped fast encoder; evaluate/latency pick it from the policy's
+    fingerprint."""
     from frozenvit.backbone.suite.cli import main
     from frozenvit.control.encoders import FAST_ENCODER_SHA256, FAST_ENCODER_SIZE
 
     d, p = tmp_path / "demos", str(tmp_path / "pol")
     shutil.copytree(demo_dir, d)
-    assert main(["control", "train", "--demos", str(d), "--out", p, "--encoder", "fast", "--epochs", "1",
+    assert main(["control", "train", "--demos", str(d), "--out", p, "--backbone", "metaworld-fast", "--epochs", "1",
                  "--hidden", "8", "--threads", "1"]) == 0
     assert f"{FAST_ENCODER_SIZE}px" in capsys.readouterr().out
     meta = PatchTokenPolicy.load(p).meta_
     assert meta["fingerprint"] == FAST_ENCODER_SHA256 and meta["img_size"] == [FAST_ENCODER_SIZE] * 2
     assert main(["control", "evaluate", "--policy", p, "--configs", "1", "--max-steps", "2"]) == 0
-    out = capsys.readouterr().out
-    assert "trained on the fast encoder" in out and "success 0/1" in out
-    assert main(["control", "evaluate", "--policy", p, "--encoder", "default", "--configs", "1",
+    assert "success 0/1" in capsys.readouterr().out
+    assert main(["control", "evaluate", "--policy", p, "--backbone", "embedded", "--configs", "1",
                  "--max-steps", "2"]) == 2
     assert "ArtifactError" in capsys.readouterr().err                 # asked for the other encoder: refused
-    assert main(["control", "latency", "--encoder", "fast", "--img-size", "64", "--steps", "2"]) == 2
+    assert main(["control", "latency", "--backbone", "metaworld-fast", "--image-size", "64", "--steps", "2"]) == 2
     err = capsys.readouterr().err
-    assert "UsageError" in err and "--img-size" in err
+    assert "UsageError" in err and "--image-size" in err
 
 
 def test_collect_renders_at_the_encoders_input_size(tmp_path):
@@ -422,13 +426,13 @@ def test_collect_renders_at_the_encoders_input_size(tmp_path):
 
     out = tmp_path / "d"
     assert main(["control", "collect", "--task", "reach-v3", "--out", str(out), "--episodes", "1",
-                 "--encoder", "fast", "--max-steps", "100"]) == 0
+                 "--backbone", "metaworld-fast", "--max-steps", "100"]) == 0
     ep = next(iter_episodes(out))
     assert ep.frames.shape[1:] == (FAST_ENCODER_SIZE, FAST_ENCODER_SIZE, 3)
 
 
 def test_demos_go_on_past_success_by_default_in_the_library_and_the_cli():
-    # held demos lifted both heads on the test set (control/RESULTS.md, "Held demos on the test set"): both
+    # held demos lifted both heads on the test set (lab/control-results.md, "Held demos on the test set"): both
     # entry points record the same 20 steps past the first success unless told otherwise
     import inspect
 

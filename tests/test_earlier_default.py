@@ -2,7 +2,6 @@
 weights' sha256, and an earlier default is found again by it among the `EMBEDDED` names. Here a new
 default is simulated by a default.json with other weights (and no file behind it, so that loading it
 would fail): everything fitted on today's default must rebuild today's weights by name."""
-import argparse
 import json
 
 import numpy as np
@@ -82,10 +81,9 @@ def test_a_frozen_vit_forecaster_on_todays_default_loads_on_it_after_a_new_defau
 
 def test_a_policy_on_todays_default_gets_it_back_after_a_new_default(new_default_shipped):
     pytest.importorskip("frozenvit.control")
-    from frozenvit.control.cli import load_backbone_for
+    from frozenvit.control.encoders import load_encoder
 
-    args = argparse.Namespace(backbone=None, weights=None, img_size=None, random_weights=False, encoder=None)
-    bb = load_backbone_for(args, [224, 224], V1_SHA)
+    bb = load_encoder(None, None, [224, 224], fingerprint=V1_SHA)
     assert bb.config.weights_sha256 == V1_SHA
     with torch.no_grad():
         assert bb.patch_grids(torch.zeros(1, 3, 224, 224), blocks=(0,))[0][0].shape[-2:] == (14, 14)

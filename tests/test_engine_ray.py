@@ -1,6 +1,10 @@
 """engine="ray": one switch, local stays ray-free, named errors, and Ray runs equal local runs even when a
-worker dies. The Ray runs start a local 2-CPU instance (a few seconds each)."""
-import os
+worker dies. The Ray runs start a local 2-CPU instance (a few seconds each).
+
+A worker's death is injected from here, never by the product: `worker_dies_once` starts the Ray instance
+with a worker setup hook that wraps the unit of work in every worker, and the first call to create the
+flag file kills its worker (the retried call finds the file and goes on)."""
+import contextlib
 import subprocess
 import sys
 import time
@@ -11,6 +15,46 @@ import pytest
 from frozenvit.backbone.suite.engine import (ClusterUnreachable, EngineUnavailable, check_engine, import_ray,
                                              ray_session)
 from frozenvit.backbone.suite.errors import UsageError
+
+
+def _kill_once_hook(flag, target: str):
+    """A Ray worker setup hook: wraps `target` ("module:Class.method" or "module:function") in the worker so
+    that the first call anywhere creates `flag` and kills its worker; an exclusive create decides the race."""
+    def hook():
+        import functools
+        import importlib
+        import os
+
+        module, _, path = target.partition(":")
+        *owners, name = path.split(".")
+        owner = importlib.import_module(module)
+        for o in owners:
+            owner = getattr(owner, o)
+        work = getattr(owner, name)
+
+        @functools.wraps(work)
+        def dies_once(*args, **kw):
+            try:
+                open(flag, "x").close()
+            except FileExistsError:
+                return work(*args, **kw)
+            os._exit(1)
+
+        setattr(owner, name, dies_once)
+    return hook
+
+
+@contextlib.contextmanager
+def worker_dies_once(flag, target: str, num_cpus: int = 2):
+    """A local Ray instance (the library's calls run on it) whose first call of `target` kills its worker."""
+    import ray
+
+    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False,
+             runtime_env={"worker_process_setup_hook": _kill_once_hook(str(flag), target)})
+    try:
+        yield
+    finally:
+        ray.shutdown()
 
 
 def test_local_runs_never_import_ray():
@@ -73,24 +117,29 @@ def policy_and_bb(make_tiny_vit, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_ray_evaluation_equals_local_and_survives_a_dead_worker(policy_and_bb, tmp_path, monkeypatch):
-    from frozenvit.backbone.suite.engine import KILL_ONCE_ENV
-
+def test_ray_evaluation_equals_local_and_survives_a_dead_worker(policy_and_bb, tmp_path):
     pol, bb = policy_and_bb
     configs = control.config_seeds("heldout", 5)
     local = control.evaluate(pol, bb, configs, max_steps=15, parallel=2, progress=False)
     flag = tmp_path / "killed"
-    monkeypatch.setenv(KILL_ONCE_ENV, str(flag))                     # the first call on any worker kills it
     journal = tmp_path / "r.episodes.jsonl"
-    on_ray = control.evaluate(pol, bb, configs, max_steps=15, parallel=2, progress=False, engine="ray", workers=2,
-                              journal=journal)
+    with worker_dies_once(flag, "frozenvit.control.evaluate:EvalWorker.run"):
+        on_ray = control.evaluate(pol, bb, configs, max_steps=15, parallel=2, progress=False, engine="ray",
+                                  workers=2, journal=journal)
     assert flag.exists()                                              # a worker did die
     assert on_ray.configs == local.configs
     assert on_ray.successes == local.successes and on_ray.steps == local.steps
     assert len(journal.read_text().splitlines()) == 1 + len(configs)  # every episode journaled once
+
+
+@pytest.mark.slow
+def test_a_ray_instance_started_for_a_call_is_gone_after_it():
+    pytest.importorskip("ray")
     import ray
 
-    assert not ray.is_initialized()                                   # the instance started for the call is gone
+    with ray_session(num_cpus=1):
+        assert ray.is_initialized()
+    assert not ray.is_initialized()
 
 
 @pytest.mark.slow
@@ -144,21 +193,20 @@ def image_files(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:only 1 held-out normals")
 def test_ray_scoring_streams_equal_scores_in_file_order_and_survives_a_dead_worker(make_tiny_vit, image_files,
-                                                                                   tmp_path, monkeypatch):
+                                                                                   tmp_path):
     pytest.importorskip("ray")
     import torch
 
     from frozenvit.anomaly import PatchCore
     from frozenvit.anomaly.stream import iter_scored
-    from frozenvit.backbone.suite.engine import KILL_ONCE_ENV
 
     torch.manual_seed(0)
     det = PatchCore(make_tiny_vit(), coreset_ratio=0.5, holdout=0.3).fit(image_files[:4])
     det.save(tmp_path / "model")
     test = image_files[2:]
     local = list(iter_scored(det, test, batch_size=2))
-    monkeypatch.setenv(KILL_ONCE_ENV, str(tmp_path / "killed"))
-    on_ray = list(iter_scored(det, test, batch_size=2, engine="ray", workers=2, model_dir=tmp_path / "model"))
+    with worker_dies_once(tmp_path / "killed", "frozenvit.anomaly.stream:_ScoringActor.__call__"):
+        on_ray = list(iter_scored(det, test, batch_size=2, engine="ray", workers=2, model_dir=tmp_path / "model"))
     assert (tmp_path / "killed").exists()
     assert [s.path for s in on_ray] == [str(f) for f in test]
     np.testing.assert_allclose([s.score for s in on_ray], [s.score for s in local], rtol=1e-5, atol=1e-6)
@@ -195,12 +243,11 @@ def test_ray_scoring_of_an_ensemble_rebuilds_its_members_and_equals_local(image_
 
 # ---- forecasting: the statistical models' fits as Ray tasks ------------------------------------------
 @pytest.mark.slow
-def test_ray_backtest_gives_the_same_forecasts_to_the_last_digit_and_survives_a_dead_worker(tmp_path, monkeypatch):
+def test_ray_backtest_gives_the_same_forecasts_to_the_last_digit_and_survives_a_dead_worker(tmp_path):
     pytest.importorskip("ray")
     pytest.importorskip("statsforecast")
     import pandas as pd
 
-    from frozenvit.backbone.suite.engine import KILL_ONCE_ENV
     from frozenvit.forecasting import ETS, SeasonalNaive, backtest
 
     rng = np.random.default_rng(0)
@@ -211,8 +258,8 @@ def test_ray_backtest_gives_the_same_forecasts_to_the_last_digit_and_survives_a_
     models = [SeasonalNaive(12), ETS(12)]
     kw = dict(h=12, n_windows=2, season_length=12, levels=(80,), progress=False)
     local = backtest(df, models, **kw)
-    monkeypatch.setenv(KILL_ONCE_ENV, str(tmp_path / "killed"))
-    on_ray = backtest(df, models, engine="ray", workers=2, **kw)
+    with worker_dies_once(tmp_path / "killed", "frozenvit.forecasting.baselines:_fit_chunk"):
+        on_ray = backtest(df, models, engine="ray", workers=2, **kw)
     assert (tmp_path / "killed").exists()
     pd.testing.assert_frame_equal(on_ray.forecasts_with_intervals(), local.forecasts_with_intervals(),
                                   check_exact=True)
@@ -278,7 +325,6 @@ def test_ray_backtest_trains_each_neural_model_as_one_task_with_the_local_weight
     import pandas as pd
     import torch
 
-    from frozenvit.backbone.suite.engine import KILL_ONCE_ENV
     from frozenvit.forecasting import DLinear, Ensemble, SeasonalNaive, backtest
     from frozenvit.forecasting.remote import GlobalRuns
 
@@ -303,30 +349,11 @@ def test_ray_backtest_trains_each_neural_model_as_one_task_with_the_local_weight
     torch.set_num_threads(1)
     try:
         local = backtest(df, models, **kw)
-        monkeypatch.setenv(KILL_ONCE_ENV, str(tmp_path / "killed"))
-        on_ray = backtest(df, models, engine="ray", workers=2, **kw)
+        with worker_dies_once(tmp_path / "killed", "frozenvit.forecasting.remote:_train_and_forecast"):
+            on_ray = backtest(df, models, engine="ray", workers=2, **kw)
     finally:
         torch.set_num_threads(threads)
     assert (tmp_path / "killed").exists()
     pd.testing.assert_frame_equal(on_ray.forecasts_with_intervals(), local.forecasts_with_intervals(),
                                   check_exact=True)
     assert sum(taken) == 1                # DLinear came back from its one task; the ensemble reused it
-
-
-
-def test_the_kill_once_fault_kills_a_worker_only_when_it_creates_the_flag(tmp_path, monkeypatch):
-    # The CI run of 2026-12-02 failed on a race: two Ray workers both saw no flag, one created it and died, the
-    # other raised FileExistsError (an application error Ray does not retry). The fault must be check-free: a
-    # worker that loses the race to create the flag goes on. Simulated by a flag that exists while os.path.exists
-    # still says it does not (the other worker created it just after this one looked).
-    from frozenvit.backbone.suite import engine
-
-    flag = tmp_path / "killed"
-    env = dict(os.environ, **{engine.KILL_ONCE_ENV: str(flag)})
-    code = "from frozenvit.backbone.suite.engine import die_once_if_asked; die_once_if_asked()"
-    assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 1   # the first one dies...
-    assert flag.exists()
-    assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0   # ...the next goes on
-    monkeypatch.setenv(engine.KILL_ONCE_ENV, str(flag))
-    monkeypatch.setattr(engine.os.path, "exists", lambda p: False)
-    engine.die_once_if_asked()                                        # the loser of the race returns, no error

@@ -104,9 +104,11 @@ def test_estimators_have_scikit_learn_params_clone_and_repr():
 
 
 def test_patchtst_config_refuses_a_network_that_cannot_be_built():
-    with pytest.raises(ValueError, match="not divisible"):
+    from frozenvit.backbone.suite.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="not divisible"):
         PatchTSTConfig(input_size=96, h=24, d_model=10, n_heads=4)
-    with pytest.raises(ValueError, match="shorter than one patch"):
+    with pytest.raises(ParameterError, match="shorter than one patch"):
         PatchTSTConfig(input_size=8, h=24)
 
 

@@ -75,9 +75,11 @@ def test_an_ensemble_has_conformal_intervals_from_its_combined_calibration_forec
 
 
 def test_ensemble_refuses_one_member_or_an_unknown_rule():
-    with pytest.raises(ValueError, match="two or more"):
+    from frozenvit.backbone.suite.errors import InvalidParameterError, ParameterError
+
+    with pytest.raises(ParameterError, match="two or more"):
         backtest(_panel(), [Ensemble([Naive()])], h=6, season_length=12)
-    with pytest.raises(ValueError, match="how must be one of"):
+    with pytest.raises(InvalidParameterError, match="'how' parameter of Ensemble must be"):
         backtest(_panel(), [Ensemble([Naive(), SeasonalNaive(12)], "vote")], h=6, season_length=12)
 
 

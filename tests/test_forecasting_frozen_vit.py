@@ -170,7 +170,7 @@ def test_cli_backtest_trains_vit_and_saves_a_forecaster_that_loads_alone(tmp_pat
     pd.DataFrame({"unique_id": "a", "ds": t, "y": _series(160)}).to_csv(tmp_path / "l.csv", index=False)
     argv = ["forecast", "backtest", "--csv", str(tmp_path / "l.csv"), "--models", "snaive,vit", "--h", str(H),
             "--windows", "1", "--input-size", str(L), "--max-epochs", "1", "--out", str(tmp_path / "out")]
-    assert main(argv + ([] if blocks is None else ["--vit-blocks", str(blocks)])) == 0
+    assert main(argv + ([] if blocks is None else ["--depth", str(blocks)])) == 0
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert "FrozenViT" in summary["models"]
     back = FrozenViTForecaster.load(tmp_path / "out" / "models" / "FrozenViT")

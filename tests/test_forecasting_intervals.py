@@ -209,7 +209,9 @@ def test_holdout_refuses_calibration_windows_the_model_trained_on(kw):
     ok = _tiny_dlinear(val_size=24)                           # a tail of 2 windows holds 2 calibration windows
     backtest(_panel(n_series=6, n=200), [ok], h=12, n_windows=1, season_length=24, levels=(80,),
              calibration_windows=2)
-    with pytest.raises(SeriesError, match="global_calibration"):
+    from frozenvit.backbone.suite.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="global_calibration"):
         backtest(_panel(n_series=6, n=200), [ok], h=12, season_length=24, levels=(80,), global_calibration="x")
 
 

@@ -79,3 +79,15 @@ def test_no_warning_when_every_series_is_long_enough(ragged_csv, tmp_path, capsy
     assert "warning:" not in capsys.readouterr().err
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["short_series"] == {"policy": "skip", "ids": []}
+
+
+def test_the_library_chooses_the_look_back_and_applies_the_policy_without_changing_the_models(ragged_csv):
+    from frozenvit.forecasting import DLinear, SeasonalNaive, backtest
+
+    net = DLinear(h=12, max_epochs=1, progress=False)
+    with pytest.warns(UserWarning, match="tiny1, tiny2"):
+        res = backtest(pd.read_csv(ragged_csv), [SeasonalNaive(24), net], h=12, season_length=24,
+                       input_size="auto", short_series="skip")
+    assert (res.input_size, res.short_series) == (264, {"policy": "skip", "ids": ["tiny1", "tiny2"]})
+    assert res.fitted["DLinear"].input_size == 264 and net.input_size == 336      # a clone got the look-back
+    assert sorted(res.forecasts["unique_id"].unique()) == list(LONG)

@@ -1,5 +1,6 @@
-"""No command deletes or overwrites what frozenvit did not write: every `--out` (and --json, --hist,
---gif-dir, --checkpoint) that points at a user's folder or file is refused with exit 2 before any work."""
+"""No command deletes or overwrites what frozenvit did not write: every `--out` (and --checkpoint, and the
+--out FILE of commands that write one file) that points at a user's folder or file is refused with exit 2
+before any work."""
 import pytest
 
 from frozenvit.backbone.errors import ArtifactError, OutputConflict
@@ -16,10 +17,10 @@ COMMANDS = {
     "control collect": ("control collect --task reach-v3 --out {out}", "dir"),
     "control train": ("control train --demos {data} --out {out}", "dir"),
     "control train --checkpoint": ("control train --demos {data} --out {fresh} --checkpoint {out}", "dir"),
-    "control evaluate --json": ("control evaluate --policy {data} --json {out}", "file"),
-    "control evaluate --gif-dir": ("control evaluate --policy {data} --gif-dir {out} --gifs 1", "dir"),
-    "control latency --json": ("control latency --json {out}", "file"),
-    "control latency --hist": ("control latency --hist {out}", "file"),
+    "control evaluate": ("control evaluate --policy {data} --out {out}", "dir"),
+    "control evaluate --gifs": ("control evaluate --policy {data} --out {out} --gifs 1", "dir"),
+    "control latency": ("control latency --out {out}", "dir"),
+    "control latency --budget-ms": ("control latency --out {out} --budget-ms 1", "dir"),
     "forecast backtest": ("forecast backtest --csv {data}/series.csv --h 4 --out {out}", "dir"),
     "forecast paper": ("forecast paper --csv {data}/series.csv --out {out}", "file"),
     "backbone inspect": ("backbone inspect --images {data} --out {out}", "dir"),

@@ -9,7 +9,7 @@ def test_redirected_stderr_gets_log_lines_with_count_rate_and_eta(capsys, monkey
     for i in bar:
         bar.set_postfix(loss=0.5 / (i + 1))
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 5                                                  # one per epoch, and the last
+    assert len(lines) == 4                                                  # one per epoch
     assert lines[0].startswith("bc attention: 1/4 epoch [") and "epoch/s" in lines[0]
     assert "<" in lines[0]                                                  # an ETA while work is left
     assert lines[-1].startswith("bc attention: 4/4 epoch") and "loss=0.125" in lines[-1]
@@ -27,3 +27,22 @@ def test_disabled_progress_prints_nothing(capsys, monkeypatch):
     monkeypatch.setenv("FROZENVIT_PROGRESS_SECONDS", "0")
     assert list(progress_bar(range(3), desc="x", disable=True)) == [0, 1, 2]
     assert capsys.readouterr().err == ""
+
+
+def test_the_last_line_is_printed_once(capsys, monkeypatch):
+    monkeypatch.setenv("FROZENVIT_PROGRESS_SECONDS", "0")
+    with progress_bar(total=3, desc="x", unit="epoch") as bar:
+        for _ in range(3):
+            bar.update(1)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert [line.split(" [")[0] for line in lines] == ["x: 1/3 epoch", "x: 2/3 epoch", "x: 3/3 epoch"]
+
+
+def test_closing_shows_the_state_the_last_line_did_not(capsys, monkeypatch):
+    monkeypatch.setenv("FROZENVIT_PROGRESS_SECONDS", "0")
+    bar = progress_bar(total=3, desc="x", unit="epoch")
+    bar.update(1)
+    bar.set_postfix(loss=0.5)                                               # shown by no line yet
+    bar.close()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2 and lines[-1].startswith("x: 1/3 epoch") and "loss=0.5" in lines[-1]

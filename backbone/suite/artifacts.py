@@ -53,13 +53,6 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
 
 MARKER = ".frozenvit.json"
 TEMP_MARKER = ".frozenvit-temp.json"    # inside our temporaries only: {"target": NAME, "tag": "tmp"|"old", "token": ...}
-_CRASH_POINTS: dict[str, Any] = {}      # tests install callables here to simulate a kill at each step
-
-
-def _crash_point(name: str) -> None:
-    hook = _CRASH_POINTS.get(name)
-    if hook is not None:
-        hook()
 
 
 def _read_marker(directory: Path) -> dict | None:
@@ -237,12 +230,9 @@ def atomic_dir(target: str | os.PathLike, kind: str, flag: str = "--out", replac
     if target.exists():
         old = _new_temporary(target, "old")
         _tag(target, target, "old", old.name.rsplit("-", 1)[1])   # recognisable as ours once moved aside
-        _crash_point("before_hide_old")
         os.rename(target, old)
-        _crash_point("between_renames")
         os.rename(tmp, target)
         _untag(target)
-        _crash_point("before_remove_old")
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.rename(tmp, target)

@@ -32,23 +32,6 @@ class ClusterUnreachable(FrozenVitError, ConnectionError):
     """The Ray address given (argument, --ray or RAY_ADDRESS) does not answer."""
 
 
-# Fault injection for tests: a Ray worker that finds this variable set to a path that does not exist yet
-# creates it and dies at once, as on a lost machine (the restarted worker finds the file and goes on).
-KILL_ONCE_ENV = "FROZENVIT_TEST_KILL_WORKER_ONCE"
-
-
-def die_once_if_asked() -> None:
-    """Called at the start of each unit of Ray work (see KILL_ONCE_ENV); does nothing otherwise."""
-    flag = os.environ.get(KILL_ONCE_ENV)
-    if not flag:
-        return
-    try:                                   # exclusive create: of two workers starting at once, only one dies
-        open(flag, "x").close()
-    except FileExistsError:
-        return
-    os._exit(1)
-
-
 def check_engine(engine: Any) -> str:
     """`engine` checked: "local" or "ray" (UsageError otherwise)."""
     if engine not in ENGINES:
@@ -149,7 +132,8 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                         help="run on Ray (pip install \"frozenvit[ray]\"): on the cluster at ADDRESS, else at "
                              "RAY_ADDRESS, else on a local instance started with --workers CPUs")
     parser.add_argument("--workers", type=number(int, min=1), default=None,
-                        help="Ray workers (actors or tasks in flight) with --ray (None: one per CPU of the cluster)")
+                        help="Ray workers (actors or tasks in flight) with --ray; when not given: one per CPU of "
+                             "the cluster")
 
 
 def engine_from_args(args: argparse.Namespace) -> str:

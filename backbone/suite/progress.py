@@ -2,8 +2,8 @@
 
 `progress_bar(...)` takes tqdm's arguments. With `disable=None` (the suite's default: "when someone can
 see it") a terminal gets a tqdm bar, and stderr redirected to a file or pipe gets plain lines instead,
-one at most every FROZENVIT_PROGRESS_SECONDS (default 10) plus the last (nothing for jobs under 2 s),
-each with count, rate and ETA:
+one at most every FROZENVIT_PROGRESS_SECONDS (default 10), and on closing the last state once, unless a
+line already showed it (nothing for jobs under 2 s), each with count, rate and ETA:
 
     bc attention: 40/200 epoch [00:31<02:05, 1.28 epoch/s] loss=0.0123
 
@@ -37,12 +37,15 @@ class _LogLines:
         self.postfix = ""
         self.closed = False
         self.lines = 0
+        self.shown: tuple | None = None           # (count, postfix) of the last line printed
 
     def __iter__(self):
-        for item in self.iterable:   # type: ignore[union-attr]
-            yield item
-            self.update(1)
-        self.close()
+        try:
+            for item in self.iterable:   # type: ignore[union-attr]
+                yield item
+                self.update(1)
+        finally:                         # a loop left early (break) closes too
+            self.close()
 
     def __enter__(self) -> "_LogLines":
         return self
@@ -76,12 +79,15 @@ class _LogLines:
     def _emit(self, now: float | None = None) -> None:
         print(self.line(now), file=sys.stderr, flush=True)
         self.lines += 1
+        self.shown = (self.n, self.postfix)
 
     def close(self) -> None:
-        """The last line, unless the whole thing was too quick to need any (under 2 s and nothing shown yet)."""
+        """The last state, unless a line already showed it or the whole thing was too quick to need any
+        (under 2 s and nothing shown yet)."""
         if not self.closed:
             self.closed = True
-            if self.lines or time.monotonic() - self.start >= min(2.0, self.interval):
+            if self.shown != (self.n, self.postfix) and \
+                    (self.lines or time.monotonic() - self.start >= min(2.0, self.interval)):
                 self._emit()
 
 

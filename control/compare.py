@@ -1,0 +1,159 @@
+"""Paired comparison of evaluation runs on the same held-out episodes, and merging runs split between processes.
+
+A run is a dict (the JSON benchmarks/control_success.py writes):
+
+    {"settings": {"tasks": [...], "seeds": [...], "configs": 50, "max_steps": 500, ...,
+                  "demonstrators": {"reach-v3": "fingertips", ...}},
+     "results": [{"task": "reach-v3", "pooling": "attention", "seed": 0, "success_rate": 0.75,
+                  "per_config": [true, false, ...]}, ...]}
+
+`per_config[i]` is the outcome of the i-th held-out configuration. Two heads rolled out on the same task, the
+same configurations, cap and demos met the same simulated episodes, so their outcomes pair episode by episode
+and the exact McNemar test compares them with far fewer episodes than two independent success rates need
+(it treats the trained heads as fixed: seed-to-seed variation is in `summarize`'s by_seed).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from math import comb
+from typing import Any, Mapping, Sequence
+
+from frozenvit.backbone.suite.errors import FrozenVitError
+
+# the settings that must be equal for two runs' episodes to be the same episodes (and each shared task's
+# demonstrator, settings["demonstrators"][task])
+EPISODE_SETTINGS = ("configs", "heldout_seeds", "max_steps", "demos", "hold_steps", "encoder", "weights_sha256",
+                    "camera", "demo_size", "render")
+
+
+class RunMismatch(FrozenVitError, ValueError):
+    """Runs that cannot be paired or merged: other episodes, other settings, or results that overlap."""
+
+
+@dataclass(frozen=True)
+class McNemar:
+    """Exact McNemar test of two paired binary outcomes."""
+    a_only: int      # pairs where only a succeeded
+    b_only: int      # pairs where only b succeeded
+    p: float         # exact two-sided p-value
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def mcnemar(a: Sequence[bool], b: Sequence[bool]) -> McNemar:
+    """Exact McNemar test of outcomes a[i], b[i] of the same episode i.
+
+    Only the discordant pairs count: under the null hypothesis each is won by a or by b with probability 1/2, so
+    p = P(|X - n/2| >= |a_only - n/2|) for X ~ Binomial(n = a_only + b_only, 1/2), i.e. twice the smaller tail,
+    at most 1 (scipy.stats.binomtest(a_only, n).pvalue). No discordant pair: p = 1. ValueError when the
+    lengths differ.
+    """
+    if len(a) != len(b):
+        raise ValueError(f"paired outcomes need the same episodes: {len(a)} against {len(b)}")
+    a_only = sum(bool(x) and not bool(y) for x, y in zip(a, b))
+    b_only = sum(bool(y) and not bool(x) for x, y in zip(a, b))
+    n = a_only + b_only
+    tail = sum(comb(n, k) for k in range(min(a_only, b_only) + 1))      # exact integers, then one division
+    return McNemar(a_only, b_only, min(1.0, 2 * tail / 2 ** n))
+
+
+def paired_test(results: Sequence[Mapping[str, Any]], a: str, b: str) -> McNemar:
+    """McNemar test of heads labelled `a` and `b` (results' "pooling") over every episode they share: the same
+    task, training seed (missing: 0) and configuration."""
+    runs = {(r["task"], r.get("seed", 0), r["pooling"]): r["per_config"] for r in results}
+    xs: list[bool] = []
+    ys: list[bool] = []
+    for task, seed in sorted({(t, s) for t, s, _ in runs}):
+        if (task, seed, a) in runs and (task, seed, b) in runs:
+            xs += runs[(task, seed, a)]
+            ys += runs[(task, seed, b)]
+    return mcnemar(xs, ys)
+
+
+def summarize(results: Sequence[Mapping[str, Any]], labels: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """Mean success rate per label over tasks and seeds ("by_pooling": pooling, runs, mean_success) and per
+    seed ("by_seed": seed and one mean per label). A label without results is left out."""
+    seeds = sorted({r.get("seed", 0) for r in results})
+    by_label, by_seed = [], []
+    for label in labels:
+        rates = [r["success_rate"] for r in results if r["pooling"] == label]
+        if rates:
+            by_label.append(dict(pooling=label, runs=len(rates), mean_success=sum(rates) / len(rates)))
+    for seed in seeds:
+        row: dict[str, Any] = {"seed": seed}
+        for label in labels:
+            rates = [r["success_rate"] for r in results if r["pooling"] == label and r.get("seed", 0) == seed]
+            if rates:
+                row[label] = sum(rates) / len(rates)
+        by_seed.append(row)
+    return dict(by_pooling=by_label, by_seed=by_seed)
+
+
+def compare_runs(runs: Mapping[str, tuple[Mapping[str, Any], str]], *, may_differ: Sequence[str] = ()) -> dict[str, Any]:
+    """Pair heads of finished runs on the episodes they share.
+
+    runs: {label: (run, pooling)}, the first is the reference. Each run's heads of `pooling` are relabelled
+    `label`; only the (task, seed) heads every run has are kept. may_differ: settings of EPISODE_SETTINGS the
+    runs may differ in (e.g. ("weights_sha256",) to pair two encoders' heads on the same configurations).
+    Returns tasks, seeds, by_pooling and by_seed (`summarize`), paired ({label: McNemar dict} against the
+    first) and paired_by_task ({task: {label: McNemar dict}}). RunMismatch when the runs' episodes differ (a
+    setting, or a shared task's demonstrator; a run that names none pairs only with a run that names none
+    either) or they share no head.
+    """
+    if len(runs) < 2:
+        raise RunMismatch(f"a comparison needs two runs or more, got {len(runs)}")
+    items = list(runs.items())
+    keys = [k for k in EPISODE_SETTINGS if k not in may_differ]
+    (ref, (first, _)), *rest = items
+    for label, (run, _) in rest:
+        diff = [k for k in keys if first["settings"].get(k) != run["settings"].get(k)]
+        if diff:
+            raise RunMismatch(f"{label} was rolled out on other episodes than {ref} ({', '.join(diff)} differ)")
+    heads = [{(r["task"], r.get("seed", 0)) for r in run["results"] if r["pooling"] == p} for run, p in runs.values()]
+    shared = set.intersection(*heads)
+    if not shared:
+        raise RunMismatch(f"the runs {', '.join(runs)} share no (task, seed) head")
+    tasks = sorted({t for t, _ in shared})
+    for task in tasks:
+        who = {label: run["settings"].get("demonstrators", {}).get(task) for label, (run, _) in items}
+        if len(set(who.values())) > 1:
+            raise RunMismatch(f"{task}'s demos were recorded by other demonstrators in these runs ({who}); "
+                              "their episodes differ")
+    results = [dict(r, pooling=label) for label, (run, p) in items for r in run["results"]
+               if r["pooling"] == p and (r["task"], r.get("seed", 0)) in shared]
+    others = [label for label, _ in rest]
+    return dict(tasks=tasks, seeds=sorted({s for _, s in shared}), **summarize(results, list(runs)),
+                paired={b: paired_test(results, ref, b).as_dict() for b in others},
+                paired_by_task={t: {b: paired_test([r for r in results if r["task"] == t], ref, b).as_dict()
+                                    for b in others} for t in tasks})
+
+
+def merge_runs(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One run from runs that split the tasks or the seeds between processes (a stopped run's part included).
+
+    Returns settings (the first part's, with the tasks in order of appearance, the seeds that have results
+    and every part's demonstrators), results (all parts', in order) and complete (every task x pooling x seed
+    of the merged settings has a result). RunMismatch when the parts differ in a setting other than tasks,
+    seeds and demonstrators, or two parts hold a result of the same task, pooling and seed.
+    """
+    if not parts:
+        raise RunMismatch("nothing to merge")
+    split = ("tasks", "seeds", "demonstrators")
+    same = [{k: v for k, v in p["settings"].items() if k not in split} for p in parts]
+    diff = sorted({k for s in same[1:] for k in s.keys() | same[0].keys() if s.get(k) != same[0].get(k)})
+    if diff:
+        raise RunMismatch(f"these runs differ in settings other than tasks and seeds ({', '.join(diff)}); "
+                          "they cannot be merged")
+    results = [dict(r) for p in parts for r in p["results"]]
+    keys = [(r["task"], r["pooling"], r.get("seed", 0)) for r in results]
+    repeated = sorted({k for k in keys if keys.count(k) > 1}, key=str)
+    if repeated:
+        raise RunMismatch(f"the runs overlap in (task, pooling, seed): {repeated}")
+    settings = dict(parts[0]["settings"], tasks=list(dict.fromkeys(t for p in parts for t in p["settings"]["tasks"])),
+                    seeds=sorted({r.get("seed", 0) for r in results}))
+    if any("demonstrators" in p["settings"] for p in parts):
+        settings["demonstrators"] = {t: e for p in parts for t, e in p["settings"].get("demonstrators", {}).items()}
+    poolings = settings.get("poolings") or sorted({r["pooling"] for r in results})
+    expected = {(t, p, s) for t in settings["tasks"] for p in poolings for s in settings["seeds"]}
+    return dict(settings=settings, results=results, complete=expected <= set(keys))

@@ -1,0 +1,149 @@
+"""The global (neural) models' look-back chosen from the data, and what becomes of series too short for it.
+
+    backtest(df, models, h=48, n_windows=8, input_size="auto", short_series="skip")
+
+`input_size="auto"`: the longest look-back (at most the models' own, a multiple of 8) that fits the
+median-length series, so that a few short series do not shrink every series' look-back. A series
+shorter than the global models need is then handled by `short_series`:
+
+    "skip"      left out of the backtest, for every model
+    "baseline"  forecast by seasonal naive under the global models' names (`fallback.WithFallback`)
+    "error"     refused (SeriesError naming the series)
+
+Statistical models need no look-back and are not concerned. `prepare` applies both and says what it did.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from numbers import Integral
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from sklearn.base import clone
+
+from frozenvit.backbone.suite.errors import ParameterError
+
+from .base import Forecaster
+from .data import ID
+from .defaults import SHORT_SERIES
+from .ensemble import Ensemble
+from .errors import SeriesError
+
+MULTIPLE = 8                       # a chosen look-back is a multiple of this many steps
+SHORTEST = 16                      # the shortest look-back chosen: one PatchTST patch
+
+
+class ShortSeriesWarning(UserWarning):
+    """Series too short for the global models' look-back were skipped or forecast by a baseline."""
+
+
+def fitting_input_size(length: int, h: int, windows: int, step: int, cap: int) -> int:
+    """The longest look-back (<= cap, a multiple of 8) that leaves one training window and a
+    validation tail of h before the first cutoff of a series of `length` values (may be < 16)."""
+    avail = length - h - (windows - 1) * step - 2 * h
+    return min(cap, avail) // MULTIPLE * MULTIPLE
+
+
+def auto_input_size(lengths: Sequence[int], h: int, windows: int, step: int, cap: int) -> int:
+    """The look-back that fits the median-length series (`fitting_input_size`); SeriesError when that
+    is shorter than SHORTEST."""
+    typical = int(np.median(np.asarray(lengths)))
+    size = fitting_input_size(typical, h, windows, step, cap)
+    if size < SHORTEST:
+        raise SeriesError(f"the typical series ({typical} values, the median length) is too short for neural "
+                          f"models with --h {h} and --windows {windows}; drop dlinear/patchtst/vit from --models, or "
+                          "use fewer --windows or a smaller --h")
+    return size
+
+
+def _name_ids(ids: Sequence[str], most: int = 10) -> str:
+    shown = ", ".join(ids[:most])
+    return shown + (f" and {len(ids) - most} more" if len(ids) > most else "")
+
+
+@dataclass
+class Prepared:
+    """What `prepare` hands to the backtest, and what it decided."""
+    df: pd.DataFrame
+    models: list[Forecaster]
+    input_size: int | None                  # the global models' look-back; None: there is none to choose
+    short_series: dict = field(default_factory=dict)     # {"policy": ..., "ids": [...]}
+
+
+def _is_global(model: Forecaster) -> bool:
+    from .remote import trains_globally
+
+    return not isinstance(model, Ensemble) and trains_globally(model) and "input_size" in model.get_params()
+
+
+def _rebuild(models: Sequence[Forecaster], replace) -> list[Forecaster]:
+    """`models` with every global model (ensemble members included) replaced by `replace(model)`, each
+    object replaced once, so that a member also named alone stays one model."""
+    done: dict[int, Forecaster] = {}
+
+    def swap(m: Forecaster) -> Forecaster:
+        if isinstance(m, Ensemble):
+            return Ensemble([swap(x) for x in m.members], m.how)
+        if _is_global(m) and id(m) not in done:
+            done[id(m)] = replace(m)
+        return done.get(id(m), m)
+
+    return [swap(m) for m in models]
+
+
+def _leaves(models: Sequence[Forecaster]) -> list[Forecaster]:
+    return [x for m in models for x in (_leaves(m.members) if isinstance(m, Ensemble) else [m])]
+
+
+def prepare(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: int, step_size: int,
+            season_length: int, calibration_windows: int, input_size: int | str | None,
+            short_series: str | None) -> Prepared:
+    """Set the global models' look-back (`input_size`: None keeps each model's own, an int sets it, "auto"
+    chooses it from the data, at most the models' own) and apply `short_series` (see the module doc; None:
+    none, the backtest's length check refuses a short series). `calibration_windows` K: each series'
+    K h values before the first cutoff are no look-back's history."""
+    if short_series is not None and short_series not in SHORT_SERIES:
+        raise ParameterError(f"short_series must be one of {SHORT_SERIES}, got {short_series!r}")
+    if input_size not in (None, "auto") and not (isinstance(input_size, Integral) and input_size >= 1):
+        raise ParameterError(f"input_size must be None, 'auto' or an integer >= 1, got {input_size!r}")
+    lengths = df.groupby(ID, sort=False).size()
+    glob = [m for m in _leaves(models) if _is_global(m)]
+    record = {"policy": short_series, "ids": []} if short_series else {}
+    if not glob:
+        return Prepared(df, list(models), None if input_size == "auto" else input_size, record)
+    size = input_size
+    if input_size == "auto":
+        cap = max(int(m.input_size) for m in glob)
+        size = auto_input_size(lengths.to_numpy() - calibration_windows * h, h, n_windows, step_size, cap)
+    if size is not None:
+        models = _rebuild(models, lambda m: clone(m).set_params(input_size=int(size)))
+    look = int(size) if size is not None else max(int(m.input_size) for m in glob)
+    need = max(m.min_history() for m in _leaves(models) if _is_global(m)) + h + (n_windows - 1) * step_size \
+        + calibration_windows * h                                       # values a series needs for them
+    short = [str(u) for u in lengths.index[lengths.to_numpy() < need]]
+    out = Prepared(df, list(models), None if size is None else int(size), record and {**record, "ids": short})
+    if not short or short_series is None:
+        return out
+    what = (f"{len(short)} of {len(lengths)} series have fewer than the {need} values the neural models need "
+            f"(look-back {look} + a training target {h} + validation {h} + --h {h} + {n_windows - 1} more "
+            f"--windows of --step-size {step_size}): {_name_ids(short)}")
+    if short_series == "error":
+        fits = fitting_input_size(int(lengths.min()), h, n_windows, step_size, look)
+        hint = f"--input-size {fits}, " if fits >= SHORTEST else ""
+        raise SeriesError(f"{what}; pass {hint}--short-series skip or --short-series baseline, or drop those series")
+    if short_series == "skip" and len(short) == len(lengths):
+        raise SeriesError(f"{what}: --short-series skip leaves no series; use a shorter --input-size, fewer "
+                          "--windows or --short-series baseline")
+    done = {"skip": "left out of the backtest for every model",
+            "baseline": "forecast by seasonal naive in the neural models' columns"}[short_series]
+    warnings.warn(f"{what}; {done} (--short-series {short_series})", ShortSeriesWarning, stacklevel=3)
+    if short_series == "skip":
+        out.df = df[~df[ID].astype(str).isin(short)].reset_index(drop=True)
+    else:
+        from .baselines import SeasonalNaive
+        from .fallback import WithFallback
+
+        out.models = _rebuild(out.models, lambda m: WithFallback(m, SeasonalNaive(season_length)))
+    return out

@@ -1,0 +1,71 @@
+"""A backtest's output folder holds one run's results: what a run writes is listed in OUT/run.json.
+
+    folder = RunFolder(out, resume)      # refuses to start over a stopped run's checkpoints without --resume
+    folder.start(["checkpoints/DLinear"])           # before training: what it will write besides results
+    folder.finish(["summary.json", "models/DLinear", ...])        # removes what the earlier run listed and
+                                                                   # this one did not write again
+A run without `resume` removes what the earlier run listed before it trains (its checkpoints would only
+be overwritten in part); a resumed run keeps them. Nothing outside the listing is ever removed: a user's
+file in the folder stays, and a listed path that leaves the folder is ignored. A stopped run is one
+whose checkpoints hold a training that had epochs left (`checkpoint.unfinished`).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Iterable
+
+from frozenvit.backbone.suite.artifacts import write_json
+from frozenvit.backbone.suite.errors import UsageError
+
+RECORD = "run.json"
+KIND = "forecast.backtest.run"
+
+
+class RunFolder:
+    """The run record of one output folder (see the module doc)."""
+
+    def __init__(self, out: str | Path, resume: bool = False) -> None:
+        self.out, self.resume = Path(out), resume
+        try:
+            rec = json.loads((self.out / RECORD).read_text())
+        except (OSError, ValueError):
+            rec = {}
+        ok = isinstance(rec, dict) and rec.get("frozenvit") == KIND and isinstance(rec.get("files"), list)
+        self.earlier: list[str] = sorted(f for f in rec["files"] if self._inside(f)) if ok else []
+        if not resume and (self.out / "checkpoints").is_dir():
+            from .checkpoint import unfinished
+
+            if unfinished(self.out / "checkpoints"):
+                raise UsageError(f"--out {self.out} holds a stopped backtest: training checkpoints with epochs left "
+                                 f"are in {self.out / 'checkpoints'}; pass --resume to continue it, or start afresh "
+                                 "with another --out (or after removing that checkpoints folder)")
+
+    def _inside(self, rel: object) -> bool:
+        return isinstance(rel, str) and not Path(rel).is_absolute() and ".." not in Path(rel).parts and rel != RECORD
+
+    def _remove(self, rels: Iterable[str]) -> None:
+        for rel in rels:
+            p = self.out / rel
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            elif p.exists() or p.is_symlink():
+                p.unlink()
+
+    def start(self, planned: Iterable[str]) -> None:
+        """Before training (the folder claimed): without resume, remove the earlier run's files; then list
+        `planned` beside whatever of the earlier run is still there (written only when that changes)."""
+        listed = self.earlier
+        if not self.resume:
+            self._remove(self.earlier)
+            self.earlier = []
+        self.earlier = sorted(set(self.earlier) | set(planned))
+        if self.earlier != listed:
+            write_json(self.out / RECORD, {"files": self.earlier}, kind=KIND)
+
+    def finish(self, written: Iterable[str]) -> None:
+        """After the results are written: remove what was listed and not written again; record `written`."""
+        written = sorted(set(written))
+        self._remove(f for f in self.earlier if f not in written)
+        write_json(self.out / RECORD, {"files": written}, kind=KIND)

@@ -1,0 +1,115 @@
+"""frozenvit.control.compare: the exact McNemar test against scipy's binomial test, pairing runs on the episodes they
+share (and refusing other episodes), merging runs that split the tasks or seeds."""
+import pytest
+from scipy.stats import binomtest
+
+from frozenvit.control import RunMismatch, compare_runs, mcnemar, merge_runs
+from frozenvit.control.compare import paired_test, summarize
+
+
+@pytest.mark.parametrize("a_only,b_only", [(0, 1), (1, 0), (3, 1), (2, 2), (0, 7), (12, 48), (27, 1), (47, 8),
+                                           (100, 80), (5, 0)])
+def test_mcnemar_p_is_scipys_two_sided_binomial_test_of_the_discordant_pairs(a_only, b_only):
+    both, neither = 4, 3                                       # concordant pairs: they do not count
+    a = [1] * a_only + [0] * b_only + [1] * both + [0] * neither
+    b = [0] * a_only + [1] * b_only + [1] * both + [0] * neither
+    t = mcnemar(a, b)
+    assert (t.a_only, t.b_only) == (a_only, b_only)
+    assert t.p == pytest.approx(binomtest(a_only, a_only + b_only).pvalue, rel=1e-12)
+
+
+def test_mcnemar_without_discordant_pairs_is_p_one():
+    assert mcnemar([1, 0, 1], [1, 0, 1]).p == 1.0 and mcnemar([], []).p == 1.0
+
+
+def test_mcnemar_refuses_outcomes_of_other_lengths():
+    with pytest.raises(ValueError, match="same episodes"):
+        mcnemar([1, 0], [1])
+
+
+def test_paired_test_pairs_episodes_within_a_task_and_seed_only():
+    rows = [dict(task="t", pooling="a", seed=0, per_config=[1, 1]), dict(task="t", pooling="b", seed=0, per_config=[0, 0]),
+            dict(task="t", pooling="a", seed=1, per_config=[0, 0]), dict(task="t", pooling="b", seed=1, per_config=[0, 1]),
+            dict(task="u", pooling="a", seed=0, per_config=[1, 1])]        # no b head on u: left out
+    t = paired_test(rows, "a", "b")
+    assert (t.a_only, t.b_only) == (2, 1)
+
+
+def test_summarize_averages_over_tasks_and_seeds_and_per_seed():
+    rows = [dict(task="t", pooling="a", seed=0, success_rate=1.0), dict(task="t", pooling="b", seed=0, success_rate=0.0),
+            dict(task="t", pooling="a", seed=1, success_rate=0.0), dict(task="t", pooling="b", seed=1, success_rate=0.5)]
+    s = summarize(rows, ["a", "b", "c"])
+    assert s["by_pooling"] == [dict(pooling="a", runs=2, mean_success=0.5), dict(pooling="b", runs=2, mean_success=0.25)]
+    assert s["by_seed"] == [dict(seed=0, a=1.0, b=0.0), dict(seed=1, a=0.0, b=0.5)]
+
+
+def _run(rows, **settings):
+    episodes = {**dict(configs=2, heldout_seeds=[1000000, 1000001], max_steps=500, hold_steps=20), **settings}
+    return dict(settings=episodes, results=[dict(task=t, pooling=p, seed=s, success_rate=sum(w) / len(w), per_config=w)
+                                            for t, p, s, w in rows])
+
+
+def test_compare_runs_pairs_heads_on_the_tasks_and_seeds_every_run_has():
+    long = _run([("t", "attention", 0, [1, 1]), ("t", "attention", 1, [1, 0]), ("u", "attention", 0, [0, 0])])
+    short = _run([("t", "cls", 0, [0, 0]), ("t", "cls", 1, [0, 1]), ("t", "attention", 0, [0, 0])])
+    c = compare_runs({"long": (long, "attention"), "short": (short, "cls")})
+    assert c["tasks"] == ["t"] and c["seeds"] == [0, 1]                       # u is in one run only
+    assert {r["pooling"]: r["mean_success"] for r in c["by_pooling"]} == {"long": 0.75, "short": 0.25}
+    assert c["paired"]["short"] == dict(a_only=3, b_only=1, p=pytest.approx(0.625))
+    assert c["paired_by_task"]["t"]["short"]["a_only"] == 3
+
+
+def test_compare_runs_refuses_runs_rolled_out_on_other_episodes():
+    a = _run([("t", "attention", 0, [1, 0])])
+    with pytest.raises(RunMismatch, match="max_steps"):
+        compare_runs({"a": (a, "attention"), "b": (_run([("t", "attention", 0, [1, 1])], max_steps=200), "attention")})
+
+
+def test_compare_runs_lets_a_named_setting_differ_only_when_asked():
+    v1 = _run([("t", "attention", 0, [1, 0])], weights_sha256="a" * 64)
+    v2 = _run([("t", "attention", 0, [1, 1])], weights_sha256="b" * 64)
+    with pytest.raises(RunMismatch, match="weights_sha256"):
+        compare_runs({"v1": (v1, "attention"), "v2": (v2, "attention")})
+    c = compare_runs({"v1": (v1, "attention"), "v2": (v2, "attention")}, may_differ=("weights_sha256",))
+    assert c["paired"]["v2"] == dict(a_only=0, b_only=1, p=1.0)
+
+
+def test_compare_runs_refuses_a_shared_task_demonstrated_by_another_expert():
+    meta = _run([("reach-v3", "attention", 0, [0, 1])], demonstrators={"reach-v3": "metaworld"})
+    tip = _run([("reach-v3", "attention", 0, [1, 1])], demonstrators={"reach-v3": "fingertips"})
+    with pytest.raises(RunMismatch, match="reach-v3's demos"):
+        compare_runs({"meta": (meta, "attention"), "tip": (tip, "attention")})
+
+
+def test_compare_runs_refuses_runs_without_a_shared_head():
+    a, b = _run([("t", "attention", 0, [1])]), _run([("u", "attention", 0, [1])])
+    with pytest.raises(RunMismatch, match="share no"):
+        compare_runs({"a": (a, "attention"), "b": (b, "attention")})
+
+
+def _part(tasks, seeds, poolings=("attention",), **settings):
+    rows = [(t, p, s, [1, 0]) for t in tasks for p in poolings for s in seeds]
+    return _run(rows, tasks=list(tasks), seeds=list(seeds), poolings=list(poolings), **settings)
+
+
+def test_merge_runs_joins_parts_that_split_the_tasks_or_the_seeds():
+    m = merge_runs([_part(["t1"], [0, 1]), _part(["t1"], [2]), _part(["t2"], [0, 1, 2])])
+    assert m["settings"]["tasks"] == ["t1", "t2"] and m["settings"]["seeds"] == [0, 1, 2]
+    assert len(m["results"]) == 6 and m["complete"] is True
+
+
+def test_merge_runs_is_incomplete_when_a_task_misses_a_seed_another_has():
+    m = merge_runs([_part(["t1"], [0, 1]), _part(["t2"], [0, 1, 2])])
+    assert m["settings"]["seeds"] == [0, 1, 2] and m["complete"] is False
+
+
+def test_merge_runs_refuses_parts_of_other_settings_and_overlapping_parts():
+    with pytest.raises(RunMismatch, match="epochs"):
+        merge_runs([_part(["t1"], [0], epochs=60), _part(["t2"], [0], epochs=30)])
+    with pytest.raises(RunMismatch, match=r"overlap.*'t1', 'attention', 1"):
+        merge_runs([_part(["t1"], [0, 1]), _part(["t1"], [1, 2])])
+
+
+def test_merge_runs_keeps_every_parts_demonstrators():
+    m = merge_runs([_part(["t1"], [0], demonstrators={"t1": "carry"}), _part(["t2"], [0], demonstrators={"t2": "held"})])
+    assert m["settings"]["demonstrators"] == {"t1": "carry", "t2": "held"}
