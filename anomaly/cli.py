@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from frozenvit.backbone.commands import EMBEDDED   # the embedded ViT by name (no --backbone: anomaly/defaults.py's)
 from frozenvit.backbone.suite.cli import add_backbone_args, add_threads_arg, number
 from frozenvit.backbone.suite.engine import add_engine_args
 from frozenvit.backbone.suite.errors import UsageError
 
-EMBEDDED = "embedded"   # --backbone embedded: the embedded ViT (no --backbone: anomaly/defaults.py's backbone)
 PREDICT_KIND = "anomaly.predict"   # the marker of a predict --out folder
 
 

@@ -1,4 +1,4 @@
-"""`frozenvit backbone info | inspect`, and the command-line helpers the applications share for naming a backbone.
+"""`frozenvit backbone info | inspect`, and the one rule every command lists its input images by (`image_files`).
 
 Registered through the entry-point group `frozenvit.commands` like every application.
 """
@@ -9,29 +9,24 @@ import logging
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from .suite.cli import add_backbone_args as add_suite_backbone_args
-from .suite.cli import add_threads_arg, number
+from .suite.cli import add_backbone_args, add_threads_arg, number
 from .suite.errors import UsageError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
 
 
-def add_backbone_args(parser: argparse.ArgumentParser) -> None:
-    """--backbone NAME --weights FILE --img-size N (no name: the embedded default): control's commands only;
-    every other command takes `suite.cli.add_backbone_args` (--image-size)."""
-    parser.add_argument("--backbone", default=None,
-                        help="timm model name, or efficientnet_lite0/1/2 (ImageNet weights from frozenvit[convnets]); "
-                             "default: the embedded default")
-    parser.add_argument("--weights", default=None, help="local .safetensors/.pth weights for --backbone")
-    parser.add_argument("--img-size", type=number(int, min=1), default=None,
-                        help="input size in pixels (None: the model's); position embeddings are resampled")
-    parser.add_argument("--random-weights", action="store_true", help="random initialisation (baselines only)")
+EMBEDDED = "embedded"      # --backbone embedded: the embedded ViT, as without --backbone
+
+
+def backbone_name(args: argparse.Namespace) -> str | None:
+    """The load_backbone name of --backbone (None: the embedded ViT)."""
+    return None if args.backbone in (None, EMBEDDED) else args.backbone
 
 
 def backbone_from_args(args: argparse.Namespace):
     from .loading import load_backbone
 
-    return load_backbone(args.backbone, weights=args.weights, img_size=args.image_size,
+    return load_backbone(backbone_name(args), weights=args.weights, img_size=args.image_size,
                          pretrained=not getattr(args, "random_weights", False))
 
 
@@ -116,7 +111,7 @@ def read_images(files: Sequence[Path]) -> list:
 def _cmd_info(args: argparse.Namespace) -> int:
     from .loading import load_backbone
 
-    name = args.name
+    name = backbone_name(args)
     kwargs = {}
     if name is not None and args.weights is None:
         kwargs["pretrained"] = False  # the contract does not depend on the weights: no download for `info`
@@ -149,14 +144,10 @@ def register(subparsers: Any) -> None:
     bbp = subparsers.add_parser("backbone", help="describe and inspect backbones")
     bsub = bbp.add_subparsers(dest="backbone_command", required=True)
     q = bsub.add_parser("info", help="print the preprocessing and grid contract of a backbone")
-    q.add_argument("name", nargs="?", default=None,
-                   help="timm model name or efficientnet_lite0/1/2 (default: the embedded default)")
-    q.add_argument("--weights", default=None, help="local .safetensors/.pth weights for NAME")
-    q.add_argument("--image-size", type=number(int, min=16), default=None, metavar="PX",
-                   help="input size in pixels (default: the backbone's own)")
+    add_backbone_args(q)
     q.set_defaults(func=_cmd_info)
     q = bsub.add_parser("inspect", help="attention entropy/distance and token-norm outliers on given images")
-    add_suite_backbone_args(q)
+    add_backbone_args(q)
     q.add_argument("--random-weights", action="store_true", help="random initialisation (baselines only)")
     add_threads_arg(q)
     q.add_argument("--images", nargs="+", required=True,

@@ -155,7 +155,7 @@ def test_cnn_backbone_hands_out_grids_with_the_same_interface():
 def test_info_cli_reports_reg4_dinov2_contract(capsys):
     from frozenvit.backbone.suite.cli import main
 
-    assert main(["backbone", "info", "vit_small_patch14_reg4_dinov2", "--image-size", "224"]) == 0
+    assert main(["backbone", "info", "--backbone", "vit_small_patch14_reg4_dinov2", "--image-size", "224"]) == 0
     out = capsys.readouterr().out
     assert "16x16 tokens" in out
     assert "5 (1 CLS + 4 register)" in out
@@ -173,7 +173,7 @@ def test_cli_lists_backbone_subcommands_and_distill():
 def test_cli_error_is_named_and_exit_code_2(capsys):
     from frozenvit.backbone.suite.cli import main
 
-    assert main(["backbone", "info", "vit_does_not_exist"]) == 2
+    assert main(["backbone", "info", "--backbone", "vit_does_not_exist"]) == 2
     assert "BackboneUnavailable" in capsys.readouterr().err
 
 

@@ -83,7 +83,7 @@ def test_random_weights_by_short_name_need_no_package(monkeypatch):
 
 
 def test_backbone_info_describes_a_named_convnet_and_its_stages(capsys):
-    assert main(["backbone", "info", "efficientnet_lite0"]) == 0
+    assert main(["backbone", "info", "--backbone", "efficientnet_lite0"]) == 0
     out = capsys.readouterr().out
     assert "efficientnet_lite0" in out and "224x224" in out and "3: stride 16 (14x14)" in out
 

@@ -6,10 +6,10 @@ from frozenvit.backbone.suite.cli import main
 
 CASES = [
     # (id, argv with {tmp}, error class)
-    ("unknown model name", "backbone info vit_does_not_exist", "BackboneUnavailable"),
+    ("unknown model name", "backbone info --backbone vit_does_not_exist", "BackboneUnavailable"),
     ("weights without a model name", "backbone info --weights {tmp}/w.safetensors", "UsageError"),
-    ("image-size not divisible by the patch", "backbone info vit_tiny_patch16_224 --image-size 70", "GridMismatch"),
-    ("image-size 0", "backbone info vit_tiny_patch16_224 --image-size 0", "UsageError"),
+    ("image-size not divisible by the patch", "backbone info --backbone vit_tiny_patch16_224 --image-size 70", "GridMismatch"),
+    ("image-size 0", "backbone info --backbone vit_tiny_patch16_224 --image-size 0", "UsageError"),
     ("inspect: images that do not exist", "backbone inspect --images {tmp}/nothing --out {tmp}/o", "UsageError"),
     ("inspect: a folder without images", "backbone inspect --images {tmp}/empty --out {tmp}/o", "UsageError"),
     ("inspect: --max-images 0", "backbone inspect --images {tmp}/empty --max-images 0 --out {tmp}/o", "UsageError"),
