@@ -134,7 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--student", required=True, help="student .safetensors from a distill run")
     p.add_argument("--name", required=True)
     p.add_argument("--assets", default=str(Path(__file__).parents[1] / "assets"))
-    p.add_argument("--train-img-size", type=int, default=128)
+    p.add_argument("--train-image-size", type=number(int, min=16), default=128, metavar="PX",
+                   help="the run's --image-size (the student's training resolution)")
     p.add_argument("--version", type=int, default=None, metavar="N",
                    help="also write default_vN.json, so the student stays loadable as 'frozenvit-default-vN' after "
                         "later defaults ship (refused if that version names other weights)")
@@ -146,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _ship(a: argparse.Namespace) -> int:
     from .train import ship_student
 
-    print(json.dumps(ship_student(a.student, a.assets, a.name, train_img_size=a.train_img_size,
+    print(json.dumps(ship_student(a.student, a.assets, a.name, train_img_size=a.train_image_size,
                                          version=a.version), indent=2))
     return 0
 

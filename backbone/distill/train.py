@@ -393,7 +393,7 @@ def ship_student(student_file: str | Path, assets_dir: str | Path, name: str, te
     g = int(round(math.sqrt(pos[1] - 1)))
     if g * patch != train_img_size:
         raise FrozenVitError(f"{student_file} has a {g}x{g} grid of {patch}px patches, not {train_img_size}px: "
-                             "pass the run's --img-size as --train-img-size")
+                             "pass the run's --image-size as --train-image-size")
     tmp = dst.with_suffix(".tmp")
     shutil.copyfile(student_file, tmp)
     tmp.replace(dst)
