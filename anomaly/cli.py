@@ -367,7 +367,13 @@ def register(subparsers: Any) -> None:
     _add_threshold_arg(q, "(stored in the model)")
     q.set_defaults(func=_cmd_fit)
 
-    q = sub.add_parser("predict", help="scores, decisions (CSV) and overlays (PNG) for images")
+    q = sub.add_parser("predict", help="scores, decisions (CSV) and overlays (PNG) for images", description=(
+        "Writes scores.csv (image, score, is_defect, threshold, overlay) and overlays/*.png.\n"
+        "score: one PatchCore's is a feature-space distance (>= 0, the model's own units); the ensemble's is the\n"
+        "mean of its members' scores standardised by their held-out normals (near 0 for a normal image; may be\n"
+        "negative). Compare a score only with the same model's threshold.\n"
+        "overlays: the defect map in 'jet' colours on one scale per model, transparent at the held-out normals'\n"
+        "median patch score and saturated at their worst patch."))
     q.add_argument("--model", required=True, help="model folder written by `anomaly fit`")
     q.add_argument("--images", nargs="+", required=True,
                    help="image files or folders (searched recursively; hidden files and folders frozenvit wrote, "
