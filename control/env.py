@@ -128,7 +128,7 @@ class MetaWorldTask:
         env._freeze_rand_vec = True          # later resets (and metaworld internals) keep this scene
         # Meta-World moves the goal site (model.site_pos) after its last forward pass of the reset, so the
         # site's world position in `data` - what the renderer draws - was stale until the first step: frame 0
-        # showed the goal somewhere else (measured: benchmarks/control_goal_probe.py). Recompute it; the
+        # showed the goal somewhere else (measured by a probe script kept in git history, lab/control-results.md). Recompute it; the
         # physics state (qpos, qvel) is untouched.
         import mujoco
 
