@@ -100,15 +100,13 @@ def _control_policy(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def part_control(args: argparse.Namespace) -> dict[str, Any]:
-    import importlib
     import statistics
 
     import ray
     import torch
 
-    from frozenvit.control import config_seeds, evaluate
+    from frozenvit.control import config_seeds, evaluate, release_workers
 
-    ev = importlib.import_module("frozenvit.control.evaluate")
     pol, bb = _control_policy(args)
     configs = config_seeds("heldout", args.configs)
     fresh, warm = f"ray, {args.workers} x 1 thread, fresh actors", f"ray, {args.workers} x 1 thread, actors kept from the previous call"
@@ -119,7 +117,7 @@ def part_control(args: argparse.Namespace) -> dict[str, Any]:
     for rep in range(args.control_repeat):                         # interleaved, so that drift hits every row
         for label, engine, threads in runs_def:
             if label == fresh:
-                ev._drop_pool(ray)                                  # new actors: process start and imports inside
+                release_workers(ray)                                # new actors: process start and imports inside
             torch.set_num_threads(threads)
             t0 = time.perf_counter()
             res = evaluate(pol, bb, configs, max_steps=args.max_steps, parallel=args.parallel, progress=False,

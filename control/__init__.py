@@ -25,7 +25,7 @@ _API = {
     "env": ("ACTION_DIM", "HELDOUT_OFFSET", "PROPRIO_DIM", "MetaWorldTask", "State", "check_task", "config_seeds",
             "task_names"),
     "errors": ("DemoError", "PolicyError", "RenderUnavailable", "TaskError"),
-    "evaluate": ("EpisodeJournal", "TaskResult", "evaluate", "save_gif"),
+    "evaluate": ("EpisodeJournal", "TaskResult", "evaluate", "release_workers", "save_gif"),
     "experts": ("DEMONSTRATORS", "EXPERTS", "TASK_DEMONSTRATORS", "expert_name", "make_expert"),
     "features": ("FeatureCache", "backbone_meta", "cache_features", "default_blocks", "load_feature_cache"),
     "head": ("POOLINGS", "AttentionConfig", "AttentionPool", "HeadConfig", "PolicyHead", "bc_loss"),

@@ -226,8 +226,16 @@ def _actor_pool(ray: Any, n: int, threads: int) -> list:
     return pool[:n]
 
 
-def _drop_pool(ray: Any) -> None:
-    """Kill every pooled actor (after a failed evaluation: they may still be running its chunks)."""
+def release_workers(ray: Any = None) -> None:
+    """Kill the Ray actors that `evaluate(..., engine="ray")` keeps for the next evaluation of this session.
+
+    Called after a failed evaluation (its actors may still be running its chunks); call it yourself to free
+    their CPUs or to time an evaluation that starts its actors afresh. Does nothing when none are kept.
+    """
+    if not _POOL:
+        return
+    if ray is None:
+        import ray
     for actors in _POOL.values():
         for a in actors:
             ray.kill(a)
@@ -267,7 +275,7 @@ def _rollouts_ray(policy: Any, backbone: Any, queue: list[int], env_args: dict, 
                 if left:
                     send(a)
         except BaseException:
-            _drop_pool(ray)
+            release_workers(ray)
             raise
 
 
