@@ -92,6 +92,7 @@ def save_patchcore(det: Any, path: str | os.PathLike, backbone_source: dict | No
         "holdout_indices": [int(i) for i in det.holdout_indices_],
         "bank_shape": list(det.bank_.shape),
         "backbone": describe_backbone(bb), "backbone_source": source,
+        "updates": list(getattr(det, "updates_", [])),      # PatchCore.partial_fit: what was added, in order
     }
     cfg["params"]["blocks"] = list(cfg["params"]["blocks"]) if cfg["params"]["blocks"] is not None else None
     with atomic_dir(path, KIND, replaces=REPLACES) as tmp:
@@ -154,7 +155,7 @@ def load_patchcore(cls: type, path: str | os.PathLike, backbone: Any = None) -> 
         learned = dict(blocks_=tuple(cfg["blocks"]), grid_=tuple(cfg["grid"]), threshold_=threshold,
                        map_range_=tuple(float(v) for v in cfg["map_range"]),
                        n_train_images_=int(cfg["n_train_images"]), n_train_patches_=int(cfg["n_train_patches"]),
-                       holdout_indices_=np.array(cfg["holdout_indices"], dtype=int))
+                       holdout_indices_=np.array(cfg["holdout_indices"], dtype=int), updates_=list(cfg["updates"]))
         bank_shape = list(cfg["bank_shape"])
     except (KeyError, TypeError, ValueError) as e:    # a config written by another tool or edited by hand
         raise ArtifactError(f"{path}/config.json is not a complete {KIND} config ({type(e).__name__}: {e}); "
