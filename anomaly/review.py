@@ -17,12 +17,16 @@ its folder (no `..`, absolute paths or symlinks out of it). A bad request gets a
 """
 # no `from __future__ import annotations`: FastAPI reads the endpoints' annotations (Request) at run time
 
+import contextlib
 import csv
+import shutil
+import socket
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Iterator
 
 from frozenvit.backbone.suite.artifacts import check_output_file, write_json
 from frozenvit.backbone.suite.errors import UsageError
@@ -33,6 +37,9 @@ HOST = "127.0.0.1"
 PORT = 8765
 STATIC = Path(__file__).with_name("review_static")
 _STATIC_FILES = {"app.js": "text/javascript", "style.css": "text/css"}
+# headless chromium without a sandbox (containers run as root), GPU or any network of its own
+CHROMIUM_ARGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run")
 
 
 def labels_path(predictions: str | Path) -> Path:
@@ -213,3 +220,53 @@ def review_app(data: ReviewData):
         return serve(overlay_root, name, name in overlays)
 
     return app
+
+
+@contextlib.contextmanager
+def running(app: Any, host: str = HOST) -> Iterator[str]:
+    """Serve `app` with uvicorn on a free port of `host` in a background thread; yields its URL, stops on exit."""
+    import uvicorn
+
+    with socket.socket() as s:
+        s.bind((host, 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        yield f"http://{host}:{port}/"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def chromium() -> str | None:
+    """The system's chromium (Debian's `chromium` package), or None."""
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def screenshot(data: ReviewData, select: int = 0, size: tuple[int, int] = (1280, 760)) -> bytes | None:
+    """A PNG of the review page over `data` with its `select`-th image (by score) open, taken by the system's
+    chromium through Playwright; None when playwright, uvicorn or chromium is absent. Marks nothing."""
+    exe = chromium()
+    try:
+        import uvicorn  # noqa: F401
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return None
+    if exe is None:
+        return None
+    with running(review_app(data)) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, args=list(CHROMIUM_ARGS))
+        try:
+            page = browser.new_page(viewport={"width": size[0], "height": size[1]})
+            page.goto(url)
+            page.wait_for_selector(".item")
+            page.locator(".item").nth(select).click()
+            page.wait_for_function("document.getElementById('map').complete && document.getElementById('photo').complete")
+            return page.screenshot()
+        finally:
+            browser.close()
