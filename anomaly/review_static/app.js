@@ -17,7 +17,10 @@ async function load() {
   if (!t.dataset.init) { t.value = state.threshold ?? (lo + hi) / 2; t.dataset.init = "1"; }
   const mark = $("calibrated-mark");
   if (state.threshold === null) { mark.style.display = "none"; $("reset-threshold").disabled = true; }
-  else { mark.style.left = (100 * (state.threshold - t.min) / (t.max - t.min)) + "%"; }
+  else {
+    mark.style.left = (100 * (state.threshold - t.min) / (t.max - t.min)) + "%";
+    $("reset-threshold").textContent = "calibrated " + state.threshold.toFixed(3);
+  }
   drawFilters();
   draw();
   if (selected === null && state.images.length) select(state.images[0].name);
