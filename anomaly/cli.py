@@ -257,6 +257,12 @@ def _cmd_review(args: argparse.Namespace) -> int:
 
     from .review import HOST, ReviewData, labels_path, review_app
 
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn
+    except ImportError as e:
+        raise UsageError(f"anomaly review needs the review extra ({e.name} is missing): "
+                         "pip install 'frozenvit[review]'") from e
     out = Path(args.out) if args.out else Path(args.model).parent / f"{Path(args.model).name}-review"
     images = Path(args.images)
     if not images.is_dir():
@@ -273,8 +279,6 @@ def _cmd_review(args: argparse.Namespace) -> int:
     if args.host != HOST:
         print(f"warning: --host {args.host} serves these images and accepts marks from other machines on the network; "
               "the app has no login", file=sys.stderr)
-    import uvicorn
-
     print(f"reviewing {len(data.rows)} images of {images}; marks go to {data.labels.path}\n"
           f"open http://{args.host}:{args.port}/  (Ctrl-C stops)", flush=True)
     uvicorn.run(review_app(data), host=args.host, port=args.port, log_level="warning")

@@ -300,3 +300,13 @@ def test_update_with_a_file_that_is_not_a_labels_file_fails_in_one_line(review_w
     ws = review_workspace
     assert main(["anomaly", "update", "--model", str(ws / "model"), "--normals", str(ws / "model" / "config.json")]) == 2
     assert "not a labels file" in capsys.readouterr().err
+
+
+def test_review_without_the_review_extra_says_what_to_install(review_workspace, monkeypatch, capsys):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)                  # import uvicorn raises ImportError
+    ws = review_workspace
+    assert main(["anomaly", "review", "--model", str(ws / "model"), "--images", str(ws / "data/weave/test"),
+                 "--out", str(ws / "pred_noextra")]) == 2
+    assert "frozenvit[review]" in capsys.readouterr().err and not (ws / "pred_noextra").exists()
