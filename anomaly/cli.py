@@ -255,6 +255,8 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 def _cmd_review(args: argparse.Namespace) -> int:
     import os
 
+    from frozenvit.backbone.commands import list_images
+
     from .review import HOST, ReviewData, labels_path, review_app
 
     try:
@@ -272,7 +274,11 @@ def _cmd_review(args: argparse.Namespace) -> int:
                          "written into the image folder; choose --out outside it")
     scores, model_marker = out / "scores.csv", Path(args.model) / ".frozenvit.json"
     fresh = scores.is_file() and model_marker.is_file() and os.path.getmtime(scores) >= os.path.getmtime(model_marker)
-    if args.rescore or not fresh:                  # no predictions yet, or older than the model (e.g. an update)
+    if fresh:                                      # ... and of the images the folder holds now
+        with open(scores, newline="") as f:
+            listed = {r["image"] for r in csv.DictReader(f)}
+        fresh = listed == {str(p.relative_to(images)) for p in list_images([str(images)], exclude=[out])}
+    if args.rescore or not fresh:                  # no predictions yet, older than the model (an update), other images
         _cmd_predict(argparse.Namespace(model=args.model, images=[str(images)], out=str(out), no_overlays=False,
                                         threshold=None, threads=args.threads, ray=None, workers=None))
     data = ReviewData.open(out, images)

@@ -310,3 +310,29 @@ def test_review_without_the_review_extra_says_what_to_install(review_workspace, 
     assert main(["anomaly", "review", "--model", str(ws / "model"), "--images", str(ws / "data/weave/test"),
                  "--out", str(ws / "pred_noextra")]) == 2
     assert "frozenvit[review]" in capsys.readouterr().err and not (ws / "pred_noextra").exists()
+
+
+def test_review_reuses_predictions_until_the_model_or_the_images_change(review_workspace, monkeypatch):
+    import os
+    import shutil
+
+    import uvicorn
+
+    ws = review_workspace
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: None)
+    shutil.copytree(ws / "model", ws / "model_reuse")
+    images = ws / "images_reuse"
+    shutil.copytree(ws / "data/weave/test", images)
+    argv = ["anomaly", "review", "--model", str(ws / "model_reuse"), "--images", str(images),
+            "--out", str(ws / "pred_reuse")]
+    scores = ws / "pred_reuse" / "scores.csv"
+    assert main(argv) == 0
+    first = scores.stat().st_mtime_ns
+    assert main(argv) == 0 and scores.stat().st_mtime_ns == first          # reused
+    marker = ws / "model_reuse" / ".frozenvit.json"
+    os.utime(marker, ns=(first + 10**6, first + 10**6))                   # the model is newer: predicted again
+    assert main(argv) == 0 and scores.stat().st_mtime_ns > first
+    second = scores.stat().st_mtime_ns
+    shutil.copy(images / "good" / "000.png", images / "good" / "new.png")  # another image: predicted again
+    assert main(argv) == 0 and scores.stat().st_mtime_ns > second
+    assert "good/new.png" in scores.read_text()
