@@ -6,6 +6,8 @@
 fit:     normals -> patch features (features.py; tiles and augmented copies there) -> coreset bank (coreset.py)
          -> faiss index (search.py); a held-out split of the normals is scored to calibrate the threshold
          (threshold.py).
+partial_fit: more normals (false alarms marked normal) -> their coreset appended to the bank; the threshold
+         re-calibrated on the earlier and the new held-out normals.
 predict: patch score = distance to the nearest bank entry -> image score (scoring.py) and the defect map at the
          original image size (anomaly_map.py) -> decision at the threshold.
 """
@@ -239,7 +241,7 @@ class PatchCore(BaseEstimator):
         patches it has seen, and no earlier entry is dropped. The threshold (unless `threshold` is given) is
         re-calibrated at `target_fpr` on the earlier held-out normals plus the new held-out ones, all scored
         against the grown bank: `calibration_images`, the earlier held-out normals themselves, when given; else
-        their stored scores (the bank only grew, so their true distances can only be smaller or equal). What
+        their stored scores (the bank only grew, so their nearest-patch distances can only be smaller or equal). What
         was added is appended to `updates_` (saved with the model). Raises NotFittedError before `fit`,
         DatasetError for no images.
         """

@@ -64,7 +64,7 @@ def one_split(ds, bb, args, seed: int) -> dict:
         for k in args.k:
             marked = false_alarms[:k]
             assert not set(marked) & set(scored), "an image used to score was added"
-            upd = PatchCore.load(Path(tmp) / "model", backbone=bb)
+            upd = PatchCore.load(Path(tmp) / "model", backbone=bb).set_params(progress=False)
             if marked:
                 upd.partial_fit(marked)
                 updates.append({"k": k, **{key: ([Path(m).name for m in v] if isinstance(v, list) else v)

@@ -336,3 +336,11 @@ def test_review_reuses_predictions_until_the_model_or_the_images_change(review_w
     shutil.copy(images / "good" / "000.png", images / "good" / "new.png")  # another image: predicted again
     assert main(argv) == 0 and scores.stat().st_mtime_ns > second
     assert "good/new.png" in scores.read_text()
+
+
+def test_partial_fit_rescores_the_earlier_held_out_normals_when_given(fitted, tmp_path):
+    ds = _weave(tmp_path)
+    det = fitted.fit(ds.train)
+    held = [ds.train[i] for i in det.holdout_indices_]
+    det.partial_fit([s.path for s in ds.test if s.label == 0][:1], calibration_images=held)   # 1 image: none held out
+    assert np.allclose(det.calibration_scores_, det.decision_function(held))
