@@ -329,11 +329,12 @@ def _register_review(sub: Any) -> None:
     q.add_argument("--model", required=True, help="model folder written by `anomaly fit`")
     q.add_argument("--images", required=True, help="folder of images to review (searched recursively; never written)")
     q.add_argument("--out", default=None, metavar="DIR",
-                   help="predictions folder (as `anomaly predict --out`), written when it is missing or older than "
-                        "the model; the marks go into DIR.labels.json beside it. Without it, MODEL-review beside "
-                        "the model folder")
-    q.add_argument("--rescore", action="store_true", help="predict again even when --out is newer than the model")
-    q.add_argument("--host", default=HOST, help="address to listen on (another than this machine's own: a warning)")
+                   help="predictions folder (as `anomaly predict --out`), written when it is missing, older than "
+                        "the model or of other images; the marks go into DIR.labels.json beside it. Without it, "
+                        "MODEL-review beside the model folder")
+    q.add_argument("--rescore", action="store_true", help="predict again even when --out holds this model's predictions of these images")
+    q.add_argument("--host", default=HOST, help="address to listen on; any other than 127.0.0.1 (this machine only) exposes the page to the "
+                        "network, without a login, and prints a warning")
     q.add_argument("--port", type=number(int, min=1, max=65535), default=PORT, help="port to listen on")
     add_threads_arg(q)
     q.set_defaults(func=_cmd_review)
