@@ -9,8 +9,8 @@ with the count and share of images above it and where the calibrated threshold s
 an MVTec layout, and buttons that mark an image "normal" or "defect".
 
 Marks go into a labels file beside the predictions (`labels_path`: `PRED.labels.json` for the folder PRED), never
-into the image folder; each mark rewrites it atomically under a lock, so marks made at once from two tabs are all
-kept, and they survive a restart. `anomaly update --normals` reads the images marked "normal" from it.
+into the image folder; each mark re-reads and rewrites it atomically under a lock (`Labels`), so marks made at once
+from two tabs (or two servers) are all kept, and they survive a restart. `anomaly update --normals` reads the images marked "normal" from it.
 
 Files served: the page's own, and only the images and overlays that the predictions list, each resolved inside
 its folder (no `..`, absolute paths or symlinks out of it). A bad request gets a 4xx answer, never a traceback.
@@ -72,37 +72,62 @@ def safe_file(root: Path, name: str) -> Path | None:
 
 class Labels:
     """The marks of one predictions folder: {image name: {"label": "normal"|"defect", "score", "at"}}, kept in
-    `labels_path(predictions)`, rewritten atomically on every change under a lock (one writer at a time)."""
+    `labels_path(predictions)`. Every read and change goes to the file, under a thread lock and an advisory lock
+    (flock) on the folder that holds it; a change re-reads the file and rewrites it atomically, so marks from
+    two tabs, or two servers over the same predictions, are all kept."""
 
     def __init__(self, path: Path, images: Path) -> None:
-        import json
-
         check_output_file(path, LABELS_KIND, flag="labels file")   # never a file frozenvit did not write
         self.path, self.images = path, images.resolve()
         self._lock = threading.Lock()
-        self._marks: dict[str, dict] = {}
-        if path.exists():
-            obj = json.loads(path.read_text())
-            if Path(obj.get("images", "")) != self.images:
-                raise UsageError(f"{path} holds marks of the images in {obj.get('images')}, not {self.images}; "
-                                 "review those, or write the predictions of these images elsewhere (--out)")
-            self._marks = dict(obj.get("labels") or {})
+        with self._locked():
+            have = self._read_images()
+        if have is not None and have != self.images:
+            raise UsageError(f"{path} holds marks of the images in {have}, not {self.images}; review those, or write "
+                             "the predictions of these images elsewhere (--out)")
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        import os
+
+        with self._lock:
+            try:
+                import fcntl
+            except ImportError:                     # no flock (Windows): one server at a time
+                yield
+                return
+            fd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)                        # closing releases the lock
+
+    def _read(self) -> dict:
+        import json
+
+        return json.loads(self.path.read_text()) if self.path.exists() else {}
+
+    def _read_images(self) -> Path | None:
+        obj = self._read()
+        return Path(obj["images"]) if "images" in obj else None
 
     def marks(self) -> dict[str, dict]:
-        with self._lock:
-            return {k: dict(v) for k, v in self._marks.items()}
+        with self._locked():
+            return dict(self._read().get("labels") or {})
 
     def mark(self, image: str, label: str | None, score: float | None = None) -> None:
         """Set (or with None, clear) the mark of `image` and rewrite the file."""
         if label is not None and label not in LABELS:
             raise ValueError(f"label must be one of {LABELS} or None, got {label!r}")
-        with self._lock:
+        with self._locked():
+            marks = dict(self._read().get("labels") or {})
             if label is None:
-                self._marks.pop(image, None)
+                marks.pop(image, None)
             else:
-                self._marks[image] = {"label": label, "score": score,
-                                      "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-            write_json(self.path, {"images": str(self.images), "labels": self._marks}, kind=LABELS_KIND)
+                marks[image] = {"label": label, "score": score,
+                                "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+            write_json(self.path, {"images": str(self.images), "labels": marks}, kind=LABELS_KIND)
 
 
 def read_labels(path: str | Path, label: str = "normal") -> list[Path]:

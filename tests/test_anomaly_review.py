@@ -344,3 +344,13 @@ def test_partial_fit_rescores_the_earlier_held_out_normals_when_given(fitted, tm
     held = [ds.train[i] for i in det.holdout_indices_]
     det.partial_fit([s.path for s in ds.test if s.label == 0][:1], calibration_images=held)   # 1 image: none held out
     assert np.allclose(det.calibration_scores_, det.decision_function(held))
+
+
+def test_marks_from_two_servers_over_the_same_predictions_are_all_kept(review_workspace):
+    ws = review_workspace
+    name = _fresh_pred(ws, "pred_two_servers")
+    a, b = _client(ws, name), _client(ws, name)                          # two apps: two servers
+    a.post("/api/label", json={"image": "good/000.png", "label": "normal"})
+    b.post("/api/label", json={"image": "hole/000.png", "label": "defect"})
+    assert set(json.loads((ws / f"{name}.labels.json").read_text())["labels"]) == {"good/000.png", "hole/000.png"}
+    assert {i["name"]: i["label"] for i in a.get("/api/state").json()["images"]}["hole/000.png"] == "defect"
