@@ -10,7 +10,8 @@ an MVTec layout, and buttons that mark an image "normal" or "defect".
 
 Marks go into a labels file beside the predictions (`labels_path`: `PRED.labels.json` for the folder PRED), never
 into the image folder; each mark re-reads and rewrites it atomically under a lock (`Labels`), so marks made at once
-from two tabs (or two servers) are all kept, and they survive a restart. `anomaly update --normals` reads the images marked "normal" from it.
+from two tabs (or two servers) are all kept, and they survive a restart. `anomaly update --normals` reads the
+images marked "normal" from it.
 
 Files served: the page's own, and only the images and overlays that the predictions list, each resolved inside
 its folder (no `..`, absolute paths or symlinks out of it). A bad request gets a 4xx answer, never a traceback.
@@ -147,7 +148,8 @@ def read_labels(path: str | Path, label: str = "normal") -> list[Path]:
     files = [safe_file(root, n) for n in names]
     missing = [n for n, f in zip(names, files) if f is None]
     if missing:
-        raise UsageError(f"{len(missing)} image(s) marked in {path} are not in {root} any more: {', '.join(missing[:5])}")
+        raise UsageError(f"{len(missing)} image(s) marked in {path} are not in {root} any more: "
+                         f"{', '.join(missing[:5])}")
     return files
 
 
@@ -223,7 +225,8 @@ def review_app(data: ReviewData):
             body = await request.json()
         except ValueError:
             raise HTTPException(400, "the body is not JSON") from None
-        if not isinstance(body, dict) or not isinstance(body.get("image"), str) or body.get("label", 0) not in (*LABELS, None):
+        valid = isinstance(body, dict) and isinstance(body.get("image"), str) and body.get("label", 0) in (*LABELS, None)
+        if not valid:
             raise HTTPException(422, 'expected {"image": name, "label": "normal" | "defect" | null}')
         if body["image"] not in by_name:
             raise HTTPException(404, "no such image in the predictions")
@@ -291,7 +294,7 @@ def screenshot(data: ReviewData, select: int = 0, size: tuple[int, int] = (1280,
             page.goto(url)
             page.wait_for_selector(".item")
             page.locator(".item").nth(select).click()
-            page.wait_for_function("document.getElementById('map').complete && document.getElementById('photo').complete")
+            page.wait_for_function("['map', 'photo'].every((id) => document.getElementById(id).complete)")
             return page.screenshot()
         finally:
             browser.close()

@@ -152,11 +152,12 @@ of the bare backbone's (`patch_grids` of each member on exactly the inputs it se
 {speed}
 
 False alarms fed back (`benchmarks/anomaly_feedback.py`, `--backbone efficientnet_lite0`, one run per seed:
-the split, the subset of normals fitted on and the model's seed). The good test images are split into a feedback half and a scoring half; the top k false alarms of the
-feedback half at the calibrated threshold are marked normal and added with `PatchCore.partial_fit` (`anomaly
-update`); false alarms (summed over the seeds), the detection rate and image AUROC (averaged) are measured on the
-scoring half and all defective images, before and after. No scored image is ever added. "Marked" (summed over the
-seeds) is fewer than k per seed where the feedback half had fewer false alarms.
+the split, the subset of normals fitted on and the model's seed). The good test images are split into a
+feedback half and a scoring half; the top k false alarms of the feedback half at the calibrated threshold are
+marked normal and added with `PatchCore.partial_fit` (`anomaly update`); false alarms (summed over the seeds),
+the detection rate and image AUROC (averaged) are measured on the scoring half and all defective images, before
+and after. No scored image is ever added. "Marked" (summed over the seeds) is fewer than k per seed where the
+feedback half had fewer false alarms.
 
 {anomaly_feedback()}
 """

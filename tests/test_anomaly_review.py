@@ -298,7 +298,8 @@ def test_update_adds_the_images_marked_normal_and_replaces_the_model(review_work
 
 def test_update_with_a_file_that_is_not_a_labels_file_fails_in_one_line(review_workspace, capsys):
     ws = review_workspace
-    assert main(["anomaly", "update", "--model", str(ws / "model"), "--normals", str(ws / "model" / "config.json")]) == 2
+    argv = ["anomaly", "update", "--model", str(ws / "model"), "--normals", str(ws / "model" / "config.json")]
+    assert main(argv) == 2
     assert "not a labels file" in capsys.readouterr().err
 
 
