@@ -2,7 +2,8 @@
 
     model/config.json        kind, format_version, hyperparameters, learned scalars, and the
                              backbone it was fitted on: name, weights fingerprint, preprocessing, grid
-                             (threshold null: uncalibrated, too few normals to hold any out)
+                             (threshold null: uncalibrated, too few normals to hold any out); "updates":
+                             the normals `partial_fit` added, in order (absent: none)
     model/bank.safetensors   bank (M, D) float32, calibration_scores (n_hold,) float32 (n_hold may be 0)
     model/index.faiss        the faiss index over the bank
 
@@ -93,6 +94,8 @@ def save_patchcore(det: Any, path: str | os.PathLike, backbone_source: dict | No
         "bank_shape": list(det.bank_.shape),
         "backbone": describe_backbone(bb), "backbone_source": source,
     }
+    if getattr(det, "updates_", None):              # PatchCore.partial_fit: what was added, in order (absent: never)
+        cfg["updates"] = list(det.updates_)
     cfg["params"]["blocks"] = list(cfg["params"]["blocks"]) if cfg["params"]["blocks"] is not None else None
     with atomic_dir(path, KIND, replaces=REPLACES) as tmp:
         save_file({"bank": det.bank_, "calibration_scores": np.asarray(det.calibration_scores_, np.float32)},
@@ -154,7 +157,8 @@ def load_patchcore(cls: type, path: str | os.PathLike, backbone: Any = None) -> 
         learned = dict(blocks_=tuple(cfg["blocks"]), grid_=tuple(cfg["grid"]), threshold_=threshold,
                        map_range_=tuple(float(v) for v in cfg["map_range"]),
                        n_train_images_=int(cfg["n_train_images"]), n_train_patches_=int(cfg["n_train_patches"]),
-                       holdout_indices_=np.array(cfg["holdout_indices"], dtype=int))
+                       holdout_indices_=np.array(cfg["holdout_indices"], dtype=int),
+                       updates_=list(cfg.get("updates", [])))                 # absent: never updated
         bank_shape = list(cfg["bank_shape"])
     except (KeyError, TypeError, ValueError) as e:    # a config written by another tool or edited by hand
         raise ArtifactError(f"{path}/config.json is not a complete {KIND} config ({type(e).__name__}: {e}); "

@@ -1,4 +1,4 @@
-"""`frozenvit anomaly fit|predict|evaluate|audit|synth`."""
+"""`frozenvit anomaly fit|predict|evaluate|audit|synth|review|update`."""
 from __future__ import annotations
 
 import argparse
@@ -252,6 +252,103 @@ def _cmd_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_review(args: argparse.Namespace) -> int:
+    import os
+
+    from frozenvit.backbone.commands import list_images
+
+    from .review import HOST, ReviewData, labels_path, review_app
+
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn
+    except ImportError as e:
+        raise UsageError(f"anomaly review needs the review extra ({e.name} is missing): "
+                         "pip install 'frozenvit[review]'") from e
+    out = Path(args.out) if args.out else Path(args.model).parent / f"{Path(args.model).name}-review"
+    images = Path(args.images)
+    if not images.is_dir():
+        raise UsageError(f"--images {images} is not a folder")
+    if labels_path(out).resolve().is_relative_to(images.resolve()) or out.resolve().is_relative_to(images.resolve()):
+        raise UsageError(f"--out {out} lies inside --images {images}: the predictions and the labels are never "
+                         "written into the image folder; choose --out outside it")
+    scores, model_marker = out / "scores.csv", Path(args.model) / ".frozenvit.json"
+    fresh = scores.is_file() and model_marker.is_file() and os.path.getmtime(scores) >= os.path.getmtime(model_marker)
+    if fresh:                                      # ... and of the images the folder holds now
+        with open(scores, newline="") as f:
+            listed = {r["image"] for r in csv.DictReader(f)}
+        fresh = listed == {str(p.relative_to(images)) for p in list_images([str(images)], exclude=[out])}
+    if args.rescore or not fresh:                  # no predictions yet, older than the model (an update), other images
+        _cmd_predict(argparse.Namespace(model=args.model, images=[str(images)], out=str(out), no_overlays=False,
+                                        threshold=None, threads=args.threads, ray=None, workers=None))
+    data = ReviewData.open(out, images)
+    if args.host != HOST:
+        print(f"warning: --host {args.host} serves these images and accepts marks from other machines on the network; "
+              "the app has no login", file=sys.stderr)
+    print(f"reviewing {len(data.rows)} images of {images}; marks go to {data.labels.path}\n"
+          f"open http://{args.host}:{args.port}/  (Ctrl-C stops)", flush=True)
+    uvicorn.run(review_app(data), host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def _cmd_update(args: argparse.Namespace) -> int:
+    from frozenvit.backbone.commands import list_images
+
+    from .patchcore import PatchCore
+    from .review import read_labels
+
+    _faiss_threads(args)
+    normals = Path(args.normals)
+    files = list_images([str(normals)]) if normals.is_dir() else read_labels(normals)
+    if not files:
+        raise UsageError(f"{normals} marks no image normal: nothing to add")
+    det = _model(argparse.Namespace(model=args.model, threshold=None))
+    if not isinstance(det, PatchCore):
+        raise UsageError(f"--model {args.model} is the default ensemble; update adds normals to a single PatchCore "
+                         "(one fitted with --backbone)")
+    import json
+
+    source = json.loads((Path(args.model) / "config.json").read_text())["backbone_source"]   # checked by the load
+    det.partial_fit(files)
+    det.save(args.model, backbone_source=source)   # replaces the artifact atomically (a failure leaves it as it was)
+    u = det.updates_[-1]
+
+    def t(v: float | None) -> str:
+        return "uncalibrated" if v is None else f"{v:.4f}"
+
+    print(f"added {len(u['added_to_bank'])} images to the bank ({u['bank_entries_added']} entries, now "
+          f"{len(det.bank_)}), held out {len(u['held_out'])} for calibration; threshold {t(u['threshold_before'])} -> "
+          f"{t(u['threshold_after'])}; wrote {args.model}")
+    return 0
+
+
+def _register_review(sub: Any) -> None:
+    from .review import HOST, PORT
+
+    q = sub.add_parser("review", help="a local web page to inspect defect maps and mark images normal or defect")
+    q.add_argument("--model", required=True, help="model folder written by `anomaly fit`")
+    q.add_argument("--images", required=True, help="folder of images to review (searched recursively; never written)")
+    q.add_argument("--out", default=None, metavar="DIR",
+                   help="predictions folder (as `anomaly predict --out`), written when it is missing, older than "
+                        "the model or of other images; the marks go into DIR.labels.json beside it. Without it, "
+                        "MODEL-review beside the model folder")
+    q.add_argument("--rescore", action="store_true", help="predict again even when --out holds this model's predictions of these images")
+    q.add_argument("--host", default=HOST, help="address to listen on; any other than 127.0.0.1 (this machine only) exposes the page to the "
+                        "network, without a login, and prints a warning")
+    q.add_argument("--port", type=number(int, min=1, max=65535), default=PORT, help="port to listen on")
+    add_threads_arg(q)
+    q.set_defaults(func=_cmd_review)
+
+    q = sub.add_parser("update", help="add images marked normal to a model's bank and re-calibrate its threshold")
+    q.add_argument("--model", required=True, help="model folder written by `anomaly fit` (a single PatchCore); "
+                                                  "replaced atomically, with what was added recorded in it")
+    q.add_argument("--normals", required=True,
+                   help="a labels file written by `anomaly review` (its images marked normal), or a folder of "
+                        "normal images")
+    add_threads_arg(q)
+    q.set_defaults(func=_cmd_update)
+
+
 def _reduce_dim(text: str) -> int | float | None:
     """--reduce-dim: 'none', a channel count (an integer) or a fraction of the width in (0, 1]."""
     if text.lower() == "none":
@@ -426,3 +523,5 @@ def register(subparsers: Any) -> None:
     q.add_argument("--width", type=number(int, min=MIN_SIDE, max=MAX_SIDE), default=224, help="image width in pixels")
     q.add_argument("--seed", type=number(int, min=0), default=0, help="seed of the set: equal seeds, equal images")
     q.set_defaults(func=_cmd_synth)
+
+    _register_review(sub)

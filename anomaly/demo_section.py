@@ -65,6 +65,27 @@ def overlay_figure(det: Any, ds: Any, n: int = 6):
     return fig
 
 
+def review_screenshot(det: Any, ds: Any, out: Path) -> bytes | None:
+    """A screenshot of `anomaly review` over the test images of `ds` (predictions and overlays written to `out`),
+    the top-scored one open; None without chromium and playwright (review.screenshot)."""
+    from .review import Labels, ReviewData, chromium, labels_path, screenshot
+    from .stream import iter_scored
+    from .viz import overlay_file_names
+
+    if chromium() is None:
+        return None
+    root = Path(ds.test[0].path).parent.parent                                # the category's test/ folder
+    names = [str(Path(s.path).relative_to(root)) for s in ds.test]
+    (out / "overlays").mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name, ov, got in zip(names, overlay_file_names(names), iter_scored(det, [s.path for s in ds.test])):
+        (out / "overlays" / ov).write_bytes(got.overlay_png)
+        rows.append({"name": name, "score": got.score, "type": Path(name).parent.name, "overlay": ov})
+    rows.sort(key=lambda r: -r["score"])
+    data = ReviewData(out, root.resolve(), rows, det.decision_threshold(), Labels(labels_path(out), root))
+    return screenshot(data)
+
+
 def section(ctx: Any) -> Any:
     from frozenvit.backbone.errors import BackboneUnavailable
     from frozenvit.backbone.suite.report import Section
@@ -112,4 +133,9 @@ def section(ctx: Any) -> Any:
                f"{cats[0]}: test images (top) and defect maps at original size (bottom; ground truth outlined "
                "in green, transparent up to the median held-out normal patch score, red from the largest one). Titles: image score "
                "and the decision at the calibrated threshold.")
+    png = review_screenshot(*first, root / "review")
+    if png is not None:
+        sec.figure(png, f"`frozenvit anomaly review` over the {cats[0]} test images: the list by score, the photo and its "
+                        "defect map side by side (map opacity adjustable), the threshold slider with the flagged count "
+                        "(the red tick is the calibrated threshold), defect-type filters and the normal/defect marks.")
     return sec

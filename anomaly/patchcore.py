@@ -6,6 +6,8 @@
 fit:     normals -> patch features (features.py; tiles and augmented copies there) -> coreset bank (coreset.py)
          -> faiss index (search.py); a held-out split of the normals is scored to calibrate the threshold
          (threshold.py).
+partial_fit: more normals (false alarms marked normal) -> their coreset appended to the bank; the threshold
+         re-calibrated on the earlier and the new held-out normals.
 predict: patch score = distance to the nearest bank entry -> image score (scoring.py) and the defect map at the
          original image size (anomaly_map.py) -> decision at the threshold.
 """
@@ -220,6 +222,7 @@ class PatchCore(BaseEstimator):
             patch, scores, _ = self._score(train[:16], "overlay scale")
             scores, calibrated = scores[:0], None
         self.calibration_scores_ = scores                               # (n_hold,)
+        self.updates_ = []                                              # partial_fit appends what it adds
         self.threshold_ = float(self.threshold) if self.threshold is not None else calibrated
         # overlay scale: transparent at the typical normal patch, saturated past the worst normal patch
         flat = np.concatenate([np.ravel(p) for p in patch])
@@ -227,6 +230,50 @@ class PatchCore(BaseEstimator):
         message = None if self.threshold is not None else calibration_warning(n, n_hold, self.holdout, self.target_fpr)
         if message:
             warnings.warn(message, stacklevel=2)
+        return self
+
+    def partial_fit(self, images: Sequence[Any], y: Any = None, names: Sequence[str] | None = None,
+                    calibration_images: Sequence[Any] | None = None) -> "PatchCore":
+        """Add normal images to a fitted model (e.g. false alarms a reviewer marked normal); returns self.
+
+        As in `fit`, round(holdout * n) of the n new images (seeded) are held out for calibration and the rest
+        add their coreset, `coreset_ratio` of their patches, to the bank: the bank stays that fraction of the
+        patches it has seen, and no earlier entry is dropped. The threshold (unless `threshold` is given) is
+        re-calibrated at `target_fpr` on the earlier held-out normals plus the new held-out ones, all scored
+        against the grown bank: `calibration_images`, the earlier held-out normals themselves, when given; else
+        their stored scores (the bank only grew, so their nearest-patch distances can only be smaller or equal). What
+        was added is appended to `updates_` (saved with the model). Raises NotFittedError before `fit`,
+        DatasetError for no images.
+        """
+        self._check_fitted()
+        images = list(images)
+        if not images:
+            raise DatasetError("PatchCore.partial_fit got no images: give at least 1 normal image to add")
+        names = [str(i) if isinstance(i, (str, os.PathLike)) else f"#{k}" for k, i in enumerate(images)] \
+            if names is None else [str(n) for n in names]
+        n_hold = holdout_size(len(images), self.holdout)
+        perm = np.random.default_rng(self.seed + len(self.updates_) + 1).permutation(len(images))
+        hold, add = np.sort(perm[:n_hold]), np.sort(perm[n_hold:])
+        fx = self.feature_extractor()
+        rows = (fx.rows(f) for f, _, _ in fx.batches([images[i] for i in add], "features", augment=True))
+        new_bank, n_patches = coreset_bank(rows, self.coreset_ratio, proj_dim=self.proj_dim, seed=self.seed,
+                                           chunk=self.coreset_chunk, progress=self.progress)     # (M', D)
+        before = self.threshold_
+        self.bank_ = np.ascontiguousarray(np.concatenate([self.bank_, new_bank]), np.float32)   # (M + M', D)
+        self.index_ = build_index(self.bank_, self.index_kind(len(self.bank_)), nprobe=self.nprobe, seed=self.seed)
+        self.n_train_images_ += len(add)
+        self.n_train_patches_ += n_patches
+        old = (self._score(list(calibration_images), "calibrate")[1] if calibration_images is not None
+               else np.asarray(self.calibration_scores_, np.float32))
+        new = self._score([images[i] for i in hold], "calibrate")[1] if n_hold else np.zeros(0, np.float32)
+        self.calibration_scores_ = np.concatenate([old, new]).astype(np.float32)              # (n_hold + n_new,)
+        if self.threshold is not None:
+            self.threshold_ = float(self.threshold)
+        elif len(self.calibration_scores_):
+            self.threshold_ = conformal_threshold(self.calibration_scores_, self.target_fpr)
+        self.updates_ = [*self.updates_, {
+            "added_to_bank": [names[i] for i in add], "held_out": [names[i] for i in hold],
+            "bank_entries_added": int(len(new_bank)), "threshold_before": before, "threshold_after": self.threshold_}]
         return self
 
     def _setup_backbone(self) -> None:

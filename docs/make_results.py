@@ -100,6 +100,26 @@ ANOMALY_SPEED = [     # (what, JSON, (what, variant) of the 512 px row, of the t
      ("predict tiled (maps)", "1250x500 px, tile auto, 3 tiles/img, bank 12466x38 (untiled 12544), ivf index (the default's)")),
 ]
 
+ANOMALY_FEEDBACK = [  # (set, normals fitted on, JSON of benchmarks/anomaly_feedback.py)
+    ("MPDD metal_plate", "all 54", "anomaly_feedback_mpdd_metal_plate.json"),
+    ("MPDD metal_plate", "20 of 54", "anomaly_feedback_mpdd_metal_plate_n20.json"),
+    ("MPDD metal_plate", "10 of 54", "anomaly_feedback_mpdd_metal_plate_n10.json"),
+    ("KolektorSDD", "20 of 263", "anomaly_feedback_kolektorsdd_n20.json"),
+]
+
+
+def anomaly_feedback() -> str:
+    rows = []
+    for dataset, fitted, name in ANOMALY_FEEDBACK:
+        d = load(name)
+        n_good = d["n_scoring_good"] * len(d["seeds"])
+        for r in d["table"]:
+            rows.append([dataset, fitted, str(len(d["seeds"])), "before" if r["k"] == 0 else f"k = {r['k']}",
+                         str(r["marked"]), f"{r['false_alarms']} of {n_good}", pct(r["false_alarm_rate"]),
+                         pct(r["detection_rate"]), f3(r["image_auroc"]), src(name, d)])
+    return table(["set", "fitted on", "seeds", "feedback", "marked", "false alarms", "false-alarm rate", "detected",
+                  "image AUROC", "measured"], rows)
+
 
 def anomaly() -> str:
     rows = []
@@ -130,6 +150,16 @@ Speed (`benchmarks/anomaly_speed.py --threads 2`): `predict` with maps, in image
 of the bare backbone's (`patch_grids` of each member on exactly the inputs it sees).
 
 {speed}
+
+False alarms fed back (`benchmarks/anomaly_feedback.py`, `--backbone efficientnet_lite0`, one run per seed:
+the split, the subset of normals fitted on and the model's seed). The good test images are split into a
+feedback half and a scoring half; the top k false alarms of the feedback half at the calibrated threshold are
+marked normal and added with `PatchCore.partial_fit` (`anomaly update`); false alarms (summed over the seeds),
+the detection rate and image AUROC (averaged) are measured on the scoring half and all defective images, before
+and after. No scored image is ever added. "Marked" (summed over the seeds) is fewer than k per seed where the
+feedback half had fewer false alarms.
+
+{anomaly_feedback()}
 """
 
 

@@ -1,0 +1,115 @@
+// The review page: reads /api/state, draws the list, the detail panes and the threshold; marks go to /api/label.
+"use strict";
+const $ = (id) => document.getElementById(id);
+let state = null, selected = null;
+const hidden = new Set();                 // defect types filtered out
+
+function enc(name) { return name.split("/").map(encodeURIComponent).join("/"); }
+function threshold() { return parseFloat($("threshold").value); }
+
+async function load() {
+  const r = await fetch("/api/state");
+  state = await r.json();
+  const scores = state.images.map((i) => i.score);
+  const lo = Math.min(...scores), hi = Math.max(...scores), pad = (hi - lo) * 0.02 || 1;
+  const t = $("threshold");
+  t.min = lo - pad; t.max = hi + pad;
+  if (!t.dataset.init) { t.value = state.threshold ?? (lo + hi) / 2; t.dataset.init = "1"; }
+  const mark = $("calibrated-mark");
+  if (state.threshold === null) { mark.style.display = "none"; $("reset-threshold").disabled = true; }
+  else {
+    mark.style.left = (100 * (state.threshold - t.min) / (t.max - t.min)) + "%";
+    $("reset-threshold").textContent = "calibrated " + state.threshold.toFixed(3);
+  }
+  drawFilters();
+  draw();
+  if (selected === null && state.images.length) select(state.images[0].name);
+}
+
+function drawFilters() {
+  const box = $("filters");
+  box.replaceChildren();
+  for (const type of state.types) {
+    const l = document.createElement("label");
+    const c = document.createElement("input");
+    c.type = "checkbox"; c.checked = !hidden.has(type); c.dataset.type = type;
+    c.addEventListener("change", () => { c.checked ? hidden.delete(type) : hidden.add(type); draw(); });
+    l.append(c, " " + type);
+    box.append(l);
+  }
+}
+
+function visible() { return state.images.filter((i) => !i.type || !hidden.has(i.type)); }
+
+function draw() {
+  const t = threshold(), shown = visible();
+  $("threshold-value").textContent = t.toFixed(3);
+  const n = shown.filter((i) => i.score > t).length;
+  $("flagged").textContent = `${n} of ${shown.length} flagged (${shown.length ? (100 * n / shown.length).toFixed(1) : 0}%)`;
+  const marks = state.images.filter((i) => i.label);
+  $("marked-count").textContent = `${marks.filter((i) => i.label === "normal").length} marked normal, ` +
+    `${marks.filter((i) => i.label === "defect").length} defect`;
+  const list = $("list");
+  list.replaceChildren();
+  for (const i of shown) {
+    const row = document.createElement("div");
+    row.className = "item" + (i.score > t ? " flagged" : "") + (i.name === selected ? " selected" : "");
+    row.dataset.name = i.name;
+    const img = document.createElement("img");
+    img.loading = "lazy"; img.src = "/image/" + enc(i.name); img.alt = "";
+    const text = document.createElement("div");
+    text.innerHTML = `<div class="score"></div><div class="name"></div>`;
+    text.querySelector(".score").textContent = i.score.toFixed(3);
+    text.querySelector(".name").textContent = i.name;
+    if (i.label) {
+      const b = document.createElement("span");
+      b.className = "badge " + i.label; b.textContent = i.label;
+      text.append(b);
+    }
+    row.append(img, text);
+    row.addEventListener("click", () => select(i.name));
+    list.append(row);
+  }
+}
+
+function select(name) {
+  selected = name;
+  const i = state.images.find((x) => x.name === name);
+  $("detail-name").textContent = i.name;
+  $("detail-score").textContent = "score " + i.score.toFixed(3);
+  $("detail-label").textContent = i.label ? "marked " + i.label : "";
+  $("photo").src = $("under").src = "/image/" + enc(i.name);
+  $("map").src = i.overlay ? "/overlay/" + enc(i.overlay) : "";
+  $("map").style.display = i.overlay ? "" : "none";
+  draw();
+}
+
+async function mark(label) {
+  if (selected === null) return;
+  const r = await fetch("/api/label", { method: "POST", headers: { "Content-Type": "application/json" },
+                                          body: JSON.stringify({ image: selected, label: label }) });
+  if (!r.ok) { alert("the mark was not saved: " + r.status); return; }
+  state.images.find((x) => x.name === selected).label = label;
+  select(selected);
+}
+
+function step(d) {
+  const shown = visible(), k = shown.findIndex((i) => i.name === selected);
+  const next = shown[Math.min(shown.length - 1, Math.max(0, k + d))];
+  if (next) select(next.name);
+}
+
+$("threshold").addEventListener("input", draw);
+$("reset-threshold").addEventListener("click", () => { $("threshold").value = state.threshold; draw(); });
+$("opacity").addEventListener("input", (e) => { $("map").style.opacity = e.target.value; });
+$("mark-normal").addEventListener("click", () => mark("normal"));
+$("mark-defect").addEventListener("click", () => mark("defect"));
+$("mark-clear").addEventListener("click", () => mark(null));
+document.addEventListener("keydown", (e) => {
+  if (e.target.tagName === "INPUT") return;
+  const keys = { n: () => mark("normal"), d: () => mark("defect"), c: () => mark(null), ArrowDown: () => step(1),
+                 ArrowUp: () => step(-1), j: () => step(1), k: () => step(-1) };
+  if (keys[e.key]) { e.preventDefault(); keys[e.key](); }
+});
+window.addEventListener("focus", load);   // marks made in another tab show up here
+load();
