@@ -1,0 +1,289 @@
+"""A backbone's patch-grid forward as a deployable graph: ONNX (onnxruntime) or OpenVINO IR, and back.
+
+    path = export_backbone(bb, "deploy/vit", blocks=(2, 5, 11), format="onnx")
+    ebb = load_exported(path, source=bb)               # ArtifactError unless made from these weights/preprocessing
+    grids = ebb.patch_grids(images, blocks=(2, 5, 11))  # the interface of FrozenBackbone.patch_grids
+
+The graph is fixed at the backbone's input size and the chosen blocks (batch is dynamic); preprocessing stays
+in Python (`Preprocess`, the same code as the torch path). The artifact folder (written by `atomic_dir`,
+every file's digest checked on load) holds
+
+    config.json        kind "backbone.export", format_version, format, blocks, norm, int8, the source
+                       backbone's config (name, fingerprint of its weights) and preprocessing (size, mean, std,
+                       interpolation, resize)
+    model.onnx | model.xml + model.bin
+
+`runtime_backbone(bb, runtime)` is what `--runtime` calls: the torch backbone itself, or an export of it run
+by onnxruntime / OpenVINO. Both runtimes are the optional extra `frozenvit[deploy]`.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from .config import BackboneConfig
+from .errors import ArtifactError, BackboneUnavailable
+from .model import FrozenBackbone
+from .preprocess import Preprocess
+from .suite.artifacts import atomic_dir, read_config, write_json
+from .suite.errors import ParameterError
+
+KIND = "backbone.export"
+FORMAT_VERSION = 1
+FORMATS = ("onnx", "openvino")
+RUNTIMES = ("torch", "onnxruntime", "openvino")
+DEFAULT_RUNTIME = "torch"
+GRAPH = {"onnx": "model.onnx", "openvino": "model.xml"}
+RUNTIME_OF = {"onnx": "onnxruntime", "openvino": "openvino"}      # the runtime a format is run with by default
+OPSET = 17
+PREPROCESSING = ("img_size", "mean", "std", "interpolation", "resize")
+
+
+def weights_fingerprint(backbone: Any) -> str:
+    """The weights' sha256 of a backbone; for random (unhashed) weights, a hash of its parameters."""
+    if getattr(backbone, "weights_sha256", None):
+        return str(backbone.weights_sha256)
+    h = hashlib.sha256()
+    for name, p in backbone.model.state_dict().items():
+        h.update(name.encode())
+        h.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def preprocessing(backbone: Any) -> dict[str, Any]:
+    """What turns an image into the graph's input: size, normalisation, resize filter and policy."""
+    c = backbone.config
+    return dict(img_size=list(c.img_size), mean=list(c.mean), std=list(c.std), interpolation=c.interpolation,
+                resize=backbone.preprocess.resize)
+
+
+class PatchGridGraph(nn.Module):
+    """pixels (B, 3, H, W) -> (grid_b0, prefix_b0, grid_b1, prefix_b1, ...): FrozenBackbone.forward_pixels as
+    one traceable forward (tuples of tensors, no dicts), blocks in increasing order."""
+
+    def __init__(self, backbone: FrozenBackbone, blocks: Sequence[int], norm: bool = False) -> None:
+        super().__init__()
+        self.model, self.kind = backbone.model, backbone.config.kind
+        self.blocks, self.norm = sorted(blocks), norm
+
+    def forward(self, pixels: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out: list[torch.Tensor] = []
+        if self.kind == "cnn":
+            feats = self.model(pixels)
+            for b in self.blocks:
+                out += [feats[b].float(), pixels.new_zeros(pixels.shape[0], 0, feats[b].shape[1])]
+            return tuple(out)
+        inter = self.model.forward_intermediates(pixels, indices=self.blocks, return_prefix_tokens=True,
+                                                 norm=self.norm, stop_early=True, output_fmt="NCHW",
+                                                 intermediates_only=True)
+        for grid, prefix in inter:
+            out += [grid.float(), prefix.float()]                 # (B, C, h, w), (B, P, C)
+        return tuple(out)
+
+
+def _require(module: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise BackboneUnavailable(f"{module} is not installed; install the deployment runtimes with "
+                                  "`pip install 'frozenvit[deploy]'`") from e
+
+
+def check_format(format: str) -> None:
+    if format not in FORMATS:
+        raise ParameterError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
+
+
+def check_runtime(runtime: str) -> None:
+    if runtime not in RUNTIMES:
+        raise ParameterError(f"runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
+
+
+def export_backbone(backbone: FrozenBackbone, out: str | os.PathLike, blocks: int | Iterable[int] | None = None, *,
+                    format: str = "onnx", norm: bool = False, flag: str = "--out") -> Path:
+    """Write `backbone`'s patch-grid forward of `blocks` (None: the last) at its input size to the folder `out`.
+
+    format "onnx" (torch.onnx's TorchScript exporter, opset 17) or "openvino" (the ONNX graph converted to IR by
+    openvino.convert_model). The batch axis is dynamic. Returns the artifact's Path; OutputConflict for an `out`
+    that is not ours (nothing written), BackboneUnavailable when the runtime of `format` is not installed.
+    """
+    check_format(format)
+    _require("onnx")
+    if format == "openvino":
+        _require("openvino")
+    idx = sorted(backbone.resolve_blocks(blocks))
+    graph = PatchGridGraph(backbone, idx, norm).eval()
+    pixels = torch.zeros(1, 3, *backbone.config.img_size)                              # (1, 3, H, W)
+    names = [f"{part}_{b}" for b in idx for part in ("grid", "prefix")]
+    cfg = dict(kind=KIND, format_version=FORMAT_VERSION, format=format, blocks=idx, norm=bool(norm), int8=False,
+               graph=GRAPH[format], outputs=names, opset=OPSET, torch=torch.__version__,
+               source=dict(name=backbone.config.name, fingerprint=weights_fingerprint(backbone)),
+               preprocessing=preprocessing(backbone), backbone_config=backbone.config.as_dict())
+    with atomic_dir(out, KIND, flag=flag) as tmp:
+        onnx_file = tmp / GRAPH["onnx"]
+        with torch.no_grad(), _quiet_export():
+            torch.onnx.export(graph, (pixels,), str(onnx_file), dynamo=False, opset_version=OPSET,
+                              input_names=["pixels"], output_names=names,
+                              dynamic_axes={n: {0: "batch"} for n in ["pixels", *names]})
+        if format == "openvino":
+            ov = _require("openvino")
+            ov.save_model(ov.convert_model(str(onnx_file)), str(tmp / GRAPH["openvino"]), compress_to_fp16=False)
+            onnx_file.unlink()
+        write_json(tmp / "config.json", cfg)
+    return Path(out)
+
+
+class _quiet_export:
+    """torch.onnx's TorchScript exporter warns about traced Python conditions that are constant at a fixed size."""
+
+    def __enter__(self) -> None:
+        import warnings
+
+        self._w = warnings.catch_warnings()
+        self._w.__enter__()
+        warnings.simplefilter("ignore")
+
+    def __exit__(self, *exc: Any) -> None:
+        self._w.__exit__(*exc)
+
+
+def _config_from_dict(d: dict[str, Any]) -> BackboneConfig:
+    tup = lambda v: tuple(tuple(x) if isinstance(x, list) else x for x in v)
+    fields = {k: tup(v) if isinstance(v, list) else v for k, v in d.items()}
+    return BackboneConfig(**fields)
+
+
+class ExportedBackbone:
+    """An exported patch-grid graph run by onnxruntime or OpenVINO, with FrozenBackbone's interface:
+    `config`, `preprocess`, `resolve_blocks`, `forward_pixels`, `patch_grids`, `weights_sha256` (the source
+    weights' fingerprint, so a policy or model checks it like the torch backbone). Build with `load_exported`."""
+
+    def __init__(self, config: dict[str, Any], session: Any, runtime: str, path: Path) -> None:
+        self.export_config, self.runtime, self.path = config, runtime, path
+        self.config = _config_from_dict(config["backbone_config"])
+        self.preprocess = Preprocess(self.config, resize=config["preprocessing"]["resize"])
+        self.blocks: list[int] = list(config["blocks"])
+        self._run = session
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def weights_sha256(self) -> str:
+        return self.export_config["source"]["fingerprint"]
+
+    def __repr__(self) -> str:
+        return (f"ExportedBackbone({self.config.name!r}, {self.runtime}, blocks={self.blocks}, "
+                f"size={self.config.img_size})")
+
+    resolve_blocks = FrozenBackbone.resolve_blocks          # the same block rules and the same batching loop
+    patch_grids = FrozenBackbone.patch_grids
+
+    def forward_pixels(self, pixels: torch.Tensor, blocks: Sequence[int], norm: bool = False
+                       ) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
+        """Normalised (B, 3, H, W) -> ({block: (B, C, h, w)}, {block: (B, P, C)}), as FrozenBackbone's."""
+        from .errors import GridMismatch
+
+        if tuple(pixels.shape[-2:]) != tuple(self.config.img_size):
+            raise GridMismatch(f"pixels are {pixels.shape[-2]}x{pixels.shape[-1]}, the graph is exported at "
+                               f"{self.config.img_size[0]}x{self.config.img_size[1]}; export it at that size")
+        want = self.resolve_blocks(list(blocks))
+        missing = sorted(set(want) - set(self.blocks))
+        if missing or bool(norm) != self.export_config["norm"]:
+            raise ArtifactError(f"{self.path} holds blocks {self.blocks} (norm={self.export_config['norm']}), not "
+                                f"blocks {want} (norm={bool(norm)}); export those blocks")
+        outs = self._run(np.ascontiguousarray(pixels.detach().cpu().numpy(), dtype=np.float32))
+        grids, prefix = {}, {}
+        for i, b in enumerate(self.blocks):
+            if b in want:
+                grids[b] = torch.from_numpy(np.asarray(outs[2 * i]))          # (B, C, h, w)
+                prefix[b] = torch.from_numpy(np.asarray(outs[2 * i + 1]))     # (B, P, C)
+        return grids, prefix
+
+
+def _onnxruntime_session(graph: Path, threads: int) -> Any:
+    ort = _require("onnxruntime")
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    sess = ort.InferenceSession(str(graph), so, providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    return lambda x: sess.run(None, {name: x})
+
+
+def _openvino_session(graph: Path, threads: int) -> Any:
+    ov = _require("openvino")
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(str(graph)), "CPU",
+                                  {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY",
+                                   "INFERENCE_PRECISION_HINT": "f32"})
+    request = compiled.create_infer_request()
+
+    def run(x: np.ndarray) -> list[np.ndarray]:
+        res = request.infer({0: x})
+        return [res[o].copy() for o in compiled.outputs]          # the request reuses its buffers
+    return run
+
+
+def load_exported(path: str | os.PathLike, runtime: str | None = None, *, source: Any = None,
+                  threads: int | None = None) -> ExportedBackbone:
+    """An exported backbone run by `runtime` (None: onnxruntime for ONNX, openvino for IR; OpenVINO also runs
+    ONNX) on `threads` threads (None: torch's current setting).
+
+    source: the backbone the caller expects (a FrozenBackbone, or a dict with "fingerprint" and
+    "preprocessing"); ArtifactError when the export was made from other weights or other preprocessing.
+    ArtifactError for a folder that is not an intact export; BackboneUnavailable when the runtime is missing.
+    """
+    path = Path(path)
+    cfg = read_config(path, KIND, FORMAT_VERSION)
+    runtime = runtime or RUNTIME_OF[cfg["format"]]
+    check_runtime(runtime)
+    if runtime == "torch" or (runtime == "onnxruntime" and cfg["format"] != "onnx"):
+        raise ArtifactError(f"{path} is a {cfg['format']} export; run it with "
+                            f"{'openvino' if cfg['format'] == 'openvino' else 'onnxruntime or openvino'}")
+    if source is not None:
+        check_source(cfg, source, path)
+    threads = threads or torch.get_num_threads()
+    make = _onnxruntime_session if runtime == "onnxruntime" else _openvino_session
+    return ExportedBackbone(cfg, make(path / cfg["graph"], threads), runtime, path)
+
+
+def check_source(cfg: dict[str, Any], source: Any, path: Path | str = "the export") -> None:
+    """ArtifactError unless the export `cfg` was made from `source`'s weights with its preprocessing."""
+    if isinstance(source, dict):
+        fingerprint, prep = source["fingerprint"], source["preprocessing"]
+    else:
+        fingerprint, prep = weights_fingerprint(source), preprocessing(source)
+    if cfg["source"]["fingerprint"] != fingerprint:
+        raise ArtifactError(f"{path} was exported from {cfg['source']['name']} weights "
+                            f"{cfg['source']['fingerprint'][:12]}, not the weights given ({fingerprint[:12]}); "
+                            "export this backbone again")
+    differ = [k for k in PREPROCESSING if cfg["preprocessing"].get(k) != prep.get(k)]
+    if differ:
+        raise ArtifactError(f"{path} was exported with other preprocessing ({', '.join(differ)}: "
+                            f"{[cfg['preprocessing'].get(k) for k in differ]} vs {[prep.get(k) for k in differ]}); "
+                            "export this backbone again at the size and resize policy you use")
+
+
+def runtime_backbone(backbone: FrozenBackbone, runtime: str = DEFAULT_RUNTIME,
+                     blocks: int | Iterable[int] | None = None, *, norm: bool = False,
+                     threads: int | None = None) -> Any:
+    """`backbone` itself for runtime "torch"; else an export of it (`blocks`, at its input size) run by
+    `runtime`, written to a temporary folder that is removed once the runtime has loaded the graph."""
+    check_runtime(runtime)
+    if runtime == "torch":
+        return backbone
+    fmt = "onnx" if runtime == "onnxruntime" else "openvino"
+    with tempfile.TemporaryDirectory(prefix="frozenvit-export-") as tmp:
+        path = export_backbone(backbone, Path(tmp) / "graph", blocks, format=fmt, norm=norm)
+        return load_exported(path, runtime, source=backbone, threads=threads)
