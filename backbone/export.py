@@ -32,16 +32,13 @@ from .config import BackboneConfig
 from .errors import ArtifactError, BackboneUnavailable
 from .model import FrozenBackbone
 from .preprocess import Preprocess
+from .runtimes import DEFAULT_RUNTIME, FORMAT_OF, FORMATS, RUNTIME_OF, RUNTIMES
 from .suite.artifacts import atomic_dir, read_config, write_json
 from .suite.errors import ParameterError
 
 KIND = "backbone.export"
 FORMAT_VERSION = 1
-FORMATS = ("onnx", "openvino")
-RUNTIMES = ("torch", "onnxruntime", "openvino")
-DEFAULT_RUNTIME = "torch"
 GRAPH = {"onnx": "model.onnx", "openvino": "model.xml"}
-RUNTIME_OF = {"onnx": "onnxruntime", "openvino": "openvino"}      # the runtime a format is run with by default
 OPSET = 17
 PREPROCESSING = ("img_size", "mean", "std", "interpolation", "resize")
 
@@ -65,8 +62,8 @@ def preprocessing(backbone: Any) -> dict[str, Any]:
 
 
 class PatchGridGraph(nn.Module):
-    """pixels (B, 3, H, W) -> (grid_b0, prefix_b0, grid_b1, prefix_b1, ...): FrozenBackbone.forward_pixels as
-    one traceable forward (tuples of tensors, no dicts), blocks in increasing order."""
+    """pixels (B, 3, H, W) -> (grid_b0, prefix_b0, grid_b1, prefix_b1, ...) for a ViT, (grid_b0, grid_b1, ...) for
+    a ConvNet: FrozenBackbone.forward_pixels as one traceable forward (tuples of tensors), blocks in increasing order."""
 
     def __init__(self, backbone: FrozenBackbone, blocks: Sequence[int], norm: bool = False) -> None:
         super().__init__()
@@ -75,11 +72,9 @@ class PatchGridGraph(nn.Module):
 
     def forward(self, pixels: torch.Tensor) -> tuple[torch.Tensor, ...]:
         out: list[torch.Tensor] = []
-        if self.kind == "cnn":
+        if self.kind == "cnn":                                    # no prefix tokens: ExportedBackbone adds none
             feats = self.model(pixels)
-            for b in self.blocks:
-                out += [feats[b].float(), pixels.new_zeros(pixels.shape[0], 0, feats[b].shape[1])]
-            return tuple(out)
+            return tuple(feats[b].float() for b in self.blocks)  # (B, C, h, w) each
         inter = self.model.forward_intermediates(pixels, indices=self.blocks, return_prefix_tokens=True,
                                                  norm=self.norm, stop_early=True, output_fmt="NCHW",
                                                  intermediates_only=True)
@@ -123,7 +118,8 @@ def export_backbone(backbone: FrozenBackbone, out: str | os.PathLike, blocks: in
     idx = sorted(backbone.resolve_blocks(blocks))
     graph = PatchGridGraph(backbone, idx, norm).eval()
     pixels = torch.zeros(1, 3, *backbone.config.img_size)                              # (1, 3, H, W)
-    names = [f"{part}_{b}" for b in idx for part in ("grid", "prefix")]
+    parts = ("grid",) if backbone.config.kind == "cnn" else ("grid", "prefix")
+    names = [f"{part}_{b}" for b in idx for part in parts]
     cfg = dict(kind=KIND, format_version=FORMAT_VERSION, format=format, blocks=idx, norm=bool(norm), int8=False,
                graph=GRAPH[format], outputs=names, opset=OPSET, torch=torch.__version__,
                source=dict(name=backbone.config.name, fingerprint=weights_fingerprint(backbone)),
@@ -203,11 +199,13 @@ class ExportedBackbone:
             raise ArtifactError(f"{self.path} holds blocks {self.blocks} (norm={self.export_config['norm']}), not "
                                 f"blocks {want} (norm={bool(norm)}); export those blocks")
         outs = self._run(np.ascontiguousarray(pixels.detach().cpu().numpy(), dtype=np.float32))
+        named = dict(zip(self.export_config["outputs"], outs))
         grids, prefix = {}, {}
-        for i, b in enumerate(self.blocks):
-            if b in want:
-                grids[b] = torch.from_numpy(np.asarray(outs[2 * i]))          # (B, C, h, w)
-                prefix[b] = torch.from_numpy(np.asarray(outs[2 * i + 1]))     # (B, P, C)
+        for b in want:
+            grids[b] = torch.from_numpy(np.asarray(named[f"grid_{b}"]))                          # (B, C, h, w)
+            pre = named.get(f"prefix_{b}")
+            prefix[b] = (torch.from_numpy(np.asarray(pre)) if pre is not None                   # (B, P, C)
+                         else grids[b].new_zeros(grids[b].shape[0], 0, grids[b].shape[1]))
         return grids, prefix
 
 
@@ -275,6 +273,16 @@ def check_source(cfg: dict[str, Any], source: Any, path: Path | str = "the expor
                             "export this backbone again at the size and resize policy you use")
 
 
+def use_runtime(model: Any, runtime: str, threads: int | None = None) -> Any:
+    """A fitted estimator that reads patch grids (`backbone_` and `blocks_`, or `members_` of such, e.g. PatchCore
+    and PatchCoreEnsemble) made to read them through `runtime`; everything after the grids (memory bank, search,
+    scoring, smoothing, threshold) is unchanged. Returns `model`, changed in place."""
+    check_runtime(runtime)
+    for m in getattr(model, "members_", None) or [model]:
+        m.backbone_ = runtime_backbone(m.backbone_, runtime, m.blocks_, threads=threads)
+    return model
+
+
 def runtime_backbone(backbone: FrozenBackbone, runtime: str = DEFAULT_RUNTIME,
                      blocks: int | Iterable[int] | None = None, *, norm: bool = False,
                      threads: int | None = None) -> Any:
@@ -283,7 +291,6 @@ def runtime_backbone(backbone: FrozenBackbone, runtime: str = DEFAULT_RUNTIME,
     check_runtime(runtime)
     if runtime == "torch":
         return backbone
-    fmt = "onnx" if runtime == "onnxruntime" else "openvino"
     with tempfile.TemporaryDirectory(prefix="frozenvit-export-") as tmp:
-        path = export_backbone(backbone, Path(tmp) / "graph", blocks, format=fmt, norm=norm)
+        path = export_backbone(backbone, Path(tmp) / "graph", blocks, format=FORMAT_OF[runtime], norm=norm)
         return load_exported(path, runtime, source=backbone, threads=threads)
