@@ -273,6 +273,29 @@ def check_source(cfg: dict[str, Any], source: Any, path: Path | str = "the expor
                             "export this backbone again at the size and resize policy you use")
 
 
+def compare_grids(backbone: Any, other: Any, images: Sequence[Any], blocks: int | Iterable[int] | None = None,
+                  batch_size: int = 8) -> dict[str, Any]:
+    """Parity and speed of `other` (e.g. an ExportedBackbone) against `backbone` on the same images: per block,
+    max |difference| / max |torch value| of the grids (and prefix tokens), and each one's seconds for the images
+    (a second pass, after one that warms both up)."""
+    import time
+
+    idx = backbone.resolve_blocks(blocks)
+    secs, grids = {}, {}
+    for name, bb in (("torch", backbone), ("runtime", other)):
+        bb.patch_grids(images[:batch_size], blocks=idx, batch_size=batch_size, progress=False)     # warm-up
+        t0 = time.perf_counter()
+        grids[name] = bb.patch_grids(images, blocks=idx, batch_size=batch_size, progress=False)
+        secs[name] = time.perf_counter() - t0
+    ref, got = grids["torch"], grids["runtime"]
+    rel = lambda a, b: float((a - b).abs().max() / b.abs().max().clamp_min(1e-12)) if b.numel() else 0.0
+    return dict(runtime=getattr(other, "runtime", "torch"), images=len(images), blocks=idx,
+                grid_rel_diff={b: rel(got[b], ref[b]) for b in idx},
+                prefix_rel_diff={b: rel(got.prefix[b], ref.prefix[b]) for b in idx},
+                seconds=dict(torch=secs["torch"], runtime=secs["runtime"]),
+                speedup=secs["torch"] / max(secs["runtime"], 1e-9))
+
+
 def use_runtime(model: Any, runtime: str, threads: int | None = None) -> Any:
     """A fitted estimator that reads patch grids (`backbone_` and `blocks_`, or `members_` of such, e.g. PatchCore
     and PatchCoreEnsemble) made to read them through `runtime`; everything after the grids (memory bank, search,
