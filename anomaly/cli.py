@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from frozenvit.backbone.commands import EMBEDDED   # the embedded ViT by name (no --backbone: anomaly/defaults.py's)
-from frozenvit.backbone.export_cli import add_runtime_arg
+from frozenvit.backbone.runtimes import add_runtime_arg
 from frozenvit.backbone.suite.cli import add_backbone_args, add_threads_arg, number
 from frozenvit.backbone.suite.engine import add_engine_args
 from frozenvit.backbone.suite.errors import UsageError
@@ -432,3 +432,22 @@ def register(subparsers: Any) -> None:
     q.add_argument("--width", type=number(int, min=MIN_SIDE, max=MAX_SIDE), default=224, help="image width in pixels")
     q.add_argument("--seed", type=number(int, min=0), default=0, help="seed of the set: equal seeds, equal images")
     q.set_defaults(func=_cmd_synth)
+
+
+
+def register_export(sub: Any, common: Any) -> None:
+    """`frozenvit export anomaly` (entry-point group frozenvit.export)."""
+    from frozenvit.backbone.export_cli import add_export
+
+    add_export(sub, common, "anomaly", "the feature extractor of an anomaly model (an ensemble: OUT/member<i>)",
+               "--model", "model folder written by `anomaly fit`", _export_sources)
+
+
+def _export_sources(args: argparse.Namespace) -> list[tuple[str, Any, Any]]:
+    from .ensemble import load_detector
+
+    det = load_detector(args.model)
+    members = getattr(det, "members_", None)
+    if members:
+        return [(f"member{i}", m.backbone_, m.blocks_) for i, m in enumerate(members)]
+    return [("", det.backbone_, det.blocks_)]

@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from .export_cli import add_runtime_arg
+from .runtimes import add_runtime_arg
 from .suite.cli import add_backbone_args, add_threads_arg, number
 from .suite.errors import UsageError
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from frozenvit.backbone.export_cli import add_runtime_arg
+from frozenvit.backbone.runtimes import add_runtime_arg
 from frozenvit.backbone.suite.cli import add_backbone_args, add_threads_arg, number
 from frozenvit.backbone.suite.engine import add_engine_args
 from frozenvit.backbone.suite.errors import UsageError
@@ -303,6 +303,23 @@ def _cmd_latency(args: argparse.Namespace) -> int:
         first.histogram(args.budget_ms).savefig(out / "histogram.png", dpi=100, metadata={"frozenvit": LATENCY_KIND})
         print(f"wrote {out / 'latency.json'} and {out / 'histogram.png'}")
     return 0 if not fits or any(fits) else OVER_BUDGET
+
+
+def register_export(sub: Any, common: Any) -> None:
+    """`frozenvit export policy` (entry-point group frozenvit.export)."""
+    from frozenvit.backbone.export_cli import add_export
+
+    add_export(sub, common, "policy", "the encoder of a control policy: its blocks at its input size", "--policy",
+               "policy folder from `control train`", _export_sources)
+
+
+def _export_sources(args: argparse.Namespace) -> list[tuple[str, Any, Any]]:
+    from .encoders import encoder_for_policy
+    from .features import token_blocks
+    from .policy import PatchTokenPolicy
+
+    pol = PatchTokenPolicy.load(args.policy)
+    return [("", encoder_for_policy(pol, pretrained=pol.meta_.get("pretrained", True)), token_blocks(pol.meta_))]
 
 
 def _print_rows(rows: list[dict[str, Any]]) -> None:
