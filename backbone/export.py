@@ -19,6 +19,7 @@ by onnxruntime / OpenVINO. Both runtimes are the optional extra `frozenvit[deplo
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -35,6 +36,8 @@ from .preprocess import Preprocess
 from .runtimes import DEFAULT_RUNTIME, FORMAT_OF, FORMATS, RUNTIME_OF, RUNTIMES
 from .suite.artifacts import atomic_dir, read_config, write_json
 from .suite.errors import ParameterError
+
+log = logging.getLogger("frozenvit.backbone")
 
 KIND = "backbone.export"
 FORMAT_VERSION = 1
@@ -104,14 +107,22 @@ def check_runtime(runtime: str) -> None:
 
 
 def export_backbone(backbone: FrozenBackbone, out: str | os.PathLike, blocks: int | Iterable[int] | None = None, *,
-                    format: str = "onnx", norm: bool = False, flag: str = "--out") -> Path:
+                    format: str = "onnx", norm: bool = False, int8: bool = False,
+                    calibration: Sequence[Any] | None = None, flag: str = "--out") -> Path:
     """Write `backbone`'s patch-grid forward of `blocks` (None: the last) at its input size to the folder `out`.
 
     format "onnx" (torch.onnx's TorchScript exporter, opset 17) or "openvino" (the ONNX graph converted to IR by
     openvino.convert_model). The batch axis is dynamic. Returns the artifact's Path; OutputConflict for an `out`
     that is not ours (nothing written), BackboneUnavailable when the runtime of `format` is not installed.
+
+    int8: onnxruntime's static post-training quantisation (QDQ, int8 weights per channel, uint8 activations)
+    calibrated on `calibration` (images, as patch_grids takes them; required). Its cost is measured, never
+    assumed: config.json["int8"] records each block's max |int8 - torch| / max |torch| on the calibration images,
+    and `load_exported` logs it.
     """
     check_format(format)
+    if int8 and not calibration:
+        raise ParameterError("int8 quantisation needs calibration images (a few dozen like those it will see)")
     _require("onnx")
     if format == "openvino":
         _require("openvino")
@@ -120,7 +131,7 @@ def export_backbone(backbone: FrozenBackbone, out: str | os.PathLike, blocks: in
     pixels = torch.zeros(1, 3, *backbone.config.img_size)                              # (1, 3, H, W)
     parts = ("grid",) if backbone.config.kind == "cnn" else ("grid", "prefix")
     names = [f"{part}_{b}" for b in idx for part in parts]
-    cfg = dict(kind=KIND, format_version=FORMAT_VERSION, format=format, blocks=idx, norm=bool(norm), int8=False,
+    cfg = dict(kind=KIND, format_version=FORMAT_VERSION, format=format, blocks=idx, norm=bool(norm), int8=None,
                graph=GRAPH[format], outputs=names, opset=OPSET, torch=torch.__version__,
                source=dict(name=backbone.config.name, fingerprint=weights_fingerprint(backbone)),
                preprocessing=preprocessing(backbone), backbone_config=backbone.config.as_dict())
@@ -130,12 +141,39 @@ def export_backbone(backbone: FrozenBackbone, out: str | os.PathLike, blocks: in
             torch.onnx.export(graph, (pixels,), str(onnx_file), dynamo=False, opset_version=OPSET,
                               input_names=["pixels"], output_names=names,
                               dynamic_axes={n: {0: "batch"} for n in ["pixels", *names]})
+        if int8:
+            cfg["int8"] = _quantize(backbone, onnx_file, idx, calibration, norm)
         if format == "openvino":
             ov = _require("openvino")
             ov.save_model(ov.convert_model(str(onnx_file)), str(tmp / GRAPH["openvino"]), compress_to_fp16=False)
             onnx_file.unlink()
         write_json(tmp / "config.json", cfg)
     return Path(out)
+
+
+def _quantize(backbone: FrozenBackbone, onnx_file: Path, blocks: list[int], images: Sequence[Any],
+              norm: bool) -> dict[str, Any]:
+    """Replace `onnx_file` by its int8 quantisation calibrated on `images`; return what it costs in accuracy."""
+    q = _require("onnxruntime.quantization")
+    pixels = backbone.preprocess(list(images)).pixels                                # (N, 3, H, W)
+    feeds = iter([{"pixels": pixels[i:i + 1].numpy()} for i in range(len(pixels))])
+
+    class Reader(q.CalibrationDataReader):
+        def get_next(self) -> dict | None:
+            return next(feeds, None)
+
+    fp32 = onnx_file.with_name("fp32.onnx")
+    onnx_file.rename(fp32)
+    q.quantize_static(str(fp32), str(onnx_file), Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True,
+                      activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8)
+    fp32.unlink()
+    ref, _ = backbone.forward_pixels(pixels, blocks, norm=norm)
+    outs = _onnxruntime_session(onnx_file, torch.get_num_threads())(pixels.numpy())
+    got = dict(zip(blocks, outs if backbone.config.kind == "cnn" else outs[::2]))         # the grids, no prefix
+    err = {str(b): float(np.abs(got[b] - ref[b].numpy()).max() / max(float(ref[b].abs().max()), 1e-12))
+           for b in blocks}
+    return dict(method="onnxruntime quantize_static QDQ, per-channel int8 weights, uint8 activations",
+                calibration_images=len(pixels), grid_rel_error_on_calibration_images=err)
 
 
 class _quiet_export:
@@ -214,6 +252,8 @@ def _onnxruntime_session(graph: Path, threads: int) -> Any:
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # its threads otherwise spin after each run, taking the cores from torch's preprocessing and the policy head
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     sess = ort.InferenceSession(str(graph), so, providers=["CPUExecutionProvider"])
     name = sess.get_inputs()[0].name
     return lambda x: sess.run(None, {name: x})
@@ -251,6 +291,10 @@ def load_exported(path: str | os.PathLike, runtime: str | None = None, *, source
                             f"{'openvino' if cfg['format'] == 'openvino' else 'onnxruntime or openvino'}")
     if source is not None:
         check_source(cfg, source, path)
+    if cfg.get("int8"):
+        log.warning("%s is int8-quantised: its patch grids differ from torch's by up to %.1e relative (max over blocks, "
+                    "on %d calibration images)", path, max(cfg["int8"]["grid_rel_error_on_calibration_images"].values()),
+                    cfg["int8"]["calibration_images"])
     threads = threads or torch.get_num_threads()
     make = _onnxruntime_session if runtime == "onnxruntime" else _openvino_session
     return ExportedBackbone(cfg, make(path / cfg["graph"], threads), runtime, path)

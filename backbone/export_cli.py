@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .runtimes import FORMATS
-from .suite.cli import add_backbone_args, add_threads_arg
+from .suite.cli import add_backbone_args, add_threads_arg, number
+
+CALIBRATION_IMAGES = 32
 
 
 def _cmd_backbone(args: argparse.Namespace) -> int:
@@ -27,9 +29,9 @@ def _cmd_backbone(args: argparse.Namespace) -> int:
     from .suite.artifacts import check_artifact_dir
 
     check_artifact_dir(args.out, "backbone.export")
-    bb = backbone_from_args(args)
-    path = export_backbone(bb, args.out, args.blocks, format=args.format)
-    report(path)
+    calibration = _calibration(args)
+    report(export_backbone(backbone_from_args(args), args.out, args.blocks, format=args.format, int8=args.int8,
+                           calibration=calibration))
     return 0
 
 
@@ -40,19 +42,31 @@ def add_export(sub: Any, common: Any, name: str, help: str, option: str, option_
     q = sub.add_parser(name, help=help)
     q.add_argument(option, required=True, help=option_help)
     common(q)
-    q.set_defaults(func=lambda args: _export_sources(args, sources(args)))
+    q.set_defaults(func=lambda args: _export_sources(args, sources))
 
 
-def _export_sources(args: argparse.Namespace, sources: list[tuple[str, Any, Any]]) -> int:
+def _export_sources(args: argparse.Namespace, get: Callable[[argparse.Namespace], list[tuple[str, Any, Any]]]) -> int:
     from .export import KIND, export_backbone
     from .suite.artifacts import check_artifact_dir
 
+    calibration = _calibration(args)
+    sources = get(args)
     outs = [Path(args.out) / sub if sub else Path(args.out) for sub, _, _ in sources]
     for out in outs:
         check_artifact_dir(out, KIND)
     for out, (_, bb, blocks) in zip(outs, sources):
-        report(export_backbone(bb, out, blocks, format=args.format))
+        report(export_backbone(bb, out, blocks, format=args.format, int8=args.int8, calibration=calibration))
     return 0
+
+
+def _calibration(args: argparse.Namespace) -> list | None:
+    """The --calibration images of an --int8 export (UsageError when one goes without the other)."""
+    from .commands import list_images, read_images
+    from .suite.errors import UsageError
+
+    if bool(args.int8) != bool(args.calibration):
+        raise UsageError("--int8 and --calibration go together: int8 quantisation is calibrated on images")
+    return read_images(list_images(args.calibration)[:args.calibration_images]) if args.int8 else None
 
 
 def report(path: Path) -> None:
@@ -64,6 +78,11 @@ def report(path: Path) -> None:
     print(f"exported {cfg['source']['name']} blocks {','.join(map(str, cfg['blocks']))} at "
           f"{'x'.join(map(str, cfg['preprocessing']['img_size']))} px as {cfg['format']} ({size / 2**20:.1f} MiB) "
           f"to {path}")
+    if cfg.get("int8"):
+        q = cfg["int8"]
+        err = ", ".join(f"block {b}: {e:.1e}" for b, e in q["grid_rel_error_on_calibration_images"].items())
+        print(f"int8: patch grids differ from torch's by max |diff| / max |torch| = {err} (on the "
+              f"{q['calibration_images']} calibration images); measure the application's own metric before using it")
 
 
 def register(subparsers: Any) -> None:
@@ -78,6 +97,13 @@ def register(subparsers: Any) -> None:
                        help="onnx: one .onnx file (onnxruntime, or OpenVINO); openvino: OpenVINO IR (.xml + .bin)")
         q.add_argument("--out", required=True, metavar="DIR",
                        help="artifact folder: new, empty, or an earlier export, which is replaced")
+        q.add_argument("--int8", action="store_true",
+                       help="int8 static quantisation (onnxruntime, calibrated on --calibration); the grids' error "
+                            "against torch is measured, recorded in config.json and printed")
+        q.add_argument("--calibration", nargs="+", default=None, metavar="PATH",
+                       help="--int8: image files or folders like those the graph will see")
+        q.add_argument("--calibration-images", type=number(int, min=1), default=CALIBRATION_IMAGES,
+                       help="--int8: use at most this many calibration images")
         add_threads_arg(q)
 
     q = sub.add_parser("backbone", help="a backbone's patch grids of --blocks at its input size")

@@ -139,3 +139,21 @@ def test_anomaly_scores_rank_the_synthetic_set_as_torch_does(vit, runtime):
     assert det.backbone_.runtime == runtime
     assert np.argsort(got).tolist() == np.argsort(ref).tolist()
     np.testing.assert_allclose(got, ref, rtol=1e-3)
+
+
+def test_int8_export_records_its_measured_error_and_stays_close(vit, frames, tmp_path, caplog):
+    pytest.importorskip("onnxruntime")
+    path = export_backbone(vit, tmp_path / "q", (1, 3), int8=True, calibration=frames)
+    q = json.loads((path / "config.json").read_text())["int8"]
+    err = q["grid_rel_error_on_calibration_images"]
+    assert q["calibration_images"] == len(frames) and set(err) == {"1", "3"} and 0 < max(err.values()) < 0.3
+    ref = vit.patch_grids(frames, blocks=3)
+    assert 0 < rel(load_exported(path, source=vit).patch_grids(frames, blocks=3)[3], ref[3]) < 0.3
+    assert "int8-quantised" in caplog.text                                 # never silently
+
+
+def test_int8_without_calibration_images_is_a_parameter_error(vit, tmp_path):
+    from frozenvit.backbone.suite.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="calibration"):
+        export_backbone(vit, tmp_path / "q", 3, int8=True)

@@ -76,12 +76,31 @@ def test_anomaly_evaluate_with_onnxruntime_gives_torchs_image_auroc(workspace):
     assert got["onnxruntime"] == pytest.approx(got["torch"], abs=1e-6)
 
 
-def test_backbone_inspect_with_a_runtime_reports_its_parity_with_torch(workspace, capsys):
-    imgs = workspace / "imgs"
-    imgs.mkdir()
+@pytest.fixture(scope="module")
+def imgs(workspace):
+    folder = workspace / "imgs"
+    folder.mkdir()
     rng = np.random.default_rng(0)
     for i in range(2):
-        Image.fromarray(rng.integers(0, 256, (70, 90, 3), dtype=np.uint8)).save(imgs / f"{i}.png")
+        Image.fromarray(rng.integers(0, 256, (70, 90, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+    return folder
+
+
+def test_export_int8_prints_its_measured_error(workspace, imgs, capsys):
+    out = workspace / "int8"
+    assert main(["export", "backbone", *backbone_args(workspace), "--blocks", "2", "--out", str(out), "--int8",
+                 "--calibration", str(imgs)]) == 0
+    assert json.loads((out / "config.json").read_text())["int8"]["calibration_images"] == 2
+    assert "int8: patch grids differ from torch's" in capsys.readouterr().out
+
+
+def test_int8_without_calibration_is_refused_before_any_work(workspace, capsys):
+    assert main(["export", "backbone", *backbone_args(workspace), "--out", str(workspace / "int8_none"),
+                 "--int8"]) == 2
+    assert "--calibration" in capsys.readouterr().err and not (workspace / "int8_none").exists()
+
+
+def test_backbone_inspect_with_a_runtime_reports_its_parity_with_torch(workspace, imgs, capsys):
     out = workspace / "inspect"
     assert main(["backbone", "inspect", *backbone_args(workspace), "--images", str(imgs), "--out", str(out),
                  "--runtime", "onnxruntime"]) == 0
