@@ -22,6 +22,7 @@ import hashlib
 import logging
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -137,7 +138,8 @@ def export_backbone(backbone: FrozenBackbone, out: str | os.PathLike, blocks: in
                preprocessing=preprocessing(backbone), backbone_config=backbone.config.as_dict())
     with atomic_dir(out, KIND, flag=flag) as tmp:
         onnx_file = tmp / GRAPH["onnx"]
-        with torch.no_grad(), _quiet_export():
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")     # tracer warnings: Python conditions that are constant at a fixed size
             torch.onnx.export(graph, (pixels,), str(onnx_file), dynamo=False, opset_version=OPSET,
                               input_names=["pixels"], output_names=names,
                               dynamic_axes={n: {0: "batch"} for n in ["pixels", *names]})
@@ -174,20 +176,6 @@ def _quantize(backbone: FrozenBackbone, onnx_file: Path, blocks: list[int], imag
            for b in blocks}
     return dict(method="onnxruntime quantize_static QDQ, per-channel int8 weights, uint8 activations",
                 calibration_images=len(pixels), grid_rel_error_on_calibration_images=err)
-
-
-class _quiet_export:
-    """torch.onnx's TorchScript exporter warns about traced Python conditions that are constant at a fixed size."""
-
-    def __enter__(self) -> None:
-        import warnings
-
-        self._w = warnings.catch_warnings()
-        self._w.__enter__()
-        warnings.simplefilter("ignore")
-
-    def __exit__(self, *exc: Any) -> None:
-        self._w.__exit__(*exc)
 
 
 def _config_from_dict(d: dict[str, Any]) -> BackboneConfig:
