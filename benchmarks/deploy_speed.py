@@ -6,9 +6,10 @@
 Parts (each times every runtime in interleaved rounds after a warm-up, so a machine whose load drifts slows
 them alike; ratios are within one run):
 
-- encoder: one control step's compute at batch 1 on the default policy's encoder (the embedded ViT at its input
-  size, blocks `default_blocks`) and an untrained head of the default shape: preprocess, encode, head (ms,
-  medians and p95 over --steps steps).
+- encoder: one control step's compute at batch 1 on Meta-World renders, with the default policy's encoder (the
+  embedded ViT at its input size, blocks `default_blocks`) and an untrained head of the default shape:
+  preprocess, encode, head (ms, medians and p95 over --steps steps); --int8 adds int8 exports (their grid
+  error against torch, as recorded by the export, in the row).
 - loop: `control.latency.compare_runtimes` on Meta-World (render, preprocess, encode, head, step; p50/p95/p99).
 - anomaly: `anomaly fit`'s default ensemble fitted on synthetic --size px normals, then predict with maps on the
   synthetic test set through each runtime: images/s (median over rounds) and image AUROC of each.
@@ -43,7 +44,33 @@ def rounds_of(variants: dict, rounds: int) -> dict[str, list[float]]:
     return out
 
 
-def bench_encoder(runtimes, steps: int) -> list[dict]:
+def metaworld_frames(size: int, n: int) -> list[np.ndarray]:
+    """n renders of Meta-World's latency task at `size` px (start of n training configurations)."""
+    from frozenvit.control.defaults import DEFAULT_CAMERA, LATENCY_TASK
+    from frozenvit.control.env import MetaWorldTask, config_seeds
+
+    with MetaWorldTask(LATENCY_TASK, camera=DEFAULT_CAMERA, image_size=size) as env:
+        out = []
+        for c in config_seeds("train", n):
+            env.reset(c)
+            out.append(env.render())
+    return out
+
+
+def int8_backbones(bb, blocks, frames, runtimes) -> dict:
+    """{"<runtime>-int8": backbone} for the ONNX runtimes asked, calibrated on `frames`, and their recorded error."""
+    from frozenvit.backbone.export import export_backbone, load_exported
+
+    out, errors = {}, {}
+    for rt in (r for r in runtimes if r != "torch"):
+        path = export_backbone(bb, Path(tempfile.mkdtemp(prefix="deploy-int8-")) / "q", blocks, int8=True,
+                               calibration=frames, format="onnx" if rt == "onnxruntime" else "openvino")
+        out[f"{rt}-int8"] = load_exported(path, rt, source=bb)
+        errors[f"{rt}-int8"] = max(out[f"{rt}-int8"].export_config["int8"]["grid_rel_error_on_calibration_images"].values())
+    return out, errors
+
+
+def bench_encoder(runtimes, steps: int, int8: bool) -> list[dict]:
     from frozenvit.backbone.export import runtime_backbone
     from frozenvit.control.agent import StageTimer, VisuomotorAgent
     from frozenvit.control.encoders import load_encoder
@@ -53,10 +80,16 @@ def bench_encoder(runtimes, steps: int) -> list[dict]:
     bb = load_encoder()
     head = UntrainedHead(bb)
     blocks = token_blocks(head.meta_)
-    agents = {rt: VisuomotorAgent(head, runtime_backbone(bb, rt, blocks)) for rt in runtimes}
-    rng = np.random.default_rng(0)
     H, W = bb.config.img_size
-    frames = [rng.integers(0, 256, (H, W, 3), dtype=np.uint8) for _ in range(8)]
+    frames = metaworld_frames(H, 16)
+    encoders = {rt: runtime_backbone(bb, rt, blocks) for rt in runtimes}
+    errors = {}
+    if int8:
+        quantised, errors = int8_backbones(bb, blocks, frames[8:], runtimes)      # calibrated on frames not timed
+        encoders.update(quantised)
+    agents = {rt: VisuomotorAgent(head, e) for rt, e in encoders.items()}
+    runtimes = list(agents)
+    frames = frames[:8]
     proprio = np.zeros((1, 4), np.float32)
     timers = {rt: StageTimer() for rt in runtimes}
     for rt, a in agents.items():                                     # warm-up, untimed
@@ -75,6 +108,8 @@ def bench_encoder(runtimes, steps: int) -> list[dict]:
         for s in ("preprocess", "encode", "head", "compute"):
             row[f"{s}_p50_ms"] = float(np.percentile(ms[s], 50))
         row["compute_p95_ms"] = float(np.percentile(ms["compute"], 95))
+        if rt in errors:
+            row["int8_grid_rel_error"] = errors[rt]
         rows.append(row)
     base = rows[0]["encode_p50_ms"]
     for r in rows:
@@ -157,6 +192,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--size", type=int, default=512, help="anomaly: image side in pixels")
     ap.add_argument("--rounds", type=int, default=3, help="anomaly: timed rounds (after one warm-up round)")
     ap.add_argument("--n-train", type=int, default=10, help="anomaly: synthetic normals to fit on")
+    ap.add_argument("--int8", action="store_true",
+                    help="encoder: also time int8 exports (calibrated on 8 Meta-World renders) of each ONNX runtime")
     ap.add_argument("--tag", default="", help="suffix of the JSON file name")
     ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/deploy_speed_t<threads>.json)")
     return ap
@@ -168,7 +205,7 @@ def main() -> None:
     runtimes = tuple(args.runtimes.split(","))
     rows = []
     if args.part in ("all", "encoder"):
-        rows += bench_encoder(runtimes, args.steps)
+        rows += bench_encoder(runtimes, args.steps, args.int8)
         print_table([r for r in rows if r["part"] == "encoder"])
     if args.part == "loop":
         rows += bench_loop(runtimes, args.steps, args.warmup)

@@ -317,10 +317,13 @@ def deployment() -> str:
         d = load(name)
         rows = [r for r in d["rows"] if r["part"] == part]
         if part == "encoder":
-            t = table(["runtime", "preprocess p50", "encode p50", "head p50", "step compute p50 / p95", "encode vs torch"],
+            t = table(["runtime", "preprocess p50", "encode p50", "head p50", "step compute p50 / p95", "encode vs torch",
+                       "grid error vs torch"],
                       [[r["runtime"], f"{r['preprocess_p50_ms']:.1f} ms", f"{r['encode_p50_ms']:.1f} ms",
                         f"{r['head_p50_ms']:.1f} ms", f"{r['compute_p50_ms']:.1f} / {r['compute_p95_ms']:.1f} ms",
-                        f"{r['encode_speedup']:.2f}x"] for r in rows])
+                        f"{r['encode_speedup']:.2f}x",
+                        f"{r['int8_grid_rel_error']:.3f} (int8)" if "int8_grid_rel_error" in r else "fp32"]
+                       for r in rows])
             what = (f"One control step's compute at batch 1 (no rendering): {rows[0]['backbone']} at "
                     f"{rows[0]['img_size']} px, blocks {rows[0]['blocks']}, an untrained head of the default shape")
         elif part == "loop":
