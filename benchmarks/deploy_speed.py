@@ -8,7 +8,9 @@ them alike; ratios are within one run):
 
 - encoder: one control step's compute at batch 1 on Meta-World renders, with the default policy's encoder (the
   embedded ViT at its input size, blocks `default_blocks`) and an untrained head of the default shape:
-  preprocess, encode, head (ms, medians and p95 over --steps steps); --int8 adds int8 exports (their grid
+  preprocess, encode, head (ms, medians and p95 over --steps steps, in 3 rounds of a block per runtime, each
+  step after a 20 ms pause standing for the render: without it, the thread pools of the runtimes loaded beside
+  the one timed compete with it on a busy 2-core machine); --int8 adds int8 exports (their grid
   error against torch, as recorded by the export, in the row).
 - loop: `control.latency.compare_runtimes` on Meta-World (render, preprocess, encode, head, step; p50/p95/p99).
 - anomaly: `anomaly fit`'s default ensemble fitted on synthetic --size px normals, then predict with maps on the
@@ -30,6 +32,8 @@ import torch
 from common import median, print_table, write_result
 
 RUNTIMES = ("torch", "onnxruntime", "openvino")
+ROUNDS = 3
+PAUSE_S = 0.02       # encoder part: untimed pause before each step (the loop renders there, ~10-20 ms)
 
 
 def rounds_of(variants: dict, rounds: int) -> dict[str, list[float]]:
@@ -92,15 +96,16 @@ def bench_encoder(runtimes, steps: int, int8: bool) -> list[dict]:
     frames = frames[:8]
     proprio = np.zeros((1, 4), np.float32)
     timers = {rt: StageTimer() for rt in runtimes}
-    for rt, a in agents.items():                                     # warm-up, untimed
-        for f in frames[:3]:
-            a.act([f], proprio)
-    for i in range(steps):                                           # interleaved step by step
+    quiet = StageTimer()
+    for r in range(ROUNDS):               # each runtime's steps in a block (its threads alone), blocks interleaved
         for rt, a in agents.items():
-            a.reset()
-            t0 = time.perf_counter()
-            a.act([frames[i % len(frames)]], proprio, timers[rt])
-            timers[rt].ms["compute"].append((time.perf_counter() - t0) * 1e3)
+            for i in range(3 + steps // ROUNDS):
+                timer = timers[rt] if i >= 3 else quiet                      # 3 untimed steps start each block
+                time.sleep(PAUSE_S)          # where the loop renders: other runtimes' idle threads go to sleep
+                a.reset()
+                t0 = time.perf_counter()
+                a.act([frames[i % len(frames)]], proprio, timer)
+                timer.ms["compute"].append((time.perf_counter() - t0) * 1e3)
     rows = []
     for rt in runtimes:
         ms = timers[rt].ms
