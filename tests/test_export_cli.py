@@ -125,3 +125,11 @@ def test_comparison_rows_hold_every_runtime_and_stage():
     assert [(r["runtime"], r["stage"]) for r in rows] == [("torch", "loop"), ("torch", "encode"),
                                                           ("openvino", "loop"), ("openvino", "encode")]
     assert rows[2]["p50"] == 20.0 and set(rows[0]) == {"runtime", "stage", "p50", "p95", "p99"}
+
+
+@pytest.mark.parametrize("argv", [["control", "evaluate", "--policy", "nowhere"],
+                                  ["anomaly", "predict", "--model", "nowhere", "--images", ".", "--out", "nowhere_out"]])
+def test_a_runtime_with_ray_is_refused_before_any_work(argv, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main([*argv, "--ray", "--runtime", "onnxruntime"]) == 2
+    assert "runs in this process only" in capsys.readouterr().err and not list(tmp_path.iterdir())
