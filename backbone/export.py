@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from .config import BackboneConfig
-from .errors import ArtifactError, BackboneUnavailable
+from .errors import ArtifactError, BackboneUnavailable, GridMismatch
 from .model import FrozenBackbone
 from .preprocess import Preprocess
 from .runtimes import DEFAULT_RUNTIME, FORMAT_OF, FORMATS, RUNTIME_OF, RUNTIMES
@@ -214,8 +214,6 @@ class ExportedBackbone:
     def forward_pixels(self, pixels: torch.Tensor, blocks: Sequence[int], norm: bool = False
                        ) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
         """Normalised (B, 3, H, W) -> ({block: (B, C, h, w)}, {block: (B, P, C)}), as FrozenBackbone's."""
-        from .errors import GridMismatch
-
         if tuple(pixels.shape[-2:]) != tuple(self.config.img_size):
             raise GridMismatch(f"pixels are {pixels.shape[-2]}x{pixels.shape[-1]}, the graph is exported at "
                                f"{self.config.img_size[0]}x{self.config.img_size[1]}; export it at that size")
