@@ -4,6 +4,7 @@ Every test runs a tiny random model; the runtimes are the optional extra frozenv
 runtime skip when it is not installed.
 """
 import json
+import logging
 import sys
 
 import numpy as np
@@ -143,6 +144,7 @@ def test_anomaly_scores_rank_the_synthetic_set_as_torch_does(vit, runtime):
 
 def test_int8_export_records_its_measured_error_and_stays_close(vit, frames, tmp_path, caplog):
     pytest.importorskip("onnxruntime")
+    caplog.set_level(logging.WARNING, logger="frozenvit.backbone")        # `backbone info` quietens it for good
     path = export_backbone(vit, tmp_path / "q", (1, 3), int8=True, calibration=frames)
     q = json.loads((path / "config.json").read_text())["int8"]
     err = q["grid_rel_error_on_calibration_images"]
