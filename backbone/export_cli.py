@@ -102,7 +102,7 @@ def register(subparsers: Any) -> None:
                             "against torch is measured, recorded in config.json and printed")
         q.add_argument("--calibration", nargs="+", default=None, metavar="PATH",
                        help="--int8: image files or folders like those the graph will see")
-        q.add_argument("--calibration-images", type=number(int, min=1), default=CALIBRATION_IMAGES,
+        q.add_argument("--calibration-images", type=number(int, min=1), default=CALIBRATION_IMAGES, metavar="N",
                        help="--int8: use at most this many calibration images")
         add_threads_arg(q)
 

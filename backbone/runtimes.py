@@ -14,10 +14,10 @@ FORMAT_OF = {"onnxruntime": "onnx", "openvino": "openvino"}       # the format `
 def add_runtime_arg(parser: argparse.ArgumentParser, several: bool = False) -> None:
     """--runtime: what runs the backbone's forward; the rest of the command is the same Python code."""
     if several:
-        parser.add_argument("--runtime", type=runtime_list, default=(DEFAULT_RUNTIME,), metavar="NAMES",
-                            help=f"comma-separated runtimes to compare in one run, each timed in turn "
+        parser.add_argument("--runtime", type=runtime_list, default=DEFAULT_RUNTIME, metavar="NAMES",
+                            help=f"comma-separated runtimes to compare in one run, timed in interleaved rounds "
                                  f"({', '.join(RUNTIMES)}); onnxruntime and openvino run the backbone exported at its "
-                                 f"input size (pip install 'frozenvit[deploy]'); without it: {DEFAULT_RUNTIME}")
+                                 f"input size (pip install 'frozenvit[deploy]')")
         return
     parser.add_argument("--runtime", choices=RUNTIMES, default=DEFAULT_RUNTIME,
                         help="what runs the backbone: torch eager, or the backbone exported to ONNX and run by "

@@ -133,3 +133,9 @@ def test_a_runtime_with_ray_is_refused_before_any_work(argv, tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     assert main([*argv, "--ray", "--runtime", "onnxruntime"]) == 2
     assert "runs in this process only" in capsys.readouterr().err and not list(tmp_path.iterdir())
+
+
+def test_latency_times_torch_alone_without_runtime():
+    from frozenvit.backbone.suite.cli import build_parser
+
+    assert build_parser().parse_args(["control", "latency"]).runtime == ("torch",)
