@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from frozenvit.backbone.commands import EMBEDDED   # the embedded ViT by name (no --backbone: anomaly/defaults.py's)
+from frozenvit.backbone.runtimes import add_runtime_arg
 from frozenvit.backbone.suite.cli import add_backbone_args, add_threads_arg, number
 from frozenvit.backbone.suite.engine import add_engine_args
 from frozenvit.backbone.suite.errors import UsageError
@@ -98,6 +99,13 @@ def _model(args: argparse.Namespace) -> Any:
     return det
 
 
+def _runtime(det: Any, args: argparse.Namespace) -> Any:
+    """The detector reading its patch grids through --runtime (its bank, search and scoring unchanged)."""
+    from frozenvit.backbone.export import use_runtime
+
+    return use_runtime(det, args.runtime)
+
+
 def _normals(data: str) -> list[Path]:
     from .datasets import read_dataset
 
@@ -153,7 +161,9 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     _faiss_threads(args)
     engine_from_args(args)                         # --workers without --ray fails before any work
     check_artifact_dir(args.out, PREDICT_KIND)
-    det = _model(args)
+    if args.runtime != "torch" and args.ray is not None:
+        raise UsageError(f"--runtime {args.runtime} runs in this process only; drop --ray or --runtime")
+    det = _runtime(_model(args), args)
     files = list_images(args.images, exclude=[args.out])     # never an output of ours, --out least of all
     for f in files:              # an unreadable file stops the run (ImageFormatError naming it) before any output
         image_size(f)
@@ -196,7 +206,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
                          "brings its own ground_truth/")
     check_output_file(args.out, "anomaly.evaluate")
     _faiss_threads(args)
-    det = _model(args)
+    det = _runtime(_model(args), args)
     ds = read_mvtec(args.data) if args.data else read_folders(None, args.test, args.masks)
     metrics, per_type = evaluate_dataset(det, ds)
     uncalibrated = det.decision_threshold() is None
@@ -480,6 +490,7 @@ def register(subparsers: Any) -> None:
                         "is replaced as a whole (it holds this run's results only)")
     q.add_argument("--no-overlays", action="store_true", help="write scores.csv only")
     _add_threshold_arg(q, "instead of the model's")
+    add_runtime_arg(q)
     add_threads_arg(q)
     add_engine_args(q)
     q.set_defaults(func=_cmd_predict)
@@ -494,6 +505,7 @@ def register(subparsers: Any) -> None:
                    help="JSON file for the metrics; without it, they are printed only (an existing file is replaced "
                         "only if this command wrote it)")
     _add_threshold_arg(q, "instead of the model's, for the false-alarm and detection rates")
+    add_runtime_arg(q)
     add_threads_arg(q)
     q.description = ("Pixel metrics (pixel AUROC, AUPRO, pixel F1-max) count the images whose masks are known:\n"
                      "the good ones and the defective ones with a mask. A defective image without a mask is named\n"
@@ -525,3 +537,21 @@ def register(subparsers: Any) -> None:
     q.set_defaults(func=_cmd_synth)
 
     _register_review(sub)
+
+
+def register_export(sub: Any, common: Any) -> None:
+    """`frozenvit export anomaly` (entry-point group frozenvit.export)."""
+    from frozenvit.backbone.export_cli import add_export
+
+    add_export(sub, common, "anomaly", "the feature extractor of an anomaly model (an ensemble: OUT/member<i>)",
+               "--model", "model folder written by `anomaly fit`", _export_sources)
+
+
+def _export_sources(args: argparse.Namespace) -> list[tuple[str, Any, Any]]:
+    from .ensemble import load_detector
+
+    det = load_detector(args.model)
+    members = getattr(det, "members_", None)
+    if members:
+        return [(f"member{i}", m.backbone_, m.blocks_) for i, m in enumerate(members)]
+    return [("", det.backbone_, det.blocks_)]

@@ -9,6 +9,7 @@ import logging
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from .runtimes import add_runtime_arg
 from .suite.cli import add_backbone_args, add_threads_arg, number
 from .suite.errors import UsageError
 
@@ -134,8 +135,19 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     out = output_dir(args.out, "backbone.inspect")
     rep = inspect_backbone(bb, images, batch_size=args.batch_size)
     print(rep.table())
+    body = rep.as_dict()
+    if args.runtime != "torch":
+        from .export import compare_grids, runtime_backbone
+
+        every = list(range(bb.config.depth))
+        body["runtime"] = cmp = compare_grids(bb, runtime_backbone(bb, args.runtime, every), images, every,
+                                              batch_size=args.batch_size)
+        worst = max(cmp["grid_rel_diff"].values())
+        print(f"{args.runtime} vs torch on {cmp['images']} images, blocks 0..{every[-1]}: patch grids within "
+              f"{worst:.1e} relative (worst block); {cmp['seconds']['runtime']:.2f} s vs {cmp['seconds']['torch']:.2f} s "
+              f"({cmp['speedup']:.2f}x)")
     plot_inspection(rep, out / "inspect.png")
-    write_json(out / "inspect.json", rep.as_dict())
+    write_json(out / "inspect.json", body)
     print(f"wrote {out / 'inspect.png'} and {out / 'inspect.json'}")
     return 0
 
@@ -146,9 +158,11 @@ def register(subparsers: Any) -> None:
     q = bsub.add_parser("info", help="print the preprocessing and grid contract of a backbone")
     add_backbone_args(q)
     q.set_defaults(func=_cmd_info)
-    q = bsub.add_parser("inspect", help="attention entropy/distance and token-norm outliers on given images")
+    q = bsub.add_parser("inspect", help="attention entropy/distance and token-norm outliers on given images; with "
+                                        "--runtime, the runtime's patch grids against torch's (parity, speed)")
     add_backbone_args(q)
     q.add_argument("--random-weights", action="store_true", help="random initialisation (baselines only)")
+    add_runtime_arg(q)
     add_threads_arg(q)
     q.add_argument("--images", nargs="+", required=True,
                    help="image files or folders (searched recursively; hidden files and folders frozenvit wrote, "

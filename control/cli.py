@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from frozenvit.backbone.runtimes import add_runtime_arg
 from frozenvit.backbone.suite.cli import add_backbone_args, add_threads_arg, number
 from frozenvit.backbone.suite.engine import add_engine_args
 from frozenvit.backbone.suite.errors import UsageError
@@ -105,12 +106,13 @@ def register(subparsers: Any) -> None:
                         "without it the result is only printed")
     q.add_argument("--gifs", type=COUNT, default=0, help="save this many rollouts as GIFs in OUT/gifs (needs --out)")
     _backbone_args(q, "the one the policy was trained on, at its input size")
+    add_runtime_arg(q)
     add_threads_arg(q)
     add_engine_args(q)
     q.set_defaults(func=_cmd_evaluate)
 
     q = sub.add_parser("latency", help="per-step latency of render+preprocess+encode+head+step",
-                       epilog=f"Exit status {OVER_BUDGET} when p99 is over --budget-ms.")
+                       epilog=f"Exit status {OVER_BUDGET} when p99 is over --budget-ms with every runtime.")
     q.add_argument("--policy", default=None,
                    help="trained policy (without it: an untrained head of the same shape, on --backbone)")
     q.add_argument("--task", default=LATENCY_TASK, help="Meta-World task (a --policy's own when given)")
@@ -127,6 +129,7 @@ def register(subparsers: Any) -> None:
                    help="report folder (new, empty, or an earlier latency output): latency.json and histogram.png; "
                         "without it the report is only printed")
     _backbone_args(q, "a --policy's own, at its input size; else embedded")
+    add_runtime_arg(q, several=True)
     add_threads_arg(q)
     q.set_defaults(func=_cmd_latency)
 
@@ -221,11 +224,13 @@ def _blocks(blocks: tuple[int, ...] | None, depth: int) -> int | list[int] | Non
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from frozenvit.backbone.export import runtime_backbone
     from frozenvit.backbone.suite.artifacts import check_output_dir, output_dir, write_json
     from frozenvit.backbone.suite.engine import engine_from_args, engine_session
 
     from .env import check_task, config_seeds
     from .evaluate import evaluate
+    from .features import token_blocks
     from .policy import PatchTokenPolicy
 
     if args.gifs and not args.out:
@@ -233,10 +238,12 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if args.out:
         check_output_dir(args.out, EVALUATE_KIND)
     engine_from_args(args)                             # --workers without --ray fails before any work
+    if args.runtime != "torch" and args.ray is not None:
+        raise UsageError(f"--runtime {args.runtime} runs in this process only; drop --ray or --runtime")
     if args.task:
         check_task(args.task)
     pol = PatchTokenPolicy.load(args.policy)
-    bb = _encoder(args, pol)
+    bb = runtime_backbone(_encoder(args, pol), args.runtime, token_blocks(pol.meta_))
     out = output_dir(args.out, EVALUATE_KIND) if args.out else None
     with engine_session(args) as engine:
         res = evaluate(pol, bb, config_seeds("heldout", args.configs), task=args.task, max_steps=args.max_steps,
@@ -256,9 +263,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 def _cmd_latency(args: argparse.Namespace) -> int:
     from frozenvit.backbone.suite.artifacts import check_output_dir, output_dir, write_json
 
-    from .agent import VisuomotorAgent
     from .env import MetaWorldTask
-    from .latency import UntrainedHead, measure_latency
+    from .latency import UntrainedHead, compare_runtimes, comparison_rows
     from .policy import PatchTokenPolicy
     from .render import RenderSettings
 
@@ -273,24 +279,47 @@ def _cmd_latency(args: argparse.Namespace) -> int:
         bb = _encoder(args)
         pol = UntrainedHead(bb, args.pooling, chunk=args.chunk)
         print("(no --policy: an untrained head of the same shape; latency does not depend on its weights)")
-    agent = VisuomotorAgent(pol, bb)
     render = RenderSettings.from_dict(pol.meta_["render"]) if "render" in pol.meta_ else RenderSettings()
     with MetaWorldTask(task, camera=camera, image_size=bb.config.img_size[0], render=render) as env:
-        rep = measure_latency(agent, env, steps=args.steps, warmup=args.warmup)
-    _print_rows(rep.table())
-    s = rep.summary()
-    print(f"{bb.config.name} at {bb.config.img_size[0]}px, {s['threads']} threads: p50 {s['p50']:.1f} ms, "
-          f"p95 {s['p95']:.1f}, p99 {s['p99']:.1f} ({s['fps_p50']:.1f} steps/s at p50)")
-    ok = True
-    if args.budget_ms:
-        ok, msg = rep.verdict(args.budget_ms)
-        print(msg)
+        reports = compare_runtimes(pol, bb, env, args.runtime, steps=args.steps, warmup=args.warmup,
+                                   rounds=1 if len(args.runtime) == 1 else 3)
+    _print_rows(comparison_rows(reports) if len(reports) > 1 else next(iter(reports.values())).table())
+    fits = []
+    for rt, rep in reports.items():
+        s = rep.summary()
+        print(f"{rt}: {bb.config.name} at {bb.config.img_size[0]}px, {s['threads']} threads: p50 {s['p50']:.1f} ms, "
+              f"p95 {s['p95']:.1f}, p99 {s['p99']:.1f} ({s['fps_p50']:.1f} steps/s at p50)")
+        if args.budget_ms:
+            ok, msg = rep.verdict(args.budget_ms)
+            fits.append(ok)
+            print(f"{rt}: {msg}")
     if args.out:
         out = output_dir(args.out, LATENCY_KIND)
-        write_json(out / "latency.json", rep.to_dict(), kind=LATENCY_KIND)
-        rep.histogram(args.budget_ms).savefig(out / "histogram.png", dpi=100, metadata={"frozenvit": LATENCY_KIND})
+        first = next(iter(reports.values()))
+        body = first.to_dict() if len(reports) == 1 else {
+            **first.to_dict(), "runtimes": {rt: rep.to_dict() for rt, rep in reports.items()},
+            "comparison": comparison_rows(reports)}
+        write_json(out / "latency.json", body, kind=LATENCY_KIND)
+        first.histogram(args.budget_ms).savefig(out / "histogram.png", dpi=100, metadata={"frozenvit": LATENCY_KIND})
         print(f"wrote {out / 'latency.json'} and {out / 'histogram.png'}")
-    return 0 if ok else OVER_BUDGET
+    return 0 if not fits or any(fits) else OVER_BUDGET
+
+
+def register_export(sub: Any, common: Any) -> None:
+    """`frozenvit export policy` (entry-point group frozenvit.export)."""
+    from frozenvit.backbone.export_cli import add_export
+
+    add_export(sub, common, "policy", "the encoder of a control policy: its blocks at its input size", "--policy",
+               "policy folder from `control train`", _export_sources)
+
+
+def _export_sources(args: argparse.Namespace) -> list[tuple[str, Any, Any]]:
+    from .encoders import encoder_for_policy
+    from .features import token_blocks
+    from .policy import PatchTokenPolicy
+
+    pol = PatchTokenPolicy.load(args.policy)
+    return [("", encoder_for_policy(pol, pretrained=pol.meta_.get("pretrained", True)), token_blocks(pol.meta_))]
 
 
 def _print_rows(rows: list[dict[str, Any]]) -> None:

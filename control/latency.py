@@ -120,6 +120,41 @@ def measure_latency(agent: VisuomotorAgent, env: MetaWorldTask, *, steps: int = 
     return LatencyReport(total, stages, meta)
 
 
+def compare_runtimes(policy: Any, backbone: Any, env: MetaWorldTask, runtimes: Sequence[str], *,
+                     steps: int = LATENCY_STEPS, warmup: int = LATENCY_WARMUP, rounds: int = 3,
+                     configs: Sequence[int] | None = None) -> dict[str, LatencyReport]:
+    """The loop's latency with the backbone run by each of `runtimes` (backbone.export.RUNTIMES), in one run.
+
+    The encoder of every runtime is built first (onnxruntime / OpenVINO: `backbone` exported at its input size and
+    the policy's blocks); then `rounds` rounds each time every runtime for about steps/rounds steps (after
+    `warmup` untimed steps in each round), so a machine that gets busier during the run slows all runtimes alike.
+    Returns {runtime: LatencyReport of its rounds}, in the order given.
+    """
+    from frozenvit.backbone.export import runtime_backbone
+
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    blocks = token_blocks(policy.meta_)
+    agents = {rt: VisuomotorAgent(policy, runtime_backbone(backbone, rt, blocks)) for rt in runtimes}
+    per_round = [steps // rounds + (i < steps % rounds) for i in range(rounds)]
+    parts: dict[str, list[LatencyReport]] = {rt: [] for rt in runtimes}
+    for n in (k for k in per_round if k):
+        for rt, agent in agents.items():
+            parts[rt].append(measure_latency(agent, env, steps=n, warmup=warmup, configs=configs))
+    out = {}
+    for rt, reps in parts.items():
+        rep = LatencyReport.concat(reps)
+        rep.meta["runtime"] = rt
+        out[rt] = rep
+    return out
+
+
+def comparison_rows(reports: dict[str, LatencyReport]) -> list[dict[str, Any]]:
+    """One row per runtime and stage (the loop first): p50/p95/p99 in ms."""
+    return [dict(runtime=rt, **{k: r[k] for k in ("stage", "p50", "p95", "p99")})
+            for rt, rep in reports.items() for r in rep.table()]
+
+
 class UntrainedHead:
     """A randomly initialised policy head of the shape a trained one has on `backbone`: it stands in for
     a policy when only the loop's latency is measured (the time does not depend on the weights; the

@@ -334,6 +334,53 @@ run in every case ([scaling.md](scaling.md)):
 """
 
 
+DEPLOY = [("encoder", "deploy_speed_t2_encoder.json"), ("loop", "deploy_speed_t2_loop.json"),
+          ("anomaly", "deploy_speed_t2_anomaly512.json")]
+
+
+def deployment() -> str:
+    """`--runtime` against torch eager (benchmarks/deploy_speed.py); a part whose JSON is absent is left out."""
+    parts = []
+    for part, name in DEPLOY:
+        if not (RESULTS / name).is_file():
+            continue
+        d = load(name)
+        rows = [r for r in d["rows"] if r["part"] == part]
+        if part == "encoder":
+            t = table(["runtime", "preprocess p50", "encode p50", "head p50", "step compute p50 / p95", "encode vs torch",
+                       "grid error vs torch"],
+                      [[r["runtime"], f"{r['preprocess_p50_ms']:.1f} ms", f"{r['encode_p50_ms']:.1f} ms",
+                        f"{r['head_p50_ms']:.1f} ms", f"{r['compute_p50_ms']:.1f} / {r['compute_p95_ms']:.1f} ms",
+                        f"{r['encode_speedup']:.2f}x",
+                        f"{r['int8_grid_rel_error']:.3f} (int8)" if "int8_grid_rel_error" in r else "fp32"]
+                       for r in rows])
+            what = (f"One control step's compute at batch 1 on Meta-World renders (a 20 ms pause stands for the render): "
+                    f"{rows[0]['backbone']} at "
+                    f"{rows[0]['img_size']} px, blocks {rows[0]['blocks']}, an untrained head of the default shape")
+        elif part == "loop":
+            t = table(["runtime", "loop p50", "p95", "p99", "render", "encode", "head"],
+                      [[r["runtime"], f"**{r['p50_ms']:.1f} ms**", f"{r['p95_ms']:.1f} ms", f"{r['p99_ms']:.1f} ms",
+                        f"{r['render_p50_ms']:.1f} ms", f"{r['encode_p50_ms']:.1f} ms", f"{r['head_p50_ms']:.1f} ms"]
+                       for r in rows])
+            what = f"The whole loop on {rows[0]['task']} (`control latency --runtime ...`), {rows[0]['steps']} steps each"
+        else:
+            t = table(["runtime", "images/s (with maps)", "vs torch", "image AUROC", "same ranking as torch"],
+                      [[r["runtime"], f"{r['images_per_s']:.2f}", f"**{r['speedup']:.2f}x**", f3(r["image_auroc"]),
+                        "yes" if r["same_ranking"] else "no"] for r in rows])
+            what = (f"`anomaly predict` with maps, the default ensemble fitted on {rows[0]['n_train']} synthetic "
+                    f"normals, {rows[0]['images']} test images of {rows[0]['image_size']} px")
+        parts.append(f"{what}, {d['threads']} threads ({src(name, d)}):\n\n{t}\n")
+    if not parts:
+        return ""
+    body = "\n".join(parts)
+    return f"""## deployment runtimes
+
+`benchmarks/deploy_speed.py` ([deployment.md](deployment.md)): every runtime timed in interleaved rounds in one
+run, on the shared 2-core machine while other jobs ran, so only the ratios within a table mean anything.
+
+{body}"""
+
+
 # ---------------------------------------------------------------- README headlines
 
 def headlines() -> dict[str, str]:
@@ -382,7 +429,7 @@ def render() -> str:
         "and links to the JSON. All runs are on a 2-core CPU without a GPU. The guides say what each option does;",
         "experiment notes, with the runs behind each default, are in [lab/](../lab/README.md).",
         "",
-        anomaly(), forecasting(), control(), backbone(), scaleout(),
+        anomaly(), forecasting(), control(), backbone(), scaleout(), deployment(),
     ]).rstrip("\n") + "\n"
 
 

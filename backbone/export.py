@@ -1,0 +1,349 @@
+"""A backbone's patch-grid forward as a deployable graph: ONNX (onnxruntime) or OpenVINO IR, and back.
+
+    path = export_backbone(bb, "deploy/vit", blocks=(2, 5, 11), format="onnx")
+    ebb = load_exported(path, source=bb)               # ArtifactError unless made from these weights/preprocessing
+    grids = ebb.patch_grids(images, blocks=(2, 5, 11))  # the interface of FrozenBackbone.patch_grids
+
+The graph is fixed at the backbone's input size and the chosen blocks (batch is dynamic); preprocessing stays
+in Python (`Preprocess`, the same code as the torch path). The artifact folder (written by `atomic_dir`,
+every file's digest checked on load) holds
+
+    config.json        kind "backbone.export", format_version, format, blocks, norm, int8, the source
+                       backbone's config (name, fingerprint of its weights) and preprocessing (size, mean, std,
+                       interpolation, resize)
+    model.onnx | model.xml + model.bin
+
+`runtime_backbone(bb, runtime)` is what `--runtime` calls: the torch backbone itself, or an export of it run
+by onnxruntime / OpenVINO. Both runtimes are the optional extra `frozenvit[deploy]`.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from .config import BackboneConfig
+from .errors import ArtifactError, BackboneUnavailable, GridMismatch
+from .model import FrozenBackbone
+from .preprocess import Preprocess
+from .runtimes import DEFAULT_RUNTIME, FORMAT_OF, FORMATS, RUNTIME_OF, RUNTIMES
+from .suite.artifacts import atomic_dir, read_config, write_json
+from .suite.errors import ParameterError
+
+log = logging.getLogger("frozenvit.backbone")
+
+KIND = "backbone.export"
+FORMAT_VERSION = 1
+GRAPH = {"onnx": "model.onnx", "openvino": "model.xml"}
+OPSET = 17
+PREPROCESSING = ("img_size", "mean", "std", "interpolation", "resize")
+
+
+def weights_fingerprint(backbone: Any) -> str:
+    """The weights' sha256 of a backbone; for random (unhashed) weights, a hash of its parameters."""
+    if getattr(backbone, "weights_sha256", None):
+        return str(backbone.weights_sha256)
+    h = hashlib.sha256()
+    for name, p in backbone.model.state_dict().items():
+        h.update(name.encode())
+        h.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def preprocessing(backbone: Any) -> dict[str, Any]:
+    """What turns an image into the graph's input: size, normalisation, resize filter and policy."""
+    c = backbone.config
+    return dict(img_size=list(c.img_size), mean=list(c.mean), std=list(c.std), interpolation=c.interpolation,
+                resize=backbone.preprocess.resize)
+
+
+class PatchGridGraph(nn.Module):
+    """pixels (B, 3, H, W) -> (grid_b0, prefix_b0, grid_b1, prefix_b1, ...) for a ViT, (grid_b0, grid_b1, ...) for
+    a ConvNet: FrozenBackbone.forward_pixels as one traceable forward (tuples of tensors), blocks in increasing order."""
+
+    def __init__(self, backbone: FrozenBackbone, blocks: Sequence[int], norm: bool = False) -> None:
+        super().__init__()
+        self.model, self.kind = backbone.model, backbone.config.kind
+        self.blocks, self.norm = sorted(blocks), norm
+
+    def forward(self, pixels: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out: list[torch.Tensor] = []
+        if self.kind == "cnn":                                    # no prefix tokens: ExportedBackbone adds none
+            feats = self.model(pixels)
+            return tuple(feats[b].float() for b in self.blocks)  # (B, C, h, w) each
+        inter = self.model.forward_intermediates(pixels, indices=self.blocks, return_prefix_tokens=True,
+                                                 norm=self.norm, stop_early=True, output_fmt="NCHW",
+                                                 intermediates_only=True)
+        for grid, prefix in inter:
+            out += [grid.float(), prefix.float()]                 # (B, C, h, w), (B, P, C)
+        return tuple(out)
+
+
+def _require(module: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise BackboneUnavailable(f"{module} is not installed; install the deployment runtimes with "
+                                  "`pip install 'frozenvit[deploy]'`") from e
+
+
+def check_format(format: str) -> None:
+    if format not in FORMATS:
+        raise ParameterError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
+
+
+def check_runtime(runtime: str) -> None:
+    if runtime not in RUNTIMES:
+        raise ParameterError(f"runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
+
+
+def export_backbone(backbone: FrozenBackbone, out: str | os.PathLike, blocks: int | Iterable[int] | None = None, *,
+                    format: str = "onnx", norm: bool = False, int8: bool = False,
+                    calibration: Sequence[Any] | None = None, flag: str = "--out") -> Path:
+    """Write `backbone`'s patch-grid forward of `blocks` (None: the last) at its input size to the folder `out`.
+
+    format "onnx" (torch.onnx's TorchScript exporter, opset 17) or "openvino" (the ONNX graph converted to IR by
+    openvino.convert_model). The batch axis is dynamic. Returns the artifact's Path; OutputConflict for an `out`
+    that is not ours (nothing written), BackboneUnavailable when the runtime of `format` is not installed.
+
+    int8: onnxruntime's static post-training quantisation (QDQ, int8 weights per channel, uint8 activations)
+    calibrated on `calibration` (images, as patch_grids takes them; required). Its cost is measured, never
+    assumed: config.json["int8"] records each block's max |int8 - torch| / max |torch| on the calibration images,
+    and `load_exported` logs it.
+    """
+    check_format(format)
+    if int8 and not calibration:
+        raise ParameterError("int8 quantisation needs calibration images (a few dozen like those it will see)")
+    _require("onnx")
+    if format == "openvino":
+        _require("openvino")
+    idx = sorted(backbone.resolve_blocks(blocks))
+    graph = PatchGridGraph(backbone, idx, norm).eval()
+    pixels = torch.zeros(1, 3, *backbone.config.img_size)                              # (1, 3, H, W)
+    parts = ("grid",) if backbone.config.kind == "cnn" else ("grid", "prefix")
+    names = [f"{part}_{b}" for b in idx for part in parts]
+    cfg = dict(kind=KIND, format_version=FORMAT_VERSION, format=format, blocks=idx, norm=bool(norm), int8=None,
+               graph=GRAPH[format], outputs=names, opset=OPSET, torch=torch.__version__,
+               source=dict(name=backbone.config.name, fingerprint=weights_fingerprint(backbone)),
+               preprocessing=preprocessing(backbone), backbone_config=backbone.config.as_dict())
+    with atomic_dir(out, KIND, flag=flag) as tmp:
+        onnx_file = tmp / GRAPH["onnx"]
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")     # tracer warnings: Python conditions that are constant at a fixed size
+            torch.onnx.export(graph, (pixels,), str(onnx_file), dynamo=False, opset_version=OPSET,
+                              input_names=["pixels"], output_names=names,
+                              dynamic_axes={n: {0: "batch"} for n in ["pixels", *names]})
+        if int8:
+            cfg["int8"] = _quantize(backbone, onnx_file, idx, calibration, norm)
+        if format == "openvino":
+            ov = _require("openvino")
+            ov.save_model(ov.convert_model(str(onnx_file)), str(tmp / GRAPH["openvino"]), compress_to_fp16=False)
+            onnx_file.unlink()
+        write_json(tmp / "config.json", cfg)
+    return Path(out)
+
+
+def _quantize(backbone: FrozenBackbone, onnx_file: Path, blocks: list[int], images: Sequence[Any],
+              norm: bool) -> dict[str, Any]:
+    """Replace `onnx_file` by its int8 quantisation calibrated on `images`; return what it costs in accuracy."""
+    q = _require("onnxruntime.quantization")
+    pixels = backbone.preprocess(list(images)).pixels                                # (N, 3, H, W)
+    feeds = iter([{"pixels": pixels[i:i + 1].numpy()} for i in range(len(pixels))])
+
+    class Reader(q.CalibrationDataReader):
+        def get_next(self) -> dict | None:
+            return next(feeds, None)
+
+    fp32 = onnx_file.with_name("fp32.onnx")
+    onnx_file.rename(fp32)
+    q.quantize_static(str(fp32), str(onnx_file), Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True,
+                      activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8)
+    fp32.unlink()
+    ref, _ = backbone.forward_pixels(pixels, blocks, norm=norm)
+    outs = _onnxruntime_session(onnx_file, torch.get_num_threads())(pixels.numpy())
+    got = dict(zip(blocks, outs if backbone.config.kind == "cnn" else outs[::2]))         # the grids, no prefix
+    err = {str(b): float(np.abs(got[b] - ref[b].numpy()).max() / max(float(ref[b].abs().max()), 1e-12))
+           for b in blocks}
+    return dict(method="onnxruntime quantize_static QDQ, per-channel int8 weights, uint8 activations",
+                calibration_images=len(pixels), grid_rel_error_on_calibration_images=err)
+
+
+def _config_from_dict(d: dict[str, Any]) -> BackboneConfig:
+    tup = lambda v: tuple(tuple(x) if isinstance(x, list) else x for x in v)
+    fields = {k: tup(v) if isinstance(v, list) else v for k, v in d.items()}
+    return BackboneConfig(**fields)
+
+
+class ExportedBackbone:
+    """An exported patch-grid graph run by onnxruntime or OpenVINO, with FrozenBackbone's interface:
+    `config`, `preprocess`, `resolve_blocks`, `forward_pixels`, `patch_grids`, `weights_sha256` (the source
+    weights' fingerprint, so a policy or model checks it like the torch backbone). Build with `load_exported`."""
+
+    def __init__(self, config: dict[str, Any], session: Any, runtime: str, path: Path) -> None:
+        self.export_config, self.runtime, self.path = config, runtime, path
+        self.config = _config_from_dict(config["backbone_config"])
+        self.preprocess = Preprocess(self.config, resize=config["preprocessing"]["resize"])
+        self.blocks: list[int] = list(config["blocks"])
+        self._run = session
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def weights_sha256(self) -> str:
+        return self.export_config["source"]["fingerprint"]
+
+    def __repr__(self) -> str:
+        return (f"ExportedBackbone({self.config.name!r}, {self.runtime}, blocks={self.blocks}, "
+                f"size={self.config.img_size})")
+
+    resolve_blocks = FrozenBackbone.resolve_blocks          # the same block rules and the same batching loop
+    patch_grids = FrozenBackbone.patch_grids
+
+    def forward_pixels(self, pixels: torch.Tensor, blocks: Sequence[int], norm: bool = False
+                       ) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
+        """Normalised (B, 3, H, W) -> ({block: (B, C, h, w)}, {block: (B, P, C)}), as FrozenBackbone's."""
+        if tuple(pixels.shape[-2:]) != tuple(self.config.img_size):
+            raise GridMismatch(f"pixels are {pixels.shape[-2]}x{pixels.shape[-1]}, the graph is exported at "
+                               f"{self.config.img_size[0]}x{self.config.img_size[1]}; export it at that size")
+        want = self.resolve_blocks(list(blocks))
+        missing = sorted(set(want) - set(self.blocks))
+        if missing or bool(norm) != self.export_config["norm"]:
+            raise ArtifactError(f"{self.path} holds blocks {self.blocks} (norm={self.export_config['norm']}), not "
+                                f"blocks {want} (norm={bool(norm)}); export those blocks")
+        outs = self._run(np.ascontiguousarray(pixels.detach().cpu().numpy(), dtype=np.float32))
+        named = dict(zip(self.export_config["outputs"], outs))
+        grids, prefix = {}, {}
+        for b in want:
+            grids[b] = torch.from_numpy(np.asarray(named[f"grid_{b}"]))                          # (B, C, h, w)
+            pre = named.get(f"prefix_{b}")
+            prefix[b] = (torch.from_numpy(np.asarray(pre)) if pre is not None                   # (B, P, C)
+                         else grids[b].new_zeros(grids[b].shape[0], 0, grids[b].shape[1]))
+        return grids, prefix
+
+
+def _onnxruntime_session(graph: Path, threads: int) -> Any:
+    ort = _require("onnxruntime")
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # its threads otherwise spin after each run, taking the cores from torch's preprocessing and the policy head
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    sess = ort.InferenceSession(str(graph), so, providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    return lambda x: sess.run(None, {name: x})
+
+
+def _openvino_session(graph: Path, threads: int) -> Any:
+    ov = _require("openvino")
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(str(graph)), "CPU",
+                                  {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY",
+                                   "INFERENCE_PRECISION_HINT": "f32"})
+    request = compiled.create_infer_request()
+
+    def run(x: np.ndarray) -> list[np.ndarray]:
+        res = request.infer({0: x})
+        return [res[o].copy() for o in compiled.outputs]          # the request reuses its buffers
+    return run
+
+
+def load_exported(path: str | os.PathLike, runtime: str | None = None, *, source: Any = None,
+                  threads: int | None = None) -> ExportedBackbone:
+    """An exported backbone run by `runtime` (None: onnxruntime for ONNX, openvino for IR; OpenVINO also runs
+    ONNX) on `threads` threads (None: torch's current setting).
+
+    source: the backbone the caller expects (a FrozenBackbone, or a dict with "fingerprint" and
+    "preprocessing"); ArtifactError when the export was made from other weights or other preprocessing.
+    ArtifactError for a folder that is not an intact export; BackboneUnavailable when the runtime is missing.
+    """
+    path = Path(path)
+    cfg = read_config(path, KIND, FORMAT_VERSION)
+    runtime = runtime or RUNTIME_OF[cfg["format"]]
+    check_runtime(runtime)
+    if runtime == "torch" or (runtime == "onnxruntime" and cfg["format"] != "onnx"):
+        raise ArtifactError(f"{path} is a {cfg['format']} export; run it with "
+                            f"{'openvino' if cfg['format'] == 'openvino' else 'onnxruntime or openvino'}")
+    if source is not None:
+        check_source(cfg, source, path)
+    if cfg.get("int8"):
+        log.warning("%s is int8-quantised: its patch grids differ from torch's by up to %.1e relative (max over blocks, "
+                    "on %d calibration images)", path, max(cfg["int8"]["grid_rel_error_on_calibration_images"].values()),
+                    cfg["int8"]["calibration_images"])
+    threads = threads or torch.get_num_threads()
+    make = _onnxruntime_session if runtime == "onnxruntime" else _openvino_session
+    return ExportedBackbone(cfg, make(path / cfg["graph"], threads), runtime, path)
+
+
+def check_source(cfg: dict[str, Any], source: Any, path: Path | str = "the export") -> None:
+    """ArtifactError unless the export `cfg` was made from `source`'s weights with its preprocessing."""
+    if isinstance(source, dict):
+        fingerprint, prep = source["fingerprint"], source["preprocessing"]
+    else:
+        fingerprint, prep = weights_fingerprint(source), preprocessing(source)
+    if cfg["source"]["fingerprint"] != fingerprint:
+        raise ArtifactError(f"{path} was exported from {cfg['source']['name']} weights "
+                            f"{cfg['source']['fingerprint'][:12]}, not the weights given ({fingerprint[:12]}); "
+                            "export this backbone again")
+    differ = [k for k in PREPROCESSING if cfg["preprocessing"].get(k) != prep.get(k)]
+    if differ:
+        raise ArtifactError(f"{path} was exported with other preprocessing ({', '.join(differ)}: "
+                            f"{[cfg['preprocessing'].get(k) for k in differ]} vs {[prep.get(k) for k in differ]}); "
+                            "export this backbone again at the size and resize policy you use")
+
+
+def compare_grids(backbone: Any, other: Any, images: Sequence[Any], blocks: int | Iterable[int] | None = None,
+                  batch_size: int = 8) -> dict[str, Any]:
+    """Parity and speed of `other` (e.g. an ExportedBackbone) against `backbone` on the same images: per block,
+    max |difference| / max |torch value| of the grids (and prefix tokens), and each one's seconds for the images
+    (a second pass, after one that warms both up)."""
+    import time
+
+    idx = backbone.resolve_blocks(blocks)
+    secs, grids = {}, {}
+    for name, bb in (("torch", backbone), ("runtime", other)):
+        bb.patch_grids(images[:batch_size], blocks=idx, batch_size=batch_size, progress=False)     # warm-up
+        t0 = time.perf_counter()
+        grids[name] = bb.patch_grids(images, blocks=idx, batch_size=batch_size, progress=False)
+        secs[name] = time.perf_counter() - t0
+    ref, got = grids["torch"], grids["runtime"]
+    rel = lambda a, b: float((a - b).abs().max() / b.abs().max().clamp_min(1e-12)) if b.numel() else 0.0
+    return dict(runtime=getattr(other, "runtime", "torch"), images=len(images), blocks=idx,
+                grid_rel_diff={b: rel(got[b], ref[b]) for b in idx},
+                prefix_rel_diff={b: rel(got.prefix[b], ref.prefix[b]) for b in idx},
+                seconds=dict(torch=secs["torch"], runtime=secs["runtime"]),
+                speedup=secs["torch"] / max(secs["runtime"], 1e-9))
+
+
+def use_runtime(model: Any, runtime: str, threads: int | None = None) -> Any:
+    """A fitted estimator that reads patch grids (`backbone_` and `blocks_`, or `members_` of such, e.g. PatchCore
+    and PatchCoreEnsemble) made to read them through `runtime`; everything after the grids (memory bank, search,
+    scoring, smoothing, threshold) is unchanged. Returns `model`, changed in place."""
+    check_runtime(runtime)
+    for m in getattr(model, "members_", None) or [model]:
+        m.backbone_ = runtime_backbone(m.backbone_, runtime, m.blocks_, threads=threads)
+    return model
+
+
+def runtime_backbone(backbone: FrozenBackbone, runtime: str = DEFAULT_RUNTIME,
+                     blocks: int | Iterable[int] | None = None, *, norm: bool = False,
+                     threads: int | None = None) -> Any:
+    """`backbone` itself for runtime "torch"; else an export of it (`blocks`, at its input size) run by
+    `runtime`, written to a temporary folder that is removed once the runtime has loaded the graph."""
+    check_runtime(runtime)
+    if runtime == "torch":
+        return backbone
+    with tempfile.TemporaryDirectory(prefix="frozenvit-export-") as tmp:
+        path = export_backbone(backbone, Path(tmp) / "graph", blocks, format=FORMAT_OF[runtime], norm=norm)
+        return load_exported(path, runtime, source=backbone, threads=threads)

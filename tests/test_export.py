@@ -1,0 +1,161 @@
+"""Exported backbones (backbone/export.py): parity with torch eager, the source check, and what runs on them.
+
+Every test runs a tiny random model; the runtimes are the optional extra frozenvit[deploy], so the tests of a
+runtime skip when it is not installed.
+"""
+import json
+import logging
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from frozenvit.backbone.errors import ArtifactError, BackboneUnavailable
+from frozenvit.backbone.export import export_backbone, load_exported, runtime_backbone, use_runtime
+
+pytest.importorskip("onnx")
+
+ONNXRUNTIME = pytest.param("onnxruntime", marks=pytest.mark.skipif(
+    __import__("importlib").util.find_spec("onnxruntime") is None, reason="onnxruntime not installed"))
+OPENVINO = pytest.param("openvino", marks=pytest.mark.skipif(
+    __import__("importlib").util.find_spec("openvino") is None, reason="openvino not installed"))
+RUNTIMES = [ONNXRUNTIME, OPENVINO]
+
+
+@pytest.fixture(scope="module")
+def vit(make_tiny_vit):
+    torch.manual_seed(0)
+    return make_tiny_vit()
+
+
+@pytest.fixture(scope="module")
+def frames():
+    rng = np.random.default_rng(0)
+    return [rng.integers(0, 256, (50 + 7 * i, 61, 3), dtype=np.uint8) for i in range(5)]
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max() / b.abs().max())
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_exported_patch_grids_match_torch_within_1e4_relative(vit, frames, runtime):
+    ref = vit.patch_grids(frames, blocks=(1, 3), batch_size=2)
+    got = runtime_backbone(vit, runtime, (1, 3)).patch_grids(frames, blocks=(1, 3), batch_size=2)
+    for b in (1, 3):
+        assert got[b].shape == ref[b].shape and rel(got[b], ref[b]) < 1e-4
+        assert rel(got.cls(b), ref.cls(b)) < 1e-4
+    assert got.mappings == ref.mappings                                    # the same preprocessing code
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_exported_convnet_stages_match_torch(make_tiny_convnet, frames, runtime):
+    torch.manual_seed(0)
+    cnn = make_tiny_convnet()
+    ref = cnn.patch_grids(frames, blocks=(1, 2))
+    got = runtime_backbone(cnn, runtime, (1, 2)).patch_grids(frames, blocks=(1, 2))
+    assert all(rel(got[b], ref[b]) < 1e-4 for b in (1, 2)) and got.prefix[1].shape[1] == 0
+
+
+@pytest.mark.parametrize("fmt", ["onnx", pytest.param("openvino", marks=OPENVINO.marks)])
+def test_export_records_source_preprocessing_and_blocks(vit, tmp_path, fmt):
+    path = export_backbone(vit, tmp_path / "e", (3, 1), format=fmt)
+    cfg = json.loads((path / "config.json").read_text())
+    assert cfg["kind"] == "backbone.export" and cfg["format"] == fmt and cfg["blocks"] == [1, 3]
+    assert cfg["preprocessing"]["img_size"] == [64, 64] and cfg["preprocessing"]["resize"] == "stretch"
+    assert (path / cfg["graph"]).is_file()
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_load_refuses_an_export_of_other_weights(vit, make_tiny_vit, tmp_path, runtime):
+    path = export_backbone(vit, tmp_path / "e", 3)
+    torch.manual_seed(1)
+    with pytest.raises(ArtifactError, match="exported from"):
+        load_exported(path, runtime, source=make_tiny_vit())
+
+
+def test_load_refuses_an_export_with_other_preprocessing(vit, make_tiny_vit, tmp_path):
+    path = export_backbone(vit, tmp_path / "e", 3)
+    torch.manual_seed(0)
+    with pytest.raises(ArtifactError, match="resize"):
+        load_exported(path, source=make_tiny_vit(resize="pad"))            # same weights, padded inputs
+
+
+def test_a_changed_graph_file_is_refused(vit, tmp_path):
+    path = export_backbone(vit, tmp_path / "e", 3)
+    with open(path / "model.onnx", "r+b") as f:
+        f.seek(-10, 2)
+        f.write(b"\0")
+    with pytest.raises(ArtifactError, match="changed after it was written"):
+        load_exported(path)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_asking_for_a_block_that_was_not_exported_is_an_artifact_error(vit, frames, runtime):
+    with pytest.raises(ArtifactError, match="export those blocks"):
+        runtime_backbone(vit, runtime, 3).patch_grids(frames, blocks=2)
+
+
+def test_an_ir_export_is_not_run_by_onnxruntime(vit, tmp_path):
+    pytest.importorskip("openvino")
+    path = export_backbone(vit, tmp_path / "e", 3, format="openvino")
+    with pytest.raises(ArtifactError, match="run it with openvino"):
+        load_exported(path, "onnxruntime")
+
+
+def test_a_missing_runtime_names_the_extra(vit, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)                  # import fails as when not installed
+    with pytest.raises(BackboneUnavailable, match=r"frozenvit\[deploy\]"):
+        runtime_backbone(vit, "onnxruntime", 3)
+
+
+def test_the_torch_runtime_is_the_backbone_itself(vit):
+    assert runtime_backbone(vit, "torch", 3) is vit
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_policy_actions_match_torch_within_1e4(vit, frames, runtime):
+    from frozenvit.control.agent import VisuomotorAgent
+    from frozenvit.control.latency import UntrainedHead
+
+    head = UntrainedHead(vit, "attention", block=[1, 3], chunk=1)
+    proprio = np.random.default_rng(1).normal(size=(len(frames), 4)).astype(np.float32)
+    ref = VisuomotorAgent(head, vit).act(frames, proprio)
+    got = VisuomotorAgent(head, runtime_backbone(vit, runtime, [1, 3])).act(frames, proprio)   # checks fingerprints
+    np.testing.assert_allclose(got, ref, atol=1e-4, rtol=0)
+
+
+@pytest.mark.filterwarnings("ignore:only .* held-out normals:UserWarning")
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_anomaly_scores_rank_the_synthetic_set_as_torch_does(vit, runtime):
+    from frozenvit.anomaly import PatchCore, render_sample
+
+    normals = [render_sample("weave", None, 0, i, size=(96, 112))[0] for i in range(10)]
+    test = ([render_sample("weave", None, 0, 50 + i, size=(96, 112))[0] for i in range(4)]
+            + [render_sample("weave", d, 0, i, size=(96, 112))[0] for i, d in enumerate(["hole", "scratch", "stain"])])
+    det = PatchCore(vit, coreset_ratio=0.25, progress=False).fit(normals)
+    ref = det.decision_function(test)
+    got = use_runtime(det, runtime).decision_function(test)
+    assert det.backbone_.runtime == runtime
+    assert np.argsort(got).tolist() == np.argsort(ref).tolist()
+    np.testing.assert_allclose(got, ref, rtol=1e-3)
+
+
+def test_int8_export_records_its_measured_error_and_stays_close(vit, frames, tmp_path, caplog):
+    pytest.importorskip("onnxruntime")
+    caplog.set_level(logging.WARNING, logger="frozenvit.backbone")        # `backbone info` quietens it for good
+    path = export_backbone(vit, tmp_path / "q", (1, 3), int8=True, calibration=frames)
+    q = json.loads((path / "config.json").read_text())["int8"]
+    err = q["grid_rel_error_on_calibration_images"]
+    assert q["calibration_images"] == len(frames) and set(err) == {"1", "3"} and 0 < max(err.values()) < 0.3
+    ref = vit.patch_grids(frames, blocks=3)
+    assert 0 < rel(load_exported(path, source=vit).patch_grids(frames, blocks=3)[3], ref[3]) < 0.3
+    assert "int8-quantised" in caplog.text                                 # never silently
+
+
+def test_int8_without_calibration_images_is_a_parameter_error(vit, tmp_path):
+    from frozenvit.backbone.suite.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="calibration"):
+        export_backbone(vit, tmp_path / "q", 3, int8=True)
