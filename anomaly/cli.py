@@ -290,7 +290,7 @@ def _cmd_review(args: argparse.Namespace) -> int:
         fresh = listed == {str(p.relative_to(images)) for p in list_images([str(images)], exclude=[out])}
     if args.rescore or not fresh:                  # no predictions yet, older than the model (an update), other images
         _cmd_predict(argparse.Namespace(model=args.model, images=[str(images)], out=str(out), no_overlays=False,
-                                        threshold=None, threads=args.threads, ray=None, workers=None))
+                                        threshold=None, threads=args.threads, ray=None, workers=None, runtime="torch"))
     data = ReviewData.open(out, images)
     if args.host != HOST:
         print(f"warning: --host {args.host} serves these images and accepts marks from other machines on the network; "
