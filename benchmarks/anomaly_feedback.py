@@ -77,7 +77,7 @@ def one_split(ds, bb, args, seed: int) -> dict:
             "rows": rows, "updates": updates}
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--set", default="mpdd_metal_plate")
     ap.add_argument("--backbone", default="efficientnet_lite0")
@@ -88,7 +88,11 @@ def main() -> int:
                     help="fit on this many train/good images (a seeded subset: a model early in use); default all")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--data-root", type=Path, default=SHARED_DATA / "defects")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> int:
+    args = parser().parse_args()
 
     import faiss
     import torch
