@@ -313,21 +313,26 @@ def _cmd_update(args: argparse.Namespace) -> int:
     if not files:
         raise UsageError(f"{normals} marks no image normal: nothing to add")
     det = _model(argparse.Namespace(model=args.model, threshold=None))
-    if not isinstance(det, PatchCore):
-        raise UsageError(f"--model {args.model} is the default ensemble; update adds normals to a single PatchCore "
-                         "(one fitted with --backbone)")
     import json
 
-    source = json.loads((Path(args.model) / "config.json").read_text())["backbone_source"]   # checked by the load
+    def source(folder: Path) -> dict:                                   # checked by the load
+        return json.loads((folder / "config.json").read_text())["backbone_source"]
+
+    model = Path(args.model)
     det.partial_fit(files)
-    det.save(args.model, backbone_source=source)   # replaces the artifact atomically (a failure leaves it as it was)
+    # replaces the artifact atomically (a failure leaves it as it was)
+    if isinstance(det, PatchCore):
+        det.save(model, backbone_source=source(model))
+        bank = f"now {len(det.bank_)}"
+    else:
+        det.save(model, backbone_sources=[source(model / "members" / str(i)) for i in range(len(det.members_))])
+        bank = "now " + " + ".join(str(len(m.bank_)) for m in det.members_)
     u = det.updates_[-1]
 
     def t(v: float | None) -> str:
         return "uncalibrated" if v is None else f"{v:.4f}"
 
-    print(f"added {len(u['added_to_bank'])} images to the bank ({u['bank_entries_added']} entries, now "
-          f"{len(det.bank_)}), held out {len(u['held_out'])} for calibration; threshold {t(u['threshold_before'])} -> "
+    print(f"added {len(u['added_to_bank'])} images to the bank ({u['bank_entries_added']} entries, {bank}), held out {len(u['held_out'])} for calibration; threshold {t(u['threshold_before'])} -> "
           f"{t(u['threshold_after'])}; wrote {args.model}")
     return 0
 

@@ -111,6 +111,35 @@ class PatchCoreEnsemble(BaseEstimator):
         for w in {str(w.message): w for w in caught}.values():
             warnings.warn(w.message, w.category, stacklevel=2)
         self._set_learned(members)
+        self.updates_: list[dict] = []
+        return self
+
+    def partial_fit(self, images: Sequence[Any], y: Any = None, names: Sequence[str] | None = None,
+                    calibration_images: Sequence[Any] | None = None) -> "PatchCoreEnsemble":
+        """Add normal images to every member (`PatchCore.partial_fit`) and re-calibrate the ensemble; returns self.
+
+        Every member holds out the same new images (they share the seed and the update count), so the ensemble's
+        standardisers and threshold are computed again from the members' grown calibration scores exactly as at
+        `fit`. What was added is appended to `updates_` (saved with the model). Raises NotFittedError before
+        `fit`, DatasetError for no images.
+        """
+        self._check_fitted()
+        images = list(images)
+        if not images:
+            raise DatasetError("PatchCoreEnsemble.partial_fit got no images: give at least 1 normal image to add")
+        before = self.threshold_
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for m in self.members_:
+                m.partial_fit(images, names=names, calibration_images=calibration_images)
+        for w in {str(w.message): w for w in caught}.values():
+            warnings.warn(w.message, w.category, stacklevel=2)
+        self._set_learned(self.members_)
+        u = self.members_[0].updates_[-1]
+        self.updates_ = [*self.updates_, {
+            "added_to_bank": u["added_to_bank"], "held_out": u["held_out"],
+            "bank_entries_added": sum(int(m.updates_[-1]["bank_entries_added"]) for m in self.members_),
+            "threshold_before": before, "threshold_after": self.threshold_}]
         return self
 
     def _set_learned(self, members: list[PatchCore]) -> None:
@@ -171,6 +200,8 @@ class PatchCoreEnsemble(BaseEstimator):
         cfg = {"kind": KIND, "format_version": FORMAT_VERSION, "n_members": len(self.members_),
                "params": {k: v for k, v in self.get_params(deep=False).items() if k not in ("members", "progress")},
                "threshold": self.threshold_, "standardisers": [list(s) for s in self.standardisers_]}
+        if self.updates_:
+            cfg["updates"] = self.updates_
         with atomic_dir(path, KIND, replaces=(PATCHCORE_KIND,)) as tmp:
             for i, (m, src) in enumerate(zip(self.members_, sources)):
                 m.save(tmp / "members" / str(i), backbone_source=src)
@@ -201,6 +232,7 @@ class PatchCoreEnsemble(BaseEstimator):
                    for a, b in zip(s, t)) or len(saved) != n:
             raise ArtifactError(f"{path}: the members' calibration scores do not give the saved standardisers; the "
                                 "artifact is corrupt, refit it")
+        det.updates_ = list(cfg.get("updates", []))
         return det
 
 

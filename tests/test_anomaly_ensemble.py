@@ -166,3 +166,25 @@ def test_ensemble_save_returns_the_artifact_path_and_refuses_an_unfitted_one(fit
     with pytest.raises(NotFittedError):
         PatchCoreEnsemble().save(tmp_path / "unfitted")
     assert not (tmp_path / "unfitted").exists()
+
+
+def test_partial_fit_grows_every_member_and_recalibrates_the_ensemble_as_fit_would(backbones, tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ens = PatchCoreEnsemble(members(backbones)).fit(images(10, 0))
+        banks = [len(m.bank_) for m in ens.members_]
+        new = images(5, 7)
+        ens.partial_fit(new, names=[f"n{i}" for i in range(5)])
+    assert all(len(m.bank_) > b for m, b in zip(ens.members_, banks))
+    held = {tuple(m.updates_[-1]["held_out"]) for m in ens.members_}
+    assert len(held) == 1 and len(next(iter(held))) == 1                    # the same new image held out by all
+    stats = [(m.calibration_scores_.mean(), m.calibration_scores_.std()) for m in ens.members_]
+    want = sum((m.calibration_scores_ - mu) / sd for m, (mu, sd) in zip(ens.members_, stats)) / 2
+    np.testing.assert_allclose(ens.calibration_scores_, want, rtol=1e-5)
+    assert len(ens.calibration_scores_) == 3 and ens.threshold_ == conformal_threshold(ens.calibration_scores_, 0.01)
+    u = ens.updates_[-1]
+    assert sorted(u["added_to_bank"] + u["held_out"]) == [f"n{i}" for i in range(5)]
+    test = images(2, 1) + images(2, 2, defect=True)
+    back = load_detector(ens.save(tmp_path / "ens"))
+    assert back.updates_ == ens.updates_
+    np.testing.assert_allclose(back.predict(test).scores, ens.predict(test).scores, rtol=1e-5)

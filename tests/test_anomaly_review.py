@@ -355,3 +355,21 @@ def test_marks_from_two_servers_over_the_same_predictions_are_all_kept(review_wo
     b.post("/api/label", json={"image": "hole/000.png", "label": "defect"})
     assert set(json.loads((ws / f"{name}.labels.json").read_text())["labels"]) == {"good/000.png", "hole/000.png"}
     assert {i["name"]: i["label"] for i in a.get("/api/state").json()["images"]}["hole/000.png"] == "defect"
+
+
+def test_update_adds_normals_to_the_default_ensemble_through_the_cli(tmp_path, capsys):
+    s, m = tmp_path / "synth", tmp_path / "model"
+    assert main(["anomaly", "synth", "--out", str(s), "--category", "weave", "--n-train", "6", "--n-test-good", "2",
+                 "--n-test-defect", "1", "--height", "64", "--width", "64"]) == 0
+    assert main(["anomaly", "fit", "--data", str(s / "weave"), "--out", str(m), "--threads", "1"]) == 0
+    before = [json.loads((m / "members" / str(i) / "config.json").read_text())["bank_shape"][0] for i in range(2)]
+    capsys.readouterr()
+    assert main(["anomaly", "update", "--model", str(m), "--normals", str(s / "weave" / "test" / "good"),
+                 "--threads", "1"]) == 0
+    assert "added 2 images" in capsys.readouterr().out
+    cfg = json.loads((m / "config.json").read_text())
+    after = [json.loads((m / "members" / str(i) / "config.json").read_text())["bank_shape"][0] for i in range(2)]
+    assert cfg["kind"] == "anomaly.ensemble" and len(cfg["updates"]) == 1
+    assert all(a > b for a, b in zip(after, before))
+    assert main(["anomaly", "predict", "--model", str(m), "--images", str(s / "weave" / "test"),
+                 "--out", str(tmp_path / "pred"), "--no-overlays"]) == 0      # the replaced ensemble loads
