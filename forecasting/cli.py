@@ -22,7 +22,7 @@ from .defaults import (BACKTEST_COMMAND, CONFORMAL, CSV_SEP, DS, GLOBAL_CALIBRAT
                        PAPER_HORIZONS, PATCH_LEN, SHORT_SERIES, VIT_DEPTH, Y)
 from .errors import SeriesError
 
-MODEL_NAMES = ("snaive", "naive", "ets", "dlinear", "patchtst", "vit")
+MODEL_NAMES = ("snaive", "naive", "ets", "theta", "arima", "dlinear", "patchtst", "vit")
 NEURAL = ("dlinear", "patchtst", "vit")           # vit: FrozenViTForecaster, the embedded default ViT
 PAPER_MODELS = ("patchtst", "dlinear", "vit")
 PAPER_DATASETS = ("ETTh1", "ETTh2", "ETTm1", "ETTm2")
@@ -229,13 +229,14 @@ def make_models(names: list[str], h: int, season_length: int, input_size: int = 
                 vit: dict | None = None) -> list:
     """The command's models by short name (see MODEL_NAMES); the neural ones with their constructors'
     defaults (NEURAL_TRAINING, PatchTST's PATCHTST_SHAPE: `forecasting.defaults`)."""
-    from .baselines import ETS, Naive, SeasonalNaive
+    from .baselines import ARIMA, ETS, Naive, SeasonalNaive, Theta
     from .dlinear import DLinear
     from .frozen_vit import FrozenViTForecaster
     from .patchtst import PatchTST
 
     common = dict(h=h, input_size=input_size, max_epochs=max_epochs, seed=seed)     # the rest: the models' defaults
     factories = {"snaive": lambda: SeasonalNaive(season_length), "naive": Naive, "ets": lambda: ETS(season_length),
+                 "theta": lambda: Theta(season_length), "arima": lambda: ARIMA(season_length),
                  "dlinear": lambda: DLinear(**common), "patchtst": lambda: PatchTST(**common),
                  "vit": lambda: FrozenViTForecaster(**common, **(vit or {}))}
     return [factories[n]() for n in names]
