@@ -148,7 +148,12 @@ def prepare(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: i
     size = input_size
     if input_size == "auto":
         cap = max(int(m.input_size) for m in glob)
-        size = auto_input_size(lengths.to_numpy() - calibration_windows * h, h, n_windows, step_size, cap)
+        usable = lengths.to_numpy() - calibration_windows * h
+        if short_series in ("statistical", "baseline") and \
+                fitting_input_size(int(np.median(usable)), h, n_windows, step_size, cap) < SHORTEST:
+            size = min(cap, SHORTEST)            # no look-back fits the typical series: most series fall back
+        else:
+            size = auto_input_size(usable, h, n_windows, step_size, cap)
     if size is not None:
         models = _rebuild(models, lambda m: clone(m).set_params(input_size=int(size)))
     look = int(size) if size is not None else max(int(m.input_size) for m in glob)
