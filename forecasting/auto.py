@@ -12,15 +12,20 @@ tail: early stopping's, never a gradient step's target; `NeuralForecaster.foreca
     "select"   per series, the candidate of the least validation error
     "weights"  per series, the candidates weighted by the inverse of their validation errors
     "global"   the candidate of the least validation error averaged over series, for every series
+    "global_weights"  the candidates weighted by the inverse of their validation errors averaged over
+               series, the same weights for every series (renormalised over those that forecast it)
 
 Nothing after a series' first cutoff enters the choice, and later windows keep it (their histories
 contain the first one's). A candidate that cannot forecast a series (a neural look-back longer than
 its history) is left out for that series; a series without a validation window for any candidate
 gets the first candidate that can forecast it. So `auto` forecasts every series a statistical
-candidate can: short series fall back to the statistical candidates on their own.
+candidate can: short series fall back to the statistical candidates on their own. With `median`
+(and three or more candidates) the candidates' median is one more candidate, validated on the same
+window from the same forecasts, at no cost.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Sequence
 
 import numpy as np
@@ -31,7 +36,7 @@ from frozenvit.backbone.suite.errors import ParameterError
 from .base import Forecaster
 from .errors import SeriesError
 
-HOW = ("select", "weights", "global")
+HOW = ("select", "weights", "global", "global_weights")
 
 
 def _is_local(model: Forecaster) -> bool:
@@ -51,11 +56,12 @@ class AutoForecaster(Forecaster):
     """Per series (or globally), the candidate chosen or the candidates weighted by their error on the
     validation window before the first cutoff (see the module doc). Candidates: distinct aliases."""
 
-    _parameter_constraints = {"candidates": [list, tuple], "how": [StrOptions(set(HOW))]}
+    _parameter_constraints = {"candidates": [list, tuple], "how": [StrOptions(set(HOW))], "median": ["boolean"]}
 
-    def __init__(self, candidates: Sequence[Forecaster], how: str = "select") -> None:
+    def __init__(self, candidates: Sequence[Forecaster], how: str = "select", median: bool = True) -> None:
         self.candidates = candidates
         self.how = how
+        self.median = median
 
     @property
     def alias(self) -> str:
@@ -85,13 +91,15 @@ class AutoForecaster(Forecaster):
                             refit_every: int | None = None, progress: bool | None = None
                             ) -> tuple[np.ndarray, np.ndarray]:
         """Each candidate's forecasts (C, S, W, h), NaN for a series it cannot forecast, and its validation
-        error (C, S), NaN where it has none."""
+        error (C, S), NaN where it has none; with `median` and three or more candidates, one more row: their
+        median (of those that forecast the series), validated where every candidate is."""
         cutoffs = np.asarray(cutoffs)
         S, W = cutoffs.shape
         first = cutoffs[:, 0]
         val = (first - h)[:, None]                                                          # (S, 1)
         preds = np.full((len(self.candidates), S, W, h), np.nan)
         errors = np.full((len(self.candidates), S), np.nan)
+        vals = np.full((len(self.candidates), S, h), np.nan)                               # validation forecasts
         truth = np.stack([y[c - h: c] for y, c in zip(series, first)]) if S else np.empty((0, h))   # (S, h)
         scale = np.array([validation_scale(y[: c - h]) for y, c in zip(series, first)])
         for i, model in enumerate(self.candidates):
@@ -106,10 +114,18 @@ class AutoForecaster(Forecaster):
                 if with_val:
                     p, v, _ = model.forecast_with_calibration(part, cutoffs[idx], val[idx], h, refit_every=refit_every,
                                                               progress=progress, global_calibration=how)
+                    vals[i, idx] = v[:, 0]
                     errors[i, idx] = np.abs(v[:, 0] - truth[idx]).mean(axis=1) / scale[idx]
                 else:
                     p = model.forecast_cutoffs(part, cutoffs[idx], h, refit_every=refit_every, progress=progress)[0]
                 preds[i, idx] = p
+        if self.median and len(self.candidates) >= 3:            # their median: one more candidate, no fit
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                preds = np.concatenate([preds, np.nanmedian(preds, axis=0, keepdims=True)])
+                errors = np.concatenate([errors, np.abs(np.nanmedian(vals, axis=0) - truth).mean(axis=1)[None]
+                                         / scale[None]])
+            errors[-1, ~np.isfinite(errors[:-1]).all(axis=0)] = np.nan    # validated only where all are
         if S and np.isnan(preds).all(axis=(2, 3)).all(axis=0).any():
             s = int(np.flatnonzero(np.isnan(preds).all(axis=(2, 3)).all(axis=0))[0])
             raise SeriesError(f"no candidate of auto can forecast series {s} ({first[s]} values before its first "
@@ -121,10 +137,16 @@ class AutoForecaster(Forecaster):
         an error; a series without any goes to its first candidate that can forecast it (`combine_validated`)."""
         has = np.isfinite(errors)
         w = np.zeros_like(errors)
+        both = has.all(axis=0)
+        pool = errors[:, both] if both.any() else np.where(has, errors, np.nan)
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)                         # a candidate of no error
+            mean = np.nan_to_num(np.nanmean(pool, axis=1), nan=np.inf)              # (C,) over series
+        if self.how == "global_weights":
+            w = np.where(has, 1.0 / np.maximum(mean, 1e-12)[:, None], 0.0)
+            return w / np.maximum(w.sum(axis=0, keepdims=True), 1e-300)
         if self.how == "global":
-            both = has.all(axis=0)
-            pool = errors[:, both] if both.any() else np.where(has, errors, np.inf)
-            order = np.argsort(np.nanmean(np.where(np.isfinite(pool), pool, np.nan), axis=1))
+            order = np.argsort(mean)
             for s in range(errors.shape[1]):                    # the best on average that validated this series
                 best = next((c for c in order if has[c, s]), None)
                 if best is not None:

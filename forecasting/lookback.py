@@ -103,7 +103,7 @@ def _rebuild(models: Sequence[Forecaster], replace, into_auto: bool = True) -> l
         if isinstance(m, Ensemble):
             return Ensemble([swap(x) for x in m.members], m.how)
         if isinstance(m, AutoForecaster):
-            return AutoForecaster([swap(x) for x in m.candidates], m.how) if into_auto else m
+            return AutoForecaster([swap(x) for x in m.candidates], m.how, m.median) if into_auto else m
         if _is_global(m) and id(m) not in done:
             done[id(m)] = replace(m)
         return done.get(id(m), m)

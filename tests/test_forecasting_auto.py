@@ -126,3 +126,10 @@ def test_auto_on_ray_gives_the_local_forecasts(tmp_path):
     local = backtest(df, models, **kw)
     on_ray = backtest(df, models, **kw, engine="ray", workers=2)
     pd.testing.assert_frame_equal(on_ray.forecasts_with_intervals(), local.forecasts_with_intervals())
+
+
+def test_global_weights_are_the_same_for_every_series_that_all_candidates_forecast():
+    errors = np.array([[1.0, 3.0, 2.0], [2.0, 2.0, np.nan]])       # means over series 0, 1: 2.0 and 2.0
+    w = AutoForecaster([Naive(), SeasonalNaive(12)], how="global_weights").weights(errors)
+    np.testing.assert_allclose(w[:, :2], 0.5)
+    assert w[:, 2].tolist() == [1.0, 0.0]
