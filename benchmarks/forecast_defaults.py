@@ -94,11 +94,19 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--merge", type=Path, nargs="+", default=None,
+                    help="run nothing: write one table of the rows of these earlier JSON files (runs split by set)")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.merge:
+        parts = [json.loads(p.read_text()) for p in args.merge]
+        rows = sorted((r for d in parts for r in d["rows"]), key=lambda r: list(SETS).index(r["set"]))
+        write_result("forecast_defaults", {"threads": parts[0]["threads"], "merged_from": [p.name for p in args.merge],
+                                           "rows": rows}, args.out)
+        return 0
     most = {k: int(v) for k, v in (p.split("=") for p in args.max_series.split(",") if p)}
     rows = []
     for name in args.sets.split(","):

@@ -1,6 +1,6 @@
 """`auto`: a choice among candidate models, validated inside each training history only.
 
-    AutoForecaster([Theta(12), ETS(12), DLinear(h=18), PatchTST(h=18)], how="select")
+    AutoForecaster([Theta(12), ETS(12), DLinear(h=18), PatchTST(h=18)], how="global")
 
 For every series, each candidate forecasts the validation window of the h values just before the
 series' first cutoff, from what came before it: a statistical model fitted on y[:c_0 - h], a neural
@@ -58,7 +58,7 @@ class AutoForecaster(Forecaster):
 
     _parameter_constraints = {"candidates": [list, tuple], "how": [StrOptions(set(HOW))], "median": ["boolean"]}
 
-    def __init__(self, candidates: Sequence[Forecaster], how: str = "select", median: bool = True) -> None:
+    def __init__(self, candidates: Sequence[Forecaster], how: str = "global", median: bool = True) -> None:
         self.candidates = candidates
         self.how = how
         self.median = median

@@ -121,8 +121,9 @@ def register(subparsers) -> None:
     q.add_argument("--models", type=model_specs(MODEL_NAMES), default=_D["models"],
                    help=f"comma-separated, out of {','.join(MODEL_NAMES)}, and combinations of them: "
                         "median(ets,dlinear,patchtst) or mean(...) (members fitted once, tested against the "
-                        f"combination); auto: per series the one of {','.join(AUTO_CANDIDATES)} with the least "
-                        "error on the validation window before the first cutoff (its own fits)")
+                        f"combination); auto: the one of {','.join(AUTO_CANDIDATES)} or their median with the "
+                        "least error on the validation windows (each series' --h values before its first cutoff), "
+                        "on average over the series (its own fits)")
     q.add_argument("--levels", type=percent_levels, default=None,
                    help="prediction intervals at these levels in percent, e.g. 80,95: conformal for every model, "
                         "and ETS's own; reports coverage per step and MSIS; when not given: none")
@@ -141,7 +142,7 @@ def register(subparsers) -> None:
     q.add_argument("--short-series", choices=SHORT_SERIES, default=_D["short_series"],
                    help="series too short for the neural models' look-back: 'statistical' forecasts them under "
                         "the neural models' names with the statistical model of --models (else theta, ets) that has "
-                        "the least error on each one's validation window, 'skip' leaves them out of the backtest "
+                        "the least error on their validation windows, 'skip' leaves them out of the backtest "
                         "(every model), 'baseline' forecasts them with seasonal naive under the neural models' "
                         "names, 'error' refuses them; a warning names them, the printed table and summary.json "
                         "record them (default: %(default)s)")

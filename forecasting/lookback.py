@@ -7,7 +7,8 @@ median-length series, so that a few short series do not shrink every series' loo
 shorter than the global models need is then handled by `short_series`:
 
     "statistical"  forecast under the global models' names by the statistical model (of the run's, else
-                   Theta or ETS) with the least error on the series' validation window (`auto`), the default
+                   Theta or ETS) with the least error on the short series' validation windows (`auto`), the
+                   default
     "skip"         left out of the backtest, for every model
     "baseline"     forecast by seasonal naive under the global models' names (`fallback.WithFallback`)
     "error"        refused (SeriesError naming the series)
@@ -120,13 +121,13 @@ def _leaves(models: Sequence[Forecaster]) -> list[Forecaster]:
 
 def statistical_fallback(models: Sequence[Forecaster], season_length: int) -> Forecaster:
     """What forecasts a series too short for the neural models (`short_series="statistical"`): `auto` over
-    the statistical models among `models` (Theta and ETS when there are none), so per series the one of
-    the least error on the validation window before its first cutoff."""
+    the statistical models among `models` (Theta and ETS when there are none): the one of the least error
+    on the short series' validation windows before their first cutoffs, on average."""
     from .auto import AutoForecaster
     from .baselines import ETS, LocalModel, Theta
 
     local = list({m.alias: m for m in _leaves(models) if isinstance(m, LocalModel)}.values())
-    return AutoForecaster(local or [Theta(season_length), ETS(season_length)], how="select")
+    return AutoForecaster(local or [Theta(season_length), ETS(season_length)], median=False)
 
 
 def prepare(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: int, step_size: int,
@@ -177,7 +178,7 @@ def prepare(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: i
     done = {"skip": "left out of the backtest for every model",
             "baseline": "forecast by seasonal naive in the neural models' columns",
             "statistical": f"forecast in the neural models' columns by the statistical model of the least error on "
-                           f"each one's validation window ({'/'.join(m.alias for m in fallback.candidates)})"
+                           f"their validation windows ({'/'.join(m.alias for m in fallback.candidates)})"
             if fallback else ""}[short_series]
     out.short_series = {**out.short_series, "reason": what, "what": done}
     warnings.warn(f"{what}; {done} (--short-series {short_series})", ShortSeriesWarning, stacklevel=3)
