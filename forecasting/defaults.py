@@ -28,7 +28,7 @@ GLOBAL_CALIBRATIONS = ("holdout", "retrain")
 # chosen from the data, and the series too short for it forecast by the best statistical model (forecasting.lookback)
 SHORT_SERIES = ("statistical", "skip", "baseline", "error")       # what becomes of series too short for the look-back
 MOST_WINDOWS = 8                                   # the most rolling windows the backtest chooses itself
-AUTO_CANDIDATES = ("theta", "ets", "dlinear", "patchtst")     # the models `auto` chooses among (CLI names)
+AUTO_CANDIDATES = ("snaive", "theta", "ets", "dlinear", "patchtst")   # the models `auto` chooses among (CLI names)
 BACKTEST_COMMAND = dict(h=48, season_length=24, windows="auto",
                         models="snaive,theta,ets,dlinear,patchtst,median(theta,ets,dlinear,patchtst),auto",
                         input_size="auto", short_series="statistical", plot_series=3)

@@ -113,7 +113,8 @@ def test_the_cli_builds_auto_over_its_own_candidates():
     from frozenvit.forecasting.defaults import AUTO_CANDIDATES
 
     ets, auto = make_models(["ets", "auto"], h=12, season_length=12, input_size=48)
-    assert [m.alias for m in auto.candidates] == ["Theta", "ETS", "DLinear", "PatchTST"] and len(AUTO_CANDIDATES) == 4
+    assert [m.alias for m in auto.candidates] == ["SeasonalNaive", "Theta", "ETS", "DLinear", "PatchTST"]
+    assert len(AUTO_CANDIDATES) == 5
     assert all(c is not ets for c in auto.candidates)
 
 
