@@ -11,9 +11,10 @@ tail: early stopping's, never a gradient step's target; `NeuralForecaster.foreca
 
     "select"   per series, the candidate of the least validation error
     "weights"  per series, the candidates weighted by the inverse of their validation errors
-    "global"   the candidate of the least validation error averaged over series, for every series
+    "global"   the candidate of the least validation error averaged over the series, for every series
+               (over each group of series that the same candidates forecast: short series apart)
     "global_weights"  the candidates weighted by the inverse of their validation errors averaged over
-               series, the same weights for every series (renormalised over those that forecast it)
+               the series (per group, as "global")
 
 Nothing after a series' first cutoff enters the choice, and later windows keep it (their histories
 contain the first one's). A candidate that cannot forecast a series (a neural look-back longer than
@@ -137,21 +138,21 @@ class AutoForecaster(Forecaster):
         an error; a series without any goes to its first candidate that can forecast it (`combine_validated`)."""
         has = np.isfinite(errors)
         w = np.zeros_like(errors)
-        both = has.all(axis=0)
-        pool = errors[:, both] if both.any() else np.where(has, errors, np.nan)
-        with np.errstate(invalid="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)                         # a candidate of no error
-            mean = np.nan_to_num(np.nanmean(pool, axis=1), nan=np.inf)              # (C,) over series
-        if self.how == "global_weights":
-            w = np.where(has, 1.0 / np.maximum(mean, 1e-12)[:, None], 0.0)
-            return w / np.maximum(w.sum(axis=0, keepdims=True), 1e-300)
-        if self.how == "global":
-            order = np.argsort(mean)
-            for s in range(errors.shape[1]):                    # the best on average that validated this series
-                best = next((c for c in order if has[c, s]), None)
-                if best is not None:
-                    w[best, s] = 1.0
-        elif self.how == "select":
+        if self.how in ("global", "global_weights"):          # per group of series that the same candidates forecast
+            groups: dict[tuple, list[int]] = {}
+            for s in range(errors.shape[1]):
+                groups.setdefault(tuple(has[:, s]), []).append(s)
+            for pattern, cols in groups.items():
+                if not any(pattern):
+                    continue
+                mean = np.where(pattern, np.nanmean(np.where(has[:, cols], errors[:, cols], 0.0), axis=1), np.inf)
+                if self.how == "global":
+                    w[int(np.argmin(mean)), cols] = 1.0
+                else:
+                    inv = np.where(pattern, 1.0 / np.maximum(mean, 1e-12), 0.0)
+                    w[:, cols] = (inv / inv.sum())[:, None]
+            return w
+        if self.how == "select":
             cols = np.flatnonzero(has.any(axis=0))
             w[np.nanargmin(np.where(has, errors, np.inf)[:, cols], axis=0), cols] = 1.0
         else:

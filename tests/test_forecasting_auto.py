@@ -134,3 +134,12 @@ def test_global_weights_are_the_same_for_every_series_that_all_candidates_foreca
     w = AutoForecaster([Naive(), SeasonalNaive(12)], how="global_weights").weights(errors)
     np.testing.assert_allclose(w[:, :2], 0.5)
     assert w[:, 2].tolist() == [1.0, 0.0]
+
+
+def test_global_chooses_for_the_short_series_by_their_own_validation_errors():
+    """Series that a candidate cannot forecast form their own group: the best of theirs, not the long series'."""
+    errors = np.array([[0.9, 0.9, 1.0, 1.0],            # snaive
+                       [0.7, 0.7, 4.0, 4.0],            # ETS: best on the long series, worst on the short
+                       [0.5, 0.5, np.nan, np.nan]])     # a neural candidate: the long series only
+    w = AutoForecaster([Naive(), SeasonalNaive(12), DLinear(h=12)], how="global").weights(errors)
+    assert w.argmax(axis=0).tolist() == [2, 2, 0, 0]
