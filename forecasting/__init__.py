@@ -20,6 +20,7 @@ from __future__ import annotations
 from frozenvit.backbone.suite.lazy import lazy_exports
 
 _API = {
+    "auto": ("AutoForecaster",),
     "backtest": ("BacktestResult", "backtest"),
     "base": ("Forecaster",),
     "baselines": ("ARIMA", "ETS", "LocalModel", "Naive", "SeasonalNaive", "StatsForecastModel", "Theta"),
