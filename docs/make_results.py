@@ -166,6 +166,32 @@ feedback half had fewer false alarms.
 # ---------------------------------------------------------------- forecasting
 
 MODEL_NAMES = {"SeasonalNaive": "seasonal naive", "Naive": "naive"}
+# The CLI's defaults over the development sets (benchmarks/forecast_defaults.py): one row a set, the MASE of
+# each default model; also written into docs/forecasting.md between <!-- table:forecast_defaults --> markers.
+DEFAULTS = "forecast_defaults_grouped.json"
+DEFAULTS_SETS = {"m4_hourly": "M4 Hourly", "m3_monthly": "M3 monthly", "m3_quarterly": "M3 quarterly",
+                 "m3_yearly": "M3 yearly", "etth2": "ETTh2"}
+DEFAULTS_COLUMNS = [("snaive", "seasonal naive"), ("theta", "Theta"), ("ets", "ETS"), ("dlinear", "DLinear"),
+                    ("patchtst", "PatchTST"), ("median", "median"), ("auto", "auto")]
+DOC_TABLES = {ROOT / "docs" / "forecasting.md": {"forecast_defaults": lambda: defaults_table("../benchmarks/results/")}}
+TABLE = re.compile(r"(<!-- table:(\w+) -->\n).*?(<!-- /table -->)", re.S)
+
+
+def defaults_table(link: str = LINK) -> str:
+    """The defaults table: sets x models (MASE), the series scored of the series in the file, and how the
+    set was run (h, season, windows, look-back, subsample), dated and linked to its JSON."""
+    d = load(DEFAULTS)
+    rows = []
+    for r in d["rows"]:
+        sub = f", {r['series_run']} of them run (seeded sample)" if r.get("subsample") else ""
+        sub += f", last {r['etth2_rows']} rows" if r.get("etth2_rows") else ""
+        rows.append([DEFAULTS_SETS[r["set"]], *[f3(r["mase"][k]) if r["mase"].get(k) is not None else "-"
+                                                 for k, _ in DEFAULTS_COLUMNS],
+                     f"{r['series_scored']} / {r['series_run']}", f"{r['series_in_file']}{sub}",
+                     f"{r['h']} / {r['season']} / {r['n_windows']} / {r['input_size']}"])
+    t = table(["set", *[n for _, n in DEFAULTS_COLUMNS], "series scored / run", "series in the file",
+               "h / season / windows / look-back"], rows)
+    return f"{t}\n\n({date(d)}, [json]({link}{DEFAULTS}))\n"
 
 
 def forecasting() -> str:
@@ -207,6 +233,10 @@ Conformal intervals and combinations on M4 Hourly ({di['n_windows']} window, `--
 
 {intervals}
 
+The CLI's defaults (only `--h` and `--season-length` given) on every development set, MASE
+(`benchmarks/forecast_defaults.py`):
+
+{defaults_table()}
 ETTh2, the PatchTST paper's protocol (`frozenvit forecast paper`; `benchmarks/forecast_paper_etth2.py`;
 {src(pname, dp)}):
 
@@ -391,8 +421,13 @@ def headlines() -> dict[str, str]:
     anomaly_ = (f"On MPDD metal_plate the default ensemble scores image AUROC / pixel AUROC / AUPRO "
                 f"**{f3(m['image_auroc'])} / {f3(m['pixel_auroc'])} / {f3(m['aupro'])}** ({link.format('anomaly')}).")
     rows = {r["model"]: r for r in load("forecast_m4_hourly.json")["summary"]}
+    sets = load(DEFAULTS)["rows"]
+    won = sum(r["mase"]["auto"] <= min(r["mase"]["ets"], r["mase"]["theta"]) for r in sets)
+    whole = sum(r["series_scored"] == r["series_run"] for r in sets)
     forecasting_ = (f"On M4 Hourly PatchTST reaches MASE **{f3(rows['PatchTST']['MASE'])}** against seasonal "
-                    f"naive's {f3(rows['SeasonalNaive']['MASE'])} ({link.format('forecasting')}).")
+                    f"naive's {f3(rows['SeasonalNaive']['MASE'])} ({link.format('forecasting')}). With only `--h` and "
+                    f"`--season-length`, every series is scored on {whole} of {len(sets)} development sets and `auto` "
+                    f"matches or beats the better of ETS and Theta on {won} of them.")
     won = played = 0
     for task, name in CONTROL_TASKS:
         for r in load(name)["results"]:
@@ -418,6 +453,18 @@ def with_headlines(readme: str) -> str:
     return HEADLINE.sub(fill, readme)
 
 
+def with_tables(path: Path) -> str:
+    """A doc with each <!-- table:NAME --> block refilled from DOC_TABLES."""
+    tables = DOC_TABLES[path]
+
+    def fill(m: re.Match) -> str:
+        if m.group(2) not in tables:
+            raise SystemExit(f"{path.name}: no table named {m.group(2)!r} (known: {', '.join(tables)})")
+        return m.group(1) + tables[m.group(2)]() + m.group(3)
+
+    return TABLE.sub(fill, path.read_text())
+
+
 def render() -> str:
     return "\n".join([
         "# Measured results",
@@ -437,13 +484,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="exit 1 when docs/results.md differs from what would be written")
     args = ap.parse_args(argv)
-    wanted = {OUT: render(), README: with_headlines(README.read_text())}
+    wanted = {OUT: render(), README: with_headlines(README.read_text()), **{p: with_tables(p) for p in DOC_TABLES}}
     if args.check:
         stale = [p for p, text in wanted.items() if not p.is_file() or p.read_text() != text]
         for p in stale:
             print(f"{p.relative_to(ROOT)} is out of date: run python docs/make_results.py", file=sys.stderr)
         if not stale:
-            print("docs/results.md and the README's headlines are up to date")
+            print("docs/results.md, the README's headlines and the docs' tables are up to date")
         return 1 if stale else 0
     for p, text in wanted.items():
         p.write_text(text)

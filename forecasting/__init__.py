@@ -20,9 +20,10 @@ from __future__ import annotations
 from frozenvit.backbone.suite.lazy import lazy_exports
 
 _API = {
+    "auto": ("AutoForecaster",),
     "backtest": ("BacktestResult", "backtest"),
     "base": ("Forecaster",),
-    "baselines": ("ETS", "LocalModel", "Naive", "SeasonalNaive"),
+    "baselines": ("ARIMA", "ETS", "LocalModel", "Naive", "SeasonalNaive", "StatsForecastModel", "Theta"),
     "data": ("long_to_wide", "read_long_csv", "read_m4", "read_wide_csv", "validate", "wide_to_long"),
     "dlinear": ("DLinear", "DLinearConfig", "DLinearNet"),
     "ensemble": ("Ensemble",),

@@ -33,7 +33,7 @@ from .defaults import CONFORMAL, GLOBAL_CALIBRATIONS
 from .ensemble import Ensemble, combine, same_model
 from .errors import SeriesError
 from .intervals import calibration_cutoffs, check_levels, conformal_bounds, known_windows
-from .lookback import prepare
+from .lookback import auto_windows, prepare
 from .metrics import diebold_mariano, interval_score_terms, mase_scale, smape_terms
 
 METRICS = ("mase", "smape", "mae", "mse")
@@ -253,7 +253,7 @@ class _Run:
     seconds: float
 
 
-def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: int = 1,
+def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: int | str = 1,
              step_size: int | None = None, season_length: int = 1, refit_every: int | None = None,
              progress: bool | None = None, mase_season: int | None = None, levels: Sequence[float] = (),
              calibration_windows: int = CONFORMAL["calibration_windows"],
@@ -285,11 +285,14 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
     check below) says what becomes of series too short for it (forecasting.lookback). The result
     records both (`input_size`, `short_series`). The models given are never changed.
 
+    `n_windows="auto"`: as many as the shortest series allows, at most 8 (`lookback.auto_windows`).
     `step_size` defaults to h. Raises SeriesError when a setting is below 1, or when a series is
     too short for the history the models need plus h + (n_windows - 1) * step_size values to forecast.
     """
     step_size = h if step_size is None else step_size
     mase_season = season_length if mase_season is None else mase_season
+    if n_windows == "auto":
+        n_windows = auto_windows(validate(df).groupby(ID, sort=False).size().to_numpy(), h, step_size, season_length)
     for name, v in (("h", h), ("n_windows", n_windows), ("step_size", step_size), ("season_length", season_length),
                     ("mase_season", mase_season), ("refit_every", 1 if refit_every is None else refit_every),
                     ("calibration_windows + 1", calibration_windows + 1)):

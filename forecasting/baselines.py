@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 from sklearn.base import clone
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from frozenvit.backbone.suite.engine import current_engine
 from frozenvit.backbone.suite.errors import NotFittedError
@@ -162,16 +162,51 @@ class SeasonalNaive(LocalModel):
         return np.resize(self.last_season_, h) if h > m else self.last_season_[:h].copy()
 
 
-class ETS(LocalModel):
+def _statsforecast(name: str):
+    """statsforecast.models.<name>, or ImportError with the install line."""
+    try:
+        import statsforecast.models as sf
+    except ImportError as e:  # pragma: no cover - depends on the install
+        raise ImportError("ETS, Theta and ARIMA need statsforecast: pip install 'frozenvit[forecast]'") from e
+    return getattr(sf, name)
+
+
+class StatsForecastModel(LocalModel):
+    """Base of the models fitted by statsforecast: `_make(m)` builds the unfitted statsforecast model for a
+    season of m steps. The season is dropped (m = 1) when the history holds fewer than two seasons."""
+
+    _parameter_constraints = {"season_length": [Interval(Integral, 1, None, closed="left")]}
+
+    def _make(self, m: int):
+        raise NotImplementedError
+
+    def _fit(self, y: np.ndarray) -> None:
+        m = int(self.season_length) if y.size >= 2 * int(self.season_length) else 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.model_ = self._make(m).fit(y)
+        self.n_obs_ = y.size
+
+    def _predict(self, h: int) -> np.ndarray:
+        return np.asarray(self.model_.predict(h=h)["mean"], dtype=float)
+
+    def _predict_interval(self, h: int, levels: list[float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The fitted model's own prediction intervals (statsforecast's)."""
+        p = self.model_.predict(h=h, level=levels)
+        lo = np.stack([np.asarray(p[f"lo-{lv}"], dtype=float) for lv in levels], axis=1)     # (h, L)
+        hi = np.stack([np.asarray(p[f"hi-{lv}"], dtype=float) for lv in levels], axis=1)
+        return np.asarray(p["mean"], dtype=float), lo, hi
+
+
+class ETS(StatsForecastModel):
     """Automatic exponential smoothing (error/trend/season chosen by AICc): statsforecast's AutoETS.
 
     AutoETS searches the model space within bounded, admissible parameters and stays numerically
     stable on long hourly series, where statsmodels' ETSModel optimiser can diverge or return NaN.
-    Seasonality is dropped when the history holds fewer than two seasons, as AutoETS requires.
-    `model` is AutoETS' "ZZZ"-style spec.
+    `model` is AutoETS' "ZZZ"-style spec (its season part dropped with the season).
     """
 
-    _parameter_constraints = {"season_length": [Interval(Integral, 1, None, closed="left")], "model": [str],
+    _parameter_constraints = {**StatsForecastModel._parameter_constraints, "model": [str],
                               "damped": ["boolean", None]}
 
     def __init__(self, season_length: int = 24, model: str = "ZZZ", damped: bool | None = None) -> None:
@@ -179,24 +214,37 @@ class ETS(LocalModel):
         self.model = model
         self.damped = damped
 
-    def _fit(self, y: np.ndarray) -> None:
-        try:
-            from statsforecast.models import AutoETS
-        except ImportError as e:  # pragma: no cover - depends on the install
-            raise ImportError("ETS needs statsforecast: pip install 'frozenvit[forecast]'") from e
-        m = int(self.season_length) if y.size >= 2 * int(self.season_length) else 1
+    def _make(self, m: int):
         model = self.model if m > 1 else self.model[:2] + "N"
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            self.model_ = AutoETS(season_length=m, model=model, damped=self.damped).fit(y)
-        self.n_obs_ = y.size
+        return _statsforecast("AutoETS")(season_length=m, model=model, damped=self.damped)
 
-    def _predict(self, h: int) -> np.ndarray:
-        return np.asarray(self.model_.predict(h=h)["mean"], dtype=float)
 
-    def _predict_interval(self, h: int, levels: list[float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """AutoETS' own intervals: the fitted model's Gaussian prediction intervals."""
-        p = self.model_.predict(h=h, level=levels)
-        lo = np.stack([np.asarray(p[f"lo-{lv}"], dtype=float) for lv in levels], axis=1)     # (h, L)
-        hi = np.stack([np.asarray(p[f"hi-{lv}"], dtype=float) for lv in levels], axis=1)
-        return np.asarray(p["mean"], dtype=float), lo, hi
+THETA_METHODS = {"dotm": "DynamicOptimizedTheta", "auto": "AutoTheta"}
+
+
+class Theta(StatsForecastModel):
+    """The Theta method on the seasonally adjusted series (multiplicative decomposition when a
+    seasonality test finds a season): statsforecast's DynamicOptimizedTheta (`method="dotm"`, the
+    optimised dynamic Theta of Fiorucci et al. 2016) or AutoTheta (`"auto"`: the best of the four
+    Theta variants by in-sample MSE, about four times the fitting time)."""
+
+    _parameter_constraints = {**StatsForecastModel._parameter_constraints,
+                              "method": [StrOptions(set(THETA_METHODS))]}
+
+    def __init__(self, season_length: int = 24, method: str = "dotm") -> None:
+        self.season_length = season_length
+        self.method = method
+
+    def _make(self, m: int):
+        return _statsforecast(THETA_METHODS[self.method])(season_length=m)
+
+
+class ARIMA(StatsForecastModel):
+    """Automatic (seasonal) ARIMA, orders chosen by AICc in a stepwise search: statsforecast's AutoARIMA.
+    Slow on long seasons (hours: m = 24) as every seasonal order is a long lag polynomial."""
+
+    def __init__(self, season_length: int = 24) -> None:
+        self.season_length = season_length
+
+    def _make(self, m: int):
+        return _statsforecast("AutoARIMA")(season_length=m)

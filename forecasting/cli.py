@@ -18,11 +18,11 @@ from frozenvit.backbone.suite.engine import add_engine_args
 from frozenvit.backbone.suite.errors import UsageError
 
 from .defaults import NEURAL_TRAINING, PATCHTST_SHAPE  # noqa: F401   the models' defaults, re-exported
-from .defaults import (BACKTEST_COMMAND, CONFORMAL, CSV_SEP, DS, GLOBAL_CALIBRATIONS, ID, LOOKBACK,
+from .defaults import (AUTO_CANDIDATES, BACKTEST_COMMAND, CONFORMAL, MOST_WINDOWS, CSV_SEP, DS, GLOBAL_CALIBRATIONS, ID, LOOKBACK,
                        PAPER_HORIZONS, PATCH_LEN, SHORT_SERIES, VIT_DEPTH, Y)
 from .errors import SeriesError
 
-MODEL_NAMES = ("snaive", "naive", "ets", "dlinear", "patchtst", "vit")
+MODEL_NAMES = ("snaive", "naive", "ets", "theta", "arima", "dlinear", "patchtst", "vit", "auto")
 NEURAL = ("dlinear", "patchtst", "vit")           # vit: FrozenViTForecaster, the embedded default ViT
 PAPER_MODELS = ("patchtst", "dlinear", "vit")
 PAPER_DATASETS = ("ETTh1", "ETTh2", "ETTm1", "ETTm2")
@@ -113,14 +113,17 @@ def register(subparsers) -> None:
     q.add_argument("--mase-season", type=number(int, min=1), default=None,
                    help="lag of the MASE scale (mean absolute difference over this many steps of each window's "
                         "history); when not given: --season-length. summary.json says which was used")
-    q.add_argument("--windows", type=number(int, min=1), default=_D["windows"],
-                   help="number of rolling cutoffs per series")
+    q.add_argument("--windows", type=number(int, min=1), default=None,
+                   help="number of rolling cutoffs per series; when not given: as many as the shortest series "
+                        f"allows (a history of max(2 seasons, 2 --h) + 1 before the first), at most {MOST_WINDOWS}")
     q.add_argument("--step-size", type=number(int, min=1), default=None,
                    help="steps between cutoffs; when not given: the horizon --h")
     q.add_argument("--models", type=model_specs(MODEL_NAMES), default=_D["models"],
                    help=f"comma-separated, out of {','.join(MODEL_NAMES)}, and combinations of them: "
                         "median(ets,dlinear,patchtst) or mean(...) (members fitted once, tested against the "
-                        "combination)")
+                        f"combination); auto: the one of {','.join(AUTO_CANDIDATES)} or their median with the "
+                        "least error on the validation windows (each series' --h values before its first cutoff), "
+                        "on average over the series (its own fits)")
     q.add_argument("--levels", type=percent_levels, default=None,
                    help="prediction intervals at these levels in percent, e.g. 80,95: conformal for every model, "
                         "and ETS's own; reports coverage per step and MSIS; when not given: none")
@@ -137,10 +140,12 @@ def register(subparsers) -> None:
                    help=f"look-back of the neural models (PatchTST: at least {PATCH_LEN}); when not given: "
                         f"{LOOKBACK}, or less when the typical (median-length) series is too short for it")
     q.add_argument("--short-series", choices=SHORT_SERIES, default=_D["short_series"],
-                   help="series too short for the neural models' look-back: 'skip' leaves them out of the "
-                        "backtest (every model), 'baseline' forecasts them with seasonal naive under the neural "
-                        "models' names, 'error' refuses them; a warning names them and summary.json records "
-                        "them (default: %(default)s)")
+                   help="series too short for the neural models' look-back: 'statistical' forecasts them under "
+                        "the neural models' names with the statistical model of --models (else theta, ets) that has "
+                        "the least error on their validation windows, 'skip' leaves them out of the backtest "
+                        "(every model), 'baseline' forecasts them with seasonal naive under the neural models' "
+                        "names, 'error' refuses them; a warning names them, the printed table and summary.json "
+                        "record them (default: %(default)s)")
     q.add_argument("--max-epochs", type=number(int, min=1), default=NEURAL_TRAINING["max_epochs"],
                    help="training epochs of the neural models")
     q.add_argument("--refit-every", type=number(int, min=1), default=None,
@@ -229,15 +234,23 @@ def make_models(names: list[str], h: int, season_length: int, input_size: int = 
                 vit: dict | None = None) -> list:
     """The command's models by short name (see MODEL_NAMES); the neural ones with their constructors'
     defaults (NEURAL_TRAINING, PatchTST's PATCHTST_SHAPE: `forecasting.defaults`)."""
-    from .baselines import ETS, Naive, SeasonalNaive
+    from .baselines import ARIMA, ETS, Naive, SeasonalNaive, Theta
     from .dlinear import DLinear
     from .frozen_vit import FrozenViTForecaster
     from .patchtst import PatchTST
 
     common = dict(h=h, input_size=input_size, max_epochs=max_epochs, seed=seed)     # the rest: the models' defaults
     factories = {"snaive": lambda: SeasonalNaive(season_length), "naive": Naive, "ets": lambda: ETS(season_length),
+                 "theta": lambda: Theta(season_length), "arima": lambda: ARIMA(season_length),
                  "dlinear": lambda: DLinear(**common), "patchtst": lambda: PatchTST(**common),
                  "vit": lambda: FrozenViTForecaster(**common, **(vit or {}))}
+
+    def auto():
+        from .auto import AutoForecaster
+
+        return AutoForecaster([factories[n]() for n in AUTO_CANDIDATES])   # its own objects: its own fits
+
+    factories["auto"] = auto
     return [factories[n]() for n in names]
 
 
@@ -310,7 +323,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
         output_dir(args.out, "forecast.backtest")     # claimed before training: its checkpoints go inside
         folder.start(checkpoints.values())
     with engine_session(args) as engine, _warnings_as_lines():
-        res = backtest(df, assemble(args.models, built), h=args.h, n_windows=args.windows,
+        res = backtest(df, assemble(args.models, built), h=args.h, n_windows=args.windows or _D["windows"],
                        step_size=args.step_size, season_length=args.season_length, refit_every=args.refit_every,
                        progress=None, mase_season=args.mase_season,   # None: a bar on a terminal, lines in a log
                        levels=args.levels or (), calibration_windows=calib,
@@ -323,6 +336,8 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     print(hz.T.to_string(float_format=lambda v: f"{v:.3f}"))
     print()
     print(res.summary().to_string(float_format=lambda v: f"{v:.4g}"))
+    if res.short_series.get("ids"):
+        print(f"short series ({res.short_series['policy']}): {res.short_series['reason']}; {res.short_series['what']}")
     if res.levels:
         print(f"\nintervals (conformal: calibrated on {calib} window(s) before the first cutoff and on earlier "
               "cutoffs; '/own': the model's own). width and MSIS over MASE's scale")

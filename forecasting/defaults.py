@@ -23,11 +23,15 @@ PATCHTST_SHAPE = dict(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.1)  
 CONFORMAL = dict(calibration_windows=1, global_calibration="holdout")
 GLOBAL_CALIBRATIONS = ("holdout", "retrain")
 
-# `frozenvit forecast backtest` without options: M4 Hourly's horizon and season, eight rolling windows, the look-back
-# chosen from the data and the series too short for it left out (forecasting.lookback)
-SHORT_SERIES = ("skip", "baseline", "error")       # what becomes of series too short for the look-back
-BACKTEST_COMMAND = dict(h=48, season_length=24, windows=8, models="snaive,ets,dlinear,patchtst",
-                        input_size="auto", short_series="skip", plot_series=3)
+# `frozenvit forecast backtest` without options: M4 Hourly's horizon and season, as many rolling windows as the
+# shortest series allows (at most 8: forecasting.lookback.auto_windows), the look-back
+# chosen from the data, and the series too short for it forecast by the best statistical model (forecasting.lookback)
+SHORT_SERIES = ("statistical", "skip", "baseline", "error")       # what becomes of series too short for the look-back
+MOST_WINDOWS = 8                                   # the most rolling windows the backtest chooses itself
+AUTO_CANDIDATES = ("snaive", "theta", "ets", "dlinear", "patchtst")   # the models `auto` chooses among (CLI names)
+BACKTEST_COMMAND = dict(h=48, season_length=24, windows="auto",
+                        models="snaive,theta,ets,dlinear,patchtst,median(theta,ets,dlinear,patchtst),auto",
+                        input_size="auto", short_series="statistical", plot_series=3)
 PAPER_HORIZONS = (96, 192, 336, 720)               # the PatchTST paper's horizons (`forecast paper`)
 CSV_SEP = ","                                      # the field separator of the CSV files read (--sep)
 ID, DS, Y = "unique_id", "ds", "y"                 # the long format's columns (forecasting.data)

@@ -1,14 +1,20 @@
 """The global (neural) models' look-back chosen from the data, and what becomes of series too short for it.
 
-    backtest(df, models, h=48, n_windows=8, input_size="auto", short_series="skip")
+    backtest(df, models, h=48, n_windows=8, input_size="auto", short_series="statistical")
 
 `input_size="auto"`: the longest look-back (at most the models' own, a multiple of 8) that fits the
 median-length series, so that a few short series do not shrink every series' look-back. A series
 shorter than the global models need is then handled by `short_series`:
 
-    "skip"      left out of the backtest, for every model
-    "baseline"  forecast by seasonal naive under the global models' names (`fallback.WithFallback`)
-    "error"     refused (SeriesError naming the series)
+    "statistical"  forecast under the global models' names by the statistical model (of the run's, else
+                   Theta or ETS) with the least error on the short series' validation windows (`auto`), the
+                   default
+    "skip"         left out of the backtest, for every model
+    "baseline"     forecast by seasonal naive under the global models' names (`fallback.WithFallback`)
+    "error"        refused (SeriesError naming the series)
+
+`auto` (forecasting.auto) needs no policy: a series too short for its neural candidates is forecast by
+its statistical ones. The record in the result names the short series in any case.
 
 Statistical models need no look-back and are not concerned. `prepare` applies both and says what it did.
 """
@@ -27,7 +33,7 @@ from frozenvit.backbone.suite.errors import ParameterError
 
 from .base import Forecaster
 from .data import ID
-from .defaults import SHORT_SERIES
+from .defaults import MOST_WINDOWS, SHORT_SERIES
 from .ensemble import Ensemble
 from .errors import SeriesError
 
@@ -58,6 +64,14 @@ def auto_input_size(lengths: Sequence[int], h: int, windows: int, step: int, cap
     return size
 
 
+def auto_windows(lengths: Sequence[int], h: int, step: int, season_length: int, most: int = MOST_WINDOWS) -> int:
+    """The most rolling windows (1..`most`) that leave the shortest series a history of more than two
+    seasons and two horizons before its first cutoff: max(2 m, 2 h) + 1 values (one window when even
+    one leaves less)."""
+    keep = max(2 * season_length, 2 * h) + 1
+    return int(np.clip((int(np.min(lengths)) - keep - h) // step + 1, 1, most))
+
+
 def _name_ids(ids: Sequence[str], most: int = 10) -> str:
     shown = ", ".join(ids[:most])
     return shown + (f" and {len(ids) - most} more" if len(ids) > most else "")
@@ -78,14 +92,19 @@ def _is_global(model: Forecaster) -> bool:
     return not isinstance(model, Ensemble) and trains_globally(model) and "input_size" in model.get_params()
 
 
-def _rebuild(models: Sequence[Forecaster], replace) -> list[Forecaster]:
-    """`models` with every global model (ensemble members included) replaced by `replace(model)`, each
-    object replaced once, so that a member also named alone stays one model."""
+def _rebuild(models: Sequence[Forecaster], replace, into_auto: bool = True) -> list[Forecaster]:
+    """`models` with every global model (ensemble members and, with `into_auto`, auto's candidates
+    included) replaced by `replace(model)`, each object replaced once, so that a member also named
+    alone stays one model."""
+    from .auto import AutoForecaster
+
     done: dict[int, Forecaster] = {}
 
     def swap(m: Forecaster) -> Forecaster:
         if isinstance(m, Ensemble):
             return Ensemble([swap(x) for x in m.members], m.how)
+        if isinstance(m, AutoForecaster):
+            return AutoForecaster([swap(x) for x in m.candidates], m.how, m.median) if into_auto else m
         if _is_global(m) and id(m) not in done:
             done[id(m)] = replace(m)
         return done.get(id(m), m)
@@ -94,7 +113,21 @@ def _rebuild(models: Sequence[Forecaster], replace) -> list[Forecaster]:
 
 
 def _leaves(models: Sequence[Forecaster]) -> list[Forecaster]:
-    return [x for m in models for x in (_leaves(m.members) if isinstance(m, Ensemble) else [m])]
+    from .auto import AutoForecaster
+
+    return [x for m in models for x in (_leaves(m.members) if isinstance(m, Ensemble) else
+                                        _leaves(m.candidates) if isinstance(m, AutoForecaster) else [m])]
+
+
+def statistical_fallback(models: Sequence[Forecaster], season_length: int) -> Forecaster:
+    """What forecasts a series too short for the neural models (`short_series="statistical"`): `auto` over
+    the statistical models among `models` (Theta and ETS when there are none): the one of the least error
+    on the short series' validation windows before their first cutoffs, on average."""
+    from .auto import AutoForecaster
+    from .baselines import ETS, LocalModel, Theta
+
+    local = list({m.alias: m for m in _leaves(models) if isinstance(m, LocalModel)}.values())
+    return AutoForecaster(local or [Theta(season_length), ETS(season_length)], median=False)
 
 
 def prepare(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: int, step_size: int,
@@ -116,7 +149,12 @@ def prepare(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: i
     size = input_size
     if input_size == "auto":
         cap = max(int(m.input_size) for m in glob)
-        size = auto_input_size(lengths.to_numpy() - calibration_windows * h, h, n_windows, step_size, cap)
+        usable = lengths.to_numpy() - calibration_windows * h
+        if short_series in ("statistical", "baseline") and \
+                fitting_input_size(int(np.median(usable)), h, n_windows, step_size, cap) < SHORTEST:
+            size = min(cap, SHORTEST)            # no look-back fits the typical series: most series fall back
+        else:
+            size = auto_input_size(usable, h, n_windows, step_size, cap)
     if size is not None:
         models = _rebuild(models, lambda m: clone(m).set_params(input_size=int(size)))
     look = int(size) if size is not None else max(int(m.input_size) for m in glob)
@@ -136,8 +174,13 @@ def prepare(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: i
     if short_series == "skip" and len(short) == len(lengths):
         raise SeriesError(f"{what}: --short-series skip leaves no series; use a shorter --input-size, fewer "
                           "--windows or --short-series baseline")
+    fallback = statistical_fallback(models, season_length) if short_series == "statistical" else None
     done = {"skip": "left out of the backtest for every model",
-            "baseline": "forecast by seasonal naive in the neural models' columns"}[short_series]
+            "baseline": "forecast by seasonal naive in the neural models' columns",
+            "statistical": f"forecast in the neural models' columns by the statistical model of the least error on "
+                           f"their validation windows ({'/'.join(m.alias for m in fallback.candidates)})"
+            if fallback else ""}[short_series]
+    out.short_series = {**out.short_series, "reason": what, "what": done}
     warnings.warn(f"{what}; {done} (--short-series {short_series})", ShortSeriesWarning, stacklevel=3)
     if short_series == "skip":
         out.df = df[~df[ID].astype(str).isin(short)].reset_index(drop=True)
@@ -145,5 +188,6 @@ def prepare(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: i
         from .baselines import SeasonalNaive
         from .fallback import WithFallback
 
-        out.models = _rebuild(out.models, lambda m: WithFallback(m, SeasonalNaive(season_length)))
+        other = fallback or SeasonalNaive(season_length)
+        out.models = _rebuild(out.models, lambda m: WithFallback(m, other), into_auto=False)
     return out

@@ -1,4 +1,4 @@
-"""`forecast backtest --short-series {skip,baseline,error}`: series too short for the neural models'
+"""`forecast backtest --short-series {statistical,skip,baseline,error}`: series too short for the neural models'
 look-back are handled per series, named in a warning and recorded in summary.json; a few short
 series no longer shrink every series' look-back."""
 from __future__ import annotations
@@ -30,13 +30,30 @@ def _run(csv, out, *extra):
                  "--models", "snaive,dlinear", "--max-epochs", "1", "--out", str(out), *extra])
 
 
-def test_default_skips_the_short_series_and_names_them(ragged_csv, tmp_path, capsys):
-    assert _run(ragged_csv, tmp_path / "out") == 0
+def test_default_scores_every_series_forecasting_the_short_ones_statistically(ragged_csv, tmp_path, capsys):
+    assert _run(ragged_csv, tmp_path / "out", "--models", "snaive,ets,dlinear") == 0
+    err = capsys.readouterr().err
+    warning = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1 and "tiny1, tiny2" in warning[0] and "--short-series statistical" in warning[0]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    record = summary["short_series"]
+    assert (record["policy"], record["ids"]) == ("statistical", ["tiny1", "tiny2"]) and "300 values" in record["reason"]
+    assert summary["n_series"] == 5 and summary["input_size"] == 264
+    f = pd.read_csv(tmp_path / "out" / "forecasts.csv")
+    short = f["unique_id"].isin(SHORT)
+    for uid in SHORT:                           # each short series: the forecasts of one statistical model
+        g = f[f["unique_id"] == uid]
+        assert any(np.allclose(g["DLinear"], g[m]) for m in ("SeasonalNaive", "ETS"))
+    assert not np.allclose(f.loc[~short, "DLinear"], f.loc[~short, "SeasonalNaive"])
+
+
+def test_skip_leaves_the_short_series_out_and_names_them(ragged_csv, tmp_path, capsys):
+    assert _run(ragged_csv, tmp_path / "out", "--short-series", "skip") == 0
     err = capsys.readouterr().err
     warning = [line for line in err.splitlines() if line.startswith("warning:")]
     assert len(warning) == 1 and "tiny1, tiny2" in warning[0] and "--short-series skip" in warning[0]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["short_series"] == {"policy": "skip", "ids": ["tiny1", "tiny2"]}
+    assert (summary["short_series"]["policy"], summary["short_series"]["ids"]) == ("skip", ["tiny1", "tiny2"])
     assert summary["n_series"] == 3 and sorted(summary["cutoffs"]) == list(LONG)
     assert summary["input_size"] == 264          # fits the 300-value series: not shrunk for the short ones
 
@@ -45,7 +62,7 @@ def test_baseline_forecasts_the_short_series_with_seasonal_naive(ragged_csv, tmp
     assert _run(ragged_csv, tmp_path / "out", "--short-series", "baseline") == 0
     assert "tiny1, tiny2" in capsys.readouterr().err
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["short_series"] == {"policy": "baseline", "ids": ["tiny1", "tiny2"]}
+    assert (summary["short_series"]["policy"], summary["short_series"]["ids"]) == ("baseline", ["tiny1", "tiny2"])
     assert summary["n_series"] == 5
     f = pd.read_csv(tmp_path / "out" / "forecasts.csv")
     short = f["unique_id"].isin(SHORT)
@@ -78,7 +95,7 @@ def test_no_warning_when_every_series_is_long_enough(ragged_csv, tmp_path, capsy
     assert _run(tmp_path / "long.csv", tmp_path / "out") == 0
     assert "warning:" not in capsys.readouterr().err
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["short_series"] == {"policy": "skip", "ids": []}
+    assert summary["short_series"] == {"policy": "statistical", "ids": []}
 
 
 def test_the_library_chooses_the_look_back_and_applies_the_policy_without_changing_the_models(ragged_csv):
@@ -88,6 +105,6 @@ def test_the_library_chooses_the_look_back_and_applies_the_policy_without_changi
     with pytest.warns(UserWarning, match="tiny1, tiny2"):
         res = backtest(pd.read_csv(ragged_csv), [SeasonalNaive(24), net], h=12, season_length=24,
                        input_size="auto", short_series="skip")
-    assert (res.input_size, res.short_series) == (264, {"policy": "skip", "ids": ["tiny1", "tiny2"]})
+    assert (res.input_size, res.short_series["policy"], res.short_series["ids"]) == (264, "skip", ["tiny1", "tiny2"])
     assert res.fitted["DLinear"].input_size == 264 and net.input_size == 336      # a clone got the look-back
     assert sorted(res.forecasts["unique_id"].unique()) == list(LONG)

