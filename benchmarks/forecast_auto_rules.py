@@ -62,15 +62,23 @@ def run_set(name: str, max_series: int | None, etth2_rows: int | None, seed: int
             "rules_over_best": {k: v / alone[best] for k, v in rules.items()}, "seconds": time.perf_counter() - t0}
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--max-series", default="", help="SET=N,...: keep N series of SET (seeded)")
     ap.add_argument("--etth2-rows", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads of the neural candidates")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--dump", type=Path, default=None, help="folder for each set's forecasts and errors (.npz)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
     most = {k: int(v) for k, v in (p.split("=") for p in args.max_series.split(",") if p)}
     rows = []
     for name in args.sets.split(","):
