@@ -18,7 +18,6 @@ by onnxruntime / OpenVINO. Both runtimes are the optional extra `frozenvit[deplo
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import tempfile
@@ -37,6 +36,7 @@ from .preprocess import Preprocess
 from .runtimes import DEFAULT_RUNTIME, FORMAT_OF, FORMATS, RUNTIME_OF, RUNTIMES
 from .suite.artifacts import atomic_dir, read_config, write_json
 from .suite.errors import ParameterError
+from .weights import weights_fingerprint
 
 log = logging.getLogger("frozenvit.backbone")
 
@@ -45,17 +45,6 @@ FORMAT_VERSION = 1
 GRAPH = {"onnx": "model.onnx", "openvino": "model.xml"}
 OPSET = 17
 PREPROCESSING = ("img_size", "mean", "std", "interpolation", "resize")
-
-
-def weights_fingerprint(backbone: Any) -> str:
-    """The weights' sha256 of a backbone; for random (unhashed) weights, a hash of its parameters."""
-    if getattr(backbone, "weights_sha256", None):
-        return str(backbone.weights_sha256)
-    h = hashlib.sha256()
-    for name, p in backbone.model.state_dict().items():
-        h.update(name.encode())
-        h.update(p.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
 
 
 def preprocessing(backbone: Any) -> dict[str, Any]:

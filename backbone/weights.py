@@ -1,11 +1,13 @@
 """Weights: local files without unpickling, position-embedding resampling, the offline gate."""
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -111,3 +113,14 @@ def offline_message(name: str, reason: str) -> str:
             f"load_backbone({name!r}, weights='path/to/{name}.safetensors')  (or .pth; CLI: --weights FILE). "
             "Or call load_backbone() with no name for the embedded offline default, or pretrained=False for "
             "random weights.")
+
+
+def weights_fingerprint(backbone: Any) -> str:
+    """The weights' sha256 of a backbone; for random (unhashed) weights, a hash of its parameters."""
+    if getattr(backbone, "weights_sha256", None):
+        return str(backbone.weights_sha256)
+    h = hashlib.sha256()
+    for name, p in backbone.model.state_dict().items():
+        h.update(name.encode())
+        h.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()

@@ -18,7 +18,6 @@ K DrQ-style views of every frame (random shift, mild colour jitter), encoded onc
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -29,6 +28,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from frozenvit.backbone.errors import ArtifactError
+from frozenvit.backbone.weights import weights_fingerprint as backbone_fingerprint
 from frozenvit.backbone.suite.artifacts import atomic_dir, read_config, write_json
 from frozenvit.backbone.suite.errors import ParameterError
 from frozenvit.backbone.suite.progress import progress_bar
@@ -68,17 +68,6 @@ class FeatureCache:
         without a CLS token, zeros in its place."""
         size = lambda *ts: sum(t.numel() * t.element_size() for t in ts if t is not None)
         return dict(tokens=size(self.tokens, self.cls), views=size(self.view_tokens, self.view_cls))
-
-
-def backbone_fingerprint(backbone: Any) -> str:
-    """Weights hash of a backbone; for random (unhashed) weights, a hash of the parameters."""
-    if getattr(backbone, "weights_sha256", None):
-        return str(backbone.weights_sha256)
-    h = hashlib.sha256()
-    for name, p in backbone.model.state_dict().items():
-        h.update(name.encode())
-        h.update(p.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
 
 
 def default_blocks(depth: int) -> tuple[int, ...]:

@@ -95,3 +95,39 @@ def _benchmark(name: str):
 def load_benchmark():
     """load_benchmark("forecast_m3") -> the benchmark script as a module, to test its parts."""
     return _benchmark
+
+
+@pytest.fixture(scope="session")
+def saved_test_vit():
+    """save(folder, img_size) -> the path of timm's tiny `test_vit` random weights (seed 0) saved as safetensors,
+    so that a model fitted on them can be rebuilt by name: `--backbone test_vit --weights PATH`."""
+    def save(folder: Path, img_size: int = 64) -> Path:
+        import torch
+        from safetensors.torch import save_file
+
+        from frozenvit.backbone import load_backbone
+
+        torch.manual_seed(0)
+        bb = load_backbone("test_vit", pretrained=False, img_size=img_size)
+        path = Path(folder) / "w.safetensors"
+        save_file({k: v.contiguous() for k, v in bb.model.state_dict().items()}, str(path))
+        return path
+
+    return save
+
+
+@pytest.fixture(scope="session")
+def synth_model(saved_test_vit):
+    """make(folder) -> folder with data/weave (a small synthetic set) and model/ fitted on it through the CLI
+    with the tiny test ViT at 64 px."""
+    def make(folder: Path) -> Path:
+        from frozenvit.backbone.suite.cli import main
+
+        weights = saved_test_vit(folder)
+        assert main(["anomaly", "synth", "--out", str(folder / "data"), "--n-train", "8", "--n-test-good", "3",
+                     "--n-test-defect", "1", "--height", "80", "--width", "96"]) == 0
+        assert main(["anomaly", "fit", "--data", str(folder / "data" / "weave"), "--out", str(folder / "model"),
+                     "--backbone", "test_vit", "--weights", str(weights), "--image-size", "64", "--threads", "1"]) == 0
+        return folder
+
+    return make

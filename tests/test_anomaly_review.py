@@ -5,7 +5,6 @@ import threading
 
 import numpy as np
 import pytest
-import torch
 
 from frozenvit.backbone.suite.cli import main
 
@@ -13,21 +12,9 @@ pytestmark = pytest.mark.filterwarnings("ignore:only .* held-out normals:UserWar
 
 
 @pytest.fixture(scope="module")
-def review_workspace(tmp_path_factory):
+def review_workspace(tmp_path_factory, synth_model):
     """A fitted tiny model (rebuildable by name), the synthetic weave set and its predictions of test/."""
-    from safetensors.torch import save_file
-
-    from frozenvit.backbone import load_backbone
-
-    tmp = tmp_path_factory.mktemp("anomaly_review")
-    torch.manual_seed(0)
-    bb = load_backbone("test_vit", pretrained=False, img_size=64)
-    save_file({k: v.contiguous() for k, v in bb.model.state_dict().items()}, str(tmp / "w.safetensors"))
-    assert main(["anomaly", "synth", "--out", str(tmp / "data"), "--n-train", "8", "--n-test-good", "3",
-                 "--n-test-defect", "1", "--height", "80", "--width", "96"]) == 0
-    assert main(["anomaly", "fit", "--data", str(tmp / "data" / "weave"), "--out", str(tmp / "model"),
-                 "--backbone", "test_vit", "--weights", str(tmp / "w.safetensors"), "--image-size", "64",
-                 "--threads", "1"]) == 0
+    tmp = synth_model(tmp_path_factory.mktemp("anomaly_review"))
     assert main(["anomaly", "predict", "--model", str(tmp / "model"), "--images", str(tmp / "data" / "weave" / "test"),
                  "--out", str(tmp / "pred")]) == 0
     return tmp

@@ -4,7 +4,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 from frozenvit.backbone.suite.cli import main
@@ -15,20 +14,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:only .* held-out normals:UserWar
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
-    from safetensors.torch import save_file
-
-    from frozenvit.backbone import load_backbone
-
-    tmp = tmp_path_factory.mktemp("export_cli")
-    torch.manual_seed(0)
-    bb = load_backbone("test_vit", pretrained=False, img_size=64)
-    save_file({k: v.contiguous() for k, v in bb.model.state_dict().items()}, str(tmp / "w.safetensors"))
-    assert main(["anomaly", "synth", "--out", str(tmp / "data"), "--n-train", "8", "--n-test-good", "3",
-                 "--n-test-defect", "1", "--height", "80", "--width", "96"]) == 0
-    assert main(["anomaly", "fit", "--data", str(tmp / "data" / "weave"), "--out", str(tmp / "model"),
-                 "--backbone", "test_vit", "--weights", str(tmp / "w.safetensors"), "--image-size", "64"]) == 0
-    return tmp
+def workspace(tmp_path_factory, synth_model):
+    return synth_model(tmp_path_factory.mktemp("export_cli"))
 
 
 def backbone_args(ws):

@@ -11,7 +11,6 @@ import json
 import shutil
 
 import pytest
-import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
@@ -29,16 +28,10 @@ SUFFIXES = [".png", ".PNG", ".jpg", ".jpeg", ".txt", ".json", ""]
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
+def model(tmp_path_factory, saved_test_vit):
     """A model fitted once on a few normals with timm's tiny test ViT (random weights saved locally: rebuildable)."""
-    from safetensors.torch import save_file
-
-    from frozenvit.backbone import load_backbone
-
     tmp = tmp_path_factory.mktemp("fuzz_folders")
-    torch.manual_seed(0)
-    bb = load_backbone("test_vit", pretrained=False, img_size=32)
-    save_file({k: v.contiguous() for k, v in bb.model.state_dict().items()}, str(tmp / "w.safetensors"))
+    saved_test_vit(tmp, img_size=32)
     normals = tmp / "normals"
     normals.mkdir()
     for i in range(3):
