@@ -227,7 +227,7 @@ def _actor_pool(ray: Any, n: int, threads: int) -> list:
 
 
 def release_workers(ray: Any = None) -> None:
-    """Kill the Ray actors that `evaluate(..., engine="ray")` keeps for the next evaluation of this session.
+    """Kill the Ray actors that `evaluate(..., engine="ray")` keeps for the next evaluation on the same cluster.
 
     Called after a failed evaluation (its actors may still be running its chunks); call it yourself to free
     their CPUs or to time an evaluation that starts its actors afresh. Does nothing when none are kept.
