@@ -6,7 +6,7 @@ import csv
 import io
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from frozenvit.backbone.commands import EMBEDDED   # the embedded ViT by name (no --backbone: anomaly/defaults.py's)
 from frozenvit.backbone.runtimes import add_runtime_arg
@@ -88,14 +88,14 @@ def _threshold_text(det: Any) -> str:
     return "uncalibrated" if t is None else f"{t:.6f}"
 
 
-def _model(args: argparse.Namespace) -> Any:
+def _model(model: str, threshold: float | None = None) -> Any:
     """The detector of --model; with predict/evaluate --threshold, deciding at it instead of the model's (or an
     uncalibrated model's none)."""
     from .ensemble import load_detector
 
-    det = load_detector(args.model)
-    if args.threshold is not None:
-        det.set_params(threshold=args.threshold)._validate_params()
+    det = load_detector(model)
+    if threshold is not None:
+        det.set_params(threshold=threshold)._validate_params()
     return det
 
 
@@ -150,32 +150,52 @@ def _cmd_fit(args: argparse.Namespace) -> int:
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
-    from frozenvit.backbone.commands import list_images
-    from frozenvit.backbone.suite.artifacts import atomic_dir, check_artifact_dir
+    from frozenvit.backbone.suite.artifacts import check_artifact_dir
     from frozenvit.backbone.suite.engine import engine_from_args, engine_session
-
-    from .images import image_size
-    from .stream import iter_scored
-    from .viz import overlay_file_names
 
     _faiss_threads(args)
     engine_from_args(args)                         # --workers without --ray fails before any work
     check_artifact_dir(args.out, PREDICT_KIND)
     if args.runtime != "torch" and args.ray is not None:
         raise UsageError(f"--runtime {args.runtime} runs in this process only; drop --ray or --runtime")
-    det = _runtime(_model(args), args)
-    files = list_images(args.images, exclude=[args.out])     # never an output of ours, --out least of all
-    for f in files:              # an unreadable file stops the run (ImageFormatError naming it) before any output
+    det = _runtime(_model(args.model, args.threshold), args)
+    with engine_session(args) as engine:
+        rows = _write_predictions(det, args.model, args.images, args.out, overlays=not args.no_overlays,
+                                 engine=engine, workers=args.workers)
+    verdict = ("no decisions: the model's threshold is uncalibrated (few-shot); pass --threshold"
+               if det.decision_threshold() is None else f"{sum(r['is_defect'] for r in rows)} flagged as defective")
+    out = Path(args.out)
+    print(f"{len(rows)} images, {verdict}; wrote {out / 'scores.csv'}"
+          + ("" if args.no_overlays else f" and {out / 'overlays'}/"))
+    return 0
+
+
+def _write_predictions(det: Any, model_dir: str | Path, images: Sequence[str], out: str | Path, *, overlays: bool = True,
+                      engine: str = "local", workers: int | None = None) -> list[dict]:
+    """Score the images under `images` (files or folders) and write `out`: scores.csv and overlays/, replaced as a
+    whole when the run ends, so it never mixes this run's results with an earlier one's. Returns the CSV rows.
+
+    Nothing frozenvit wrote (`out` least of all) is read as input; an unreadable file stops the run
+    (ImageFormatError naming it) before any output; OutputConflict for an `out` frozenvit did not write.
+    """
+    from frozenvit.backbone.commands import list_images
+    from frozenvit.backbone.suite.artifacts import atomic_dir
+
+    from .images import image_size
+    from .stream import iter_scored
+    from .viz import overlay_file_names
+
+    files = list_images(list(images), exclude=[out])
+    for f in files:
         image_size(f)
-    root = Path(args.images[0]) if len(args.images) == 1 and Path(args.images[0]).is_dir() else None
+    root = Path(images[0]) if len(images) == 1 and Path(images[0]).is_dir() else None
     names = [str(f.relative_to(root)) if root else str(f) for f in files]
-    overlays = [None] * len(files) if args.no_overlays else overlay_file_names(names)
+    ovs = overlay_file_names(names) if overlays else [None] * len(files)
     rows = []
-    # the folder is replaced as a whole when the run ends: it never mixes this run's results with an earlier one's
-    with engine_session(args) as engine, atomic_dir(args.out, PREDICT_KIND) as tmp:
-        scored = iter_scored(det, files, overlays=not args.no_overlays, engine=engine, workers=args.workers,
-                             model_dir=args.model)             # a batch of full-size maps in memory at a time
-        for name, ov, got in zip(names, overlays, scored):
+    with atomic_dir(out, PREDICT_KIND) as tmp:
+        scored = iter_scored(det, files, overlays=overlays, engine=engine, workers=workers,
+                             model_dir=model_dir)                   # a batch of full-size maps in memory at a time
+        for name, ov, got in zip(names, ovs, scored):
             rows.append({"image": name, "score": f"{got.score:.6f}",
                          "is_defect": "" if got.is_defect is None else int(got.is_defect),
                          "threshold": _threshold_text(det), "overlay": f"overlays/{ov}" if ov else ""})
@@ -187,12 +207,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         w.writeheader()
         w.writerows(rows)
         (tmp / "scores.csv").write_text(buf.getvalue())
-    verdict = ("no decisions: the model's threshold is uncalibrated (few-shot); pass --threshold"
-               if det.decision_threshold() is None else f"{sum(r['is_defect'] for r in rows)} flagged as defective")
-    out = Path(args.out)
-    print(f"{len(rows)} images, {verdict}; wrote {out / 'scores.csv'}"
-          + ("" if args.no_overlays else f" and {out / 'overlays'}/"))
-    return 0
+    return rows
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
@@ -206,7 +221,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
                          "brings its own ground_truth/")
     check_output_file(args.out, "anomaly.evaluate")
     _faiss_threads(args)
-    det = _runtime(_model(args), args)
+    det = _runtime(_model(args.model, args.threshold), args)
     ds = read_mvtec(args.data) if args.data else read_folders(None, args.test, args.masks)
     metrics, per_type = evaluate_dataset(det, ds)
     uncalibrated = det.decision_threshold() is None
@@ -289,8 +304,8 @@ def _cmd_review(args: argparse.Namespace) -> int:
             listed = {r["image"] for r in csv.DictReader(f)}
         fresh = listed == {str(p.relative_to(images)) for p in list_images([str(images)], exclude=[out])}
     if args.rescore or not fresh:                  # no predictions yet, older than the model (an update), other images
-        _cmd_predict(argparse.Namespace(model=args.model, images=[str(images)], out=str(out), no_overlays=False,
-                                        threshold=None, threads=args.threads, ray=None, workers=None, runtime="torch"))
+        _faiss_threads(args)
+        _write_predictions(_model(args.model), args.model, [str(images)], out)
     data = ReviewData.open(out, images)
     if args.host != HOST:
         print(f"warning: --host {args.host} serves these images and accepts marks from other machines on the network; "
@@ -312,7 +327,7 @@ def _cmd_update(args: argparse.Namespace) -> int:
     files = list_images([str(normals)]) if normals.is_dir() else read_labels(normals)
     if not files:
         raise UsageError(f"{normals} marks no image normal: nothing to add")
-    det = _model(argparse.Namespace(model=args.model, threshold=None))
+    det = _model(args.model)
     import json
 
     def source(folder: Path) -> dict:                                   # checked by the load

@@ -131,3 +131,16 @@ def synth_model(saved_test_vit):
         return folder
 
     return make
+
+
+@pytest.fixture(scope="session")
+def poison_after():
+    """poison_after(df, cutoff) -> a copy of a long frame whose values after `cutoff` are scaled and shifted
+    (y * 5 + 100): what a model saw only up to the cutoff must not change."""
+    def poison(df, cutoff):
+        out = df.copy()
+        after = out["ds"] > cutoff
+        out.loc[after, "y"] = out.loc[after, "y"] * 5 + 100
+        return out
+
+    return poison

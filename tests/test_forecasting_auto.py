@@ -70,7 +70,7 @@ def test_a_candidate_with_too_long_a_look_back_is_left_out_for_the_short_series(
     assert res.forecasts["unique_id"].nunique() == 6 and np.isfinite(res.forecasts["Auto"]).all()
 
 
-def test_values_after_the_first_cutoff_do_not_change_the_choice_or_the_first_window():
+def test_values_after_the_first_cutoff_do_not_change_the_choice_or_the_first_window(poison_after):
     """Poison every value after the first cutoff: the choice and window 0's forecasts stay the same."""
     df = _panel()
     net = DLinear(h=12, input_size=36, max_epochs=2, val_size=12, progress=False)
@@ -78,9 +78,7 @@ def test_values_after_the_first_cutoff_do_not_change_the_choice_or_the_first_win
     models = [AutoForecaster([Naive(), SeasonalNaive(12), net], how="weights")]
     a = backtest(df, models, **kw)
     first = a.forecasts["cutoff"].min()
-    poisoned = df.copy()
-    after = poisoned["ds"] > first
-    poisoned.loc[after, "y"] = poisoned.loc[after, "y"] * 5 + 100
+    poisoned = poison_after(df, first)
     b = backtest(poisoned, models, **kw)
     w0 = (a.forecasts["cutoff"] == first).to_numpy()
     np.testing.assert_array_equal(a.forecasts.loc[w0, "Auto"], b.forecasts.loc[w0, "Auto"])
