@@ -6,19 +6,20 @@
                                                                    # this one did not write again
 A run without `resume` removes what the earlier run listed before it trains (its checkpoints would only
 be overwritten in part); a resumed run keeps them. Nothing outside the listing is ever removed: a user's
-file in the folder stays, and a listed path that leaves the folder is ignored. A stopped run is one
+file in the folder, or added inside a listed model folder, stays, and a listed path that leaves the folder is ignored. A stopped run is one
 whose checkpoints hold a training that had epochs left (`checkpoint.unfinished`).
 """
 from __future__ import annotations
 
 import json
-import shutil
+import logging
 from pathlib import Path
 from typing import Iterable
 
-from frozenvit.backbone.suite.artifacts import write_json
+from frozenvit.backbone.suite.artifacts import remove_artifact, write_json
 from frozenvit.backbone.suite.errors import UsageError
 
+log = logging.getLogger("frozenvit.forecasting")
 RECORD = "run.json"
 KIND = "forecast.backtest.run"
 
@@ -48,8 +49,11 @@ class RunFolder:
     def _remove(self, rels: Iterable[str]) -> None:
         for rel in rels:
             p = self.out / rel
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p)
+            if p.is_dir() and not p.is_symlink():      # a model or checkpoint folder: only the files it lists go
+                kept = remove_artifact(p)
+                if kept:
+                    log.warning("kept %d file(s) in %s that the earlier run did not write: %s", len(kept), p,
+                                ", ".join(kept[:3]))
             elif p.exists() or p.is_symlink():
                 p.unlink()
 

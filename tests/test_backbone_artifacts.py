@@ -207,3 +207,18 @@ def test_tensor_metadata_refuses_a_config_edited_by_hand(tmp_path):
     check_tensor_metadata(tmp_path / "t.safetensors", cfg)
     with pytest.raises(ArtifactError, match="edited by hand"):
         check_tensor_metadata(tmp_path / "t.safetensors", {**cfg, "blocks": [3]})
+
+
+def test_remove_artifact_removes_what_its_marker_lists_and_keeps_a_users_file(tmp_path):
+    from frozenvit.backbone.suite.artifacts import remove_artifact
+
+    with atomic_dir(tmp_path / "a", "thing") as tmp:
+        write_json(tmp / "config.json", {"kind": "thing"})
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "t.bin").write_bytes(b"x")
+    (tmp_path / "a" / "sub" / "mine.txt").write_text("mine")
+    assert remove_artifact(tmp_path / "a") == ["sub/mine.txt"]
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == ["a", "a/sub", "a/sub/mine.txt"]
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "x.txt").write_text("not ours")
+    assert remove_artifact(tmp_path / "b") == ["x.txt"] and (tmp_path / "b" / "x.txt").exists()

@@ -44,6 +44,15 @@ def test_a_rerun_leaves_files_it_did_not_write_alone(tmp_path):
     assert (out / "notes.txt").read_text() == "mine"
 
 
+def test_a_users_file_inside_a_dropped_model_folder_survives_the_rerun(tmp_path):
+    csv, out = _csv(tmp_path / "s.csv"), tmp_path / "out"
+    assert main(_argv(csv, out, "snaive,dlinear")) == 0
+    (out / "models" / "DLinear" / "my_plot.png").write_bytes(b"mine")
+    assert main(_argv(csv, out, "snaive")) == 0
+    assert (out / "models" / "DLinear" / "my_plot.png").read_bytes() == b"mine"
+    assert sorted(p.name for p in (out / "models" / "DLinear").iterdir()) == ["my_plot.png"]   # ours gone
+
+
 def _stop_after_the_first_epoch(monkeypatch):
     from frozenvit.forecasting import checkpoint
 

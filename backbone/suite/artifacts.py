@@ -240,6 +240,32 @@ def atomic_dir(target: str | os.PathLike, kind: str, flag: str = "--out", replac
     _fsync_dir(target.parent)
 
 
+def remove_artifact(path: str | os.PathLike) -> list[str]:
+    """Remove what frozenvit wrote under `path`: every artifact folder at or below it (the files its marker lists,
+    the marker), then the folders left empty.
+
+    Anything else (a user's file, a folder without our marker) stays where it is, with the folders that hold it;
+    returns those files' paths relative to `path`.
+    """
+    path = Path(path)
+    if not path.is_dir() or path.is_symlink():
+        return []
+    marker = _read_marker(path)
+    if marker is not None:
+        for rel in marker.get("files") or ():
+            f = path / rel
+            if f.is_file() or f.is_symlink():
+                f.unlink()
+        (path / MARKER).unlink()
+        _untag(path)
+    for d in [d for d in path.iterdir() if d.is_dir() and not d.is_symlink()]:
+        remove_artifact(d)
+    kept = _files(path)
+    if not any(path.iterdir()):
+        path.rmdir()
+    return kept
+
+
 def check_output_dir(path: str | os.PathLike, kind: str, flag: str = "--out") -> None:
     """Refuse early, writing nothing, a folder that `output_dir(path, kind)` would refuse."""
     path = Path(path)
