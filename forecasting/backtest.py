@@ -35,6 +35,7 @@ from .errors import SeriesError
 from .intervals import calibration_cutoffs, check_levels, conformal_bounds, known_windows
 from .lookback import auto_windows, prepare
 from .metrics import diebold_mariano, interval_score_terms, mase_scale, smape_terms
+from .reuse import shared_fits
 
 METRICS = ("mase", "smape", "mae", "mse")
 
@@ -65,6 +66,7 @@ class BacktestResult:
     members: dict = field(default_factory=dict)    # ensemble alias -> its members' aliases
     input_size: int | None = None                  # the global models' look-back, where the backtest set it
     short_series: dict = field(default_factory=dict)   # {"policy", "ids"}: series too short for that look-back
+    neural_lengths: dict = field(default_factory=dict)  # input_size="auto": look-back, patch... (lookback.py)
 
     def errors(self, metric: str) -> pd.DataFrame:
         """Per-row error terms of `metric` for each model: columns unique_id, cutoff, step, <models>."""
@@ -395,6 +397,7 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
             sent = GlobalRuns(models, ys, cuts, ccuts, h, refit_every=refit_every,
                               global_calibration=global_calibration)
         stack.enter_context(use_engine(engine, workers))
+        stack.enter_context(shared_fits())          # a model run alone and as auto's candidate: fitted once
         for model in models:
             run(model)
     for model in models:
@@ -415,4 +418,4 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
     return BacktestResult(frame, scales, aliases, h, season_length, n_windows, step_size, mase_season, fitted,
                           seconds, levels=levels, calibration_windows=K, intervals=intervals, members=members,
                           global_calibration=global_calibration if levels else None, input_size=prep.input_size,
-                          short_series=prep.short_series)
+                          short_series=prep.short_series, neural_lengths=prep.lengths)

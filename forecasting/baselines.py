@@ -19,6 +19,7 @@ from frozenvit.backbone.suite.progress import progress_bar
 
 from .base import Forecaster
 from .errors import SeriesError
+from .reuse import once
 
 
 # chunks of series per Ray worker (engine="ray"): with 16, the last chunk to finish holds ~1/16 of a worker's
@@ -66,7 +67,9 @@ class LocalModel(Forecaster):
     def forecast_cutoffs(self, series: Sequence[np.ndarray], cutoffs: np.ndarray, h: int, *,
                          refit_every: int | None = None, progress: bool | None = None) -> tuple[np.ndarray, None]:
         """A fresh copy fitted on `y[:c]` at every cutoff c (see `Forecaster.forecast_cutoffs`)."""
-        return self._each_cutoff(series, cutoffs, lambda m: m.predict(h), (h,), progress)[0], None
+        cutoffs = np.asarray(cutoffs)
+        return once(self, f"forecast {h}", [*series, cutoffs],
+                    lambda: self._each_cutoff(series, cutoffs, lambda m: m.predict(h), (h,), progress)[0]), None
 
     def forecast_intervals(self, series: Sequence[np.ndarray], cutoffs: np.ndarray, h: int,
                            levels: Sequence[float], *, progress: bool | None = None

@@ -19,7 +19,7 @@ from frozenvit.backbone.suite.errors import UsageError
 
 from .defaults import NEURAL_TRAINING, PATCHTST_SHAPE  # noqa: F401   the models' defaults, re-exported
 from .defaults import (AUTO_CANDIDATES, BACKTEST_COMMAND, CONFORMAL, MOST_WINDOWS, CSV_SEP, DS, GLOBAL_CALIBRATIONS, ID, LOOKBACK,
-                       PAPER_HORIZONS, PATCH_LEN, SHORT_SERIES, VIT_DEPTH, Y)
+                       LOOKBACK_HORIZONS, PAPER_HORIZONS, PATCH_LEN, SHORT_SERIES, VIT_DEPTH, Y)
 from .errors import SeriesError
 
 MODEL_NAMES = ("snaive", "naive", "ets", "theta", "arima", "dlinear", "patchtst", "vit", "auto")
@@ -137,8 +137,10 @@ def register(subparsers) -> None:
                         "(needs --calibration-windows 1); 'retrain', a second training before the calibration "
                         f"windows; when not given: {CONFORMAL['global_calibration']}")
     q.add_argument("--input-size", type=number(int, min=1), default=None,
-                   help=f"look-back of the neural models (PatchTST: at least {PATCH_LEN}); when not given: "
-                        f"{LOOKBACK}, or less when the typical (median-length) series is too short for it")
+                   help=f"look-back of the neural models (PatchTST: at least {PATCH_LEN}); when not given: derived "
+                        f"with their patch, trend kernel and validation tail from --h, --season-length and the series' "
+                        f"lengths ({LOOKBACK_HORIZONS} horizons, at most what the median-length series fits; "
+                        "forecasting/lookback.py)")
     q.add_argument("--short-series", choices=SHORT_SERIES, default=_D["short_series"],
                    help="series too short for the neural models' look-back: 'statistical' forecasts them under "
                         "the neural models' names with the statistical model of --models (else theta, ets) that has "
@@ -351,6 +353,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
         print(res.dm_vs_members().to_string(float_format=lambda v: f"{v:.4g}"))
     out = output_dir(args.out, "forecast.backtest")
     write_json(out / "summary.json", {"csv": str(args.csv), "input_size": res.input_size,
+                                      "neural_lengths": res.neural_lengths,
                                       "short_series": res.short_series, **res.to_dict()})
     atomic_write_text(out / "forecasts.csv", res.forecasts_with_intervals().to_csv(index=False))
     atomic_write_text(out / "mase_by_horizon.csv", hz.to_csv())

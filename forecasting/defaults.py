@@ -10,7 +10,8 @@ from __future__ import annotations
 
 NEURAL_TRAINING = dict(loss="mae", normalize_loss=True, lr=1e-3, patience=4, batch_size=128,
                        windows_per_epoch=8192, max_epochs=20, seed=0)
-LOOKBACK = 336                     # input_size: the look-back of every neural model, and the most "auto" chooses
+LOOKBACK = 336                     # input_size: the neural models' own look-back (7 horizons of M4 Hourly's 48)
+LOOKBACK_HORIZONS = 7              # input_size="auto": the look-back wanted, in horizons (forecasting.lookback)
 PATCH_LEN = 16                     # PatchTST's (and FrozenViTForecaster's) patch: the shortest look-back they take
 VIT_DEPTH = 6                      # FrozenViTForecaster's n_blocks: the ViT's first 6 blocks, as One Fits All uses
 PATCHTST_SHAPE = dict(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.1)   # sized for a 2-core CPU

@@ -1,10 +1,24 @@
-"""The global (neural) models' look-back chosen from the data, and what becomes of series too short for it.
+"""The global (neural) models' lengths derived from the data, and what becomes of series too short for them.
 
     backtest(df, models, h=48, n_windows=8, input_size="auto", short_series="statistical")
 
-`input_size="auto"`: the longest look-back (at most the models' own, a multiple of 8) that fits the
-median-length series, so that a few short series do not shrink every series' look-back. A series
-shorter than the global models need is then handled by `short_series`:
+`input_size="auto"` sets every length-like setting of the neural models by one rule (`neural_lengths`),
+from the horizon h, the season m and the series' lengths:
+
+    look-back L     7 h (at least 2 m), a multiple of 8, at most what the median-length series fits
+                    (`fitting_input_size`): a few short series do not shrink every series' look-back;
+                    at least 8
+    patch, stride   PatchTST's (and the frozen ViT's) patch an eighth of L, between 2 and 16; stride half
+                    a patch: about 16 patches of any look-back
+    trend kernel    DLinear's moving average over m + 1 steps (m when m is odd), at least 3: one season
+    validation      the last h values before each training's cutoff (one horizon; `auto` validates there)
+    windows/epoch   8192 (NEURAL_TRAINING), or all the training windows where there are fewer
+
+On hourly data (h 48, m 24) this is the constant these models were tuned with (L 336, patch 16/8,
+kernel 25); elsewhere it follows h and m (M3 monthly, h 18, m 12: L 72, patch 9/4, kernel 13).
+An integer `input_size` sets the look-back alone; None keeps each model's own settings.
+
+A series shorter than the global models need is then handled by `short_series`:
 
     "statistical"  forecast under the global models' names by the statistical model (of the run's, else
                    Theta or ETS) with the least error on the short series' validation windows (`auto`), the
@@ -33,12 +47,13 @@ from frozenvit.backbone.suite.errors import ParameterError
 
 from .base import Forecaster
 from .data import ID
-from .defaults import MOST_WINDOWS, SHORT_SERIES
+from .defaults import LOOKBACK_HORIZONS, MOST_WINDOWS, SHORT_SERIES
 from .ensemble import Ensemble
 from .errors import SeriesError
 
 MULTIPLE = 8                       # a chosen look-back is a multiple of this many steps
-SHORTEST = 16                      # the shortest look-back chosen: one PatchTST patch
+SHORTEST = 8                       # the shortest look-back chosen: four patches of 2
+PATCHES = 8                        # a patch is this fraction of the look-back (2 patches per patch length)
 
 
 class ShortSeriesWarning(UserWarning):
@@ -72,6 +87,36 @@ def auto_windows(lengths: Sequence[int], h: int, step: int, season_length: int, 
     return int(np.clip((int(np.min(lengths)) - keep - h) // step + 1, 1, most))
 
 
+@dataclass(frozen=True)
+class NeuralLengths:
+    """Every length-like setting of the neural models in one backtest, derived once (`neural_lengths`)."""
+    input_size: int                # L, the look-back
+    patch_len: int                 # PatchTST / frozen ViT
+    stride: int
+    kernel_size: int               # DLinear's trend
+    val_size: int                  # the validation tail of each training
+
+    def params_for(self, model: Forecaster) -> dict:
+        """The settings `model` has (by hyperparameter name)."""
+        own = model.get_params(deep=False)
+        return {k: v for k, v in self.__dict__.items() if k in own}
+
+
+def neural_lengths(lengths: Sequence[int], h: int, season_length: int, windows: int, step: int,
+                   shortest: bool = False) -> NeuralLengths:
+    """The rule of the module doc: look-back, patch, stride, trend kernel and validation tail from h, the
+    season and the series' lengths (each series' values before any calibration window). When the
+    median-length series fits no look-back of SHORTEST: SHORTEST with `shortest` (most series then fall
+    back to a statistical model), else SeriesError."""
+    m = int(season_length)
+    wanted = -(-max(LOOKBACK_HORIZONS * h, 2 * m) // MULTIPLE) * MULTIPLE
+    fits = fitting_input_size(int(np.median(np.asarray(lengths))), h, windows, step, wanted)
+    size = SHORTEST if shortest and fits < SHORTEST else auto_input_size(lengths, h, windows, step, wanted)
+    patch = int(np.clip(size // PATCHES, 2, 16))
+    return NeuralLengths(input_size=size, patch_len=patch, stride=max(1, patch // 2),
+                         kernel_size=max(3, m + 1 - m % 2), val_size=int(h))
+
+
 def _name_ids(ids: Sequence[str], most: int = 10) -> str:
     shown = ", ".join(ids[:most])
     return shown + (f" and {len(ids) - most} more" if len(ids) > most else "")
@@ -84,6 +129,7 @@ class Prepared:
     models: list[Forecaster]
     input_size: int | None                  # the global models' look-back; None: there is none to choose
     short_series: dict = field(default_factory=dict)     # {"policy": ..., "ids": [...]}
+    lengths: dict = field(default_factory=dict)          # input_size="auto": `NeuralLengths` as a dict
 
 
 def _is_global(model: Forecaster) -> bool:
@@ -146,22 +192,20 @@ def prepare(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: i
     record = {"policy": short_series, "ids": []} if short_series else {}
     if not glob:
         return Prepared(df, list(models), None if input_size == "auto" else input_size, record)
-    size = input_size
+    size, chosen = input_size, {}
     if input_size == "auto":
-        cap = max(int(m.input_size) for m in glob)
-        usable = lengths.to_numpy() - calibration_windows * h
-        if short_series in ("statistical", "baseline") and \
-                fitting_input_size(int(np.median(usable)), h, n_windows, step_size, cap) < SHORTEST:
-            size = min(cap, SHORTEST)            # no look-back fits the typical series: most series fall back
-        else:
-            size = auto_input_size(usable, h, n_windows, step_size, cap)
-    if size is not None:
+        rule = neural_lengths(lengths.to_numpy() - calibration_windows * h, h, season_length, n_windows, step_size,
+                              shortest=short_series in ("statistical", "baseline"))
+        size, chosen = rule.input_size, dict(rule.__dict__)
+        models = _rebuild(models, lambda m: clone(m).set_params(**rule.params_for(m)))
+    elif size is not None:
         models = _rebuild(models, lambda m: clone(m).set_params(input_size=int(size)))
     look = int(size) if size is not None else max(int(m.input_size) for m in glob)
     need = max(m.min_history() for m in _leaves(models) if _is_global(m)) + h + (n_windows - 1) * step_size \
         + calibration_windows * h                                       # values a series needs for them
     short = [str(u) for u in lengths.index[lengths.to_numpy() < need]]
-    out = Prepared(df, list(models), None if size is None else int(size), record and {**record, "ids": short})
+    out = Prepared(df, list(models), None if size is None else int(size), record and {**record, "ids": short},
+                   chosen)
     if not short or short_series is None:
         return out
     what = (f"{len(short)} of {len(lengths)} series have fewer than the {need} values the neural models need "

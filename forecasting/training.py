@@ -32,6 +32,7 @@ from frozenvit.backbone.suite.progress import progress_bar
 from .base import Forecaster
 from .defaults import CONFORMAL, GLOBAL_CALIBRATIONS
 from .errors import SeriesError
+from .reuse import once
 
 FORMAT_VERSION = 1
 _REGISTRY: dict[str, type["NeuralForecaster"]] = {}
@@ -380,17 +381,23 @@ class NeuralForecaster(Forecaster):
             return np.stack([y[c[w] - L: c[w]] for y, c in zip(series, cuts)])            # (S, L)
 
         for w0 in range(0, n_windows, every):
-            fitted = clone(self) if progress is None else clone(self).set_params(progress=progress)
-            if self.checkpoint_dir:              # one checkpoint per training, named by where it stops
-                key = hashlib.sha256(np.ascontiguousarray(cutoffs[:, w0], dtype=np.int64).tobytes()).hexdigest()
-                fitted.set_params(checkpoint_dir=str(Path(self.checkpoint_dir) / f"cutoffs-{key[:12]}"))
-            fitted.fit([y[: c[w0]] for y, c in zip(series, cutoffs)])                      # history only
+            history = [y[: c[w0]] for y, c in zip(series, cutoffs)]                        # history only
+            fitted = once(self, "fit", history, lambda: self._fresh(progress, cutoffs[:, w0]).fit(history))
             for w in range(w0, min(w0 + every, n_windows)):
                 out[:, w] = fitted.predict(look_back(cutoffs, w))                             # (S, h)
             if w0 == 0 and calib_cutoffs is not None:
                 calib = np.stack([fitted.predict(look_back(calib_cutoffs, k))
                                   for k in range(calib_cutoffs.shape[1])], axis=1)            # (S, K, h)
         return out, calib, fitted
+
+    def _fresh(self, progress: bool | None, cutoffs: np.ndarray) -> "NeuralForecaster":
+        """An unfitted copy for the training that stops at `cutoffs` (S,); with `checkpoint_dir`, its
+        checkpoints in a subfolder of its own, named by those cutoffs."""
+        fresh = clone(self) if progress is None else clone(self).set_params(progress=progress)
+        if self.checkpoint_dir:
+            key = hashlib.sha256(np.ascontiguousarray(cutoffs, dtype=np.int64).tobytes()).hexdigest()
+            fresh.set_params(checkpoint_dir=str(Path(self.checkpoint_dir) / f"cutoffs-{key[:12]}"))
+        return fresh
 
     # -- artifacts ----------------------------------------------------------------------
     def recorded_params(self) -> dict:

@@ -141,3 +141,32 @@ def test_global_chooses_for_the_short_series_by_their_own_validation_errors():
                        [0.5, 0.5, np.nan, np.nan]])     # a neural candidate: the long series only
     w = AutoForecaster([Naive(), SeasonalNaive(12), DLinear(h=12)], how="global").weights(errors)
     assert w.argmax(axis=0).tolist() == [2, 2, 0, 0]
+
+
+def test_a_network_run_alone_and_as_a_candidate_of_auto_trains_once(monkeypatch):
+    """backtest shares fits (forecasting.reuse): DLinear alone and inside auto is one training, same forecasts."""
+    from frozenvit.forecasting.training import NeuralForecaster
+
+    trainings = []
+    fit = NeuralForecaster.fit
+    monkeypatch.setattr(NeuralForecaster, "fit", lambda self, *a, **k: trainings.append(1) or fit(self, *a, **k))
+    net = dict(h=12, input_size=24, max_epochs=1, progress=False)
+    res = backtest(_panel(), [DLinear(**net), AutoForecaster([SeasonalNaive(12), DLinear(**net, checkpoint_dir=None)])],
+                   h=12, n_windows=2, season_length=12)
+    assert len(trainings) == 1
+    alone = DLinear(**net).forecast_cutoffs(_series(_panel()), np.array([[188, 200] for _ in range(6)]) - 12, 12)[0]
+    np.testing.assert_allclose(res.forecasts["DLinear"].to_numpy(), alone.reshape(-1))
+
+
+def test_fits_are_shared_only_inside_a_backtest():
+    from frozenvit.forecasting.reuse import once, shared_fits
+
+    calls = []
+    model = SeasonalNaive(12)
+    work = lambda: calls.append(1) or np.zeros(3)            # noqa: E731
+    once(model, "x", [np.arange(3)], work), once(model, "x", [np.arange(3)], work)
+    with shared_fits():
+        once(model, "x", [np.arange(3)], work), once(model, "x", [np.arange(3)], work)
+        once(model, "x", [np.arange(4)], work)                 # other data: other work
+        once(SeasonalNaive(24), "x", [np.arange(3)], work)     # other hyperparameters: other work
+    assert len(calls) == 2 + 1 + 1 + 1

@@ -37,8 +37,8 @@ def test_default_scores_every_series_forecasting_the_short_ones_statistically(ra
     assert len(warning) == 1 and "tiny1, tiny2" in warning[0] and "--short-series statistical" in warning[0]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     record = summary["short_series"]
-    assert (record["policy"], record["ids"]) == ("statistical", ["tiny1", "tiny2"]) and "300 values" in record["reason"]
-    assert summary["n_series"] == 5 and summary["input_size"] == 264
+    assert (record["policy"], record["ids"]) == ("statistical", ["tiny1", "tiny2"]) and "124 values" in record["reason"]
+    assert summary["n_series"] == 5 and summary["input_size"] == 88
     f = pd.read_csv(tmp_path / "out" / "forecasts.csv")
     short = f["unique_id"].isin(SHORT)
     for uid in SHORT:                           # each short series: the forecasts of one statistical model
@@ -55,7 +55,7 @@ def test_skip_leaves_the_short_series_out_and_names_them(ragged_csv, tmp_path, c
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert (summary["short_series"]["policy"], summary["short_series"]["ids"]) == ("skip", ["tiny1", "tiny2"])
     assert summary["n_series"] == 3 and sorted(summary["cutoffs"]) == list(LONG)
-    assert summary["input_size"] == 264          # fits the 300-value series: not shrunk for the short ones
+    assert summary["input_size"] == 88           # 7 horizons of 12, rounded to 8: not shrunk for the short ones
 
 
 def test_baseline_forecasts_the_short_series_with_seasonal_naive(ragged_csv, tmp_path, capsys):
@@ -105,6 +105,34 @@ def test_the_library_chooses_the_look_back_and_applies_the_policy_without_changi
     with pytest.warns(UserWarning, match="tiny1, tiny2"):
         res = backtest(pd.read_csv(ragged_csv), [SeasonalNaive(24), net], h=12, season_length=24,
                        input_size="auto", short_series="skip")
-    assert (res.input_size, res.short_series["policy"], res.short_series["ids"]) == (264, "skip", ["tiny1", "tiny2"])
-    assert res.fitted["DLinear"].input_size == 264 and net.input_size == 336      # a clone got the look-back
+    assert (res.input_size, res.short_series["policy"], res.short_series["ids"]) == (88, "skip", ["tiny1", "tiny2"])
+    assert res.fitted["DLinear"].input_size == 88 and net.input_size == 336       # a clone got the look-back
     assert sorted(res.forecasts["unique_id"].unique()) == list(LONG)
+
+
+def test_the_look_back_rule_gives_the_hourly_constants_at_hourly_h_and_season():
+    from frozenvit.forecasting.lookback import NeuralLengths, neural_lengths
+
+    assert neural_lengths([1000], h=48, season_length=24, windows=8, step=48) == \
+        NeuralLengths(input_size=336, patch_len=16, stride=8, kernel_size=25, val_size=48)
+
+
+def test_the_look_back_rule_follows_h_season_and_the_median_length():
+    from frozenvit.forecasting.lookback import neural_lengths
+
+    monthly = neural_lengths([1000], h=18, season_length=12, windows=1, step=18)      # 7 x 18 = 126 -> 128
+    assert (monthly.input_size, monthly.patch_len, monthly.stride, monthly.kernel_size) == (128, 16, 8, 13)
+    short = neural_lengths([40, 116, 300], h=18, season_length=12, windows=1, step=18)   # 116 - 3 x 18 = 62 -> 56
+    assert (short.input_size, short.patch_len, short.stride, short.val_size) == (56, 7, 3, 18)
+
+
+def test_auto_look_back_sets_patch_and_kernel_of_each_neural_model(ragged_csv):
+    from frozenvit.forecasting import DLinear, PatchTST, SeasonalNaive, backtest
+
+    with pytest.warns(UserWarning, match="tiny1, tiny2"):
+        res = backtest(pd.read_csv(ragged_csv), [SeasonalNaive(24), DLinear(h=12, max_epochs=1, progress=False),
+                                                 PatchTST(h=12, max_epochs=1, progress=False)],
+                       h=12, season_length=24, input_size="auto", short_series="statistical")
+    pt, dl = res.fitted["PatchTST"], res.fitted["DLinear"]
+    assert (pt.input_size, pt.patch_len, pt.stride, dl.kernel_size) == (88, 11, 5, 25)
+    assert res.neural_lengths["input_size"] == 88
