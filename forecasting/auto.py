@@ -1,43 +1,52 @@
 """`auto`: a choice among candidate models, validated inside each training history only.
 
-    AutoForecaster([Theta(12), ETS(12), DLinear(h=18), PatchTST(h=18)], how="global")
+    AutoForecaster([Theta(12), ETS(12), DLinear(h=18), PatchTST(h=18)])     # how="global", top=3, tolerance=0.2
 
 For every series, each candidate forecasts the validation window of the h values just before the
-series' first cutoff, from what came before it: a statistical model fitted on y[:c_0 - h], a neural
-model trained for the first cutoff, which held those h values out of its training (its validation
-tail: early stopping's, never a gradient step's target; `NeuralForecaster.forecast_with_calibration`
-"holdout"). Each candidate's validation error is its MAE over the series' in-sample one-step MAE
-(a MASE that needs no season). `how` turns the errors into the forecast of every window:
+series' first cutoff, from what came before it: a statistical model fitted on y[:c_0 - h] (where that
+history holds more than h values and more than the model needs), a neural model trained for the first
+cutoff, which held those h values out of its training (its validation tail: early stopping's, never a
+gradient step's target; `NeuralForecaster.forecast_with_calibration` "holdout"). Each candidate's
+validation error is its MAE over the series' in-sample one-step MAE (a MASE that needs no season).
+`how` turns the errors into the forecast of every window:
 
+    "global"   per group of series that the same candidates forecast (short series apart), the mean of
+               the `top` candidates of the least validation error averaged over the group, those within
+               `tolerance` (relative) of the least: the best one alone where it stands out, else the
+               combination of the near-best (the default; top=1 is a plain choice)
+    "global_weights"  the candidates weighted by the inverse of their mean validation error (per group)
     "select"   per series, the candidate of the least validation error
     "weights"  per series, the candidates weighted by the inverse of their validation errors
-    "global"   the candidate of the least validation error averaged over the series, for every series
-               (over each group of series that the same candidates forecast: short series apart)
-    "global_weights"  the candidates weighted by the inverse of their validation errors averaged over
-               the series (per group, as "global")
+
+Measured on the development sets (benchmarks/forecast_auto_rules.py, docs/forecasting.md): one window
+per series is too little to tell two near-equal candidates apart, per-series choices are noisier still,
+and the combination of the near-best was never more than 2 % behind the best candidate.
 
 Nothing after a series' first cutoff enters the choice, and later windows keep it (their histories
 contain the first one's). A candidate that cannot forecast a series (a neural look-back longer than
-its history) is left out for that series; a series without a validation window for any candidate
-gets the first candidate that can forecast it. So `auto` forecasts every series a statistical
-candidate can: short series fall back to the statistical candidates on their own. With `median`
-(and three or more candidates) the candidates' median is one more candidate, validated on the same
-window from the same forecasts, at no cost.
+its history) is left out for that series; a series too short for any validation window takes the
+weights the rule gives over the other series, for the candidates it can forecast. So `auto` forecasts
+every series a statistical candidate can: short series fall back to the statistical candidates on their
+own. With `median` (and three or more candidates) the candidates' median is one more candidate,
+validated on the same window from the same forecasts, at no cost. In a backtest a candidate also run
+alone is fitted once (forecasting.reuse).
 """
 from __future__ import annotations
 
 import warnings
+from numbers import Integral, Real
 from typing import Sequence
 
 import numpy as np
-from sklearn.utils._param_validation import StrOptions
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from frozenvit.backbone.suite.errors import ParameterError
 
 from .base import Forecaster
+from .defaults import AUTO_COMBINE
 from .errors import SeriesError
 
-HOW = ("select", "weights", "global", "global_weights")
+HOW = ("global", "global_weights", "select", "weights")
 
 
 def _is_local(model: Forecaster) -> bool:
@@ -57,12 +66,17 @@ class AutoForecaster(Forecaster):
     """Per series (or globally), the candidate chosen or the candidates weighted by their error on the
     validation window before the first cutoff (see the module doc). Candidates: distinct aliases."""
 
-    _parameter_constraints = {"candidates": [list, tuple], "how": [StrOptions(set(HOW))], "median": ["boolean"]}
+    _parameter_constraints = {"candidates": [list, tuple], "how": [StrOptions(set(HOW))], "median": ["boolean"],
+                              "top": [Interval(Integral, 1, None, closed="left")],
+                              "tolerance": [Interval(Real, 0, None, closed="left")]}
 
-    def __init__(self, candidates: Sequence[Forecaster], how: str = "global", median: bool = True) -> None:
+    def __init__(self, candidates: Sequence[Forecaster], how: str = "global", median: bool = True,
+                 top: int = AUTO_COMBINE["top"], tolerance: float = AUTO_COMBINE["tolerance"]) -> None:
         self.candidates = candidates
         self.how = how
         self.median = median
+        self.top = top
+        self.tolerance = tolerance
 
     @property
     def alias(self) -> str:
@@ -86,7 +100,7 @@ class AutoForecaster(Forecaster):
         """Every candidate's forecasts and validation forecasts, combined per `how`; nothing to save."""
         self.check_params()
         preds, errors = self.candidate_forecasts(series, cutoffs, h, refit_every=refit_every, progress=progress)
-        return combine_validated(preds, self.weights(errors)), None
+        return combine_validated(preds, self.weights(errors, np.isfinite(preds).all(axis=(2, 3)))), None
 
     def candidate_forecasts(self, series: Sequence[np.ndarray], cutoffs: np.ndarray, h: int, *,
                             refit_every: int | None = None, progress: bool | None = None
@@ -105,7 +119,7 @@ class AutoForecaster(Forecaster):
         scale = np.array([validation_scale(y[: c - h]) for y, c in zip(series, first)])
         for i, model in enumerate(self.candidates):
             fits = first >= model.min_history()
-            validated = fits & (first - h >= max(model.min_history(), 2) if _is_local(model) else fits)
+            validated = fits & (first - h > max(model.min_history(), h, 3) if _is_local(model) else fits)
             how = "holdout" if not _is_local(model) and model.calibration_problem(
                 cutoffs[fits], val[fits], h, "holdout") is None else "retrain"
             for idx, with_val in ((np.flatnonzero(validated), True), (np.flatnonzero(fits & ~validated), False)):
@@ -133,31 +147,47 @@ class AutoForecaster(Forecaster):
                               "cutoff); add a statistical candidate")
         return preds, errors
 
-    def weights(self, errors: np.ndarray) -> np.ndarray:
+    def weights(self, errors: np.ndarray, forecasts: np.ndarray | None = None) -> np.ndarray:
         """Validation errors (C, S) -> weights (C, S), each series' summing to 1 over the candidates that have
-        an error; a series without any goes to its first candidate that can forecast it (`combine_validated`)."""
+        an error. A series without any error takes the weights of the group rule ("global", or
+        "global_weights" for the weighting rules) over every series validated for all the candidates that
+        `forecasts` (C, S: which candidate forecasts which series) says it has; else (no such series, or
+        no `forecasts`) zeros: its first candidate (`combine_validated`)."""
         has = np.isfinite(errors)
         w = np.zeros_like(errors)
+        inverse = self.how in ("global_weights", "weights")
         if self.how in ("global", "global_weights"):          # per group of series that the same candidates forecast
             groups: dict[tuple, list[int]] = {}
             for s in range(errors.shape[1]):
                 groups.setdefault(tuple(has[:, s]), []).append(s)
             for pattern, cols in groups.items():
-                if not any(pattern):
-                    continue
-                mean = np.where(pattern, np.nanmean(np.where(has[:, cols], errors[:, cols], 0.0), axis=1), np.inf)
-                if self.how == "global":
-                    w[int(np.argmin(mean)), cols] = 1.0
-                else:
-                    inv = np.where(pattern, 1.0 / np.maximum(mean, 1e-12), 0.0)
-                    w[:, cols] = (inv / inv.sum())[:, None]
-            return w
-        if self.how == "select":
+                if any(pattern):
+                    w[:, cols] = self._group(errors[:, cols], np.array(pattern), inverse)[:, None]
+        elif self.how == "select":
             cols = np.flatnonzero(has.any(axis=0))
             w[np.nanargmin(np.where(has, errors, np.inf)[:, cols], axis=0), cols] = 1.0
         else:
             inv = np.where(has, 1.0 / np.maximum(np.where(has, errors, 1.0), 1e-12), 0.0)
             w = inv / np.maximum(inv.sum(axis=0, keepdims=True), 1e-300)
+        for s in np.flatnonzero(~has.any(axis=0)) if forecasts is not None else ():
+            pattern = np.asarray(forecasts)[:, s]
+            cols = np.flatnonzero(has[pattern].all(axis=0)) if pattern.any() else []
+            if len(cols):
+                w[:, s] = self._group(errors[:, cols], pattern, inverse)
+        return w
+
+    def _group(self, errors: np.ndarray, pattern: np.ndarray, inverse: bool) -> np.ndarray:
+        """Errors (C, s) of a group of series, of which the candidates in `pattern` (C,) are used -> weights (C,):
+        with `inverse`, each weighted by the inverse of its mean error; else the equal-weight mean of the `top`
+        of the least mean error that lie within `tolerance` (relative) of the least."""
+        mean = np.where(pattern, np.nanmean(np.where(pattern[:, None], errors, 0.0), axis=1), np.inf)      # (C,)
+        if inverse:
+            inv = np.where(pattern, 1.0 / np.maximum(mean, 1e-12), 0.0)
+            return inv / inv.sum()
+        w = np.zeros(errors.shape[0])
+        order = np.argsort(mean, kind="stable")[: int(self.top)]
+        keep = order[mean[order] <= mean[order[0]] * (1 + float(self.tolerance))]
+        w[keep] = 1.0 / keep.size
         return w
 
 

@@ -18,7 +18,7 @@ from frozenvit.backbone.suite.engine import add_engine_args
 from frozenvit.backbone.suite.errors import UsageError
 
 from .defaults import NEURAL_TRAINING, PATCHTST_SHAPE  # noqa: F401   the models' defaults, re-exported
-from .defaults import (AUTO_CANDIDATES, BACKTEST_COMMAND, CONFORMAL, MOST_WINDOWS, CSV_SEP, DS, GLOBAL_CALIBRATIONS, ID, LOOKBACK,
+from .defaults import (AUTO_CANDIDATES, AUTO_COMBINE, BACKTEST_COMMAND, CONFORMAL, MOST_WINDOWS, CSV_SEP, DS, GLOBAL_CALIBRATIONS, ID, LOOKBACK,
                        LOOKBACK_HORIZONS, PAPER_HORIZONS, PATCH_LEN, SHORT_SERIES, VIT_DEPTH, Y)
 from .errors import SeriesError
 
@@ -121,9 +121,11 @@ def register(subparsers) -> None:
     q.add_argument("--models", type=model_specs(MODEL_NAMES), default=_D["models"],
                    help=f"comma-separated, out of {','.join(MODEL_NAMES)}, and combinations of them: "
                         "median(ets,dlinear,patchtst) or mean(...) (members fitted once, tested against the "
-                        f"combination); auto: the one of {','.join(AUTO_CANDIDATES)} or their median with the "
-                        "least error on the validation windows (each series' --h values before its first cutoff), "
-                        "on average over the series (its own fits)")
+                        f"combination); auto: out of {','.join(AUTO_CANDIDATES)} and their median, the one of the "
+                        "least error on the validation windows (each series' --h values before its first cutoff) "
+                        f"on average over the series, or the mean of the best {AUTO_COMBINE['top']} where they lie within "
+                        f"{AUTO_COMBINE['tolerance'] * 100:g} %% of it (forecasting/auto.py); a candidate also named alone "
+                        "is fitted once")
     q.add_argument("--levels", type=percent_levels, default=None,
                    help="prediction intervals at these levels in percent, e.g. 80,95: conformal for every model, "
                         "and ETS's own; reports coverage per step and MSIS; when not given: none")
@@ -143,8 +145,8 @@ def register(subparsers) -> None:
                         "forecasting/lookback.py)")
     q.add_argument("--short-series", choices=SHORT_SERIES, default=_D["short_series"],
                    help="series too short for the neural models' look-back: 'statistical' forecasts them under "
-                        "the neural models' names with the statistical model of --models (else theta, ets) that has "
-                        "the least error on their validation windows, 'skip' leaves them out of the backtest "
+                        "the neural models' names with auto over the statistical models of --models (else theta, ets), "
+                        "validated on their validation windows, 'skip' leaves them out of the backtest "
                         "(every model), 'baseline' forecasts them with seasonal naive under the neural models' "
                         "names, 'error' refuses them; a warning names them, the printed table and summary.json "
                         "record them (default: %(default)s)")

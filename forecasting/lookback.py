@@ -20,9 +20,8 @@ An integer `input_size` sets the look-back alone; None keeps each model's own se
 
 A series shorter than the global models need is then handled by `short_series`:
 
-    "statistical"  forecast under the global models' names by the statistical model (of the run's, else
-                   Theta or ETS) with the least error on the short series' validation windows (`auto`), the
-                   default
+    "statistical"  forecast under the global models' names by `auto` over the statistical models (the
+                   run's, else Theta and ETS), validated on the short series' validation windows, the default
     "skip"         left out of the backtest, for every model
     "baseline"     forecast by seasonal naive under the global models' names (`fallback.WithFallback`)
     "error"        refused (SeriesError naming the series)
@@ -150,7 +149,7 @@ def _rebuild(models: Sequence[Forecaster], replace, into_auto: bool = True) -> l
         if isinstance(m, Ensemble):
             return Ensemble([swap(x) for x in m.members], m.how)
         if isinstance(m, AutoForecaster):
-            return AutoForecaster([swap(x) for x in m.candidates], m.how, m.median) if into_auto else m
+            return clone(m, safe=False).set_params(candidates=[swap(x) for x in m.candidates]) if into_auto else m
         if _is_global(m) and id(m) not in done:
             done[id(m)] = replace(m)
         return done.get(id(m), m)
@@ -167,8 +166,8 @@ def _leaves(models: Sequence[Forecaster]) -> list[Forecaster]:
 
 def statistical_fallback(models: Sequence[Forecaster], season_length: int) -> Forecaster:
     """What forecasts a series too short for the neural models (`short_series="statistical"`): `auto` over
-    the statistical models among `models` (Theta and ETS when there are none): the one of the least error
-    on the short series' validation windows before their first cutoffs, on average."""
+    the statistical models among `models` (Theta and ETS when there are none), validated on the short
+    series' validation windows before their first cutoffs (forecasting.auto's default rule)."""
     from .auto import AutoForecaster
     from .baselines import ETS, LocalModel, Theta
 
@@ -221,8 +220,8 @@ def prepare(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: i
     fallback = statistical_fallback(models, season_length) if short_series == "statistical" else None
     done = {"skip": "left out of the backtest for every model",
             "baseline": "forecast by seasonal naive in the neural models' columns",
-            "statistical": f"forecast in the neural models' columns by the statistical model of the least error on "
-                           f"their validation windows ({'/'.join(m.alias for m in fallback.candidates)})"
+            "statistical": f"forecast in the neural models' columns by auto over the statistical models, validated "
+                           f"on their validation windows ({'/'.join(m.alias for m in fallback.candidates)})"
             if fallback else ""}[short_series]
     out.short_series = {**out.short_series, "reason": what, "what": done}
     warnings.warn(f"{what}; {done} (--short-series {short_series})", ShortSeriesWarning, stacklevel=3)

@@ -170,3 +170,38 @@ def test_fits_are_shared_only_inside_a_backtest():
         once(model, "x", [np.arange(4)], work)                 # other data: other work
         once(SeasonalNaive(24), "x", [np.arange(3)], work)     # other hyperparameters: other work
     assert len(calls) == 2 + 1 + 1 + 1
+
+
+def test_global_averages_the_candidates_within_tolerance_of_the_best():
+    errors = np.array([[1.0, 1.0], [1.1, 1.1], [2.0, 2.0]])        # means 1.0, 1.1 (within 20 %), 2.0
+    cands = [Naive(), SeasonalNaive(12), SeasonalNaive(24)]
+    np.testing.assert_allclose(AutoForecaster(cands).weights(errors), [[0.5, 0.5], [0.5, 0.5], [0, 0]])
+    assert AutoForecaster(cands, top=1).weights(errors)[:, 0].tolist() == [1.0, 0.0, 0.0]
+    assert AutoForecaster(cands, tolerance=0.05).weights(errors)[:, 0].tolist() == [1.0, 0.0, 0.0]
+
+
+def test_a_series_too_short_to_validate_takes_the_rule_of_the_others_for_its_candidates():
+    errors = np.array([[2.0, 2.0, np.nan], [1.0, 1.0, np.nan], [0.1, np.nan, np.nan]])   # series 2: no window
+    forecasts = np.array([[True, True, True], [True, True, True], [True, False, False]])   # not the third model
+    w = AutoForecaster([Naive(), SeasonalNaive(12), SeasonalNaive(24)], top=1).weights(errors, forecasts)
+    assert w[:, 2].tolist() == [0.0, 1.0, 0.0]                     # the best of the two it can use, over series 0, 1
+
+
+def test_the_default_auto_ignores_values_after_the_first_cutoff_short_series_and_shared_fits_included():
+    """Default rule, a series too short for any validation window, DLinear also run alone (one training):
+    poisoning every value after the first cutoff leaves the first window's forecasts as they were."""
+    df = _panel(lengths=[200, 200, 200, 200, 200, 40])
+    net = dict(h=12, input_size=24, max_epochs=2, progress=False)
+    models = [DLinear(**net), AutoForecaster([Naive(), SeasonalNaive(12), DLinear(**net)])]
+    kw = dict(h=12, n_windows=2, season_length=12, short_series="statistical")
+    with pytest.warns(UserWarning, match="s5"):
+        a = backtest(df, models, **kw)
+    first = a.scales.groupby("unique_id")["cutoff"].min()
+    poisoned = df.copy()
+    after = poisoned["ds"].to_numpy() > first.loc[poisoned["unique_id"]].to_numpy()
+    poisoned.loc[after, "y"] = poisoned.loc[after, "y"] * 5 + 100
+    with pytest.warns(UserWarning, match="s5"):
+        b = backtest(poisoned, models, **kw)
+    w0 = (a.forecasts["cutoff"].to_numpy() == first.loc[a.forecasts["unique_id"]].to_numpy())
+    np.testing.assert_array_equal(a.forecasts.loc[w0, "Auto"], b.forecasts.loc[w0, "Auto"])
+    assert not np.allclose(a.forecasts.loc[~w0, "Auto"], b.forecasts.loc[~w0, "Auto"])
