@@ -81,6 +81,7 @@ def run_set(name: str, max_series: int | None, etth2_rows: int | None, threads: 
             if max_series and total > max_series else None,
             "etth2_rows": etth2_rows if name == "etth2" else None, "wall_seconds": time.perf_counter() - t0,
             "n_windows": summary["n_windows"], "input_size": summary["input_size"],
+            "neural_lengths": summary.get("neural_lengths"),
             "short_series": {"policy": summary["short_series"].get("policy"),
                              "n": len(summary["short_series"].get("ids", []))},
             "mase": {k: mase.get(v) for k, v in COLUMNS.items()}, "summary": summary["summary"]}

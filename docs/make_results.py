@@ -173,7 +173,17 @@ DEFAULTS_SETS = {"m4_hourly": "M4 Hourly", "m3_monthly": "M3 monthly", "m3_quart
                  "m3_yearly": "M3 yearly", "etth2": "ETTh2"}
 DEFAULTS_COLUMNS = [("snaive", "seasonal naive"), ("theta", "Theta"), ("ets", "ETS"), ("dlinear", "DLinear"),
                     ("patchtst", "PatchTST"), ("median", "median"), ("auto", "auto")]
-DOC_TABLES = {ROOT / "docs" / "forecasting.md": {"forecast_defaults": lambda: defaults_table("../benchmarks/results/")}}
+# auto's rules on the same cached candidate forecasts, and the look-back rule against the constant
+# (benchmarks/forecast_auto_rules.py); written into docs/forecasting.md too.
+AUTO_RULES = "forecast_auto_rules.json"
+AUTO_RULE_COLUMNS = [("global, top 1 (a plain choice)", "one candidate"),
+                     ("global, top 3 within 20 % (default)", "near-best mean (default)"),
+                     ("global, top 3 within 10 %", "within 10 %"), ("global_weights", "global_weights"),
+                     ("select", "select"), ("weights", "weights")]
+DOC_TABLES = {ROOT / "docs" / "forecasting.md": {
+    "forecast_defaults": lambda: defaults_table("../benchmarks/results/"),
+    "forecast_auto_rules": lambda: auto_rules_table("../benchmarks/results/"),
+    "forecast_lookback": lambda: lookback_table("../benchmarks/results/")}}
 TABLE = re.compile(r"(<!-- table:(\w+) -->\n).*?(<!-- /table -->)", re.S)
 
 
@@ -185,13 +195,51 @@ def defaults_table(link: str = LINK) -> str:
     for r in d["rows"]:
         sub = f", {r['series_run']} of them run (seeded sample)" if r.get("subsample") else ""
         sub += f", last {r['etth2_rows']} rows" if r.get("etth2_rows") else ""
-        rows.append([DEFAULTS_SETS[r["set"]], *[f3(r["mase"][k]) if r["mase"].get(k) is not None else "-"
+        mase = r["mase"]
+        best = min(("snaive", "theta", "ets", "dlinear", "patchtst"), key=lambda k: mase[k])
+        rows.append([DEFAULTS_SETS[r["set"]], *[f3(mase[k]) if mase.get(k) is not None else "-"
                                                  for k, _ in DEFAULTS_COLUMNS],
+                     f"{mase['auto'] / min(mase['ets'], mase['theta']):.3f} / {mase['auto'] / mase[best]:.3f} "
+                     f"({dict(DEFAULTS_COLUMNS)[best]})",
                      f"{r['series_scored']} / {r['series_run']}", f"{r['series_in_file']}{sub}",
                      f"{r['h']} / {r['season']} / {r['n_windows']} / {r['input_size']}"])
-    t = table(["set", *[n for _, n in DEFAULTS_COLUMNS], "series scored / run", "series in the file",
-               "h / season / windows / look-back"], rows)
+    t = table(["set", *[n for _, n in DEFAULTS_COLUMNS], "auto ÷ best of ETS, Theta / ÷ best candidate",
+               "series scored / run", "series in the file", "h / season / windows / look-back"], rows)
     return f"{t}\n\n({date(d)}, [json]({link}{DEFAULTS}))\n"
+
+
+def auto_rules_table(link: str = LINK) -> str:
+    """auto's rules on the same candidate forecasts: MASE over the best candidate's, per set."""
+    d = load(AUTO_RULES)
+    rows = [[DEFAULTS_SETS[r["set"]], f"{r['series']} / {r['series_in_file']}",
+             f"{r['best_candidate']} {f3(r['candidates'][r['best_candidate']])}",
+             *[f"{r['rules_over_best'][k]:.3f}" for k, _ in AUTO_RULE_COLUMNS],
+             f"{r['rules_over_ets_theta']['global, top 3 within 20 % (default)']:.3f}"] for r in d["rows"]]
+    t = table(["set", "series run / in file", "best candidate (MASE)", *[n for _, n in AUTO_RULE_COLUMNS],
+               "default ÷ best of ETS, Theta"], rows)
+    return f"{t}\n\n({date(d)}, [json]({link}{AUTO_RULES}))\n"
+
+
+def lookback_table(link: str = LINK) -> str:
+    """The neural models' lengths by the rule against the constant: settings and MASE of DLinear, PatchTST."""
+    d = load(AUTO_RULES)
+
+    def lengths(x: dict) -> str:
+        return f"{x['input_size']} / {x['patch_len']}, {x['stride']} / {x['kernel_size']}"
+
+    rows = []
+    for r in d["rows"]:
+        rule, c = r["lengths_rule"], r["candidates"]
+        same = rule.get("same_as_constant")
+        tail = r.get("val_tail", {}).get("candidates", {})
+        rows.append([DEFAULTS_SETS[r["set"]], lengths(r["lengths"]["constant"]), f"{f3(c['DLinear'])} / {f3(c['PatchTST'])}",
+                     "the same" if same else lengths(r["lengths"]["rule"]),
+                     "the same" if same else f"{f3(rule['candidates']['DLinear'])} / {f3(rule['candidates']['PatchTST'])}",
+                     f"{f3(tail['DLinear'])} / {f3(tail['PatchTST'])}" if tail else "-"])
+    t = table(["set", "constant: look-back / patch, stride / kernel", "DLinear / PatchTST",
+               "rule: look-back / patch, stride / kernel", "DLinear / PatchTST", "validation tail 4 h instead of h"],
+              rows)
+    return f"{t}\n\n({date(d)}, [json]({link}{AUTO_RULES}))\n"
 
 
 def forecasting() -> str:
