@@ -18,9 +18,8 @@ validation error is its MAE over the series' in-sample one-step MAE (a MASE that
     "select"   per series, the candidate of the least validation error
     "weights"  per series, the candidates weighted by the inverse of their validation errors
 
-Measured on the development sets (benchmarks/forecast_auto_rules.py, docs/forecasting.md): one window
-per series is too little to tell two near-equal candidates apart, per-series choices are noisier still,
-and the combination of the near-best was never more than 2 % behind the best candidate.
+Why "global" with the near-best combined: one validation window per series is too little to tell two
+near-equal candidates apart (benchmarks/forecast_auto_rules.py compares the rules; docs/forecasting.md).
 
 Nothing after a series' first cutoff enters the choice, and later windows keep it (their histories
 contain the first one's). A candidate that cannot forecast a series (a neural look-back longer than

@@ -8,14 +8,14 @@ from the horizon h, the season m and the series' lengths:
     look-back L     7 h (at least 2 m), a multiple of 8, at most what the median-length series fits
                     (`fitting_input_size`): a few short series do not shrink every series' look-back;
                     at least 8
-    patch, stride   PatchTST's (and the frozen ViT's) patch an eighth of L, between 2 and 16; stride half
-                    a patch: about 16 patches of any look-back
+    patch, stride   PatchTST's (and the frozen ViT's) patch an eighth of L, between 2 and PATCH_LEN (16);
+                    stride half a patch
     trend kernel    DLinear's moving average over m + 1 steps (m when m is odd), at least 3: one season
     validation      the last h values before each training's cutoff (one horizon; `auto` validates there)
     windows/epoch   8192 (NEURAL_TRAINING), or all the training windows where there are fewer
 
-On hourly data (h 48, m 24) this is the constant these models were tuned with (L 336, patch 16/8,
-kernel 25); elsewhere it follows h and m (M3 monthly, h 18, m 12: L 72, patch 9/4, kernel 13).
+At h 48 and m 24 (hourly) it gives the settings these models were tuned with on M4 Hourly (L 336,
+patch 16, stride 8, kernel 25); elsewhere they follow h and m.
 An integer `input_size` sets the look-back alone; None keeps each model's own settings.
 
 A series shorter than the global models need is then handled by `short_series`:
@@ -46,13 +46,13 @@ from frozenvit.backbone.suite.errors import ParameterError
 
 from .base import Forecaster
 from .data import ID
-from .defaults import LOOKBACK_HORIZONS, MOST_WINDOWS, SHORT_SERIES
+from .defaults import LOOKBACK_HORIZONS, MOST_WINDOWS, PATCH_LEN, SHORT_SERIES
 from .ensemble import Ensemble
 from .errors import SeriesError
 
 MULTIPLE = 8                       # a chosen look-back is a multiple of this many steps
 SHORTEST = 8                       # the shortest look-back chosen: four patches of 2
-PATCHES = 8                        # a patch is this fraction of the look-back (2 patches per patch length)
+PATCHES = 8                        # a patch is 1/PATCHES of the look-back
 
 
 class ShortSeriesWarning(UserWarning):
@@ -111,7 +111,7 @@ def neural_lengths(lengths: Sequence[int], h: int, season_length: int, windows: 
     wanted = -(-max(LOOKBACK_HORIZONS * h, 2 * m) // MULTIPLE) * MULTIPLE
     fits = fitting_input_size(int(np.median(np.asarray(lengths))), h, windows, step, wanted)
     size = SHORTEST if shortest and fits < SHORTEST else auto_input_size(lengths, h, windows, step, wanted)
-    patch = int(np.clip(size // PATCHES, 2, 16))
+    patch = int(np.clip(size // PATCHES, 2, PATCH_LEN))
     return NeuralLengths(input_size=size, patch_len=patch, stride=max(1, patch // 2),
                          kernel_size=max(3, m + 1 - m % 2), val_size=int(h))
 
