@@ -114,19 +114,26 @@ def score(name: str, cache: Path, rule_cache: Path | None, tail_cache: Path | No
     def mase(p: np.ndarray) -> float:                                              # M4's: per series, then mean
         return float(np.mean((np.abs(p - truth).mean(axis=2) / d["scale"]).mean(axis=1)))
 
-    def auto(p: np.ndarray, v: np.ndarray, **kw) -> np.ndarray:
-        """auto's forecasts (S, W, h) from candidates' forecasts and validation forecasts, with the median."""
+    def auto(p: np.ndarray, v: np.ndarray, median: bool = True, rows: np.ndarray | None = None, **kw) -> np.ndarray:
+        """auto's forecasts (S, W, h) from candidates' forecasts and validation forecasts (and their median), of
+        the series `rows` (default: all)."""
+        rows = np.arange(p.shape[1]) if rows is None else rows
+        p, v = p[:, rows], v[:, rows]
         with warnings.catch_warnings():                    # all-NaN medians: series no candidate forecasts
             warnings.simplefilter("ignore", RuntimeWarning)
             validated = np.isfinite(v[:, :, 0]).all(axis=2)                                        # (C, S)
-            p = np.concatenate([p, np.nanmedian(p, axis=0, keepdims=True)])
-            v = np.concatenate([v, np.where(validated.all(axis=0)[None, :, None, None],
-                                            np.nanmedian(v, axis=0, keepdims=True), np.nan)])
-        errors = np.abs(v[:, :, 0] - d["vtruth"][None, :, 0]).mean(axis=2) / d["vscale"][None, :, 0]
+            if median:
+                p = np.concatenate([p, np.nanmedian(p, axis=0, keepdims=True)])
+                v = np.concatenate([v, np.where(validated.all(axis=0)[None, :, None, None],
+                                                np.nanmedian(v, axis=0, keepdims=True), np.nan)])
+        errors = np.abs(v[:, :, 0] - d["vtruth"][None, rows, 0]).mean(axis=2) / d["vscale"][None, rows, 0]
         rule = AutoForecaster([SeasonalNaive(i + 1) for i in range(p.shape[0])], **kw)   # aliases only
         return combine_validated(p, rule.weights(errors, np.isfinite(p).all(axis=(2, 3))))
 
-    fallback = auto(preds[:LOCAL], vals[:LOCAL])                                   # short series: the CLI's policy
+    short = np.flatnonzero(np.isnan(preds[LOCAL]).all(axis=(1, 2)))               # too short for the networks
+    fallback = np.full(truth.shape, np.nan)                                        # the CLI's policy for them:
+    if short.size:                                                                 # auto over the statistical
+        fallback[short] = auto(preds[:LOCAL], vals[:LOCAL], median=False, rows=short)   # ones, on them alone
     alone = {n: mase(np.where(np.isnan(preds[i]), fallback, preds[i])) for i, n in enumerate(NAMES)}
     rules = {k: mase(auto(preds, vals, **kw)) for k, kw in RULES.items()}
     best = min(alone, key=alone.get)
