@@ -168,7 +168,7 @@ feedback half had fewer false alarms.
 MODEL_NAMES = {"SeasonalNaive": "seasonal naive", "Naive": "naive"}
 # The CLI's defaults over the development sets (benchmarks/forecast_defaults.py): one row a set, the MASE of
 # each default model; also written into docs/forecasting.md between <!-- table:forecast_defaults --> markers.
-DEFAULTS = "forecast_defaults_grouped.json"
+DEFAULTS = "forecast_defaults.json"
 DEFAULTS_SETS = {"m4_hourly": "M4 Hourly", "m3_monthly": "M3 monthly", "m3_quarterly": "M3 quarterly",
                  "m3_yearly": "M3 yearly", "etth2": "ETTh2"}
 DEFAULTS_COLUMNS = [("snaive", "seasonal naive"), ("theta", "Theta"), ("ets", "ETS"), ("dlinear", "DLinear"),

@@ -19,7 +19,7 @@ def test_the_defaults_table_in_the_guide_is_generated_from_its_json():
     mod = _script()
     guide = ROOT / "docs" / "forecasting.md"
     assert guide.read_text() == mod.with_tables(guide)
-    assert "forecast_defaults_grouped.json" in guide.read_text()
+    assert "forecast_defaults.json" in guide.read_text()
 
 
 def test_a_hand_edited_cell_of_the_defaults_table_is_overwritten(tmp_path, monkeypatch):
