@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from itertools import islice
 from numbers import Integral, Real
 from pathlib import Path
@@ -71,7 +72,7 @@ def _members(est: Any) -> list[PatchCore]:
     raise ParameterError(f"a PatchCoreSearch candidate is a PatchCore or a PatchCoreEnsemble with members, got {est!r}")
 
 
-def describe(m: PatchCore) -> dict:
+def settings(m: PatchCore) -> dict:
     """A fitted-or-set-up member's settings as the selection table records them."""
     return {"backbone": m.backbone_.name, "image_size": list(m.backbone_.config.img_size), "blocks": list(m.blocks_),
             "tile": m.tile, "aggregation": m.aggregation_size(), "reduce_dim": m.reduce_dim,
@@ -134,7 +135,8 @@ class PatchCoreSearch(BaseEstimator):
 
     Learned: results_ (rows best first: name, planted-defect AUROC overall and per kind, members' settings),
     best_index_ (the winner's position in `candidates`), best_params_ ({"name", "members"}), best_estimator_,
-    search_s_ and refit_s_ (seconds). `fit` raises DatasetError when the split leaves fewer than 2 held-out or
+    search_s_ and refit_s_ (seconds); search_models_, candidate_keys_ and standardisers_: the search-time models
+    `candidate_scores` uses. `fit` raises DatasetError when the split leaves fewer than 2 held-out or
     no bank-side normals, ParameterError for a candidate that is not a PatchCore or an ensemble of them.
     """
 
@@ -184,27 +186,27 @@ class PatchCoreSearch(BaseEstimator):
         labels = np.r_[np.zeros(len(held)), np.ones(len(planted))]
         kind_of = np.r_[np.full(len(held), -1), np.tile(np.arange(len(KINDS)), len(held))]
 
-        self._models: dict = {}                                         # member key -> _Member (search-time)
-        self.candidate_members_ = []                                    # per candidate: its members' keys
+        self.search_models_: dict = {}                                  # member key -> _Member (search-time)
+        self.candidate_keys_ = []                                       # per candidate: its members' keys
         for _, est in cands:
             keys = []
             for m in _members(est):
                 mm = _Member(m, self.coreset_ratio, self.seed)
-                self._models.setdefault(mm.key, mm)
+                self.search_models_.setdefault(mm.key, mm)
                 keys.append(mm.key)
-            self.candidate_members_.append(keys)
+            self.candidate_keys_.append(keys)
         member_scores = self._score_members(evals, fit_banks=bank)     # key -> (n_eval,)
         clean = {k: s[:len(held)] for k, s in member_scores.items()}
-        self._standardisers = {k: standardiser(c, (0.0, 1.0)) for k, c in clean.items()}
+        self.standardisers_ = {k: standardiser(c, (0.0, 1.0)) for k, c in clean.items()}
 
         rows = []
-        for i, ((name, _), keys) in enumerate(zip(cands, self.candidate_members_)):
+        for i, ((name, _), keys) in enumerate(zip(cands, self.candidate_keys_)):
             s = self._combine(keys, member_scores)
             row = {"name": name, "synthetic_auroc": float(roc_auc_score(labels, s))}
             for k, kind in enumerate(KINDS):
                 pick = (kind_of == -1) | (kind_of == k)
                 row[f"{kind}_auroc"] = float(roc_auc_score(labels[pick], s[pick]))
-            row["members"] = [describe(self._models[k].m) for k in keys]
+            row["members"] = [settings(self.search_models_[k].m) for k in keys]
             rows.append((i, row))
         order = sorted(rows, key=lambda r: (-r[1]["synthetic_auroc"], r[0]))   # stable: ties to the earlier
         self.results_ = [{"rank": r + 1, **row} for r, (_, row) in enumerate(order)]
@@ -215,7 +217,11 @@ class PatchCoreSearch(BaseEstimator):
 
         t0 = time.perf_counter()
         if self.refit:
-            self.best_estimator_ = self._winner(est).fit(images)
+            with warnings.catch_warnings(record=True) as caught:        # the winner's calibration warning, as ours
+                warnings.simplefilter("always")
+                self.best_estimator_ = self._winner(est).fit(images)
+            for w in {str(w.message): w for w in caught}.values():
+                warnings.warn(w.message, w.category, stacklevel=2)
         self.refit_s_ = time.perf_counter() - t0
         return self
 
@@ -229,7 +235,7 @@ class PatchCoreSearch(BaseEstimator):
         """Every search-time member's image scores (len(images),): one backbone pass per (backbone, tiling) over
         the union of its members' blocks; with `fit_banks`, each member's bank is built from those images first."""
         groups: dict = {}
-        for mm in self._models.values():
+        for mm in self.search_models_.values():
             groups.setdefault(mm.group, []).append(mm)
         out = {}
         for members in groups.values():
@@ -251,7 +257,7 @@ class PatchCoreSearch(BaseEstimator):
         if len(keys) == 1:
             return member_scores[keys[0]]
         return sum((member_scores[k] - loc) / scale for k in keys
-                   for loc, scale in [self._standardisers[k]]) / len(keys)
+                   for loc, scale in [self.standardisers_[k]]) / len(keys)
 
     # ---- the search-time models, on any images (benchmarks: the grid's test AUROC) ---------------
     def candidate_scores(self, images: Sequence[Any]) -> list[np.ndarray]:
@@ -259,7 +265,7 @@ class PatchCoreSearch(BaseEstimator):
         measuring the search (benchmarks/anomaly_select.py); the fitted winner is `best_estimator_`."""
         self._check_searched()
         scores = self._score_members(list(images))
-        return [self._combine(keys, scores) for keys in self.candidate_members_]
+        return [self._combine(keys, scores) for keys in self.candidate_keys_]
 
     # ---- the winner ----------------------------------------------------------------------------
     def _check_searched(self) -> None:
