@@ -135,7 +135,8 @@ class PatchCoreSearch(BaseEstimator):
 
     Learned: results_ (rows best first: name, planted-defect AUROC overall and per kind, members' settings),
     best_index_ (the winner's position in `candidates`), best_params_ ({"name", "members"}), best_estimator_,
-    search_s_ and refit_s_ (seconds); search_models_, candidate_keys_ and standardisers_: the search-time models
+    search_s_ and refit_s_ (seconds), holdout_indices_ (the normals scored clean and planted: among the
+    winner's own held-out normals); search_models_, candidate_keys_ and standardisers_: the search-time models
     `candidate_scores` uses. `fit` raises DatasetError when the split leaves fewer than 2 held-out or
     no bank-side normals, ParameterError for a candidate that is not a PatchCore or an ensemble of them.
     """
@@ -179,7 +180,8 @@ class PatchCoreSearch(BaseEstimator):
                                f"holdout {self.holdout:g} hold out {n_hold}; give more normals or a larger holdout")
         t0 = time.perf_counter()
         perm = np.random.default_rng(self.seed).permutation(n)         # PatchCore.fit's split
-        held = [images[i] for i in np.sort(perm[:n_hold][:self.search_holdout])]
+        self.holdout_indices_ = np.sort(perm[:n_hold][:self.search_holdout])   # planted into, never in a bank
+        held = [images[i] for i in self.holdout_indices_]
         bank = [images[i] for i in np.sort(perm[n_hold:][:self.search_images])]
         planted = [img for img, _ in plant_defects(held, bank, seed=self.seed)]   # per held-out image, per kind
         evals = held + planted

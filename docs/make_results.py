@@ -130,19 +130,23 @@ SELECT_SETS = {"mpdd_metal_plate": "MPDD metal_plate", "kolektorsdd": "KolektorS
 def anomaly_select_table(link: str = LINK) -> str:
     """Per set: the rank correlation of planted-defect AUROC with test AUROC over the grid, and the default, the
     search's choice and the grid's best by test AUROC, with fit times."""
+    def full(r: dict) -> str:
+        return " / ".join(f3(r[k]) for k in ("image_auroc", "pixel_auroc", "aupro"))
+
     d = load(ANOMALY_SELECT)
     rows = []
     for key, s in d["sets"].items():
         m = s["models"]
         grid = {g["candidate"]: g["test AUROC"] for g in s["grid"]}
         rows.append([SELECT_SETS.get(key, key), str(len(s["grid"])), f"{s['spearman']:+.2f} (p {pval(s['spearman_p'])})",
-                     f"{f3(m['default']['image_auroc'])} ({m['default']['fit_s']:.0f} s)",
-                     f"{m['auto']['config']}: {f3(m['auto']['image_auroc'])} ({m['auto']['search_s']:.0f} + "
+                     f"{full(m['default'])} ({m['default']['fit_s']:.0f} s)",
+                     f"{m['auto']['config']}: {full(m['auto'])} ({m['auto']['search_s']:.0f} + "
                      f"{m['auto']['refit_s']:.0f} s)",
                      f"{f3(grid[m['default']['config']])} / {f3(grid[m['auto']['config']])} / "
                      f"{s['best_of_grid']}: {f3(grid[s['best_of_grid']])}"])
-    t = table(["set", "candidates", "Spearman rho, planted vs test AUROC", "default: image AUROC (fit)",
-               "`--select auto`: choice, image AUROC (search + refit)",
+    t = table(["set", "candidates", "Spearman rho, planted vs test AUROC",
+               "default: image AUROC / pixel AUROC / AUPRO (fit)",
+               "`--select auto`: choice, the same (search + refit)",
                "search-time models' test AUROC: default / choice / best of grid"], rows)
     return f"{t}\n\n({date(d)}, {d['threads']} thread, busy machine; [json]({link}{ANOMALY_SELECT}))\n"
 

@@ -69,6 +69,14 @@ def test_the_saved_winner_loads_predicts_alike_and_records_the_ranking(weave, em
         [r["name"] for r in search.results_]
 
 
+def test_defects_are_planted_only_into_normals_the_winner_holds_out(weave, embedded):
+    from frozenvit.anomaly import PatchCore, PatchCoreSearch, read_mvtec
+
+    search = PatchCoreSearch([("a", PatchCore(embedded, progress=False))], search_holdout=2).fit(read_mvtec(weave).train)
+    assert len(search.holdout_indices_) == 2
+    assert set(search.holdout_indices_) <= set(search.best_estimator_.holdout_indices_)
+
+
 def _fit_select(data, out):
     assert main(["anomaly", "fit", "--data", str(data), "--out", str(out), "--select", "auto", "--threads", "1"]) == 0
     sel = json.loads((out / "config.json").read_text())["selection"]
