@@ -17,6 +17,8 @@ _API = {
     "features": ("PatchFeatures", "default_blocks", "local_aggregate", "center_tokens", "fuse_blocks"),
     "anomaly_map": ("anomaly_maps", "canvas_maps", "original_maps"),
     "threshold": ("conformal_threshold",),
+    "select": ("PatchCoreSearch", "default_candidates"),
+    "planted": ("plant_defects", "plant_cutpaste", "plant_texture"),
     "ensemble": ("PatchCoreEnsemble", "load_detector", "default_members"),
     "audit": ("contamination_audit", "AuditResult"),
     "datasets": ("read_mvtec", "read_folders", "read_dataset", "load_images", "AnomalyDataset", "TestSample"),

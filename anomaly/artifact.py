@@ -3,7 +3,8 @@
     model/config.json        kind, format_version, hyperparameters, learned scalars, and the
                              backbone it was fitted on: name, weights fingerprint, preprocessing, grid
                              (threshold null: uncalibrated, too few normals to hold any out); "updates":
-                             the normals `partial_fit` added, in order (absent: none)
+                             the normals `partial_fit` added, in order (absent: none); "selection": the
+                             table `PatchCoreSearch` chose this configuration by (absent: not searched)
     model/bank.safetensors   bank (M, D) float32, calibration_scores (n_hold,) float32 (n_hold may be 0)
     model/index.faiss        the faiss index over the bank
 
@@ -80,7 +81,8 @@ def _named_source(bb: Any) -> dict | None:
     return {"name": name, "weights": None, "img_size": list(bb.config.img_size)}
 
 
-def save_patchcore(det: Any, path: str | os.PathLike, backbone_source: dict | None = None) -> None:
+def save_patchcore(det: Any, path: str | os.PathLike, backbone_source: dict | None = None,
+                   selection: dict | None = None) -> None:
     bb = det.backbone_
     source = backbone_source or ({"default": True} if _is_embedded_default(bb) else _named_source(bb))
     cfg = {
@@ -96,6 +98,8 @@ def save_patchcore(det: Any, path: str | os.PathLike, backbone_source: dict | No
     }
     if getattr(det, "updates_", None):              # PatchCore.partial_fit: what was added, in order (absent: never)
         cfg["updates"] = list(det.updates_)
+    if selection:                                   # PatchCoreSearch: how this configuration was chosen
+        cfg["selection"] = selection
     cfg["params"]["blocks"] = list(cfg["params"]["blocks"]) if cfg["params"]["blocks"] is not None else None
     with atomic_dir(path, KIND, replaces=REPLACES) as tmp:
         save_file({"bank": det.bank_, "calibration_scores": np.asarray(det.calibration_scores_, np.float32)},

@@ -112,6 +112,27 @@ def _normals(data: str) -> list[Path]:
     return read_dataset(data).train
 
 
+def _select(args: argparse.Namespace, train: list[Path]) -> Any:
+    """--select auto: rank the candidates of anomaly/defaults.py on planted defects, refit and save the winner;
+    returns the winner."""
+    from .select import PatchCoreSearch
+
+    if not _wants_ensemble(args):
+        raise UsageError("--select auto chooses the backbone, blocks and input size itself: drop --backbone, "
+                         "--weights, --random-weights, --blocks, --image-size and --resize, or drop --select")
+    search = PatchCoreSearch(target_fpr=args.target_fpr, holdout=args.holdout, threshold=args.threshold,
+                             seed=args.seed).fit(train)
+    search.save(args.out)
+    print(f"{'rank':>4s} {'planted AUROC':>13s}  candidate")
+    for r in search.results_:
+        print(f"{r['rank']:4d} {r['synthetic_auroc']:13.4f}  {r['name']}")
+    det = search.best_estimator_
+    print(f"chose {search.best_params_['name']} (search {search.search_s_:.0f} s, refit {search.refit_s_:.0f} s): "
+          + (det.describe() if hasattr(det, "describe") else
+             f"{det.backbone_.name} blocks {det.blocks_}, bank {det.bank_.shape[0]} x {det.bank_.shape[1]}"))
+    return det
+
+
 def _cmd_fit(args: argparse.Namespace) -> int:
     from frozenvit.backbone.suite.artifacts import check_artifact_dir
 
@@ -120,7 +141,9 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     check_artifact_dir(args.out, KIND, replaces=REPLACES)
     _faiss_threads(args)
     train = _normals(args.data)
-    if _wants_ensemble(args):
+    if args.select == "auto":
+        det = _select(args, train)
+    elif _wants_ensemble(args):
         det = _ensemble(args).fit(train)
         det.save(args.out)
         print(f"fitted the default ensemble on {det.n_train_images_} normal images: {det.describe()}")
@@ -142,7 +165,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         scale = "auto (as large as each image's short side)" if det.tile == "auto" else f"{det.tile:g}"
         print(f"tiles at scale {scale} of the {det.backbone_.config.img_size[0]}x{det.backbone_.config.img_size[1]} "
               f"input, overlap >= {det.tile_overlap:g}: {det.n_train_patches_} bank candidate patches")
-    if not _wants_ensemble(args) and source is None:
+    if args.select != "auto" and not _wants_ensemble(args) and source is None:
         print("note: random weights cannot be rebuilt from the artifact; load it in Python with the same backbone",
               file=sys.stderr)
     print(f"wrote {args.out}")
@@ -491,6 +514,13 @@ def register(subparsers: Any) -> None:
     q.add_argument("--augment", choices=("none", "flips", "rot90", "all"), default=_choice(d.AUGMENT),
                    help="add flipped / quarter-turned copies of every normal (or tile) to the bank (4x; all: the 8 "
                         "symmetries), for few-shot fits of parts without an upright")
+    q.add_argument("--select", choices=("none", "auto"), default=_choice(d.SELECT),
+                   help="auto: fit each candidate configuration of anomaly/defaults.py (SEARCH_GRID: backbones, "
+                        "stages, tiling, channel pooling, ensembles) on a subsample of the normals, rank them by how "
+                        "well they tell defects planted into held-out normals from the clean ones, refit the best on "
+                        "all normals and record the ranking in the model; no test image is read. The candidates "
+                        "bring their own method options; --target-fpr, --holdout, --threshold and --seed apply. "
+                        "none: the options as given")
     _add_threshold_arg(q, "(stored in the model)")
     q.set_defaults(func=_cmd_fit)
 

@@ -79,3 +79,29 @@ def load_default_backbone(img_size: Any = None, *, pretrained: bool = True, resi
 def default_source(img_size: Any = None) -> dict:
     """How an artifact records the default backbone so that `PatchCore.load` rebuilds it."""
     return {"default": True} if BACKBONE is None else {"name": BACKBONE, "weights": None, "img_size": img_size}
+
+
+# `PatchCoreSearch` (anomaly/select.py) and `anomaly fit --select auto`: the candidates, ranked without defect labels
+# by how well each separates defects planted into held-out normals from the clean ones. (name, members), each member
+# as in ENSEMBLE. Lite0/1/2 at their native input sizes (224/240/260 px) with tiles "auto"; "_s16": the stride-16
+# stage alone; "_full": no channel pooling (Lite0 152, Lite1 152, Lite2 168, ViT 384 channels instead of a quarter);
+# the first candidate wins ties. docs/anomaly.md, "How the defaults were chosen", has the measurements.
+_VIT_T2 = (None, {"tile": 2.0, "score_border": 1, "index": "ivf"})
+SEARCH_GRID: tuple[tuple[str, tuple[tuple[str | None, dict], ...]], ...] = (
+    ("lite0+vit_t2", ENSEMBLE),
+    ("lite0", (("efficientnet_lite0", {}),)),
+    ("lite0_full", (("efficientnet_lite0", {"reduce_dim": None}),)),
+    ("lite0_s16", (("efficientnet_lite0", {"blocks": (3,)}),)),
+    ("lite0_agg1", (("efficientnet_lite0", {"aggregation": 1}),)),
+    ("lite1", (("efficientnet_lite1", {}),)),
+    ("lite2", (("efficientnet_lite2", {}),)),
+    ("lite2_full", (("efficientnet_lite2", {"reduce_dim": None}),)),
+    ("vit_t2", (_VIT_T2,)),
+    ("vit_t2_full", ((None, {**_VIT_T2[1], "reduce_dim": None}),)),
+    ("vit_tauto", ((None, {"tile": "auto"}),)),
+    ("lite0+lite2+vit_t2", (("efficientnet_lite0", {}), ("efficientnet_lite2", {}), _VIT_T2)),
+)
+SELECT: str | None = None             # `anomaly fit --select`: None fits the options as given (the ensemble)
+SEARCH_IMAGES: int = 40              # at most this many bank-side normals build each search-time bank
+SEARCH_HOLDOUT: int = 20             # at most this many held-out normals, scored clean and with planted defects
+SEARCH_CORESET_RATIO: float = 0.02   # the search-time banks' coreset ratio

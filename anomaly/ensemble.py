@@ -190,9 +190,11 @@ class PatchCoreEnsemble(BaseEstimator):
                          + (f", tiles {m.tile}" if m.tile is not None else "") for m in self.members_)
 
     # ---- persistence ------------------------------------------------------------------------
-    def save(self, path: str | os.PathLike, backbone_sources: Sequence[dict | None] | None = None) -> Path:
+    def save(self, path: str | os.PathLike, backbone_sources: Sequence[dict | None] | None = None,
+             selection: dict | None = None) -> Path:
         """An atomic artifact directory: config.json and members/0, members/1, ... (PatchCore artifacts); returns
-        its Path. Raises NotFittedError before writing anything when the ensemble is not fitted."""
+        its Path. `selection`: how the members were chosen (`PatchCoreSearch.selection()`), kept in config.json.
+        Raises NotFittedError before writing anything when the ensemble is not fitted."""
         from frozenvit.backbone.suite.artifacts import atomic_dir, write_json
 
         self._check_fitted()
@@ -202,6 +204,8 @@ class PatchCoreEnsemble(BaseEstimator):
                "threshold": self.threshold_, "standardisers": [list(s) for s in self.standardisers_]}
         if self.updates_:
             cfg["updates"] = self.updates_
+        if selection:
+            cfg["selection"] = selection
         with atomic_dir(path, KIND, replaces=(PATCHCORE_KIND,)) as tmp:
             for i, (m, src) in enumerate(zip(self.members_, sources)):
                 m.save(tmp / "members" / str(i), backbone_source=src)

@@ -406,13 +406,14 @@ class PatchCore(BaseEstimator):
             raise NotFittedError("this PatchCore is not fitted yet: call fit(normal_images) or PatchCore.load(dir)")
 
     # ---- persistence (see anomaly/artifact.py) --------------------------------------------------
-    def save(self, path: str | os.PathLike, backbone_source: dict | None = None) -> Path:
+    def save(self, path: str | os.PathLike, backbone_source: dict | None = None, selection: dict | None = None) -> Path:
         """Write an atomic artifact directory (config.json, bank.safetensors, index.faiss); returns its Path.
+        `selection`: how the configuration was chosen (`PatchCoreSearch.selection()`), kept in config.json.
         Raises NotFittedError before writing anything when the model is not fitted."""
         from .artifact import save_patchcore
 
         self._check_fitted()
-        save_patchcore(self, path, backbone_source)
+        save_patchcore(self, path, backbone_source, selection)
         return Path(path)
 
     @classmethod

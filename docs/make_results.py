@@ -121,6 +121,52 @@ def anomaly_feedback() -> str:
                   "image AUROC", "measured"], rows)
 
 
+# The labels-free configuration choice (benchmarks/anomaly_select.py); also written into docs/anomaly.md between
+# <!-- table:anomaly_select --> markers.
+ANOMALY_SELECT = "anomaly_select.json"
+SELECT_SETS = {"mpdd_metal_plate": "MPDD metal_plate", "kolektorsdd": "KolektorSDD", "synthetic_weave": "synthetic weave"}
+
+
+def anomaly_select_table(link: str = LINK) -> str:
+    """Per set: the rank correlation of planted-defect AUROC with test AUROC over the grid, and the default, the
+    search's choice and the grid's best by test AUROC, with fit times."""
+    def full(r: dict) -> str:
+        return " / ".join(f3(r[k]) for k in ("image_auroc", "pixel_auroc", "aupro"))
+
+    d = load(ANOMALY_SELECT)
+    rows = []
+    for key, s in d["sets"].items():
+        m = s["models"]
+        grid = {g["candidate"]: g["test AUROC"] for g in s["grid"]}
+        rows.append([SELECT_SETS.get(key, key), str(len(s["grid"])), f"{s['spearman']:+.2f} (p {pval(s['spearman_p'])})",
+                     f"{full(m['default'])} ({m['default']['fit_s']:.0f} s)",
+                     f"{m['auto']['config']}: {full(m['auto'])} ({m['auto']['search_s']:.0f} + "
+                     f"{m['auto']['refit_s']:.0f} s)",
+                     f"{f3(grid[m['default']['config']])} / {f3(grid[m['auto']['config']])} / "
+                     f"{s['best_of_grid']}: {f3(grid[s['best_of_grid']])}"])
+    t = table(["set", "candidates", "Spearman rho, planted vs test AUROC",
+               "default: image AUROC / pixel AUROC / AUPRO (fit)",
+               "`--select auto`: choice, the same (search + refit)",
+               "search-time models' test AUROC: default / choice / best of grid"], rows)
+    return f"{t}\n\n({date(d)}, {d['threads']} thread, busy machine; [json]({link}{ANOMALY_SELECT}))\n"
+
+
+def anomaly_select_grid(link: str = LINK) -> str:
+    """Every candidate's planted-defect AUROC and its search-time model's test AUROC, per set."""
+    d = load(ANOMALY_SELECT)
+    sets = list(d["sets"])
+    names = [g["candidate"] for g in d["sets"][sets[0]]["grid"]]
+    rows = []
+    for n in names:
+        cells = []
+        for k in sets:
+            (g,) = [g for g in d["sets"][k]["grid"] if g["candidate"] == n]
+            cells.append(f"{f3(g['synthetic AUROC'])} / {f3(g['test AUROC'])}")
+        rows.append([f"`{n}`", *cells])
+    t = table(["candidate", *[f"{SELECT_SETS.get(k, k)}: planted / test" for k in sets]], rows)
+    return f"{t}\n\n({date(d)}, [json]({link}{ANOMALY_SELECT}))\n"
+
+
 def anomaly() -> str:
     rows = []
     for what, dataset, name, config in ANOMALY_QUALITY:
@@ -160,6 +206,12 @@ and after. No scored image is ever added. "Marked" (summed over the seeds) is fe
 feedback half had fewer false alarms.
 
 {anomaly_feedback()}
+
+Configuration chosen without defect labels (`benchmarks/anomaly_select.py`, `anomaly fit --select auto`): the
+candidates of `anomaly/defaults.py` SEARCH_GRID ranked by image AUROC on defects planted into held-out training
+normals, against their test AUROC (search-time models: 40 bank normals, 2% coreset, maximum patch score).
+
+{anomaly_select_table()}
 """
 
 
@@ -183,7 +235,9 @@ AUTO_RULE_COLUMNS = [("global, top 1 (a plain choice)", "one candidate"),
 DOC_TABLES = {ROOT / "docs" / "forecasting.md": {
     "forecast_defaults": lambda: defaults_table("../benchmarks/results/"),
     "forecast_auto_rules": lambda: auto_rules_table("../benchmarks/results/"),
-    "forecast_lookback": lambda: lookback_table("../benchmarks/results/")}}
+    "forecast_lookback": lambda: lookback_table("../benchmarks/results/")},
+    ROOT / "docs" / "anomaly.md": {"anomaly_select": lambda: anomaly_select_table("../benchmarks/results/"),
+                                   "anomaly_select_grid": lambda: anomaly_select_grid("../benchmarks/results/")}}
 TABLE = re.compile(r"(<!-- table:(\w+) -->\n).*?(<!-- /table -->)", re.S)
 
 
