@@ -73,6 +73,7 @@ def greedy_kcenter(z: np.ndarray, n: int, start: int = 0, candidates: int = 2048
                 break
             new.append(int(cand[i]))
             torch.minimum(cm, _sqdist(zc, zzc, zc[i:i + 1], zzc[i:i + 1])[:, 0], out=cm)
+            cm[i] = 0                                                # exactly: float32 |a|^2 + |b|^2 - 2ab is not
         if not new:                                                  # every candidate coincides with a centre
             break
         idx = torch.tensor(new)
@@ -81,6 +82,7 @@ def greedy_kcenter(z: np.ndarray, n: int, start: int = 0, candidates: int = 2048
         for r in range(0, N, step):                                  # one compute-bound pass per round
             d = torch.addmm(cc[None, :], zt[r:r + step], c2).amin(1)  # (rows,) = min_b |c_b|^2 - 2 z.c_b
             torch.minimum(mind[r:r + step], (d + zz[r:r + step]).clamp_(min=0), out=mind[r:r + step])
+        mind[idx] = 0                                                # a centre is never picked twice
         centers += new
         bar.update(len(new))
     bar.close()

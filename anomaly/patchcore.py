@@ -35,7 +35,7 @@ from .errors import DatasetError
 from .features import AUGMENTS, PatchFeatures, default_blocks, tiling_of
 from .scoring import IMAGE_SCORES, image_score_of_inputs, inner_indices, reweighted_max, topk_mean
 from .search import INDEX_KINDS, build_index, knn
-from .threshold import calibration_warning, conformal_threshold, holdout_size
+from .threshold import calibration_warning, conformal_threshold, holdout_size, threshold_at
 from .tiling import Tiling
 
 _POSITIVE = Interval(Integral, 1, None, closed="left")
@@ -311,6 +311,13 @@ class PatchCore(BaseEstimator):
     def decision_threshold(self) -> float | None:
         """The threshold decisions use: `threshold` if given, else the calibrated `threshold_` (None: none)."""
         return float(self.threshold) if self.threshold is not None else self.threshold_
+
+    def threshold_at(self, target_fpr: float) -> float:
+        """The threshold calibrated at another false-alarm rate on the stored held-out normals' scores
+        (`calibration_scores_`), without refitting: `set_params(threshold=det.threshold_at(0.05))` decides at it.
+        Raises ParameterError when the model has no held-out normals or too few for `target_fpr` (`threshold_at`)."""
+        self._check_fitted()
+        return threshold_at(self.calibration_scores_, target_fpr)
 
     def _score(self, images: Sequence[Any], desc: str = "score") -> tuple[Any, np.ndarray, list]:
         """Patch scores ((B, h, w) untiled, [(T_i, h, w)] tiled), image scores (B,), and where each image lies:
