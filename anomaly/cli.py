@@ -61,7 +61,7 @@ def _detector(args: argparse.Namespace, bb: Any, **member: Any):
     few_shot = {k: getattr(args, k) for k in ("threshold", "tile", "tile_overlap") if hasattr(args, k)}   # fit's own
     if getattr(args, "augment", "none") != "none":
         few_shot["augment"] = args.augment
-    kw = dict(blocks=args.blocks, coreset_ratio=args.coreset_ratio, reduce_dim=args.reduce_dim,
+    kw = dict(blocks=args.blocks, coreset_ratio=args.coreset_ratio, coreset=args.coreset, reduce_dim=args.reduce_dim,
               aggregation=args.aggregation, image_score=args.image_score, score_border=args.score_border,
               index=args.index, target_fpr=args.target_fpr, holdout=args.holdout, batch_size=args.batch_size,
               coreset_chunk=args.coreset_chunk, seed=args.seed, progress=None, **few_shot)
@@ -468,6 +468,11 @@ def _add_method_args(p: argparse.ArgumentParser) -> None:
                    help="fit images to the model input: stretch, or keep the aspect ratio and pad")
     p.add_argument("--coreset-ratio", type=number(float, min=0, max=1, min_open=True), default=d.CORESET_RATIO,
                    help="size of the bank of normal patches as a fraction of all training patches, in (0, 1]")
+    p.add_argument("--coreset", choices=("auto", "exact"), default=d.CORESET,
+                   help="exact: the greedy k-center selection over all training patches; auto: the same up to "
+                        f"{d.CORESET_KNEE:,} patches, past them a bank growing as their square root whose centres "
+                        f"cover a random sample of {d.CORESET_COVER:g}x its size (fit time about linear in the "
+                        "training set)")
     p.add_argument("--coreset-chunk", type=number(int, min=1), default=d.CORESET_CHUNK,
                    help="reduce features in chunks of about this many patches, to bound memory; without it, all "
                         "at once")

@@ -13,6 +13,12 @@ from typing import Any
 # PatchCore's hyperparameters that the CLI exposes, the same defaults in Python and on the command line
 CORESET_RATIO: float = 0.1           # bank size as a fraction of the training patches
 CORESET_CHUNK: int | None = None     # None: the coreset of all training patches at once
+# PatchCore(coreset=...) and `anomaly fit --coreset`: "auto" keeps the bank at CORESET_RATIO of the training patches up
+# to CORESET_KNEE of them, then lets it grow as sqrt(CORESET_KNEE * N), its centres chosen to cover a random sample of
+# CORESET_COVER x its size; "exact" is the greedy selection over all patches (benchmarks/anomaly_fit_speed.py)
+CORESET: str = "auto"
+CORESET_KNEE: int = 100_000
+CORESET_COVER: float = 10.0
 REDUCE_DIM: int | float | None = 0.25
 IMAGE_SCORE: str = "reweighted"      # PatchCore's reweighted maximum
 TOPK_FRAC: float = 0.01
