@@ -14,10 +14,11 @@ per round, with one matrix-matrix product against all the round's centres (compu
 The selection equals the textbook loop (`greedy_kcenter_reference`) up to float ties.
 
 The cost is still about N * n * k multiply-adds for n centres, quadratic in N at a fixed ratio (n = ratio * N):
-734,608 rows -> 73,461 centres is ~4e12. `bank_size` with a knee lets the bank grow as sqrt(knee * N) past `knee`
-rows, and `cover` chooses the centres to cover a seeded random sample of cover * n rows instead of all N (the rows
-outside the sample are covered as well as a random sample predicts: benchmarks/anomaly_fit_speed.py measures it);
-together the cost grows about linearly in N. `greedy_coreset(..., knee=None, cover=None)` is the exact selection.
+734,608 rows -> 73,461 centres is ~4e12. `coreset_size` with a knee lets the bank grow as sqrt(knee * N) past
+`knee` rows, and `cover` chooses the centres to cover a seeded random sample of cover * n rows instead of all N (the
+rows outside the sample are covered only as well as a random sample predicts: benchmarks/anomaly_fit_speed.py
+measures what that costs in quality); with both the cost grows about linearly in N (m * n = cover * ratio^2 * knee * N).
+`greedy_coreset(..., knee=None, cover=None)` is the exact selection.
 
 When the features do not fit at once, `chunked_coreset` reduces each chunk to an oversampled
 coreset and then takes the coreset of the union.

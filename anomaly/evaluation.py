@@ -29,9 +29,9 @@ def evaluate_dataset(det: Any, ds: Any, fprs: tuple[float, ...] = OPERATING_FPRS
     (an uncalibrated few-shot model): the AUROCs and AUPRO need no threshold. For each rate f in `fprs` they are
     also given at the threshold calibrated to f on the model's own held-out normals (`threshold_at`; no test label
     moves it): keys `at_fpr("threshold", f)`, `at_fpr("false_alarm_rate", f)`, `at_fpr("detection_rate", f)`, NaN
-    where the model holds too few held-out normals for f; "held_out_normals" is how many it holds. The pixel metrics (pixel AUROC,
-    AUPRO, pixel F1-max) are computed on the images whose masks are known: the good ones and the defective ones
-    with a mask. When only some defective images have a mask, a warning names those without one, which the pixel
+    where the model holds too few held-out normals for f; "held_out_normals" is how many it holds. The pixel
+    metrics (pixel AUROC, AUPRO, pixel F1-max) are computed on the images whose masks are known: the good ones and
+    the defective ones with a mask. When only some defective images have a mask, a warning names those without one, which the pixel
     metrics leave out; with no mask at all there are no pixel metrics."""
     samples = [s for s in ds.test if s.label >= 0]
     if not samples:

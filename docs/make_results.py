@@ -121,6 +121,30 @@ def anomaly_feedback() -> str:
                   "image AUROC", "measured"], rows)
 
 
+ANOMALY_FIT_SPEED = "anomaly_fit_speed_t2.json"   # benchmarks/anomaly_fit_speed.py --threads 2
+
+
+def anomaly_fit_speed(link: str = LINK) -> str:
+    """Fit seconds by stage and quality, exact vs default coreset, and the 761-image stand-in's fit times; also
+    written into docs/anomaly.md between <!-- table:anomaly_fit_speed --> markers."""
+    d = load(ANOMALY_FIT_SPEED)
+    s = lambda r, k: f"{r[k]:.0f}"  # noqa: E731
+    stages = ["fit_s", "backbone_s", "coreset_s", "knn_s", "rest_s"]
+    head = ["fit s", "backbone s", "coreset s", "kNN s", "rest s", "load"]
+    rows = [[r["set"], r["detector"], r["coreset"], r["bank"], f3(r["image_auroc"]), f3(r["pixel_auroc"]), f3(r["aupro"]),
+             *[s(r, k) for k in stages], f"{r['load_before']:.1f}"] for r in d["dev_sets"]]
+    dev = table(["set", "detector", "coreset", "bank of patches", "image AUROC", "pixel AUROC", "AUPRO@0.3", *head], rows)
+    rows = [[r["set"], r["detector"], r["bank"], *[s(r, k) for k in stages], f"{r['load_before']:.1f}"]
+            for r in d["stand_in"]]
+    big = table(["set", "detector", "bank of patches", *head], rows)
+    return (f"{dev}
+
+{big}
+
+({d['threads']} threads, one run on a shared 2-core machine, 1-minute load average "
+            f"before each fit in the last column; {date(d)}, [json]({link}{ANOMALY_FIT_SPEED}))\n")
+
+
 def anomaly() -> str:
     rows = []
     for what, dataset, name, config in ANOMALY_QUALITY:
@@ -160,6 +184,10 @@ and after. No scored image is ever added. "Marked" (summed over the seeds) is fe
 feedback half had fewer false alarms.
 
 {anomaly_feedback()}
+
+Fit time by stage and the default coreset against the exact one (`benchmarks/anomaly_fit_speed.py --threads 2`):
+
+{anomaly_fit_speed()}
 """
 
 
@@ -173,7 +201,8 @@ DEFAULTS_SETS = {"m4_hourly": "M4 Hourly", "m3_monthly": "M3 monthly", "m3_quart
                  "m3_yearly": "M3 yearly", "etth2": "ETTh2"}
 DEFAULTS_COLUMNS = [("snaive", "seasonal naive"), ("theta", "Theta"), ("ets", "ETS"), ("dlinear", "DLinear"),
                     ("patchtst", "PatchTST"), ("median", "median"), ("auto", "auto")]
-DOC_TABLES = {ROOT / "docs" / "forecasting.md": {"forecast_defaults": lambda: defaults_table("../benchmarks/results/")}}
+DOC_TABLES = {ROOT / "docs" / "forecasting.md": {"forecast_defaults": lambda: defaults_table("../benchmarks/results/")},
+              ROOT / "docs" / "anomaly.md": {"anomaly_fit_speed": lambda: anomaly_fit_speed("../benchmarks/results/")}}
 TABLE = re.compile(r"(<!-- table:(\w+) -->\n).*?(<!-- /table -->)", re.S)
 
 
