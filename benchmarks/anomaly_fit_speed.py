@@ -1,7 +1,8 @@
 """PatchCore fit time per stage, and what the default coreset costs in quality against the exact greedy one.
 
-    nice -n 10 python benchmarks/anomaly_fit_speed.py --threads 2                      # everything (~45 min, 2 cores)
-    nice -n 10 python benchmarks/anomaly_fit_speed.py --threads 1 --sets kolektorsdd --skip-761
+    nice -n 10 python benchmarks/anomaly_fit_speed.py --threads 2 --skip-dev           # the 761-image fit times
+    nice -n 10 python benchmarks/anomaly_fit_speed.py --threads 1 --skip-761 --detectors lite0 \
+        --out benchmarks/results/anomaly_fit_speed_dev_t1.json                           # exact vs default quality
 
 Part 1, issue 58's fit-in-minutes case: a 761-image stand-in of 250x250 px (`anomaly synth`, grain, no test set)
 fitted by the single backbone (`--backbone efficientnet_lite0`: exact and default coreset) and by `anomaly fit`'s

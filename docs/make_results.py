@@ -121,28 +121,28 @@ def anomaly_feedback() -> str:
                   "image AUROC", "measured"], rows)
 
 
-ANOMALY_FIT_SPEED = "anomaly_fit_speed_t2.json"   # benchmarks/anomaly_fit_speed.py --threads 2
+ANOMALY_FIT_SPEED = "anomaly_fit_speed_t2.json"   # benchmarks/anomaly_fit_speed.py --threads 2 --skip-dev
+ANOMALY_FIT_QUALITY = "anomaly_fit_speed_dev_t1.json"   # ... --threads 1 --skip-761 --detectors lite0
 
 
 def anomaly_fit_speed(link: str = LINK) -> str:
-    """Fit seconds by stage and quality, exact vs default coreset, and the 761-image stand-in's fit times; also
-    written into docs/anomaly.md between <!-- table:anomaly_fit_speed --> markers."""
-    d = load(ANOMALY_FIT_SPEED)
+    """Quality and fit seconds by stage, exact vs default coreset, on the development sets, and the 761-image
+    stand-in's fit times; also written into docs/anomaly.md between <!-- table:anomaly_fit_speed --> markers."""
     s = lambda r, k: f"{r[k]:.0f}"  # noqa: E731
     stages = ["fit_s", "backbone_s", "coreset_s", "knn_s", "rest_s"]
     head = ["fit s", "backbone s", "coreset s", "kNN s", "rest s", "load"]
-    rows = [[r["set"], r["detector"], r["coreset"], r["bank"], f3(r["image_auroc"]), f3(r["pixel_auroc"]), f3(r["aupro"]),
-             *[s(r, k) for k in stages], f"{r['load_before']:.1f}"] for r in d["dev_sets"]]
-    dev = table(["set", "detector", "coreset", "bank of patches", "image AUROC", "pixel AUROC", "AUPRO@0.3", *head], rows)
+    q, d = load(ANOMALY_FIT_QUALITY), load(ANOMALY_FIT_SPEED)
+    rows = [[r["set"], r["detector"], r["coreset"], r["bank"], f3(r["image_auroc"]), f3(r["pixel_auroc"]),
+             f3(r["aupro"]), *[s(r, k) for k in stages], f"{r['load_before']:.1f}"] for r in q["dev_sets"]]
+    dev = table(["set", "detector", "coreset", "bank of patches", "image AUROC", "pixel AUROC", "AUPRO@0.3", *head],
+                rows)
     rows = [[r["set"], r["detector"], r["bank"], *[s(r, k) for k in stages], f"{r['load_before']:.1f}"]
             for r in d["stand_in"]]
     big = table(["set", "detector", "bank of patches", *head], rows)
-    return (f"{dev}
-
-{big}
-
-({d['threads']} threads, one run on a shared 2-core machine, 1-minute load average "
-            f"before each fit in the last column; {date(d)}, [json]({link}{ANOMALY_FIT_SPEED}))\n")
+    note = ("one run each on a shared 2-core machine; the last column is the 1-minute load average before each fit, "
+            "so only ratios within a table compare")
+    return (f"{dev}\n\n({q['threads']} thread(s); {date(q)}, [json]({link}{ANOMALY_FIT_QUALITY}))\n\n{big}\n\n"
+            f"({d['threads']} threads; {note}; {date(d)}, [json]({link}{ANOMALY_FIT_SPEED}))\n")
 
 
 def anomaly() -> str:
@@ -185,7 +185,7 @@ feedback half had fewer false alarms.
 
 {anomaly_feedback()}
 
-Fit time by stage and the default coreset against the exact one (`benchmarks/anomaly_fit_speed.py --threads 2`):
+Fit time by stage and the default coreset against the exact one (`benchmarks/anomaly_fit_speed.py`):
 
 {anomaly_fit_speed()}
 """
