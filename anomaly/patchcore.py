@@ -66,8 +66,8 @@ class PatchCore(BaseEstimator):
     blocks: backbone blocks to fuse (negative: from the end); None: two intermediate blocks (`default_blocks`:
         for a ConvNet, its stride-8 and stride-16 stages). Grids of different sizes are fused on the finest.
     coreset_ratio: bank size as a fraction of training patches, in (0, 1] (greedy k-center).
-    coreset: "exact": the greedy k-center selection of coreset_ratio x all training patches, covering every patch.
-        "auto" (`defaults.CORESET`): the same up to `defaults.CORESET_KNEE` patches; past it the bank grows as the
+    coreset: "exact" (`defaults.CORESET`): the greedy k-center selection of coreset_ratio x all training patches,
+        covering every patch. "auto": the same up to `defaults.CORESET_KNEE` patches; past it the bank grows as the
         square root of the patches (coreset_ratio x sqrt(knee x N)), and its centres are chosen to cover a seeded
         random sample of `defaults.CORESET_COVER` x the bank's size rather than all N (`coreset.greedy_coreset`),
         so fit time grows about linearly with the training set instead of quadratically.

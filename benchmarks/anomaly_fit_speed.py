@@ -1,15 +1,14 @@
-"""PatchCore fit time per stage, and what the default coreset costs in quality against the exact greedy one.
+"""PatchCore fit time per stage, and what coreset="auto" saves in time and costs in quality against the exact one.
 
-    nice -n 10 python benchmarks/anomaly_fit_speed.py --threads 2 --skip-dev           # the 761-image fit times
-    nice -n 10 python benchmarks/anomaly_fit_speed.py --threads 1 --skip-761 --detectors lite0 \
-        --out benchmarks/results/anomaly_fit_speed_dev_t1.json                           # exact vs default quality
+    nice -n 10 python benchmarks/anomaly_fit_speed.py --threads 2                    # everything (~1 h on a busy machine)
+    nice -n 10 python benchmarks/anomaly_fit_speed.py --threads 1 --skip-761 --detectors lite0 --sets kolektorsdd
 
 Part 1, issue 58's fit-in-minutes case: a 761-image stand-in of 250x250 px (`anomaly synth`, grain, no test set)
-fitted by the single backbone (`--backbone efficientnet_lite0`: exact and default coreset) and by `anomaly fit`'s
-default ensemble. Targets: single < 180 s, ensemble < 300 s at 2 threads.
+fitted by the single backbone (`--backbone efficientnet_lite0`: exact and auto coreset) and by `anomaly fit`'s
+default ensemble with the auto coreset. Targets: single < 180 s, ensemble < 300 s at 2 threads.
 Part 2, on each development set (MVTec layout under ../shared/data/defects): PatchCore() (Lite0) and the default
 ensemble, each fitted with the exact greedy coreset (coreset="exact" in every member: ratio x all rows, the
-textbook selection) and with the default, then evaluated (`evaluate_dataset`): image AUROC, pixel AUROC,
+textbook selection) and with coreset="auto", then evaluated (`evaluate_dataset`): image AUROC, pixel AUROC,
 AUPRO@0.3 side by side, bank size, fit seconds.
 
 Every fit is profiled (cProfile) and its wall time split into stages: the backbone's forward passes
@@ -58,19 +57,18 @@ def banks(det) -> str:
     return " + ".join(f"{m.bank_.shape[0]}x{m.bank_.shape[1]} of {m.n_train_patches_}" for m in members)
 
 
-def detector(kind: str, coreset: str | None):
+def detector(kind: str, coreset: str):
     """An unfitted `kind` ("lite0": PatchCore(), "ensemble": PatchCoreEnsemble()) with every member's coreset set to
-    `coreset` (None: the default)."""
+    `coreset`, the rest as shipped."""
     from frozenvit.anomaly import PatchCore, PatchCoreEnsemble, default_members
 
-    set_to = {} if coreset is None else {"coreset": coreset}
     if kind == "lite0":
-        return PatchCore(progress=False, **set_to)
-    return PatchCoreEnsemble([m.set_params(**set_to) for m in default_members(progress=False)])
+        return PatchCore(coreset=coreset, progress=False)
+    return PatchCoreEnsemble([m.set_params(coreset=coreset) for m in default_members(progress=False)])
 
 
 def dev_sets(args, rows: list[dict], save) -> None:
-    from frozenvit.anomaly import defaults, evaluate_dataset, read_mvtec
+    from frozenvit.anomaly import evaluate_dataset, read_mvtec
 
     for kind in args.detectors:
         for name in args.sets:
@@ -78,9 +76,9 @@ def dev_sets(args, rows: list[dict], save) -> None:
                 print(f"skipped: {args.data_root / name} not found")
                 continue
             ds = read_mvtec(args.data_root / name)
-            for coreset in ("exact", None):
+            for coreset in ("exact", "auto"):
                 det = detector(kind, coreset)
-                r = {"set": name, "detector": kind, "coreset": coreset or f"default ({defaults.CORESET})",
+                r = {"set": name, "detector": kind, "coreset": coreset,
                      **profiled_fit(det, ds.train)}
                 metrics, _ = evaluate_dataset(det, ds)
                 r.update({"bank": banks(det), "image_auroc": metrics["image_auroc"],
@@ -92,7 +90,7 @@ def dev_sets(args, rows: list[dict], save) -> None:
 
 
 def stand_in(args, rows: list[dict], save) -> None:
-    from frozenvit.anomaly import PatchCore, PatchCoreEnsemble, make_synthetic_mvtec, read_mvtec
+    from frozenvit.anomaly import PatchCore, make_synthetic_mvtec, read_mvtec
     from frozenvit.backbone import load_backbone
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -101,8 +99,8 @@ def stand_in(args, rows: list[dict], save) -> None:
         train = read_mvtec(root).train
         lite0 = load_backbone("efficientnet_lite0")
         fits = {"efficientnet_lite0, exact coreset": lambda: PatchCore(lite0, coreset="exact", progress=False),
-                "efficientnet_lite0 (--backbone efficientnet_lite0)": lambda: PatchCore(lite0, progress=False),
-                "default ensemble (anomaly fit)": lambda: PatchCoreEnsemble(progress=False)}
+                "efficientnet_lite0, auto coreset": lambda: PatchCore(lite0, coreset="auto", progress=False),
+                "default ensemble, auto coreset": lambda: detector("ensemble", "auto")}
         for what, build in fits.items():
             det = build()
             rows.append({"set": f"{len(train)} x {args.size}x{args.size} grain", "detector": what,
@@ -146,7 +144,7 @@ def main() -> int:
         stand_in(args, big, save)
     if not args.skip_dev:
         dev_sets(args, dev, save)
-    for title, rows in (("development sets: exact vs default coreset", dev),
+    for title, rows in (("development sets: exact vs auto coreset", dev),
                         (f"{args.n_train}-image stand-in, fit seconds by stage", big)):
         if rows:
             print(f"\n{title} (threads {args.threads})")

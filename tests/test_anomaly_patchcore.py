@@ -261,7 +261,7 @@ def test_coreset_auto_grows_the_bank_as_the_square_root_past_the_knee_and_exact_
     from frozenvit.anomaly.coreset import coreset_size
 
     monkeypatch.setattr(defaults, "CORESET_KNEE", 50)                   # a knee the few test patches pass
-    auto = PatchCore(bb, coreset_ratio=0.5, progress=False).fit(normals)
+    auto = PatchCore(bb, coreset_ratio=0.5, coreset="auto", progress=False).fit(normals)
     exact = PatchCore(bb, coreset_ratio=0.5, coreset="exact", progress=False).fit(normals)
     n = auto.n_train_patches_
     assert len(auto.bank_) == coreset_size(n, 0.5, knee=50) < len(exact.bank_) == coreset_size(n, 0.5)
