@@ -16,7 +16,7 @@ _API = {
     "patchcore": ("PatchCore", "AnomalyPrediction"),
     "features": ("PatchFeatures", "default_blocks", "local_aggregate", "center_tokens", "fuse_blocks"),
     "anomaly_map": ("anomaly_maps", "canvas_maps", "original_maps"),
-    "threshold": ("conformal_threshold",),
+    "threshold": ("conformal_threshold", "threshold_at", "min_held_out", "OPERATING_FPRS"),
     "select": ("PatchCoreSearch", "default_candidates"),
     "planted": ("plant_defects", "plant_cutpaste", "plant_texture"),
     "ensemble": ("PatchCoreEnsemble", "load_detector", "default_members"),

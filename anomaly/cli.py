@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import math
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -60,7 +61,7 @@ def _detector(args: argparse.Namespace, bb: Any, **member: Any):
     few_shot = {k: getattr(args, k) for k in ("threshold", "tile", "tile_overlap") if hasattr(args, k)}   # fit's own
     if getattr(args, "augment", "none") != "none":
         few_shot["augment"] = args.augment
-    kw = dict(blocks=args.blocks, coreset_ratio=args.coreset_ratio, reduce_dim=args.reduce_dim,
+    kw = dict(blocks=args.blocks, coreset_ratio=args.coreset_ratio, coreset=args.coreset, reduce_dim=args.reduce_dim,
               aggregation=args.aggregation, image_score=args.image_score, score_border=args.score_border,
               index=args.index, target_fpr=args.target_fpr, holdout=args.holdout, batch_size=args.batch_size,
               coreset_chunk=args.coreset_chunk, seed=args.seed, progress=None, **few_shot)
@@ -88,12 +89,15 @@ def _threshold_text(det: Any) -> str:
     return "uncalibrated" if t is None else f"{t:.6f}"
 
 
-def _model(model: str, threshold: float | None = None) -> Any:
+def _model(model: str, threshold: float | None = None, target_fpr: float | None = None) -> Any:
     """The detector of --model; with predict/evaluate --threshold, deciding at it instead of the model's (or an
-    uncalibrated model's none)."""
+    uncalibrated model's none); with --target-fpr, at the threshold calibrated to that rate on the model's stored
+    held-out normals (`threshold_at`: ParameterError when it has none or too few)."""
     from .ensemble import load_detector
 
     det = load_detector(model)
+    if target_fpr is not None:
+        threshold = det.threshold_at(target_fpr)
     if threshold is not None:
         det.set_params(threshold=threshold)._validate_params()
     return det
@@ -181,7 +185,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     check_artifact_dir(args.out, PREDICT_KIND)
     if args.runtime != "torch" and args.ray is not None:
         raise UsageError(f"--runtime {args.runtime} runs in this process only; drop --ray or --runtime")
-    det = _runtime(_model(args.model, args.threshold), args)
+    det = _runtime(_model(args.model, args.threshold, args.target_fpr), args)
     with engine_session(args) as engine:
         rows = _write_predictions(det, args.model, args.images, args.out, overlays=not args.no_overlays,
                                  engine=engine, workers=args.workers)
@@ -244,12 +248,15 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
                          "brings its own ground_truth/")
     check_output_file(args.out, "anomaly.evaluate")
     _faiss_threads(args)
-    det = _runtime(_model(args.model, args.threshold), args)
+    det = _runtime(_model(args.model, args.threshold, args.target_fpr), args)
     ds = read_mvtec(args.data) if args.data else read_folders(None, args.test, args.masks)
     metrics, per_type = evaluate_dataset(det, ds)
     uncalibrated = det.decision_threshold() is None
     for k, v in metrics.items():
-        print(f"{k:18s} " + ("uncalibrated" if uncalibrated and k in ("false_alarm_rate", "detection_rate") else f"{v:.4f}"))
+        if "@" not in k and k != "held_out_normals":
+            print(f"{k:18s} " + ("uncalibrated" if uncalibrated and k in ("false_alarm_rate", "detection_rate")
+                                 else f"{v:.4f}"))
+    _print_operating_points(det, metrics)
     if per_type:
         print(f"{'defect':18s} {'n':>4s} {'AUROC':>7s} {'detected':>9s}")
         for r in per_type:
@@ -262,6 +269,22 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
                               "defective_images_without_masks": unmasked}, kind="anomaly.evaluate")
         print(f"wrote {args.out}")
     return 0
+
+
+def _print_operating_points(det: Any, metrics: dict) -> None:
+    """evaluate's table of detection at the thresholds calibrated on the model's held-out normals."""
+    from .evaluation import at_fpr
+    from .threshold import OPERATING_FPRS, min_held_out
+
+    n = metrics["held_out_normals"]
+    print(f"operating points calibrated on the model's {n} held-out normals (no test label moves them):")
+    print(f"{'target FPR':>10s} {'threshold':>11s} {'false alarms':>12s} {'detected':>9s}")
+    for f in OPERATING_FPRS:
+        if math.isnan(metrics[at_fpr("threshold", f)]):
+            print(f"{f:10.0%} {'-':>11s}  needs at least {min_held_out(f)} held-out normals")
+        else:
+            print(f"{f:10.0%} {metrics[at_fpr('threshold', f)]:11.4f} {metrics[at_fpr('false_alarm_rate', f)]:12.2%} "
+                  f"{metrics[at_fpr('detection_rate', f)]:9.2%}")
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
@@ -431,11 +454,21 @@ def _choice(value: Any) -> str:
     return "none" if value is None else value
 
 
-def _add_threshold_arg(p: argparse.ArgumentParser, what: str) -> None:
+def _add_threshold_arg(p: Any, what: str) -> None:
     p.add_argument("--threshold", type=number(float), default=None,
                    help=f"decide defective when the image score exceeds this value {what}; without it, the "
                         "calibrated one (a model fitted on too few normals to hold any out has none and gives no "
                         "decisions)")
+
+
+def _add_operating_point_args(p: argparse.ArgumentParser, what: str) -> None:
+    """predict/evaluate: --threshold, or --target-fpr choosing it on the model's stored held-out normals."""
+    g = p.add_mutually_exclusive_group()
+    _add_threshold_arg(g, what)
+    g.add_argument("--target-fpr", type=number(float, min=0, max=1, min_open=True), default=None,
+                   help="decide at the threshold calibrated to this false-alarm rate in (0, 1) on the held-out "
+                        "normals stored in the model, without refitting (a model with too few of them for the "
+                        "rate is refused, saying how many it needs)")
 
 
 def _add_method_args(p: argparse.ArgumentParser) -> None:
@@ -458,6 +491,11 @@ def _add_method_args(p: argparse.ArgumentParser) -> None:
                    help="fit images to the model input: stretch, or keep the aspect ratio and pad")
     p.add_argument("--coreset-ratio", type=number(float, min=0, max=1, min_open=True), default=d.CORESET_RATIO,
                    help="size of the bank of normal patches as a fraction of all training patches, in (0, 1]")
+    p.add_argument("--coreset", choices=("auto", "exact"), default=d.CORESET,
+                   help="exact: the greedy k-center selection over all training patches; auto: the same up to "
+                        f"{d.CORESET_KNEE:,} patches, past them a bank growing as their square root whose centres "
+                        f"cover a random sample of {d.CORESET_COVER:g}x its size (fit time about linear in the "
+                        "training set)")
     p.add_argument("--coreset-chunk", type=number(int, min=1), default=d.CORESET_CHUNK,
                    help="reduce features in chunks of about this many patches, to bound memory; without it, all "
                         "at once")
@@ -539,7 +577,7 @@ def register(subparsers: Any) -> None:
                    help="output folder for scores.csv and overlays/: new, empty, or an earlier predict output, which "
                         "is replaced as a whole (it holds this run's results only)")
     q.add_argument("--no-overlays", action="store_true", help="write scores.csv only")
-    _add_threshold_arg(q, "instead of the model's")
+    _add_operating_point_args(q, "instead of the model's")
     add_runtime_arg(q)
     add_threads_arg(q)
     add_engine_args(q)
@@ -554,7 +592,7 @@ def register(subparsers: Any) -> None:
     q.add_argument("--out", default=None, metavar="FILE",
                    help="JSON file for the metrics; without it, they are printed only (an existing file is replaced "
                         "only if this command wrote it)")
-    _add_threshold_arg(q, "instead of the model's, for the false-alarm and detection rates")
+    _add_operating_point_args(q, "instead of the model's, for the false-alarm and detection rates")
     add_runtime_arg(q)
     add_threads_arg(q)
     q.description = ("Pixel metrics (pixel AUROC, AUPRO, pixel F1-max) count the images whose masks are known:\n"

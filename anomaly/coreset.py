@@ -13,6 +13,13 @@ is the exact greedy choice (distances only shrink). Only then are all N points u
 per round, with one matrix-matrix product against all the round's centres (compute-bound).
 The selection equals the textbook loop (`greedy_kcenter_reference`) up to float ties.
 
+The cost is still about N * n * k multiply-adds for n centres, quadratic in N at a fixed ratio (n = ratio * N):
+734,608 rows -> 73,461 centres is ~4e12. `coreset_size` with a knee lets the bank grow as sqrt(knee * N) past
+`knee` rows, and `cover` chooses the centres to cover a seeded random sample of cover * n rows instead of all N (the
+rows outside the sample are covered only as well as a random sample predicts: benchmarks/anomaly_fit_speed.py
+measures what that costs in quality); with both the cost grows about linearly in N (m * n = cover * ratio^2 * knee * N).
+`greedy_coreset(..., knee=None, cover=None)` is the exact selection.
+
 When the features do not fit at once, `chunked_coreset` reduces each chunk to an oversampled
 coreset and then takes the coreset of the union.
 """
@@ -52,7 +59,8 @@ def greedy_kcenter(z: np.ndarray, n: int, start: int = 0, candidates: int = 2048
     """Indices (n,) of the greedy k-center selection on z (N, k), starting from row `start`.
 
     progress: a tqdm bar over selected centres (None: only on a terminal)."""
-    zt = torch.as_tensor(np.ascontiguousarray(z, np.float32))       # (N, k), shares memory
+    zt = torch.as_tensor(np.ascontiguousarray(z, np.float32))       # (N, k)
+    zt = zt - zt.mean(0)                 # (N, k): distances unchanged, |z|^2 small, so |a|^2 + |b|^2 - 2ab stays exact
     N = zt.shape[0]
     n = min(n, N)
     zz = torch.linalg.vector_norm(zt, dim=1).square_()               # (N,), no (N, k) temporary
@@ -73,6 +81,7 @@ def greedy_kcenter(z: np.ndarray, n: int, start: int = 0, candidates: int = 2048
                 break
             new.append(int(cand[i]))
             torch.minimum(cm, _sqdist(zc, zzc, zc[i:i + 1], zzc[i:i + 1])[:, 0], out=cm)
+            cm[i] = 0                                                # exactly: float32 |a|^2 + |b|^2 - 2ab is not
         if not new:                                                  # every candidate coincides with a centre
             break
         idx = torch.tensor(new)
@@ -81,6 +90,7 @@ def greedy_kcenter(z: np.ndarray, n: int, start: int = 0, candidates: int = 2048
         for r in range(0, N, step):                                  # one compute-bound pass per round
             d = torch.addmm(cc[None, :], zt[r:r + step], c2).amin(1)  # (rows,) = min_b |c_b|^2 - 2 z.c_b
             torch.minimum(mind[r:r + step], (d + zz[r:r + step]).clamp_(min=0), out=mind[r:r + step])
+        mind[idx] = 0                                                # a centre is never picked twice
         centers += new
         bar.update(len(new))
     bar.close()
@@ -99,27 +109,40 @@ def greedy_kcenter_reference(z: np.ndarray, n: int, start: int = 0) -> np.ndarra
     return np.array(centers, np.int64)
 
 
-def coreset_size(n_total: int, ratio: float) -> int:
+def coreset_size(n_total: int, ratio: float, knee: int | None = None) -> int:
+    """Bank entries chosen from n_total rows: ceil(ratio * N); with `knee`, past knee rows ceil(ratio * sqrt(knee * N))
+    (as many as at N = knee, then growing as the square root of N). Raises ValueError for a ratio outside (0, 1]."""
     if not 0 < ratio <= 1:
         raise ValueError(f"coreset ratio must be in (0, 1], got {ratio}")
-    return max(1, math.ceil(ratio * n_total))
+    rows = n_total if knee is None or n_total <= knee else math.sqrt(knee * n_total)
+    return max(1, math.ceil(ratio * rows))
 
 
 def greedy_coreset(x: np.ndarray, ratio: float = 0.1, *, proj_dim: int | None = 128, seed: int = 0,
-                   n: int | None = None, progress: bool | None = False) -> np.ndarray:
-    """Indices (n,) of a k-center coreset of x (N, D); n = ceil(ratio * N) unless given."""
-    n = coreset_size(len(x), ratio) if n is None else n
+                   n: int | None = None, knee: int | None = None, cover: float | None = None,
+                   progress: bool | None = False) -> np.ndarray:
+    """Indices (n,) of a k-center coreset of x (N, D); n = coreset_size(N, ratio, knee) unless given.
+
+    cover None: the centres cover every row (exact greedy k-center). Else they are chosen among, and to cover, a
+    seeded random sample of min(N, ceil(cover * n)) rows."""
+    n = coreset_size(len(x), ratio, knee) if n is None else n
     if n >= len(x):
         return np.arange(len(x))
-    z = random_projection(x, proj_dim, seed)
-    start = int(np.random.default_rng(seed).integers(len(x)))
-    return greedy_kcenter(z, n, start, progress=progress)
+    rng = np.random.default_rng(seed)
+    start = int(rng.integers(len(x)))
+    if cover is None or math.ceil(cover * n) >= len(x):
+        return greedy_kcenter(random_projection(x, proj_dim, seed), n, start, progress=progress)
+    rows = np.sort(rng.choice(len(x), math.ceil(cover * n), replace=False))     # (m,) the rows to cover
+    z = random_projection(x[rows], proj_dim, seed)                               # (m, k)
+    return rows[greedy_kcenter(z, n, start % len(rows), progress=progress)]
 
 
 def chunked_coreset(chunks: Iterable[np.ndarray], ratio: float = 0.1, *, proj_dim: int | None = 128,
-                    seed: int = 0, oversample: float = 2.0, progress: bool | None = False) -> np.ndarray:
+                    seed: int = 0, oversample: float = 2.0, knee: int | None = None, cover: float | None = None,
+                    progress: bool | None = False) -> np.ndarray:
     """Coreset rows (n, D) of data seen chunk by chunk: each chunk (N_i, D) is reduced to an
-    oversampled coreset (oversample * ratio of it), then the union is reduced to ceil(ratio * sum N_i).
+    oversampled coreset (oversample * ratio of it), then the union is reduced to coreset_size(sum N_i, ratio, knee)
+    rows (`greedy_coreset` with `cover`).
 
     Peak memory is one chunk plus the kept rows.
     """
@@ -132,14 +155,16 @@ def chunked_coreset(chunks: Iterable[np.ndarray], ratio: float = 0.1, *, proj_di
     if not kept:
         raise ValueError("no features to build a coreset from")
     union = np.concatenate(kept)                                     # (sum n_i, D)
-    n = min(len(union), coreset_size(total, ratio))
-    return union[greedy_coreset(union, n=n, proj_dim=proj_dim, seed=seed, progress=progress)]
+    n = min(len(union), coreset_size(total, ratio, knee))
+    return union[greedy_coreset(union, n=n, proj_dim=proj_dim, seed=seed, cover=cover, progress=progress)]
 
 
 def coreset_bank(pieces: Iterable[np.ndarray], ratio: float = 0.1, *, proj_dim: int | None = 128, seed: int = 0,
-                 chunk: int | None = None, progress: bool | None = False) -> tuple[np.ndarray, int]:
+                 chunk: int | None = None, knee: int | None = None, cover: float | None = None,
+                 progress: bool | None = False) -> tuple[np.ndarray, int]:
     """The memory bank: a k-center coreset (M, D) float32, C-contiguous, of feature rows arriving in pieces
-    (N_i, D), and the number of rows N = sum N_i it was chosen from.
+    (N_i, D), and the number of rows N = sum N_i it was chosen from. M = coreset_size(N, ratio, knee); `cover`
+    as in `greedy_coreset` (None, with knee None: the exact selection of ceil(ratio * N)).
 
     chunk None: all rows at once (`greedy_coreset`); else the pieces are gathered into chunks of at least `chunk`
     rows and reduced chunk by chunk (`chunked_coreset`), so all rows never sit in memory at once.
@@ -163,8 +188,9 @@ def coreset_bank(pieces: Iterable[np.ndarray], ratio: float = 0.1, *, proj_dim: 
                     buf, n = [], 0
             if buf:
                 yield np.concatenate(buf)
-        bank = chunked_coreset(chunks(), ratio, proj_dim=proj_dim, seed=seed, progress=progress)
+        bank = chunked_coreset(chunks(), ratio, proj_dim=proj_dim, seed=seed, knee=knee, cover=cover,
+                               progress=progress)
     else:
         x = np.concatenate(list(counted()))                          # (N, D)
-        bank = x[greedy_coreset(x, ratio, proj_dim=proj_dim, seed=seed, progress=progress)]
+        bank = x[greedy_coreset(x, ratio, proj_dim=proj_dim, seed=seed, knee=knee, cover=cover, progress=progress)]
     return np.ascontiguousarray(bank, np.float32), n_rows

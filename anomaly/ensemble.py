@@ -32,7 +32,7 @@ from . import defaults as D
 from .artifact import KIND as PATCHCORE_KIND
 from .errors import DatasetError
 from .patchcore import AnomalyPrediction, PatchCore
-from .threshold import conformal_threshold
+from .threshold import conformal_threshold, threshold_at
 
 KIND = "anomaly.ensemble"
 FORMAT_VERSION = 1
@@ -172,6 +172,11 @@ class PatchCoreEnsemble(BaseEstimator):
 
     def decision_threshold(self) -> float | None:
         return float(self.threshold) if self.threshold is not None else self.threshold_
+
+    def threshold_at(self, target_fpr: float) -> float:
+        """As `PatchCore.threshold_at`, on the held-out normals' ensemble scores."""
+        self._check_fitted()
+        return threshold_at(self.calibration_scores_, target_fpr)
 
     def predict(self, images: Sequence[Any]) -> AnomalyPrediction:
         """As PatchCore.predict; `patch_scores` holds one entry per member (their own grids differ)."""

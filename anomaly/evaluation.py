@@ -6,21 +6,32 @@ from typing import Any
 
 import numpy as np
 
+from frozenvit.backbone.suite.errors import ParameterError
+
 from .errors import DatasetError
 from .features import named_images
 from .images import read_image
 from .metrics import anomaly_metrics, image_auroc
 from .stream import BATCH
+from .threshold import OPERATING_FPRS, threshold_at
 
 
+def at_fpr(key: str, fpr: float) -> str:
+    """The metrics key of `key` at the operating point calibrated to false-alarm rate `fpr`: "detection_rate@5%"."""
+    return f"{key}@{fpr * 100:g}%"
 
-def evaluate_dataset(det: Any, ds: Any) -> tuple[dict[str, float], list[dict[str, Any]]]:
+
+def evaluate_dataset(det: Any, ds: Any, fprs: tuple[float, ...] = OPERATING_FPRS
+                     ) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """Overall metrics and per-defect-type image AUROC (each type against the good test images).
 
     The false-alarm and detection rates are at the detector's `decision_threshold()`; NaN when it has none
-    (an uncalibrated few-shot model): the AUROCs and AUPRO need no threshold. The pixel metrics (pixel AUROC,
-    AUPRO, pixel F1-max) are computed on the images whose masks are known: the good ones and the defective ones
-    with a mask. When only some defective images have a mask, a warning names those without one, which the pixel
+    (an uncalibrated few-shot model): the AUROCs and AUPRO need no threshold. For each rate f in `fprs` they are
+    also given at the threshold calibrated to f on the model's own held-out normals (`threshold_at`; no test label
+    moves it): keys `at_fpr("threshold", f)`, `at_fpr("false_alarm_rate", f)`, `at_fpr("detection_rate", f)`, NaN
+    where the model holds too few held-out normals for f; "held_out_normals" is how many it holds. The pixel
+    metrics (pixel AUROC, AUPRO, pixel F1-max) are computed on the images whose masks are known: the good ones and
+    the defective ones with a mask. When only some defective images have a mask, a warning names those without one, which the pixel
     metrics leave out; with no mask at all there are no pixel metrics."""
     samples = [s for s in ds.test if s.label >= 0]
     if not samples:
@@ -48,11 +59,20 @@ def evaluate_dataset(det: Any, ds: Any) -> tuple[dict[str, float], list[dict[str
     metrics = anomaly_metrics(labels, scores, masks if pixel else None, maps if pixel else None)
     thr = det.decision_threshold()
 
-    def rate(sel: np.ndarray) -> float:
-        return float((scores[sel] > thr).mean()) if thr is not None and sel.any() else float("nan")
+    def rate(sel: np.ndarray, t: float | None = thr) -> float:
+        return float((scores[sel] > t).mean()) if t is not None and not np.isnan(t) and sel.any() else float("nan")
 
     metrics["false_alarm_rate"] = rate(labels == 0)
     metrics["detection_rate"] = rate(labels == 1)
+    metrics["held_out_normals"] = len(det.calibration_scores_)
+    for f in fprs:
+        try:
+            t = threshold_at(det.calibration_scores_, f)
+        except ParameterError:                                   # too few held-out normals for f
+            t = float("nan")
+        metrics[at_fpr("threshold", f)] = t
+        metrics[at_fpr("false_alarm_rate", f)] = rate(labels == 0, t)
+        metrics[at_fpr("detection_rate", f)] = rate(labels == 1, t)
     per_type = []
     good = labels == 0
     for t in sorted({s.defect_type for s in samples if s.label == 1}):

@@ -35,7 +35,7 @@ from .errors import DatasetError
 from .features import AUGMENTS, PatchFeatures, default_blocks, tiling_of
 from .scoring import IMAGE_SCORES, image_score_of_inputs, inner_indices, reweighted_max, topk_mean
 from .search import INDEX_KINDS, build_index, knn
-from .threshold import calibration_warning, conformal_threshold, holdout_size
+from .threshold import calibration_warning, conformal_threshold, holdout_size, threshold_at
 from .tiling import Tiling
 
 _POSITIVE = Interval(Integral, 1, None, closed="left")
@@ -66,6 +66,11 @@ class PatchCore(BaseEstimator):
     blocks: backbone blocks to fuse (negative: from the end); None: two intermediate blocks (`default_blocks`:
         for a ConvNet, its stride-8 and stride-16 stages). Grids of different sizes are fused on the finest.
     coreset_ratio: bank size as a fraction of training patches, in (0, 1] (greedy k-center).
+    coreset: "exact" (`defaults.CORESET`): the greedy k-center selection of coreset_ratio x all training patches,
+        covering every patch. "auto": the same up to `defaults.CORESET_KNEE` patches; past it the bank grows as the
+        square root of the patches (coreset_ratio x sqrt(knee x N)), and its centres are chosen to cover a seeded
+        random sample of `defaults.CORESET_COVER` x the bank's size rather than all N (`coreset.greedy_coreset`),
+        so fit time grows about linearly with the training set instead of quadratically.
     proj_dim: random-projection width used only inside the coreset selection; None: no projection.
     reduce_dim: channel pooling of the fused features (`features.reduced_width`): a fraction of the
         fused width (0.25: 384 -> 96 channels for two ViT-Ti blocks), an absolute channel count, or
@@ -125,6 +130,7 @@ class PatchCore(BaseEstimator):
         "backbone": "no_validation",
         "blocks": [None, "array-like"],
         "coreset_ratio": [_FRACTION],
+        "coreset": [StrOptions({"auto", "exact"})],
         "proj_dim": [None, _POSITIVE],
         "reduce_dim": [None, _POSITIVE, Interval(RealNotInt, 0, 1, closed="right")],
         "center": ["boolean"],
@@ -149,7 +155,7 @@ class PatchCore(BaseEstimator):
     }
 
     def __init__(self, backbone: Any = None, blocks: Sequence[int] | None = None, coreset_ratio: float = D.CORESET_RATIO,
-                 proj_dim: int | None = 128, reduce_dim: int | float | None = D.REDUCE_DIM, center: bool = True,
+                 coreset: str = D.CORESET, proj_dim: int | None = 128, reduce_dim: int | float | None = D.REDUCE_DIM, center: bool = True,
                  aggregation: int | str = D.AGGREGATION,
                  image_score: str = D.IMAGE_SCORE, num_neighbors: int = 9, topk_frac: float = D.TOPK_FRAC,
                  score_border: int | str = D.SCORE_BORDER,
@@ -161,6 +167,7 @@ class PatchCore(BaseEstimator):
         self.backbone = backbone
         self.blocks = blocks
         self.coreset_ratio = coreset_ratio
+        self.coreset = coreset
         self.proj_dim = proj_dim
         self.reduce_dim = reduce_dim
         self.center = center
@@ -212,7 +219,7 @@ class PatchCore(BaseEstimator):
         rows = (fx.rows(f) for f, _, _ in fx.batches(train, "features", augment=True))   # (b*h*w, D) each
         self.bank_, self.n_train_patches_ = coreset_bank(rows, self.coreset_ratio, proj_dim=self.proj_dim,
                                                          seed=self.seed, chunk=self.coreset_chunk,
-                                                         progress=self.progress)          # (M, D)
+                                                         **self._coreset_rule(), progress=self.progress)  # (M, D)
         self.index_ = build_index(self.bank_, self.index_kind(len(self.bank_)), nprobe=self.nprobe, seed=self.seed)
 
         if n_hold:
@@ -257,7 +264,8 @@ class PatchCore(BaseEstimator):
         fx = self.feature_extractor()
         rows = (fx.rows(f) for f, _, _ in fx.batches([images[i] for i in add], "features", augment=True))
         new_bank, n_patches = coreset_bank(rows, self.coreset_ratio, proj_dim=self.proj_dim, seed=self.seed,
-                                           chunk=self.coreset_chunk, progress=self.progress)     # (M', D)
+                                           chunk=self.coreset_chunk, **self._coreset_rule(),
+                                           progress=self.progress)                             # (M', D)
         before = self.threshold_
         self.bank_ = np.ascontiguousarray(np.concatenate([self.bank_, new_bank]), np.float32)   # (M + M', D)
         self.index_ = build_index(self.bank_, self.index_kind(len(self.bank_)), nprobe=self.nprobe, seed=self.seed)
@@ -311,6 +319,13 @@ class PatchCore(BaseEstimator):
     def decision_threshold(self) -> float | None:
         """The threshold decisions use: `threshold` if given, else the calibrated `threshold_` (None: none)."""
         return float(self.threshold) if self.threshold is not None else self.threshold_
+
+    def threshold_at(self, target_fpr: float) -> float:
+        """The threshold calibrated at another false-alarm rate on the stored held-out normals' scores
+        (`calibration_scores_`), without refitting: `set_params(threshold=det.threshold_at(0.05))` decides at it.
+        Raises ParameterError when the model has no held-out normals or too few for `target_fpr` (`threshold_at`)."""
+        self._check_fitted()
+        return threshold_at(self.calibration_scores_, target_fpr)
 
     def _score(self, images: Sequence[Any], desc: str = "score") -> tuple[Any, np.ndarray, list]:
         """Patch scores ((B, h, w) untiled, [(T_i, h, w)] tiled), image scores (B,), and where each image lies:
@@ -379,6 +394,12 @@ class PatchCore(BaseEstimator):
     def tiling_of(self, image_size: tuple[int, int]) -> Tiling | None:
         """The tiles an image of `image_size` (H0, W0) is cut into (`features.tiling_of`), or None: it goes whole."""
         return tiling_of(image_size, tuple(self.backbone_.config.img_size), self.tile, self.tile_overlap)
+
+    def _coreset_rule(self) -> dict:
+        """`coreset_bank`'s knee and cover for `coreset` (both None: the exact selection)."""
+        if self.coreset == "exact":
+            return {"knee": None, "cover": None}
+        return {"knee": D.CORESET_KNEE, "cover": D.CORESET_COVER}
 
     def aggregation_size(self) -> int:
         """Neighbourhood averaged on the grid: `aggregation`, with "auto" resolved for the backbone (3 for a ConvNet,

@@ -4,12 +4,20 @@
 
 With too few held-out normals the guarantee weakens (`calibration_warning` says by how much), and with none the
 threshold stays uncalibrated: scores and maps, but no decisions, unless a threshold is given.
+
+A fitted model keeps its held-out normals' scores, so another operating point is chosen later without refitting:
+
+    t = threshold_at(held_out_scores, 0.05)   # ParameterError when fewer than min_held_out(0.05) = 19 normals
 """
 from __future__ import annotations
 
 import math
 
 import numpy as np
+
+from frozenvit.backbone.suite.errors import ParameterError
+
+OPERATING_FPRS = (0.01, 0.05, 0.10)     # the false-alarm rates evaluate reports detection at
 
 
 def conformal_threshold(normal_scores: np.ndarray, target_fpr: float) -> float:
@@ -19,6 +27,31 @@ def conformal_threshold(normal_scores: np.ndarray, target_fpr: float) -> float:
     s = np.sort(np.asarray(normal_scores, np.float64))
     k = math.ceil((len(s) + 1) * (1 - target_fpr))
     return float(s[min(k, len(s)) - 1])
+
+
+def min_held_out(target_fpr: float) -> int:
+    """Held-out normals needed for `conformal_threshold` to bound the false-alarm rate by `target_fpr`:
+    the least n with (n + 1) * target_fpr >= 1."""
+    return math.ceil(1 / target_fpr) - 1
+
+
+def threshold_at(normal_scores: np.ndarray, target_fpr: float) -> float:
+    """`conformal_threshold` of held-out normal scores (n,) at `target_fpr` in (0, 1), refusing what it cannot bound.
+
+    Raises ParameterError when target_fpr is outside (0, 1), when there are no scores (a model fitted without
+    held-out normals) or fewer than `min_held_out(target_fpr)`, naming how many are needed."""
+    if not 0 < target_fpr < 1:
+        raise ParameterError(f"target_fpr must be in (0, 1), got {target_fpr!r}")
+    n, need = len(normal_scores), min_held_out(target_fpr)
+    if n == 0:
+        raise ParameterError(f"the model has no held-out normal scores to choose a threshold at false-alarm rate "
+                             f"{target_fpr:g}: refit it with at least {need} held-out normals (more images or a "
+                             "larger holdout), or give a threshold")
+    if (n + 1) * target_fpr < 1:
+        raise ParameterError(f"{n} held-out normals cannot calibrate a false-alarm rate of {target_fpr:g}: it needs "
+                             f"at least {need} (refit with more images or a larger holdout), or choose a rate of at "
+                             f"least {1 / (n + 1):.3g}")
+    return conformal_threshold(normal_scores, target_fpr)
 
 
 def holdout_size(n_images: int, holdout: float) -> int:

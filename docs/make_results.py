@@ -167,6 +167,28 @@ def anomaly_select_grid(link: str = LINK) -> str:
     return f"{t}\n\n({date(d)}, [json]({link}{ANOMALY_SELECT}))\n"
 
 
+ANOMALY_FIT_SPEED = "anomaly_fit_speed_t2.json"   # benchmarks/anomaly_fit_speed.py --threads 2
+
+
+def anomaly_fit_speed(link: str = LINK) -> str:
+    """Quality and fit seconds by stage, exact vs default coreset, on the development sets, and the 761-image
+    stand-in's fit times; also written into docs/anomaly.md between <!-- table:anomaly_fit_speed --> markers."""
+    s = lambda r, k: f"{r[k]:.0f}"  # noqa: E731
+    stages = ["fit_s", "backbone_s", "coreset_s", "knn_s", "rest_s"]
+    head = ["fit s", "backbone s", "coreset s", "kNN s", "rest s", "load"]
+    d = load(ANOMALY_FIT_SPEED)
+    rows = [[r["set"], r["detector"], r["coreset"], r["bank"], f3(r["image_auroc"]), f3(r["pixel_auroc"]),
+             f3(r["aupro"]), *[s(r, k) for k in stages], f"{r['load_before']:.1f}"] for r in d["dev_sets"]]
+    dev = table(["set", "detector", "coreset", "bank of patches", "image AUROC", "pixel AUROC", "AUPRO@0.3", *head],
+                rows)
+    rows = [[r["set"], r["detector"], r["bank"], *[s(r, k) for k in stages], f"{r['load_before']:.1f}"]
+            for r in d["stand_in"]]
+    big = table(["set", "detector", "bank of patches", *head], rows)
+    return (f"{big}\n\n{dev}\n\n({d['threads']} threads, one run on a shared 2-core machine: the last column is the "
+            "1-minute load average before each fit, so compare ratios within a table, not across runs; "
+            f"{date(d)}, [json]({link}{ANOMALY_FIT_SPEED}))\n")
+
+
 def anomaly() -> str:
     rows = []
     for what, dataset, name, config in ANOMALY_QUALITY:
@@ -212,7 +234,10 @@ candidates of `anomaly/defaults.py` SEARCH_GRID ranked by image AUROC on defects
 normals, against their test AUROC (search-time models: 40 bank normals, 2% coreset, maximum patch score).
 
 {anomaly_select_table()}
-"""
+
+Fit time by stage, and `coreset="auto"` against the exact coreset (`benchmarks/anomaly_fit_speed.py`):
+
+{anomaly_fit_speed()}"""
 
 
 # ---------------------------------------------------------------- forecasting
@@ -237,7 +262,8 @@ DOC_TABLES = {ROOT / "docs" / "forecasting.md": {
     "forecast_auto_rules": lambda: auto_rules_table("../benchmarks/results/"),
     "forecast_lookback": lambda: lookback_table("../benchmarks/results/")},
     ROOT / "docs" / "anomaly.md": {"anomaly_select": lambda: anomaly_select_table("../benchmarks/results/"),
-                                   "anomaly_select_grid": lambda: anomaly_select_grid("../benchmarks/results/")}}
+                                   "anomaly_select_grid": lambda: anomaly_select_grid("../benchmarks/results/"),
+                                   "anomaly_fit_speed": lambda: anomaly_fit_speed("../benchmarks/results/")}}
 TABLE = re.compile(r"(<!-- table:(\w+) -->\n).*?(<!-- /table -->)", re.S)
 
 

@@ -335,3 +335,35 @@ def test_a_model_folder_that_does_not_exist_is_named_as_such(workspace, command,
     assert main(["anomaly", command, "--model", str(workspace / "no_model")] + where) == 2
     assert f"error (ArtifactError): {workspace / 'no_model'} does not exist" in capsys.readouterr().err
     assert not (workspace / "p_none").exists()
+
+
+def test_predict_target_fpr_decides_at_the_threshold_calibrated_on_the_stored_held_out_normals(workspace):
+    from frozenvit.anomaly import load_detector
+
+    held = np.sort(load_detector(workspace / "model").calibration_scores_)
+    assert len(held) == 2                                 # 8 normals, 2 held out: ceil(3 * 0.5) = 2nd smallest
+    assert main(["anomaly", "predict", "--model", str(workspace / "model"), "--images",
+                 str(workspace / "data" / "weave" / "test"), "--out", str(workspace / "p_fpr"), "--no-overlays",
+                 "--target-fpr", "0.5"]) == 0
+    rows = list(csv.DictReader(open(workspace / "p_fpr" / "scores.csv")))
+    assert {r["threshold"] for r in rows} == {f"{held[1]:.6f}"}
+    assert all(r["is_defect"] == str(int(float(r["score"]) > held[1])) for r in rows)
+
+
+@pytest.mark.parametrize("command", ["predict", "evaluate"])
+def test_target_fpr_beyond_what_the_held_out_normals_bound_fails_saying_how_many_are_needed(workspace, command, capsys):
+    where = {"predict": ["--images", str(workspace / "data" / "weave" / "test"), "--out", str(workspace / "p_few")],
+             "evaluate": ["--data", str(workspace / "data" / "weave")]}[command]
+    assert main(["anomaly", command, "--model", str(workspace / "model"), "--target-fpr", "0.05"] + where) == 2
+    assert "2 held-out normals cannot calibrate a false-alarm rate of 0.05: it needs at least 19" in capsys.readouterr().err
+    assert not (workspace / "p_few").exists()
+
+
+def test_evaluate_shows_detection_at_the_operating_points_the_held_out_normals_allow(workspace, capsys):
+    assert main(["anomaly", "evaluate", "--model", str(workspace / "model"), "--data",
+                 str(workspace / "data" / "weave"), "--out", str(workspace / "m_ops.json")]) == 0
+    out = capsys.readouterr().out
+    assert "operating points calibrated on the model's 2 held-out normals" in out
+    assert "needs at least 99 held-out normals" in out and "needs at least 9 held-out normals" in out
+    m = json.loads((workspace / "m_ops.json").read_text())["metrics"]
+    assert m["held_out_normals"] == 2 and m["detection_rate@10%"] is None

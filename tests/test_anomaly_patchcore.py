@@ -245,13 +245,26 @@ def test_params_come_from_the_constructor_and_clone_gives_an_unfitted_copy(bb, f
 
 
 @pytest.mark.parametrize("bad", [dict(coreset_ratio=0.0), dict(holdout=1.0), dict(image_score="median"),
-                                 dict(threshold=float("inf")), dict(reduce_dim=1.5), dict(seed=-1)])
+                                 dict(threshold=float("inf")), dict(reduce_dim=1.5), dict(seed=-1),
+                                 dict(coreset="sampled")])
 def test_the_constructor_checks_nothing_and_fit_names_the_bad_parameter(bb, normals, bad):
     from frozenvit.backbone.suite.errors import InvalidParameterError
 
     det = PatchCore(bb, **bad)                                          # no error yet
     with pytest.raises(InvalidParameterError, match=f"'{next(iter(bad))}' parameter of PatchCore"):
         det.fit(normals)
+
+
+def test_coreset_auto_grows_the_bank_as_the_square_root_past_the_knee_and_exact_keeps_the_ratio(bb, normals,
+                                                                                                monkeypatch):
+    from frozenvit.anomaly import defaults
+    from frozenvit.anomaly.coreset import coreset_size
+
+    monkeypatch.setattr(defaults, "CORESET_KNEE", 50)                   # a knee the few test patches pass
+    auto = PatchCore(bb, coreset_ratio=0.5, coreset="auto", progress=False).fit(normals)
+    exact = PatchCore(bb, coreset_ratio=0.5, coreset="exact", progress=False).fit(normals)
+    n = auto.n_train_patches_
+    assert len(auto.bank_) == coreset_size(n, 0.5, knee=50) < len(exact.bank_) == coreset_size(n, 0.5)
 
 
 def test_blocks_the_backbone_lacks_are_a_parameter_error(bb, normals):
