@@ -86,8 +86,9 @@ def register(subparsers: Any) -> None:
                         "clean features; each BC sample reads the frame or one of its views; costs K times the clean "
                         "features' memory and disk; 0: none")
     q.add_argument("--precision", choices=PRECISIONS, default=DEFAULT_PRECISION,
-                   help="the encoder's arithmetic while caching the demo features (stored in float16 either way); "
-                        "auto: bfloat16 where the CPU multiplies it natively (AMX, AVX512-BF16), else float32")
+                   help="arithmetic of the encoder while caching the demo features and of attention pooling's "
+                        "products with the tokens in training (weights and the run-time policy are float32 either "
+                        "way); auto: bfloat16 where the CPU multiplies it natively (AMX, AVX512-BF16), else float32")
     q.add_argument("--seed", type=int, default=DEFAULT_SEED,
                    help="seed of the head's initialisation and of the shuffling")
     q.add_argument("--checkpoint", default=None,
@@ -199,7 +200,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     bb = _encoder(args)
     blocks = _blocks(args.blocks, bb.config.depth)
     pol = PatchTokenPolicy(args.pooling, attention, hidden=args.hidden, epochs=args.epochs, batch_size=args.batch_size,
-                           lr=args.lr, seed=args.seed, chunk=args.chunk)
+                           lr=args.lr, seed=args.seed, chunk=args.chunk, precision=args.precision)
     pol.head_config(backbone_meta(bb, blocks))         # hyperparameters that cannot fit fail before any encoding
     cache = cache_features(args.demos, bb, block=blocks, views=args.views, precision=args.precision)
     size = cache.nbytes()

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from frozenvit.backbone.suite.cli import build_parser
+from frozenvit.backbone.suite.cli import build_parser, main
 from frozenvit.backbone.suite.errors import InvalidParameterError, ParameterError
 from frozenvit.control import features
 from frozenvit.control.defaults import DEFAULT_BC_STEPS
@@ -82,6 +82,13 @@ def test_fit_without_epochs_trains_the_epochs_of_the_step_budget(monkeypatch):
     assert len(pol.history_) == 4 and pol.epochs is None
 
 
-def test_train_passes_precision_and_leaves_epochs_to_the_step_budget():
-    args = build_parser().parse_args(["control", "train", "--demos", "d", "--out", "o", "--precision", "float32"])
-    assert args.precision == "float32" and args.epochs is None
+def test_train_precision_float32_caches_and_trains_in_float32(demos, bb, tmp_path, monkeypatch):
+    from frozenvit.control import encoders
+
+    monkeypatch.setattr(encoders, "load_encoder", lambda *a, **k: bb)
+    out = str(tmp_path / "pol")
+    assert main(["control", "train", "--demos", str(demos), "--out", out, "--epochs", "1", "--heads", "3",
+                 "--views", "0", "--precision", "float32", "--threads", "1"]) == 0
+    pol = PatchTokenPolicy.load(out)
+    assert pol.precision == "float32" and pol.meta_["precision"] == "float32"
+    assert build_parser().parse_args(["control", "train", "--demos", "d", "--out", "o"]).epochs is None
