@@ -12,11 +12,12 @@ pooling's products in float32 and 200 epochs.
         --baseline pick-place-v3=benchmarks/results/control_success_carry_2026-12-05_pick_place.json
     python benchmarks/control_train_speed.py --tasks hammer-v3 --threads 2 --configs 0      # a new task's stages
     python benchmarks/control_train_speed.py --tasks hammer-v3 --threads 2 --configs 0 \\
-        --recipes default earlier --sample-demos 3 --sample-epochs 2                     # beside the earlier recipe
+        --recipes default earlier --sample-demos 3 --sample-epochs 2                   # both recipes, sampled
 
-With --sample-demos N and --sample-epochs E the encode and train stages of the earlier recipe are timed on the
-first N demos and E epochs and scaled to all demos and 200 epochs (marked "scaled" in the table): the full
-stages take half an hour. A baseline pairs when it was rolled out on the same held-out configurations (its
+With --sample-demos N and --sample-epochs E the encode and train stages are timed on the first N demos and E
+epochs and scaled to all demos and the recipe's optimizer steps (marked "scaled"): the earlier recipe's full
+stages take half an hour. Each stage's wall seconds and this process's CPU seconds are recorded (the CPU
+seconds change less with other work on the machine). A baseline pairs when it was rolled out on the same held-out configurations (its
 first --configs), cap, demos (task, demonstrator, demo count, hold steps) and encoder weights; the exact McNemar
 test is frozenvit.control.compare's.
 """
@@ -91,9 +92,10 @@ def main() -> int:
     for task in args.tasks:
         demo_dir = work / "demos" / f"{task}_{args.demos}"
         reused = (demo_dir / "manifest.json").is_file()          # a re-run: the stage is not timed again
-        t0 = time.perf_counter()
+        collect = Clock()
         collect_demos(task, demo_dir, args.demos, progress=False)
-        t_collect = None if reused else round(time.perf_counter() - t0, 1)
+        collect.stop()
+        t_collect = None if reused else collect.wall
         for recipe in args.recipes:
             result = run_recipe(args, bb, task, recipe, demo_dir, t_collect, baselines.get(task))
             rows.append({k: v for k, v in result.items() if k in ROW})
@@ -113,8 +115,8 @@ def main() -> int:
     return 0
 
 
-ROW = ("task", "recipe", "frames", "epochs", "collect_s", "encode_s", "train_s", "collect_train_s", "scaled",
-       "evaluate_s", "success")
+ROW = ("task", "recipe", "frames", "epochs", "collect_s", "encode_s", "train_s", "collect_train_s", "encode_cpu_s",
+       "train_cpu_s", "scaled", "evaluate_s", "success")
 
 
 def run_recipe(args: argparse.Namespace, bb, task: str, recipe: str, demo_dir: Path, t_collect: float | None,
@@ -128,27 +130,26 @@ def run_recipe(args: argparse.Namespace, bb, task: str, recipe: str, demo_dir: P
     m = load_manifest(demo_dir)
     frames = sum(e["steps"] for e in m["episodes"])
     enc_dir = demo_dir
-    if earlier and args.sample_demos is not None:  # a demo folder of the first N demos, encoded and timed alone
+    if args.sample_demos is not None:              # a demo folder of the first N demos, encoded and timed alone
         enc_dir = demo_dir.with_name(f"{demo_dir.name}_first{args.sample_demos}")
         collect_demos(task, enc_dir, args.sample_demos, progress=False)
     cache_dir = demo_dir.parent.parent / "features" / f"{enc_dir.name}_{recipe}"
     reused = (cache_dir / "config.json").is_file()
-    t0 = time.perf_counter()
+    encode = Clock()
     cache = cache_features(enc_dir, bb, precision=precision, progress=False, cache_dir=cache_dir)
-    t_encode = None if reused else time.perf_counter() - t0
-    enc_scale = frames / len(cache)
-    epochs = EARLIER_EPOCHS if earlier else bc_epochs(len(cache))
-    fit_epochs = args.sample_epochs if earlier and args.sample_epochs else epochs
-    t0 = time.perf_counter()
+    encode.stop(frames / len(cache))
+    epochs = EARLIER_EPOCHS if earlier else bc_epochs(frames)
+    fit_epochs = args.sample_epochs or epochs
+    train = Clock()
     pol = PatchTokenPolicy(epochs=fit_epochs, seed=args.seed, precision=precision).fit(cache, progress=False)
-    t_train = time.perf_counter() - t0
-    train_scale = epochs / fit_epochs * (frames / len(cache))     # a step costs the same; steps grow with frames
+    steps = lambda e, n: e * -(-n // pol.batch_size)              # noqa: E731  optimizer steps; a step costs the same
+    train.stop(steps(epochs, frames) / steps(fit_epochs, len(cache)))
     result = dict(task=task, recipe=recipe, frames=frames, epochs=epochs, collect_s=t_collect,
-                  encode_s=None if t_encode is None else round(t_encode * enc_scale, 1),
-                  train_s=round(t_train * train_scale, 1), scaled=bool(enc_scale != 1 or train_scale != 1),
-                  final_bc_loss=float(pol.history_[-1]), encode_frames=len(cache), fit_epochs=fit_epochs,
-                  demonstrator=m["expert"], precision=cache.meta["precision"])
-    if None not in (t_collect, t_encode):
+                  encode_s=None if reused else encode.wall, train_s=train.wall,
+                  scaled=bool(encode.scale != 1 or train.scale != 1), encode_cpu_s=None if reused else encode.cpu,
+                  train_cpu_s=train.cpu, final_bc_loss=float(pol.history_[-1]), encode_frames=len(cache),
+                  fit_epochs=fit_epochs, demonstrator=m["expert"], precision=cache.meta["precision"])
+    if None not in (t_collect, result["encode_s"]):
         result["collect_train_s"] = round(t_collect + result["encode_s"] + result["train_s"], 1)
     if not args.configs:
         return result
@@ -165,6 +166,18 @@ def run_recipe(args: argparse.Namespace, bb, task: str, recipe: str, demo_dir: P
         print(f"{task} {recipe}: baseline {t['baseline_success']:.2f}, this {t['success']:.2f}; only baseline "
               f"{t['baseline_only']}, only this {t['this_only']}, exact McNemar p = {t['p']:.3g}", flush=True)
     return result
+
+
+class Clock:
+    """Wall and process CPU seconds of a stage (this process's threads together), scaled by `stop(scale)`."""
+
+    def __init__(self) -> None:
+        self.t0, self.c0 = time.perf_counter(), time.process_time()
+
+    def stop(self, scale: float = 1.0) -> None:
+        self.scale = scale
+        self.wall = round((time.perf_counter() - self.t0) * scale, 1)
+        self.cpu = round((time.process_time() - self.c0) * scale, 1)
 
 
 def _baseline_outcomes(result: dict, baselines: dict, seed: int) -> list[bool]:

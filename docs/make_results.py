@@ -306,12 +306,14 @@ def control_speed(link: str = LINK) -> str:
     held-out success paired episode by episode against the earlier recipe's heads, dated and linked."""
     d = load(CONTROL_STAGES)
     name = lambda r: "default" if r["recipe"] == "default" else "earlier (float32, 200 epochs)"  # noqa: E731
-    scaled = lambda r, k: f"{r[k]:.0f}" + (" *" if r["scaled"] and k != "collect_s" else "")  # noqa: E731
-    rows = [[name(r), r["task"], str(r["frames"]), scaled(r, "collect_s"), scaled(r, "encode_s"),
-             scaled(r, "train_s"), f"**{r['collect_train_s'] / 60:.1f}**"] for r in d["results"]]
+    cell = lambda r, k: "not timed" if r.get(k) is None else f"{r[k]:.0f}" + (  # noqa: E731
+        " *" if r["scaled"] and k != "collect_s" else "")
+    rows = [[name(r), r["task"], str(r["frames"]), str(r["epochs"]), cell(r, "collect_s"), cell(r, "encode_s"),
+             cell(r, "train_s"), f"**{r['collect_train_s'] / 60:.1f}**" if "collect_train_s" in r else ""]
+            for r in d["results"]]
     m, st = d["machine"], d["settings"]
-    stages = table(["recipe", "task", "frames", "collect (s)", "encode (s)", "train (s)", "collect + train (min)"],
-                   rows)
+    stages = table(["recipe", "task", "frames", "epochs", "collect (s)", "encode (s)", "train (s)",
+                    "collect + train (min)"], rows)
     e = load(CONTROL_SPEED_SUCCESS)
     rows = []
     for r in e["results"]:
@@ -323,11 +325,12 @@ def control_speed(link: str = LINK) -> str:
     rows.append(["**both**", str(a["episodes"]), "", "", f"{a['baseline_only']} / {a['this_only']}", pval(a["p"])])
     paired = table(["task", "held-out configurations", "earlier recipe", "default recipe",
                     "won only by earlier / default", "exact McNemar p"], rows)
+    sampled = (f"; * timed on the first {st['sample_demos']} demos and {st['sample_epochs']} epochs and scaled to all"
+               if any(r["scaled"] for r in d["results"]) else "")
     return f"""{stages}
 
-{st['demos']} demos, {st['threads']} threads, the machine's 1-minute load {m['loadavg_1min']:.1f} on {m['cpu_count']} \
-cores (other work running); * timed on the first {st['sample_demos']} demos and {st['sample_epochs']} epochs and \
-scaled to all ({date(d)}, [json]({link}{CONTROL_STAGES})).
+{st['demos']} demos, {st['threads']} thread(s), the machine's 1-minute load {m['loadavg_1min']:.1f} on \
+{m['cpu_count']} cores (other work running){sampled} ({date(d)}, [json]({link}{CONTROL_STAGES})).
 
 {paired}
 
