@@ -36,7 +36,7 @@ CONTROL_TASKS = [
 ]
 CONTROL_LATENCY = [f"control_latency_default_chunk8_2026-12-04_run{i}.json" for i in (1, 2, 3)]
 # A new task in minutes (issue 62): a new task's stages, both recipes; the default recipe paired against the earlier
-CONTROL_STAGES = "control_train_speed_2026-12-05_hammer.json"
+CONTROL_STAGES = ["control_train_speed_2026-12-05_hammer_1thread.json", "control_train_speed_2026-12-05_hammer.json"]
 CONTROL_SPEED_SUCCESS = "control_train_speed_2026-12-05_reach_pick.json"
 
 
@@ -304,16 +304,21 @@ preprocess, encode, head and environment step; targets p50 <= {t['p50_ms']:.0f} 
 def control_speed(link: str = LINK) -> str:
     """Wall seconds per stage of a new task (collect, encode, train) for both recipes, and the default recipe's
     held-out success paired episode by episode against the earlier recipe's heads, dated and linked."""
-    d = load(CONTROL_STAGES)
     name = lambda r: "default" if r["recipe"] == "default" else "earlier (float32, 200 epochs)"  # noqa: E731
     cell = lambda r, k: "not timed" if r.get(k) is None else f"{r[k]:.0f}" + (  # noqa: E731
         " *" if r["scaled"] and k != "collect_s" else "")
-    rows = [[name(r), r["task"], str(r["frames"]), str(r["epochs"]), cell(r, "collect_s"), cell(r, "encode_s"),
-             cell(r, "train_s"), f"**{r['collect_train_s'] / 60:.1f}**" if "collect_train_s" in r else ""]
-            for r in d["results"]]
-    m, st = d["machine"], d["settings"]
+    rows = []
+    for js in CONTROL_STAGES:
+        d = load(js)
+        m, st = d["machine"], d["settings"]
+        run = lambda r: (f"{st['threads']}, load {m['loadavg_1min']:.1f}" + (  # noqa: E731
+            f", * first {st['sample_demos']} demos, {st['sample_epochs']} epochs, scaled" if r["scaled"] else "")
+            + f"; {date(d)}, [json]({link}{js})")
+        rows += [[name(r), r["task"], str(r["frames"]), str(r["epochs"]), cell(r, "collect_s"), cell(r, "encode_s"),
+                  cell(r, "train_s"), f"**{r['collect_train_s'] / 60:.1f}**" if "collect_train_s" in r else "", run(r)]
+                 for r in d["results"]]
     stages = table(["recipe", "task", "frames", "epochs", "collect (s)", "encode (s)", "train (s)",
-                    "collect + train (min)"], rows)
+                    "collect + train (min)", "threads, machine load, measured"], rows)
     e = load(CONTROL_SPEED_SUCCESS)
     rows = []
     for r in e["results"]:
@@ -325,12 +330,9 @@ def control_speed(link: str = LINK) -> str:
     rows.append(["**both**", str(a["episodes"]), "", "", f"{a['baseline_only']} / {a['this_only']}", pval(a["p"])])
     paired = table(["task", "held-out configurations", "earlier recipe", "default recipe",
                     "won only by earlier / default", "exact McNemar p"], rows)
-    sampled = (f"; * timed on the first {st['sample_demos']} demos and {st['sample_epochs']} epochs and scaled to all"
-               if any(r["scaled"] for r in d["results"]) else "")
     return f"""{stages}
 
-{st['demos']} demos, {st['threads']} thread(s), the machine's 1-minute load {m['loadavg_1min']:.1f} on \
-{m['cpu_count']} cores (other work running){sampled} ({date(d)}, [json]({link}{CONTROL_STAGES})).
+25 demos on 2 cores with other work running (the load is the 1-minute load when the run ended).
 
 {paired}
 
