@@ -39,7 +39,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--heldout-start", type=int, default=0, help="first held-out configuration (e.g. 500: a "
                     "validation set disjoint from the test set)")
     ap.add_argument("--max-steps", type=int, default=500, help="episode cap at evaluation")
-    ap.add_argument("--epochs", type=int, default=None, help="behaviour-cloning epochs (default: the library's)")
+    ap.add_argument("--epochs", type=int, default=None,
+                    help="behaviour-cloning epochs (default: the library's step budget, control.bc_epochs)")
     ap.add_argument("--blocks", type=lambda s: [int(b) for b in s.split(",")], default=None,
                     help="comma-separated encoder blocks, e.g. 2,5,11 (default: control.default_blocks)")
     ap.add_argument("--backbone", default=None, help="timm name (default: the embedded default ViT)")
@@ -103,15 +104,15 @@ def main() -> int:
 
     from frozenvit.backbone import load_backbone
     from frozenvit.backbone.errors import ArtifactError
-    from frozenvit.control import (DEFAULT_CAMERA, PatchTokenPolicy, cache_features, collect_demos, config_seeds,
-                                   default_blocks, evaluate, load_manifest)
+    from frozenvit.control import (DEFAULT_CAMERA, PatchTokenPolicy, bc_epochs, cache_features, collect_demos,
+                                   config_seeds, default_blocks, evaluate, load_manifest)
 
     baseline = read_run(args.baseline) if args.baseline else None           # a bad path fails now, not in hours
     torch.set_num_threads(args.threads)
     bb = load_backbone(args.backbone, weights=args.weights)
     blocks = bb.resolve_blocks(args.blocks or default_blocks(bb.config.depth))
     encoder = f"{bb.config.name}@{bb.config.img_size[0]}"
-    epochs = args.epochs if args.epochs is not None else PatchTokenPolicy().epochs
+    epochs = args.epochs                                  # None: each task's cache gets the library's step budget
     heldout = config_seeds("heldout", args.configs, start=args.heldout_start)
     work = Path(args.work_dir)
     out = Path(args.out) if args.out else RESULTS / "control_success.json"
@@ -136,8 +137,9 @@ def main() -> int:
             for pooling in args.poolings:
                 t0 = time.perf_counter()
                 pol = PatchTokenPolicy(pooling, epochs=epochs, seed=seed)
+                e = epochs or bc_epochs(len(caches[task]))
                 name = f"{task}_{encoder}_{(bb.weights_sha256 or 'random')[:10]}_b{'-'.join(map(str, blocks))}_" \
-                       f"{demonstrators[task]}_{pooling}_e{epochs}_s{seed}"
+                       f"{demonstrators[task]}_{pooling}_e{e}_s{seed}"
                 pol_dir = work / "policies" / name
                 try:
                     cached = PatchTokenPolicy.load(pol_dir) if pol_dir.is_dir() else None

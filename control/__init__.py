@@ -27,10 +27,11 @@ _API = {
     "errors": ("DemoError", "PolicyError", "RenderUnavailable", "TaskError"),
     "evaluate": ("EpisodeJournal", "TaskResult", "evaluate", "release_workers", "save_gif"),
     "experts": ("DEMONSTRATORS", "EXPERTS", "TASK_DEMONSTRATORS", "expert_name", "make_expert"),
-    "features": ("FeatureCache", "backbone_meta", "cache_features", "default_blocks", "load_feature_cache"),
+    "features": ("FeatureCache", "backbone_meta", "cache_features", "default_blocks", "load_feature_cache",
+                 "native_bfloat16"),
     "head": ("POOLINGS", "AttentionConfig", "AttentionPool", "HeadConfig", "PolicyHead", "bc_loss"),
     "latency": ("STAGES", "LatencyReport", "UntrainedHead", "measure_latency"),
-    "policy": ("PatchTokenPolicy",),
+    "policy": ("PatchTokenPolicy", "bc_epochs"),
     "render": ("FrameRenderer", "RenderSettings", "camera_is_upside_down"),
 }
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _API, globals())

@@ -20,11 +20,11 @@ from frozenvit.backbone.suite.cli import add_backbone_args, add_threads_arg, num
 from frozenvit.backbone.suite.engine import add_engine_args
 from frozenvit.backbone.suite.errors import UsageError
 
-from .defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_CAMERA, DEFAULT_CHUNK, DEFAULT_CONFIGS,
+from .defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_STEPS, DEFAULT_CAMERA, DEFAULT_CHUNK, DEFAULT_CONFIGS,
                        DEFAULT_EPISODES, DEFAULT_EXPERT, DEFAULT_HEADS, DEFAULT_HIDDEN, DEFAULT_HOLD_STEPS, DEFAULT_LR,
-                       DEFAULT_MAX_STEPS, DEFAULT_PARALLEL, DEFAULT_POOLING, DEFAULT_QUERIES, DEFAULT_SEED,
-                       DEFAULT_VIEW_JITTER, DEFAULT_VIEW_SHIFT, DEFAULT_VIEWS, LATENCY_STEPS, LATENCY_TASK,
-                       LATENCY_WARMUP, POOLINGS)
+                       DEFAULT_MAX_STEPS, DEFAULT_PARALLEL, DEFAULT_POOLING, DEFAULT_PRECISION, DEFAULT_QUERIES,
+                       DEFAULT_SEED, DEFAULT_VIEW_JITTER, DEFAULT_VIEW_SHIFT, DEFAULT_VIEWS, LATENCY_STEPS,
+                       LATENCY_TASK, LATENCY_WARMUP, POOLINGS, PRECISIONS)
 from .experts import EXPERTS
 
 POSITIVE = number(int, min=1)
@@ -71,7 +71,9 @@ def register(subparsers: Any) -> None:
     q.add_argument("--heads", type=POSITIVE, default=DEFAULT_HEADS,
                    help="attention pooling: attention heads (must divide the token width)")
     q.add_argument("--hidden", type=POSITIVE, default=DEFAULT_HIDDEN, help="width of the MLP's hidden layers")
-    q.add_argument("--epochs", type=POSITIVE, default=DEFAULT_BC_EPOCHS, help="behaviour-cloning epochs")
+    q.add_argument("--epochs", type=POSITIVE, default=None,
+                   help=f"behaviour-cloning epochs (without it: as many as make about {DEFAULT_BC_STEPS} optimizer "
+                        "steps, whatever the number of demo frames)")
     q.add_argument("--batch-size", type=POSITIVE, default=DEFAULT_BATCH_SIZE, help="frames per optimizer step")
     q.add_argument("--lr", type=number(float, min=0, min_open=True), default=DEFAULT_LR,
                    help="peak learning rate (5%% warm-up, then cosine decay)")
@@ -83,6 +85,10 @@ def register(subparsers: Any) -> None:
                         f"input size, colour jitter +-{DEFAULT_VIEW_JITTER:g}), encoded once and cached beside the "
                         "clean features; each BC sample reads the frame or one of its views; costs K times the clean "
                         "features' memory and disk; 0: none")
+    q.add_argument("--precision", choices=PRECISIONS, default=DEFAULT_PRECISION,
+                   help="arithmetic of the encoder while caching the demo features and of attention pooling's "
+                        "products with the tokens in training (weights and the run-time policy are float32 either "
+                        "way); auto: bfloat16 where the CPU multiplies it natively (AMX, AVX512-BF16), else float32")
     q.add_argument("--seed", type=int, default=DEFAULT_SEED,
                    help="seed of the head's initialisation and of the shuffling")
     q.add_argument("--checkpoint", default=None,
@@ -194,9 +200,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     bb = _encoder(args)
     blocks = _blocks(args.blocks, bb.config.depth)
     pol = PatchTokenPolicy(args.pooling, attention, hidden=args.hidden, epochs=args.epochs, batch_size=args.batch_size,
-                           lr=args.lr, seed=args.seed, chunk=args.chunk)
+                           lr=args.lr, seed=args.seed, chunk=args.chunk, precision=args.precision)
     pol.head_config(backbone_meta(bb, blocks))         # hyperparameters that cannot fit fail before any encoding
-    cache = cache_features(args.demos, bb, block=blocks, views=args.views)
+    cache = cache_features(args.demos, bb, block=blocks, views=args.views, precision=args.precision)
     size = cache.nbytes()
     print(f"features: {size['tokens'] / 2**20:.1f} MiB for {len(cache)} frames"
           + (f", {size['views'] / 2**20:.1f} MiB more for {cache.views} views of each" if cache.views else "")

@@ -4,11 +4,12 @@ Why these values: lab/control-results.md ("Queries kept apart", "Trained to conv
 test set", "Augmented views", "Action chunks the default").
 """
 POOLINGS = ("attention", "cls", "mean")
+PRECISIONS = ("auto", "bfloat16", "float32")   # of the encoder while caching demo features
 DEFAULT_QUERIES = 4
 DEFAULT_HEADS = 4
 DEFAULT_QUERY_DIVERSITY = 0.02    # weight of the penalty on queries whose attention maps overlap
 DEFAULT_HIDDEN = 256              # width of the MLP's two hidden layers
-DEFAULT_BC_EPOCHS = 200
+DEFAULT_BC_STEPS = 1500           # optimizer steps of behaviour cloning (epochs: as many as make them)
 DEFAULT_BATCH_SIZE = 256
 DEFAULT_LR = 1e-3
 DEFAULT_HOLD_STEPS = 20           # expert steps recorded past its first success
@@ -17,6 +18,7 @@ DEFAULT_CHUNK_DECAY = 0.1         # temporal ensemble weights exp(-m i), i = 0 f
 DEFAULT_VIEWS = 4                 # augmented views per demo frame, encoded once
 DEFAULT_VIEW_SHIFT = 4            # a view's random shift, pixels of the encoder's input
 DEFAULT_VIEW_JITTER = 0.1         # a view's colour factors are drawn from [1 - jitter, 1 + jitter]
+DEFAULT_PRECISION = "auto"        # bfloat16 where the CPU multiplies it natively, else float32
 
 DEFAULT_CAMERA = "corner"
 DEFAULT_EXPERT = "default"        # each task's default demonstrator (control.experts)

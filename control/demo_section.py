@@ -13,14 +13,14 @@ import numpy as np
 
 from frozenvit.backbone.suite.report import DemoContext, Section
 
-from .defaults import DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS
+from .defaults import DEFAULT_BATCH_SIZE, DEFAULT_BC_STEPS
 
 EASY_TASK = "button-press-topdown-v3"
 BUDGET_MS = 90.0
 EVAL_SIZE = 128      # the short evaluation's input: 8x8 tokens, a third of 224 px's, so the section stays short
 # The short evaluation's cache is small (~520 frames): at the default batch of 256 an epoch is 3 steps, so the
-# default 200 epochs are ~600 steps and 200 passes over the data. Batch 32 for 40 epochs is ~680 steps in 40
-# passes: a fifth of the compute, the same success (lab/control-results.md, "The demo's schedule").
+# default step budget is well over a hundred passes. Batch 32 for 40 epochs is ~680 steps in 40 passes: the same
+# success as 200 passes (lab/control-results.md, "The demo's schedule").
 DEMO_EPOCHS, DEMO_BATCH = 40, 32
 DEMO_EPISODES, DEMO_CONFIGS, DEMO_CAP = 8, 8, 100   # demos, held-out configurations, episode cap
 
@@ -102,8 +102,8 @@ def _short_evaluation(sec: Section, bb: Any, ctx: DemoContext, label: str) -> No
     t_eval = time.perf_counter() - t0 - t_demo - t_enc - t_fit
     sec.text(f"Short evaluation on {task}: {n_demos} scripted-expert demos ({len(cache)} frames), attention-"
              f"pooling head over block(s) {block_label(cache.meta)} trained by behaviour cloning ({epochs} epochs of "
-             f"batch {DEMO_BATCH}, not the default {DEFAULT_BC_EPOCHS} of {DEFAULT_BATCH_SIZE}: a cache this small "
-             "gives the default few steps), "
+             f"batch {DEMO_BATCH}, not the default {DEFAULT_BC_STEPS} steps of {DEFAULT_BATCH_SIZE}: on a cache "
+             "this small those are many passes over the same frames), "
              f"rolled out on {n_cfg} held-out configurations (seeds {res.configs[0]}..{res.configs[-1]}, never "
              f"seen in training), cap {cap} steps.")
     sec.table([dict(task=task, encoder=label, demos=n_demos, heldout_configs=n_cfg,

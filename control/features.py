@@ -15,6 +15,10 @@ With views=K > 0 (augmentation under the frozen encoder) the directory name ends
 `_views<K>_s<shift>_j<jitter>_seed<seed>`, config.json also records views, view_shift, view_jitter and
 view_seed, and the file also holds view_tokens (M, K, N, C) float16 and view_cls (M, K, C) float16:
 K DrQ-style views of every frame (random shift, mild colour jitter), encoded once like the frames.
+
+The encoder runs in bfloat16 (torch.autocast) where the CPU multiplies bfloat16 natively (AMX or AVX512-BF16):
+about twice as fast there as float32, tokens within about 1 % of float32's. config.json records the precision
+(`precision`), and the directory name of a bfloat16 cache ends in `_bf16`.
 """
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ from frozenvit.backbone.suite.artifacts import atomic_dir, read_config, write_js
 from frozenvit.backbone.suite.errors import ParameterError
 from frozenvit.backbone.suite.progress import progress_bar
 
-from .defaults import DEFAULT_VIEW_JITTER, DEFAULT_VIEW_SHIFT, DEFAULT_VIEWS
+from .defaults import DEFAULT_PRECISION, DEFAULT_VIEW_JITTER, DEFAULT_VIEW_SHIFT, DEFAULT_VIEWS, PRECISIONS
 from .demos import iter_episodes, load_manifest
 from .errors import DemoError
 
@@ -123,7 +127,8 @@ def check_backbone(meta: dict[str, Any], backbone: Any) -> None:
 def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | Sequence[int] | None = None,
                    batch_size: int = 32, cache_dir: str | Path | None = None, progress: bool | None = None,
                    views: int = DEFAULT_VIEWS, shift: int = DEFAULT_VIEW_SHIFT,
-                   jitter: float = DEFAULT_VIEW_JITTER, seed: int = 0) -> FeatureCache:
+                   jitter: float = DEFAULT_VIEW_JITTER, seed: int = 0,
+                   precision: str = DEFAULT_PRECISION) -> FeatureCache:
     """Encode every frame of `demo_dir` once with the frozen `backbone` (block `block`) and cache it.
 
     block None: `default_blocks(depth)` (2, 5 and 11 for 12 blocks). Several blocks: their tokens side by side
@@ -137,10 +142,15 @@ def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | Sequence
     the same on every run. Memory and disk: K times the clean frames' features (`FeatureCache.nbytes`).
     views=0: the clean frames only; shift, jitter and seed are then unused. ParameterError for views or shift < 0 or jitter outside [0, 1).
 
+    precision: the encoder's arithmetic, "float32", "bfloat16" (torch.autocast on the CPU) or "auto" (bfloat16
+    where the CPU multiplies it natively, `native_bfloat16`, else float32); the tokens are stored in float16
+    either way. ParameterError for another value.
+
     A cache with the same backbone weights, input size, block, episodes (and views) is loaded instead of
     recomputed. `cache_dir` overrides the default location under `<demo_dir>/features/`.
     """
     check_views(views, shift, jitter, seed)
+    precision = resolve_precision(precision)
     manifest = load_manifest(demo_dir)
     if not manifest["episodes"]:
         raise DemoError(f"{demo_dir} has no successful episodes to encode")
@@ -148,11 +158,13 @@ def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | Sequence
     meta.update(task=manifest["task"], camera=manifest["camera"], demo_image_size=manifest["image_size"],
                 render=manifest["render"])
     meta["configs"] = [e["config"] for e in manifest["episodes"]]
+    meta["precision"] = precision
     if views:
         meta.update(views=int(views), view_shift=int(shift), view_jitter=float(jitter), view_seed=int(seed))
     if cache_dir is None:
         H = meta["img_size"][0]
         sfx = f"_views{views}_s{shift}_j{jitter:g}_seed{seed}" if views else ""    # none: the clean caches' names
+        sfx += "_bf16" if precision == "bfloat16" else ""
         cache_dir = Path(demo_dir) / "features" / (
             f"{meta['backbone']}_{H}px_b{block_label(meta)}_{meta['fingerprint'][:12]}{sfx}")
     cache_dir = Path(cache_dir)
@@ -165,9 +177,10 @@ def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | Sequence
     rng = np.random.default_rng(seed)
     episodes = progress_bar(iter_episodes(demo_dir), total=len(manifest["episodes"]), desc="encode demos", unit="ep",
                     disable=None if progress is None else not progress)
+    blocks = token_blocks(meta)
     for e, ep in enumerate(episodes):
-        blocks = token_blocks(meta)
-        g = backbone.patch_grids(list(ep.frames), blocks=blocks, batch_size=batch_size, progress=False)
+        with _autocast(precision):
+            g = backbone.patch_grids(list(ep.frames), blocks=blocks, batch_size=batch_size, progress=False)
         tokens, cls = _tokens_and_cls(g, blocks)                                 # (T, N, C), (T, C)
         parts["tokens"].append(tokens)
         parts["cls"].append(cls)
@@ -176,7 +189,7 @@ def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | Sequence
         parts["episode"].append(torch.full((len(ep),), e, dtype=torch.int64))
         parts["step"].append(torch.arange(len(ep), dtype=torch.int64))
         if views:
-            vt, vc = _encode_views(backbone, ep.frames, blocks, views, shift, jitter, rng, batch_size)
+            vt, vc = _encode_views(backbone, ep.frames, blocks, views, shift, jitter, rng, batch_size, precision)
             parts["view_tokens"].append(vt)
             parts["view_cls"].append(vc)
     tensors = {k: torch.cat(v).contiguous() for k, v in parts.items()}
@@ -184,6 +197,27 @@ def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | Sequence
         save_file(tensors, str(tmp / "features.safetensors"))
         write_json(tmp / "config.json", dict(kind=KIND, format_version=FORMAT_VERSION, **meta))
     return _as_cache(tensors, meta)
+
+
+def native_bfloat16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AMX tiles or AVX512-BF16), where autocast pays."""
+    cpu = torch.cpu
+    return any(getattr(cpu, f, lambda: False)() for f in ("_is_amx_tile_supported", "_is_avx512_bf16_supported"))
+
+
+def resolve_precision(precision: str) -> str:
+    """"float32" or "bfloat16" for a `cache_features` precision ("auto": `native_bfloat16`); ParameterError for
+    another value."""
+    if precision not in PRECISIONS:
+        raise ParameterError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision == "auto":
+        return "bfloat16" if native_bfloat16() else "float32"
+    return precision
+
+
+def _autocast(precision: str) -> Any:
+    """The context the encoder runs in: bfloat16 autocast on the CPU, or nothing for float32."""
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bfloat16")
 
 
 def load_feature_cache(cache_dir: str | Path) -> FeatureCache:
@@ -251,7 +285,7 @@ def colour_jitter(x: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
 
 
 def _encode_views(backbone: Any, frames: np.ndarray, blocks: Sequence[int], k: int, shift: int, jitter: float,
-                  rng: np.random.Generator, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+                  rng: np.random.Generator, batch_size: int, precision: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(T, k, N, C) and (T, k, C) float16 features of k augmented views of each of T frames (uint8)."""
     T = len(frames)
     offsets = torch.from_numpy(rng.integers(0, 2 * shift + 1, size=(T, k, 2)))       # (T, k, 2)
@@ -263,8 +297,9 @@ def _encode_views(backbone: Any, frames: np.ndarray, blocks: Sequence[int], k: i
         x = x.repeat_interleave(k, 0)                                                 # (b*k, 3, H, W)
         x = colour_jitter(random_shift(x, offsets[i:i + batch_size].flatten(0, 1), shift),
                           factors[i:i + batch_size].flatten(0, 1))
-        g = backbone.patch_grids((x - pre.mean) / pre.std, blocks=blocks, batch_size=batch_size,
-                                 progress=False, check=False)
+        with _autocast(precision):
+            g = backbone.patch_grids((x - pre.mean) / pre.std, blocks=blocks, batch_size=batch_size,
+                                     progress=False, check=False)
         t, c = _tokens_and_cls(g, blocks)                                              # (b*k, N, C), (b*k, C)
         tokens.append(t)
         cls.append(c)

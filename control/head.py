@@ -129,7 +129,11 @@ class AttentionPool(nn.Module):
 
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor | None = None, return_weights: bool = False
                 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """tokens (B, N, C), optional position code pos (N, C) added to every token's key and value."""
+        """tokens (B, N, C), optional position code pos (N, C) added to every token's key and value.
+
+        The two products with the tokens (logits and pooling) run in the tokens' dtype: bfloat16 tokens make them
+        bfloat16 products (fast where the CPU multiplies bfloat16 natively; training uses that, `PolicyHead.
+        forward_prepared`); everything else, and the result, is float32."""
         # Same result as nn.MultiheadAttention(query, tokens + pos, tokens + pos), computed in the
         # cheap order: the queries are fixed, so fold W_k into them (q.W_k x) and project values
         # after pooling (sum_n a_n W_v x_n = W_v sum_n a_n x_n). Cost O(B N C H Q), not O(B N C^2),
@@ -139,17 +143,19 @@ class AttentionPool(nn.Module):
         q = self.q_proj(self.query).view(Q, H, d).transpose(0, 1)                 # (H, Q, d)
         qk = torch.einsum("hqd,hdc->hqc", q, self.k_proj.weight.view(H, d, C))    # (H, Q, C)
         qb = torch.einsum("hqd,hd->hq", q, self.k_proj.bias.view(H, d))           # (H, Q) key bias term
-        logits = torch.einsum("hqc,bnc->bhqn", qk, tokens) + qb[..., None]        # (B, H, Q, N)
+        keys = qk.reshape(H * Q, C)                                               # (HQ, C)
+        logits = (tokens.reshape(B * N, C) @ keys.to(tokens.dtype).T).float()     # (B*N, HQ): one GEMM
+        logits = logits.view(B, N, H * Q) + qb.reshape(H * Q)                     # (B, N, HQ)
         if pos is not None:
-            logits = logits + torch.einsum("hqc,nc->hqn", qk, pos)                # (H, Q, N)
-        att = (logits / math.sqrt(d)).softmax(dim=-1)                             # (B, H, Q, N)
-        pooled = torch.einsum("bhqn,bnc->bhqc", att, tokens)                      # (B, H, Q, C)
+            logits = logits + pos @ keys.T                                        # (N, HQ)
+        att = (logits / math.sqrt(d)).softmax(dim=1).transpose(1, 2)              # (B, HQ, N)
+        pooled = (att.to(tokens.dtype) @ tokens).float()                          # (B, HQ, C)
         if pos is not None:
-            pooled = pooled + att @ pos                                           # (B, H, Q, C)
-        out = torch.einsum("bhqc,hdc->bhqd", pooled, self.v_proj.weight.view(H, d, C))
+            pooled = pooled + att @ pos                                           # (B, HQ, C)
+        out = torch.einsum("bhqc,hdc->bhqd", pooled.view(B, H, Q, C), self.v_proj.weight.view(H, d, C))
         out = out + self.v_proj.bias.view(1, H, 1, d)                             # weights sum to 1
         out = self.out_proj(out.transpose(1, 2).reshape(B, Q, C))                 # (B, Q, C)
-        return (out, att) if return_weights else out
+        return (out, att.view(B, H, Q, N)) if return_weights else out
 
 
 class PolicyHead(nn.Module):

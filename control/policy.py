@@ -43,10 +43,10 @@ from frozenvit.backbone.suite.errors import ParameterError
 from frozenvit.backbone.suite.optimizer import load_optimizer, optimizer_tensors, warmup_cosine
 from frozenvit.backbone.suite.progress import progress_bar
 
-from .defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_EPOCHS, DEFAULT_CHUNK, DEFAULT_HIDDEN, DEFAULT_LR,
-                       DEFAULT_POOLING, DEFAULT_SEED, POOLINGS)
+from .defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_STEPS, DEFAULT_CHUNK, DEFAULT_HIDDEN, DEFAULT_LR,
+                       DEFAULT_POOLING, DEFAULT_PRECISION, DEFAULT_SEED, POOLINGS, PRECISIONS)
 from .errors import DemoError
-from .features import FeatureCache, check_backbone, token_blocks
+from .features import FeatureCache, check_backbone, resolve_precision, token_blocks
 from .head import AttentionConfig, HeadConfig, PolicyHead, bc_loss
 
 KIND = "control.policy"
@@ -60,12 +60,18 @@ class PatchTokenPolicy(BaseEstimator):
     attention: AttentionConfig for pooling "attention" (None: its defaults); with another pooling
         it must stay None.
     hidden: width of the MLP's hidden layers.
-    epochs, batch_size, lr, weight_decay, seed: the BC schedule (AdamW, 5% warm-up, cosine decay;
-        seeded initialisation and shuffling).
+    epochs: passes over the cache; None: as many as make about `DEFAULT_BC_STEPS` optimizer steps
+        (`bc_epochs`), so that training takes about the same time whatever the number of demo frames.
+    batch_size, lr, weight_decay, seed: the BC schedule (AdamW, 5% warm-up, cosine decay; seeded
+        initialisation and shuffling).
     chunk: actions predicted per frame (k; 1: one action).
     augment: train on the cache's augmented views too, when it holds some (`cache_features(views=K)`): each
         sample of each epoch reads the clean frame or one of its K views, uniformly (seeded by `seed`). No
         effect on a cache without views.
+    precision: arithmetic of attention pooling's two products with the tokens during training, "float32",
+        "bfloat16" (the normalised tokens held in bfloat16, not float16) or "auto" (bfloat16 where the CPU
+        multiplies it natively, `features.native_bfloat16`); weights, gradients and everything else stay
+        float32, and `predict` is float32 always.
     A hyperparameter out of its range, or one that contradicts another or the features, is a ParameterError
     (sklearn's InvalidParameterError), raised by `fit` and `head_config` before any work.
     Learned attributes: head_ (PolicyHead), proprio_mean_/proprio_std_ (P,), meta_ (dict: the
@@ -76,19 +82,20 @@ class PatchTokenPolicy(BaseEstimator):
         "pooling": [StrOptions(set(POOLINGS))],
         "attention": [AttentionConfig, None],
         "hidden": [Interval(Integral, 1, None, closed="left")],
-        "epochs": [Interval(Integral, 1, None, closed="left")],
+        "epochs": [Interval(Integral, 1, None, closed="left"), None],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "lr": [Interval(Real, 0, None, closed="neither")],
         "weight_decay": [Interval(Real, 0, None, closed="left")],
         "seed": [Interval(Integral, None, None, closed="neither")],
         "chunk": [Interval(Integral, 1, None, closed="left")],
         "augment": ["boolean"],
+        "precision": [StrOptions(set(PRECISIONS))],
     }
 
     def __init__(self, pooling: str = DEFAULT_POOLING, attention: AttentionConfig | None = None, *,
-                 hidden: int = DEFAULT_HIDDEN, epochs: int = DEFAULT_BC_EPOCHS, batch_size: int = DEFAULT_BATCH_SIZE,
+                 hidden: int = DEFAULT_HIDDEN, epochs: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
                  lr: float = DEFAULT_LR, weight_decay: float = 1e-4, seed: int = DEFAULT_SEED,
-                 chunk: int = DEFAULT_CHUNK, augment: bool = True) -> None:
+                 chunk: int = DEFAULT_CHUNK, augment: bool = True, precision: str = DEFAULT_PRECISION) -> None:
         self.pooling = pooling
         self.attention = attention
         self.hidden = hidden
@@ -99,6 +106,7 @@ class PatchTokenPolicy(BaseEstimator):
         self.seed = seed
         self.chunk = chunk
         self.augment = augment
+        self.precision = precision
 
     @property
     def uses_cls(self) -> bool:
@@ -135,14 +143,12 @@ class PatchTokenPolicy(BaseEstimator):
         targets = cache.actions if cfg.chunk == 1 else cache.actions[chunk_rows(cache, cfg.chunk)].flatten(1)  # (M, k*A)
         opt = torch.optim.AdamW(head.parameters(), lr=self.lr, weight_decay=self.weight_decay)
         gen = torch.Generator().manual_seed(self.seed)
-        frames_in = _prepare_frames(head, cache.tokens, cache.cls)                  # (M, N, C) or (M, C)
         K = cache.views if self.augment else 0
-        views_in = None                                                             # (M*K, N, C) or (M*K, C)
-        if K:
-            views_in = _prepare_frames(head, cache.view_tokens.flatten(0, 1),
-                                       None if cache.view_cls is None else cache.view_cls.flatten(0, 1))
+        dtype = torch.bfloat16 if resolve_precision(self.precision) == "bfloat16" else torch.float32
+        inputs = _prepare_inputs(head, cache, K, dtype)                             # (M*(K+1), N, C) or (M*(K+1), C)
         steps_per_epoch = math.ceil(M / self.batch_size)
-        total = self.epochs * steps_per_epoch
+        epochs = self.epochs if self.epochs is not None else bc_epochs(M, self.batch_size)
+        total = epochs * steps_per_epoch
         start_epoch, history = 0, []
         ckpt = Path(checkpoint_dir) if checkpoint_dir is not None else None
         if ckpt is not None and (ckpt / "train_state.safetensors").is_file():
@@ -152,7 +158,7 @@ class PatchTokenPolicy(BaseEstimator):
         self.proprio_mean_, self.proprio_std_ = mean, std
         self.n_samples_ = M
         head.train()
-        bar = progress_bar(range(start_epoch, self.epochs), desc=f"bc {self.pooling}", unit="epoch",
+        bar = progress_bar(range(start_epoch, epochs), desc=f"bc {self.pooling}", unit="epoch",
                            disable=None if progress is None else not progress)
         for epoch in bar:
             perm = torch.randperm(M, generator=gen)
@@ -163,10 +169,9 @@ class PatchTokenPolicy(BaseEstimator):
                 for g in opt.param_groups:                                          # cosine decay, 5% warm-up
                     g["lr"] = self.lr * warmup_cosine(step, total)
                 rows = perm[s * self.batch_size:(s + 1) * self.batch_size]         # (B,)
-                x = frames_in[rows].float()                                         # (B, N, C) or (B, C)
-                if pick is not None:
-                    v = pick[rows]                                                  # (B,)
-                    x[v > 0] = views_in[rows[v > 0] * K + v[v > 0] - 1].float()     # view k of frame r: r*K + k-1
+                at = rows * (K + 1) + (pick[rows] if pick is not None else 0)       # (B,) frame r, view k: r*(K+1)+k
+                x = inputs.index_select(0, at)                                      # (B, N, C) or (B, C)
+                x = x if x.dtype == dtype else x.float()                            # bfloat16 tokens stay so
                 prop = (cache.proprio[rows] - mean) / std                           # (B, P)
                 pred, penalty = head.forward_prepared(x, prop, return_penalty=True)  # (B, k*A)
                 loss = bc_loss(pred, targets[rows])
@@ -176,7 +181,7 @@ class PatchTokenPolicy(BaseEstimator):
                 tot += loss.item() * len(rows)                                      # history: the BC loss alone
             history.append(tot / M)
             bar.set_postfix(loss=f"{history[-1]:.4f}")
-            if ckpt is not None and ((epoch + 1) % checkpoint_every == 0 or epoch + 1 == self.epochs):
+            if ckpt is not None and ((epoch + 1) % checkpoint_every == 0 or epoch + 1 == epochs):
                 self.head_, self.history_ = head, history
                 self._checkpoint(ckpt, opt, gen, epoch + 1)
         self.head_ = head.eval()
@@ -311,18 +316,36 @@ def policy_digest(policy: PatchTokenPolicy) -> str:
 
 
 # what a checkpoint and the features it is resumed on must agree on: the encoder and the augmented views
-_FEATURE_KEYS = ("fingerprint", "views", "view_shift", "view_jitter", "view_seed")
+_FEATURE_KEYS = ("fingerprint", "precision", "views", "view_shift", "view_jitter", "view_seed")
+
+
+def bc_epochs(frames: int, batch_size: int = DEFAULT_BATCH_SIZE, steps: int | None = None) -> int:
+    """Epochs of `PatchTokenPolicy(epochs=None)` on `frames` frames: the fewest that make `steps` optimizer steps
+    (None: `DEFAULT_BC_STEPS`)."""
+    steps = DEFAULT_BC_STEPS if steps is None else steps
+    return max(1, math.ceil(steps / math.ceil(frames / batch_size)))
 
 
 @torch.no_grad()
-def _prepare_frames(head: PolicyHead, tokens: torch.Tensor, cls: torch.Tensor | None, batch: int = 256) -> torch.Tensor:
-    """The head's parameter-free input for every cached frame (tokens (M, N, C), cls (M, C) or None), computed once.
-
-    LN'ed tokens (M, N, C) kept in float16 for attention pooling; pooled (M, C) float32 otherwise.
-    """
-    out = []
-    for i in range(0, len(tokens), batch):
-        x = head.prepare(tokens[i:i + batch], cls[i:i + batch] if cls is not None else None)
-        out.append(x.half() if x.ndim == 3 else x)
-    return torch.cat(out)
+def _prepare_inputs(head: PolicyHead, cache: FeatureCache, views: int, dtype: torch.dtype = torch.float32,
+                    batch: int = 256) -> torch.Tensor:
+    """The head's parameter-free input (`PolicyHead.prepare`) of every cached frame and of its first `views`
+    views, computed once, in one table: row r*(views+1) is frame r, row r*(views+1)+k its view k, so that a
+    batch is one gather. LN'ed tokens (M*(views+1), N, C) for attention pooling, kept in bfloat16 for a
+    bfloat16 `dtype` and in float16 otherwise; pooled (M*(views+1), C) float32 for the other poolings."""
+    M = len(cache)
+    out = None
+    for i in range(0, M, batch):
+        j = min(i + batch, M)
+        tokens, cls = cache.tokens[i:j, None], None if cache.cls is None else cache.cls[i:j, None]  # (b, 1, N, C)
+        if views:
+            tokens = torch.cat([tokens, cache.view_tokens[i:j, :views]], 1)                       # (b, 1+K, N, C)
+            if cls is not None:
+                cls = torch.cat([cls, cache.view_cls[i:j, :views]], 1)                             # (b, 1+K, C)
+        x = head.prepare(tokens, cls)                                               # (b, 1+K, N, C) or (b, 1+K, C)
+        x = (x.bfloat16() if dtype == torch.bfloat16 else x.half()) if x.ndim == 4 else x
+        if out is None:
+            out = x.new_empty((M, views + 1, *x.shape[2:]))
+        out[i:j] = x
+    return out.flatten(0, 1)
 

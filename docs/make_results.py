@@ -35,6 +35,9 @@ CONTROL_TASKS = [
     ("door-open-v3", "control_success_default_2026-12-04_new4.json"),
 ]
 CONTROL_LATENCY = [f"control_latency_default_chunk8_2026-12-04_run{i}.json" for i in (1, 2, 3)]
+# A new task in minutes (issue 62): a new task's stages, both recipes; the default recipe paired against the earlier
+CONTROL_STAGES = ["control_train_speed_2026-12-05_hammer_1thread.json", "control_train_speed_2026-12-05_hammer.json"]
+CONTROL_SPEED_SUCCESS = "control_train_speed_2026-12-05_reach_pick.json"
 
 
 def load(name: str) -> dict:
@@ -263,7 +266,8 @@ DOC_TABLES = {ROOT / "docs" / "forecasting.md": {
     "forecast_lookback": lambda: lookback_table("../benchmarks/results/")},
     ROOT / "docs" / "anomaly.md": {"anomaly_select": lambda: anomaly_select_table("../benchmarks/results/"),
                                    "anomaly_select_grid": lambda: anomaly_select_grid("../benchmarks/results/"),
-                                   "anomaly_fit_speed": lambda: anomaly_fit_speed("../benchmarks/results/")}}
+                                   "anomaly_fit_speed": lambda: anomaly_fit_speed("../benchmarks/results/")},
+    ROOT / "docs" / "control.md": {"control_train_speed": lambda: control_speed("../benchmarks/results/")}}
 TABLE = re.compile(r"(<!-- table:(\w+) -->\n).*?(<!-- /table -->)", re.S)
 
 
@@ -408,14 +412,61 @@ def control() -> str:
 
 Held-out success of the shipped defaults (`benchmarks/control_success.py`): the embedded ViT at 224 px,
 heads reading blocks 2, 5 and 11 through attention pooling, chunks of 8 actions, 4 augmented views, 25
-demos per task, 50 held-out configurations per task and seed, three training seeds.
+demos per task, 50 held-out configurations per task and seed, three training seeds. These heads were
+trained with the earlier recipe (encoder and pooling in float32, 200 epochs); the faster one is paired
+against it below.
 
 {success}
+
+A new task in minutes (`benchmarks/control_train_speed.py`):
+
+{control_speed()}
 
 Control loop latency on reach-v3, one environment, 2 threads (`benchmarks/control_latency.py`; render,
 preprocess, encode, head and environment step; targets p50 <= {t['p50_ms']:.0f} ms and p99 <= {t['p99_ms']:.0f} ms):
 
 {latency}
+"""
+
+
+def control_speed(link: str = LINK) -> str:
+    """Wall seconds per stage of a new task (collect, encode, train) for both recipes, and the default recipe's
+    held-out success paired episode by episode against the earlier recipe's heads, dated and linked."""
+    name = lambda r: "default" if r["recipe"] == "default" else "earlier (float32, 200 epochs)"  # noqa: E731
+    cell = lambda r, k: "not timed" if r.get(k) is None else f"{r[k]:.0f}" + (  # noqa: E731
+        " *" if r["scaled"] and k != "collect_s" else "")
+    rows = []
+    for js in CONTROL_STAGES:
+        d = load(js)
+        m, st = d["machine"], d["settings"]
+        run = lambda r: (f"{st['threads']}, load {m['loadavg_1min']:.1f}" + (  # noqa: E731
+            f", * first {st['sample_demos']} demos, {st['sample_epochs']} epochs, scaled" if r["scaled"] else "")
+            + f"; {date(d)}, [json]({link}{js})")
+        rows += [[name(r), r["task"], str(r["frames"]), str(r["epochs"]), cell(r, "collect_s"), cell(r, "encode_s"),
+                  cell(r, "train_s"), f"**{r['collect_train_s'] / 60:.1f}**" if "collect_train_s" in r else "", run(r)]
+                 for r in d["results"]]
+    stages = table(["recipe", "task", "frames", "epochs", "collect (s)", "encode (s)", "train (s)",
+                    "collect + train (min)", "threads, machine load, measured"], rows)
+    e = load(CONTROL_SPEED_SUCCESS)
+    rows = []
+    for r in e["results"]:
+        t = r["paired"]
+        n = t["episodes"]
+        rows.append([r["task"], str(n), f"{round(t['baseline_success'] * n)} / {n}", f"{round(t['success'] * n)} / {n}",
+                     f"{t['baseline_only']} / {t['this_only']}", pval(t["p"])])
+    a = e["paired_all"]
+    rows.append(["**both**", str(a["episodes"]), "", "", f"{a['baseline_only']} / {a['this_only']}", pval(a["p"])])
+    paired = table(["task", "held-out configurations", "earlier recipe", "default recipe",
+                    "won only by earlier / default", "exact McNemar p"], rows)
+    return f"""{stages}
+
+25 demos on 2 cores with other work running (the load is the 1-minute load when the run ended).
+
+{paired}
+
+One training seed (0) per recipe, the first {e['settings']['configs']} of the earlier run's 50 held-out \
+configurations, cap {e['settings']['max_steps']} steps, the same demos ({date(e)}, [json]({link}{CONTROL_SPEED_SUCCESS}); \
+earlier heads: {', '.join(f"[{t}]({link}{j})" for t, j in e['settings']['baselines'].items())}).
 """
 
 

@@ -20,7 +20,7 @@ from test_control_policy import marked_token_cache, small
 
 RENDER = dict(shadows=False, reflections=False, offsamples=0)
 CLEAN_KEYS = {"kind", "format_version", "backbone", "fingerprint", "pretrained", "img_size", "block", "grid",
-              "embed_dim", "has_cls", "task", "camera", "demo_image_size", "render", "configs"}
+              "embed_dim", "has_cls", "task", "camera", "demo_image_size", "render", "configs", "precision"}
 
 
 def write_demos(root: Path, episodes=(5, 4), size=48, seed=0) -> Path:
@@ -125,20 +125,20 @@ def test_views_are_the_same_with_the_same_seed_and_differ_with_another(demos, bb
 
 
 def test_without_views_the_cache_keeps_its_folder_and_config_and_views_go_elsewhere(demos, bb, monkeypatch):
-    clean = cache_features(demos, bb, progress=False, views=0)
+    clean = cache_features(demos, bb, progress=False, views=0, precision="float32")
     name = f"{bb.config.name}_64px_b3_{backbone_fingerprint(bb)[:12]}"
     folder = Path(demos) / "features" / name
     assert set(json.loads((folder / "config.json").read_text())) == CLEAN_KEYS
     assert clean.views == 0 and clean.view_tokens is None and clean.nbytes()["views"] == 0
-    with_views = cache_features(demos, bb, progress=False, views=2, shift=3)
+    with_views = cache_features(demos, bb, progress=False, views=2, shift=3, precision="float32")
     folders = sorted(p.name for p in (Path(demos) / "features").iterdir())
     assert folders == sorted([name, name + "_views2_s3_j0.1_seed0"])
     nb = with_views.nbytes()
     assert nb["views"] == 2 * nb["tokens"] == 2 * (clean.tokens.numel() + clean.cls.numel()) * 2   # float16
     monkeypatch.setattr(type(bb), "patch_grids", lambda *a, **k: pytest.fail("re-encoded a cached frame"))
-    again = cache_features(demos, bb, progress=False, views=0)
+    again = cache_features(demos, bb, progress=False, views=0, precision="float32")
     assert again.views == 0 and torch.equal(again.tokens, clean.tokens)
-    assert cache_features(demos, bb, progress=False, views=2, shift=3).views == 2
+    assert cache_features(demos, bb, progress=False, views=2, shift=3, precision="float32").views == 2
 
 
 def test_a_clean_cache_given_as_cache_dir_is_not_taken_for_a_views_cache_or_back(demos, bb, tmp_path):

@@ -19,7 +19,7 @@ def test_every_commands_defaults_are_the_librarys():
         collect_demos, "max_steps", "hold_steps", "expert", "camera")
     tr = parse(["control", "train", "--demos", "d", "--out", "o"])
     params = PatchTokenPolicy().get_params()
-    names = ("pooling", "hidden", "epochs", "batch_size", "lr", "seed", "chunk")
+    names = ("pooling", "hidden", "epochs", "batch_size", "lr", "seed", "chunk", "precision")
     assert {k: getattr(tr, k) for k in names} == {k: params[k] for k in names}
     assert (tr.queries, tr.heads) == (AttentionConfig().queries, AttentionConfig().heads)
     ev = parse(["control", "evaluate", "--policy", "p"])
