@@ -178,8 +178,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--neural-only", action="store_true", help="compute the neural candidates only")
     ap.add_argument("--val-tail", type=int, default=1, help="the neural candidates' validation tail, in windows of h")
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the neural candidates")
-    ap.add_argument("--cache", type=Path, required=True)
-    ap.add_argument("--compute", action="store_true")
+    ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "frozenvit" / "forecast_auto_rules",
+                    help="folder of the candidates' cached forecasts, one .npz per set (written with --compute)")
+    ap.add_argument("--compute", action="store_true", help="compute the candidates' forecasts into --cache first")
     ap.add_argument("--rule-cache", type=Path, default=None, help="a --rule cache whose neural candidates to score")
     ap.add_argument("--tail-cache", type=Path, default=None, help="a --val-tail 4 cache whose neural candidates to score")
     ap.add_argument("--out", type=Path, default=None)
