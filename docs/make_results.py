@@ -36,7 +36,7 @@ CONTROL_TASKS = [
 ]
 CONTROL_LATENCY = [f"control_latency_default_chunk8_2026-12-04_run{i}.json" for i in (1, 2, 3)]
 # A new task in minutes (issue 62): a new task's stages, both recipes; the default recipe paired against the earlier
-CONTROL_STAGES = ["control_train_speed_2026-12-05_hammer_1thread.json", "control_train_speed_2026-12-05_hammer.json"]
+CONTROL_STAGES = ["control_train_speed_2026-12-05_hammer_full_1thread.json", "control_train_speed_2026-12-05_hammer_1thread.json", "control_train_speed_2026-12-05_hammer.json"]
 CONTROL_SPEED_SUCCESS = "control_train_speed_2026-12-05_reach_pick.json"
 
 
