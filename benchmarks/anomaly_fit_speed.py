@@ -100,6 +100,7 @@ def stand_in(args, rows: list[dict], save) -> None:
         lite0 = load_backbone("efficientnet_lite0")
         fits = {"efficientnet_lite0, exact coreset": lambda: PatchCore(lite0, coreset="exact", progress=False),
                 "efficientnet_lite0, auto coreset": lambda: PatchCore(lite0, coreset="auto", progress=False),
+                "default ensemble, exact coreset (the default)": lambda: detector("ensemble", "exact"),
                 "default ensemble, auto coreset": lambda: detector("ensemble", "auto")}
         for what, build in fits.items():
             det = build()
