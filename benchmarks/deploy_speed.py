@@ -21,6 +21,7 @@ Writes benchmarks/results/deploy_speed_t<threads>[_<tag>].json.
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 import warnings
@@ -208,6 +209,7 @@ def main() -> None:
     args = parser().parse_args()
     torch.set_num_threads(args.threads)
     runtimes = tuple(args.runtimes.split(","))
+    load_before = round(os.getloadavg()[0], 2)                      # 1-minute load average when the run starts
     rows = []
     if args.part in ("all", "encoder"):
         rows += bench_encoder(runtimes, args.steps, args.int8)
@@ -220,7 +222,8 @@ def main() -> None:
         print_table([r for r in rows if r["part"] == "anomaly"])
     name = f"deploy_speed_t{args.threads}" + (f"_{args.tag}" if args.tag else "")
     write_result(name, {"threads": args.threads, "part": args.part, "runtimes": list(runtimes), "rows": rows,
-                        "note": "shared 2-core machine, other jobs running: ratios within this run only"},
+                        "load_before": load_before,
+                        "note": "ratios within this run only; the machine's load is recorded before and after"},
                  args.out)
 
 

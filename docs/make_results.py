@@ -547,7 +547,7 @@ run in every case ([scaling.md](scaling.md)):
 
 
 DEPLOY = [("encoder", "deploy_speed_t2_encoder.json"), ("loop", "deploy_speed_t2_loop.json"),
-          ("anomaly", "deploy_speed_t2_anomaly512.json")]
+          ("loop", "deploy_speed_t2_loop_quiet.json"), ("anomaly", "deploy_speed_t2_anomaly512.json")]
 
 
 def deployment() -> str:
@@ -581,14 +581,16 @@ def deployment() -> str:
                         "yes" if r["same_ranking"] else "no"] for r in rows])
             what = (f"`anomaly predict` with maps, the default ensemble fitted on {rows[0]['n_train']} synthetic "
                     f"normals, {rows[0]['images']} test images of {rows[0]['image_size']} px")
-        parts.append(f"{what}, {d['threads']} threads ({src(name, d)}):\n\n{t}\n")
+        parts.append(f"{what}, {d['threads']} threads, 1-minute load {d['machine']['loadavg_1min']:.1f} at the end of the "
+                     f"run ({src(name, d)}):\n\n{t}\n")
     if not parts:
         return ""
     body = "\n".join(parts)
     return f"""## deployment runtimes
 
 `benchmarks/deploy_speed.py` ([deployment.md](deployment.md)): every runtime timed in interleaved rounds in one
-run, on the shared 2-core machine while other jobs ran, so only the ratios within a table mean anything.
+run. Most runs shared the 2-core machine with other jobs (a load above 2): there only the ratios within a table
+mean anything; the run at load 1.2 had the machine to itself.
 
 {body}"""
 
