@@ -547,7 +547,8 @@ run in every case ([scaling.md](scaling.md)):
 
 
 DEPLOY = [("encoder", "deploy_speed_t2_encoder.json"), ("loop", "deploy_speed_t2_loop.json"),
-          ("loop", "deploy_speed_t2_loop_quiet.json"), ("anomaly", "deploy_speed_t2_anomaly512.json")]
+          ("loop", "deploy_speed_t2_loop_quiet.json"), ("anomaly", "deploy_speed_t2_anomaly512.json"),
+          ("anomaly", "deploy_speed_t2_anomaly512_quiet.json")]
 
 
 def deployment() -> str:
@@ -590,7 +591,7 @@ def deployment() -> str:
 
 `benchmarks/deploy_speed.py` ([deployment.md](deployment.md)): every runtime timed in interleaved rounds in one
 run. Most runs shared the 2-core machine with other jobs (a load above 2): there only the ratios within a table
-mean anything; the run at load 1.2 had the machine to itself.
+mean anything; the runs at a load near 1 had the machine to themselves.
 
 {body}"""
 
