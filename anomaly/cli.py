@@ -116,6 +116,11 @@ def _normals(data: str) -> list[Path]:
     return read_dataset(data).train
 
 
+#: fit options each candidate of --select auto brings itself (anomaly/defaults.py SEARCH_GRID)
+SEARCH_OWNS = ("coreset_ratio", "coreset", "reduce_dim", "aggregation", "image_score", "score_border", "index",
+               "tile", "tile_overlap", "augment")
+
+
 def _select(args: argparse.Namespace, train: list[Path]) -> Any:
     """--select auto: rank the candidates of anomaly/defaults.py on planted defects, refit and save the winner;
     returns the winner."""
@@ -124,6 +129,10 @@ def _select(args: argparse.Namespace, train: list[Path]) -> Any:
     if not _wants_ensemble(args):
         raise UsageError("--select auto chooses the backbone, blocks and input size itself: drop --backbone, "
                          "--weights, --random-weights, --blocks, --image-size and --resize, or drop --select")
+    ignored = [f"--{dest.replace('_', '-')}" for dest in SEARCH_OWNS if getattr(args, dest) != args.fit_defaults[dest]]
+    if ignored:
+        raise UsageError(f"--select auto takes each candidate's own method options, so {', '.join(ignored)} would be "
+                         "ignored: drop them, or drop --select and fit with them")
     search = PatchCoreSearch(target_fpr=args.target_fpr, holdout=args.holdout, threshold=args.threshold,
                              seed=args.seed).fit(train)
     search.save(args.out)
@@ -557,10 +566,11 @@ def register(subparsers: Any) -> None:
                         "stages, tiling, channel pooling, ensembles) on a subsample of the normals, rank them by how "
                         "well they tell defects planted into held-out normals from the clean ones, refit the best on "
                         "all normals and record the ranking in the model; no test image is read. The candidates "
-                        "bring their own method options; --target-fpr, --holdout, --threshold and --seed apply. "
+                        "bring their own method options (giving one, e.g. --coreset-ratio, is refused); --target-fpr, "
+                        "--holdout, --threshold and --seed apply. "
                         "none: the options as given")
     _add_threshold_arg(q, "(stored in the model)")
-    q.set_defaults(func=_cmd_fit)
+    q.set_defaults(func=_cmd_fit, fit_defaults={a.dest: a.default for a in q._actions})
 
     q = sub.add_parser("predict", help="scores, decisions (CSV) and overlays (PNG) for images", description=(
         "Writes scores.csv (image, score, is_defect, threshold, overlay) and overlays/*.png.\n"

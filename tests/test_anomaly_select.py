@@ -114,3 +114,11 @@ def test_select_auto_refuses_an_option_that_picks_the_backbone(weave, tmp_path, 
     rc = main(["anomaly", "fit", "--data", str(weave), "--out", str(tmp_path / "m"), "--select", "auto",
                "--backbone", "embedded"])
     assert rc == 2 and "--select auto chooses the backbone" in capsys.readouterr().err
+
+
+def test_select_auto_refuses_a_method_option_it_would_ignore(weave, tmp_path, capsys):
+    rc = main(["anomaly", "fit", "--data", str(weave), "--out", str(tmp_path / "m"), "--select", "auto",
+               "--coreset-ratio", "0.05", "--aggregation", "3"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--coreset-ratio, --aggregation would be ignored" in err
+    assert not (tmp_path / "m").exists()
