@@ -9,10 +9,15 @@ candidates (seasonal naive, Theta, ETS, DLinear, PatchTST) forecasts
     the model trained for the first cutoff held out.
 `--compute` writes them to --cache (one .npz per set; `--rule` gives the neural candidates the lengths of
 forecasting.lookback.neural_lengths, else the constant look-back 336 capped by what the median series
-fits, patch 16/8, kernel 25). Without it, the rules of `AutoForecaster.weights` (one validation window,
-the window auto uses) and each candidate alone are scored by MASE on the test windows (a neural
-candidate on a series too short for it: auto over the statistical ones, as the CLI's default policy);
-`--rule-cache` also scores the neural candidates of a `--rule` cache against the constant's.
+fits, patch 16/8, kernel 25; `--neural-validation retrain` has the networks forecast the validation window
+from a second training on the history before it, as auto does). Without it, each candidate alone and the
+rules of `AutoForecaster.weights` (one validation window, the window auto uses) are scored by MASE on the
+test windows (a neural candidate on a series too short for it: auto over the statistical ones, as the
+CLI's default policy): with `--retrain-cache` (a `--rule --neural-validation retrain --neural-only` cache,
+the statistical candidates taken from --cache) as auto runs ("shipped"), beside the former rule (mean
+absolute errors, networks judged on their early-stopping tail, from `--rule-cache`); the rule of the least
+mean ratio to the best candidate over CHOOSE_ON is the `choice`. `--rule-cache` also scores the neural
+candidates of the look-back rule against the constant's.
 
 Writes benchmarks/results/forecast_auto_rules.json (or --out).
 """

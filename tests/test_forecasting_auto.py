@@ -236,6 +236,7 @@ def test_a_series_too_short_for_the_second_training_is_forecast_but_not_validate
     df = _panel(lengths=[200, 200, 200, 200, 66, 66])     # 66 - 12: the first cutoff's 24 + 12 + 12 fit, not 12 more
     ys = _series(df)
     net = DLinear(h=12, input_size=24, max_epochs=1, progress=False)
-    preds, errors = AutoForecaster([SeasonalNaive(12), net]).candidate_forecasts(ys, np.array([[y.size - 12] for y in ys]), 12)
+    cuts = np.array([[y.size - 12] for y in ys])
+    preds, errors = AutoForecaster([SeasonalNaive(12), net]).candidate_forecasts(ys, cuts, 12)
     assert np.isfinite(preds[1]).all()
     assert np.isfinite(errors[1, :4]).all() and np.isnan(errors[1, 4:]).all()
