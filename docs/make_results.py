@@ -282,7 +282,7 @@ def defaults_table(link: str = LINK) -> str:
     set was run (h, season, windows, look-back, subsample), dated and linked to its JSON."""
     d = load(DEFAULTS)
     rows = []
-    for r in d["rows"]:
+    for r in sorted(d["rows"], key=lambda r: list(DEFAULTS_SETS).index(r["set"])):
         sub = f", {r['series_run']} of them run (seeded sample)" if r.get("subsample") else ""
         sub += f", last {r['etth2_rows']} rows" if r.get("etth2_rows") else ""
         mase = r["mase"]
