@@ -1,6 +1,6 @@
 """`auto`: a choice among candidate models, validated inside each training history only.
 
-    AutoForecaster([Theta(12), ETS(12), DLinear(h=18), PatchTST(h=18)])     # how="global", top=3, tolerance=0.2
+    AutoForecaster([Theta(12), ETS(12), DLinear(h=18), PatchTST(h=18)])     # how="global", top=2, tolerance=0.2
 
 For every series, each candidate forecasts the validation window of the h values just before the
 series' first cutoff c_0 from a fit on what came before it, y[:c_0 - h]: a statistical model fitted
