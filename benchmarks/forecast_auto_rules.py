@@ -9,10 +9,15 @@ candidates (seasonal naive, Theta, ETS, DLinear, PatchTST) forecasts
     the model trained for the first cutoff held out.
 `--compute` writes them to --cache (one .npz per set; `--rule` gives the neural candidates the lengths of
 forecasting.lookback.neural_lengths, else the constant look-back 336 capped by what the median series
-fits, patch 16/8, kernel 25). Without it, the rules of `AutoForecaster.weights` (one validation window,
-the window auto uses) and each candidate alone are scored by MASE on the test windows (a neural
-candidate on a series too short for it: auto over the statistical ones, as the CLI's default policy);
-`--rule-cache` also scores the neural candidates of a `--rule` cache against the constant's.
+fits, patch 16/8, kernel 25; `--neural-validation retrain` has the networks forecast the validation window
+from a second training on the history before it, as auto does). Without it, each candidate alone and the
+rules of `AutoForecaster.weights` (one validation window, the window auto uses) are scored by MASE on the
+test windows (a neural candidate on a series too short for it: auto over the statistical ones, as the
+CLI's default policy): with `--retrain-cache` (a `--rule --neural-validation retrain --neural-only` cache,
+the statistical candidates taken from --cache) as auto runs ("shipped"), beside the former rule (mean
+absolute errors, networks judged on their early-stopping tail, from `--rule-cache`); the rule of the least
+mean ratio to the best candidate over CHOOSE_ON is the `choice`. `--rule-cache` also scores the neural
+candidates of the look-back rule against the constant's.
 
 Writes benchmarks/results/forecast_auto_rules.json (or --out).
 """
@@ -35,7 +40,8 @@ LOCAL = 3                                  # the first LOCAL candidates are stat
 
 
 def compute(name: str, max_series: int | None, etth2_rows: int | None, seed: int, val_windows: int,
-            cache: Path, rule: bool = False, neural_only: bool = False, val_tail: int = 1) -> None:
+            cache: Path, rule: bool = False, neural_only: bool = False, val_tail: int = 1,
+            neural_validation: str = "holdout") -> None:
     from frozenvit.forecasting import DLinear, ETS, PatchTST, SeasonalNaive, Theta, mase_scale
     from frozenvit.forecasting.defaults import LOOKBACK
     from frozenvit.forecasting.lookback import auto_windows, fitting_input_size, neural_lengths
@@ -75,7 +81,13 @@ def compute(name: str, max_series: int | None, etth2_rows: int | None, seed: int
     for i, model in enumerate([DLinear(h=h, input_size=input_size, progress=False, **dl, **tail),
                                PatchTST(h=h, input_size=input_size, progress=False, **pt, **tail)], start=LOCAL):
         idx = np.flatnonzero(cuts[:, 0] >= model.min_history())
-        if idx.size:
+        if idx.size and neural_validation == "retrain":      # a second network, trained before the window
+            preds[i, idx] = model.forecast_cutoffs([ys[s] for s in idx], cuts[idx], h, progress=False)[0]
+            idx = np.flatnonzero(vcuts[:, 0] >= model.min_history())
+            if idx.size:
+                vals[i, idx, 0] = model.forecast_cutoffs([ys[s] for s in idx], vcuts[idx, :1], h,
+                                                         progress=False)[0][:, 0]
+        elif idx.size:
             p, v, _ = model.forecast_with_calibration([ys[s] for s in idx], cuts[idx], vcuts[idx, :val_tail][:, ::-1],
                                                       h, progress=False, global_calibration="holdout")
             preds[i, idx], vals[i, idx, :val_tail] = p, v[:, ::-1]
@@ -93,16 +105,44 @@ def compute(name: str, max_series: int | None, etth2_rows: int | None, seed: int
 
 RULES = {"global, top 1 (a plain choice)": dict(how="global", top=1),
          "global, top 2 within 10 %": dict(how="global", top=2, tolerance=0.1),
-         "global, top 3 within 10 %": dict(how="global", top=3, tolerance=0.1),
          "global, top 2 within 20 %": dict(how="global", top=2, tolerance=0.2),
-         "global, top 3 within 20 % (default)": dict(how="global", top=3, tolerance=0.2),
-         "global, top 6 within 20 %": dict(how="global", top=6, tolerance=0.2),
+         "global, top 3 within 10 %": dict(how="global", top=3, tolerance=0.1),
+         "global, top 3 within 20 %": dict(how="global", top=3, tolerance=0.2),
+         "global, top 4 within 20 %": dict(how="global", top=4, tolerance=0.2),
          "global_weights": dict(how="global_weights"), "select": dict(how="select"),
          "weights": dict(how="weights")}
+FORMER = "former: top 3 within 20 % of the mean absolute error, networks judged on their early-stopping tail"
+CHOOSE_ON = ("m4_hourly", "m3_quarterly", "m3_yearly")     # the sets the default rule was chosen on
 
 
-def score(name: str, cache: Path, rule_cache: Path | None, tail_cache: Path | None = None) -> dict:
-    """MASE on the test windows of each candidate alone and of each rule, from a set's cached forecasts."""
+def absolute_weights(errors: np.ndarray, forecasts: np.ndarray, top: int = 3, tolerance: float = 0.2) -> np.ndarray:
+    """The former "global" rule, for comparison: per group of series validated for the same candidates, the
+    mean of the `top` of the least mean (absolute) validation error within `tolerance` of the least; a series
+    without any error: the same over the series validated for every candidate it has forecasts of."""
+    has = np.isfinite(errors)
+
+    def group(e: np.ndarray, pattern: np.ndarray) -> np.ndarray:
+        mean = np.where(pattern, np.nanmean(np.where(pattern[:, None], e, 0.0), axis=1), np.inf)
+        order = np.argsort(mean, kind="stable")[:top]
+        keep = order[mean[order] <= mean[order[0]] * (1 + tolerance)]
+        w = np.zeros(e.shape[0])
+        w[keep] = 1.0 / keep.size
+        return w
+
+    w = np.zeros_like(errors)
+    for s in range(errors.shape[1]):
+        pattern = has[:, s] if has[:, s].any() else forecasts[:, s]
+        cols = np.flatnonzero((has[pattern].all(axis=0)) & ((has == pattern[:, None]).all(axis=0) | ~has[:, s].any()))
+        if len(cols):
+            w[:, s] = group(errors[:, cols], pattern)
+    return w
+
+
+def score(name: str, cache: Path, rule_cache: Path | None, tail_cache: Path | None = None,
+          retrain_cache: Path | None = None) -> dict:
+    """MASE on the test windows of each candidate alone and of each rule, from a set's cached forecasts: the
+    look-back constant's networks of `cache`, the look-back rule's of `rule_cache`, and with `retrain_cache`
+    (the rule's networks, validated by a second training: what auto does) the rules as shipped ("shipped")."""
     from frozenvit.forecasting import SeasonalNaive
     from frozenvit.forecasting.auto import AutoForecaster, combine_validated
     from frozenvit.forecasting.lookback import neural_lengths
@@ -114,7 +154,8 @@ def score(name: str, cache: Path, rule_cache: Path | None, tail_cache: Path | No
     def mase(p: np.ndarray) -> float:                                              # M4's: per series, then mean
         return float(np.mean((np.abs(p - truth).mean(axis=2) / d["scale"]).mean(axis=1)))
 
-    def auto(p: np.ndarray, v: np.ndarray, median: bool = True, rows: np.ndarray | None = None, **kw) -> np.ndarray:
+    def auto(p: np.ndarray, v: np.ndarray, median: bool = True, rows: np.ndarray | None = None, former: bool = False,
+             **kw) -> np.ndarray:
         """auto's forecasts (S, W, h) from candidates' forecasts and validation forecasts (and their median), of
         the series `rows` (default: all)."""
         rows = np.arange(p.shape[1]) if rows is None else rows
@@ -127,23 +168,22 @@ def score(name: str, cache: Path, rule_cache: Path | None, tail_cache: Path | No
                 v = np.concatenate([v, np.where(validated.all(axis=0)[None, :, None, None],
                                                 np.nanmedian(v, axis=0, keepdims=True), np.nan)])
         errors = np.abs(v[:, :, 0] - d["vtruth"][None, rows, 0]).mean(axis=2) / d["vscale"][None, rows, 0]
+        forecasts = np.isfinite(p).all(axis=(2, 3))
+        if former:
+            return combine_validated(p, absolute_weights(errors, forecasts))
         rule = AutoForecaster([SeasonalNaive(i + 1) for i in range(p.shape[0])], **kw)   # aliases only
-        return combine_validated(p, rule.weights(errors, np.isfinite(p).all(axis=(2, 3))))
+        return combine_validated(p, rule.weights(errors, forecasts))
 
     short = np.flatnonzero(np.isnan(preds[LOCAL]).all(axis=(1, 2)))               # too short for the networks
     fallback = np.full(truth.shape, np.nan)                                        # the CLI's policy for them:
     if short.size:                                                                 # auto over the statistical
         fallback[short] = auto(preds[:LOCAL], vals[:LOCAL], median=False, rows=short)   # ones, on them alone
     alone = {n: mase(np.where(np.isnan(preds[i]), fallback, preds[i])) for i, n in enumerate(NAMES)}
-    rules = {k: mase(auto(preds, vals, **kw)) for k, kw in RULES.items()}
     best = min(alone, key=alone.get)
-    ets_theta = min(alone["ETS"], alone["Theta"])
     row = {"set": name, "series": int(preds.shape[1]), "series_in_file": int(d["series_in_file"]),
            "windows": int(preds.shape[2]), "input_size": int(d["input_size"]),
            "short_for_neural": int(np.isnan(preds[LOCAL]).all(axis=(1, 2)).sum()),
-           "candidates": alone, "best_candidate": best, "rules": rules,
-           "rules_over_best": {k: v / alone[best] for k, v in rules.items()},
-           "rules_over_ets_theta": {k: v / ets_theta for k, v in rules.items()}}
+           "candidates": alone, "best_candidate": best}
     h, m = SETS[name]
     rule = neural_lengths(d["lengths"], h, m, preds.shape[2], h, shortest=True).__dict__
     constant = dict(input_size=int(d["input_size"]), patch_len=16, stride=8, kernel_size=25, val_size=h)
@@ -157,13 +197,39 @@ def score(name: str, cache: Path, rule_cache: Path | None, tail_cache: Path | No
         row["lengths_rule"] = {"input_size": int(r["input_size"]),
                                "short_for_neural": int(np.isnan(p[LOCAL]).all(axis=(1, 2)).sum()),
                                "candidates": {n: mase(np.where(np.isnan(p[i]), fallback, p[i]))
-                                              for i, n in enumerate(NAMES) if i >= LOCAL},
-                               "auto": mase(auto(p, v))}
+                                              for i, n in enumerate(NAMES) if i >= LOCAL}}
     if tail_cache is not None and (tail_cache / f"{name}.npz").is_file():    # a validation tail of 4 h instead of h
         t = dict(np.load(tail_cache / f"{name}.npz"))
         row["val_tail"] = {"windows": 4, "candidates": {n: mase(np.where(np.isnan(t["preds"][i]), fallback, t["preds"][i]))
                                                         for i, n in enumerate(NAMES) if i >= LOCAL}}
+    if retrain_cache is not None and (retrain_cache / f"{name}.npz").is_file():
+        r = dict(np.load(retrain_cache / f"{name}.npz"))
+        p, v = preds.copy(), vals.copy()                       # the statistical candidates as they are
+        p[LOCAL:], v[LOCAL:] = r["preds"][LOCAL:], r["vals"][LOCAL:, :, :1]
+        holdout = vals.copy()                                 # the former validation: the early-stopping tail
+        if rule_cache is not None and (rule_cache / f"{name}.npz").is_file() and rule != constant:
+            holdout[LOCAL:] = dict(np.load(rule_cache / f"{name}.npz"))["vals"][LOCAL:, :, :1]
+        fb, few = np.full(truth.shape, np.nan), np.flatnonzero(np.isnan(p[LOCAL]).all(axis=(1, 2)))
+        if few.size:
+            fb[few] = auto(p[:LOCAL], v[:LOCAL], median=False, rows=few)
+        cands = {n: mase(np.where(np.isnan(p[i]), fb, p[i])) for i, n in enumerate(NAMES)}
+        shipped = {k: mase(auto(p, v, **kw)) for k, kw in RULES.items()}
+        shipped[FORMER] = mase(auto(p, holdout, former=True))
+        shipped["former rule, networks judged by a second training"] = mase(auto(p, v, former=True))
+        top = min(cands, key=cands.get)
+        et = min(cands["ETS"], cands["Theta"])
+        row["shipped"] = {"candidates": cands, "best_candidate": top, "rules": shipped,
+                          "rules_over_best": {k: x / cands[top] for k, x in shipped.items()},
+                          "rules_over_ets_theta": {k: x / et for k, x in shipped.items()},
+                          "neural_validated": int(np.isfinite(r["vals"][LOCAL, :, 0]).all(axis=1).sum())}
     return row
+
+
+def choose(rows: list[dict]) -> dict:
+    """The rule of the least mean MASE ratio to the best candidate over the CHOOSE_ON sets (of those run)."""
+    on = [r for r in rows if r["set"] in CHOOSE_ON and "shipped" in r]
+    mean = {k: float(np.mean([r["shipped"]["rules_over_best"][k] for r in on])) for k in RULES} if on else {}
+    return {"sets": [r["set"] for r in on], "mean_over_best": mean, "chosen": min(mean, key=mean.get) if mean else None}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -177,12 +243,17 @@ def parser() -> argparse.ArgumentParser:
                     "else the constant look-back 336 capped by what the median series fits (patch 16/8, kernel 25)")
     ap.add_argument("--neural-only", action="store_true", help="compute the neural candidates only")
     ap.add_argument("--val-tail", type=int, default=1, help="the neural candidates' validation tail, in windows of h")
+    ap.add_argument("--neural-validation", choices=("holdout", "retrain"), default="holdout",
+                    help="the neural candidates' validation forecasts: from the network of the first cutoff on the "
+                    "tail it held out (early stopping's), or from a second network trained before the window")
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the neural candidates")
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "frozenvit" / "forecast_auto_rules",
                     help="folder of the candidates' cached forecasts, one .npz per set (written with --compute)")
     ap.add_argument("--compute", action="store_true", help="compute the candidates' forecasts into --cache first")
     ap.add_argument("--rule-cache", type=Path, default=None, help="a --rule cache whose neural candidates to score")
     ap.add_argument("--tail-cache", type=Path, default=None, help="a --val-tail 4 cache whose neural candidates to score")
+    ap.add_argument("--retrain-cache", type=Path, default=None,
+                    help="a --rule --neural-validation retrain cache (neural candidates only): the rules as shipped")
     ap.add_argument("--out", type=Path, default=None)
     return ap
 
@@ -198,13 +269,17 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.sets.split(","):
         if args.compute:
             compute(name, most.get(name), args.etth2_rows, args.seed, args.val_windows, args.cache, args.rule,
-                    args.neural_only, args.val_tail)
+                    args.neural_only, args.val_tail, args.neural_validation)
         else:
-            rows.append(score(name, args.cache, args.rule_cache, args.tail_cache))
+            rows.append(score(name, args.cache, args.rule_cache, args.tail_cache, args.retrain_cache))
     if rows:
-        print_table([{"set": r["set"], **r["candidates"], **{k.split(" (")[0]: v for k, v in r["rules"].items()}}
-                     for r in rows])
-        write_result("forecast_auto_rules", {"rows": rows}, args.out)
+        print_table([{"set": r["set"], **r["shipped"]["candidates"],
+                      **{k.split(":")[0].replace("global, ", ""): v for k, v in r["shipped"]["rules"].items()}}
+                     for r in rows if "shipped" in r])
+        chosen = choose(rows)
+        for k, x in chosen["mean_over_best"].items():
+            print(f"{k}: {x:.4f} of the best candidate on average over {','.join(chosen['sets'])}")
+        write_result("forecast_auto_rules", {"rows": rows, "choice": chosen}, args.out)
     return 0
 
 

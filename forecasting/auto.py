@@ -1,25 +1,28 @@
 """`auto`: a choice among candidate models, validated inside each training history only.
 
-    AutoForecaster([Theta(12), ETS(12), DLinear(h=18), PatchTST(h=18)])     # how="global", top=3, tolerance=0.2
+    AutoForecaster([Theta(12), ETS(12), DLinear(h=18), PatchTST(h=18)])     # how="global", top=2, tolerance=0.2
 
 For every series, each candidate forecasts the validation window of the h values just before the
-series' first cutoff, from what came before it: a statistical model fitted on y[:c_0 - h] (where that
-history holds more than h values and more than the model needs), a neural model trained for the first
-cutoff, which held those h values out of its training (its validation tail: early stopping's, never a
-gradient step's target; `NeuralForecaster.forecast_with_calibration` "holdout"). Each candidate's
-validation error is its MAE over the series' in-sample one-step MAE (a MASE that needs no season).
-`how` turns the errors into the forecast of every window:
+series' first cutoff c_0 from a fit on what came before it, y[:c_0 - h]: a statistical model fitted
+there (where that history holds more than h values and more than the model needs), a neural model
+trained there (a second training, with its own early stopping on its own validation tail; where the
+history holds the model's `min_history`). So every candidate is judged on a window that neither its
+fit nor its early stopping saw: the network trained for c_0 would be judged on the tail it early-stopped
+on, which flatters it. Each candidate's validation error is its MAE over the series' in-sample one-step
+MAE (a MASE that needs no season). `how` turns the errors into the forecast of every window:
 
     "global"   per group of series that the same candidates forecast (short series apart), the mean of
-               the `top` candidates of the least validation error averaged over the group, those within
-               `tolerance` (relative) of the least: the best one alone where it stands out, else the
-               combination of the near-best (the default; top=1 is a plain choice)
-    "global_weights"  the candidates weighted by the inverse of their mean validation error (per group)
+               the `top` candidates of the least mean relative error over the group (a series' error over
+               that series' least, so that every series has the same say), those within `tolerance`
+               (relative) of the least: the best one alone where it stands out, else the combination of
+               the near-best (the default; top=1 is a plain choice)
+    "global_weights"  the candidates weighted by the inverse of their mean relative error (per group)
     "select"   per series, the candidate of the least validation error
     "weights"  per series, the candidates weighted by the inverse of their validation errors
 
 Why "global" with the near-best combined: one validation window per series is too little to tell two
-near-equal candidates apart (benchmarks/forecast_auto_rules.py compares the rules; docs/forecasting.md).
+near-equal candidates apart; why relative errors: a mean of the errors themselves follows the few series
+where a candidate fails worst (benchmarks/forecast_auto_rules.py compares the rules; docs/forecasting.md).
 
 Nothing after a series' first cutoff enters the choice, and later windows keep it (their histories
 contain the first one's). A candidate that cannot forecast a series (a neural look-back longer than
@@ -118,21 +121,19 @@ class AutoForecaster(Forecaster):
         scale = np.array([validation_scale(y[: c - h]) for y, c in zip(series, first)])
         for i, model in enumerate(self.candidates):
             fits = first >= model.min_history()
-            validated = fits & (first - h > max(model.min_history(), h, 3) if _is_local(model) else fits)
-            how = "holdout" if not _is_local(model) and model.calibration_problem(
-                cutoffs[fits], val[fits], h, "holdout") is None else "retrain"
-            for idx, with_val in ((np.flatnonzero(validated), True), (np.flatnonzero(fits & ~validated), False)):
-                if not idx.size:
-                    continue
-                part = [series[s] for s in idx]
-                if with_val:
-                    p, v, _ = model.forecast_with_calibration(part, cutoffs[idx], val[idx], h, refit_every=refit_every,
-                                                              progress=progress, global_calibration=how)
-                    vals[i, idx] = v[:, 0]
-                    errors[i, idx] = np.abs(v[:, 0] - truth[idx]).mean(axis=1) / scale[idx]
-                else:
-                    p = model.forecast_cutoffs(part, cutoffs[idx], h, refit_every=refit_every, progress=progress)[0]
-                preds[i, idx] = p
+            # validated: a fit on the history before the window, which needs that history (and, for a local
+            # model, more than h values and more than it needs; a network: its look-back and tails)
+            validated = fits & (first - h > max(model.min_history(), h, 3) if _is_local(model)
+                                else first - h >= model.min_history())
+            idx = np.flatnonzero(fits)
+            if idx.size:           # every fitting series in one call: the same work as the model run alone
+                preds[i, idx] = model.forecast_cutoffs([series[s] for s in idx], cutoffs[idx], h,
+                                                       refit_every=refit_every, progress=progress)[0]
+            idx = np.flatnonzero(validated)
+            if idx.size:           # a fit (a second training, for a network) on the history before the window
+                v = model.forecast_cutoffs([series[s] for s in idx], val[idx], h, progress=progress)[0][:, 0]
+                vals[i, idx] = v
+                errors[i, idx] = np.abs(v - truth[idx]).mean(axis=1) / scale[idx]
         if self.median and len(self.candidates) >= 3:            # their median: one more candidate, no fit
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
@@ -176,10 +177,17 @@ class AutoForecaster(Forecaster):
         return w
 
     def _group(self, errors: np.ndarray, pattern: np.ndarray, inverse: bool) -> np.ndarray:
-        """Errors (C, s) of a group of series, of which the candidates in `pattern` (C,) are used -> weights (C,):
-        with `inverse`, each weighted by the inverse of its mean error; else the equal-weight mean of the `top`
-        of the least mean error that lie within `tolerance` (relative) of the least."""
-        mean = np.where(pattern, np.nanmean(np.where(pattern[:, None], errors, 0.0), axis=1), np.inf)      # (C,)
+        """Errors (C, s) of a group of series, of which the candidates in `pattern` (C,) are used -> weights (C,).
+        Each candidate's score: its mean relative error, a series' error over that series' least (of the
+        candidates in `pattern`), so that every series has the same say, whatever its errors' size (series
+        whose least error is 0 tell nothing and are left out). With `inverse`, each candidate weighted by the
+        inverse of its score; else the equal-weight mean of the `top` of the least score that lie within
+        `tolerance` (relative) of the least."""
+        used = np.where(pattern[:, None], errors, np.nan)                                           # (C, s)
+        least = np.nanmin(np.where(pattern[:, None], errors, np.inf), axis=0)                       # (s,)
+        if (least > 0).any():
+            used = used[:, least > 0] / least[least > 0]
+        mean = np.where(pattern, np.nanmean(np.where(pattern[:, None], used, 0.0), axis=1), np.inf)    # (C,)
         if inverse:
             inv = np.where(pattern, 1.0 / np.maximum(mean, 1e-12), 0.0)
             return inv / inv.sum()

@@ -122,8 +122,10 @@ def register(subparsers) -> None:
                    help=f"comma-separated, out of {','.join(MODEL_NAMES)}, and combinations of them: "
                         "median(ets,dlinear,patchtst) or mean(...) (members fitted once, tested against the "
                         f"combination); auto: out of {','.join(AUTO_CANDIDATES)} and their median, the one of the "
-                        "least error on the validation windows (each series' --h values before its first cutoff) "
-                        f"on average over the series, or the mean of the best {AUTO_COMBINE['top']} where they lie within "
+                        "least error on the validation windows (each series' --h values before its first cutoff, "
+                        "forecast from a fit before them: for a network, a second training) relative to each "
+                        "series' least, on average over the series, or the mean of the best "
+                        f"{AUTO_COMBINE['top']} where they lie within "
                         f"{AUTO_COMBINE['tolerance'] * 100:g} %% of it (forecasting/auto.py); a candidate also named alone "
                         "is fitted once")
     q.add_argument("--levels", type=percent_levels, default=None,

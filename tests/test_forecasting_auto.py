@@ -128,7 +128,7 @@ def test_auto_on_ray_gives_the_local_forecasts(tmp_path):
 
 
 def test_global_weights_are_the_same_for_every_series_that_all_candidates_forecast():
-    errors = np.array([[1.0, 3.0, 2.0], [2.0, 2.0, np.nan]])       # means over series 0, 1: 2.0 and 2.0
+    errors = np.array([[1.0, 2.0, 2.0], [2.0, 1.0, np.nan]])       # relative means over series 0, 1: 1.5, 1.5
     w = AutoForecaster([Naive(), SeasonalNaive(12)], how="global_weights").weights(errors)
     np.testing.assert_allclose(w[:, :2], 0.5)
     assert w[:, 2].tolist() == [1.0, 0.0]
@@ -144,7 +144,8 @@ def test_global_chooses_for_the_short_series_by_their_own_validation_errors():
 
 
 def test_a_network_run_alone_and_as_a_candidate_of_auto_trains_once(monkeypatch):
-    """backtest shares fits (forecasting.reuse): DLinear alone and inside auto is one training, same forecasts."""
+    """backtest shares fits (forecasting.reuse): DLinear alone and inside auto is one training for the
+    backtest's cutoffs (plus auto's own for its validation window), same forecasts."""
     from frozenvit.forecasting.training import NeuralForecaster
 
     trainings = []
@@ -153,7 +154,7 @@ def test_a_network_run_alone_and_as_a_candidate_of_auto_trains_once(monkeypatch)
     net = dict(h=12, input_size=24, max_epochs=1, progress=False)
     res = backtest(_panel(), [DLinear(**net), AutoForecaster([SeasonalNaive(12), DLinear(**net, checkpoint_dir=None)])],
                    h=12, n_windows=2, season_length=12)
-    assert len(trainings) == 1
+    assert len(trainings) == 2                                # cutoffs (shared), validation window
     alone = DLinear(**net).forecast_cutoffs(_series(_panel()), np.array([[188, 200] for _ in range(6)]) - 12, 12)[0]
     np.testing.assert_allclose(res.forecasts["DLinear"].to_numpy(), alone.reshape(-1))
 
@@ -205,3 +206,37 @@ def test_the_default_auto_ignores_values_after_the_first_cutoff_short_series_and
     w0 = (a.forecasts["cutoff"].to_numpy() == first.loc[a.forecasts["unique_id"]].to_numpy())
     np.testing.assert_array_equal(a.forecasts.loc[w0, "Auto"], b.forecasts.loc[w0, "Auto"])
     assert not np.allclose(a.forecasts.loc[~w0, "Auto"], b.forecasts.loc[~w0, "Auto"])
+
+
+def test_global_ranks_by_relative_errors_so_one_series_with_large_errors_does_not_decide():
+    """Naive is best on three series of four; seasonal naive's mean absolute error is the smaller only because
+    of the fourth series' large errors. Relative to each series' least error, naive wins."""
+    errors = np.array([[1.0, 1.0, 1.0, 40.0],       # naive: mean 10.75, mean relative 1.083
+                       [1.5, 1.5, 1.5, 30.0]])      # snaive: mean 8.625, mean relative 1.375
+    w = AutoForecaster([Naive(), SeasonalNaive(12)], top=1).weights(errors)
+    assert w[:, 0].tolist() == [1.0, 0.0]
+
+
+def test_a_network_is_validated_by_a_training_that_never_saw_the_window():
+    """A neural candidate's validation forecast comes from a network trained on the history before the window
+    (its own early stopping included), not from the network of the first cutoff, which early-stopped on it."""
+    ys = _series(_panel())
+    net = dict(h=12, input_size=24, max_epochs=2, progress=False)
+    cuts = np.array([[y.size - 24, y.size - 12] for y in ys])
+    preds, errors = AutoForecaster([SeasonalNaive(12), DLinear(**net)], median=False).candidate_forecasts(ys, cuts, 12)
+    val = cuts[:, :1] - 12
+    second = DLinear(**net).forecast_cutoffs(ys, val, 12)[0][:, 0]                                     # (S, h)
+    truth = np.stack([y[c - 12: c] for y, c in zip(ys, cuts[:, 0])])
+    scale = np.array([np.abs(np.diff(y[: c])).mean() for y, c in zip(ys, val[:, 0])])
+    np.testing.assert_allclose(errors[1], np.abs(second - truth).mean(axis=1) / scale)
+    np.testing.assert_array_equal(preds[1], DLinear(**net).forecast_cutoffs(ys, cuts, 12)[0])
+
+
+def test_a_series_too_short_for_the_second_training_is_forecast_but_not_validated_by_the_network():
+    df = _panel(lengths=[200, 200, 200, 200, 66, 66])     # 66 - 12: the first cutoff's 24 + 12 + 12 fit, not 12 more
+    ys = _series(df)
+    net = DLinear(h=12, input_size=24, max_epochs=1, progress=False)
+    cuts = np.array([[y.size - 12] for y in ys])
+    preds, errors = AutoForecaster([SeasonalNaive(12), net]).candidate_forecasts(ys, cuts, 12)
+    assert np.isfinite(preds[1]).all()
+    assert np.isfinite(errors[1, :4]).all() and np.isnan(errors[1, 4:]).all()
