@@ -107,7 +107,7 @@ def _runtime(det: Any, args: argparse.Namespace) -> Any:
     """The detector reading its patch grids through --runtime in --precision (its bank, search and scoring
     unchanged); int8 is calibrated on --calibration. Checked before any export or calibration image is read."""
     from frozenvit.backbone.export import check_runtime, use_runtime
-    from frozenvit.backbone.runtimes import calibration_from_args
+    from frozenvit.backbone.commands import calibration_from_args
 
     check_runtime(args.runtime, args.precision)
     calibration = calibration_from_args(args, args.precision == "int8", "--precision int8")

@@ -17,7 +17,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Callable
 
-from .runtimes import CALIBRATION_IMAGES, FORMATS, calibration_from_args
+from .runtimes import CALIBRATION_IMAGES, FORMATS
 from .suite.cli import add_backbone_args, add_threads_arg, number
 
 
@@ -59,6 +59,8 @@ def _export_sources(args: argparse.Namespace, get: Callable[[argparse.Namespace]
 
 def _calibration(args: argparse.Namespace) -> list | None:
     """The --calibration images of an --int8 export (UsageError when one goes without the other)."""
+    from .commands import calibration_from_args
+
     return calibration_from_args(args, bool(args.int8), "--int8")
 
 

@@ -45,17 +45,6 @@ def add_precision_arg(parser: argparse.ArgumentParser) -> None:
                         help="--precision int8: use at most this many calibration images")
 
 
-def calibration_from_args(args: argparse.Namespace, int8: bool, option: str) -> list | None:
-    """The --calibration images (at most --calibration-images) when `int8`, else None; UsageError when `option`
-    (the int8 switch) and --calibration go one without the other."""
-    from .commands import list_images, read_images
-    from .suite.errors import UsageError
-
-    if int8 != bool(args.calibration):
-        raise UsageError(f"{option} and --calibration go together: int8 quantisation is calibrated on images")
-    return read_images(list_images(args.calibration)[:args.calibration_images]) if int8 else None
-
-
 def runtime_list(text: str) -> tuple[str, ...]:
     names = tuple(t.strip() for t in text.split(",") if t.strip())
     bad = [n for n in names if n not in RUNTIMES]
