@@ -109,19 +109,20 @@ def _runtime(det: Any, args: argparse.Namespace) -> Any:
     from frozenvit.backbone.export import check_runtime, use_runtime
     from frozenvit.backbone.commands import calibration_from_args
 
-    check_runtime(args.runtime, args.precision)
-    calibration = calibration_from_args(args, args.precision == "int8", "--precision int8")
+    for p in args.precision:
+        check_runtime(args.runtime, p)
+    calibration = calibration_from_args(args, "int8" in args.precision, "--precision int8")
     return use_runtime(det, args.runtime, precision=args.precision, calibration=calibration)
 
 
 def _runtime_record(args: argparse.Namespace) -> dict:
     """What ran the backbone, as evaluate's JSON records it."""
-    return {"runtime": args.runtime, "precision": args.precision}
+    return {"runtime": args.runtime, "precision": ",".join(args.precision)}
 
 
 def _runtime_note(args: argparse.Namespace) -> str:
     """What ran the backbone, for a summary line ("" for torch)."""
-    return "" if args.runtime == "torch" else f" (backbone run by {args.runtime} in {args.precision})"
+    return "" if args.runtime == "torch" else f" (backbone run by {args.runtime} in {','.join(args.precision)})"
 
 
 def _normals(data: str) -> list[Path]:
@@ -266,7 +267,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     ds = read_mvtec(args.data) if args.data else read_folders(None, args.test, args.masks)
     metrics, per_type = evaluate_dataset(det, ds)
     if args.runtime != "torch":
-        print(f"backbone run by {args.runtime} in {args.precision}")
+        print(f"backbone run by {args.runtime} in {','.join(args.precision)}")
     uncalibrated = det.decision_threshold() is None
     for k, v in metrics.items():
         if "@" not in k and k != "held_out_normals":

@@ -347,19 +347,30 @@ def compare_grids(backbone: Any, other: Any, images: Sequence[Any], blocks: int 
                 speedup=secs["torch"] / max(secs["runtime"], 1e-9))
 
 
-def use_runtime(model: Any, runtime: str, threads: int | None = None, *, precision: str = DEFAULT_PRECISION,
-                calibration: Sequence[Any] | None = None) -> Any:
+def use_runtime(model: Any, runtime: str, threads: int | None = None, *,
+                precision: str | Sequence[str] = DEFAULT_PRECISION, calibration: Sequence[Any] | None = None) -> Any:
     """A fitted estimator that reads patch grids (`backbone_` and `blocks_`, or `members_` of such, e.g. PatchCore
     and PatchCoreEnsemble) made to read them through `runtime` in `precision` (`runtime_backbone`); everything
     after the grids (memory bank, search, scoring, smoothing, threshold) is unchanged. Returns `model`, changed in
-    place. precision "int8" is calibrated on `calibration` images, as each model sees them: a model with a
-    `feature_extractor()` (PatchCore) calibrates on its inputs of those images (its tiles, when it tiles)."""
-    check_runtime(runtime, precision)
-    for m in getattr(model, "members_", None) or [model]:
-        inputs = calibration
-        if calibration is not None and hasattr(m, "feature_extractor"):
-            inputs = [v for _, _, v, _ in m.feature_extractor().views(calibration)]
-        m.backbone_ = runtime_backbone(m.backbone_, runtime, m.blocks_, threads=threads, precision=precision,
+    place.
+
+    precision: one for every member (a name, or a sequence of one), or a sequence of one per member in `members_`
+    order (ParameterError for another count), e.g. ("float32", "bfloat16"): a member whose metric bfloat16 moves stays float32. "int8" is
+    calibrated on `calibration` images as each member sees them: one with a `feature_extractor()` (PatchCore)
+    on its inputs of those images (its tiles, when it tiles)."""
+    members = getattr(model, "members_", None) or [model]
+    precisions = [precision] if isinstance(precision, str) else list(precision)
+    precisions = precisions * len(members) if len(precisions) == 1 else precisions
+    if len(precisions) != len(members):
+        raise ParameterError(f"{len(precisions)} precisions ({', '.join(precisions)}) for {len(members)} members: give "
+                             f"one, or one per member")
+    for p in precisions:
+        check_runtime(runtime, p)
+    for m, p in zip(members, precisions):
+        inputs = calibration if p == "int8" else None
+        if inputs is not None and hasattr(m, "feature_extractor"):
+            inputs = [v for _, _, v, _ in m.feature_extractor().views(inputs)]
+        m.backbone_ = runtime_backbone(m.backbone_, runtime, m.blocks_, threads=threads, precision=p,
                                        calibration=inputs)
     return model
 

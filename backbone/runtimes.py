@@ -34,15 +34,25 @@ def add_precision_arg(parser: argparse.ArgumentParser) -> None:
     """--precision, with --calibration and --calibration-images for int8: the arithmetic of --runtime's graph."""
     from .suite.cli import number
 
-    parser.add_argument("--precision", choices=PRECISIONS, default=DEFAULT_PRECISION,
-                        help="arithmetic of the exported backbone: float32 (as torch); bfloat16 (--runtime openvino, on "
-                             "a CPU with AMX or AVX512-BF16); int8 (static quantisation calibrated on --calibration, "
-                             "--runtime onnxruntime or openvino). The metric it costs is yours to measure (anomaly "
-                             "evaluate)")
+    parser.add_argument("--precision", type=precision_list, default=DEFAULT_PRECISION, metavar="P[,P...]",
+                        help=f"arithmetic of the exported backbone ({', '.join(PRECISIONS)}): float32 (as torch); "
+                             "bfloat16 (--runtime openvino, on a CPU with AMX or AVX512-BF16); int8 (static "
+                             "quantisation calibrated on --calibration, --runtime onnxruntime or openvino). One for "
+                             "every member of an ensemble, or one per member in its order (float32,bfloat16). The "
+                             "metric it costs is yours to measure (anomaly evaluate)")
     parser.add_argument("--calibration", nargs="+", default=None, metavar="PATH",
                         help="--precision int8: normal image files or folders to calibrate the quantisation on")
     parser.add_argument("--calibration-images", type=number(int, min=1), default=CALIBRATION_IMAGES, metavar="N",
                         help="--precision int8: use at most this many calibration images")
+
+
+def precision_list(text: str) -> tuple[str, ...]:
+    """argparse type of --precision: one name of PRECISIONS, or several separated by commas (one per member)."""
+    names = tuple(t.strip() for t in text.split(","))
+    if not all(n in PRECISIONS for n in names):
+        raise argparse.ArgumentTypeError(f"expected {', '.join(PRECISIONS)} or a comma-separated list of them, "
+                                         f"got {text!r}")
+    return names
 
 
 def runtime_list(text: str) -> tuple[str, ...]:

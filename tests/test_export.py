@@ -232,3 +232,27 @@ def test_int8_of_a_tiled_model_is_calibrated_on_its_tiles(vit):
     det = PatchCore(vit, coreset_ratio=0.25, tile=1.0, progress=False).fit(normals)    # 64 px tiles: 2 x 2 an image
     use_runtime(det, "onnxruntime", precision="int8", calibration=normals[:2])
     assert det.backbone_.export_config["int8"]["calibration_images"] == 2 * 4
+
+
+@pytest.fixture(scope="module")
+def ensemble(vit):
+    from frozenvit.anomaly import PatchCore, PatchCoreEnsemble, render_sample
+
+    normals = [render_sample("weave", None, 0, i, size=(96, 112))[0] for i in range(6)]
+    members = [PatchCore(vit, coreset_ratio=0.25, progress=False), PatchCore(vit, blocks=(3,), progress=False)]
+    with pytest.warns(UserWarning, match="held-out normals"):
+        return PatchCoreEnsemble(members).fit(normals), normals
+
+
+def test_use_runtime_runs_each_member_in_its_own_precision(ensemble):
+    pytest.importorskip("onnxruntime")
+    det, normals = ensemble
+    use_runtime(det, "onnxruntime", precision=("float32", "int8"), calibration=normals[:2])
+    assert [m.backbone_.precision for m in det.members_] == ["float32", "int8"]
+
+
+def test_a_precision_count_other_than_one_or_one_per_member_is_a_parameter_error(ensemble):
+    from frozenvit.backbone.suite.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="3 precisions .* for 2 members"):
+        use_runtime(ensemble[0], "onnxruntime", precision=("float32",) * 3)

@@ -81,6 +81,13 @@ def test_anomaly_evaluate_refuses_a_precision_it_cannot_run_as_asked(workspace, 
     assert says in capsys.readouterr().err and not out.exists()
 
 
+@pytest.mark.parametrize("given", ["float16", "float32,", "bfloat16,fp8"])
+def test_precision_takes_known_names_one_or_comma_separated(given, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["anomaly", "evaluate", "--model", "m", "--data", "d", "--precision", given])
+    assert e.value.code == 2 and "--precision" in capsys.readouterr().err
+
+
 @pytest.fixture(scope="module")
 def imgs(workspace):
     folder = workspace / "imgs"
