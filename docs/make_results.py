@@ -565,11 +565,8 @@ def deploy_auroc_table(link: str = LINK) -> str:
             for r in d["rows"]]
     t = table(["set", "runtime", "precision", "image AUROC", "vs torch", "pixel AUROC", "vs torch", "AUPRO@0.3",
                "vs torch"], rows)
-    return (f"{t}
-
-({d['model']}, fitted once per set; {d['threads']} thread; {date(d)}, "
-            f"[json]({link}{DEPLOY_AUROC}))
-")
+    return (f"{t}\n\n({d['model']}, fitted once per set; {d['threads']} thread; {date(d)}, "
+            f"[json]({link}{DEPLOY_AUROC}))\n")
 
 
 def deployment() -> str:
