@@ -559,7 +559,8 @@ def deploy_auroc_table(link: str = LINK) -> str:
     """Each runtime and precision's image AUROC, pixel AUROC and AUPRO on the development sets, with the difference
     from torch float32 on the same model (benchmarks/deploy_auroc.py); also in docs/deployment.md."""
     d = load(DEPLOY_AUROC)
-    diff = lambda r, k: "-" if (r["runtime"], r["precision"]) == ("torch", "float32") else f"{r[k]:+.4f}"  # noqa: E731
+    ref = lambda r: (r["runtime"], r["precision"]) == ("torch", "float32")  # noqa: E731
+    diff = lambda r, k: "-" if ref(r) else f"{round(r[k], 4) + 0.0:+.4f}"  # noqa: E731
     rows = [[r["set"], r["runtime"], r["precision"], f"{r['image_auroc']:.4f}", diff(r, "image_auroc_diff"),
              f"{r['pixel_auroc']:.4f}", diff(r, "pixel_auroc_diff"), f"{r['aupro']:.4f}", diff(r, "aupro_diff")]
             for r in d["rows"]]
