@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from frozenvit.backbone.commands import EMBEDDED   # the embedded ViT by name (no --backbone: anomaly/defaults.py's)
-from frozenvit.backbone.runtimes import add_runtime_arg
+from frozenvit.backbone.runtimes import add_precision_arg, add_runtime_arg
 from frozenvit.backbone.suite.cli import add_backbone_args, add_threads_arg, number
 from frozenvit.backbone.suite.engine import add_engine_args
 from frozenvit.backbone.suite.errors import UsageError
@@ -104,10 +104,25 @@ def _model(model: str, threshold: float | None = None, target_fpr: float | None 
 
 
 def _runtime(det: Any, args: argparse.Namespace) -> Any:
-    """The detector reading its patch grids through --runtime (its bank, search and scoring unchanged)."""
-    from frozenvit.backbone.export import use_runtime
+    """The detector reading its patch grids through --runtime in --precision (its bank, search and scoring
+    unchanged); int8 is calibrated on --calibration. Checked before any export or calibration image is read."""
+    from frozenvit.backbone.export import check_runtime, use_runtime
+    from frozenvit.backbone.commands import calibration_from_args
 
-    return use_runtime(det, args.runtime)
+    for p in args.precision:
+        check_runtime(args.runtime, p)
+    calibration = calibration_from_args(args, "int8" in args.precision, "--precision int8")
+    return use_runtime(det, args.runtime, precision=args.precision, calibration=calibration)
+
+
+def _runtime_record(args: argparse.Namespace) -> dict:
+    """What ran the backbone, as evaluate's JSON records it."""
+    return {"runtime": args.runtime, "precision": ",".join(args.precision)}
+
+
+def _runtime_note(args: argparse.Namespace) -> str:
+    """What ran the backbone, for a summary line ("" for torch)."""
+    return "" if args.runtime == "torch" else f" (backbone run by {args.runtime} in {','.join(args.precision)})"
 
 
 def _normals(data: str) -> list[Path]:
@@ -202,7 +217,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                if det.decision_threshold() is None else f"{sum(r['is_defect'] for r in rows)} flagged as defective")
     out = Path(args.out)
     print(f"{len(rows)} images, {verdict}; wrote {out / 'scores.csv'}"
-          + ("" if args.no_overlays else f" and {out / 'overlays'}/"))
+          + ("" if args.no_overlays else f" and {out / 'overlays'}/") + _runtime_note(args))
     return 0
 
 
@@ -260,6 +275,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     det = _runtime(_model(args.model, args.threshold, args.target_fpr), args)
     ds = read_mvtec(args.data) if args.data else read_folders(None, args.test, args.masks)
     metrics, per_type = evaluate_dataset(det, ds)
+    if args.runtime != "torch":
+        print(f"backbone run by {args.runtime} in {','.join(args.precision)}")
     uncalibrated = det.decision_threshold() is None
     for k, v in metrics.items():
         if "@" not in k and k != "held_out_normals":
@@ -273,7 +290,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
                   + (f"{'-':>9s}" if uncalibrated else f"{r['detected']:9.2%}"))
     if args.out:
         unmasked = [str(s.path) for s in ds.test if s.label == 1 and s.mask_path is None]
-        write_json(args.out, {"model": str(args.model), "data": str(args.data or args.test), "metrics": metrics,
+        write_json(args.out, {"model": str(args.model), "data": str(args.data or args.test), **_runtime_record(args),
+                              "metrics": metrics,
                               "per_defect_type": per_type, "threshold": det.decision_threshold(),
                               "defective_images_without_masks": unmasked}, kind="anomaly.evaluate")
         print(f"wrote {args.out}")
@@ -589,6 +607,7 @@ def register(subparsers: Any) -> None:
     q.add_argument("--no-overlays", action="store_true", help="write scores.csv only")
     _add_operating_point_args(q, "instead of the model's")
     add_runtime_arg(q)
+    add_precision_arg(q)
     add_threads_arg(q)
     add_engine_args(q)
     q.set_defaults(func=_cmd_predict)
@@ -604,6 +623,7 @@ def register(subparsers: Any) -> None:
                         "only if this command wrote it)")
     _add_operating_point_args(q, "instead of the model's, for the false-alarm and detection rates")
     add_runtime_arg(q)
+    add_precision_arg(q)
     add_threads_arg(q)
     q.description = ("Pixel metrics (pixel AUROC, AUPRO, pixel F1-max) count the images whose masks are known:\n"
                      "the good ones and the defective ones with a mask. A defective image without a mask is named\n"

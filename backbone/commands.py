@@ -109,6 +109,14 @@ def read_images(files: Sequence[Path]) -> list:
     return out
 
 
+def calibration_from_args(args: argparse.Namespace, int8: bool, option: str) -> list | None:
+    """The --calibration images (at most --calibration-images) when `int8`, else None; UsageError when `option`
+    (the int8 switch) and --calibration go one without the other."""
+    if int8 != bool(args.calibration):
+        raise UsageError(f"{option} and --calibration go together: int8 quantisation is calibrated on images")
+    return read_images(list_images(args.calibration)[:args.calibration_images]) if int8 else None
+
+
 def _cmd_info(args: argparse.Namespace) -> int:
     from .loading import load_backbone
 
@@ -172,3 +180,4 @@ def register(subparsers: Any) -> None:
     q.add_argument("--out", default="inspect-out", metavar="DIR",
                    help="folder for inspect.png and inspect.json: new, empty, or an earlier inspect output")
     q.set_defaults(func=_cmd_inspect)
+

@@ -13,8 +13,10 @@ every file's digest checked on load) holds
                        interpolation, resize)
     model.onnx | model.xml + model.bin
 
-`runtime_backbone(bb, runtime)` is what `--runtime` calls: the torch backbone itself, or an export of it run
-by onnxruntime / OpenVINO. Both runtimes are the optional extra `frozenvit[deploy]`.
+`runtime_backbone(bb, runtime, precision=...)` is what `--runtime` and `--precision` call: the torch backbone
+itself, or an export of it run by onnxruntime / OpenVINO in float32 (parity with torch), bfloat16 (OpenVINO's
+CPU plugin on AMX / AVX512-BF16) or int8 (the export quantised, calibrated on images). Both runtimes are the
+optional extra `frozenvit[deploy]`.
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ from .config import BackboneConfig
 from .errors import ArtifactError, BackboneUnavailable, GridMismatch
 from .model import FrozenBackbone
 from .preprocess import Preprocess
-from .runtimes import DEFAULT_RUNTIME, FORMAT_OF, FORMATS, RUNTIME_OF, RUNTIMES
+from .runtimes import DEFAULT_PRECISION, DEFAULT_RUNTIME, FORMAT_OF, FORMATS, PRECISIONS_OF, RUNTIME_OF, RUNTIMES
 from .suite.artifacts import atomic_dir, read_config, write_json
 from .suite.errors import ParameterError
 from .weights import weights_fingerprint
@@ -44,6 +46,7 @@ KIND = "backbone.export"
 FORMAT_VERSION = 1
 GRAPH = {"onnx": "model.onnx", "openvino": "model.xml"}
 OPSET = 17
+QUANTISED_OPS = ("Conv", "MatMul", "Gemm")     # what int8 quantises; the rest stays float
 PREPROCESSING = ("img_size", "mean", "std", "interpolation", "resize")
 
 
@@ -91,9 +94,14 @@ def check_format(format: str) -> None:
         raise ParameterError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
 
 
-def check_runtime(runtime: str) -> None:
+def check_runtime(runtime: str, precision: str = DEFAULT_PRECISION) -> None:
+    """ParameterError for an unknown runtime, or a precision that `runtime` does not run (`PRECISIONS_OF`)."""
     if runtime not in RUNTIMES:
         raise ParameterError(f"runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
+    if precision not in PRECISIONS_OF[runtime]:
+        can = [r for r in RUNTIMES if precision in PRECISIONS_OF[r]]
+        raise ParameterError(f"precision {precision!r} is not one {runtime} runs here ({', '.join(PRECISIONS_OF[runtime])})"
+                             + (f"; run it with {' or '.join(can)}" if can else ""))
 
 
 def export_backbone(backbone: FrozenBackbone, out: str | os.PathLike, blocks: int | Iterable[int] | None = None, *,
@@ -155,8 +163,10 @@ def _quantize(backbone: FrozenBackbone, onnx_file: Path, blocks: list[int], imag
 
     fp32 = onnx_file.with_name("fp32.onnx")
     onnx_file.rename(fp32)
+    # only the products: quantising the shape arithmetic of "same" padding (TF-style ConvNets) breaks its pads
     q.quantize_static(str(fp32), str(onnx_file), Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True,
-                      activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8)
+                      activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8,
+                      op_types_to_quantize=list(QUANTISED_OPS))
     fp32.unlink()
     ref, _ = backbone.forward_pixels(pixels, blocks, norm=norm)
     outs = _onnxruntime_session(onnx_file, torch.get_num_threads())(pixels.numpy())
@@ -176,10 +186,12 @@ def _config_from_dict(d: dict[str, Any]) -> BackboneConfig:
 class ExportedBackbone:
     """An exported patch-grid graph run by onnxruntime or OpenVINO, with FrozenBackbone's interface:
     `config`, `preprocess`, `resolve_blocks`, `forward_pixels`, `patch_grids`, `weights_sha256` (the source
-    weights' fingerprint, so a policy or model checks it like the torch backbone). Build with `load_exported`."""
+    weights' fingerprint, so a policy or model checks it like the torch backbone). `runtime` and `precision`
+    ("float32", "bfloat16" or "int8") say what runs it. Build with `load_exported`."""
 
-    def __init__(self, config: dict[str, Any], session: Any, runtime: str, path: Path) -> None:
-        self.export_config, self.runtime, self.path = config, runtime, path
+    def __init__(self, config: dict[str, Any], session: Any, runtime: str, path: Path,
+                 precision: str = DEFAULT_PRECISION) -> None:
+        self.export_config, self.runtime, self.path, self.precision = config, runtime, path, precision
         self.config = _config_from_dict(config["backbone_config"])
         self.preprocess = Preprocess(self.config, resize=config["preprocessing"]["resize"])
         self.blocks: list[int] = list(config["blocks"])
@@ -194,7 +206,7 @@ class ExportedBackbone:
         return self.export_config["source"]["fingerprint"]
 
     def __repr__(self) -> str:
-        return (f"ExportedBackbone({self.config.name!r}, {self.runtime}, blocks={self.blocks}, "
+        return (f"ExportedBackbone({self.config.name!r}, {self.runtime}, {self.precision}, blocks={self.blocks}, "
                 f"size={self.config.img_size})")
 
     resolve_blocks = FrozenBackbone.resolve_blocks          # the same block rules and the same batching loop
@@ -222,7 +234,8 @@ class ExportedBackbone:
         return grids, prefix
 
 
-def _onnxruntime_session(graph: Path, threads: int) -> Any:
+def _onnxruntime_session(graph: Path, threads: int, precision: str = DEFAULT_PRECISION) -> Any:
+    """An onnxruntime CPU session on `threads` threads; an int8 graph runs its quantised products in int8."""
     ort = _require("onnxruntime")
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
@@ -234,12 +247,18 @@ def _onnxruntime_session(graph: Path, threads: int) -> Any:
     return lambda x: sess.run(None, {name: x})
 
 
-def _openvino_session(graph: Path, threads: int) -> Any:
+def _openvino_session(graph: Path, threads: int, precision: str = DEFAULT_PRECISION) -> Any:
+    """A compiled OpenVINO CPU model on `threads` threads, one synchronous request (latency hint, one stream). Its
+    floating-point arithmetic is forced: f32 (the plugin would otherwise pick bf16 on an AMX CPU) unless
+    `precision` is "bfloat16"; an int8 graph's quantised products run in int8 either way."""
     ov = _require("openvino")
     core = ov.Core()
+    if precision == "bfloat16" and "BF16" not in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+        raise BackboneUnavailable("this CPU has no native bfloat16 arithmetic (AMX or AVX512-BF16): OpenVINO would "
+                                  "run the graph in float32; use precision float32")
     compiled = core.compile_model(core.read_model(str(graph)), "CPU",
                                   {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY",
-                                   "INFERENCE_PRECISION_HINT": "f32"})
+                                   "INFERENCE_PRECISION_HINT": "bf16" if precision == "bfloat16" else "f32"})
     request = compiled.create_infer_request()
 
     def run(x: np.ndarray) -> list[np.ndarray]:
@@ -249,9 +268,14 @@ def _openvino_session(graph: Path, threads: int) -> Any:
 
 
 def load_exported(path: str | os.PathLike, runtime: str | None = None, *, source: Any = None,
-                  threads: int | None = None) -> ExportedBackbone:
+                  threads: int | None = None, precision: str | None = None) -> ExportedBackbone:
     """An exported backbone run by `runtime` (None: onnxruntime for ONNX, openvino for IR; OpenVINO also runs
     ONNX) on `threads` threads (None: torch's current setting).
+
+    precision: None, the export's own ("int8" for an int8 export, else "float32"); "bfloat16" runs a float export
+    in bfloat16 (OpenVINO only; BackboneUnavailable on a CPU without native bfloat16). ArtifactError when it asks
+    an int8 export for float arithmetic or a float export for int8 (export it with int8). Reduced precision is
+    logged as a warning every time (int8 with its recorded error).
 
     source: the backbone the caller expects (a FrozenBackbone, or a dict with "fingerprint" and
     "preprocessing"); ArtifactError when the export was made from other weights or other preprocessing.
@@ -260,19 +284,27 @@ def load_exported(path: str | os.PathLike, runtime: str | None = None, *, source
     path = Path(path)
     cfg = read_config(path, KIND, FORMAT_VERSION)
     runtime = runtime or RUNTIME_OF[cfg["format"]]
-    check_runtime(runtime)
+    own = "int8" if cfg.get("int8") else DEFAULT_PRECISION
+    precision = precision or own
+    check_runtime(runtime, precision)
     if runtime == "torch" or (runtime == "onnxruntime" and cfg["format"] != "onnx"):
         raise ArtifactError(f"{path} is a {cfg['format']} export; run it with "
                             f"{'openvino' if cfg['format'] == 'openvino' else 'onnxruntime or openvino'}")
+    if (precision == "int8") != (own == "int8"):
+        raise ArtifactError(f"{path} holds a {own} graph, not one to run in {precision}; "
+                            + ("export it again without int8" if own == "int8" else "export it with int8"))
     if source is not None:
         check_source(cfg, source, path)
     if cfg.get("int8"):
         log.warning("%s is int8-quantised: its patch grids differ from torch's by up to %.1e relative (max over blocks, "
                     "on %d calibration images)", path, max(cfg["int8"]["grid_rel_error_on_calibration_images"].values()),
                     cfg["int8"]["calibration_images"])
+    elif precision == "bfloat16":
+        log.warning("%s (%s) runs in bfloat16: its patch grids differ from torch's float32 ones (about 1e-2 "
+                    "relative); measure your metric against float32", cfg["source"]["name"], path)
     threads = threads or torch.get_num_threads()
     make = _onnxruntime_session if runtime == "onnxruntime" else _openvino_session
-    return ExportedBackbone(cfg, make(path / cfg["graph"], threads), runtime, path)
+    return ExportedBackbone(cfg, make(path / cfg["graph"], threads, precision), runtime, path, precision)
 
 
 def check_source(cfg: dict[str, Any], source: Any, path: Path | str = "the export") -> None:
@@ -315,24 +347,46 @@ def compare_grids(backbone: Any, other: Any, images: Sequence[Any], blocks: int 
                 speedup=secs["torch"] / max(secs["runtime"], 1e-9))
 
 
-def use_runtime(model: Any, runtime: str, threads: int | None = None) -> Any:
+def use_runtime(model: Any, runtime: str, threads: int | None = None, *,
+                precision: str | Sequence[str] = DEFAULT_PRECISION, calibration: Sequence[Any] | None = None) -> Any:
     """A fitted estimator that reads patch grids (`backbone_` and `blocks_`, or `members_` of such, e.g. PatchCore
-    and PatchCoreEnsemble) made to read them through `runtime`; everything after the grids (memory bank, search,
-    scoring, smoothing, threshold) is unchanged. Returns `model`, changed in place."""
-    check_runtime(runtime)
-    for m in getattr(model, "members_", None) or [model]:
-        m.backbone_ = runtime_backbone(m.backbone_, runtime, m.blocks_, threads=threads)
+    and PatchCoreEnsemble) made to read them through `runtime` in `precision` (`runtime_backbone`); everything
+    after the grids (memory bank, search, scoring, smoothing, threshold) is unchanged. Returns `model`, changed in
+    place.
+
+    precision: one for every member (a name, or a sequence of one), or a sequence of one per member in `members_`
+    order (ParameterError for another count), e.g. ("float32", "bfloat16"): a member whose metric bfloat16 moves stays float32. "int8" is
+    calibrated on `calibration` images as each member sees them: one with a `feature_extractor()` (PatchCore)
+    on its inputs of those images (its tiles, when it tiles)."""
+    members = getattr(model, "members_", None) or [model]
+    precisions = [precision] if isinstance(precision, str) else list(precision)
+    precisions = precisions * len(members) if len(precisions) == 1 else precisions
+    if len(precisions) != len(members):
+        raise ParameterError(f"{len(precisions)} precisions ({', '.join(precisions)}) for {len(members)} members: give "
+                             f"one, or one per member")
+    for p in precisions:
+        check_runtime(runtime, p)
+    for m, p in zip(members, precisions):
+        inputs = calibration if p == "int8" else None
+        if inputs is not None and hasattr(m, "feature_extractor"):
+            inputs = [v for _, _, v, _ in m.feature_extractor().views(inputs)]
+        m.backbone_ = runtime_backbone(m.backbone_, runtime, m.blocks_, threads=threads, precision=p,
+                                       calibration=inputs)
     return model
 
 
 def runtime_backbone(backbone: FrozenBackbone, runtime: str = DEFAULT_RUNTIME,
                      blocks: int | Iterable[int] | None = None, *, norm: bool = False,
-                     threads: int | None = None) -> Any:
+                     threads: int | None = None, precision: str = DEFAULT_PRECISION,
+                     calibration: Sequence[Any] | None = None) -> Any:
     """`backbone` itself for runtime "torch"; else an export of it (`blocks`, at its input size) run by
-    `runtime`, written to a temporary folder that is removed once the runtime has loaded the graph."""
-    check_runtime(runtime)
+    `runtime` in `precision` (int8: quantised on export, calibrated on `calibration` images, required), written
+    to a temporary folder that is removed once the runtime has loaded the graph. ParameterError for a precision
+    the runtime does not run (`runtimes.PRECISIONS_OF`: torch float32 only, onnxruntime no bfloat16)."""
+    check_runtime(runtime, precision)
     if runtime == "torch":
         return backbone
     with tempfile.TemporaryDirectory(prefix="frozenvit-export-") as tmp:
-        path = export_backbone(backbone, Path(tmp) / "graph", blocks, format=FORMAT_OF[runtime], norm=norm)
-        return load_exported(path, runtime, source=backbone, threads=threads)
+        path = export_backbone(backbone, Path(tmp) / "graph", blocks, format=FORMAT_OF[runtime], norm=norm,
+                               int8=precision == "int8", calibration=calibration)
+        return load_exported(path, runtime, source=backbone, threads=threads, precision=precision)

@@ -17,10 +17,8 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Callable
 
-from .runtimes import FORMATS
+from .runtimes import CALIBRATION_IMAGES, FORMATS
 from .suite.cli import add_backbone_args, add_threads_arg, number
-
-CALIBRATION_IMAGES = 32
 
 
 def _cmd_backbone(args: argparse.Namespace) -> int:
@@ -61,12 +59,9 @@ def _export_sources(args: argparse.Namespace, get: Callable[[argparse.Namespace]
 
 def _calibration(args: argparse.Namespace) -> list | None:
     """The --calibration images of an --int8 export (UsageError when one goes without the other)."""
-    from .commands import list_images, read_images
-    from .suite.errors import UsageError
+    from .commands import calibration_from_args
 
-    if bool(args.int8) != bool(args.calibration):
-        raise UsageError("--int8 and --calibration go together: int8 quantisation is calibrated on images")
-    return read_images(list_images(args.calibration)[:args.calibration_images]) if args.int8 else None
+    return calibration_from_args(args, bool(args.int8), "--int8")
 
 
 def report(path: Path) -> None:

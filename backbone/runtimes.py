@@ -1,5 +1,5 @@
-"""What can run an exported backbone: the names `--runtime` and `--format` take, and the `--runtime` option of
-every command that encodes images (no torch import, for --help)."""
+"""What can run an exported backbone: the names `--runtime`, `--precision` and `--format` take, and the
+`--runtime` option of every command that encodes images (no torch import, for --help)."""
 from __future__ import annotations
 
 import argparse
@@ -7,8 +7,14 @@ import argparse
 FORMATS = ("onnx", "openvino")                                    # ONNX file; OpenVINO IR (.xml + .bin)
 RUNTIMES = ("torch", "onnxruntime", "openvino")
 DEFAULT_RUNTIME = "torch"
+CALIBRATION_IMAGES = 32                                           # int8: images it is calibrated on, at most
 RUNTIME_OF = {"onnx": "onnxruntime", "openvino": "openvino"}      # the runtime a format is run with by default
 FORMAT_OF = {"onnxruntime": "onnx", "openvino": "openvino"}       # the format `--runtime` exports to on the fly
+# the arithmetic of an exported graph: float32 (parity with torch eager), bfloat16 (OpenVINO on a CPU that multiplies
+# it natively), int8 (static post-training quantisation, calibrated on images). Reduced precision is asked, never chosen.
+PRECISIONS = ("float32", "bfloat16", "int8")
+DEFAULT_PRECISION = "float32"
+PRECISIONS_OF = {"torch": ("float32",), "onnxruntime": ("float32", "int8"), "openvino": PRECISIONS}
 
 
 def add_runtime_arg(parser: argparse.ArgumentParser, several: bool = False) -> None:
@@ -22,6 +28,31 @@ def add_runtime_arg(parser: argparse.ArgumentParser, several: bool = False) -> N
     parser.add_argument("--runtime", choices=RUNTIMES, default=DEFAULT_RUNTIME,
                         help="what runs the backbone: torch eager, or the backbone exported to ONNX and run by "
                              "onnxruntime, or to OpenVINO IR and run by OpenVINO (pip install 'frozenvit[deploy]')")
+
+
+def add_precision_arg(parser: argparse.ArgumentParser) -> None:
+    """--precision, with --calibration and --calibration-images for int8: the arithmetic of --runtime's graph."""
+    from .suite.cli import number
+
+    parser.add_argument("--precision", type=precision_list, default=DEFAULT_PRECISION, metavar="P[,P...]",
+                        help=f"arithmetic of the exported backbone ({', '.join(PRECISIONS)}): float32 (as torch); "
+                             "bfloat16 (--runtime openvino, on a CPU with AMX or AVX512-BF16); int8 (static "
+                             "quantisation calibrated on --calibration, --runtime onnxruntime or openvino). One for "
+                             "every member of an ensemble, or one per member in its order (float32,bfloat16). The "
+                             "metric it costs is yours to measure (anomaly evaluate)")
+    parser.add_argument("--calibration", nargs="+", default=None, metavar="PATH",
+                        help="--precision int8: normal image files or folders to calibrate the quantisation on")
+    parser.add_argument("--calibration-images", type=number(int, min=1), default=CALIBRATION_IMAGES, metavar="N",
+                        help="--precision int8: use at most this many calibration images")
+
+
+def precision_list(text: str) -> tuple[str, ...]:
+    """argparse type of --precision: one name of PRECISIONS, or several separated by commas (one per member)."""
+    names = tuple(t.strip() for t in text.split(","))
+    if not all(n in PRECISIONS for n in names):
+        raise argparse.ArgumentTypeError(f"expected {', '.join(PRECISIONS)} or a comma-separated list of them, "
+                                         f"got {text!r}")
+    return names
 
 
 def runtime_list(text: str) -> tuple[str, ...]:

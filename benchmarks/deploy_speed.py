@@ -14,7 +14,8 @@ them alike; ratios are within one run):
   error against torch, as recorded by the export, in the row).
 - loop: `control.latency.compare_runtimes` on Meta-World (render, preprocess, encode, head, step; p50/p95/p99).
 - anomaly: `anomaly fit`'s default ensemble fitted on synthetic --size px normals, then predict with maps on the
-  synthetic test set through each runtime: images/s (median over rounds) and image AUROC of each.
+  synthetic test set through each runtime in each of --precisions that it runs (`use_runtime(..., precision=)`;
+  int8 calibrated on the training normals): images/s (median over rounds) and image AUROC of each.
 
 Writes benchmarks/results/deploy_speed_t<threads>[_<tag>].json.
 """
@@ -33,6 +34,8 @@ import torch
 from common import median, print_table, write_result
 
 RUNTIMES = ("torch", "onnxruntime", "openvino")
+# anomaly part: "a+b" runs the ensemble's first member in a, its second in b (`--precision a,b` on the command line)
+PRECISIONS = ("float32", "bfloat16", "int8", "float32+bfloat16")
 ROUNDS = 3
 PAUSE_S = 0.02       # encoder part: untimed pause before each step (the loop renders there, ~10-20 ms)
 
@@ -142,7 +145,7 @@ def bench_loop(runtimes, steps: int, warmup: int) -> list[dict]:
     return rows
 
 
-def bench_anomaly(runtimes, size: int, rounds: int, n_train: int) -> list[dict]:
+def bench_anomaly(runtimes, precisions, size: int, rounds: int, n_train: int) -> list[dict]:
     from sklearn.metrics import roc_auc_score
 
     from frozenvit.anomaly import PatchCoreEnsemble
@@ -150,6 +153,7 @@ def bench_anomaly(runtimes, size: int, rounds: int, n_train: int) -> list[dict]:
     from frozenvit.anomaly.ensemble import load_detector
     from frozenvit.anomaly.synthetic import make_synthetic_mvtec
     from frozenvit.backbone.export import use_runtime
+    from frozenvit.backbone.runtimes import PRECISIONS_OF
     from PIL import Image
 
     tmp = Path(tempfile.mkdtemp(prefix="deploy-speed-"))
@@ -163,27 +167,31 @@ def bench_anomaly(runtimes, size: int, rounds: int, n_train: int) -> list[dict]:
         t0 = time.perf_counter()
         PatchCoreEnsemble(progress=False).fit(normals).save(tmp / "model")
         fit_s = time.perf_counter() - t0
-    dets = {rt: use_runtime(load_detector(tmp / "model"), rt) for rt in runtimes}
+    variants = [(rt, p) for rt in runtimes for p in precisions                               # the first: baseline
+                if all(q in PRECISIONS_OF[rt] for q in p.split("+"))]
+    dets = {v: use_runtime(load_detector(tmp / "model"), v[0], precision=v[1].split("+"),
+                           calibration=normals if "int8" in v[1] else None) for v in variants}
     preds = {}
 
-    def run(rt):
+    def run(v):
         def go():
-            preds[rt] = dets[rt].predict(test)                     # scores and maps at original size
+            preds[v] = dets[v].predict(test)                       # scores and maps at original size
         return go
-    secs = rounds_of({rt: run(rt) for rt in runtimes}, rounds)
+    secs = rounds_of({v: run(v) for v in variants}, rounds)
     rows = []
-    for rt in runtimes:
-        s = median(secs[rt])
-        rows.append({"part": "anomaly", "runtime": rt, "image_size": size, "images": len(test),
+    for v in variants:
+        s = median(secs[v])
+        rows.append({"part": "anomaly", "runtime": v[0], "precision": v[1].replace("+", ","), "image_size": size,
+                     "images": len(test),
                      "images_per_s": len(test) / s, "seconds_median": s,
-                     "image_auroc": float(roc_auc_score(labels, preds[rt].scores)),
-                     "maps": len(preds[rt].maps), "fit_seconds": fit_s, "n_train": len(normals)})
+                     "image_auroc": float(roc_auc_score(labels, preds[v].scores)),
+                     "maps": len(preds[v].maps), "fit_seconds": fit_s, "n_train": len(normals)})
     for r in rows:
         r["speedup"] = r["images_per_s"] / rows[0]["images_per_s"]
         r["auroc_diff"] = r["image_auroc"] - rows[0]["image_auroc"]
-    ref = preds[runtimes[0]].scores
-    for r, rt in zip(rows, runtimes):
-        r["same_ranking"] = bool((np.argsort(preds[rt].scores) == np.argsort(ref)).all())
+    ref = preds[variants[0]].scores
+    for r, v in zip(rows, variants):
+        r["same_ranking"] = bool((np.argsort(preds[v].scores) == np.argsort(ref)).all())
     return rows
 
 
@@ -198,6 +206,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--size", type=int, default=512, help="anomaly: image side in pixels")
     ap.add_argument("--rounds", type=int, default=3, help="anomaly: timed rounds (after one warm-up round)")
     ap.add_argument("--n-train", type=int, default=10, help="anomaly: synthetic normals to fit on")
+    ap.add_argument("--precisions", default=",".join(PRECISIONS),
+                    help="anomaly: comma-separated precisions, each timed with every runtime that runs it "
+                         "(torch: float32 only; bfloat16: openvino; int8: calibrated on the training normals); "
+                         "a+b: the ensemble's first member in a, its second in b")
     ap.add_argument("--int8", action="store_true",
                     help="encoder: also time int8 exports (calibrated on 8 Meta-World renders) of each ONNX runtime")
     ap.add_argument("--tag", default="", help="suffix of the JSON file name")
@@ -218,10 +230,11 @@ def main() -> None:
         rows += bench_loop(runtimes, args.steps, args.warmup)
         print_table([r for r in rows if r["part"] == "loop"])
     if args.part in ("all", "anomaly"):
-        rows += bench_anomaly(runtimes, args.size, args.rounds, args.n_train)
+        rows += bench_anomaly(runtimes, tuple(args.precisions.split(",")), args.size, args.rounds, args.n_train)
         print_table([r for r in rows if r["part"] == "anomaly"])
     name = f"deploy_speed_t{args.threads}" + (f"_{args.tag}" if args.tag else "")
-    write_result(name, {"threads": args.threads, "part": args.part, "runtimes": list(runtimes), "rows": rows,
+    write_result(name, {"threads": args.threads, "part": args.part, "runtimes": list(runtimes),
+                        "precisions": args.precisions.split(","), "rows": rows,
                         "load_before": load_before,
                         "note": "ratios within this run only; the machine's load is recorded before and after"},
                  args.out)

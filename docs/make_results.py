@@ -273,7 +273,8 @@ DOC_TABLES = {ROOT / "docs" / "forecasting.md": {
     ROOT / "docs" / "anomaly.md": {"anomaly_select": lambda: anomaly_select_table("../benchmarks/results/"),
                                    "anomaly_select_grid": lambda: anomaly_select_grid("../benchmarks/results/"),
                                    "anomaly_fit_speed": lambda: anomaly_fit_speed("../benchmarks/results/")},
-    ROOT / "docs" / "control.md": {"control_train_speed": lambda: control_speed("../benchmarks/results/")}}
+    ROOT / "docs" / "control.md": {"control_train_speed": lambda: control_speed("../benchmarks/results/")},
+    ROOT / "docs" / "deployment.md": {"deploy_auroc": lambda: deploy_auroc_table("../benchmarks/results/")}}
 TABLE = re.compile(r"(<!-- table:(\w+) -->\n).*?(<!-- /table -->)", re.S)
 
 
@@ -560,6 +561,24 @@ DEPLOY = [("encoder", "deploy_speed_t2_encoder.json"), ("loop", "deploy_speed_t2
           ("anomaly", "deploy_speed_t2_anomaly512_quiet.json")]
 
 
+DEPLOY_AUROC = "deploy_auroc_2026-12-05.json"
+
+
+def deploy_auroc_table(link: str = LINK) -> str:
+    """Each runtime and precision's image AUROC, pixel AUROC and AUPRO on the development sets, with the difference
+    from torch float32 on the same model (benchmarks/deploy_auroc.py); also in docs/deployment.md."""
+    d = load(DEPLOY_AUROC)
+    ref = lambda r: (r["runtime"], r["precision"]) == ("torch", "float32")  # noqa: E731
+    diff = lambda r, k: "-" if ref(r) else f"{round(r[k], 4) + 0.0:+.4f}"  # noqa: E731
+    rows = [[r["set"], r["runtime"], r["precision"], f"{r['image_auroc']:.4f}", diff(r, "image_auroc_diff"),
+             f"{r['pixel_auroc']:.4f}", diff(r, "pixel_auroc_diff"), f"{r['aupro']:.4f}", diff(r, "aupro_diff")]
+            for r in d["rows"]]
+    t = table(["set", "runtime", "precision", "image AUROC", "vs torch", "pixel AUROC", "vs torch", "AUPRO@0.3",
+               "vs torch"], rows)
+    return (f"{t}\n\n({d['model']}, fitted once per set; {d['threads']} thread; {date(d)}, "
+            f"[json]({link}{DEPLOY_AUROC}))\n")
+
+
 def deployment() -> str:
     """`--runtime` against torch eager (benchmarks/deploy_speed.py); a part whose JSON is absent is left out."""
     parts = []
@@ -586,9 +605,11 @@ def deployment() -> str:
                        for r in rows])
             what = f"The whole loop on {rows[0]['task']} (`control latency --runtime ...`), {rows[0]['steps']} steps each"
         else:
-            t = table(["runtime", "images/s (with maps)", "vs torch", "image AUROC", "same ranking as torch"],
-                      [[r["runtime"], f"{r['images_per_s']:.2f}", f"**{r['speedup']:.2f}x**", f3(r["image_auroc"]),
-                        "yes" if r["same_ranking"] else "no"] for r in rows])
+            t = table(["runtime", "precision", "images/s (with maps)", "vs torch", "image AUROC",
+                       "same ranking as torch"],
+                      [[r["runtime"], r.get("precision", "float32"), f"{r['images_per_s']:.2f}",
+                        f"**{r['speedup']:.2f}x**", f3(r["image_auroc"]), "yes" if r["same_ranking"] else "no"]
+                       for r in rows])
             what = (f"`anomaly predict` with maps, the default ensemble fitted on {rows[0]['n_train']} synthetic "
                     f"normals, {rows[0]['images']} test images of {rows[0]['image_size']} px")
         parts.append(f"{what}, {d['threads']} threads, 1-minute load {d['machine']['loadavg_1min']:.1f} at the end of the "
@@ -602,7 +623,10 @@ def deployment() -> str:
 run. Most runs shared the 2-core machine with other jobs (a load above 2): there only the ratios within a table
 mean anything; the runs at a load near 1 had the machine to themselves.
 
-{body}"""
+{body}
+What each runtime and precision costs in quality on the development sets (`benchmarks/deploy_auroc.py`):
+
+{deploy_auroc_table()}"""
 
 
 # ---------------------------------------------------------------- README headlines

@@ -159,3 +159,100 @@ def test_int8_without_calibration_images_is_a_parameter_error(vit, tmp_path):
 
     with pytest.raises(ParameterError, match="calibration"):
         export_backbone(vit, tmp_path / "q", 3, int8=True)
+
+
+def test_int8_export_of_a_same_padded_convnet_keeps_torchs_grid_shapes(frames, tmp_path):
+    pytest.importorskip("onnxruntime")
+    from frozenvit.backbone import load_backbone
+
+    lite0 = load_backbone("efficientnet_lite0", img_size=64)   # TF "same" padding, computed from shapes in the graph
+    ref = lite0.patch_grids(frames, blocks=(2, 3))
+    got = load_exported(export_backbone(lite0, tmp_path / "q", (2, 3), int8=True, calibration=frames)).patch_grids(
+        frames, blocks=(2, 3))
+    assert [got[b].shape for b in (2, 3)] == [ref[b].shape for b in (2, 3)]
+
+
+@pytest.mark.filterwarnings("ignore:only .* held-out normals:UserWarning")
+def test_openvino_bfloat16_ranks_the_synthetic_set_as_torch_does(vit, caplog):
+    pytest.importorskip("openvino")
+    from frozenvit.anomaly import PatchCore, render_sample
+
+    normals = [render_sample("weave", None, 0, i, size=(96, 112))[0] for i in range(10)]
+    test = ([render_sample("weave", None, 0, 50 + i, size=(96, 112))[0] for i in range(4)]
+            + [render_sample("weave", d, 0, i, size=(96, 112))[0] for i, d in enumerate(["hole", "scratch", "stain"])])
+    det = PatchCore(vit, coreset_ratio=0.25, progress=False).fit(normals)
+    ref = det.decision_function(test)
+    try:
+        use_runtime(det, "openvino", precision="bfloat16")
+    except BackboneUnavailable:
+        pytest.skip("this CPU has no native bfloat16")
+    got = det.decision_function(test)
+    assert det.backbone_.precision == "bfloat16" and "runs in bfloat16" in caplog.text   # never silently
+    assert np.argsort(got).tolist() == np.argsort(ref).tolist()
+    np.testing.assert_allclose(got, ref, rtol=5e-2)
+
+
+def test_openvino_bfloat16_grids_differ_from_float32_within_5e2_relative(vit, frames):
+    pytest.importorskip("openvino")
+    ref = vit.patch_grids(frames, blocks=3)
+    try:
+        got = runtime_backbone(vit, "openvino", 3, precision="bfloat16").patch_grids(frames, blocks=3)
+    except BackboneUnavailable:
+        pytest.skip("this CPU has no native bfloat16")
+    assert 1e-4 < rel(got[3], ref[3]) < 5e-2           # reduced arithmetic, not float32's parity
+
+
+@pytest.mark.parametrize("runtime", ["torch", ONNXRUNTIME])
+def test_bfloat16_is_a_parameter_error_where_the_runtime_does_not_run_it(vit, runtime):
+    from frozenvit.backbone.suite.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="openvino"):
+        runtime_backbone(vit, runtime, 3, precision="bfloat16")
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_int8_precision_quantises_the_export_it_runs(vit, frames, runtime):
+    ebb = runtime_backbone(vit, runtime, 3, precision="int8", calibration=frames)
+    assert ebb.precision == "int8" and ebb.export_config["int8"]["calibration_images"] == len(frames)
+
+
+def test_a_float_export_is_not_run_as_int8(vit, tmp_path):
+    pytest.importorskip("onnxruntime")
+    path = export_backbone(vit, tmp_path / "f", 3)
+    with pytest.raises(ArtifactError, match="export it with int8"):
+        load_exported(path, precision="int8")
+
+
+@pytest.mark.filterwarnings("ignore:only .* held-out normals:UserWarning")
+def test_int8_of_a_tiled_model_is_calibrated_on_its_tiles(vit):
+    pytest.importorskip("onnxruntime")
+    from frozenvit.anomaly import PatchCore, render_sample
+
+    normals = [render_sample("weave", None, 0, i, size=(96, 112))[0] for i in range(4)]
+    det = PatchCore(vit, coreset_ratio=0.25, tile=1.0, progress=False).fit(normals)    # 64 px tiles: 2 x 2 an image
+    use_runtime(det, "onnxruntime", precision="int8", calibration=normals[:2])
+    assert det.backbone_.export_config["int8"]["calibration_images"] == 2 * 4
+
+
+@pytest.fixture(scope="module")
+def ensemble(vit):
+    from frozenvit.anomaly import PatchCore, PatchCoreEnsemble, render_sample
+
+    normals = [render_sample("weave", None, 0, i, size=(96, 112))[0] for i in range(6)]
+    members = [PatchCore(vit, coreset_ratio=0.25, progress=False), PatchCore(vit, blocks=(3,), progress=False)]
+    with pytest.warns(UserWarning, match="held-out normals"):
+        return PatchCoreEnsemble(members).fit(normals), normals
+
+
+def test_use_runtime_runs_each_member_in_its_own_precision(ensemble):
+    pytest.importorskip("onnxruntime")
+    det, normals = ensemble
+    use_runtime(det, "onnxruntime", precision=("float32", "int8"), calibration=normals[:2])
+    assert [m.backbone_.precision for m in det.members_] == ["float32", "int8"]
+
+
+def test_a_precision_count_other_than_one_or_one_per_member_is_a_parameter_error(ensemble):
+    from frozenvit.backbone.suite.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="3 precisions .* for 2 members"):
+        use_runtime(ensemble[0], "onnxruntime", precision=("float32",) * 3)

@@ -63,6 +63,31 @@ def test_anomaly_evaluate_with_onnxruntime_gives_torchs_image_auroc(workspace):
     assert got["onnxruntime"] == pytest.approx(got["torch"], abs=1e-6)
 
 
+def test_anomaly_evaluate_records_the_runtime_and_int8_precision_it_ran(workspace):
+    out = workspace / "eval_int8.json"
+    assert main(["anomaly", "evaluate", "--model", str(workspace / "model"), "--data", str(workspace / "data" / "weave"),
+                 "--out", str(out), "--runtime", "onnxruntime", "--precision", "int8", "--calibration",
+                 str(workspace / "data" / "weave" / "train" / "good"), "--calibration-images", "4"]) == 0
+    got = json.loads(out.read_text())
+    assert (got["runtime"], got["precision"]) == ("onnxruntime", "int8") and 0 <= got["metrics"]["image_auroc"] <= 1
+
+
+@pytest.mark.parametrize("extra, says", [(["--runtime", "onnxruntime", "--precision", "int8"], "--calibration"),
+                                         (["--runtime", "onnxruntime", "--precision", "bfloat16"], "openvino")])
+def test_anomaly_evaluate_refuses_a_precision_it_cannot_run_as_asked(workspace, extra, says, capsys):
+    out = workspace / "eval_refused.json"
+    assert main(["anomaly", "evaluate", "--model", str(workspace / "model"), "--data",
+                 str(workspace / "data" / "weave"), "--out", str(out), *extra]) == 2
+    assert says in capsys.readouterr().err and not out.exists()
+
+
+@pytest.mark.parametrize("given", ["float16", "float32,", "bfloat16,fp8"])
+def test_precision_takes_known_names_one_or_comma_separated(given, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["anomaly", "evaluate", "--model", "m", "--data", "d", "--precision", given])
+    assert e.value.code == 2 and "--precision" in capsys.readouterr().err
+
+
 @pytest.fixture(scope="module")
 def imgs(workspace):
     folder = workspace / "imgs"
