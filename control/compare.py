@@ -111,7 +111,7 @@ def compare_runs(runs: Mapping[str, tuple[Mapping[str, Any], str]], *, may_diffe
     runs may differ in (e.g. ("weights_sha256",) to pair two encoders' heads on the same configurations).
     Only the held-out configurations every run has count (runs of 25 and of 50 configurations pair on the first
     25), in every figure. Returns tasks, seeds, configs and heldout_seeds (those shared), by_pooling and by_seed
-    (`summarize`), paired ({label: McNemar dict} against the first) and paired_by_task ({task: {label: McNemar
+    (`summarize`), by_task ([{task, seed, label: successes}]), paired ({label: McNemar dict} against the first) and paired_by_task ({task: {label: McNemar
     dict}}). RunMismatch when the runs' episodes differ (a setting, a shared task's cap or demonstrator; a run
     that names no demonstrator pairs only with a run that names none either) or they share no head or no
     configuration.
@@ -152,6 +152,8 @@ def compare_runs(runs: Mapping[str, tuple[Mapping[str, Any], str]], *, may_diffe
     others = [label for label, _ in rest]
     return dict(tasks=tasks, seeds=sorted({s for _, s in shared}), configs=len(common),
                 heldout_seeds=[common[0], common[-1]], **summarize(results, list(runs)),
+                by_task=[dict(task=t, seed=s, **{r["pooling"]: sum(map(bool, r["per_config"])) for r in results
+                                                 if (r["task"], r.get("seed", 0)) == (t, s)}) for t, s in sorted(shared)],
                 paired={b: paired_test(results, ref, b).as_dict() for b in others},
                 paired_by_task={t: {b: paired_test([r for r in results if r["task"] == t], ref, b).as_dict()
                                     for b in others} for t in tasks})

@@ -38,6 +38,10 @@ CONTROL_LATENCY = [f"control_latency_default_chunk8_2026-12-04_run{i}.json" for 
 # A new task in minutes (issue 62): a new task's stages, both recipes; the default recipe paired against the earlier
 CONTROL_STAGES = ["control_train_speed_2026-12-05_hammer_full_1thread.json", "control_train_speed_2026-12-05_hammer_1thread.json", "control_train_speed_2026-12-05_hammer.json"]
 CONTROL_SPEED_SUCCESS = "control_train_speed_2026-12-05_reach_pick.json"
+# The eight tasks with the default recipe (seed 0), paired with the earlier recipe's seed-0 heads (issue 62), and
+# the same heads through each runtime, paired with torch (issue 60): control_success.py --compare's JSON each
+CONTROL_RECIPES = "control_success_compare_2026-12-05_recipe_eight.json"
+CONTROL_RUNTIMES = "control_success_compare_2026-12-05_runtime_eight.json"
 
 
 def load(name: str) -> dict:
@@ -270,7 +274,9 @@ DOC_TABLES = {ROOT / "docs" / "forecasting.md": {
     ROOT / "docs" / "anomaly.md": {"anomaly_select": lambda: anomaly_select_table("../benchmarks/results/"),
                                    "anomaly_select_grid": lambda: anomaly_select_grid("../benchmarks/results/"),
                                    "anomaly_fit_speed": lambda: anomaly_fit_speed("../benchmarks/results/")},
-    ROOT / "docs" / "control.md": {"control_train_speed": lambda: control_speed("../benchmarks/results/")}}
+    ROOT / "docs" / "control.md": {"control_train_speed": lambda: control_speed("../benchmarks/results/"),
+                                   "control_recipe_eight": lambda: control_recipes("../benchmarks/results/")},
+    ROOT / "docs" / "deployment.md": {"control_runtime_success": lambda: control_runtimes("../benchmarks/results/")}}
 TABLE = re.compile(r"(<!-- table:(\w+) -->\n).*?(<!-- /table -->)", re.S)
 
 
@@ -470,6 +476,72 @@ def control_speed(link: str = LINK) -> str:
 One training seed (0) per recipe, the first {e['settings']['configs']} of the earlier run's 50 held-out \
 configurations, cap {e['settings']['max_steps']} steps, the same demos ({date(e)}, [json]({link}{CONTROL_SPEED_SUCCESS}); \
 earlier heads: {', '.join(f"[{t}]({link}{j})" for t, j in e['settings']['baselines'].items())}).
+"""
+
+
+def compared(name: str) -> tuple[dict, list[tuple[str, str, dict]]]:
+    """A control_success.py --compare JSON and its runs in order: (label, JSON file name, run JSON)."""
+    c = load(name)
+    runs = []
+    for spec in c["runs"]:
+        path, _, pooling = spec.rpartition(":")
+        runs.append((f"{Path(path).stem}:{pooling}", Path(path).name, load(Path(path).name)))
+    return c, runs
+
+
+def paired_cells(c: dict, labels: list[str], task: str | None = None) -> list[str]:
+    """Successes of each label (k / n) on the shared configurations, then won only by the first / by each other
+    and the exact McNemar p: of one task, or pooled over the tasks (task None)."""
+    n = c["configs"] * (1 if task else len(c["tasks"]))
+    won = [sum(r[lb] for r in c["by_task"] if task in (None, r["task"])) for lb in labels]
+    tests = [c["paired_by_task"][task][lb] if task else c["paired"][lb] for lb in labels[1:]]
+    return [*[f"{k} / {n}" for k in won], *[f"{t['a_only']} / {t['b_only']}" for t in tests],
+            *[pval(t["p"]) for t in tests]]
+
+
+def control_recipes(link: str = LINK) -> str:
+    """The eight tasks with the default recipe against the earlier recipe's seed-0 heads on the same episodes,
+    per task and pooled, with the new heads' training and evaluation times."""
+    c, runs = compared(CONTROL_RECIPES)
+    (earlier, earlier_js, _), (new, new_js, run) = runs
+    st, by_task = run["settings"], {r["task"]: r for r in run["results"]}
+    cap = lambda t: st["max_steps"][t] if isinstance(st["max_steps"], dict) else st["max_steps"]  # noqa: E731
+    rows = [[t, st["demonstrators"][t], str(cap(t)), *paired_cells(c, [earlier, new], t), f"{by_task[t]['fit_s']:.0f}",
+             f"{by_task[t]['eval_s'] / by_task[t]['episodes']:.1f}"] for t in c["tasks"]]
+    mean = {r["pooling"]: r["mean_success"] for r in c["by_pooling"]}
+    pooled = paired_cells(c, [earlier, new])
+    rows.append([f"**{len(c['tasks'])} tasks**", "", "", f"{pooled[0]} (**{f3(mean[earlier])}**)", f"{pooled[1]} (**{f3(mean[new])}**)",
+                 *pooled[2:], f"{sum(r['fit_s'] for r in by_task.values()):.0f}", ""])
+    t = table(["task", "demonstrator", "cap (steps)", "earlier recipe", "default recipe", "won only by earlier / default",
+               "exact McNemar p", "train (s)", "evaluation (s / episode)"], rows)
+    m = run["machine"]
+    return f"""{t}
+
+Seed 0 per recipe, the first {c['configs']} of the earlier run's 50 held-out configurations of each task, the same
+demos, demonstrators and caps ({date(c)}, [json]({link}{CONTROL_RECIPES}); default recipe: [json]({link}{new_js}), \
+{st['threads']} thread, one process per task, 1-minute load {m['loadavg_1min']:.1f} as the last one ended; earlier \
+recipe: [json]({link}{earlier_js}), the seed-0 rows of the JSONs the eight-task table of
+[results.md](results.md#control) links).
+"""
+
+
+def control_runtimes(link: str = LINK) -> str:
+    """The same trained heads rolled out with the encoder run by each runtime, paired with torch episode by
+    episode, per task and pooled."""
+    c, runs = compared(CONTROL_RUNTIMES)
+    labels = [lb for lb, _, _ in runs]
+    names = [run["settings"]["runtime"] + (" int8" if run["settings"].get("int8") else "") for _, _, run in runs]
+    rows = [[t, *paired_cells(c, labels, t)] for t in c["tasks"]]
+    rows.append(["**all**", *paired_cells(c, labels)])
+    others = names[1:]
+    t = table(["task", *names, *[f"won only by torch / {o}" for o in others], *[f"exact McNemar p, {o}" for o in others]],
+              rows)
+    files = ", ".join(f"{nm}: [json]({link}{js})" for nm, (_, js, _) in zip(names, runs))
+    return f"""{t}
+
+`benchmarks/control_success.py --runtime`: the seed-0 heads of the eight-task benchmark (default recipe), the first
+{c['configs']} held-out configurations of each task, the encoder exported at 224 px (blocks 2, 5, 11) and run by each
+runtime, the head in torch ({date(c)}, [json]({link}{CONTROL_RUNTIMES}); {files}).
 """
 
 

@@ -120,6 +120,7 @@ def test_compare_runs_pairs_runs_of_other_lengths_on_the_configurations_they_sha
     half = _run([("t", "attention", 0, [0, 1])])                                   # the first 2 of them
     c = compare_runs({"full": (full, "attention"), "half": (half, "attention")})
     assert c["configs"] == 2 and c["heldout_seeds"] == [1000000, 1000001]
+    assert c["by_task"] == [dict(task="t", seed=0, full=2, half=1)]
     assert {r["pooling"]: r["mean_success"] for r in c["by_pooling"]} == {"full": 1.0, "half": 0.5}
     assert c["paired"]["half"] == dict(a_only=1, b_only=0, p=1.0)
 
