@@ -510,8 +510,8 @@ def control_recipes(link: str = LINK) -> str:
              f"{by_task[t]['eval_s'] / by_task[t]['episodes']:.1f}"] for t in c["tasks"]]
     mean = {r["pooling"]: r["mean_success"] for r in c["by_pooling"]}
     pooled = paired_cells(c, [earlier, new])
-    rows.append([f"**{len(c['tasks'])} tasks**", "", "", f"{pooled[0]} (**{f3(mean[earlier])}**)", f"{pooled[1]} (**{f3(mean[new])}**)",
-                 *pooled[2:], f"{sum(r['fit_s'] for r in by_task.values()):.0f}", ""])
+    rows.append([f"**{len(c['tasks'])} tasks**", "", "", f"{pooled[0]} (**{f3(mean[earlier])}**)",
+                 f"{pooled[1]} (**{f3(mean[new])}**)", *pooled[2:], f"{sum(r['fit_s'] for r in by_task.values()):.0f}", ""])
     t = table(["task", "demonstrator", "cap (steps)", "earlier recipe", "default recipe", "won only by earlier / default",
                "exact McNemar p", "train (s)", "evaluation (s / episode)"], rows)
     m = run["machine"]
