@@ -41,7 +41,7 @@ CONTROL_SPEED_SUCCESS = "control_train_speed_2026-12-05_reach_pick.json"
 # The eight tasks with the default recipe (seed 0), paired with the earlier recipe's seed-0 heads (issue 62), and
 # the same heads through each runtime, paired with torch (issue 60): control_success.py --compare's JSON each
 CONTROL_RECIPES = "control_success_compare_2026-12-05_recipe_eight.json"
-CONTROL_RUNTIMES = "control_success_compare_2026-12-05_runtime_eight.json"
+CONTROL_RUNTIMES = ["control_success_compare_2026-12-05_runtime_eight.json"]
 
 
 def load(name: str) -> dict:
@@ -419,11 +419,12 @@ def control() -> str:
     latency = table(["default encoder p50 / p99 (ms)", "`--backbone metaworld-fast` p50 / p99 (ms)", "measured"], rows)
     return f"""## control
 
-Held-out success of the shipped defaults (`benchmarks/control_success.py`): the embedded ViT at 224 px,
-heads reading blocks 2, 5 and 11 through attention pooling, chunks of 8 actions, 4 augmented views, 25
-demos per task, 50 held-out configurations per task and seed, three training seeds. These heads were
-trained with the earlier recipe (encoder and pooling in float32, 200 epochs); the faster one is paired
-against it below.
+Held-out success with the earlier recipe (`benchmarks/control_success.py`): encoder and pooling in float32,
+200 epochs of behaviour cloning; the embedded ViT at 224 px, heads reading blocks 2, 5 and 11 through
+attention pooling, chunks of 8 actions, 4 augmented views, 25 demos per task, 50 held-out configurations per
+task and seed, three training seeds. The default recipe (bfloat16 where the CPU has it, 1,500 optimizer
+steps) is paired with these heads below on two tasks, and with their seed 0 on all eight in
+[control.md](control.md#the-eight-tasks-with-the-default-recipe).
 
 {success}
 
@@ -526,9 +527,13 @@ recipe: [json]({link}{earlier_js}), the seed-0 rows of the JSONs the eight-task 
 
 
 def control_runtimes(link: str = LINK) -> str:
-    """The same trained heads rolled out with the encoder run by each runtime, paired with torch episode by
-    episode, per task and pooled."""
-    c, runs = compared(CONTROL_RUNTIMES)
+    """The same trained heads rolled out with the encoder run by another runtime, paired with torch episode by
+    episode, per task and pooled: one table per comparison."""
+    return "\n".join(control_runtime(name, link) for name in CONTROL_RUNTIMES)
+
+
+def control_runtime(name: str, link: str) -> str:
+    c, runs = compared(name)
     labels = [lb for lb, _, _ in runs]
     names = [run["settings"]["runtime"] + (" int8" if run["settings"].get("int8") else "") for _, _, run in runs]
     rows = [[t, *paired_cells(c, labels, t)] for t in c["tasks"]]
@@ -537,11 +542,19 @@ def control_runtimes(link: str = LINK) -> str:
     t = table(["task", *names, *[f"won only by torch / {o}" for o in others], *[f"exact McNemar p, {o}" for o in others]],
               rows)
     files = ", ".join(f"{nm}: [json]({link}{js})" for nm, (_, js, _) in zip(names, runs))
+    st = runs[0][2]["settings"]
+    int8 = ""
+    for _, _, run in runs[1:]:
+        if run["settings"].get("int8"):
+            err = max(e for r in run["results"] for e in r["int8_grid_rel_error"].values())
+            int8 = (f"; int8 calibrated on {run['settings']['int8']['calibration_frames']} frames of each task's demos, "
+                    f"its patch grids within {err:.2f} of torch's there (max |diff| / max |torch|, worst block and task)")
     return f"""{t}
 
 `benchmarks/control_success.py --runtime`: the seed-0 heads of the eight-task benchmark (default recipe), the first
-{c['configs']} held-out configurations of each task, the encoder exported at 224 px (blocks 2, 5, 11) and run by each
-runtime, the head in torch ({date(c)}, [json]({link}{CONTROL_RUNTIMES}); {files}).
+{c['configs']} held-out configurations of each task, the encoder ({st['encoder']}, blocks \
+{', '.join(map(str, st['blocks']))}) exported and run by each runtime, the head in torch{int8} ({date(c)}, \
+[json]({link}{name}); {files}).
 """
 
 
