@@ -41,7 +41,8 @@ CONTROL_SPEED_SUCCESS = "control_train_speed_2026-12-05_reach_pick.json"
 # The eight tasks with the default recipe (seed 0), paired with the earlier recipe's seed-0 heads (issue 62), and
 # the same heads through each runtime, paired with torch (issue 60): control_success.py --compare's JSON each
 CONTROL_RECIPES = "control_success_compare_2026-12-05_recipe_eight.json"
-CONTROL_RUNTIMES = ["control_success_compare_2026-12-05_runtime_openvino.json"]
+CONTROL_RUNTIMES = ["control_success_compare_2026-12-05_runtime_openvino.json",
+                    "control_success_compare_2026-12-06_runtime_openvino_int8.json"]
 
 
 def load(name: str) -> dict:
