@@ -396,7 +396,9 @@ def control() -> str:
         rates = [r["success_rate"] for r in runs]
         for r in runs:
             by_seed.setdefault(r["seed"], []).append((r["successes"], r["episodes"]))
-        demonstrator = d["settings"].get("demonstrators", {}).get(task, "Meta-World's expert")
+        st = d["settings"]         # a run that names no demonstrator: its expert where it named one (fingertips)
+        demonstrator = st.get("demonstrators", {}).get(task) or (
+            st["expert"] if st.get("expert") not in (None, "default") else "Meta-World's expert")
         rows.append([task, *[f"{x:.2f}" for x in rates], f"**{sum(rates) / len(rates):.2f}**", demonstrator,
                      str(d["settings"]["max_steps"]), src(name, d)])
         names.append(name)
