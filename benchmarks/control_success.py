@@ -6,9 +6,15 @@ same --configs held-out configurations (seeds >= 1,000,000, never trained on). E
 reused on a re-run (demos resume, caches and heads load, evaluations resume from a journal beside each head), and
 the JSON is rewritten after every head, so a stopped run keeps what it measured.
 
+--runtime changes only what runs the encoder while the heads are rolled out: the backbone exported (fp32) and run
+by onnxruntime or OpenVINO, as `control evaluate --runtime` does; with --int8 an int8 export calibrated on each
+task's demo frames. Caching and training stay torch: such a run evaluates the heads a torch run of the same
+--work-dir trained (and refuses to train one), on the same episodes, so --compare pairs it with that run.
+
     python benchmarks/control_success.py --threads 2 --tasks reach-v3 push-v3 --seeds 0 --out s0.json
     python benchmarks/control_success.py --merge s0.json s1.json s2.json --out all.json     # one run per process
     python benchmarks/control_success.py --compare old.json:attention all.json:attention --out cmp.json
+    python benchmarks/control_success.py --threads 2 --tasks reach-v3 push-v3 --runtime openvino --out ov.json
 
 Two runs pair episode by episode (exact McNemar, frozenvit.control.compare) when they share the held-out
 configurations, the cap, the demos and the encoder's input.
@@ -19,10 +25,12 @@ import argparse
 import hashlib
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from common import RESULTS, ROOT, print_table, write_result
+from frozenvit.backbone.runtimes import add_runtime_arg
 
 DEFAULT_TASKS = ["reach-v3", "push-v3", "button-press-v3", "drawer-open-v3"]
 
@@ -48,6 +56,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--expert", default="default", help="who records the demos (collect_demos(expert=))")
     ap.add_argument("--parallel", type=int, default=4, help="environments rolled out in lockstep")
     ap.add_argument("--work-dir", default=str(ROOT / "runs" / "control_success"))
+    add_runtime_arg(ap)
+    ap.add_argument("--int8", action="store_true", help="with --runtime onnxruntime or openvino: the encoder exported "
+                    "with int8 static quantisation, calibrated on --calibration-frames frames of each task's demos")
+    ap.add_argument("--calibration-frames", type=int, default=32,
+                    help="--int8: demo frames the quantisation is calibrated on, evenly spread over the demos")
     ap.add_argument("--baseline", default=None, metavar="RUN_JSON:POOLING",
                     help="pair this run's first pooling with a finished run's heads on the episodes they share")
     ap.add_argument("--merge", nargs="+", default=None, metavar="PART_JSON",
@@ -69,6 +82,40 @@ def read_run(spec: str) -> tuple[str, tuple[dict, str]]:
     return f"{Path(path).stem}:{pooling}", (json.loads(Path(path).read_text()), pooling)
 
 
+def journal_name(name: str, head: str, heldout: list[int], max_steps: int, runtime: str, int8: bool) -> str:
+    """The evaluation journal of head `name` (weights digest `head`): one per configurations, cap and runtime, so
+    that an evaluation through another runtime never resumes from torch's episodes."""
+    rt = "" if runtime == "torch" else f"_{runtime}{'-int8' if int8 else ''}"
+    return f"{name}_{head}_cfg{heldout[0]}x{len(heldout)}_cap{max_steps}{rt}.jsonl"
+
+
+def calibration_frames(episodes, n: int) -> list:
+    """`n` frames (H, W, 3) uint8 evenly spread over `episodes` (each a (T, H, W, 3) array of one demo's frames):
+    up to n from each demo, then n of those, so that every demo and every phase of a demo is represented."""
+    import numpy as np
+
+    def spread(x):
+        return x[np.linspace(0, len(x) - 1, min(n, len(x))).round().astype(int)]
+
+    pool = np.concatenate([spread(frames) for frames in episodes])                # (<= episodes * n, H, W, 3)
+    return list(spread(pool))
+
+
+def eval_encoder(bb, runtime: str, blocks: list[int], calibration: list | None = None):
+    """What runs the encoder during the rollouts: `bb` itself for "torch", else `bb` exported fp32 and run by
+    `runtime` (runtime_backbone, the path of `control evaluate --runtime`); with `calibration` frames an int8
+    export calibrated on them (its grids' measured error is in the returned backbone's export_config["int8"])."""
+    from frozenvit.backbone.export import export_backbone, load_exported, runtime_backbone
+    from frozenvit.backbone.runtimes import FORMAT_OF
+
+    if calibration is None:
+        return runtime_backbone(bb, runtime, blocks)
+    with tempfile.TemporaryDirectory(prefix="control-success-int8-") as tmp:
+        path = export_backbone(bb, Path(tmp) / "graph", blocks, format=FORMAT_OF[runtime], int8=True,
+                               calibration=calibration)
+        return load_exported(path, runtime, source=bb)
+
+
 def print_paired(paired: dict, ref: str) -> None:
     for label, t in paired.items():
         print(f"{ref} vs {label}: {t['a_only']} episodes won only by {ref}, {t['b_only']} only by {label}; "
@@ -77,6 +124,8 @@ def print_paired(paired: dict, ref: str) -> None:
 
 def main() -> int:
     args = parser().parse_args()
+    if args.int8 and args.runtime == "torch":
+        raise SystemExit("--int8 quantises an exported encoder: give --runtime onnxruntime or openvino")
     from frozenvit.control.compare import RunMismatch, compare_runs, merge_runs, paired_test, summarize
 
     may_differ = ("weights_sha256",) if args.across_weights else ()
@@ -105,7 +154,7 @@ def main() -> int:
     from frozenvit.backbone import load_backbone
     from frozenvit.backbone.errors import ArtifactError
     from frozenvit.control import (DEFAULT_CAMERA, PatchTokenPolicy, bc_epochs, cache_features, collect_demos,
-                                   config_seeds, default_blocks, evaluate, load_manifest)
+                                   config_seeds, default_blocks, evaluate, iter_episodes, load_manifest)
 
     baseline = read_run(args.baseline) if args.baseline else None           # a bad path fails now, not in hours
     torch.set_num_threads(args.threads)
@@ -129,7 +178,9 @@ def main() -> int:
                     heldout_seeds=[heldout[0], heldout[-1]], max_steps=args.max_steps, epochs=epochs,
                     blocks=blocks, encoder=encoder, weights_sha256=bb.weights_sha256, camera=DEFAULT_CAMERA,
                     demo_size=manifest["image_size"], hold_steps=manifest["hold_steps"], render=manifest["render"],
-                    expert=args.expert, demonstrators=demonstrators, threads=args.threads)
+                    expert=args.expert, demonstrators=demonstrators, threads=args.threads, runtime=args.runtime,
+                    int8=dict(calibration_frames=args.calibration_frames) if args.int8 else None)
+    runtime_bb = None if args.int8 else eval_encoder(bb, args.runtime, blocks)      # int8: one export per task
 
     results = []
     for seed in args.seeds:
@@ -147,17 +198,27 @@ def main() -> int:
                     cached = None
                 if cached is not None and cached.get_params() == pol.get_params():
                     pol = cached
+                elif args.runtime != "torch":
+                    raise SystemExit(f"{pol_dir}: no trained head; --runtime {args.runtime} evaluates the heads that a "
+                                     "torch run of the same --work-dir trained: run that first")
                 else:
                     pol.fit(caches[task], checkpoint_dir=work / "checkpoints" / name).save(pol_dir)
                 t_fit = time.perf_counter() - t0
                 # the journal is named by the head's weights: a head trained again never meets its predecessor's
                 head = hashlib.sha256((pol_dir / "model.safetensors").read_bytes()).hexdigest()[:12]
-                journal = work / "journals" / f"{name}_{head}_cfg{heldout[0]}x{len(heldout)}_cap{args.max_steps}.jsonl"
-                res = evaluate(pol, bb, heldout, max_steps=args.max_steps, parallel=args.parallel, journal=journal)
+                journal = work / "journals" / journal_name(name, head, heldout, args.max_steps, args.runtime, args.int8)
+                ebb, int8 = runtime_bb, {}
+                if args.int8:
+                    demo_dir = work / "demos" / f"{task}_{DEFAULT_CAMERA}_{args.expert}"
+                    frames = calibration_frames((ep.frames for ep in iter_episodes(demo_dir)), args.calibration_frames)
+                    ebb = eval_encoder(bb, args.runtime, blocks, frames)
+                    int8 = dict(int8_grid_rel_error=ebb.export_config["int8"]["grid_rel_error_on_calibration_images"])
+                t_eval = time.perf_counter()
+                res = evaluate(pol, ebb, heldout, max_steps=args.max_steps, parallel=args.parallel, journal=journal)
                 results.append(dict(task=task, pooling=pooling, seed=seed, success_rate=res.success_rate,
                                     successes=int(sum(res.successes)), episodes=len(res.successes),
                                     final_bc_loss=float(pol.history_[-1]), fit_s=round(t_fit, 1),
-                                    eval_s=round(time.perf_counter() - t0 - t_fit, 1), per_config=res.successes))
+                                    eval_s=round(time.perf_counter() - t_eval, 1), **int8, per_config=res.successes))
                 print(f"{task} {pooling} seed {seed}: {res.success_rate:.2f} "
                       f"({sum(res.successes)}/{len(res.successes)})", flush=True)
                 write_result("control_success", dict(settings=settings, results=results, complete=False), out)

@@ -7,10 +7,12 @@ A run is a dict (the JSON benchmarks/control_success.py writes):
      "results": [{"task": "reach-v3", "pooling": "attention", "seed": 0, "success_rate": 0.75,
                   "per_config": [true, false, ...]}, ...]}
 
-`per_config[i]` is the outcome of the i-th held-out configuration. Two heads rolled out on the same task, the
-same configurations, cap and demos met the same simulated episodes, so their outcomes pair episode by episode
-and the exact McNemar test compares them with far fewer episodes than two independent success rates need
-(it treats the trained heads as fixed: seed-to-seed variation is in `summarize`'s by_seed).
+`per_config[i]` is the outcome of the i-th held-out configuration, seed heldout_seeds[0] + i. Two heads rolled
+out on the same task, the same configurations, cap and demos met the same simulated episodes, so their outcomes
+pair episode by episode and the exact McNemar test compares them with far fewer episodes than two independent
+success rates need (it treats the trained heads as fixed: seed-to-seed variation is in `summarize`'s by_seed).
+Runs of different lengths pair on the configurations they share. `max_steps` is one cap, or {task: cap} in a run
+merged from parts with other caps.
 """
 from __future__ import annotations
 
@@ -22,8 +24,8 @@ from frozenvit.backbone.suite.errors import FrozenVitError
 
 # the settings that must be equal for two runs' episodes to be the same episodes (and each shared task's
 # demonstrator, settings["demonstrators"][task])
-EPISODE_SETTINGS = ("configs", "heldout_seeds", "max_steps", "demos", "hold_steps", "encoder", "weights_sha256",
-                    "camera", "demo_size", "render")
+# (each shared task's cap, `task_cap`); runs pair on the held-out configurations they share (`run_configs`)
+EPISODE_SETTINGS = ("demos", "hold_steps", "encoder", "weights_sha256", "camera", "demo_size", "render")
 
 
 class RunMismatch(FrozenVitError, ValueError):
@@ -90,16 +92,29 @@ def summarize(results: Sequence[Mapping[str, Any]], labels: Sequence[str]) -> di
     return dict(by_pooling=by_label, by_seed=by_seed)
 
 
+def task_cap(settings: Mapping[str, Any], task: str) -> int | None:
+    """The episode cap of `task` in a run's settings: max_steps, or its entry when max_steps is {task: cap}."""
+    cap = settings.get("max_steps")
+    return cap.get(task) if isinstance(cap, Mapping) else cap
+
+
+def run_configs(settings: Mapping[str, Any]) -> list[int]:
+    """The held-out configuration seeds of a run, in per_config order: `configs` seeds from heldout_seeds[0]."""
+    return list(range(settings["heldout_seeds"][0], settings["heldout_seeds"][0] + settings["configs"]))
+
+
 def compare_runs(runs: Mapping[str, tuple[Mapping[str, Any], str]], *, may_differ: Sequence[str] = ()) -> dict[str, Any]:
     """Pair heads of finished runs on the episodes they share.
 
     runs: {label: (run, pooling)}, the first is the reference. Each run's heads of `pooling` are relabelled
     `label`; only the (task, seed) heads every run has are kept. may_differ: settings of EPISODE_SETTINGS the
     runs may differ in (e.g. ("weights_sha256",) to pair two encoders' heads on the same configurations).
-    Returns tasks, seeds, by_pooling and by_seed (`summarize`), paired ({label: McNemar dict} against the
-    first) and paired_by_task ({task: {label: McNemar dict}}). RunMismatch when the runs' episodes differ (a
-    setting, or a shared task's demonstrator; a run that names none pairs only with a run that names none
-    either) or they share no head.
+    Only the held-out configurations every run has count (runs of 25 and of 50 configurations pair on the first
+    25), in every figure. Returns tasks, seeds, configs and heldout_seeds (those shared), by_pooling and by_seed
+    (`summarize`), by_task ([{task, seed, label: successes}]), paired ({label: McNemar dict} against the first) and paired_by_task ({task: {label: McNemar
+    dict}}). RunMismatch when the runs' episodes differ (a setting, a shared task's cap or demonstrator; a run
+    that names no demonstrator pairs only with a run that names none either) or they share no head or no
+    configuration.
     """
     if len(runs) < 2:
         raise RunMismatch(f"a comparison needs two runs or more, got {len(runs)}")
@@ -116,14 +131,29 @@ def compare_runs(runs: Mapping[str, tuple[Mapping[str, Any], str]], *, may_diffe
         raise RunMismatch(f"the runs {', '.join(runs)} share no (task, seed) head")
     tasks = sorted({t for t, _ in shared})
     for task in tasks:
+        caps = {label: task_cap(run["settings"], task) for label, (run, _) in items}
+        if len(set(caps.values())) > 1:
+            raise RunMismatch(f"{task}'s episodes were capped at other lengths in these runs (max_steps: {caps})")
         who = {label: run["settings"].get("demonstrators", {}).get(task) for label, (run, _) in items}
         if len(set(who.values())) > 1:
             raise RunMismatch(f"{task}'s demos were recorded by other demonstrators in these runs ({who}); "
                               "their episodes differ")
-    results = [dict(r, pooling=label) for label, (run, p) in items for r in run["results"]
-               if r["pooling"] == p and (r["task"], r.get("seed", 0)) in shared]
+    seeds_of = {label: run_configs(run["settings"]) for label, (run, _) in items}
+    common = sorted(set.intersection(*map(set, seeds_of.values())))
+    if not common:
+        raise RunMismatch(f"the runs {', '.join(runs)} share no held-out configuration")
+    results = []
+    for label, (run, p) in items:
+        at = [seeds_of[label].index(c) for c in common]
+        for r in run["results"]:
+            if r["pooling"] == p and (r["task"], r.get("seed", 0)) in shared:
+                won = [r["per_config"][i] for i in at]
+                results.append(dict(r, pooling=label, per_config=won, success_rate=sum(map(bool, won)) / len(won)))
     others = [label for label, _ in rest]
-    return dict(tasks=tasks, seeds=sorted({s for _, s in shared}), **summarize(results, list(runs)),
+    return dict(tasks=tasks, seeds=sorted({s for _, s in shared}), configs=len(common),
+                heldout_seeds=[common[0], common[-1]], **summarize(results, list(runs)),
+                by_task=[dict(task=t, seed=s, **{r["pooling"]: sum(map(bool, r["per_config"])) for r in results
+                                                 if (r["task"], r.get("seed", 0)) == (t, s)}) for t, s in sorted(shared)],
                 paired={b: paired_test(results, ref, b).as_dict() for b in others},
                 paired_by_task={t: {b: paired_test([r for r in results if r["task"] == t], ref, b).as_dict()
                                     for b in others} for t in tasks})
@@ -134,12 +164,13 @@ def merge_runs(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
     Returns settings (the first part's, with the tasks in order of appearance, the seeds that have results
     and every part's demonstrators), results (all parts', in order) and complete (every task x pooling x seed
-    of the merged settings has a result). RunMismatch when the parts differ in a setting other than tasks,
-    seeds and demonstrators, or two parts hold a result of the same task, pooling and seed.
+    of the merged settings has a result). Parts with other caps merge into max_steps {task: cap}. RunMismatch
+    when the parts differ in a setting other than tasks, seeds, demonstrators and max_steps, or two parts hold a
+    result of the same task, pooling and seed.
     """
     if not parts:
         raise RunMismatch("nothing to merge")
-    split = ("tasks", "seeds", "demonstrators")
+    split = ("tasks", "seeds", "demonstrators", "max_steps")
     same = [{k: v for k, v in p["settings"].items() if k not in split} for p in parts]
     diff = sorted({k for s in same[1:] for k in s.keys() | same[0].keys() if s.get(k) != same[0].get(k)})
     if diff:
@@ -152,6 +183,13 @@ def merge_runs(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         raise RunMismatch(f"the runs overlap in (task, pooling, seed): {repeated}")
     settings = dict(parts[0]["settings"], tasks=list(dict.fromkeys(t for p in parts for t in p["settings"]["tasks"])),
                     seeds=sorted({r.get("seed", 0) for r in results}))
+    caps: dict[str, Any] = {}
+    for p in parts:
+        for t in p["settings"]["tasks"]:
+            if caps.setdefault(t, task_cap(p["settings"], t)) != task_cap(p["settings"], t):
+                raise RunMismatch(f"{t} is capped at other lengths in these runs (max_steps); they cannot be merged")
+    if len(set(caps.values())) > 1:
+        settings["max_steps"] = caps
     if any("demonstrators" in p["settings"] for p in parts):
         settings["demonstrators"] = {t: e for p in parts for t, e in p["settings"].get("demonstrators", {}).items()}
     poolings = settings.get("poolings") or sorted({r["pooling"] for r in results})

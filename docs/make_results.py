@@ -38,6 +38,11 @@ CONTROL_LATENCY = [f"control_latency_default_chunk8_2026-12-04_run{i}.json" for 
 # A new task in minutes (issue 62): a new task's stages, both recipes; the default recipe paired against the earlier
 CONTROL_STAGES = ["control_train_speed_2026-12-05_hammer_full_1thread.json", "control_train_speed_2026-12-05_hammer_1thread.json", "control_train_speed_2026-12-05_hammer.json"]
 CONTROL_SPEED_SUCCESS = "control_train_speed_2026-12-05_reach_pick.json"
+# The eight tasks with the default recipe (seed 0), paired with the earlier recipe's seed-0 heads (issue 62), and
+# the same heads through each runtime, paired with torch (issue 60): control_success.py --compare's JSON each
+CONTROL_RECIPES = "control_success_compare_2026-12-05_recipe_eight.json"
+CONTROL_RUNTIMES = ["control_success_compare_2026-12-05_runtime_openvino.json",
+                    "control_success_compare_2026-12-06_runtime_openvino_int8.json"]
 
 
 def load(name: str) -> dict:
@@ -273,8 +278,10 @@ DOC_TABLES = {ROOT / "docs" / "forecasting.md": {
     ROOT / "docs" / "anomaly.md": {"anomaly_select": lambda: anomaly_select_table("../benchmarks/results/"),
                                    "anomaly_select_grid": lambda: anomaly_select_grid("../benchmarks/results/"),
                                    "anomaly_fit_speed": lambda: anomaly_fit_speed("../benchmarks/results/")},
-    ROOT / "docs" / "control.md": {"control_train_speed": lambda: control_speed("../benchmarks/results/")},
-    ROOT / "docs" / "deployment.md": {"deploy_auroc": lambda: deploy_auroc_table("../benchmarks/results/")}}
+    ROOT / "docs" / "control.md": {"control_train_speed": lambda: control_speed("../benchmarks/results/"),
+                                   "control_recipe_eight": lambda: control_recipes("../benchmarks/results/")},
+    ROOT / "docs" / "deployment.md": {"deploy_auroc": lambda: deploy_auroc_table("../benchmarks/results/"),
+                                      "control_runtime_success": lambda: control_runtimes("../benchmarks/results/")}}
 TABLE = re.compile(r"(<!-- table:(\w+) -->\n).*?(<!-- /table -->)", re.S)
 
 
@@ -399,7 +406,9 @@ def control() -> str:
         rates = [r["success_rate"] for r in runs]
         for r in runs:
             by_seed.setdefault(r["seed"], []).append((r["successes"], r["episodes"]))
-        demonstrator = d["settings"].get("demonstrators", {}).get(task, "Meta-World's expert")
+        st = d["settings"]         # a run that names no demonstrator: its expert where it named one (fingertips)
+        demonstrator = st.get("demonstrators", {}).get(task) or (
+            st["expert"] if st.get("expert") not in (None, "default") else "Meta-World's expert")
         rows.append([task, *[f"{x:.2f}" for x in rates], f"**{sum(rates) / len(rates):.2f}**", demonstrator,
                      str(d["settings"]["max_steps"]), src(name, d)])
         names.append(name)
@@ -423,11 +432,12 @@ def control() -> str:
     latency = table(["default encoder p50 / p99 (ms)", "`--backbone metaworld-fast` p50 / p99 (ms)", "measured"], rows)
     return f"""## control
 
-Held-out success of the shipped defaults (`benchmarks/control_success.py`): the embedded ViT at 224 px,
-heads reading blocks 2, 5 and 11 through attention pooling, chunks of 8 actions, 4 augmented views, 25
-demos per task, 50 held-out configurations per task and seed, three training seeds. These heads were
-trained with the earlier recipe (encoder and pooling in float32, 200 epochs); the faster one is paired
-against it below.
+Held-out success with the earlier recipe (`benchmarks/control_success.py`): encoder and pooling in float32,
+200 epochs of behaviour cloning; the embedded ViT at 224 px, heads reading blocks 2, 5 and 11 through
+attention pooling, chunks of 8 actions, 4 augmented views, 25 demos per task, 50 held-out configurations per
+task and seed, three training seeds. The default recipe (bfloat16 where the CPU has it, 1,500 optimizer
+steps) is paired with these heads below on two tasks, and with their seed 0 on all eight in
+[control.md](control.md#the-eight-tasks-with-the-default-recipe).
 
 {success}
 
@@ -480,6 +490,86 @@ def control_speed(link: str = LINK) -> str:
 One training seed (0) per recipe, the first {e['settings']['configs']} of the earlier run's 50 held-out \
 configurations, cap {e['settings']['max_steps']} steps, the same demos ({date(e)}, [json]({link}{CONTROL_SPEED_SUCCESS}); \
 earlier heads: {', '.join(f"[{t}]({link}{j})" for t, j in e['settings']['baselines'].items())}).
+"""
+
+
+def compared(name: str) -> tuple[dict, list[tuple[str, str, dict]]]:
+    """A control_success.py --compare JSON and its runs in order: (label, JSON file name, run JSON)."""
+    c = load(name)
+    runs = []
+    for spec in c["runs"]:
+        path, _, pooling = spec.rpartition(":")
+        runs.append((f"{Path(path).stem}:{pooling}", Path(path).name, load(Path(path).name)))
+    return c, runs
+
+
+def paired_cells(c: dict, labels: list[str], task: str | None = None) -> list[str]:
+    """Successes of each label (k / n) on the shared configurations, then won only by the first / by each other
+    and the exact McNemar p: of one task, or pooled over the tasks (task None)."""
+    n = c["configs"] * (1 if task else len(c["tasks"]))
+    won = [sum(r[lb] for r in c["by_task"] if task in (None, r["task"])) for lb in labels]
+    tests = [c["paired_by_task"][task][lb] if task else c["paired"][lb] for lb in labels[1:]]
+    return [*[f"{k} / {n}" for k in won], *[f"{t['a_only']} / {t['b_only']}" for t in tests],
+            *[pval(t["p"]) for t in tests]]
+
+
+def control_recipes(link: str = LINK) -> str:
+    """The eight tasks with the default recipe against the earlier recipe's seed-0 heads on the same episodes,
+    per task and pooled, with the new heads' training and evaluation times."""
+    c, runs = compared(CONTROL_RECIPES)
+    (earlier, earlier_js, _), (new, new_js, run) = runs
+    st, by_task = run["settings"], {r["task"]: r for r in run["results"]}
+    cap = lambda t: st["max_steps"][t] if isinstance(st["max_steps"], dict) else st["max_steps"]  # noqa: E731
+    # a head found in the work dir was loaded, not trained, by the process that evaluated it (fit_s: the loading)
+    fit = lambda r: f"{r['fit_s']:.0f}" if r["fit_s"] >= 1 else "loaded"  # noqa: E731
+    rows = [[t, st["demonstrators"][t], str(cap(t)), *paired_cells(c, [earlier, new], t), fit(by_task[t]),
+             f"{by_task[t]['eval_s'] / by_task[t]['episodes']:.1f}"] for t in c["tasks"]]
+    mean = {r["pooling"]: r["mean_success"] for r in c["by_pooling"]}
+    pooled = paired_cells(c, [earlier, new])
+    rows.append([f"**{len(c['tasks'])} tasks**", "", "", f"{pooled[0]} (**{f3(mean[earlier])}**)",
+                 f"{pooled[1]} (**{f3(mean[new])}**)", *pooled[2:], "", ""])
+    t = table(["task", "demonstrator", "cap (steps)", "earlier recipe", "default recipe", "won only by earlier / default",
+               "exact McNemar p", "train (s)", "evaluation (s / episode)"], rows)
+    return f"""{t}
+
+Seed 0 per recipe, the first {c['configs']} of the earlier run's 50 held-out configurations of each task, the same
+demos, demonstrators and caps ({date(c)}, [json]({link}{CONTROL_RECIPES}); default recipe: [json]({link}{new_js}), \
+{st['threads']} thread, one process per task, on the shared 2-core machine with other jobs running; earlier \
+recipe: [json]({link}{earlier_js}), the seed-0 rows of the JSONs the eight-task table of
+[results.md](results.md#control) links). Train: behaviour cloning of the head from the cached demo features;
+"loaded": the head was trained by an earlier process of the run and loaded from its work directory.
+"""
+
+
+def control_runtimes(link: str = LINK) -> str:
+    """The same trained heads rolled out with the encoder run by another runtime, paired with torch episode by
+    episode, per task and pooled: one table per comparison."""
+    return "\n".join(control_runtime(name, link) for name in CONTROL_RUNTIMES)
+
+
+def control_runtime(name: str, link: str) -> str:
+    c, runs = compared(name)
+    labels = [lb for lb, _, _ in runs]
+    names = [run["settings"]["runtime"] + (" int8" if run["settings"].get("int8") else "") for _, _, run in runs]
+    rows = [[t, *paired_cells(c, labels, t)] for t in c["tasks"]]
+    rows.append(["**all**", *paired_cells(c, labels)])
+    others = names[1:]
+    t = table(["task", *names, *[f"won only by torch / {o}" for o in others], *[f"exact McNemar p, {o}" for o in others]],
+              rows)
+    files = ", ".join(f"{nm}: [json]({link}{js})" for nm, (_, js, _) in zip(names, runs))
+    st = runs[0][2]["settings"]
+    int8 = ""
+    for _, _, run in runs[1:]:
+        if run["settings"].get("int8"):
+            err = max(e for r in run["results"] for e in r["int8_grid_rel_error"].values())
+            int8 = (f"; int8 calibrated on {run['settings']['int8']['calibration_frames']} frames of each task's demos, "
+                    f"its patch grids within {err:.2f} of torch's there (max |diff| / max |torch|, worst block and task)")
+    return f"""{t}
+
+`benchmarks/control_success.py --runtime`: the seed-0 heads of the eight-task benchmark (default recipe), the first
+{c['configs']} held-out configurations of each task, the encoder ({st['encoder']}, blocks \
+{', '.join(map(str, st['blocks']))}) exported and run by each runtime, the head in torch{int8} ({date(c)}, \
+[json]({link}{name}); {files}).
 """
 
 

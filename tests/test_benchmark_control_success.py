@@ -8,7 +8,7 @@ import pytest
 def _run(path, rows, **settings):
     path.write_text(json.dumps(dict(
         settings=dict(tasks=sorted({t for t, _, _, _ in rows}), seeds=sorted({s for _, _, s, _ in rows}),
-                      poolings=["attention"], configs=2, max_steps=500, **settings),
+                      poolings=["attention"], configs=2, heldout_seeds=[1000000, 1000001], max_steps=500, **settings),
         results=[dict(task=t, pooling=p, seed=s, success_rate=sum(w) / len(w), per_config=w) for t, p, s, w in rows])))
     return str(path)
 
@@ -49,3 +49,51 @@ def test_merge_and_compare_refuse_to_write_without_a_new_out(tmp_path, load_benc
         with pytest.raises(SystemExit, match="a new path"):
             cs.main()
     assert (tmp_path / "a.json").read_text() == before
+
+
+def test_an_evaluation_through_another_runtime_keeps_a_journal_of_its_own(load_benchmark):
+    cs = load_benchmark("control_success")
+    names = {cs.journal_name("h", "abc", [1000000, 1000001], 500, rt, q)
+             for rt, q in [("torch", False), ("openvino", False), ("openvino", True), ("onnxruntime", False)]}
+    assert len(names) == 4
+    assert cs.journal_name("h", "abc", [1000000, 1000001], 500, "torch", False) == "h_abc_cfg1000000x2_cap500.jsonl"
+
+
+def test_int8_without_an_exported_runtime_is_refused(load_benchmark, monkeypatch):
+    cs = load_benchmark("control_success")
+    monkeypatch.setattr("sys.argv", ["control_success.py", "--int8"])
+    with pytest.raises(SystemExit, match="--runtime onnxruntime or openvino"):
+        cs.main()
+
+
+def test_calibration_frames_are_spread_over_every_demo(load_benchmark):
+    import numpy as np
+
+    cs = load_benchmark("control_success")
+    demos = [np.full((t, 2, 2, 3), i, dtype=np.uint8) for i, t in enumerate([40, 3, 25])]
+    frames = cs.calibration_frames(demos, 6)
+    assert len(frames) == 6 and frames[0].shape == (2, 2, 3)
+    assert {int(f[0, 0, 0]) for f in frames} == {0, 1, 2}
+
+
+@pytest.mark.parametrize("runtime", ["onnxruntime", "openvino"])
+def test_the_evaluation_encoder_is_the_backbone_exported_for_the_runtime(load_benchmark, tiny_vit, runtime):
+    from frozenvit.backbone.weights import weights_fingerprint
+
+    pytest.importorskip(runtime)
+    cs = load_benchmark("control_success")
+    assert cs.eval_encoder(tiny_vit, "torch", [1, 3]) is tiny_vit
+    ebb = cs.eval_encoder(tiny_vit, runtime, [1, 3])
+    assert ebb.runtime == runtime and ebb.export_config["source"]["fingerprint"] == weights_fingerprint(tiny_vit)
+    assert ebb.export_config["int8"] is None
+
+
+def test_the_int8_evaluation_encoder_records_its_measured_error(load_benchmark, tiny_vit):
+    import numpy as np
+
+    pytest.importorskip("openvino")
+    cs = load_benchmark("control_success")
+    frames = list(np.random.default_rng(0).integers(0, 256, (8, 64, 64, 3), dtype=np.uint8))
+    ebb = cs.eval_encoder(tiny_vit, "openvino", [1, 3], frames)
+    assert ebb.runtime == "openvino"
+    assert set(ebb.export_config["int8"]["grid_rel_error_on_calibration_images"]) == {"1", "3"}

@@ -113,3 +113,34 @@ def test_merge_runs_refuses_parts_of_other_settings_and_overlapping_parts():
 def test_merge_runs_keeps_every_parts_demonstrators():
     m = merge_runs([_part(["t1"], [0], demonstrators={"t1": "carry"}), _part(["t2"], [0], demonstrators={"t2": "held"})])
     assert m["settings"]["demonstrators"] == {"t1": "carry", "t2": "held"}
+
+
+def test_compare_runs_pairs_runs_of_other_lengths_on_the_configurations_they_share():
+    full = _run([("t", "attention", 0, [1, 1, 0, 0])], configs=4, heldout_seeds=[1000000, 1000003])
+    half = _run([("t", "attention", 0, [0, 1])])                                   # the first 2 of them
+    c = compare_runs({"full": (full, "attention"), "half": (half, "attention")})
+    assert c["configs"] == 2 and c["heldout_seeds"] == [1000000, 1000001]
+    assert c["by_task"] == [dict(task="t", seed=0, full=2, half=1)]
+    assert {r["pooling"]: r["mean_success"] for r in c["by_pooling"]} == {"full": 1.0, "half": 0.5}
+    assert c["paired"]["half"] == dict(a_only=1, b_only=0, p=1.0)
+
+
+def test_compare_runs_refuses_runs_without_a_shared_configuration():
+    a = _run([("t", "attention", 0, [1, 0])])
+    b = _run([("t", "attention", 0, [1, 1])], heldout_seeds=[1000002, 1000003])
+    with pytest.raises(RunMismatch, match="share no held-out configuration"):
+        compare_runs({"a": (a, "attention"), "b": (b, "attention")})
+
+
+def test_merge_runs_of_other_caps_keeps_each_tasks_cap_and_compare_checks_it():
+    m = merge_runs([_part(["t1"], [0]), _part(["t2"], [0], max_steps=200)])
+    assert m["settings"]["max_steps"] == {"t1": 500, "t2": 200}
+    same = merge_runs([_part(["t2"], [0], max_steps=200), _part(["t1"], [0])])
+    assert compare_runs({"m": (m, "attention"), "same": (same, "attention")})["tasks"] == ["t1", "t2"]
+    with pytest.raises(RunMismatch, match="t2's episodes were capped"):
+        compare_runs({"m": (m, "attention"), "500": (_part(["t1", "t2"], [0]), "attention")})
+
+
+def test_merge_runs_refuses_a_task_at_two_caps():
+    with pytest.raises(RunMismatch, match="t1 is capped"):
+        merge_runs([_part(["t1"], [0]), _part(["t1"], [1], max_steps=200)])
