@@ -669,6 +669,26 @@ def deploy_auroc_table(link: str = LINK) -> str:
             f"[json]({link}{DEPLOY_AUROC}))\n")
 
 
+DEPLOY_ALONE = ["deploy_speed_t2_anomaly512_quiet_torch_alone.json",      # torch first: the reference
+                "deploy_speed_t2_anomaly512_quiet_openvino_alone.json"]
+
+
+def deploy_alone() -> str:
+    """Anomaly predict with each runtime in a process of its own (no other runtime's thread pools loaded beside
+    it), run one after the other on the quiet machine; speed relative to the first file's torch row."""
+    runs = [(name, load(name)) for name in DEPLOY_ALONE]
+    rows = [(name, d, r) for name, d in runs for r in d["rows"] if r["part"] == "anomaly"]
+    torch_ips = rows[0][2]["images_per_s"]
+    t = table(["runtime", "precision", "images/s (with maps)", "vs torch alone", "image AUROC", "load before",
+               "measured"],
+              [[r["runtime"], r.get("precision", "float32"), f"{r['images_per_s']:.2f}",
+                f"**{r['images_per_s'] / torch_ips:.2f}x**", f3(r["image_auroc"]), f"{d['load_before']:.2f}",
+                src(name, d)] for name, d, r in rows])
+    return ("The same, each runtime in a process of its own, one process after the other with nothing else "
+            f"running ({runs[0][1]['threads']} threads; in one process the runtimes' idle thread pools slow the "
+            f"one being timed, torch most):\n\n{t}\n")
+
+
 def deployment() -> str:
     """`--runtime` against torch eager (benchmarks/deploy_speed.py); a part whose JSON is absent is left out."""
     parts = []
@@ -704,6 +724,8 @@ def deployment() -> str:
                     f"normals, {rows[0]['images']} test images of {rows[0]['image_size']} px")
         parts.append(f"{what}, {d['threads']} threads, 1-minute load {d['machine']['loadavg_1min']:.1f} at the end of the "
                      f"run ({src(name, d)}):\n\n{t}\n")
+    if all((RESULTS / name).is_file() for name in DEPLOY_ALONE):
+        parts.append(deploy_alone())
     if not parts:
         return ""
     body = "\n".join(parts)
