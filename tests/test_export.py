@@ -176,6 +176,7 @@ def test_int8_export_of_a_same_padded_convnet_keeps_torchs_grid_shapes(frames, t
 def test_openvino_bfloat16_ranks_the_synthetic_set_as_torch_does(vit, caplog):
     pytest.importorskip("openvino")
     from frozenvit.anomaly import PatchCore, render_sample
+    caplog.set_level(logging.WARNING, logger="frozenvit.backbone")        # `backbone info` quietens it for good
 
     normals = [render_sample("weave", None, 0, i, size=(96, 112))[0] for i in range(10)]
     test = ([render_sample("weave", None, 0, 50 + i, size=(96, 112))[0] for i in range(4)]
