@@ -124,8 +124,13 @@ def _cmd_info(args: argparse.Namespace) -> int:
     kwargs = {}
     if name is not None and args.weights is None:
         kwargs["pretrained"] = False  # the contract does not depend on the weights: no download for `info`
-    logging.getLogger("frozenvit.backbone").setLevel(logging.ERROR)
-    bb = load_backbone(name, weights=args.weights, img_size=args.image_size, **kwargs)
+    log = logging.getLogger("frozenvit.backbone")
+    level = log.level
+    log.setLevel(logging.ERROR)                     # `info` prints the contract; the loader's notes are noise here
+    try:
+        bb = load_backbone(name, weights=args.weights, img_size=args.image_size, **kwargs)
+    finally:
+        log.setLevel(level)
     text = bb.config.describe()
     if name is not None and args.weights is None:
         text = text.replace("   (RANDOM weights)", "   (architecture only; weights not loaded)")

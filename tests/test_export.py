@@ -144,7 +144,7 @@ def test_anomaly_scores_rank_the_synthetic_set_as_torch_does(vit, runtime):
 
 def test_int8_export_records_its_measured_error_and_stays_close(vit, frames, tmp_path, caplog):
     pytest.importorskip("onnxruntime")
-    caplog.set_level(logging.WARNING, logger="frozenvit.backbone")        # `backbone info` quietens it for good
+    caplog.set_level(logging.WARNING, logger="frozenvit.backbone")        # whatever level an earlier test left
     path = export_backbone(vit, tmp_path / "q", (1, 3), int8=True, calibration=frames)
     q = json.loads((path / "config.json").read_text())["int8"]
     err = q["grid_rel_error_on_calibration_images"]
@@ -176,7 +176,7 @@ def test_int8_export_of_a_same_padded_convnet_keeps_torchs_grid_shapes(frames, t
 def test_openvino_bfloat16_ranks_the_synthetic_set_as_torch_does(vit, caplog):
     pytest.importorskip("openvino")
     from frozenvit.anomaly import PatchCore, render_sample
-    caplog.set_level(logging.WARNING, logger="frozenvit.backbone")        # `backbone info` quietens it for good
+    caplog.set_level(logging.WARNING, logger="frozenvit.backbone")        # whatever level an earlier test left
 
     normals = [render_sample("weave", None, 0, i, size=(96, 112))[0] for i in range(10)]
     test = ([render_sample("weave", None, 0, 50 + i, size=(96, 112))[0] for i in range(4)]
