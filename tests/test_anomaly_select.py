@@ -31,14 +31,45 @@ def test_planted_defects_change_exactly_their_mask_and_are_seeded():
 
     image = np.full((60, 80, 3), 200, np.uint8)
     donor = np.full((50, 70, 3), 7, np.uint8)
-    first = plant_defects([image, image], [donor], seed=3)
-    again = plant_defects([image, image], [donor], seed=3)
+    first = plant_defects([image, image], [donor], seed=3, kinds=("cutpaste", "texture"))
+    again = plant_defects([image, image], [donor], seed=3, kinds=("cutpaste", "texture"))
     assert len(first) == 4                                           # 2 images x (cutpaste, texture)
     for (img, mask), (img2, mask2) in zip(first, again):
         assert mask.dtype == bool and mask.any() and np.array_equal(mask, mask2) and np.array_equal(img, img2)
         assert np.array_equal((img != 200).any(axis=2), mask)        # changed pixels == mask, nothing else
         assert (img[mask] == 7).all()
     assert not np.array_equal(first[0][1], plant_defects([image, image], [donor], seed=4)[0][1])
+
+
+def test_scar_and_stain_change_the_shade_of_exactly_their_mask():
+    """A scar is the donor's texture (uniform 100 here) darker or brighter by a GAIN factor; a stain is the image's
+    own pixels (uniform 120) the same; both inside their mask only. A scar is thin: far less wide than long."""
+    from frozenvit.anomaly.planted import GAIN, plant_defects
+
+    image, donor = np.full((120, 160, 3), 120, np.uint8), np.full((50, 70, 3), 100, np.uint8)
+    factors = {"scar": 100.0, "stain": 120.0}
+    for seed in range(6):
+        for (img, mask), kind in zip(plant_defects([image], [donor], seed=seed, kinds=("scar", "stain")),
+                                     ("scar", "stain")):
+            assert mask.any() and np.array_equal((img != 120).any(axis=2), mask), kind
+            gain = img[mask].astype(float) / factors[kind]
+            assert np.ptp(gain) < 0.02 and (GAIN[0] - 0.01 <= gain.min() <= GAIN[1] + 0.01
+                                           or 1 / GAIN[1] - 0.01 <= gain.min() <= 1 / GAIN[0] + 0.01), kind
+        ys, xs = np.nonzero(plant_defects([image], [donor], seed=seed, kinds=("scar",))[0][1])
+        cov = np.cov(np.c_[ys, xs].T)
+        assert np.sqrt(np.linalg.eigvalsh(cov)[0]) < 0.3 * np.sqrt(np.linalg.eigvalsh(cov)[1])
+
+
+def test_search_plants_the_kinds_it_is_given_and_refuses_an_unknown_one(weave, embedded):
+    from frozenvit.anomaly import PatchCore, PatchCoreSearch, read_mvtec
+    from frozenvit.backbone.suite.errors import ParameterError
+
+    train = read_mvtec(weave).train
+    search = PatchCoreSearch([("a", PatchCore(embedded, progress=False))], refit=False, search_holdout=2,
+                             planted_kinds=("stain", "scar")).fit(train)
+    assert {"stain_auroc", "scar_auroc"} <= set(search.results_[0]) and "cutpaste_auroc" not in search.results_[0]
+    with pytest.raises(ParameterError, match="planted_kinds"):
+        PatchCoreSearch([("a", PatchCore(embedded, progress=False))], refit=False, planted_kinds=("dent",)).fit(train)
 
 
 def test_search_prefers_the_candidate_that_sees_the_whole_image(weave, embedded):
