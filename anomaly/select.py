@@ -301,6 +301,7 @@ class PatchCoreSearch(BaseEstimator):
         """What the winner's artifact records about how it was chosen."""
         self._check_searched()
         return {"chosen": self.best_params_["name"], "by": "image AUROC of planted defects vs clean held-out normals",
+                "planted_kinds": list(self.planted_kinds),
                 "search_images": self.search_images, "search_holdout": self.search_holdout,
                 "coreset_ratio": self.coreset_ratio, "seed": self.seed, "search_s": round(self.search_s_, 3),
                 "table": self.results_}

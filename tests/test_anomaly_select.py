@@ -108,10 +108,20 @@ def test_defects_are_planted_only_into_normals_the_winner_holds_out(weave, embed
     assert set(search.holdout_indices_) <= set(search.best_estimator_.holdout_indices_)
 
 
-def _fit_select(data, out):
-    assert main(["anomaly", "fit", "--data", str(data), "--out", str(out), "--select", "auto", "--threads", "1"]) == 0
+def _fit_select(data, out, *extra):
+    assert main(["anomaly", "fit", "--data", str(data), "--out", str(out), "--select", "auto", "--threads", "1",
+                 *extra]) == 0
     sel = json.loads((out / "config.json").read_text())["selection"]
     return [(r["name"], r["synthetic_auroc"]) for r in sel["table"]]
+
+
+def test_fit_select_auto_plants_the_kinds_asked_and_records_them(weave, tmp_path, monkeypatch):
+    from frozenvit.anomaly import defaults
+
+    monkeypatch.setattr(defaults, "SEARCH_GRID", TINY_GRID[:1])
+    _fit_select(weave, tmp_path / "m", "--planted-kinds", "stain,scar")
+    sel = json.loads((tmp_path / "m" / "config.json").read_text())["selection"]
+    assert sel["planted_kinds"] == ["stain", "scar"] and "scar_auroc" in sel["table"][0]
 
 
 def test_fit_select_auto_on_a_small_set_writes_a_model_predict_reads(weave, tmp_path, monkeypatch, capsys):
@@ -153,3 +163,8 @@ def test_select_auto_refuses_a_method_option_it_would_ignore(weave, tmp_path, ca
     err = capsys.readouterr().err
     assert rc == 2 and "--coreset-ratio, --aggregation would be ignored" in err
     assert not (tmp_path / "m").exists()
+
+
+def test_planted_kinds_without_select_auto_is_refused(weave, tmp_path, capsys):
+    assert main(["anomaly", "fit", "--data", str(weave), "--out", str(tmp_path / "m"), "--planted-kinds", "scar"]) == 2
+    assert "--planted-kinds" in capsys.readouterr().err and not (tmp_path / "m").exists()
