@@ -175,6 +175,28 @@ def anomaly_select_grid(link: str = LINK) -> str:
     return f"{t}\n\n({date(d)}, [json]({link}{ANOMALY_SELECT}))\n"
 
 
+ANOMALY_SELECT_PLANTED = "anomaly_select_planted.json"   # anomaly_select.py --ranking-only, four kinds, two seeds
+PLANTED_COLUMNS = [("synthetic_auroc", "all kinds"), ("cutpaste_auroc", "cutpaste"), ("texture_auroc", "texture"),
+                   ("scar_auroc", "scar"), ("stain_auroc", "stain")]
+
+
+def anomaly_select_planted(link: str = LINK) -> str:
+    """Per set and seed: Spearman rho of each planted kind's AUROC with the search-time models' test AUROC, the
+    held-out normals scored, and how well the test ranking repeats across seeds (other banks)."""
+    d = load(ANOMALY_SELECT_PLANTED)
+    rows = []
+    for key, s in d["sets"].items():
+        for seed, r in s["seeds"].items():
+            rows.append([SELECT_SETS.get(key, key), seed, str(r["held_out"]),
+                         *[f"{r['spearman'][k]:+.2f}" for k, _ in PLANTED_COLUMNS],
+                         ", ".join(f"{v:+.2f}" for v in s["test_rank_repeat"].values()) if seed == next(iter(s["seeds"]))
+                         else ""])
+    t = table(["set", "seed", "held-out normals", *[f"rho, {name}" for _, name in PLANTED_COLUMNS],
+               "rho, test ranking seed vs seed"], rows)
+    return (f"{t}\n\n({date(d)}, {d['threads']} thread, {len(d['sets'])} sets x {len(d['seeds'])} seeds x 12 "
+            f"candidates; [json]({link}{ANOMALY_SELECT_PLANTED}))\n")
+
+
 ANOMALY_FIT_SPEED = "anomaly_fit_speed_t2.json"   # benchmarks/anomaly_fit_speed.py --threads 2 (dev sets, busy)
 ANOMALY_FIT_761 = "anomaly_fit_speed_761_t2.json"  # the same with --skip-dev, the 761-image stand-in alone, quiet
 
@@ -277,6 +299,7 @@ DOC_TABLES = {ROOT / "docs" / "forecasting.md": {
     "forecast_lookback": lambda: lookback_table("../benchmarks/results/")},
     ROOT / "docs" / "anomaly.md": {"anomaly_select": lambda: anomaly_select_table("../benchmarks/results/"),
                                    "anomaly_select_grid": lambda: anomaly_select_grid("../benchmarks/results/"),
+                                   "anomaly_select_planted": lambda: anomaly_select_planted("../benchmarks/results/"),
                                    "anomaly_fit_speed": lambda: anomaly_fit_speed("../benchmarks/results/")},
     ROOT / "docs" / "control.md": {"control_train_speed": lambda: control_speed("../benchmarks/results/"),
                                    "control_recipe_eight": lambda: control_recipes("../benchmarks/results/")},
