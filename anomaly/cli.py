@@ -136,6 +136,16 @@ SEARCH_OWNS = ("coreset_ratio", "coreset", "reduce_dim", "aggregation", "image_s
                "tile", "tile_overlap", "augment")
 
 
+def planted_kinds(text: str) -> tuple[str, ...]:
+    """--planted-kinds: comma-separated kinds of anomaly/planted.py KINDS."""
+    from .planted import KINDS
+
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    if not kinds or set(kinds) - set(KINDS):
+        raise argparse.ArgumentTypeError(f"expected some of {','.join(KINDS)}, comma-separated, got {text!r}")
+    return kinds
+
+
 def _select(args: argparse.Namespace, train: list[Path]) -> Any:
     """--select auto: rank the candidates of anomaly/defaults.py on planted defects, refit and save the winner;
     returns the winner."""
@@ -149,7 +159,7 @@ def _select(args: argparse.Namespace, train: list[Path]) -> Any:
         raise UsageError(f"--select auto takes each candidate's own method options, so {', '.join(ignored)} would be "
                          "ignored: drop them, or drop --select and fit with them")
     search = PatchCoreSearch(target_fpr=args.target_fpr, holdout=args.holdout, threshold=args.threshold,
-                             seed=args.seed).fit(train)
+                             seed=args.seed, planted_kinds=args.planted_kinds).fit(train)
     search.save(args.out)
     print(f"{'rank':>4s} {'planted AUROC':>13s}  candidate")
     for r in search.results_:
@@ -166,6 +176,8 @@ def _cmd_fit(args: argparse.Namespace) -> int:
 
     from .artifact import KIND, REPLACES
 
+    if args.select != "auto" and args.planted_kinds != args.fit_defaults["planted_kinds"]:
+        raise UsageError("--planted-kinds chooses what --select auto plants: add --select auto, or drop it")
     check_artifact_dir(args.out, KIND, replaces=REPLACES)
     _faiss_threads(args)
     train = _normals(args.data)
@@ -557,6 +569,7 @@ def _add_method_args(p: argparse.ArgumentParser) -> None:
 
 def register(subparsers: Any) -> None:
     from . import defaults as d
+    from . import planted as planted_module
     from .synthetic import MAX_SIDE, MIN_SIDE
 
     p = subparsers.add_parser("anomaly", help="PatchCore defect maps: fit, predict, evaluate, audit")
@@ -587,6 +600,10 @@ def register(subparsers: Any) -> None:
                         "bring their own method options (giving one, e.g. --coreset-ratio, is refused); --target-fpr, "
                         "--holdout, --threshold and --seed apply. "
                         "none: the options as given")
+    q.add_argument("--planted-kinds", type=planted_kinds, default=d.PLANTED_KINDS, metavar="KIND,KIND",
+                   help="with --select auto: the defects planted, out of " + ", ".join(planted_module.KINDS) + " (default "
+                        + ",".join(d.PLANTED_KINDS) + "); scar: thin darker or brighter bands, as scratches; stain: "
+                        "darker or brighter blobs of the surface itself")
     _add_threshold_arg(q, "(stored in the model)")
     q.set_defaults(func=_cmd_fit, fit_defaults={a.dest: a.default for a in q._actions})
 

@@ -2,13 +2,17 @@
 
     img, mask = plant_cutpaste(normal, donor, rng)     # a rectangle cut from another normal (CutPaste)
     img, mask = plant_texture(normal, donor, rng)      # a smooth-noise blob filled with another normal's texture
+    img, mask = plant_scar(normal, donor, rng)         # a thin band of another normal's texture, darker or brighter
+    img, mask = plant_stain(normal, donor, rng)        # a smooth-noise blob of the image itself, darker or brighter
     planted = plant_defects(normals, donors, seed=0)   # [(image, mask)], kinds alternating, seeded
 
-Both kinds change exactly the pixels of their mask (bool (H, W)) and nothing else, so the mask is the planted
-defect's ground truth. The material comes from other normal images of the same set, as in CutPaste (Li et al.
-2021) and NSA (Schlüter et al. 2022): a detector cannot tell it apart by its colours alone, only by its being out
-of place. The blob of `plant_texture` is thresholded low-frequency noise, as DRAEM's Perlin masks (Zavrtanik et al.
-2021); its fill is the donor's texture mirrored, so it does not line up with the structure around it.
+Every kind changes only the pixels of its mask (bool (H, W)), so the mask is the planted defect's ground
+truth. cutpaste, texture and scar take their material from other normal images of the same set, as in CutPaste
+(Li et al. 2021) and NSA (Schlüter et al. 2022): a detector cannot tell the first two apart by their colours
+alone, only by their being out of place. The blobs of texture and stain are thresholded low-frequency noise, as
+DRAEM's Perlin masks (Zavrtanik et al. 2021); texture's fill is the donor's texture mirrored, so it does not line
+up with the structure around it. scar (CutPaste's thin variant) and stain also change the shade, by a factor
+drawn from GAIN, which makes them visible on uniform surfaces where material from another normal is not.
 """
 from __future__ import annotations
 
@@ -19,10 +23,14 @@ from scipy import ndimage
 
 from frozenvit.backbone.preprocess import to_rgb_uint8
 
+from . import defaults as D
 from .images import as_image
 
-KINDS = ("cutpaste", "texture")
+KINDS = ("cutpaste", "texture", "scar", "stain")
 AREA = (0.005, 0.03)            # a planted defect's area, as a fraction of the image, drawn uniformly
+SCAR_LENGTH = (0.1, 0.3)        # a scar's length, as a fraction of the image's shorter side
+SCAR_WIDTH = (0.008, 0.025)     # its width, the same (at least 2 pixels)
+GAIN = (0.55, 0.8)              # a stain's or scar's brightness factor, or its inverse (brighter), drawn uniformly
 
 
 def _rgb(image: Any) -> np.ndarray:
@@ -88,12 +96,53 @@ def plant_texture(image: Any, donor: Any, rng: np.random.Generator) -> tuple[np.
     return out, mask
 
 
+def _gain(rng: np.random.Generator) -> float:
+    """A brightness factor below 1 (darker) or above 1 (brighter), with even odds."""
+    g = rng.uniform(*GAIN)
+    return g if rng.random() < 0.5 else 1 / g
+
+
+def plant_scar(image: Any, donor: Any, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A thin straight band at a random angle (`SCAR_LENGTH` by `SCAR_WIDTH` of the shorter side), filled with
+    `donor`'s texture made darker or brighter by a `GAIN` factor, as CutPaste's scar. Scratches and cracks are
+    shaped like this. Returns the (H, W, 3) uint8 image and its bool mask."""
+    img, src = _rgb(image), _rgb(donor)
+    H, W = img.shape[:2]
+    side = min(H, W)
+    length = rng.uniform(*SCAR_LENGTH) * side
+    width = max(2.0, rng.uniform(*SCAR_WIDTH) * side)
+    angle = rng.uniform(0, np.pi)
+    cy, cx = rng.uniform(0, H), rng.uniform(0, W)
+    yy, xx = np.mgrid[0:H, 0:W]
+    along = (yy - cy) * np.sin(angle) + (xx - cx) * np.cos(angle)
+    across = (yy - cy) * np.cos(angle) - (xx - cx) * np.sin(angle)
+    mask = (np.abs(along) <= length / 2) & (np.abs(across) <= width / 2)
+    if not mask.any():
+        mask[int(np.clip(cy, 0, H - 1)), int(np.clip(cx, 0, W - 1))] = True
+    fill = _donor_window(src, (H, W), rng).astype(np.float32) * _gain(rng)
+    out = img.copy()
+    out[mask] = np.clip(fill[mask], 0, 255).astype(np.uint8)
+    return out, mask
+
+
+def plant_stain(image: Any, donor: Any, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A smooth blob (`smooth_blob`, `AREA` of the image) of the image itself made darker or brighter by a `GAIN`
+    factor: a change of shade with the structure kept, as a stain or discolouration. `donor` is not used (the
+    signature is the other kinds'). Returns the (H, W, 3) uint8 image and its bool mask."""
+    img = _rgb(image)
+    H, W = img.shape[:2]
+    mask = smooth_blob((H, W), rng.uniform(*AREA), rng)
+    out = img.copy()
+    out[mask] = np.clip(img[mask].astype(np.float32) * _gain(rng), 0, 255).astype(np.uint8)
+    return out, mask
+
+
 def plant_defects(images: Sequence[Any], donors: Sequence[Any], seed: int = 0,
-                  kinds: Sequence[str] = KINDS) -> list[tuple[np.ndarray, np.ndarray]]:
+                  kinds: Sequence[str] = D.PLANTED_KINDS) -> list[tuple[np.ndarray, np.ndarray]]:
     """One planted defect per image and kind: for image i and kind k, a donor drawn from `donors` and the defect
     drawn from a generator seeded by (seed, i, k), so the result does not depend on the other images. Returns
     [(image (H, W, 3) uint8, mask (H, W) bool)], image-major. Raises ValueError for no donors or an unknown kind."""
-    plant = {"cutpaste": plant_cutpaste, "texture": plant_texture}
+    plant = {"cutpaste": plant_cutpaste, "texture": plant_texture, "scar": plant_scar, "stain": plant_stain}
     if not donors:
         raise ValueError("planting defects needs at least one donor normal image")
     if unknown := set(kinds) - set(plant):

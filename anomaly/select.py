@@ -147,18 +147,20 @@ class PatchCoreSearch(BaseEstimator):
         "search_holdout": [Interval(Integral, 2, None, closed="left")],
         "coreset_ratio": [Interval(Real, 0, 1, closed="right")],
         "refit": ["boolean"],
+        "planted_kinds": [list, tuple],
         **{k: PatchCore._parameter_constraints[k] for k in ("target_fpr", "holdout", "threshold", "seed", "progress")},
     }
 
     def __init__(self, candidates: Sequence[tuple[str, Any]] | None = None, search_images: int = D.SEARCH_IMAGES,
                  search_holdout: int = D.SEARCH_HOLDOUT, coreset_ratio: float = D.SEARCH_CORESET_RATIO,
-                 refit: bool = True, target_fpr: float = D.TARGET_FPR, holdout: float = D.HOLDOUT,
+                 refit: bool = True, planted_kinds: Sequence[str] = D.PLANTED_KINDS, target_fpr: float = D.TARGET_FPR, holdout: float = D.HOLDOUT,
                  threshold: float | None = None, seed: int = D.SEED, progress: bool | None = None) -> None:
         self.candidates = candidates
         self.search_images = search_images
         self.search_holdout = search_holdout
         self.coreset_ratio = coreset_ratio
         self.refit = refit
+        self.planted_kinds = planted_kinds
         self.target_fpr = target_fpr
         self.holdout = holdout
         self.threshold = threshold
@@ -183,10 +185,13 @@ class PatchCoreSearch(BaseEstimator):
         self.holdout_indices_ = np.sort(perm[:n_hold][:self.search_holdout])   # planted into, never in a bank
         held = [images[i] for i in self.holdout_indices_]
         bank = [images[i] for i in np.sort(perm[n_hold:][:self.search_images])]
-        planted = [img for img, _ in plant_defects(held, bank, seed=self.seed)]   # per held-out image, per kind
+        kinds = tuple(self.planted_kinds)
+        if not kinds or set(kinds) - set(KINDS):
+            raise ParameterError(f"planted_kinds must name some of {KINDS}, got {kinds!r}")
+        planted = [img for img, _ in plant_defects(held, bank, seed=self.seed, kinds=kinds)]   # image-major
         evals = held + planted
         labels = np.r_[np.zeros(len(held)), np.ones(len(planted))]
-        kind_of = np.r_[np.full(len(held), -1), np.tile(np.arange(len(KINDS)), len(held))]
+        kind_of = np.r_[np.full(len(held), -1), np.tile(np.arange(len(kinds)), len(held))]
 
         self.search_models_: dict = {}                                  # member key -> _Member (search-time)
         self.candidate_keys_ = []                                       # per candidate: its members' keys
@@ -205,7 +210,7 @@ class PatchCoreSearch(BaseEstimator):
         for i, ((name, _), keys) in enumerate(zip(cands, self.candidate_keys_)):
             s = self._combine(keys, member_scores)
             row = {"name": name, "synthetic_auroc": float(roc_auc_score(labels, s))}
-            for k, kind in enumerate(KINDS):
+            for k, kind in enumerate(kinds):
                 pick = (kind_of == -1) | (kind_of == k)
                 row[f"{kind}_auroc"] = float(roc_auc_score(labels[pick], s[pick]))
             row["members"] = [settings(self.search_models_[k].m) for k in keys]
@@ -296,6 +301,7 @@ class PatchCoreSearch(BaseEstimator):
         """What the winner's artifact records about how it was chosen."""
         self._check_searched()
         return {"chosen": self.best_params_["name"], "by": "image AUROC of planted defects vs clean held-out normals",
+                "planted_kinds": list(self.planted_kinds),
                 "search_images": self.search_images, "search_holdout": self.search_holdout,
                 "coreset_ratio": self.coreset_ratio, "seed": self.seed, "search_s": round(self.search_s_, 3),
                 "table": self.results_}

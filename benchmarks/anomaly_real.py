@@ -24,10 +24,13 @@ SETS = ("mpdd_metal_plate", "kolektorsdd")
 def detectors() -> dict:
     """name -> (what the table calls it, a function that builds the unfitted detector)."""
     from frozenvit.anomaly import PatchCore, PatchCoreEnsemble
+    from frozenvit.anomaly.select import default_candidates
     from frozenvit.backbone import load_backbone
 
     return {
         "ensemble": ("default ensemble (`anomaly fit`): Lite0 + embedded ViT", lambda: PatchCoreEnsemble(progress=False)),
+        "ensemble3": ("three members: Lite0 + Lite2 + embedded ViT (SEARCH_GRID's lite0+lite2+vit_t2)",
+                      lambda: dict(default_candidates(progress=False))["lite0+lite2+vit_t2"]),
         "lite0": ("Lite0 alone (PatchCore())", lambda: PatchCore(progress=False)),
         "vit": ("embedded ViT alone, the ViT's neighbourhood (aggregation auto: 1)",
                 lambda: PatchCore(load_backbone(), progress=False)),

@@ -11,6 +11,16 @@ defaults.ENSEMBLE), the search's winner (`--select auto`: search + refit time) a
 (search-time models; the column an oracle with test labels would pick). Sets: ../shared/data/defects (MVTec layout)
 and the seeded synthetic set (`anomaly synth`, category weave, written to a temporary folder).
 Writes benchmarks/results/anomaly_select.json (or --out) after every set.
+
+With --ranking-only, no full model is fitted: per set and per --seeds (each seed draws another split, so other
+search-time banks and held-out normals), every candidate's planted-defect AUROC per kind (--kinds) against its
+search-time model's test AUROC, their Spearman rho per kind, and the rho between the seeds' test AUROCs: how
+well the grid's test ranking itself repeats when only the 40 bank images change, the most any labels-free
+ranking of these search-time models could reach. --holdout and --search-holdout set how many held-out normals
+are scored (the search's defaults: defaults.HOLDOUT, defaults.SEARCH_HOLDOUT).
+
+    nice -n 10 python benchmarks/anomaly_select.py --ranking-only --kinds cutpaste texture scar stain \
+        --holdout 0.5 --search-holdout 100 --seeds 0 1 --out benchmarks/results/anomaly_select_planted.json
 """
 from __future__ import annotations
 
@@ -31,7 +41,52 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--sets", nargs="+", default=list(SETS), choices=SETS)
     ap.add_argument("--data-root", type=Path, default=SHARED_DATA / "defects", help="folder holding the real sets")
     ap.add_argument("--out", type=Path, default=RESULTS / "anomaly_select.json", help="JSON file to write")
+    ap.add_argument("--ranking-only", action="store_true",
+                    help="rank the grid per seed and kind against the search-time models' test AUROC; no full model")
+    ap.add_argument("--kinds", nargs="+", default=None, help="planted defect kinds (default: the search's)")
+    ap.add_argument("--holdout", type=float, default=None, help="share of normals held out (default: the search's)")
+    ap.add_argument("--search-holdout", type=int, default=None, help="held-out normals scored (default: the search's)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="--ranking-only: one search per seed")
     return ap
+
+
+def ranking(ds, kinds: list[str] | None, holdout: float | None, search_holdout: int | None, seeds: list[int]) -> dict:
+    """Per seed: every candidate's planted AUROC (overall, per kind) and its search-time model's test AUROC, the
+    Spearman rho of each against the test AUROC; across seeds: the rho of the seeds' test AUROCs (pairwise)."""
+    from itertools import combinations
+
+    from scipy.stats import spearmanr
+
+    from frozenvit.anomaly import PatchCoreSearch, image_auroc
+    from frozenvit.anomaly.defaults import SEARCH_GRID
+
+    labels = [s.label for s in ds.test]
+    kw = {k: v for k, v in dict(planted_kinds=kinds, holdout=holdout, search_holdout=search_holdout).items()
+          if v is not None}
+    runs = {}
+    for seed in seeds:
+        search = PatchCoreSearch(refit=False, seed=seed, progress=False, **kw)
+        timed_fit(search, ds.train)
+        test = {name: image_auroc(labels, s) for (name, _), s in
+                zip(SEARCH_GRID, search.candidate_scores([s.path for s in ds.test]))}
+        keys = ["synthetic_auroc"] + [f"{k}_auroc" for k in search.planted_kinds]
+        grid = [{"candidate": r["name"], "test AUROC": test[r["name"]], **{k: r[k] for k in keys}}
+                for r in search.results_]
+        rho = {k: float(spearmanr([g[k] for g in grid], [g["test AUROC"] for g in grid]).statistic) for k in keys}
+        print_table(grid)
+        print(f"seed {seed}: {len(search.holdout_indices_)} held-out normals, search {search.search_s_:.0f} s; "
+              "Spearman rho with test AUROC: " + ", ".join(f"{k} {v:+.2f}" for k, v in rho.items()), flush=True)
+        runs[str(seed)] = {"held_out": len(search.holdout_indices_), "search_s": search.search_s_, "grid": grid,
+                           "spearman": rho, "kinds": list(search.planted_kinds)}
+    names = sorted(runs[str(seeds[0])]["grid"], key=lambda g: g["candidate"])
+    names = [g["candidate"] for g in names]
+    test_of = {s: {g["candidate"]: g["test AUROC"] for g in r["grid"]} for s, r in runs.items()}
+    repeat = {f"{a}-{b}": float(spearmanr([test_of[a][n] for n in names], [test_of[b][n] for n in names]).statistic)
+              for a, b in combinations(runs, 2)}
+    if repeat:
+        print("test ranking repeated across seeds: " + ", ".join(f"{k} {v:+.2f}" for k, v in repeat.items()))
+    return {"n_train": len(ds.train), "n_test_good": labels.count(0), "n_test_defective": labels.count(1),
+            "seeds": runs, "test_rank_repeat": repeat}
 
 
 def timed_fit(det, images) -> float:
@@ -109,6 +164,8 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     faiss.omp_set_num_threads(args.threads)
     out: dict = {"threads": args.threads, "sets": {}}
+    if args.ranking_only:
+        out.update(kinds=args.kinds, holdout=args.holdout, search_holdout=args.search_holdout, seeds=args.seeds)
     with tempfile.TemporaryDirectory() as tmp:
         for set_name in args.sets:
             if set_name == "synthetic_weave":
@@ -120,7 +177,8 @@ def main() -> int:
                     continue
             ds = read_mvtec(root)
             print(f"\n{set_name}: {len(ds.train)} train normals, {len(ds.test)} test images", flush=True)
-            out["sets"][set_name] = one_set(ds)
+            out["sets"][set_name] = (ranking(ds, args.kinds, args.holdout, args.search_holdout, args.seeds)
+                                     if args.ranking_only else one_set(ds))
             write_result("anomaly_select", out, args.out)
     return 0
 

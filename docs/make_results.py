@@ -80,7 +80,7 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 
 def run_of(d: dict, config: str) -> dict:
     """The run of an anomaly_real JSON with this configuration name."""
-    (run,) = [r for r in d["runs"] if r["config"] == config]
+    (run,) = [r for r in d["runs"] if r.get("config", r.get("detector")) == config]
     return run
 
 
@@ -92,13 +92,16 @@ def row_of(rows: list[dict], **match) -> dict:
 # ---------------------------------------------------------------- anomaly
 
 VIT_ALONE = "embedded ViT alone (`--backbone embedded --tile 2 --score-border 1 --index ivf`)"
+ENSEMBLE3 = "three members: Lite0 + Lite2 + embedded ViT (the planted ranking's favourite over three sets)"
 ANOMALY_QUALITY = [   # (what, set, JSON, configuration in it)
     ("**default ensemble** (Lite0 + embedded ViT)", "MPDD metal_plate", "anomaly_real_ensemble_mpdd_metal_plate.json", "ensemble"),
     ("Lite0 alone (`--backbone efficientnet_lite0`)", "MPDD metal_plate", "anomaly_real_mpdd_metal_plate.json", "lite0_tileauto_b1"),
     (VIT_ALONE, "MPDD metal_plate", "distill_v3_anomaly_tiles_mpdd_metal_plate.json", "vit_tile2_b1_ivf_agg1"),
+    (ENSEMBLE3, "MPDD metal_plate", "anomaly_real_ensemble3_mpdd_metal_plate.json", "ensemble3"),
     ("**default ensemble** (Lite0 + embedded ViT)", "KolektorSDD", "anomaly_real_ensemble_kolektorsdd.json", "ensemble"),
     ("Lite0 alone (`--backbone efficientnet_lite0`)", "KolektorSDD", "anomaly_real_kolektorsdd.json", "lite0_tileauto_b1_ivf"),
     (VIT_ALONE, "KolektorSDD", "distill_v3_kd4_more2_anomaly_kolektorsdd.json", "vit_tile2_b1_ivf_agg1"),
+    (ENSEMBLE3, "KolektorSDD", "anomaly_real_ensemble3_kolektorsdd.json", "ensemble3"),
 ]
 ANOMALY_SPEED = [     # (what, JSON, (what, variant) of the 512 px row, of the tiled row)
     ("default ensemble", "anomaly_speed_ensemble_t2.json",
@@ -173,6 +176,28 @@ def anomaly_select_grid(link: str = LINK) -> str:
         rows.append([f"`{n}`", *cells])
     t = table(["candidate", *[f"{SELECT_SETS.get(k, k)}: planted / test" for k in sets]], rows)
     return f"{t}\n\n({date(d)}, [json]({link}{ANOMALY_SELECT}))\n"
+
+
+ANOMALY_SELECT_PLANTED = "anomaly_select_planted.json"   # anomaly_select.py --ranking-only, four kinds, two seeds
+PLANTED_COLUMNS = [("synthetic_auroc", "all kinds"), ("cutpaste_auroc", "cutpaste"), ("texture_auroc", "texture"),
+                   ("scar_auroc", "scar"), ("stain_auroc", "stain")]
+
+
+def anomaly_select_planted(link: str = LINK) -> str:
+    """Per set and seed: Spearman rho of each planted kind's AUROC with the search-time models' test AUROC, the
+    held-out normals scored, and how well the test ranking repeats across seeds (other banks)."""
+    d = load(ANOMALY_SELECT_PLANTED)
+    rows = []
+    for key, s in d["sets"].items():
+        for seed, r in s["seeds"].items():
+            rows.append([SELECT_SETS.get(key, key), seed, str(r["held_out"]),
+                         *[f"{r['spearman'][k]:+.2f}" for k, _ in PLANTED_COLUMNS],
+                         ", ".join(f"{v:+.2f}" for v in s["test_rank_repeat"].values()) if seed == next(iter(s["seeds"]))
+                         else ""])
+    t = table(["set", "seed", "held-out normals", *[f"rho, {name}" for _, name in PLANTED_COLUMNS],
+               "rho, test ranking seed vs seed"], rows)
+    return (f"{t}\n\n({date(d)}, {d['threads']} thread, {len(d['sets'])} sets x {len(d['seeds'])} seeds x 12 "
+            f"candidates; [json]({link}{ANOMALY_SELECT_PLANTED}))\n")
 
 
 ANOMALY_FIT_SPEED = "anomaly_fit_speed_t2.json"   # benchmarks/anomaly_fit_speed.py --threads 2 (dev sets, busy)
@@ -277,6 +302,7 @@ DOC_TABLES = {ROOT / "docs" / "forecasting.md": {
     "forecast_lookback": lambda: lookback_table("../benchmarks/results/")},
     ROOT / "docs" / "anomaly.md": {"anomaly_select": lambda: anomaly_select_table("../benchmarks/results/"),
                                    "anomaly_select_grid": lambda: anomaly_select_grid("../benchmarks/results/"),
+                                   "anomaly_select_planted": lambda: anomaly_select_planted("../benchmarks/results/"),
                                    "anomaly_fit_speed": lambda: anomaly_fit_speed("../benchmarks/results/")},
     ROOT / "docs" / "control.md": {"control_train_speed": lambda: control_speed("../benchmarks/results/"),
                                    "control_recipe_eight": lambda: control_recipes("../benchmarks/results/")},

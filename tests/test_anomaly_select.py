@@ -31,14 +31,45 @@ def test_planted_defects_change_exactly_their_mask_and_are_seeded():
 
     image = np.full((60, 80, 3), 200, np.uint8)
     donor = np.full((50, 70, 3), 7, np.uint8)
-    first = plant_defects([image, image], [donor], seed=3)
-    again = plant_defects([image, image], [donor], seed=3)
+    first = plant_defects([image, image], [donor], seed=3, kinds=("cutpaste", "texture"))
+    again = plant_defects([image, image], [donor], seed=3, kinds=("cutpaste", "texture"))
     assert len(first) == 4                                           # 2 images x (cutpaste, texture)
     for (img, mask), (img2, mask2) in zip(first, again):
         assert mask.dtype == bool and mask.any() and np.array_equal(mask, mask2) and np.array_equal(img, img2)
         assert np.array_equal((img != 200).any(axis=2), mask)        # changed pixels == mask, nothing else
         assert (img[mask] == 7).all()
     assert not np.array_equal(first[0][1], plant_defects([image, image], [donor], seed=4)[0][1])
+
+
+def test_scar_and_stain_change_the_shade_of_exactly_their_mask():
+    """A scar is the donor's texture (uniform 100 here) darker or brighter by a GAIN factor; a stain is the image's
+    own pixels (uniform 120) the same; both inside their mask only. A scar is thin: far less wide than long."""
+    from frozenvit.anomaly.planted import GAIN, plant_defects
+
+    image, donor = np.full((120, 160, 3), 120, np.uint8), np.full((50, 70, 3), 100, np.uint8)
+    factors = {"scar": 100.0, "stain": 120.0}
+    for seed in range(6):
+        for (img, mask), kind in zip(plant_defects([image], [donor], seed=seed, kinds=("scar", "stain")),
+                                     ("scar", "stain")):
+            assert mask.any() and np.array_equal((img != 120).any(axis=2), mask), kind
+            gain = img[mask].astype(float) / factors[kind]
+            assert np.ptp(gain) < 0.02 and (GAIN[0] - 0.01 <= gain.min() <= GAIN[1] + 0.01
+                                           or 1 / GAIN[1] - 0.01 <= gain.min() <= 1 / GAIN[0] + 0.01), kind
+        ys, xs = np.nonzero(plant_defects([image], [donor], seed=seed, kinds=("scar",))[0][1])
+        cov = np.cov(np.c_[ys, xs].T)
+        assert np.sqrt(np.linalg.eigvalsh(cov)[0]) < 0.3 * np.sqrt(np.linalg.eigvalsh(cov)[1])
+
+
+def test_search_plants_the_kinds_it_is_given_and_refuses_an_unknown_one(weave, embedded):
+    from frozenvit.anomaly import PatchCore, PatchCoreSearch, read_mvtec
+    from frozenvit.backbone.suite.errors import ParameterError
+
+    train = read_mvtec(weave).train
+    search = PatchCoreSearch([("a", PatchCore(embedded, progress=False))], refit=False, search_holdout=2,
+                             planted_kinds=("stain", "scar")).fit(train)
+    assert {"stain_auroc", "scar_auroc"} <= set(search.results_[0]) and "cutpaste_auroc" not in search.results_[0]
+    with pytest.raises(ParameterError, match="planted_kinds"):
+        PatchCoreSearch([("a", PatchCore(embedded, progress=False))], refit=False, planted_kinds=("dent",)).fit(train)
 
 
 def test_search_prefers_the_candidate_that_sees_the_whole_image(weave, embedded):
@@ -77,10 +108,20 @@ def test_defects_are_planted_only_into_normals_the_winner_holds_out(weave, embed
     assert set(search.holdout_indices_) <= set(search.best_estimator_.holdout_indices_)
 
 
-def _fit_select(data, out):
-    assert main(["anomaly", "fit", "--data", str(data), "--out", str(out), "--select", "auto", "--threads", "1"]) == 0
+def _fit_select(data, out, *extra):
+    assert main(["anomaly", "fit", "--data", str(data), "--out", str(out), "--select", "auto", "--threads", "1",
+                 *extra]) == 0
     sel = json.loads((out / "config.json").read_text())["selection"]
     return [(r["name"], r["synthetic_auroc"]) for r in sel["table"]]
+
+
+def test_fit_select_auto_plants_the_kinds_asked_and_records_them(weave, tmp_path, monkeypatch):
+    from frozenvit.anomaly import defaults
+
+    monkeypatch.setattr(defaults, "SEARCH_GRID", TINY_GRID[:1])
+    _fit_select(weave, tmp_path / "m", "--planted-kinds", "stain,scar")
+    sel = json.loads((tmp_path / "m" / "config.json").read_text())["selection"]
+    assert sel["planted_kinds"] == ["stain", "scar"] and "scar_auroc" in sel["table"][0]
 
 
 def test_fit_select_auto_on_a_small_set_writes_a_model_predict_reads(weave, tmp_path, monkeypatch, capsys):
@@ -122,3 +163,8 @@ def test_select_auto_refuses_a_method_option_it_would_ignore(weave, tmp_path, ca
     err = capsys.readouterr().err
     assert rc == 2 and "--coreset-ratio, --aggregation would be ignored" in err
     assert not (tmp_path / "m").exists()
+
+
+def test_planted_kinds_without_select_auto_is_refused(weave, tmp_path, capsys):
+    assert main(["anomaly", "fit", "--data", str(weave), "--out", str(tmp_path / "m"), "--planted-kinds", "scar"]) == 2
+    assert "--planted-kinds" in capsys.readouterr().err and not (tmp_path / "m").exists()
