@@ -14,9 +14,13 @@ from a second training on the history before it, as auto does). Without it, each
 rules of `AutoForecaster.weights` (one validation window, the window auto uses) are scored by MASE on the
 test windows (a neural candidate on a series too short for it: auto over the statistical ones, as the
 CLI's default policy): with `--retrain-cache` (a `--rule --neural-validation retrain --neural-only` cache,
-the statistical candidates taken from --cache) as auto runs ("shipped"), beside the former rule (mean
-absolute errors, networks judged on their early-stopping tail, from `--rule-cache`); the rule of the least
-mean ratio to the best candidate over CHOOSE_ON is the `choice`. `--rule-cache` also scores the neural
+the statistical candidates taken from --cache) as auto ran with one validation window ("shipped"), beside
+the former rule (mean absolute errors, networks judged on their early-stopping tail, from `--rule-cache`);
+the rule of the least mean ratio to the best candidate over CHOOSE_ON is the `choice`. With `--rolling-cache`
+(a `--rule --neural-validation rolling` cache: each network trained once before the earliest of
+--val-windows validation windows, forecasting them all; the statistical ones refitted per window, from
+--cache) the rules of `WINDOW_RULES` on 1, 2, 4 and all of them, as auto runs now ("rolling"), and the
+one of the least mean ratio over CHOOSE_ON (`windows_chosen`). `--rule-cache` also scores the neural
 candidates of the look-back rule against the constant's.
 
 Writes benchmarks/results/forecast_auto_rules.json (or --out).
@@ -24,6 +28,7 @@ Writes benchmarks/results/forecast_auto_rules.json (or --out).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import warnings
 import time
@@ -196,6 +201,7 @@ def score(name: str, cache: Path, rule_cache: Path | None, tail_cache: Path | No
     alone = {n: mase(np.where(np.isnan(preds[i]), fallback, preds[i])) for i, n in enumerate(NAMES)}
     best = min(alone, key=alone.get)
     row = {"set": name, "series": int(preds.shape[1]), "series_in_file": int(d["series_in_file"]),
+           "longest": int(d["lengths"].max()),
            "windows": int(preds.shape[2]), "input_size": int(d["input_size"]),
            "short_for_neural": int(np.isnan(preds[LOCAL]).all(axis=(1, 2)).sum()),
            "candidates": alone, "best_candidate": best}
@@ -247,21 +253,28 @@ def score(name: str, cache: Path, rule_cache: Path | None, tail_cache: Path | No
         cands, top = row["shipped"]["candidates"], row["shipped"]["best_candidate"]
         et = min(cands["ETS"], cands["Theta"])
         out = {}
-        for k in sorted({1, 2, 4, V} - {0}):
+        for k in sorted({1, 2, 4, V} - {0} - set(range(V + 1, 5))):
             vk = v[:, :, :k] if k > 1 else np.concatenate([v[:LOCAL, :, :1], r["vals"][LOCAL:, :, :1]])
             for rule, kw in WINDOW_RULES.items():
                 x = mase(auto(p, vk, **kw))
-                out[f"{k} windows, {rule}"] = {"mase": x, "over_best": x / cands[top], "over_ets_theta": x / et}
+                out[f"{'all' if k == V else k} windows, {rule}"] = {"mase": x, "over_best": x / cands[top],
+                                                                     "over_ets_theta": x / et}
         row["rolling"] = {"validation_windows": V, "rules": out,
                           "neural_validated": int(np.isfinite(r["rolling"][0, :, 0, 0]).sum())}
     return row
 
 
 def choose(rows: list[dict]) -> dict:
-    """The rule of the least mean MASE ratio to the best candidate over the CHOOSE_ON sets (of those run)."""
+    """The rule of the least mean MASE ratio to the best candidate over the CHOOSE_ON sets (of those run): of
+    the one-window rules (`RULES`), and with a rolling cache, of the rules on every validation window."""
     on = [r for r in rows if r["set"] in CHOOSE_ON and "shipped" in r]
     mean = {k: float(np.mean([r["shipped"]["rules_over_best"][k] for r in on])) for k in RULES} if on else {}
-    return {"sets": [r["set"] for r in on], "mean_over_best": mean, "chosen": min(mean, key=mean.get) if mean else None}
+    out = {"sets": [r["set"] for r in on], "mean_over_best": mean, "chosen": min(mean, key=mean.get) if mean else None}
+    if on and all("rolling" in r for r in on):
+        keys = [k for k in on[0]["rolling"]["rules"] if k.startswith("all windows")]
+        windows = {k: float(np.mean([r["rolling"]["rules"][k]["over_best"] for r in on])) for k in keys}
+        out.update(windows_mean_over_best=windows, windows_chosen=min(windows, key=windows.get))
+    return out
 
 
 def parser() -> argparse.ArgumentParser:
@@ -277,7 +290,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--val-tail", type=int, default=1, help="the neural candidates' validation tail, in windows of h")
     ap.add_argument("--neural-validation", choices=("holdout", "retrain", "rolling"), default="holdout",
                     help="the neural candidates' validation forecasts: from the network of the first cutoff on the "
-                    "tail it held out (early stopping's), or from a second network trained before the window; 'rolling': "
+                    "tail it held out (early stopping's), or from a second network trained before the window; "
+                    "'rolling': "
                     "that, and one more network trained before the earliest of --val-windows windows forecasts them "
                     "all (stored as `rolling`)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the neural candidates")
@@ -289,13 +303,22 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--retrain-cache", type=Path, default=None,
                     help="a --rule --neural-validation retrain cache (neural candidates only): the rules as shipped")
     ap.add_argument("--rolling-cache", type=Path, default=None,
-                    help="a --rule --neural-validation rolling cache: the rules on 1, 2, 4 and all its validation windows")
+                    help="a --rule --neural-validation rolling cache: the rules on 1, 2, 4 and all its validation "
+                    "windows")
+    ap.add_argument("--merge", type=Path, nargs="+", default=None,
+                    help="run nothing: one result of the rows of these earlier JSON files (runs of other caches), "
+                    "the choice made again over them")
     ap.add_argument("--out", type=Path, default=None)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.merge:
+        rows = [r for f in args.merge for r in json.loads(f.read_text())["rows"]]
+        write_result("forecast_auto_rules", {"rows": rows, "choice": choose(rows),
+                                             "merged_from": [f.name for f in args.merge]}, args.out)
+        return 0
     import torch
 
     torch.set_num_threads(args.threads)

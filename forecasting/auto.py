@@ -2,27 +2,34 @@
 
     AutoForecaster([Theta(12), ETS(12), DLinear(h=18), PatchTST(h=18)])     # how="global", top=2, tolerance=0.2
 
-For every series, each candidate forecasts the validation window of the h values just before the
-series' first cutoff c_0 from a fit on what came before it, y[:c_0 - h]: a statistical model fitted
-there (where that history holds more than h values and more than the model needs), a neural model
-trained there (a second training, with its own early stopping on its own validation tail; where the
-history holds the model's `min_history`). So every candidate is judged on a window that neither its
-fit nor its early stopping saw: the network trained for c_0 would be judged on the tail it early-stopped
-on, which flatters it. Each candidate's validation error is its MAE over the series' in-sample one-step
-MAE (a MASE that needs no season). `how` turns the errors into the forecast of every window:
+For every series, each candidate forecasts validation windows of h values before the series' first
+cutoff c_0, rolling back from it (window v holds y[c_0 - v h: c_0 - (v - 1) h]), up to `windows` of them,
+each from what came before it: a statistical model fitted before each window (where that history holds
+more than h values and more than the model needs), a neural model trained once before the earliest of
+them (a second training, with its own early stopping on its own validation tail; where the history
+holds the model's `min_history`), forecasting every window from its look-back. So every candidate is
+judged on windows that neither its fit nor its early stopping saw: the network trained for c_0 would be
+judged on the tail it early-stopped on, which flatters it. A series is validated on the windows that
+every candidate validating its nearest window can forecast, so they are compared on the same values:
+many where the history is long, one where it is short. A candidate's error on a window is its MAE over
+the series' in-sample one-step MAE (a MASE that needs no season). `how` turns the errors into the
+forecast of every window:
 
     "global"   per group of series that the same candidates forecast (short series apart), the mean of
-               the `top` candidates of the least mean relative error over the group (a series' error over
-               that series' least, so that every series has the same say), those within `tolerance`
-               (relative) of the least: the best one alone where it stands out, else the combination of
-               the near-best (the default; top=1 is a plain choice)
+               the `top` candidates of the least mean relative error over the group (an error over the
+               least of its series and window, averaged over the series' windows, so that every series
+               has the same say), those within `tolerance` (relative) of the least: the best one alone
+               where it stands out, else the combination of the near-best (the default; top=1 is a plain
+               choice)
     "global_weights"  the candidates weighted by the inverse of their mean relative error (per group)
-    "select"   per series, the candidate of the least validation error
-    "weights"  per series, the candidates weighted by the inverse of their validation errors
+    "select"   per series, the candidate of the least mean relative validation error
+    "weights"  per series, the candidates weighted by the inverse of their mean relative validation errors
 
-Why "global" with the near-best combined: one validation window per series is too little to tell two
-near-equal candidates apart; why relative errors: a mean of the errors themselves follows the few series
-where a candidate fails worst (benchmarks/forecast_auto_rules.py compares the rules; docs/forecasting.md).
+Why "global" with the near-best combined: a few validation windows per series are too little to tell
+two near-equal candidates apart; why relative errors: a mean of the errors themselves follows the few
+series where a candidate fails worst; why several windows: with few series (ETTh2's seven) one window
+each ranks the candidates by chance (benchmarks/forecast_auto_rules.py compares the rules;
+docs/forecasting.md).
 
 Nothing after a series' first cutoff enters the choice, and later windows keep it (their histories
 contain the first one's). A candidate that cannot forecast a series (a neural look-back longer than
@@ -30,7 +37,7 @@ its history) is left out for that series; a series too short for any validation 
 weights the rule gives over the other series, for the candidates it can forecast. So `auto` forecasts
 every series a statistical candidate can: short series fall back to the statistical candidates on their
 own. With `median` (and three or more candidates) the candidates' median is one more candidate,
-validated on the same window from the same forecasts, at no cost. In a backtest a candidate also run
+validated on the same windows from the same forecasts, at no cost. In a backtest a candidate also run
 alone is fitted once (forecasting.reuse).
 """
 from __future__ import annotations
