@@ -20,7 +20,8 @@ the rule of the least mean ratio to the best candidate over CHOOSE_ON is the `ch
 (a `--rule --neural-validation rolling` cache: each network trained once before the earliest of
 --val-windows validation windows, forecasting them all; the statistical ones refitted per window, from
 --cache) the rules of `WINDOW_RULES` on 1, 2, 4 and all of them, as auto runs now ("rolling"), and the
-one of the least mean ratio over CHOOSE_ON (`windows_chosen`). `--rule-cache` also scores the neural
+one of the least mean ratio over CHOOSE_ON of those at most the better of ETS and Theta on each of them
+(`windows_chosen`). `--rule-cache` also scores the neural
 candidates of the look-back rule against the constant's.
 
 Writes benchmarks/results/forecast_auto_rules.json (or --out).
@@ -126,7 +127,6 @@ RULES = {"global, top 1 (a plain choice)": dict(how="global", top=1),
          "weights": dict(how="weights")}
 FORMER = "former: top 3 within 20 % of the mean absolute error, networks judged on their early-stopping tail"
 WINDOW_RULES = {"top 1": dict(how="global", top=1), "top 2 within 20 %": dict(how="global", top=2, tolerance=0.2),
-                "top 2 within 10 %": dict(how="global", top=2, tolerance=0.1),
                 "top 3 within 20 %": dict(how="global", top=3, tolerance=0.2), "select": dict(how="select")}
 CHOOSE_ON = ("m4_hourly", "m3_quarterly", "m3_yearly")     # the sets the default rule was chosen on
 
@@ -270,10 +270,12 @@ def choose(rows: list[dict]) -> dict:
     on = [r for r in rows if r["set"] in CHOOSE_ON and "shipped" in r]
     mean = {k: float(np.mean([r["shipped"]["rules_over_best"][k] for r in on])) for k in RULES} if on else {}
     out = {"sets": [r["set"] for r in on], "mean_over_best": mean, "chosen": min(mean, key=mean.get) if mean else None}
-    if on and all("rolling" in r for r in on):
+    if on and all("rolling" in r for r in on):           # of those at most the better of ETS and Theta on each
         keys = [k for k in on[0]["rolling"]["rules"] if k.startswith("all windows")]
         windows = {k: float(np.mean([r["rolling"]["rules"][k]["over_best"] for r in on])) for k in keys}
-        out.update(windows_mean_over_best=windows, windows_chosen=min(windows, key=windows.get))
+        keep = [k for k in keys if all(r["rolling"]["rules"][k]["over_ets_theta"] <= 1 for r in on)]
+        out.update(windows_mean_over_best=windows, windows_at_most_ets_theta=keep,
+                   windows_chosen=min(keep, key=windows.get) if keep else None)
     return out
 
 

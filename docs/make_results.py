@@ -311,6 +311,11 @@ def defaults_table(link: str = LINK) -> str:
     return f"{t}\n\n({date(d)}, [json]({link}{DEFAULTS}))\n"
 
 
+def rules_set(row: dict) -> str:
+    """A row's set in forecast_auto_rules.json, ETTh2 with its rows per series (the whole file or its tail)."""
+    return DEFAULTS_SETS[row["set"]] + (f", {row['longest']} rows" if row["set"] == "etth2" else "")
+
+
 def auto_rules_table(link: str = LINK) -> str:
     """auto's rules on the same candidate forecasts (the look-back rule's networks, validated as auto does):
     MASE over the best candidate's, per set, on one validation window and on several; the sets the default
@@ -327,8 +332,7 @@ def auto_rules_table(link: str = LINK) -> str:
                 return f"{x['rules_over_best'][key]:.3f}"
             return f"{rolling[key]['over_best']:.3f}" if key in rolling else "-"
 
-        rows.append([DEFAULTS_SETS[r["set"]] + (f", {r['longest']} rows" if r["set"] == "etth2" else "")
-                     + (" (chosen on)" if r["set"] in on else ""),
+        rows.append([rules_set(r) + (" (chosen on)" if r["set"] in on else ""),
                      f"{r['series']} / {r['series_in_file']}", f"{best} {f3(x['candidates'][best])}",
                      str(r["rolling"]["validation_windows"]) if rolling else "-",
                      *[ratio(part, key) for part, key, _ in AUTO_RULE_COLUMNS],
@@ -350,7 +354,7 @@ def lookback_table(link: str = LINK) -> str:
         rule, c = r["lengths_rule"], r["candidates"]
         same = rule.get("same_as_constant")
         tail = r.get("val_tail", {}).get("candidates", {})
-        rows.append([DEFAULTS_SETS[r["set"]], lengths(r["lengths"]["constant"]), f"{f3(c['DLinear'])} / {f3(c['PatchTST'])}",
+        rows.append([rules_set(r), lengths(r["lengths"]["constant"]), f"{f3(c['DLinear'])} / {f3(c['PatchTST'])}",
                      "the same" if same else lengths(r["lengths"]["rule"]),
                      "the same" if same else f"{f3(rule['candidates']['DLinear'])} / {f3(rule['candidates']['PatchTST'])}",
                      f"{f3(tail['DLinear'])} / {f3(tail['PatchTST'])}" if tail else "-"])
