@@ -154,7 +154,7 @@ class AutoForecaster(Forecaster):
 
     def validation_windows(self, first: np.ndarray, h: int) -> np.ndarray:
         """How many validation windows (C, S) each candidate forecasts for each series, given the series'
-        first cutoffs (S,). Window v ends where window v - 1 starts (window 1 at the first cutoff), and a
+        first cutoffs (S,). Window 1 ends at the first cutoff, window v where window v - 1 starts, and a
         candidate can validate it where the history before it holds what a fit needs: a statistical model
         more than h values and more than it needs, a network its look-back and tails (its `min_history`).
         Every candidate that can validate a series' nearest window gets the windows all of them can (at most
