@@ -14,9 +14,14 @@ from a second training on the history before it, as auto does). Without it, each
 rules of `AutoForecaster.weights` (one validation window, the window auto uses) are scored by MASE on the
 test windows (a neural candidate on a series too short for it: auto over the statistical ones, as the
 CLI's default policy): with `--retrain-cache` (a `--rule --neural-validation retrain --neural-only` cache,
-the statistical candidates taken from --cache) as auto runs ("shipped"), beside the former rule (mean
-absolute errors, networks judged on their early-stopping tail, from `--rule-cache`); the rule of the least
-mean ratio to the best candidate over CHOOSE_ON is the `choice`. `--rule-cache` also scores the neural
+the statistical candidates taken from --cache) as auto ran with one validation window ("shipped"), beside
+the former rule (mean absolute errors, networks judged on their early-stopping tail, from `--rule-cache`);
+the rule of the least mean ratio to the best candidate over CHOOSE_ON is the `choice`. With `--rolling-cache`
+(a `--rule --neural-validation rolling` cache: each network trained once before the earliest of
+--val-windows validation windows, forecasting them all; the statistical ones refitted per window, from
+--cache) the rules of `WINDOW_RULES` on 1, 2, 4 and all of them, as auto runs now ("rolling"), and the
+one of the least mean ratio over CHOOSE_ON of those at most the better of ETS and Theta on each of them
+(`windows_chosen`). `--rule-cache` also scores the neural
 candidates of the look-back rule against the constant's.
 
 Writes benchmarks/results/forecast_auto_rules.json (or --out).
@@ -24,6 +29,7 @@ Writes benchmarks/results/forecast_auto_rules.json (or --out).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import warnings
 import time
@@ -67,6 +73,7 @@ def compute(name: str, max_series: int | None, etth2_rows: int | None, seed: int
     preds = np.full((C, S, W, h), np.nan)
     vals = np.full((C, S, val_windows, h), np.nan)
     vcuts = cuts[:, :1] - h * np.arange(1, val_windows + 1)[None]                              # (S, V)
+    rolling = np.full((C - LOCAL, S, val_windows, h), np.nan)        # networks: one training, V windows
     t0 = time.perf_counter()
     local = [SeasonalNaive(m), Theta(m), ETS(m)]
     for i, model in enumerate([] if neural_only else local):
@@ -81,12 +88,19 @@ def compute(name: str, max_series: int | None, etth2_rows: int | None, seed: int
     for i, model in enumerate([DLinear(h=h, input_size=input_size, progress=False, **dl, **tail),
                                PatchTST(h=h, input_size=input_size, progress=False, **pt, **tail)], start=LOCAL):
         idx = np.flatnonzero(cuts[:, 0] >= model.min_history())
-        if idx.size and neural_validation == "retrain":      # a second network, trained before the window
+        if idx.size and neural_validation in ("retrain", "rolling"):     # a second network, trained before
             preds[i, idx] = model.forecast_cutoffs([ys[s] for s in idx], cuts[idx], h, progress=False)[0]
             idx = np.flatnonzero(vcuts[:, 0] >= model.min_history())
-            if idx.size:
+            if idx.size:                                               # the window (one, as auto had it)
                 vals[i, idx, 0] = model.forecast_cutoffs([ys[s] for s in idx], vcuts[idx, :1], h,
                                                          progress=False)[0][:, 0]
+            n = (vcuts >= model.min_history()).sum(axis=1)             # windows a network can validate
+            idx = np.flatnonzero(n)
+            if idx.size and neural_validation == "rolling":            # one network before each series'
+                early = vcuts[idx[:, None], np.minimum(np.arange(val_windows)[None], n[idx, None] - 1)]  # earliest of
+                f = model.forecast_cutoffs([ys[s] for s in idx], early[:, ::-1], h, progress=False)[0][:, ::-1]
+                rolling[i - LOCAL, idx] = np.where(np.arange(val_windows)[None, :, None] < n[idx, None, None],
+                                                   f, np.nan)          # its windows, forecasting them all
         elif idx.size:
             p, v, _ = model.forecast_with_calibration([ys[s] for s in idx], cuts[idx], vcuts[idx, :val_tail][:, ::-1],
                                                       h, progress=False, global_calibration="holdout")
@@ -99,7 +113,7 @@ def compute(name: str, max_series: int | None, etth2_rows: int | None, seed: int
     vscale = np.array([[np.mean(np.abs(np.diff(y[:c]))) if c > 2 else np.nan for c in cs]
                        for y, cs in zip(ys, vcuts)])                                         # (S, V): one-step
     np.savez(cache / f"{name}.npz", preds=preds, vals=vals, truth=truth, vtruth=vtruth, scale=scale, vscale=vscale,
-             lengths=lengths, input_size=input_size, seconds=time.perf_counter() - t0,
+             rolling=rolling, lengths=lengths, input_size=input_size, seconds=time.perf_counter() - t0,
              series_in_file=ids.size, rule=rule)
 
 
@@ -112,6 +126,8 @@ RULES = {"global, top 1 (a plain choice)": dict(how="global", top=1),
          "global_weights": dict(how="global_weights"), "select": dict(how="select"),
          "weights": dict(how="weights")}
 FORMER = "former: top 3 within 20 % of the mean absolute error, networks judged on their early-stopping tail"
+WINDOW_RULES = {"top 1": dict(how="global", top=1), "top 2 within 20 %": dict(how="global", top=2, tolerance=0.2),
+                "top 3 within 20 %": dict(how="global", top=3, tolerance=0.2), "select": dict(how="select")}
 CHOOSE_ON = ("m4_hourly", "m3_quarterly", "m3_yearly")     # the sets the default rule was chosen on
 
 
@@ -139,7 +155,7 @@ def absolute_weights(errors: np.ndarray, forecasts: np.ndarray, top: int = 3, to
 
 
 def score(name: str, cache: Path, rule_cache: Path | None, tail_cache: Path | None = None,
-          retrain_cache: Path | None = None) -> dict:
+          retrain_cache: Path | None = None, rolling_cache: Path | None = None) -> dict:
     """MASE on the test windows of each candidate alone and of each rule, from a set's cached forecasts: the
     look-back constant's networks of `cache`, the look-back rule's of `rule_cache`, and with `retrain_cache`
     (the rule's networks, validated by a second training: what auto does) the rules as shipped ("shipped")."""
@@ -160,17 +176,21 @@ def score(name: str, cache: Path, rule_cache: Path | None, tail_cache: Path | No
         the series `rows` (default: all)."""
         rows = np.arange(p.shape[1]) if rows is None else rows
         p, v = p[:, rows], v[:, rows]
+        V = v.shape[2]
+        lead = np.isfinite(v).all(axis=3).cumprod(axis=2).sum(axis=2)          # (C, S) windows validated
+        shared = np.where(lead > 0, lead, V).min(axis=0)                       # as auto: the windows every
+        v = np.where(np.arange(V)[None, None, :, None] < shared[None, :, None, None], v, np.nan)   # one has
         with warnings.catch_warnings():                    # all-NaN medians: series no candidate forecasts
             warnings.simplefilter("ignore", RuntimeWarning)
-            validated = np.isfinite(v[:, :, 0]).all(axis=2)                                        # (C, S)
+            validated = np.isfinite(v).all(axis=3)                                                 # (C, S, V)
             if median:
                 p = np.concatenate([p, np.nanmedian(p, axis=0, keepdims=True)])
-                v = np.concatenate([v, np.where(validated.all(axis=0)[None, :, None, None],
+                v = np.concatenate([v, np.where(validated.all(axis=0)[None, :, :, None],
                                                 np.nanmedian(v, axis=0, keepdims=True), np.nan)])
-        errors = np.abs(v[:, :, 0] - d["vtruth"][None, rows, 0]).mean(axis=2) / d["vscale"][None, rows, 0]
+        errors = np.abs(v - d["vtruth"][None, rows, :V]).mean(axis=3) / d["vscale"][None, rows, :1]  # (C, S, V)
         forecasts = np.isfinite(p).all(axis=(2, 3))
         if former:
-            return combine_validated(p, absolute_weights(errors, forecasts))
+            return combine_validated(p, absolute_weights(errors[:, :, 0], forecasts))
         rule = AutoForecaster([SeasonalNaive(i + 1) for i in range(p.shape[0])], **kw)   # aliases only
         return combine_validated(p, rule.weights(errors, forecasts))
 
@@ -181,6 +201,7 @@ def score(name: str, cache: Path, rule_cache: Path | None, tail_cache: Path | No
     alone = {n: mase(np.where(np.isnan(preds[i]), fallback, preds[i])) for i, n in enumerate(NAMES)}
     best = min(alone, key=alone.get)
     row = {"set": name, "series": int(preds.shape[1]), "series_in_file": int(d["series_in_file"]),
+           "longest": int(d["lengths"].max()),
            "windows": int(preds.shape[2]), "input_size": int(d["input_size"]),
            "short_for_neural": int(np.isnan(preds[LOCAL]).all(axis=(1, 2)).sum()),
            "candidates": alone, "best_candidate": best}
@@ -222,14 +243,40 @@ def score(name: str, cache: Path, rule_cache: Path | None, tail_cache: Path | No
                           "rules_over_best": {k: x / cands[top] for k, x in shipped.items()},
                           "rules_over_ets_theta": {k: x / et for k, x in shipped.items()},
                           "neural_validated": int(np.isfinite(r["vals"][LOCAL, :, 0]).all(axis=1).sum())}
+    if rolling_cache is not None and (rolling_cache / f"{name}.npz").is_file() and "shipped" in row:
+        r = dict(np.load(rolling_cache / f"{name}.npz"))
+        p, v = preds.copy(), d["vals"].copy()                  # the statistical candidates: a fit per window
+        p[LOCAL:] = r["preds"][LOCAL:]
+        V = min(v.shape[2], r["rolling"].shape[2])
+        v = v[:, :, :V]
+        v[LOCAL:] = r["rolling"][:, :, :V]                     # the networks: one training, every window
+        cands, top = row["shipped"]["candidates"], row["shipped"]["best_candidate"]
+        et = min(cands["ETS"], cands["Theta"])
+        out = {}
+        for k in sorted({1, 2, 4, V} - {0} - set(range(V + 1, 5))):
+            vk = v[:, :, :k] if k > 1 else np.concatenate([v[:LOCAL, :, :1], r["vals"][LOCAL:, :, :1]])
+            for rule, kw in WINDOW_RULES.items():
+                x = mase(auto(p, vk, **kw))
+                out[f"{'all' if k == V else k} windows, {rule}"] = {"mase": x, "over_best": x / cands[top],
+                                                                     "over_ets_theta": x / et}
+        row["rolling"] = {"validation_windows": V, "rules": out,
+                          "neural_validated": int(np.isfinite(r["rolling"][0, :, 0, 0]).sum())}
     return row
 
 
 def choose(rows: list[dict]) -> dict:
-    """The rule of the least mean MASE ratio to the best candidate over the CHOOSE_ON sets (of those run)."""
+    """The rule of the least mean MASE ratio to the best candidate over the CHOOSE_ON sets (of those run): of
+    the one-window rules (`RULES`), and with a rolling cache, of the rules on every validation window."""
     on = [r for r in rows if r["set"] in CHOOSE_ON and "shipped" in r]
     mean = {k: float(np.mean([r["shipped"]["rules_over_best"][k] for r in on])) for k in RULES} if on else {}
-    return {"sets": [r["set"] for r in on], "mean_over_best": mean, "chosen": min(mean, key=mean.get) if mean else None}
+    out = {"sets": [r["set"] for r in on], "mean_over_best": mean, "chosen": min(mean, key=mean.get) if mean else None}
+    if on and all("rolling" in r for r in on):           # of those at most the better of ETS and Theta on each
+        keys = [k for k in on[0]["rolling"]["rules"] if k.startswith("all windows")]
+        windows = {k: float(np.mean([r["rolling"]["rules"][k]["over_best"] for r in on])) for k in keys}
+        keep = [k for k in keys if all(r["rolling"]["rules"][k]["over_ets_theta"] <= 1 for r in on)]
+        out.update(windows_mean_over_best=windows, windows_at_most_ets_theta=keep,
+                   windows_chosen=min(keep, key=windows.get) if keep else None)
+    return out
 
 
 def parser() -> argparse.ArgumentParser:
@@ -243,9 +290,12 @@ def parser() -> argparse.ArgumentParser:
                     "else the constant look-back 336 capped by what the median series fits (patch 16/8, kernel 25)")
     ap.add_argument("--neural-only", action="store_true", help="compute the neural candidates only")
     ap.add_argument("--val-tail", type=int, default=1, help="the neural candidates' validation tail, in windows of h")
-    ap.add_argument("--neural-validation", choices=("holdout", "retrain"), default="holdout",
+    ap.add_argument("--neural-validation", choices=("holdout", "retrain", "rolling"), default="holdout",
                     help="the neural candidates' validation forecasts: from the network of the first cutoff on the "
-                    "tail it held out (early stopping's), or from a second network trained before the window")
+                    "tail it held out (early stopping's), or from a second network trained before the window; "
+                    "'rolling': "
+                    "that, and one more network trained before the earliest of --val-windows windows forecasts them "
+                    "all (stored as `rolling`)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the neural candidates")
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "frozenvit" / "forecast_auto_rules",
                     help="folder of the candidates' cached forecasts, one .npz per set (written with --compute)")
@@ -254,12 +304,23 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--tail-cache", type=Path, default=None, help="a --val-tail 4 cache whose neural candidates to score")
     ap.add_argument("--retrain-cache", type=Path, default=None,
                     help="a --rule --neural-validation retrain cache (neural candidates only): the rules as shipped")
+    ap.add_argument("--rolling-cache", type=Path, default=None,
+                    help="a --rule --neural-validation rolling cache: the rules on 1, 2, 4 and all its validation "
+                    "windows")
+    ap.add_argument("--merge", type=Path, nargs="+", default=None,
+                    help="run nothing: one result of the rows of these earlier JSON files (runs of other caches), "
+                    "the choice made again over them")
     ap.add_argument("--out", type=Path, default=None)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.merge:
+        rows = [r for f in args.merge for r in json.loads(f.read_text())["rows"]]
+        write_result("forecast_auto_rules", {"rows": rows, "choice": choose(rows),
+                                             "merged_from": [f.name for f in args.merge]}, args.out)
+        return 0
     import torch
 
     torch.set_num_threads(args.threads)
@@ -271,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
             compute(name, most.get(name), args.etth2_rows, args.seed, args.val_windows, args.cache, args.rule,
                     args.neural_only, args.val_tail, args.neural_validation)
         else:
-            rows.append(score(name, args.cache, args.rule_cache, args.tail_cache, args.retrain_cache))
+            rows.append(score(name, args.cache, args.rule_cache, args.tail_cache, args.retrain_cache,
+                              args.rolling_cache))
     if rows:
         print_table([{"set": r["set"], **r["shipped"]["candidates"],
                       **{k.split(":")[0].replace("global, ", ""): v for k, v in r["shipped"]["rules"].items()}}

@@ -289,13 +289,18 @@ DEFAULTS_COLUMNS = [("snaive", "seasonal naive"), ("theta", "Theta"), ("ets", "E
 # auto's rules on the same cached candidate forecasts, and the look-back rule against the constant
 # (benchmarks/forecast_auto_rules.py); written into docs/forecasting.md too.
 AUTO_RULES = "forecast_auto_rules.json"
-AUTO_DEFAULT = "global, top 2 within 20 %"
-AUTO_RULE_COLUMNS = [("global, top 1 (a plain choice)", "one candidate"), (AUTO_DEFAULT, "best 2 within 20 % (default)"),
-                     ("global, top 3 within 20 %", "best 3 within 20 %"), ("global_weights", "global_weights"),
-                     ("select", "select"), ("weights", "weights"),
-                     ("former rule, networks judged by a second training", "former rule, fair networks"),
-                     ("former: top 3 within 20 % of the mean absolute error, networks judged on their early-stopping "
-                      "tail", "former rule")]
+AUTO_ONE = "global, top 2 within 20 %"                   # the rule on one validation window, as auto ran before
+AUTO_DEFAULT = "all windows, top 2 within 20 %"         # auto's rule: every validation window a series has
+AUTO_RULE_COLUMNS = [("shipped", "global, top 1 (a plain choice)", "one window: one candidate"),
+                     ("shipped", AUTO_ONE, "one window: best 2 within 20 %"),
+                     ("shipped", "select", "one window: select"),
+                     ("shipped", "former rule, networks judged by a second training", "former rule, fair networks"),
+                     ("rolling", "2 windows, top 2 within 20 %", "2 windows: best 2 within 20 %"),
+                     ("rolling", "4 windows, top 2 within 20 %", "4 windows: best 2 within 20 %"),
+                     ("rolling", "all windows, top 1", "all windows: one candidate"),
+                     ("rolling", AUTO_DEFAULT, "all windows: best 2 within 20 % (default)"),
+                     ("rolling", "all windows, top 3 within 20 %", "all windows: best 3 within 20 %"),
+                     ("rolling", "all windows, select", "all windows: select")]
 DOC_TABLES = {ROOT / "docs" / "forecasting.md": {
     "forecast_defaults": lambda: defaults_table("../benchmarks/results/"),
     "forecast_auto_rules": lambda: auto_rules_table("../benchmarks/results/"),
@@ -332,21 +337,34 @@ def defaults_table(link: str = LINK) -> str:
     return f"{t}\n\n({date(d)}, [json]({link}{DEFAULTS}))\n"
 
 
+def rules_set(row: dict) -> str:
+    """A row's set in forecast_auto_rules.json, ETTh2 with its rows per series (the whole file or its tail)."""
+    return DEFAULTS_SETS[row["set"]] + (f", {row['longest']} rows" if row["set"] == "etth2" else "")
+
+
 def auto_rules_table(link: str = LINK) -> str:
     """auto's rules on the same candidate forecasts (the look-back rule's networks, validated as auto does):
-    MASE over the best candidate's, per set; the sets the default was chosen on marked."""
+    MASE over the best candidate's, per set, on one validation window and on several; the sets the default
+    was chosen on marked."""
     d = load(AUTO_RULES)
     on = d["choice"]["sets"]
     rows = []
     for r in d["rows"]:
-        x = r["shipped"]
+        x, rolling = r["shipped"], r.get("rolling", {}).get("rules", {})
         best = x["best_candidate"]
-        rows.append([DEFAULTS_SETS[r["set"]] + (" (chosen on)" if r["set"] in on else ""),
+
+        def ratio(part: str, key: str) -> str:
+            if part == "shipped":
+                return f"{x['rules_over_best'][key]:.3f}"
+            return f"{rolling[key]['over_best']:.3f}" if key in rolling else "-"
+
+        rows.append([rules_set(r) + (" (chosen on)" if r["set"] in on else ""),
                      f"{r['series']} / {r['series_in_file']}", f"{best} {f3(x['candidates'][best])}",
-                     *[f"{x['rules_over_best'][k]:.3f}" for k, _ in AUTO_RULE_COLUMNS],
-                     f"{x['rules_over_ets_theta'][AUTO_DEFAULT]:.3f}"])
-    t = table(["set", "series run / in file", "best candidate (MASE)", *[n for _, n in AUTO_RULE_COLUMNS],
-               "default ÷ best of ETS, Theta"], rows)
+                     str(r["rolling"]["validation_windows"]) if rolling else "-",
+                     *[ratio(part, key) for part, key, _ in AUTO_RULE_COLUMNS],
+                     f"{rolling[AUTO_DEFAULT]['over_ets_theta']:.3f}" if rolling else "-"])
+    t = table(["set", "series run / in file", "best candidate (MASE)", "most validation windows",
+               *[n for _, _, n in AUTO_RULE_COLUMNS], "default ÷ best of ETS, Theta"], rows)
     return f"{t}\n\n({date(d)}, [json]({link}{AUTO_RULES}))\n"
 
 
@@ -362,7 +380,7 @@ def lookback_table(link: str = LINK) -> str:
         rule, c = r["lengths_rule"], r["candidates"]
         same = rule.get("same_as_constant")
         tail = r.get("val_tail", {}).get("candidates", {})
-        rows.append([DEFAULTS_SETS[r["set"]], lengths(r["lengths"]["constant"]), f"{f3(c['DLinear'])} / {f3(c['PatchTST'])}",
+        rows.append([rules_set(r), lengths(r["lengths"]["constant"]), f"{f3(c['DLinear'])} / {f3(c['PatchTST'])}",
                      "the same" if same else lengths(r["lengths"]["rule"]),
                      "the same" if same else f"{f3(rule['candidates']['DLinear'])} / {f3(rule['candidates']['PatchTST'])}",
                      f"{f3(tail['DLinear'])} / {f3(tail['PatchTST'])}" if tail else "-"])

@@ -2,27 +2,34 @@
 
     AutoForecaster([Theta(12), ETS(12), DLinear(h=18), PatchTST(h=18)])     # how="global", top=2, tolerance=0.2
 
-For every series, each candidate forecasts the validation window of the h values just before the
-series' first cutoff c_0 from a fit on what came before it, y[:c_0 - h]: a statistical model fitted
-there (where that history holds more than h values and more than the model needs), a neural model
-trained there (a second training, with its own early stopping on its own validation tail; where the
-history holds the model's `min_history`). So every candidate is judged on a window that neither its
-fit nor its early stopping saw: the network trained for c_0 would be judged on the tail it early-stopped
-on, which flatters it. Each candidate's validation error is its MAE over the series' in-sample one-step
-MAE (a MASE that needs no season). `how` turns the errors into the forecast of every window:
+For every series, each candidate forecasts validation windows of h values before the series' first
+cutoff c_0, rolling back from it (window v holds y[c_0 - v h: c_0 - (v - 1) h]), up to `windows` of them,
+each from what came before it: a statistical model fitted before each window (where that history holds
+more than h values and more than the model needs), a neural model trained once before the earliest of
+them (a second training, with its own early stopping on its own validation tail; where the history
+holds the model's `min_history`), forecasting every window from its look-back. So every candidate is
+judged on windows that neither its fit nor its early stopping saw: the network trained for c_0 would be
+judged on the tail it early-stopped on, which flatters it. A series is validated on the windows that
+every candidate validating its nearest window can forecast, so they are compared on the same values:
+many where the history is long, one where it is short. A candidate's error on a window is its MAE over
+the series' in-sample one-step MAE (a MASE that needs no season). `how` turns the errors into the
+forecast of every window:
 
     "global"   per group of series that the same candidates forecast (short series apart), the mean of
-               the `top` candidates of the least mean relative error over the group (a series' error over
-               that series' least, so that every series has the same say), those within `tolerance`
-               (relative) of the least: the best one alone where it stands out, else the combination of
-               the near-best (the default; top=1 is a plain choice)
+               the `top` candidates of the least mean relative error over the group (an error over the
+               least of its series and window, averaged over the series' windows, so that every series
+               has the same say), those within `tolerance` (relative) of the least: the best one alone
+               where it stands out, else the combination of the near-best (the default; top=1 is a plain
+               choice)
     "global_weights"  the candidates weighted by the inverse of their mean relative error (per group)
-    "select"   per series, the candidate of the least validation error
-    "weights"  per series, the candidates weighted by the inverse of their validation errors
+    "select"   per series, the candidate of the least mean relative validation error
+    "weights"  per series, the candidates weighted by the inverse of their mean relative validation errors
 
-Why "global" with the near-best combined: one validation window per series is too little to tell two
-near-equal candidates apart; why relative errors: a mean of the errors themselves follows the few series
-where a candidate fails worst (benchmarks/forecast_auto_rules.py compares the rules; docs/forecasting.md).
+Why "global" with the near-best combined: a few validation windows per series are too little to tell
+two near-equal candidates apart; why relative errors: a mean of the errors themselves follows the few
+series where a candidate fails worst; why several windows: with few series (ETTh2's seven) one window
+each ranks the candidates by chance (benchmarks/forecast_auto_rules.py compares the rules;
+docs/forecasting.md).
 
 Nothing after a series' first cutoff enters the choice, and later windows keep it (their histories
 contain the first one's). A candidate that cannot forecast a series (a neural look-back longer than
@@ -30,7 +37,7 @@ its history) is left out for that series; a series too short for any validation 
 weights the rule gives over the other series, for the candidates it can forecast. So `auto` forecasts
 every series a statistical candidate can: short series fall back to the statistical candidates on their
 own. With `median` (and three or more candidates) the candidates' median is one more candidate,
-validated on the same window from the same forecasts, at no cost. In a backtest a candidate also run
+validated on the same windows from the same forecasts, at no cost. In a backtest a candidate also run
 alone is fitted once (forecasting.reuse).
 """
 from __future__ import annotations
@@ -70,15 +77,18 @@ class AutoForecaster(Forecaster):
 
     _parameter_constraints = {"candidates": [list, tuple], "how": [StrOptions(set(HOW))], "median": ["boolean"],
                               "top": [Interval(Integral, 1, None, closed="left")],
+                              "windows": [Interval(Integral, 1, None, closed="left")],
                               "tolerance": [Interval(Real, 0, None, closed="left")]}
 
     def __init__(self, candidates: Sequence[Forecaster], how: str = "global", median: bool = True,
-                 top: int = AUTO_COMBINE["top"], tolerance: float = AUTO_COMBINE["tolerance"]) -> None:
+                 top: int = AUTO_COMBINE["top"], tolerance: float = AUTO_COMBINE["tolerance"],
+                 windows: int = AUTO_COMBINE["windows"]) -> None:
         self.candidates = candidates
         self.how = how
         self.median = median
         self.top = top
         self.tolerance = tolerance
+        self.windows = windows
 
     @property
     def alias(self) -> str:
@@ -108,53 +118,87 @@ class AutoForecaster(Forecaster):
                             refit_every: int | None = None, progress: bool | None = None
                             ) -> tuple[np.ndarray, np.ndarray]:
         """Each candidate's forecasts (C, S, W, h), NaN for a series it cannot forecast, and its validation
-        error (C, S), NaN where it has none; with `median` and three or more candidates, one more row: their
-        median (of those that forecast the series), validated where every candidate is."""
+        errors (C, S, V) on the `windows` V validation windows (window 0 the nearest the first cutoff), NaN
+        where it has none; with `median` and three or more candidates, one more row: their median (of those
+        that forecast the series), validated where every candidate is. A series is validated on the windows
+        that every candidate validating its nearest window can validate (see `validation_windows`)."""
         cutoffs = np.asarray(cutoffs)
         S, W = cutoffs.shape
+        V = int(self.windows)
         first = cutoffs[:, 0]
-        val = (first - h)[:, None]                                                          # (S, 1)
+        starts = first[:, None] - h * np.arange(1, V + 1)[None]                              # (S, V)
+        counts = self.validation_windows(first, h)                                            # (C, S)
         preds = np.full((len(self.candidates), S, W, h), np.nan)
-        errors = np.full((len(self.candidates), S), np.nan)
-        vals = np.full((len(self.candidates), S, h), np.nan)                               # validation forecasts
-        truth = np.stack([y[c - h: c] for y, c in zip(series, first)]) if S else np.empty((0, h))   # (S, h)
+        vals = np.full((len(self.candidates), S, V, h), np.nan)                              # validation forecasts
+        truth = np.stack([np.stack([y[c: c + h] if c >= 0 else np.full(h, np.nan) for c in cs])
+                          for y, cs in zip(series, starts)]) if S else np.empty((0, V, h))  # (S, V, h)
         scale = np.array([validation_scale(y[: c - h]) for y, c in zip(series, first)])
         for i, model in enumerate(self.candidates):
-            fits = first >= model.min_history()
-            # validated: a fit on the history before the window, which needs that history (and, for a local
-            # model, more than h values and more than it needs; a network: its look-back and tails)
-            validated = fits & (first - h > max(model.min_history(), h, 3) if _is_local(model)
-                                else first - h >= model.min_history())
-            idx = np.flatnonzero(fits)
+            idx = np.flatnonzero(first >= model.min_history())
             if idx.size:           # every fitting series in one call: the same work as the model run alone
                 preds[i, idx] = model.forecast_cutoffs([series[s] for s in idx], cutoffs[idx], h,
                                                        refit_every=refit_every, progress=progress)[0]
-            idx = np.flatnonzero(validated)
-            if idx.size:           # a fit (a second training, for a network) on the history before the window
-                v = model.forecast_cutoffs([series[s] for s in idx], val[idx], h, progress=progress)[0][:, 0]
-                vals[i, idx] = v
-                errors[i, idx] = np.abs(v - truth[idx]).mean(axis=1) / scale[idx]
+            vals[i] = self._validate(model, series, starts, counts[i], h, progress)
+        errors = np.abs(vals - truth[None]).mean(axis=3) / scale[None, :, None]              # (C, S, V)
         if self.median and len(self.candidates) >= 3:            # their median: one more candidate, no fit
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
                 preds = np.concatenate([preds, np.nanmedian(preds, axis=0, keepdims=True)])
-                errors = np.concatenate([errors, np.abs(np.nanmedian(vals, axis=0) - truth).mean(axis=1)[None]
-                                         / scale[None]])
-            errors[-1, ~np.isfinite(errors[:-1]).all(axis=0)] = np.nan    # validated only where all are
+                median = np.abs(np.nanmedian(vals, axis=0) - truth).mean(axis=2) / scale[:, None]    # (S, V)
+            errors = np.concatenate([errors, np.where(np.isfinite(errors).all(axis=0), median, np.nan)[None]])
         if S and np.isnan(preds).all(axis=(2, 3)).all(axis=0).any():
             s = int(np.flatnonzero(np.isnan(preds).all(axis=(2, 3)).all(axis=0))[0])
             raise SeriesError(f"no candidate of auto can forecast series {s} ({first[s]} values before its first "
                               "cutoff); add a statistical candidate")
         return preds, errors
 
+    def validation_windows(self, first: np.ndarray, h: int) -> np.ndarray:
+        """How many validation windows (C, S) each candidate forecasts for each series, given the series'
+        first cutoffs (S,). Window 1 ends at the first cutoff, window v where window v - 1 starts, and a
+        candidate can validate it where the history before it holds what a fit needs: a statistical model
+        more than h values and more than it needs, a network its look-back and tails (its `min_history`).
+        Every candidate that can validate a series' nearest window gets the windows all of them can (at most
+        `windows`), so that they are compared on the same values; the others get none."""
+        first = np.asarray(first)
+        starts = first[:, None] - h * np.arange(1, int(self.windows) + 1)[None]                 # (S, V)
+        need = np.array([max(m.min_history(), h, 3) + 1 if _is_local(m) else m.min_history()
+                         for m in self.candidates])
+        fits = np.array([first >= m.min_history() for m in self.candidates]).reshape(len(need), -1)
+        can = ((starts[None] >= need[:, None, None]).sum(axis=2) * fits)                          # (C, S)
+        shared = np.where(can > 0, can, np.iinfo(int).max).min(axis=0)                             # (S,)
+        return np.where(can > 0, shared[None], 0)
+
+    @staticmethod
+    def _validate(model: Forecaster, series: Sequence[np.ndarray], starts: np.ndarray, counts: np.ndarray, h: int,
+                  progress: bool | None) -> np.ndarray:
+        """`model`'s forecasts (S, V, h) of each series' first `counts` (S,) validation windows (cutoffs
+        `starts`, (S, V), nearest first), NaN beyond: a statistical model fitted before each window, a
+        network trained once on each series' history before its earliest window, then forecasting them all."""
+        S, V = starts.shape
+        out = np.full((S, V, h), np.nan)
+        if _is_local(model):                  # a fit per window: series of the same count in one call
+            for k in np.unique(counts[counts > 0]):
+                idx = np.flatnonzero(counts == k)
+                out[idx, :k] = model.forecast_cutoffs([series[s] for s in idx], starts[idx, :k][:, ::-1], h,
+                                                      progress=progress)[0][:, ::-1]
+            return out
+        idx = np.flatnonzero(counts)
+        if idx.size:                          # one training: cutoffs from each series' earliest window on
+            cuts = starts[idx[:, None], np.minimum(np.arange(V)[None], counts[idx, None] - 1)]       # (n, V)
+            f = model.forecast_cutoffs([series[s] for s in idx], cuts[:, ::-1], h, progress=progress)[0][:, ::-1]
+            out[idx] = np.where(np.arange(V)[None, :, None] < counts[idx, None, None], f, np.nan)
+        return out
+
     def weights(self, errors: np.ndarray, forecasts: np.ndarray | None = None) -> np.ndarray:
-        """Validation errors (C, S) -> weights (C, S), each series' summing to 1 over the candidates that have
-        an error. A series without any error takes the weights of the group rule ("global", or
-        "global_weights" for the weighting rules) over every series validated for all the candidates that
-        `forecasts` (C, S: which candidate forecasts which series) says it has; else (no such series, or
-        no `forecasts`) zeros: its first candidate (`combine_validated`)."""
-        has = np.isfinite(errors)
-        w = np.zeros_like(errors)
+        """Validation errors (C, S, V), or (C, S) for one window -> weights (C, S), each series' summing to 1
+        over the candidates that have an error. A series without any error takes the weights of the group
+        rule ("global", or "global_weights" for the weighting rules) over every series validated for all the
+        candidates that `forecasts` (C, S: which candidate forecasts which series) says it has; else (no such
+        series, or no `forecasts`) zeros: its first candidate (`combine_validated`)."""
+        errors = np.asarray(errors, dtype=float)
+        errors = errors[:, :, None] if errors.ndim == 2 else errors
+        has = np.isfinite(errors).any(axis=2)                                                     # (C, S)
+        w = np.zeros(has.shape)
         inverse = self.how in ("global_weights", "weights")
         if self.how in ("global", "global_weights"):          # per group of series that the same candidates forecast
             groups: dict[tuple, list[int]] = {}
@@ -163,12 +207,9 @@ class AutoForecaster(Forecaster):
             for pattern, cols in groups.items():
                 if any(pattern):
                     w[:, cols] = self._group(errors[:, cols], np.array(pattern), inverse)[:, None]
-        elif self.how == "select":
-            cols = np.flatnonzero(has.any(axis=0))
-            w[np.nanargmin(np.where(has, errors, np.inf)[:, cols], axis=0), cols] = 1.0
-        else:
-            inv = np.where(has, 1.0 / np.maximum(np.where(has, errors, 1.0), 1e-12), 0.0)
-            w = inv / np.maximum(inv.sum(axis=0, keepdims=True), 1e-300)
+        else:                                                 # per series
+            for s in np.flatnonzero(has.any(axis=0)):
+                w[:, s] = self._group(errors[:, s:s + 1], has[:, s], inverse, top=1 if self.how == "select" else None)
         for s in np.flatnonzero(~has.any(axis=0)) if forecasts is not None else ():
             pattern = np.asarray(forecasts)[:, s]
             cols = np.flatnonzero(has[pattern].all(axis=0)) if pattern.any() else []
@@ -176,23 +217,28 @@ class AutoForecaster(Forecaster):
                 w[:, s] = self._group(errors[:, cols], pattern, inverse)
         return w
 
-    def _group(self, errors: np.ndarray, pattern: np.ndarray, inverse: bool) -> np.ndarray:
-        """Errors (C, s) of a group of series, of which the candidates in `pattern` (C,) are used -> weights (C,).
-        Each candidate's score: its mean relative error, a series' error over that series' least (of the
-        candidates in `pattern`), so that every series has the same say, whatever its errors' size (series
-        whose least error is 0 tell nothing and are left out). With `inverse`, each candidate weighted by the
-        inverse of its score; else the equal-weight mean of the `top` of the least score that lie within
-        `tolerance` (relative) of the least."""
-        used = np.where(pattern[:, None], errors, np.nan)                                           # (C, s)
-        least = np.nanmin(np.where(pattern[:, None], errors, np.inf), axis=0)                       # (s,)
-        if (least > 0).any():
-            used = used[:, least > 0] / least[least > 0]
-        mean = np.where(pattern, np.nanmean(np.where(pattern[:, None], used, 0.0), axis=1), np.inf)    # (C,)
+    def _group(self, errors: np.ndarray, pattern: np.ndarray, inverse: bool, top: int | None = None) -> np.ndarray:
+        """Errors (C, s, V) of a group of series, of which the candidates in `pattern` (C,) are used -> weights
+        (C,). Each candidate's score: its mean relative error, an error over the least of its series and
+        window (of the candidates in `pattern`), so that every series has the same say, whatever its errors'
+        size (windows whose least error is 0 tell nothing and are left out), averaged over each series'
+        windows, then over the series. With `inverse`, each candidate weighted by the inverse of its score;
+        else the equal-weight mean of the `top` of the least score that lie within `tolerance` (relative) of
+        the least."""
+        used = np.where(pattern[:, None, None], errors, np.nan)                                    # (C, s, V)
+        least = np.nanmin(np.where(np.isfinite(used), used, np.inf), axis=0)                      # (s, V)
+        with warnings.catch_warnings():                   # windows or series without any error: all NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            rel = used / np.where((least > 0) & np.isfinite(least), least, np.nan)[None]
+            if not np.isfinite(rel[pattern]).any():      # every least error 0: the errors as they are
+                rel = used
+            mean = np.nanmean(np.nanmean(rel, axis=2), axis=1)                                     # (C,)
+        mean = np.where(pattern & np.isfinite(mean), mean, np.inf)
         if inverse:
-            inv = np.where(pattern, 1.0 / np.maximum(mean, 1e-12), 0.0)
+            inv = np.where(np.isfinite(mean), 1.0 / np.maximum(mean, 1e-12), 0.0)
             return inv / inv.sum()
         w = np.zeros(errors.shape[0])
-        order = np.argsort(mean, kind="stable")[: int(self.top)]
+        order = np.argsort(mean, kind="stable")[: int(self.top if top is None else top)]
         keep = order[mean[order] <= mean[order[0]] * (1 + float(self.tolerance))]
         w[keep] = 1.0 / keep.size
         return w

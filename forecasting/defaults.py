@@ -30,7 +30,9 @@ GLOBAL_CALIBRATIONS = ("holdout", "retrain")
 SHORT_SERIES = ("statistical", "skip", "baseline", "error")       # what becomes of series too short for the look-back
 MOST_WINDOWS = 8                                   # the most rolling windows the backtest chooses itself
 AUTO_CANDIDATES = ("snaive", "theta", "ets", "dlinear", "patchtst")   # the models `auto` chooses among (CLI names)
-AUTO_COMBINE = dict(top=2, tolerance=0.2)          # auto: the mean of its best `top` within `tolerance` of the best
+# auto: the mean of its best `top` candidates within `tolerance` of the best, judged on up to `windows`
+# validation windows per series (as many as the backtest's own test windows can be)
+AUTO_COMBINE = dict(top=2, tolerance=0.2, windows=MOST_WINDOWS)
 BACKTEST_COMMAND = dict(h=48, season_length=24, windows="auto",
                         models="snaive,theta,ets,dlinear,patchtst,median(theta,ets,dlinear,patchtst),auto",
                         input_size="auto", short_series="statistical", plot_series=3)

@@ -11,7 +11,8 @@ from the horizon h, the season m and the series' lengths:
     patch, stride   PatchTST's (and the frozen ViT's) patch an eighth of L, between 2 and PATCH_LEN (16);
                     stride half a patch
     trend kernel    DLinear's moving average over m + 1 steps (m when m is odd), at least 3: one season
-    validation      the last h values before each training's cutoff (one horizon; `auto` validates there)
+    validation      the last h values before each training's cutoff (one horizon; `auto` validates on
+                    windows of h before the first cutoff, with networks trained before them)
     windows/epoch   8192 (NEURAL_TRAINING), or all the training windows where there are fewer
 
 At h 48 and m 24 (hourly) it gives the settings these models were tuned with on M4 Hourly (L 336,

@@ -33,8 +33,8 @@ def test_select_takes_each_series_validated_best_candidate():
     cuts = np.array([[y.size - 12] for y in ys])
     auto = AutoForecaster([Naive(), SeasonalNaive(12)], how="select")
     preds, errors = auto.candidate_forecasts(ys, cuts, 12)
-    assert errors.shape == (2, 6) and np.isfinite(errors).all()
-    chosen = errors.argmin(axis=0)
+    assert errors.shape == (2, 6, 8) and np.isfinite(errors).all()
+    chosen = errors.mean(axis=2).argmin(axis=0)
     assert chosen.tolist() == [1, 0, 1, 0, 1, 0]              # seasonal series: snaive; random walks: naive
     out, _ = auto.forecast_cutoffs(ys, cuts, 12)
     np.testing.assert_array_equal(out, preds[chosen, np.arange(6)])
@@ -65,7 +65,7 @@ def test_a_candidate_with_too_long_a_look_back_is_left_out_for_the_short_series(
     ys = _series(df)
     preds, errors = auto.candidate_forecasts(ys, np.array([[y.size - 12] for y in ys]), 12)
     assert np.isnan(preds[1, 4:]).all() and np.isnan(errors[1, 4:]).all()
-    assert np.isfinite(preds[1, :4]).all() and np.isfinite(errors[1, :4]).all()
+    assert np.isfinite(preds[1, :4]).all() and np.isfinite(errors[1, :4, 0]).all()
     res = backtest(df, [auto], h=12, season_length=12)
     assert res.forecasts["unique_id"].nunique() == 6 and np.isfinite(res.forecasts["Auto"]).all()
 
@@ -223,7 +223,9 @@ def test_a_network_is_validated_by_a_training_that_never_saw_the_window():
     ys = _series(_panel())
     net = dict(h=12, input_size=24, max_epochs=2, progress=False)
     cuts = np.array([[y.size - 24, y.size - 12] for y in ys])
-    preds, errors = AutoForecaster([SeasonalNaive(12), DLinear(**net)], median=False).candidate_forecasts(ys, cuts, 12)
+    auto = AutoForecaster([SeasonalNaive(12), DLinear(**net)], median=False, windows=1)
+    preds, errors = auto.candidate_forecasts(ys, cuts, 12)
+    errors = errors[:, :, 0]
     val = cuts[:, :1] - 12
     second = DLinear(**net).forecast_cutoffs(ys, val, 12)[0][:, 0]                                     # (S, h)
     truth = np.stack([y[c - 12: c] for y, c in zip(ys, cuts[:, 0])])
@@ -240,3 +242,35 @@ def test_a_series_too_short_for_the_second_training_is_forecast_but_not_validate
     preds, errors = AutoForecaster([SeasonalNaive(12), net]).candidate_forecasts(ys, cuts, 12)
     assert np.isfinite(preds[1]).all()
     assert np.isfinite(errors[1, :4]).all() and np.isnan(errors[1, 4:]).all()
+
+
+def test_each_series_is_validated_on_the_windows_every_validating_candidate_can_forecast():
+    """Windows of h back from the first cutoff, as many as the history before each allows (a statistical
+    model: more than h values; a network: its min_history, 24 + 12 + 12), the same for every candidate
+    that validates the series' nearest window; at most `windows`."""
+    net = DLinear(h=12, input_size=24, max_epochs=1, progress=False)
+    auto = AutoForecaster([SeasonalNaive(12), net], windows=8)
+    counts = auto.validation_windows(np.array([188, 100, 60, 50]), 12)
+    assert counts.tolist() == [[8, 4, 1, 3], [8, 4, 1, 0]]
+
+
+def test_a_network_forecasts_its_validation_windows_from_one_training_before_the_earliest():
+    ys = _series(_panel())
+    net = dict(h=12, input_size=24, max_epochs=2, progress=False)
+    cuts = np.array([[y.size - 12] for y in ys])
+    errors = AutoForecaster([SeasonalNaive(12), DLinear(**net)], median=False,
+                            windows=3).candidate_forecasts(ys, cuts, 12)[1]
+    windows = cuts - np.array([[36, 24, 12]])                                            # earliest first
+    f = DLinear(**net).forecast_cutoffs(ys, windows, 12)[0]                              # one training
+    truth = np.stack([np.stack([y[c: c + 12] for c in cs]) for y, cs in zip(ys, windows)])
+    scale = np.array([np.abs(np.diff(y[: c - 12])).mean() for y, c in zip(ys, cuts[:, 0])])
+    np.testing.assert_allclose(errors[1][:, ::-1], np.abs(f - truth).mean(axis=2) / scale[:, None])
+
+
+def test_global_judges_on_every_validation_window_not_the_nearest_alone():
+    errors = np.array([[[1.0, 2.0, 2.0], [1.0, 2.0, 2.0]],          # naive: best on the nearest window only
+                       [[1.2, 1.0, 1.0], [1.2, 1.0, 1.0]]])         # snaive: best on the two before it
+    w = AutoForecaster([Naive(), SeasonalNaive(12)], top=1).weights(errors)
+    assert w.tolist() == [[0.0, 0.0], [1.0, 1.0]]
+    assert AutoForecaster([Naive(), SeasonalNaive(12)], top=1).weights(errors[:, :, :1]).tolist() == [[1.0, 1.0],
+                                                                                                      [0.0, 0.0]]
