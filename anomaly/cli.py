@@ -569,7 +569,6 @@ def _add_method_args(p: argparse.ArgumentParser) -> None:
 
 def register(subparsers: Any) -> None:
     from . import defaults as d
-    from . import planted as planted_module
     from .synthetic import MAX_SIDE, MIN_SIDE
 
     p = subparsers.add_parser("anomaly", help="PatchCore defect maps: fit, predict, evaluate, audit")
@@ -601,7 +600,7 @@ def register(subparsers: Any) -> None:
                         "--holdout, --threshold and --seed apply. "
                         "none: the options as given")
     q.add_argument("--planted-kinds", type=planted_kinds, default=d.PLANTED_KINDS, metavar="KIND,KIND",
-                   help="with --select auto: the defects planted, out of " + ", ".join(planted_module.KINDS) + " (default "
+                   help="with --select auto: the defects planted, out of " + ", ".join(d.PLANTED_KIND_NAMES) + " (default "
                         + ",".join(d.PLANTED_KINDS) + "); scar: thin darker or brighter bands, as scratches; stain: "
                         "darker or brighter blobs of the surface itself")
     _add_threshold_arg(q, "(stored in the model)")

@@ -113,5 +113,6 @@ SEARCH_GRID: tuple[tuple[str, tuple[tuple[str | None, dict], ...]], ...] = (
 SELECT: str | None = None             # `anomaly fit --select`: None fits the options as given (the ensemble)
 SEARCH_IMAGES: int = 40              # at most this many bank-side normals build each search-time bank
 SEARCH_HOLDOUT: int = 20             # at most this many held-out normals, scored clean and with planted defects
-PLANTED_KINDS: tuple[str, ...] = ("cutpaste", "texture")   # the planted defects the search ranks on (planted.KINDS)
+PLANTED_KIND_NAMES: tuple[str, ...] = ("cutpaste", "texture", "scar", "stain")   # what anomaly/planted.py plants
+PLANTED_KINDS: tuple[str, ...] = ("cutpaste", "texture")   # the planted defects the search ranks on
 SEARCH_CORESET_RATIO: float = 0.02   # the search-time banks' coreset ratio

@@ -26,7 +26,7 @@ from frozenvit.backbone.preprocess import to_rgb_uint8
 from . import defaults as D
 from .images import as_image
 
-KINDS = ("cutpaste", "texture", "scar", "stain")
+KINDS = D.PLANTED_KIND_NAMES   # cutpaste, texture, scar, stain
 AREA = (0.005, 0.03)            # a planted defect's area, as a fraction of the image, drawn uniformly
 SCAR_LENGTH = (0.1, 0.3)        # a scar's length, as a fraction of the image's shorter side
 SCAR_WIDTH = (0.008, 0.025)     # its width, the same (at least 2 pixels)
