@@ -118,11 +118,14 @@ def eval_encoder(bb, runtime: str, blocks: list[int], calibration: list | None =
 
 def summary_of(results: list[dict], poolings: list[str]) -> dict:
     """Mean success per pooling and per seed, and each other pooling paired with the first on the episodes they
-    share (exact McNemar)."""
+    share (exact McNemar), over all tasks ("paired") and per task ("paired_by_task")."""
     from frozenvit.control.compare import paired_test, summarize
 
     summary = summarize(results, poolings)
     summary["paired"] = {p: paired_test(results, poolings[0], p).as_dict() for p in poolings[1:]}
+    tasks = dict.fromkeys(r["task"] for r in results)
+    summary["paired_by_task"] = {t: {p: paired_test([r for r in results if r["task"] == t], poolings[0], p).as_dict()
+                                     for p in poolings[1:]} for t in tasks}
     return summary
 
 

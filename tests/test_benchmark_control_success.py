@@ -48,6 +48,7 @@ def test_merge_pairs_the_poolings_of_parts_that_split_them(tmp_path, load_benchm
     merged = json.loads(out.read_text())
     assert merged["settings"]["poolings"] == ["attention", "cls"]
     assert merged["summary"]["paired"]["cls"] == dict(a_only=1, b_only=0, p=1.0)      # seed 0, the one both have
+    assert merged["summary"]["paired_by_task"] == {"t": {"cls": dict(a_only=1, b_only=0, p=1.0)}}
 
 
 @pytest.mark.parametrize("flag", ["--merge", "--compare"])
