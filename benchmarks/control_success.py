@@ -64,7 +64,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--baseline", default=None, metavar="RUN_JSON:POOLING",
                     help="pair this run's first pooling with a finished run's heads on the episodes they share")
     ap.add_argument("--merge", nargs="+", default=None, metavar="PART_JSON",
-                    help="merge runs that split --tasks or --seeds into --out, then exit")
+                    help="merge runs that split --tasks, --seeds or --poolings into --out, then exit")
     ap.add_argument("--compare", nargs="+", default=None, metavar="RUN_JSON:POOLING",
                     help="pair finished runs on the episodes they share (McNemar against the first) into --out, then exit")
     ap.add_argument("--across-weights", action="store_true",
@@ -116,6 +116,19 @@ def eval_encoder(bb, runtime: str, blocks: list[int], calibration: list | None =
         return load_exported(path, runtime, source=bb)
 
 
+def summary_of(results: list[dict], poolings: list[str]) -> dict:
+    """Mean success per pooling and per seed, and each other pooling paired with the first on the episodes they
+    share (exact McNemar), over all tasks ("paired") and per task ("paired_by_task")."""
+    from frozenvit.control.compare import paired_test, summarize
+
+    summary = summarize(results, poolings)
+    summary["paired"] = {p: paired_test(results, poolings[0], p).as_dict() for p in poolings[1:]}
+    tasks = dict.fromkeys(r["task"] for r in results)
+    summary["paired_by_task"] = {t: {p: paired_test([r for r in results if r["task"] == t], poolings[0], p).as_dict()
+                                     for p in poolings[1:]} for t in tasks}
+    return summary
+
+
 def print_paired(paired: dict, ref: str) -> None:
     for label, t in paired.items():
         print(f"{ref} vs {label}: {t['a_only']} episodes won only by {ref}, {t['b_only']} only by {label}; "
@@ -126,7 +139,7 @@ def main() -> int:
     args = parser().parse_args()
     if args.int8 and args.runtime == "torch":
         raise SystemExit("--int8 quantises an exported encoder: give --runtime onnxruntime or openvino")
-    from frozenvit.control.compare import RunMismatch, compare_runs, merge_runs, paired_test, summarize
+    from frozenvit.control.compare import RunMismatch, compare_runs, merge_runs
 
     may_differ = ("weights_sha256",) if args.across_weights else ()
     if args.merge or args.compare:
@@ -135,8 +148,11 @@ def main() -> int:
             raise SystemExit("--merge and --compare write to --out, a new path (not one of their inputs)")
     if args.merge:
         run = merge_runs([json.loads(Path(p).read_text()) for p in args.merge])
-        summary = summarize(run["results"], run["settings"]["poolings"])
+        poolings = run["settings"]["poolings"]
+        summary = summary_of(run["results"], poolings)
         print_table(summary["by_pooling"])
+        print_table(summary["by_seed"])
+        print_paired(summary["paired"], poolings[0])
         write_result("control_success", dict(run, summary=summary, merged_from=[Path(p).name for p in args.merge]),
                      args.out)
         return 0
@@ -223,8 +239,7 @@ def main() -> int:
                       f"({sum(res.successes)}/{len(res.successes)})", flush=True)
                 write_result("control_success", dict(settings=settings, results=results, complete=False), out)
 
-    summary = summarize(results, args.poolings)
-    summary["paired"] = {p: paired_test(results, args.poolings[0], p).as_dict() for p in args.poolings[1:]}
+    summary = summary_of(results, args.poolings)
     print_table([{k: v for k, v in r.items() if k != "per_config"} for r in results])
     print_table(summary["by_pooling"])
     print_table(summary["by_seed"])

@@ -160,21 +160,22 @@ def compare_runs(runs: Mapping[str, tuple[Mapping[str, Any], str]], *, may_diffe
 
 
 def merge_runs(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One run from runs that split the tasks or the seeds between processes (a stopped run's part included).
+    """One run from runs that split the tasks, the seeds or the poolings between processes (a stopped run's part
+    included).
 
-    Returns settings (the first part's, with the tasks in order of appearance, the seeds that have results
-    and every part's demonstrators), results (all parts', in order) and complete (every task x pooling x seed
-    of the merged settings has a result). Parts with other caps merge into max_steps {task: cap}. RunMismatch
-    when the parts differ in a setting other than tasks, seeds, demonstrators and max_steps, or two parts hold a
-    result of the same task, pooling and seed.
+    Returns settings (the first part's, with the tasks and the poolings in order of appearance, the seeds that
+    have results and every part's demonstrators), results (all parts', in order) and complete (every task x
+    pooling x seed of the merged settings has a result). Parts with other caps merge into max_steps {task: cap}.
+    RunMismatch when the parts differ in a setting other than tasks, seeds, poolings, demonstrators and
+    max_steps, or two parts hold a result of the same task, pooling and seed.
     """
     if not parts:
         raise RunMismatch("nothing to merge")
-    split = ("tasks", "seeds", "demonstrators", "max_steps")
+    split = ("tasks", "seeds", "poolings", "demonstrators", "max_steps")
     same = [{k: v for k, v in p["settings"].items() if k not in split} for p in parts]
     diff = sorted({k for s in same[1:] for k in s.keys() | same[0].keys() if s.get(k) != same[0].get(k)})
     if diff:
-        raise RunMismatch(f"these runs differ in settings other than tasks and seeds ({', '.join(diff)}); "
+        raise RunMismatch(f"these runs differ in settings other than tasks, seeds and poolings ({', '.join(diff)}); "
                           "they cannot be merged")
     results = [dict(r) for p in parts for r in p["results"]]
     keys = [(r["task"], r["pooling"], r.get("seed", 0)) for r in results]
@@ -183,6 +184,8 @@ def merge_runs(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         raise RunMismatch(f"the runs overlap in (task, pooling, seed): {repeated}")
     settings = dict(parts[0]["settings"], tasks=list(dict.fromkeys(t for p in parts for t in p["settings"]["tasks"])),
                     seeds=sorted({r.get("seed", 0) for r in results}))
+    if any("poolings" in p["settings"] for p in parts):
+        settings["poolings"] = list(dict.fromkeys(x for p in parts for x in p["settings"].get("poolings", [])))
     caps: dict[str, Any] = {}
     for p in parts:
         for t in p["settings"]["tasks"]:

@@ -43,6 +43,12 @@ CONTROL_SPEED_SUCCESS = "control_train_speed_2026-12-05_reach_pick.json"
 CONTROL_RECIPES = "control_success_compare_2026-12-05_recipe_eight.json"
 CONTROL_RUNTIMES = ["control_success_compare_2026-12-05_runtime_openvino.json",
                     "control_success_compare_2026-12-06_runtime_openvino_int8.json"]
+# CortexBench's five Meta-World tasks (issue 62): control_success.py --merge of the attention and the CLS parts, and
+# VC-1 (ViT-L)'s published Meta-World success over the same five tasks (Majumdar et al. 2023, "Where are we in the
+# search for an Artificial Visual Cortex for Embodied Intelligence?", CortexBench results; eai-vc's model card)
+CONTROL_CORTEXBENCH = "control_success_cortexbench5_2026-12-06.json"
+VC1_METAWORLD = dict(mean=0.888, sd=0.022, paper="https://arxiv.org/abs/2303.18240",
+                     card="https://github.com/facebookresearch/eai-vc/blob/main/MODEL_CARD.md")
 
 
 def load(name: str) -> dict:
@@ -310,7 +316,8 @@ DOC_TABLES = {ROOT / "docs" / "forecasting.md": {
                                    "anomaly_select_planted": lambda: anomaly_select_planted("../benchmarks/results/"),
                                    "anomaly_fit_speed": lambda: anomaly_fit_speed("../benchmarks/results/")},
     ROOT / "docs" / "control.md": {"control_train_speed": lambda: control_speed("../benchmarks/results/"),
-                                   "control_recipe_eight": lambda: control_recipes("../benchmarks/results/")},
+                                   "control_recipe_eight": lambda: control_recipes("../benchmarks/results/"),
+                                   "control_cortexbench5": lambda: control_cortexbench("../benchmarks/results/")},
     ROOT / "docs" / "deployment.md": {"deploy_auroc": lambda: deploy_auroc_table("../benchmarks/results/"),
                                       "control_runtime_success": lambda: control_runtimes("../benchmarks/results/")}}
 TABLE = re.compile(r"(<!-- table:(\w+) -->\n).*?(<!-- /table -->)", re.S)
@@ -489,6 +496,10 @@ A new task in minutes (`benchmarks/control_train_speed.py`):
 
 {control_speed()}
 
+CortexBench's five Meta-World tasks, Meta-World's experts unchanged, the shipped defaults
+([control.md](control.md#cortexbenchs-five-meta-world-tasks)):
+
+{control_cortexbench()}
 Control loop latency on reach-v3, one environment, 2 threads (`benchmarks/control_latency.py`; render,
 preprocess, encode, head and environment step; targets p50 <= {t['p50_ms']:.0f} ms and p99 <= {t['p99_ms']:.0f} ms):
 
@@ -614,6 +625,60 @@ def control_runtime(name: str, link: str) -> str:
 {c['configs']} held-out configurations of each task, the encoder ({st['encoder']}, blocks \
 {', '.join(map(str, st['blocks']))}) exported and run by each runtime, the head in torch{int8} ({date(c)}, \
 [json]({link}{name}); {files}).
+"""
+
+
+def control_cortexbench(link: str = LINK) -> str:
+    """CortexBench's five Meta-World tasks: the attention head's success per training seed and its mean, the CLS
+    head beside it paired episode by episode on the seeds both have, and VC-1's published figure."""
+    d = load(CONTROL_CORTEXBENCH)
+    st, sm = d["settings"], d["summary"]
+    ref, other = st["poolings"][:2]
+    heads = {(r["task"], r["pooling"], r["seed"]): r for r in d["results"]}
+    seeds = sorted({s for _, p, s in heads if p == ref})
+    cls_seeds = sorted({s for _, p, s in heads if p == other})
+    rate = lambda t, p, s: f"{heads[t, p, s]['success_rate']:.2f}" if (t, p, s) in heads else "not run"  # noqa: E731
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    n_tasks = len(st["tasks"])
+
+    def across(p: str, s: int) -> str:        # the mean over the tasks that have this seed, and how many they are
+        rs = [r["success_rate"] for (_, q, z), r in heads.items() if (q, z) == (p, s)]
+        return f"{mean(rs):.3f}" + ("" if len(rs) == n_tasks else f" ({len(rs)} of {n_tasks} tasks)")
+
+    rows, task_means = [], []
+    for t in st["tasks"]:
+        mine = [r for (u, q, _), r in heads.items() if (u, q) == (t, ref)]
+        task_means.append(mean([r["success_rate"] for r in mine]))
+        trained = [r["fit_s"] for r in mine if r["fit_s"] >= 1]
+        test = sm["paired_by_task"][t][other]
+        both = any((t, other, s) in heads for s in seeds)
+        rows.append([t, *[rate(t, ref, s) for s in seeds], f"**{task_means[-1]:.3f}**",
+                     *[rate(t, other, s) for s in cls_seeds],
+                     f"{test['a_only']} / {test['b_only']}" if both else "", pval(test["p"]) if both else "",
+                     f"{mean(trained):.0f}" if trained else "loaded",
+                     f"{sum(r['eval_s'] for r in mine) / sum(r['episodes'] for r in mine):.1f}"])
+    test = sm["paired"][other]
+    pairs = sum((t, ref, s) in heads for t, p, s in heads if p == other)
+    rows.append([f"**{n_tasks} tasks**", *[across(ref, s) for s in seeds], f"**{f3(mean(task_means))}**",
+                 *[across(other, s) for s in cls_seeds],
+                 f"{test['a_only']} / {test['b_only']} ({pairs * st['configs']} episodes)", pval(test["p"]), "", ""])
+    vc1 = VC1_METAWORLD
+    rows.append([f"VC-1 (ViT-L), published ([paper]({vc1['paper']}), [model card]({vc1['card']}))",
+                 *[""] * len(seeds), f"{f3(vc1['mean'])} ± {f3(vc1['sd'])}", *[""] * len(cls_seeds), "", "", "", ""])
+    t = table(["task", *[f"attention, seed {s}" for s in seeds], "attention, mean",
+               *[f"CLS, seed {s}" for s in cls_seeds], "won only by attention / CLS", "exact McNemar p", "train (s)",
+               "evaluation (s / episode)"], rows)
+    return f"""{t}
+
+{st['demos']} demos per task recorded by Meta-World's own scripted experts (`--expert {st['expert']}`), the shipped
+defaults ({st['encoder']}, blocks {', '.join(map(str, st['blocks']))}, attention pooling), {st['configs']} held-out
+configurations per task and seed, cap {st['max_steps']} steps, the same episodes for every head. A task's mean is
+over the seeds it has, the five tasks' mean over the tasks' means; a seed's row is over the tasks that have it. The
+CLS head is paired with the attention head of the same task and seed. Train: seconds per attention head; evaluation:
+seconds per episode of the attention heads. {st['threads']} thread per process, on the shared 2-core machine with
+other jobs running ({date(d)}, [json]({link}{CONTROL_CORTEXBENCH})). VC-1's figure was measured
+under CortexBench's own protocol (its recorded demos, the `top_cap2` camera at 256 px, a stack of three frames, an
+MLP on the frozen embedding), not on these episodes: it stands beside ours for scale and is not paired.
 """
 
 

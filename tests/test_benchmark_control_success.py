@@ -7,8 +7,9 @@ import pytest
 
 def _run(path, rows, **settings):
     path.write_text(json.dumps(dict(
-        settings=dict(tasks=sorted({t for t, _, _, _ in rows}), seeds=sorted({s for _, _, s, _ in rows}),
-                      poolings=["attention"], configs=2, heldout_seeds=[1000000, 1000001], max_steps=500, **settings),
+        settings={**dict(tasks=sorted({t for t, _, _, _ in rows}), seeds=sorted({s for _, _, s, _ in rows}),
+                         poolings=["attention"], configs=2, heldout_seeds=[1000000, 1000001], max_steps=500),
+                  **settings},
         results=[dict(task=t, pooling=p, seed=s, success_rate=sum(w) / len(w), per_config=w) for t, p, s, w in rows])))
     return str(path)
 
@@ -35,6 +36,19 @@ def test_merge_joins_per_seed_runs_into_one(tmp_path, load_benchmark, monkeypatc
     merged = json.loads(out.read_text())
     assert merged["settings"]["seeds"] == [0, 1] and merged["complete"] is True
     assert merged["summary"]["by_pooling"] == [dict(pooling="attention", runs=2, mean_success=0.75)]
+
+
+def test_merge_pairs_the_poolings_of_parts_that_split_them(tmp_path, load_benchmark, monkeypatch):
+    cs = load_benchmark("control_success")
+    att = _run(tmp_path / "att.json", [("t", "attention", 0, [1, 1]), ("t", "attention", 1, [1, 0])])
+    cls = _run(tmp_path / "cls.json", [("t", "cls", 0, [0, 1])], poolings=["cls"])
+    out = tmp_path / "all.json"
+    monkeypatch.setattr("sys.argv", ["control_success.py", "--merge", att, cls, "--out", str(out)])
+    assert cs.main() == 0
+    merged = json.loads(out.read_text())
+    assert merged["settings"]["poolings"] == ["attention", "cls"]
+    assert merged["summary"]["paired"]["cls"] == dict(a_only=1, b_only=0, p=1.0)      # seed 0, the one both have
+    assert merged["summary"]["paired_by_task"] == {"t": {"cls": dict(a_only=1, b_only=0, p=1.0)}}
 
 
 @pytest.mark.parametrize("flag", ["--merge", "--compare"])

@@ -1,5 +1,5 @@
 """frozenvit.control.compare: the exact McNemar test against scipy's binomial test, pairing runs on the episodes they
-share (and refusing other episodes), merging runs that split the tasks or seeds."""
+share (and refusing other episodes), merging runs that split the tasks, seeds or poolings."""
 import pytest
 from scipy.stats import binomtest
 
@@ -96,6 +96,12 @@ def test_merge_runs_joins_parts_that_split_the_tasks_or_the_seeds():
     m = merge_runs([_part(["t1"], [0, 1]), _part(["t1"], [2]), _part(["t2"], [0, 1, 2])])
     assert m["settings"]["tasks"] == ["t1", "t2"] and m["settings"]["seeds"] == [0, 1, 2]
     assert len(m["results"]) == 6 and m["complete"] is True
+
+
+def test_merge_runs_joins_parts_that_split_the_poolings_and_keeps_their_order():
+    m = merge_runs([_part(["t1"], [0, 1]), _part(["t1"], [0], poolings=("cls",))])
+    assert m["settings"]["poolings"] == ["attention", "cls"] and len(m["results"]) == 3
+    assert m["complete"] is False                                    # no cls head of seed 1
 
 
 def test_merge_runs_is_incomplete_when_a_task_misses_a_seed_another_has():
