@@ -137,12 +137,13 @@ SEARCH_OWNS = ("coreset_ratio", "coreset", "reduce_dim", "aggregation", "image_s
 
 
 def planted_kinds(text: str) -> tuple[str, ...]:
-    """--planted-kinds: comma-separated kinds of anomaly/planted.py KINDS."""
-    from .planted import KINDS
+    """--planted-kinds: comma-separated kinds of anomaly/defaults.py PLANTED_KIND_NAMES."""
+    from .defaults import PLANTED_KIND_NAMES
 
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
-    if not kinds or set(kinds) - set(KINDS):
-        raise argparse.ArgumentTypeError(f"expected some of {','.join(KINDS)}, comma-separated, got {text!r}")
+    if not kinds or set(kinds) - set(PLANTED_KIND_NAMES):
+        raise argparse.ArgumentTypeError(f"expected some of {','.join(PLANTED_KIND_NAMES)}, comma-separated, "
+                                         f"got {text!r}")
     return kinds
 
 
