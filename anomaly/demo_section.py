@@ -116,8 +116,8 @@ def section(ctx: Any) -> Any:
     sec.text(f"Seeded synthetic set in MVTec AD layout ({', '.join(cats)}; {sizes['n_train']} normal training images, "
              f"{sizes['n_test_good']} good and {sizes['n_test_defect']} per defect type (scratch, hole, crack, stain) "
              f"at test, {sizes['size'][0]}x{sizes['size'][1]} px, exact masks). What `frozenvit anomaly fit` uses with no "
-             "options: the mean of two PatchCores' scores and maps, each standardised by its held-out normals, on "
-             + " and on ".join(described(m) for m in members) + "; "
+             f"options: the mean of {len(members)} PatchCores' scores and maps, each standardised by its held-out "
+             "normals, on " + ", on ".join(described(m) for m in members) + "; "
              "10% coreset, threshold calibrated on held-out normals to a 1% false-alarm target. With a demo-sized "
              "holdout the threshold is the largest held-out score, which bounds the expected false-alarm rate by "
              "1/(n+1) ('FA bound'), not 1%: certifying 1% needs >= 99 held-out normals.")

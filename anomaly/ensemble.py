@@ -2,7 +2,7 @@
 normals instead of the test set.
 
     from frozenvit.anomaly import PatchCoreEnsemble
-    det = PatchCoreEnsemble().fit(normals)          # the default members: Lite0 (2 stages) and the embedded ViT
+    det = PatchCoreEnsemble().fit(normals)          # the default members: Lite0, Lite2 and the embedded ViT
     out = det.predict(images)                        # as PatchCore.predict: scores, maps, is_defect, threshold
     det.save("model/"); det = load_detector("model/")
 

@@ -28,7 +28,9 @@ def detectors() -> dict:
     from frozenvit.backbone import load_backbone
 
     return {
-        "ensemble": ("default ensemble (`anomaly fit`): Lite0 + embedded ViT", lambda: PatchCoreEnsemble(progress=False)),
+        "ensemble": ("default ensemble (`anomaly fit`, defaults.ENSEMBLE)", lambda: PatchCoreEnsemble(progress=False)),
+        "ensemble2": ("two members: Lite0 + embedded ViT (SEARCH_GRID's lite0+vit_t2)",
+                      lambda: dict(default_candidates(progress=False))["lite0+vit_t2"]),
         "ensemble3": ("three members: Lite0 + Lite2 + embedded ViT (SEARCH_GRID's lite0+lite2+vit_t2)",
                       lambda: dict(default_candidates(progress=False))["lite0+lite2+vit_t2"]),
         "lite0": ("Lite0 alone (PatchCore())", lambda: PatchCore(progress=False)),

@@ -188,9 +188,11 @@ def test_patchcore_without_a_backbone_and_fit_without_options_use_one_default(wo
     assert main(["anomaly", "fit", "--data", str(workspace / "data" / "weave"), "--out", str(tmp_path / "cli"),
                  "--threads", "1"]) == 0
     rec = json.loads((tmp_path / "cli" / "config.json").read_text())      # no backbone option: the default ensemble
-    assert rec["kind"] == "anomaly.ensemble" and rec["n_members"] == len(defaults.ENSEMBLE) == 2
-    lite0, vit = [json.loads((tmp_path / "cli" / "members" / str(i) / "config.json").read_text()) for i in range(2)]
+    assert rec["kind"] == "anomaly.ensemble" and rec["n_members"] == len(defaults.ENSEMBLE) == 3
+    lite0, lite2, vit = [json.loads((tmp_path / "cli" / "members" / str(i) / "config.json").read_text())
+                         for i in range(3)]
     assert lite0["backbone"]["weights_sha256"] == default.weights_sha256 and lite0["params"]["tile"] == defaults.TILE
+    assert lite2["backbone_source"]["name"] == "efficientnet_lite2" and lite2["params"]["tile"] == defaults.TILE
     assert vit["backbone_source"] == {"default": True} and vit["params"]["tile"] == 2.0
     assert vit["params"]["score_border"] == 1 and lite0["params"]["score_border"] == defaults.SCORE_BORDER
     assert vit["params"]["index"] == "ivf" and lite0["params"]["index"] == defaults.INDEX
