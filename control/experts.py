@@ -16,7 +16,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-EXPERTS = ("default", "metaworld")     # the choices of `expert=`: each task's default demonstrator, or Meta-World's
+# The choices of `expert=`: each task's default demonstrator, Meta-World's, or Meta-World's under GoalServo on every task.
+EXPERTS = ("default", "metaworld", "servo")
 
 # Gains of Meta-World's own proportional moves, kept by the corrected experts that replace one of them.
 REACH_GAIN = 5.0          # reach-v3's policy: move(hand, to_xyz=goal, p=5.0)
@@ -31,6 +32,16 @@ HOLE_X = -0.35            # m: x of the hole's far end (the policy's target x)
 HOLE_Z = 0.16             # m: height of the hole
 LINE_UP_X = 0.4           # m: the peg first goes to this far in front of the hole along x ...
 ON_LINE = 0.03            # m: ... until it is within this of the hole's line (y, z); then into the hole
+
+
+# GoalServo: which point the task scores, when the expert has stopped bringing it closer, how hard to servo it.
+SCORED_TOL = 1e-6         # m: a candidate point is the scored one if its distance to the goal is info's within this
+STALL_STEPS = 5           # steps without the scored distance shrinking by STALL_PROGRESS: the expert has stalled
+STALL_PROGRESS = 1e-3     # m
+CARRIED = 0.01            # m: a point that has moved this far from where it started has been carried ...
+ATTACHED = 0.005          # m: ... and is attached to the hand while its offset from the hand changed less than
+ATTACHED_STEPS = 5        # this over the last ATTACHED_STEPS steps
+SERVO_RATE = 0.1          # fraction of the remaining error the arm is commanded to close per step
 
 
 class MetaWorldExpert:
@@ -103,8 +114,83 @@ def held_peg_move(full: np.ndarray, move: np.ndarray) -> np.ndarray:
     return PEG_GAIN * (target - hand)
 
 
+class GoalServo:
+    """Any expert, made to end where the task scores success: once the expert has reached success or stalls short
+    of it, the point the task scores is servoed onto the goal (the arm; the gripper stays the expert's).
+
+    Which point is read from the task itself: Meta-World's `env.evaluate_state` reports `obj_to_target`, and the
+    scored point is the first of the fingertips (`env.tcp_center`), the hand, the first and the second object of
+    the state whose distance to the goal (`full[-3:]`), in 3-D or horizontally, equals it (SCORED_TOL) at every
+    step of the episode so far. A task whose target is none of them (a door's angle, a button's travel along one
+    axis) matches none, and the expert passes through unchanged. The servo acts only while the point moves with
+    the hand (it has been carried CARRIED from its start and its offset from the hand held still within ATTACHED
+    over ATTACHED_STEPS steps): a point the hand does not hold is left to the expert. Its command on the scored
+    axes is gain * (goal - point), gain = SERVO_RATE / env.action_scale (the arm closes SERVO_RATE of the error
+    per step), clipped by the caller to [-1, 1]; an axis the distance ignores keeps the expert's command.
+    """
+
+    CANDIDATES = ("fingertips", "hand", "object", "object2")
+    METRICS = {"xyz": slice(0, 3), "xy": slice(0, 2)}
+
+    def __init__(self, expert: Callable[[np.ndarray, Any], np.ndarray]) -> None:
+        self.expert = expert
+        self._reset()
+
+    def _reset(self) -> None:
+        self.scored_: list[tuple[str, str]] = [(c, m) for c in self.CANDIDATES for m in self.METRICS]
+        self.best_ = np.inf                   # smallest scored distance so far
+        self.since_best_ = 0                  # steps since it shrank by STALL_PROGRESS
+        self.succeeded_ = False
+        self.start_: dict[str, np.ndarray] = {}
+        self.offsets_: list[np.ndarray] = []  # scored point - hand, per step
+        self.servoing_ = False                # whether the last action was the servo's
+
+    @staticmethod
+    def _point(name: str, full: np.ndarray, env: Any) -> np.ndarray:
+        if name == "fingertips":
+            return np.asarray(env.tcp_center, dtype=np.float64)
+        return np.asarray({"hand": full[:3], "object": full[4:7], "object2": full[11:14]}[name], dtype=np.float64)
+
+    def __call__(self, full: np.ndarray, env: Any) -> np.ndarray:
+        action = np.asarray(self.expert(full, env), dtype=np.float32).copy()     # (4,)
+        if env.curr_path_length == 0:         # a new episode
+            self._reset()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _, info = env.evaluate_state(full, action)
+        distance, goal = float(info.get("obj_to_target", np.nan)), np.asarray(full[-3:], dtype=np.float64)
+        self.scored_ = [(c, m) for c, m in self.scored_ if abs(np.linalg.norm(
+            (goal - self._point(c, full, env))[self.METRICS[m]]) - distance) <= SCORED_TOL]
+        self.servoing_ = False
+        if not self.scored_:
+            return action
+        name, metric = self.scored_[0]
+        point = self._point(name, full, env)
+        self.start_.setdefault(name, point)
+        self.offsets_.append(point - np.asarray(full[:3], dtype=np.float64))
+        self.succeeded_ |= bool(info.get("success", 0.0) > 0.5)
+        if distance < self.best_ - STALL_PROGRESS:
+            self.best_, self.since_best_ = distance, 0
+        else:
+            self.since_best_ += 1
+        carried = np.linalg.norm(point - self.start_[name]) >= CARRIED
+        recent = self.offsets_[-ATTACHED_STEPS - 1:]
+        attached = len(recent) > ATTACHED_STEPS and max(np.linalg.norm(o - recent[-1]) for o in recent) < ATTACHED
+        if carried and attached and (self.succeeded_ or self.since_best_ >= STALL_STEPS):
+            axes = self.METRICS[metric]
+            action[axes] = SERVO_RATE / env.action_scale * (goal - point)[axes]
+            self.servoing_ = True
+        return action
+
+
+def servo_expert(task: str) -> GoalServo:
+    """Meta-World's expert of `task` under GoalServo."""
+    return GoalServo(MetaWorldExpert(task))
+
+
 DEMONSTRATORS: dict[str, Callable[[str], Any]] = {
     "metaworld": MetaWorldExpert,
+    "servo": servo_expert,
     "fingertips": FingertipsExpert,
     "carry": CarryExpert,
     "held": HeldPegExpert,
@@ -118,7 +204,9 @@ def expert_name(task: str, expert: str = "default") -> str:
     "metaworld"; expert="metaworld" -> "metaworld". ValueError for another `expert`."""
     if expert not in EXPERTS:
         raise ValueError(f"expert must be one of {EXPERTS}, got {expert!r}")
-    return TASK_DEMONSTRATORS.get(task, "metaworld") if expert == "default" else "metaworld"
+    if expert == "default":
+        return TASK_DEMONSTRATORS.get(task, "metaworld")
+    return expert
 
 
 def make_expert(task: str, expert: str = "default") -> Any:
