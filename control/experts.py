@@ -140,8 +140,8 @@ class GoalServo:
         self.scored_: list[tuple[str, str]] = [(c, m) for c in self.CANDIDATES for m in self.METRICS]
         self.best_ = np.inf                   # smallest scored distance so far
         self.since_best_ = 0                  # steps since it shrank by STALL_PROGRESS
-        self.succeeded_ = False
-        self.start_: dict[str, np.ndarray] = {}
+        self.engaged_ = False                 # the expert has succeeded or stalled: the servo's turn from now on
+        self.start_: dict[str, np.ndarray] = {}   # each candidate point at the episode's first step
         self.offsets_: list[np.ndarray] = []  # scored point - hand, per step
         self.servoing_ = False                # whether the last action was the servo's
 
@@ -155,6 +155,7 @@ class GoalServo:
         action = np.asarray(self.expert(full, env), dtype=np.float32).copy()     # (4,)
         if env.curr_path_length == 0:         # a new episode
             self._reset()
+            self.start_ = {c: self._point(c, full, env) for c in self.CANDIDATES}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             _, info = env.evaluate_state(full, action)
@@ -166,17 +167,17 @@ class GoalServo:
             return action
         name, metric = self.scored_[0]
         point = self._point(name, full, env)
-        self.start_.setdefault(name, point)
         self.offsets_.append(point - np.asarray(full[:3], dtype=np.float64))
-        self.succeeded_ |= bool(info.get("success", 0.0) > 0.5)
-        if distance < self.best_ - STALL_PROGRESS:
+        carried = np.linalg.norm(point - self.start_[name]) >= CARRIED
+        recent = self.offsets_[-ATTACHED_STEPS - 1:]
+        held = (carried and len(recent) > ATTACHED_STEPS
+                and max(np.linalg.norm(o - recent[-1]) for o in recent) < ATTACHED)
+        if not held or distance < self.best_ - STALL_PROGRESS:   # a stall counts while the hand holds the point
             self.best_, self.since_best_ = distance, 0
         else:
             self.since_best_ += 1
-        carried = np.linalg.norm(point - self.start_[name]) >= CARRIED
-        recent = self.offsets_[-ATTACHED_STEPS - 1:]
-        attached = len(recent) > ATTACHED_STEPS and max(np.linalg.norm(o - recent[-1]) for o in recent) < ATTACHED
-        if carried and attached and (self.succeeded_ or self.since_best_ >= STALL_STEPS):
+        self.engaged_ |= bool(info.get("success", 0.0) > 0.5) or self.since_best_ >= STALL_STEPS
+        if held and self.engaged_:
             axes = self.METRICS[metric]
             action[axes] = SERVO_RATE / env.action_scale * (goal - point)[axes]
             self.servoing_ = True
