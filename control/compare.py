@@ -3,7 +3,7 @@
 A run is a dict (the JSON benchmarks/control_success.py writes):
 
     {"settings": {"tasks": [...], "seeds": [...], "configs": 50, "max_steps": 500, ...,
-                  "demonstrators": {"reach-v3": "fingertips", ...}},
+                  "demonstrators": {"reach-v3": "servo", ...}},
      "results": [{"task": "reach-v3", "pooling": "attention", "seed": 0, "success_rate": 0.75,
                   "per_config": [true, false, ...]}, ...]}
 

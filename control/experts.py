@@ -3,11 +3,13 @@
 An expert is called as `expert(full, env)`: the (39,) Meta-World state (hand, gripper, objects, goal) and the
 Meta-World environment -> a (4,) float32 action (hand dxyz, gripper effort; the caller clips it to [-1, 1]).
 
-Who demonstrates a task (`expert_name`): with expert="default" the task's own entry of `TASK_DEMONSTRATORS`,
-else Meta-World's scripted policy; with expert="metaworld" Meta-World's on every task. Meta-World's experts
-bring the hand's *body* where the task is scored at another point; the three corrected ones below aim at that
-point instead (lab/control-results.md, "Demos that bring the fingertips onto the goal", "Demos that carry the
-object onto the goal", "Demos that do not put the peg back down").
+Who demonstrates a task (`expert_name`): with expert="default" the task's entry of `TASK_DEMONSTRATORS`, else
+DEFAULT_DEMONSTRATOR: Meta-World's scripted policy under `GoalServo`, which servoes the point the task scores
+onto the goal once the expert has succeeded or stalls (Meta-World's experts bring the hand's *body* where the
+task is scored at another point); expert="metaworld" is Meta-World's own on every task, expert="servo" GoalServo's
+on every task. peg-insert-side-v3 keeps a correction of its own, `HeldPegExpert`: its expert's trouble comes
+before success (lab/control-results.md, "Demos that do not put the peg back down", "Demos that end where the task
+scores success").
 """
 from __future__ import annotations
 
@@ -19,10 +21,7 @@ import numpy as np
 # The choices of `expert=`: each task's default demonstrator, Meta-World's, or Meta-World's under GoalServo on every task.
 EXPERTS = ("default", "metaworld", "servo")
 
-# Gains of Meta-World's own proportional moves, kept by the corrected experts that replace one of them.
-REACH_GAIN = 5.0          # reach-v3's policy: move(hand, to_xyz=goal, p=5.0)
-CARRY_GAIN = 10.0         # pick-place-v3's policy: move(hand, to_xyz=..., p=10.0)
-PEG_GAIN = 25.0           # peg-insert-side-v3's policy: move(hand, to_xyz=..., p=25.0)
+PEG_GAIN = 25.0           # peg-insert-side-v3's policy: move(hand, to_xyz=..., p=25.0), kept by HeldPegExpert
 # When the peg counts as held (HeldPegExpert).
 HELD_OPENING = 0.5        # gripper opening (0 closed .. 1 open) below which the fingers are closed
 HELD_ACROSS = 0.04        # m: the hand is within this of the peg horizontally ...
@@ -62,32 +61,6 @@ class MetaWorldExpert:
         return np.asarray(self.policy.get_action(full), dtype=np.float64)
 
 
-class FingertipsExpert:
-    """reach-v3: Meta-World's reach controller (gain REACH_GAIN), moving the point between the fingertips
-    (`env.tcp_center`, which the task scores) onto the goal instead of the hand's body, 4.5 cm above it: Meta-World's
-    demos stop 4.4 cm from the goal, inside the 5 cm success radius by a few millimetres."""
-
-    def __init__(self, task: str) -> None:
-        pass
-
-    def __call__(self, full: np.ndarray, env: Any) -> np.ndarray:
-        goal = np.asarray(full[-3:], dtype=np.float64)
-        return np.r_[np.clip(REACH_GAIN * (goal - env.tcp_center), -1.0, 1.0), 0.0].astype(np.float32)
-
-
-class CarryExpert(MetaWorldExpert):
-    """pick-place-v3: Meta-World's expert, whose last phase moves the object onto the goal (the same gain on
-    goal - object) instead of the hand's body, with the object held below it. Meta-World's demos leave the object
-    4.0 cm from the goal (median; 7 cm radius), these within 1.1 cm."""
-
-    def act(self, full: np.ndarray, env: Any) -> np.ndarray:
-        action = super().act(full, env)
-        parsed = self.policy._parse_obs(full)
-        if np.array_equal(self.policy._desired_pos(parsed), parsed["goal_pos"]):   # its last phase
-            action[:3] = CARRY_GAIN * (parsed["goal_pos"] - parsed["puck_pos"])
-        return action
-
-
 class HeldPegExpert(MetaWorldExpert):
     """peg-insert-side-v3: Meta-World's expert, which skips its "go down to the peg" phase while its fingers are
     closed on the peg. Meta-World's holds the peg 2.5 cm below the hand, that phase's threshold, so once it has
@@ -115,18 +88,20 @@ def held_peg_move(full: np.ndarray, move: np.ndarray) -> np.ndarray:
 
 
 class GoalServo:
-    """Any expert, made to end where the task scores success: once the expert has reached success or stalls short
-    of it, the point the task scores is servoed onto the goal (the arm; the gripper stays the expert's).
+    """Any expert, made to end where the task scores success: once the expert has reached success, or has stalled
+    short of it, the point the task scores is servoed onto the goal (the arm; the gripper stays the expert's).
 
-    Which point is read from the task itself: Meta-World's `env.evaluate_state` reports `obj_to_target`, and the
-    scored point is the first of the fingertips (`env.tcp_center`), the hand, the first and the second object of
-    the state whose distance to the goal (`full[-3:]`), in 3-D or horizontally, equals it (SCORED_TOL) at every
-    step of the episode so far. A task whose target is none of them (a door's angle, a button's travel along one
-    axis) matches none, and the expert passes through unchanged. The servo acts only while the point moves with
-    the hand (it has been carried CARRIED from its start and its offset from the hand held still within ATTACHED
-    over ATTACHED_STEPS steps): a point the hand does not hold is left to the expert. Its command on the scored
-    axes is gain * (goal - point), gain = SERVO_RATE / env.action_scale (the arm closes SERVO_RATE of the error
-    per step), clipped by the caller to [-1, 1]; an axis the distance ignores keeps the expert's command.
+    Which point: Meta-World's `env.evaluate_state(full, action)` reports `obj_to_target`, and the scored point is
+    the first of the fingertips (`env.tcp_center`), the hand, the first and the second object of the state whose
+    distance to the goal (`full[-3:]`), in 3-D or horizontally, has equalled it (within SCORED_TOL) at every step
+    of the episode so far. Where none does (a door's angle; a peg's head, not in the state, weighted by axis) the
+    expert passes through unchanged.
+    When: only while the hand holds the point (it has moved CARRIED from its start and its offset from the hand
+    has stayed within ATTACHED over ATTACHED_STEPS steps), from the step the task first reports success, or from a
+    stall: STALL_STEPS steps of holding it without the scored distance shrinking by STALL_PROGRESS.
+    How: on the scored axes gain * (goal - point), gain = SERVO_RATE / env.action_scale (the arm is commanded to
+    close SERVO_RATE of the error per step), clipped by the caller to [-1, 1]; an axis the distance ignores keeps
+    the expert's command. A call with `env.curr_path_length == 0` starts a new episode.
     """
 
     CANDIDATES = ("fingertips", "hand", "object", "object2")
@@ -192,22 +167,19 @@ def servo_expert(task: str) -> GoalServo:
 DEMONSTRATORS: dict[str, Callable[[str], Any]] = {
     "metaworld": MetaWorldExpert,
     "servo": servo_expert,
-    "fingertips": FingertipsExpert,
-    "carry": CarryExpert,
     "held": HeldPegExpert,
 }
-# The default demonstrator of these tasks; every other task's is "metaworld".
-TASK_DEMONSTRATORS = {"reach-v3": "fingertips", "pick-place-v3": "carry", "peg-insert-side-v3": "held"}
+DEFAULT_DEMONSTRATOR = "servo"
+# The default demonstrator of these tasks; every other task's is DEFAULT_DEMONSTRATOR.
+TASK_DEMONSTRATORS = {"peg-insert-side-v3": "held"}
 
 
 def expert_name(task: str, expert: str = "default") -> str:
     """Who demonstrates `task` (a key of DEMONSTRATORS): expert="default" -> TASK_DEMONSTRATORS' entry or
-    "metaworld"; expert="metaworld" -> "metaworld". ValueError for another `expert`."""
+    DEFAULT_DEMONSTRATOR; "metaworld" or "servo" -> itself. ValueError for another `expert`."""
     if expert not in EXPERTS:
         raise ValueError(f"expert must be one of {EXPERTS}, got {expert!r}")
-    if expert == "default":
-        return TASK_DEMONSTRATORS.get(task, "metaworld")
-    return expert
+    return TASK_DEMONSTRATORS.get(task, DEFAULT_DEMONSTRATOR) if expert == "default" else expert
 
 
 def make_expert(task: str, expert: str = "default") -> Any:
