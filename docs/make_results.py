@@ -609,26 +609,25 @@ def control_goal_demos(link: str = LINK) -> str:
     st, by = d["settings"], {(r["task"], r["expert"]): r for r in d["rows"]}
     experts = st["experts"]
 
-    def each(t: str, key: str) -> str:          # one cell per demonstrator, in `experts` order
+    def each(t: str, median: str = "", most: str = "") -> str:    # "a / b / c": one per demonstrator, in order
         rs = [by[t, e] for e in experts]
-        if key in ("demonstrator", "success"):
-            return " / ".join(r[key] for r in rs)
-        return " ; ".join("" if r[key + "_median"] is None else f"{r[key + '_median']:g} / {r[key + '_max']:g}"
+        return " / ".join(str(r[median]).split("/")[0] if not most else "-" if r[median] is None else f"{r[median]:g} ({r[most]:g})"
                           for r in rs)
 
-    rows = [[t, each(t, "demonstrator"), each(t, "success"), each(t, "first"), each(t, "final"),
-             by[t, "servo"]["scored_point"].replace("none", "none found"),
+    rows = [[t, each(t, "demonstrator"), each(t, "success"), each(t, "first_median", "first_max"),
+             each(t, "final_median_cm", "final_max_cm"), by[t, "servo"]["scored_point"].replace("none", "none found"),
              f"{st['configs'] - by[t, 'servo']['same_as_metaworld']} / {st['configs']}"] for t in st["tasks"]]
-    t = table(["task", "demonstrators (" + " / ".join(experts) + ")", "succeeded", "first success, median / max step",
-               "scored distance at the end, median / max (cm)", "point GoalServo servoes", "demos changed by it"],
+    t = table(["task", "demonstrators", f"succeeded (of {st['configs']})", "first success, median (max) step",
+               "scored distance at the end, median (max), cm", "point GoalServo servoes", "demos GoalServo changed"],
               rows)
     return f"""{t}
 
-`benchmarks/control_expert_goal.py`: each demonstrator rolled out without rendering on the first {st['configs']} training
-configurations, as `collect_demos` records a demo (to the first success and {st['hold_steps']} steps more; caps
+`benchmarks/control_expert_goal.py`: Meta-World's expert, the default demonstrator before GoalServo, and GoalServo on
+Meta-World's expert, each rolled out without rendering on the first {st['configs']} training configurations as
+`collect_demos` records a demo (to the first success and {st['hold_steps']} steps more; caps \
 {', '.join(f"{k} {v}" for k, v in st['caps'].items())} steps, 500 elsewhere). The scored distance is the task's own
-`obj_to_target` at the demo's last step; demos changed: episodes whose actions differ from those of Meta-World's
-expert ({date(d)}, [json]({link}{CONTROL_GOAL_DEMOS})).
+`obj_to_target` at the demo's last step (door-open-v3 reports 0 throughout); demos changed: episodes whose actions
+differ from those of Meta-World's expert ({date(d)}, [json]({link}{CONTROL_GOAL_DEMOS})).
 """
 
 
