@@ -641,7 +641,17 @@ def control_goal_policy(link: str = LINK) -> str:
     rows.append([f"**{len(c['tasks'])} tasks**", "", "", *paired_cells(c, [ref, servo])])
     t = table(["task", "default demonstrator before", "cap (steps)", "its heads", "GoalServo's heads",
                "won only by before / GoalServo", "exact McNemar p"], rows)
+    # the tasks without new heads keep theirs: their demos are the same under the new defaults
+    n = c["configs"]
+    kept = [r for r in ref_run["results"] if r["pooling"] == "attention" and r["task"] not in c["tasks"]]
+    won_kept = sum(sum(map(bool, r["per_config"][:n])) for r in kept)
+    won = [sum(r[lb] for r in c["by_task"]) + won_kept for lb in (ref, servo)]
+    played = n * (len(c["tasks"]) + len(kept))
     return f"""{t}
+
+Over all {len(c['tasks']) + len(kept)} tasks, with the same heads where the demos are the same under the new defaults
+({', '.join(r['task'] for r in kept)}), seed 0 goes from {won[0]} / {played} ({f3(won[0] / played)}) to \
+{won[1]} / {played} ({f3(won[1] / played)}).
 
 Seed 0, the shipped recipe, 25 demos per task, the first {c['configs']} held-out configurations of each task, the
 same episodes for both heads (`benchmarks/control_success.py --compare --across-demonstrators`; {date(c)},
