@@ -69,6 +69,9 @@ def parser() -> argparse.ArgumentParser:
                     help="pair finished runs on the episodes they share (McNemar against the first) into --out, then exit")
     ap.add_argument("--across-weights", action="store_true",
                     help="with --compare or --baseline: pair runs whose encoders differ in their weights only")
+    ap.add_argument("--across-demonstrators", action="store_true",
+                    help="with --compare or --baseline: pair runs whose demos of a task were recorded by other "
+                    "demonstrators (control.experts)")
     ap.add_argument("--out", default=None, help=f"JSON path (default: {RESULTS}/control_success.json; a new path "
                     "with --merge and --compare)")
     return ap
@@ -141,7 +144,7 @@ def main() -> int:
         raise SystemExit("--int8 quantises an exported encoder: give --runtime onnxruntime or openvino")
     from frozenvit.control.compare import RunMismatch, compare_runs, merge_runs
 
-    may_differ = ("weights_sha256",) if args.across_weights else ()
+    may_differ = ("weights_sha256",) * args.across_weights + ("demonstrators",) * args.across_demonstrators
     if args.merge or args.compare:
         inputs = [Path(s.rpartition(":")[0] if args.compare else s).resolve() for s in args.merge or args.compare]
         if not args.out or Path(args.out).resolve() in inputs:

@@ -55,10 +55,10 @@ def register(subparsers: Any) -> None:
                         "0: demos end at success)")
     q.add_argument("--first-config", type=COUNT, default=0, help="first training configuration seed")
     q.add_argument("--expert", choices=EXPERTS, default=DEFAULT_EXPERT,
-                   help="who demonstrates: 'default', Meta-World's scripted expert except on reach-v3 (a controller "
-                        "that brings the fingertips, the point the task scores, onto the goal), pick-place-v3 (its "
-                        "last phase brings the object there) and peg-insert-side-v3 (it does not go back down to a "
-                        "peg it holds); 'metaworld': Meta-World's own on every task")
+                   help="who demonstrates: 'default', Meta-World's scripted expert made to end where the task "
+                        "scores success (once it succeeds or stalls, the point the task scores is servoed onto the "
+                        "goal), except on peg-insert-side-v3 (it does not go back down to a peg it holds); "
+                        "'servo': the former on every task; 'metaworld': Meta-World's own on every task")
     q.set_defaults(func=_cmd_collect)
 
     q = sub.add_parser("train", help="cache frozen features of the demos and fit a policy head by BC")

@@ -188,8 +188,8 @@ class MetaWorldTask:
 
     def expert_action(self, state: State | None = None) -> np.ndarray:
         """The scripted expert's (4,) float32 action for `state` (default: the current one), before clipping:
-        `control.experts.expert_name(task, expert)`. Some experts read the environment (the fingertips), so
-        `state` must be the current one."""
+        `control.experts.expert_name(task, expert)`. Some experts read the environment (the scored point) and follow
+        the episode step by step (GoalServo), so call it once per step, with the current state."""
         state = state or self._state
         if state is None:
             raise TaskError("call reset(config) first")

@@ -47,6 +47,10 @@ CONTROL_RUNTIMES = ["control_success_compare_2026-12-05_runtime_openvino.json",
 # VC-1 (ViT-L)'s published Meta-World success over the same five tasks (Majumdar et al. 2023, "Where are we in the
 # search for an Artificial Visual Cortex for Embodied Intelligence?", CortexBench results; eai-vc's model card)
 CONTROL_CORTEXBENCH = "control_success_cortexbench5_2026-12-06.json"
+# Demos that end where the task scores success (issue 62): the scripted experts alone (control_expert_goal.py), and
+# heads trained on GoalServo's demos paired with the default demonstrators' seed-0 heads (control_success.py --compare)
+CONTROL_GOAL_DEMOS = "control_expert_goal_2026-12-06.json"
+CONTROL_GOAL_POLICY = "control_success_compare_2026-12-06_servo.json"
 VC1_METAWORLD = dict(mean=0.888, sd=0.022, paper="https://arxiv.org/abs/2303.18240",
                      card="https://github.com/facebookresearch/eai-vc/blob/main/MODEL_CARD.md")
 
@@ -319,7 +323,9 @@ DOC_TABLES = {ROOT / "docs" / "forecasting.md": {
                                    "anomaly_fit_speed": lambda: anomaly_fit_speed("../benchmarks/results/")},
     ROOT / "docs" / "control.md": {"control_train_speed": lambda: control_speed("../benchmarks/results/"),
                                    "control_recipe_eight": lambda: control_recipes("../benchmarks/results/"),
-                                   "control_cortexbench5": lambda: control_cortexbench("../benchmarks/results/")},
+                                   "control_cortexbench5": lambda: control_cortexbench("../benchmarks/results/"),
+                                   "control_goal_demos": lambda: control_goal_demos("../benchmarks/results/"),
+                                   "control_goal_policy": lambda: control_goal_policy("../benchmarks/results/")},
     ROOT / "docs" / "deployment.md": {"deploy_auroc": lambda: deploy_auroc_table("../benchmarks/results/"),
                                       "control_runtime_success": lambda: control_runtimes("../benchmarks/results/")}}
 TABLE = re.compile(r"(<!-- table:(\w+) -->\n).*?(<!-- /table -->)", re.S)
@@ -595,6 +601,64 @@ demos, demonstrators and caps ({date(c)}, [json]({link}{CONTROL_RECIPES}); defau
 recipe: [json]({link}{earlier_js}), the seed-0 rows of the JSONs the eight-task table of
 [results.md](results.md#control) links). Train: behaviour cloning of the head from the cached demo features;
 "loaded": the head was trained by an earlier process of the run and loaded from its work directory.
+"""
+
+
+def control_goal_demos(link: str = LINK) -> str:
+    """Scripted demos per task and demonstrator: success, first-success step, the task's scored distance at the demo's
+    end, the point GoalServo found and how many demos it changed."""
+    d = load(CONTROL_GOAL_DEMOS)
+    st, by = d["settings"], {(r["task"], r["expert"]): r for r in d["rows"]}
+    experts = st["experts"]
+
+    def each(t: str, median: str = "", most: str = "") -> str:    # "a / b / c": one per demonstrator, in order
+        rs = [by[t, e] for e in experts]
+        return " / ".join(str(r[median]).split("/")[0] if not most else "-" if r[median] is None else f"{r[median]:g} ({r[most]:g})"
+                          for r in rs)
+
+    rows = [[t, each(t, "demonstrator"), each(t, "success"), each(t, "first_median", "first_max"),
+             each(t, "final_median_cm", "final_max_cm"), by[t, "servo"]["scored_point"].replace("none", "none found"),
+             f"{st['configs'] - by[t, 'servo']['same_as_metaworld']} / {st['configs']}"] for t in st["tasks"]]
+    t = table(["task", "demonstrators", f"succeeded (of {st['configs']})", "first success, median (max) step",
+               "scored distance at the end, median (max), cm", "point GoalServo servoes", "demos GoalServo changed"],
+              rows)
+    return f"""{t}
+
+`benchmarks/control_expert_goal.py`: Meta-World's expert, the default demonstrator before GoalServo, and GoalServo on
+Meta-World's expert, each rolled out without rendering on the first {st['configs']} training configurations as
+`collect_demos` records a demo (to the first success and {st['hold_steps']} steps more; caps \
+{', '.join(f"{k} {v}" for k, v in st['caps'].items())} steps, 500 elsewhere). The scored distance is the task's own
+`obj_to_target` at the demo's last step (door-open-v3 reports 0 throughout); demos changed: episodes whose actions
+differ from those of Meta-World's expert ({date(d)}, [json]({link}{CONTROL_GOAL_DEMOS})).
+"""
+
+
+def control_goal_policy(link: str = LINK) -> str:
+    """Heads trained on GoalServo's demos against the default demonstrators' heads, per task and pooled."""
+    c, runs = compared(CONTROL_GOAL_POLICY)
+    (ref, ref_js, ref_run), (servo, servo_js, run) = runs
+    cap = lambda st, t: st["max_steps"][t] if isinstance(st["max_steps"], dict) else st["max_steps"]  # noqa: E731
+    rows = [[t, ref_run["settings"]["demonstrators"][t], str(cap(run["settings"], t)),
+             *paired_cells(c, [ref, servo], t)] for t in c["tasks"]]
+    rows.append([f"**{len(c['tasks'])} tasks**", "", "", *paired_cells(c, [ref, servo])])
+    t = table(["task", "default demonstrator before", "cap (steps)", "its heads", "GoalServo's heads",
+               "won only by before / GoalServo", "exact McNemar p"], rows)
+    # the tasks without new heads keep theirs: their demos are the same under the new defaults
+    n = c["configs"]
+    kept = [r for r in ref_run["results"] if r["pooling"] == "attention" and r["task"] not in c["tasks"]]
+    won_kept = sum(sum(map(bool, r["per_config"][:n])) for r in kept)
+    won = [sum(r[lb] for r in c["by_task"]) + won_kept for lb in (ref, servo)]
+    played = n * (len(c["tasks"]) + len(kept))
+    return f"""{t}
+
+Over all {len(c['tasks']) + len(kept)} tasks, with the same heads where the demos are the same under the new defaults
+({', '.join(r['task'] for r in kept)}), seed 0 goes from {won[0]} / {played} ({f3(won[0] / played)}) to \
+{won[1]} / {played} ({f3(won[1] / played)}).
+
+Seed 0, the shipped recipe, 25 demos per task, the first {c['configs']} held-out configurations of each task, the
+same episodes for both heads (`benchmarks/control_success.py --compare --across-demonstrators`; {date(c)},
+[json]({link}{CONTROL_GOAL_POLICY}); GoalServo's heads: [json]({link}{servo_js}), {run['settings']['threads']} thread,
+one process per task, on the shared 2-core machine with other jobs running; the other heads: [json]({link}{ref_js})).
 """
 
 

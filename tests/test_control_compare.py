@@ -81,6 +81,13 @@ def test_compare_runs_refuses_a_shared_task_demonstrated_by_another_expert():
         compare_runs({"meta": (meta, "attention"), "tip": (tip, "attention")})
 
 
+def test_compare_runs_pairs_other_demonstrators_when_asked():
+    meta = _run([("reach-v3", "attention", 0, [0, 1])], demonstrators={"reach-v3": "metaworld"})
+    servo = _run([("reach-v3", "attention", 0, [1, 1])], demonstrators={"reach-v3": "servo"})
+    c = compare_runs({"meta": (meta, "attention"), "servo": (servo, "attention")}, may_differ=("demonstrators",))
+    assert c["paired"]["servo"] == dict(a_only=0, b_only=1, p=1.0)
+
+
 def test_compare_runs_refuses_runs_without_a_shared_head():
     a, b = _run([("t", "attention", 0, [1])]), _run([("u", "attention", 0, [1])])
     with pytest.raises(RunMismatch, match="share no"):
