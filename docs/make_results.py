@@ -832,7 +832,7 @@ DEPLOY = [("encoder", "deploy_speed_t2_encoder.json"), ("loop", "deploy_speed_t2
           ("anomaly", "deploy_speed_t2_anomaly512_quiet.json")]
 
 
-DEPLOY_AUROC = "deploy_auroc_2026-12-05.json"
+DEPLOY_AUROC = "deploy_auroc_2026-12-06.json"
 
 
 def deploy_auroc_table(link: str = LINK) -> str:
