@@ -46,15 +46,21 @@ def rollout(task, expert, config: int, hold_steps: int) -> dict:
                 scored_point=None if scored is None else "/".join(scored[0]) if scored else "none")
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="taken as by every benchmark (run_all.py); the scripted rollouts are single-threaded MuJoCo")
     ap.add_argument("--tasks", nargs="+", default=EIGHT)
     ap.add_argument("--experts", nargs="+", default=["metaworld", "default", "servo"])
     ap.add_argument("--configs", type=int, default=25, help="training configurations 0..N-1")
     ap.add_argument("--hold-steps", type=int, default=None, help="steps past the first success (default: the "
                     "library's, control.defaults.DEFAULT_HOLD_STEPS)")
     ap.add_argument("--out", default=str(RESULTS / "control_expert_goal.json"))
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> int:
+    args = parser().parse_args()
     from frozenvit.control import MetaWorldTask
     from frozenvit.control.defaults import DEFAULT_HOLD_STEPS
     from frozenvit.control.experts import expert_name, make_expert
