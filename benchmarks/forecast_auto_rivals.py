@@ -11,6 +11,8 @@ scored by MASE on the test windows, over the best candidate alone and over the b
   softmax T          weights exp(-log(score / best) / T): a smooth choice, no cliff at the tolerance
   inverse            weights 1 / score (FFORMA-like, without the meta-learner)
   geometric          the geometric mean of the relative errors (AvgRelMAE), not the arithmetic one
+  pooled, rank       the sum of the errors over the sum of the least (each window weighs its size), or
+                     the mean rank per series and window (only the order counts)
   recency r          window v (0 nearest the cutoff) weighs r^v: the newest windows say more
   near networks      the networks' nearest window from a training just before it, not 8 windows earlier
   median of top 3    the median, not the mean, of the three best
@@ -108,6 +110,22 @@ def mean_score(rel: np.ndarray, pattern: np.ndarray, decay: float = 1.0, geometr
     return np.where(pattern & np.isfinite(s), s, np.inf)
 
 
+def pooled_score(errors: np.ndarray, pattern: np.ndarray) -> np.ndarray:
+    """Each candidate's errors (C, s, V) summed over the series and windows every candidate of `pattern` has,
+    over the sum of the least there; inf outside `pattern`."""
+    used = np.where(pattern[:, None, None], errors, np.nan)
+    ok = np.isfinite(used[pattern]).all(axis=0)
+    least = np.nanmin(np.where(np.isfinite(used), used, np.inf), axis=0)
+    s = np.where(ok[None], used, 0.0).sum(axis=(1, 2)) / np.where(ok, least, 0.0).sum()
+    return np.where(pattern & np.isfinite(s), s, np.inf)
+
+
+def rank_score(rel: np.ndarray, pattern: np.ndarray) -> np.ndarray:
+    """Each candidate's mean over series of its mean rank (1 the best) over windows; inf outside `pattern`."""
+    ranks = np.where(np.isfinite(rel), rel, np.inf).argsort(axis=0).argsort(axis=0) + 1.0
+    return mean_score(np.where(np.isfinite(rel), ranks, np.nan), pattern)
+
+
 def confidence(rel: np.ndarray, pattern: np.ndarray, z: float, unit: str) -> np.ndarray:
     """Equal weights on the candidates whose mean paired difference to the best is at most z standard errors
     (units: series, or windows averaged over the series); fewer than 2 units: the default rule."""
@@ -197,7 +215,7 @@ def rivals(d: dict) -> dict[str, float]:
     """MASE of every rival on a set (`load_set`)."""
     out = {}
 
-    def score(name, how, median=True, near=False, median_of_kept=False, weights_of=None):
+    def score(name, how, median=True, near=False, median_of_kept=False, weights_of=None, raw=False):
         v = d["v"].copy()
         if near:
             v[LOCAL:, :, 0] = np.where(np.isfinite(d["near"]), d["near"], v[LOCAL:, :, 0])
@@ -209,7 +227,7 @@ def rivals(d: dict) -> dict[str, float]:
             rel = relative(e[:, cols], pattern)
             if weights_of is not None:
                 return weights_of(rel, pattern, vv[:, cols], d["vtruth"][cols, :V], d["vscale"][cols, 0])
-            return how(rel, pattern)
+            return how(e[:, cols] if raw else rel, pattern)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             out[name] = mase(d, combine(p, group_weights(e, forecasts, rule), median_of_kept))
@@ -235,6 +253,10 @@ def rivals(d: dict) -> dict[str, float]:
     score("inverse mean relative error", lambda rel, pat: (lambda s: (1 / s) / (1 / s).sum())(mean_score(rel, pat)))
     score("geometric, top 2 within 20 %", lambda rel, pat: top(mean_score(rel, pat, geometric=True), 2, 0.2))
     score("geometric, top 3 within 20 %", lambda rel, pat: top(mean_score(rel, pat, geometric=True), 3, 0.2))
+    score("pooled, top 2 within 20 %", lambda err, pat: top(pooled_score(err, pat), 2, 0.2), raw=True)
+    score("pooled, top 3 within 20 %", lambda err, pat: top(pooled_score(err, pat), 3, 0.2), raw=True)
+    score("mean rank, top 2", lambda rel, pat: top(rank_score(rel, pat), 2, np.inf))
+    score("mean rank, top 3", lambda rel, pat: top(rank_score(rel, pat), 3, np.inf))
     for r in (0.8, 0.6):
         score(f"recency {r:g}, top 2 within 20 %", lambda rel, pat, r=r: top(mean_score(rel, pat, decay=r), 2, 0.2))
     score("near networks, top 2 within 20 %", lambda rel, pat: top(mean_score(rel, pat), 2, 0.2), near=True)
