@@ -313,9 +313,13 @@ AUTO_RULE_COLUMNS = [("shipped", "global, top 1 (a plain choice)", "one window: 
                      ("rolling", AUTO_DEFAULT, "all windows: best 2 within 20 % (default)"),
                      ("rolling", "all windows, top 3 within 20 %", "all windows: best 3 within 20 %"),
                      ("rolling", "all windows, select", "all windows: select")]
+# rivals of auto's rule on the same cached forecasts (benchmarks/forecast_auto_rivals.py): each over the best
+# candidate and over the better of ETS and Theta, per set; written into docs/forecasting.md too.
+AUTO_RIVALS = "forecast_auto_rivals.json"
 DOC_TABLES = {ROOT / "docs" / "forecasting.md": {
     "forecast_defaults": lambda: defaults_table("../benchmarks/results/"),
     "forecast_auto_rules": lambda: auto_rules_table("../benchmarks/results/"),
+    "forecast_auto_rivals": lambda: auto_rivals_table("../benchmarks/results/"),
     "forecast_lookback": lambda: lookback_table("../benchmarks/results/")},
     ROOT / "docs" / "anomaly.md": {"anomaly_select": lambda: anomaly_select_table("../benchmarks/results/"),
                                    "anomaly_select_grid": lambda: anomaly_select_grid("../benchmarks/results/"),
@@ -381,6 +385,19 @@ def auto_rules_table(link: str = LINK) -> str:
     t = table(["set", "series run / in file", "best candidate (MASE)", "most validation windows",
                *[n for _, _, n in AUTO_RULE_COLUMNS], "default ÷ best of ETS, Theta"], rows)
     return f"{t}\n\n({date(d)}, [json]({link}{AUTO_RULES}))\n"
+
+
+def auto_rivals_table(link: str = LINK) -> str:
+    """Rivals of auto's rule: one row a rule, per set its MASE over the best candidate's / over the better of
+    ETS and Theta; the default first, the rules meeting both bars (1.02, 1) on every set marked."""
+    d = load(AUTO_RIVALS)
+    default = next(k for k in d["rows"][0]["rules"] if "default" in k)
+    keys = [default, *sorted(k for k in d["rows"][0]["rules"] if k != default)]
+    rows = [[k + (" (meets both)" if k in d["meeting_both"] else ""),
+             *[f"{r['rules'][k]['over_best']:.3f} / {r['rules'][k]['over_ets_theta']:.3f}" for r in d["rows"]]]
+            for k in keys]
+    t = table(["rule", *[f"{rules_set(r)} ({r['series']} of {r['series_in_file']})" for r in d["rows"]]], rows)
+    return f"{t}\n\n({date(d)}, [json]({link}{AUTO_RIVALS}))\n"
 
 
 def lookback_table(link: str = LINK) -> str:
