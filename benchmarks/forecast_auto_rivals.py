@@ -312,16 +312,21 @@ def meeting(rows: list[dict]) -> list[str]:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("runs", nargs="+", metavar="SETS=CACHE[:ROLLING_CACHE]",
+    ap.add_argument("runs", nargs="*", metavar="SETS=CACHE[:ROLLING_CACHE]",
                     help="comma-separated sets, the statistical candidates' cache (forecast_auto_rules.py --compute) "
                     "and the networks' (a --rule --neural-validation rolling cache; else the same folder), e.g. "
-                    "m3_yearly,m3_monthly=/tmp/study:/tmp/rolling etth2=/tmp/whole")
+                    "m3_yearly,m3_monthly=/tmp/study:/tmp/rolling etth2=/tmp/whole; none: nothing is scored")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="taken as by every benchmark (run_all.py); the scoring is numpy on cached forecasts")
     ap.add_argument("--out", type=Path, default=None)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if not args.runs:
+        print("no cache given (SETS=CACHE[:ROLLING_CACHE]): nothing to score; see --help")
+        return 0
     rows = []
     for run in args.runs:
         sets, caches = run.split("=", 1)

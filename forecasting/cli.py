@@ -29,6 +29,15 @@ PAPER_DATASETS = ("ETTh1", "ETTh2", "ETTm1", "ETTm2")
 _D = BACKTEST_COMMAND
 
 
+
+def _auto_windows(n: int) -> str:
+    """How `auto`'s help names its validation windows."""
+    if n == 1:
+        return ("window (the --h values before each series' first cutoff, forecast from a fit before it: for a "
+                "network, a second training)")
+    return (f"windows (up to {n} windows of --h before each series' first cutoff, as many as its history allows, "
+            "each forecast from a fit before it: for a network, a second training before the earliest)")
+
 def names_of(choices: tuple[str, ...]):
     """argparse `type=` for a comma-separated list of distinct names out of `choices`."""
     def parse(text: str) -> list[str]:
@@ -122,9 +131,7 @@ def register(subparsers) -> None:
                    help=f"comma-separated, out of {','.join(MODEL_NAMES)}, and combinations of them: "
                         "median(ets,dlinear,patchtst) or mean(...) (members fitted once, tested against the "
                         f"combination); auto: out of {','.join(AUTO_CANDIDATES)} and their median, the one of the "
-                        f"least error on the validation windows (up to {AUTO_COMBINE['windows']} windows of --h "
-                        "before each series' first cutoff, as many as its history allows, each forecast from a fit "
-                        "before it: for a network, a second training before the earliest) relative to each "
+                        f"least error on the validation {_auto_windows(AUTO_COMBINE['windows'])} relative to each "
                         "series' least, on average over the series, or the mean of the best "
                         f"{AUTO_COMBINE['top']} where they lie within "
                         f"{AUTO_COMBINE['tolerance'] * 100:g} %% of it (forecasting/auto.py); a candidate also named alone "

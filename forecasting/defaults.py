@@ -31,8 +31,9 @@ SHORT_SERIES = ("statistical", "skip", "baseline", "error")       # what becomes
 MOST_WINDOWS = 8                                   # the most rolling windows the backtest chooses itself
 AUTO_CANDIDATES = ("snaive", "theta", "ets", "dlinear", "patchtst")   # the models `auto` chooses among (CLI names)
 # auto: the mean of its best `top` candidates within `tolerance` of the best, judged on up to `windows`
-# validation windows per series (as many as the backtest's own test windows can be)
-AUTO_COMBINE = dict(top=2, tolerance=0.2, windows=MOST_WINDOWS)
+# validation windows per series (docs/forecasting.md, "auto": one window judged M4 Hourly and M3 yearly better than
+# every window a series has, and the other sets the same)
+AUTO_COMBINE = dict(top=2, tolerance=0.2, windows=1)
 BACKTEST_COMMAND = dict(h=48, season_length=24, windows="auto",
                         models="snaive,theta,ets,dlinear,patchtst,median(theta,ets,dlinear,patchtst),auto",
                         input_size="auto", short_series="statistical", plot_series=3)

@@ -31,7 +31,7 @@ def _series(df: pd.DataFrame) -> list[np.ndarray]:
 def test_select_takes_each_series_validated_best_candidate():
     ys = _series(_panel())
     cuts = np.array([[y.size - 12] for y in ys])
-    auto = AutoForecaster([Naive(), SeasonalNaive(12)], how="select")
+    auto = AutoForecaster([Naive(), SeasonalNaive(12)], how="select", windows=8)
     preds, errors = auto.candidate_forecasts(ys, cuts, 12)
     assert errors.shape == (2, 6, 8) and np.isfinite(errors).all()
     chosen = errors.mean(axis=2).argmin(axis=0)

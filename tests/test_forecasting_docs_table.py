@@ -33,12 +33,12 @@ def test_a_hand_edited_cell_of_the_defaults_table_is_overwritten(tmp_path, monke
     assert mod.with_tables(guide) == text
 
 
-def test_the_rivals_table_puts_the_default_first_and_marks_a_rule_meeting_both_bars(monkeypatch):
+def test_the_rivals_table_puts_their_baseline_first_and_marks_a_rule_meeting_both_bars(monkeypatch):
     mod = _script()
     rules = {"a rival": {"over_best": 1.01, "over_ets_theta": 0.99},
              "top 2 within 20 % (auto's default)": {"over_best": 1.04, "over_ets_theta": 0.82}}
     row = {"set": "etth2", "longest": 2880, "series": 7, "series_in_file": 7, "rules": rules}
     monkeypatch.setattr(mod, "load", lambda name: {"when": "2026-12-06", "rows": [row], "meeting_both": ["a rival"]})
     lines = mod.auto_rivals_table().splitlines()
-    assert lines[2].startswith("| top 2 within 20 % (auto's default) | 1.040 / 0.820 |")
+    assert lines[2].startswith("| top 2 within 20 % on every window (the rivals' baseline) | 1.040 / 0.820 |")
     assert lines[3] == "| a rival (meets both) | 1.010 / 0.990 |"
