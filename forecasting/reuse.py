@@ -24,7 +24,12 @@ NO_EFFECT = ("progress", "checkpoint_dir", "resume")      # hyperparameters that
 
 @contextlib.contextmanager
 def shared_fits() -> Iterator[None]:
-    """Inside: `once` keeps its results; they are dropped on leaving."""
+    """Inside: `once` keeps its results; they are dropped on leaving the outermost one. Nested inside
+    another, it shares that one's results, so several backtests in one outer `shared_fits` (the same
+    data with other seeds, say) fit a model that does not change between them once."""
+    if _STORE.get() is not None:
+        yield
+        return
     token = _STORE.set({})
     try:
         yield

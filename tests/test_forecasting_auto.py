@@ -173,6 +173,24 @@ def test_fits_are_shared_only_inside_a_backtest():
     assert len(calls) == 2 + 1 + 1 + 1
 
 
+def test_backtests_inside_one_outer_shared_fits_fit_an_unchanged_model_once(monkeypatch):
+    """Two backtests of other seeds in one outer `shared_fits`: the statistical model (no seed) fits
+    once, each seed's network trains for itself; leaving the outer one drops everything."""
+    from frozenvit.forecasting.reuse import shared_fits
+
+    calls = []
+    each = SeasonalNaive._each_cutoff                          # the fits behind forecast_cutoffs
+    monkeypatch.setattr(SeasonalNaive, "_each_cutoff", lambda self, *a, **k: calls.append(1) or each(self, *a, **k))
+    net = dict(h=12, input_size=24, max_epochs=1, progress=False)
+    run = lambda seed: backtest(_panel(), [SeasonalNaive(12), DLinear(**net, seed=seed)], h=12,  # noqa: E731
+                                n_windows=2, season_length=12).forecasts["DLinear"].to_numpy()
+    with shared_fits():
+        a, b = run(0), run(1)
+    assert len(calls) == 1 and not np.allclose(a, b)
+    run(0)
+    assert len(calls) == 2
+
+
 def test_global_averages_the_candidates_within_tolerance_of_the_best():
     errors = np.array([[1.0, 1.0], [1.1, 1.1], [2.0, 2.0]])        # means 1.0, 1.1 (within 20 %), 2.0
     cands = [Naive(), SeasonalNaive(12), SeasonalNaive(24)]
