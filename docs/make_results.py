@@ -318,10 +318,14 @@ AUTO_RULE_COLUMNS = [("shipped", "global, top 1 (a plain choice)", "one window: 
 # rivals of auto's rule on the same cached forecasts (benchmarks/forecast_auto_rivals.py): each over the best
 # candidate and over the better of ETS and Theta, per set; written into docs/forecasting.md too.
 AUTO_RIVALS = "forecast_auto_rivals.json"
+# the defaults over the networks' training seeds (benchmarks/forecast_auto_seeds.py): per set each model's mean
+# MASE and spread, auto over its best candidate per seed; written into docs/forecasting.md too.
+AUTO_SEEDS = "forecast_auto_seeds.json"
 DOC_TABLES = {ROOT / "docs" / "forecasting.md": {
     "forecast_defaults": lambda: defaults_table("../benchmarks/results/"),
     "forecast_auto_rules": lambda: auto_rules_table("../benchmarks/results/"),
     "forecast_auto_rivals": lambda: auto_rivals_table("../benchmarks/results/"),
+    "forecast_auto_seeds": lambda: auto_seeds_table("../benchmarks/results/"),
     "forecast_lookback": lambda: lookback_table("../benchmarks/results/")},
     ROOT / "docs" / "anomaly.md": {"anomaly_select": lambda: anomaly_select_table("../benchmarks/results/"),
                                    "anomaly_select_grid": lambda: anomaly_select_grid("../benchmarks/results/"),
@@ -402,6 +406,27 @@ def auto_rivals_table(link: str = LINK) -> str:
             for k in keys]
     t = table(["rule", *[f"{rules_set(r)} ({r['series']} of {r['series_in_file']})" for r in d["rows"]]], rows)
     return f"{t}\n\n({date(d)}, [json]({link}{AUTO_RIVALS}))\n"
+
+
+def auto_seeds_table(link: str = LINK) -> str:
+    """The defaults over the networks' seeds: per set, each model's mean MASE (± its spread where the seed moves
+    it), auto over its best candidate seed by seed, how many seeds within 2 %, and auto's mean over the mean of
+    the candidate best on average."""
+    d = load(AUTO_SEEDS)
+    rows = []
+    for r in sorted(d["rows"], key=lambda r: (list(DEFAULTS_SETS).index(r["set"]), r.get("etth2_rows") or 0)):
+        name = DEFAULTS_SETS[r["set"]] + (f", last {r['etth2_rows']} rows" if r.get("etth2_rows") else "")
+        name += f" ({r['series_run']} of {r['series_in_file']} series, seeded sample)" if r.get("subsample") else ""
+        cells = [f"{f3(r['mean'][k])} ± {r['std'][k]:.3f}" if r["std"][k] > 5e-5 else f3(r["mean"][k])
+                 for k, _ in DEFAULTS_COLUMNS]
+        a = r["auto_over_best"]
+        rows.append([name, ", ".join(str(s) for s in r["seeds"]), *cells,
+                     " ".join(f"{s['auto_over_best']:.3f}" for s in r["per_seed"]),
+                     f"{a['seeds_within_2pct']} of {len(r['seeds'])}",
+                     f"{r['auto_mean_over_best_mean']:.3f} ({dict(DEFAULTS_COLUMNS)[r['best_candidate_of_means']]})"])
+    t = table(["set", "seeds", *[f"{n} (mean ± sd)" for _, n in DEFAULTS_COLUMNS],
+               "auto ÷ best candidate, seed by seed", "seeds within 2 %", "auto's mean ÷ best mean"], rows)
+    return f"{t}\n\n({date(d)}, [json]({link}{AUTO_SEEDS}))\n"
 
 
 def lookback_table(link: str = LINK) -> str:
