@@ -36,7 +36,7 @@ CONTROL_TASKS = [
 ]
 CONTROL_LATENCY = [f"control_latency_default_chunk8_2026-12-04_run{i}.json" for i in (1, 2, 3)]
 # A new task in minutes (issue 62): a new task's stages, both recipes; the default recipe paired against the earlier
-CONTROL_STAGES = ["control_train_speed_2026-12-05_hammer_full_1thread.json", "control_train_speed_2026-12-05_hammer_1thread.json", "control_train_speed_2026-12-05_hammer.json"]
+CONTROL_STAGES = ["control_train_speed_2026-12-06_hammer_servo_1thread.json", "control_train_speed_2026-12-05_hammer_full_1thread.json", "control_train_speed_2026-12-05_hammer_1thread.json", "control_train_speed_2026-12-05_hammer.json"]
 CONTROL_SPEED_SUCCESS = "control_train_speed_2026-12-05_reach_pick.json"
 # The eight tasks with the default recipe (seed 0), paired with the earlier recipe's seed-0 heads (issue 62), and
 # the same heads through each runtime, paired with torch (issue 60): control_success.py --compare's JSON each
@@ -561,6 +561,9 @@ preprocess, encode, head and environment step; targets p50 <= {t['p50_ms']:.0f} 
 """
 
 
+DEMONSTRATORS = {"servo": "GoalServo", "metaworld": "Meta-World's expert", "held": "held"}
+
+
 def control_speed(link: str = LINK) -> str:
     """Wall seconds per stage of a new task (collect, encode, train) for both recipes, and the default recipe's
     held-out success paired episode by episode against the earlier recipe's heads, dated and linked."""
@@ -574,10 +577,10 @@ def control_speed(link: str = LINK) -> str:
         run = lambda r: (f"{st['threads']}, load {m['loadavg_1min']:.1f}" + (  # noqa: E731
             f", * first {st['sample_demos']} demos, {st['sample_epochs']} epochs, scaled" if r["scaled"] else "")
             + f"; {date(d)}, [json]({link}{js})")
-        rows += [[name(r), r["task"], str(r["frames"]), str(r["epochs"]), cell(r, "collect_s"), cell(r, "encode_s"),
+        rows += [[name(r), r["task"], DEMONSTRATORS.get(r.get("demonstrator"), r.get("demonstrator") or "-"), str(r["frames"]), str(r["epochs"]), cell(r, "collect_s"), cell(r, "encode_s"),
                   cell(r, "train_s"), f"**{r['collect_train_s'] / 60:.1f}**" if "collect_train_s" in r else "", run(r)]
                  for r in d["results"]]
-    stages = table(["recipe", "task", "frames", "epochs", "collect (s)", "encode (s)", "train (s)",
+    stages = table(["recipe", "task", "demos by", "frames", "epochs", "collect (s)", "encode (s)", "train (s)",
                     "collect + train (min)", "threads, machine load, measured"], rows)
     e = load(CONTROL_SPEED_SUCCESS)
     rows = []
