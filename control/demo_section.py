@@ -7,6 +7,7 @@ labelled, and no evaluation (random features say nothing about task success).
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -80,6 +81,14 @@ def _backbone(ctx: DemoContext, unavailable: type) -> tuple[Any, str, bool]:
         return bb, f"RANDOM-weight ViT-S/16 stand-in (no embedded default: {str(e)[:80]}...)", False
 
 
+def demo_directory(out_dir: Path, task: str, size: int) -> Path:
+    """Where the demo keeps `task`'s demos between runs: named by the task's default demonstrator too, so a
+    report written before that default changed is not resumed with the new one (its folder stays as it was)."""
+    from .experts import expert_name
+
+    return Path(out_dir) / "control" / f"demos_{task}_{size}px_{expert_name(task)}"
+
+
 def _short_evaluation(sec: Section, bb: Any, ctx: DemoContext, label: str) -> None:
     from . import PatchTokenPolicy, cache_features, collect_demos, config_seeds, evaluate
     from .features import block_label
@@ -90,7 +99,7 @@ def _short_evaluation(sec: Section, bb: Any, ctx: DemoContext, label: str) -> No
     demo_cap = max(cap, 150)                   # the scripted expert needs up to ~100 steps
     size = bb.config.img_size[0]
     t0 = time.perf_counter()
-    demo_dir = ctx.out_dir / "control" / f"demos_{task}_{size}px"
+    demo_dir = demo_directory(ctx.out_dir, task, size)
     # demos end at success (no held steps) and no augmented views: both keep the section well under a minute
     collect_demos(task, demo_dir, n_demos, image_size=size, max_steps=demo_cap, hold_steps=0, progress=False)
     t_demo = time.perf_counter() - t0

@@ -98,3 +98,14 @@ def test_servo_leaves_peg_insert_to_metaworlds_expert_whose_scored_point_is_not_
                 s = t.step(acts[-1])
             actions[name] = np.stack(acts)
     assert servo.scored_ == [] and np.array_equal(actions["servo"], actions["metaworld"])
+
+
+def test_the_demo_keeps_each_default_demonstrators_demos_apart(tmp_path, monkeypatch):
+    """A demo report written before a task's default demonstrator changed is not resumed with the new one."""
+    from frozenvit.control import experts
+    from frozenvit.control.demo_section import demo_directory
+
+    before = demo_directory(tmp_path, "reach-v3", 64)
+    monkeypatch.setitem(experts.TASK_DEMONSTRATORS, "reach-v3", "metaworld")
+    after = demo_directory(tmp_path, "reach-v3", 64)
+    assert before != after and after == tmp_path / "control" / "demos_reach-v3_64px_metaworld"
