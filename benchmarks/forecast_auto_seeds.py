@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import print_table, write_result  # noqa: E402
-from forecast_defaults import COLUMNS, SETS, load  # noqa: E402
+from forecast_defaults import COLUMNS, SETS, load, sample_series  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -38,8 +38,7 @@ def run_set(name: str, seeds: list[int], max_series: int | None, etth2_rows: int
     h, season = SETS[name]
     df = load(name, etth2_rows)
     ids = df["unique_id"].unique()
-    if max_series and ids.size > max_series:
-        df = df[df["unique_id"].isin(np.random.default_rng(0).choice(ids, max_series, replace=False))]
+    df = sample_series(df, max_series, 0)
     per_seed = []
     with tempfile.TemporaryDirectory() as tmp, shared_fits():
         csv = Path(tmp) / f"{name}.csv"

@@ -55,14 +55,19 @@ def load(name: str, etth2_rows: int | None) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
+def sample_series(df: pd.DataFrame, max_series: int | None, seed: int) -> pd.DataFrame:
+    """A seeded random `max_series` of the frame's series (all of them when None or not more)."""
+    ids = df["unique_id"].unique()
+    if not max_series or ids.size <= max_series:
+        return df
+    return df[df["unique_id"].isin(np.random.default_rng(seed).choice(ids, max_series, replace=False))]
+
+
 def run_set(name: str, max_series: int | None, etth2_rows: int | None, threads: int, seed: int) -> dict:
     h, season = SETS[name]
     df = load(name, etth2_rows)
-    ids = df["unique_id"].unique()
-    total = int(ids.size)
-    if max_series and total > max_series:
-        keep = np.random.default_rng(seed).choice(ids, max_series, replace=False)
-        df = df[df["unique_id"].isin(keep)]
+    total = int(df["unique_id"].nunique())
+    df = sample_series(df, max_series, seed)
     with tempfile.TemporaryDirectory() as tmp:
         csv, out = Path(tmp) / f"{name}.csv", Path(tmp) / "out"
         df.to_csv(csv, index=False)
