@@ -39,10 +39,15 @@ every series a statistical candidate can: short series fall back to the statisti
 own. With `median` (and three or more candidates) the candidates' median is one more candidate,
 validated on the same windows from the same forecasts, at no cost. In a backtest a candidate also run
 alone is fitted once (forecasting.reuse).
+
+After `forecast_cutoffs` the model holds what it forecast each series with (`choice_`, an AutoChoice:
+the candidates' weights per series); a backtest reports it (BacktestResult.choices, the CLI's
+auto_weights.csv).
 """
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Sequence
 
@@ -56,6 +61,45 @@ from .defaults import AUTO_COMBINE
 from .errors import SeriesError
 
 HOW = ("global", "global_weights", "select", "weights")
+MEDIAN = "median of candidates"           # the candidates' median, as auto's choices name it
+
+
+@dataclass(frozen=True)
+class AutoChoice:
+    """What `auto` forecast each series with: its candidates' names (the last one MEDIAN where their
+    median is a candidate) and their weights (S, C), each series' summing to 1."""
+
+    candidates: list[str]
+    weights: np.ndarray
+
+    def combinations(self) -> list[dict]:
+        """Each distinct weighting, most series first: {"members": {name: weight}, "series": count}."""
+        found: dict[tuple, int] = {}
+        for row in np.round(self.weights, 6):
+            key = tuple((self.candidates[c], float(row[c])) for c in np.flatnonzero(row))
+            found[key] = found.get(key, 0) + 1
+        return [{"members": dict(k), "series": n} for k, n in sorted(found.items(), key=lambda kv: -kv[1])]
+
+    def mean_weights(self) -> dict[str, float]:
+        """Each candidate's weight, averaged over the series."""
+        return {name: float(w) for name, w in zip(self.candidates, self.weights.mean(axis=0))}
+
+    def to_dict(self) -> dict:
+        return {"candidates": list(self.candidates), "mean_weights": self.mean_weights(),
+                "combinations": self.combinations()}
+
+    def describe(self, most: int = 4) -> str:
+        """One line: the `most` commonest weightings and how many series took each, e.g. 'Theta + ETS (1/2
+        each) on 640 of 645 series'."""
+        S, found = self.weights.shape[0], self.combinations()
+        parts = []
+        for c in found[:most]:
+            names, ws = list(c["members"]), list(c["members"].values())
+            how = "" if len(ws) == 1 else f" (1/{len(ws)} each)" if len(set(ws)) == 1 else \
+                " (" + ", ".join(f"{w:.2f}" for w in ws) + ")"
+            parts.append(f"{' + '.join(names)}{how} on {c['series']} of {S} series")
+        rest = sum(c["series"] for c in found[most:])
+        return "; ".join(parts) + (f"; {len(found) - most} other weightings on {rest} series" if rest else "")
 
 
 def _is_local(model: Forecaster) -> bool:
@@ -109,10 +153,28 @@ class AutoForecaster(Forecaster):
 
     def forecast_cutoffs(self, series: Sequence[np.ndarray], cutoffs: np.ndarray, h: int, *,
                          refit_every: int | None = None, progress: bool | None = None) -> tuple[np.ndarray, None]:
-        """Every candidate's forecasts and validation forecasts, combined per `how`; nothing to save."""
+        """Every candidate's forecasts and validation forecasts, combined per `how`; nothing to save. Sets
+        `choice_` (AutoChoice): the weights each series was forecast with."""
         self.check_params()
         preds, errors = self.candidate_forecasts(series, cutoffs, h, refit_every=refit_every, progress=progress)
-        return combine_validated(preds, self.weights(errors, np.isfinite(preds).all(axis=(2, 3)))), None
+        w = effective_weights(preds, self.weights(errors, np.isfinite(preds).all(axis=(2, 3))))
+        names = [m.alias for m in self.candidates] + [MEDIAN] * (preds.shape[0] - len(self.candidates))
+        self.choice_ = AutoChoice(names, w.T)
+        return np.einsum("cs,cswh->swh", w, np.nan_to_num(preds)), None
+
+    def forecast_with_calibration(self, series: Sequence[np.ndarray], cutoffs: np.ndarray,
+                                  calib_cutoffs: np.ndarray, h: int, *, refit_every: int | None = None,
+                                  progress: bool | None = None, global_calibration: str | None = None
+                                  ) -> tuple[np.ndarray, np.ndarray, None]:
+        """As a local model's (the calibration windows forecast as the backtest's, each validated before
+        its own); `choice_` stays that of the backtest's windows."""
+        kw = dict(refit_every=refit_every, progress=progress)
+        preds, fitted = self.forecast_cutoffs(series, cutoffs, h, **kw)
+        choice = self.choice_
+        calib = (self.forecast_cutoffs(series, calib_cutoffs, h, **kw)[0]
+                 if np.asarray(calib_cutoffs).shape[1] else np.empty((len(series), 0, h)))
+        self.choice_ = choice
+        return preds, calib, fitted
 
     def candidate_forecasts(self, series: Sequence[np.ndarray], cutoffs: np.ndarray, h: int, *,
                             refit_every: int | None = None, progress: bool | None = None
@@ -244,11 +306,16 @@ class AutoForecaster(Forecaster):
         return w
 
 
+def effective_weights(preds: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """`weights` (C, S) as they combine the forecasts (C, S, W, h): a series of zero weights takes its first
+    candidate that has forecasts (weight 1)."""
+    w = np.array(weights, dtype=float)
+    for s in np.flatnonzero(w.sum(axis=0) == 0):
+        w[next(c for c in range(preds.shape[0]) if np.isfinite(preds[c, s]).all()), s] = 1.0
+    return w
+
+
 def combine_validated(preds: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """Candidates' forecasts (C, S, W, h) weighted per series by `weights` (C, S) -> (S, W, h); a series of
     zero weights takes its first candidate that has forecasts."""
-    out = np.einsum("cs,cswh->swh", weights, np.nan_to_num(preds))
-    for s in np.flatnonzero(weights.sum(axis=0) == 0):
-        c = next(c for c in range(preds.shape[0]) if np.isfinite(preds[c, s]).all())
-        out[s] = preds[c, s]
-    return out
+    return np.einsum("cs,cswh->swh", effective_weights(preds, weights), np.nan_to_num(preds))

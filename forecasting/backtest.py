@@ -67,6 +67,7 @@ class BacktestResult:
     input_size: int | None = None                  # the global models' look-back, where the backtest set it
     short_series: dict = field(default_factory=dict)   # {"policy", "ids"}: series too short for that look-back
     neural_lengths: dict = field(default_factory=dict)  # input_size="auto": look-back, patch... (lookback.py)
+    choices: dict = field(default_factory=dict)    # auto's alias -> its AutoChoice: each series' candidates' weights
 
     def errors(self, metric: str) -> pd.DataFrame:
         """Per-row error terms of `metric` for each model: columns unique_id, cutoff, step, <models>."""
@@ -203,6 +204,17 @@ class BacktestResult:
         """unique_id -> its cutoffs (the last timestamp of each window's history), in order."""
         return {str(uid): g.tolist() for uid, g in self.scales.groupby(ID, sort=False)["cutoff"]}
 
+    def auto_weights(self) -> pd.DataFrame:
+        """What each `auto` forecast each series with: columns model, unique_id and one per candidate (its
+        weight; the row sums to 1). Empty without an auto model."""
+        ids = list(self.cutoffs())
+        frames = [pd.DataFrame(c.weights, columns=c.candidates).assign(model=alias, **{ID: ids})
+                  for alias, c in self.choices.items()]
+        if not frames:
+            return pd.DataFrame(columns=["model", ID])
+        out = pd.concat(frames, ignore_index=True)
+        return out[["model", ID] + [c for c in out.columns if c not in ("model", ID)]]
+
     def to_dict(self) -> dict:
         """Settings, per-series cutoffs (timestamps as ISO text), summary rows and MASE by step: JSON-ready."""
         hz = self.mase_by_horizon()
@@ -217,6 +229,7 @@ class BacktestResult:
                 "summary": self.summary().reset_index().to_dict(orient="records"),
                 "mase_by_horizon": {m: [float(v) for v in hz.loc[m]] for m in self.models},
                 **(self._intervals_dict() if self.levels else {}),
+                **({"auto_choices": {a: c.to_dict() for a, c in self.choices.items()}} if self.choices else {}),
                 **({"ensembles": self.members,
                     "dm_vs_members": self.dm_vs_members().reset_index().to_dict(orient="records")}
                    if self.members else {})}
@@ -285,7 +298,8 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
     `input_size` sets the global (neural) models' look-back: None keeps each model's own, an int sets
     it, "auto" chooses it from the data; `short_series` ("skip", "baseline", "error"; None: the length
     check below) says what becomes of series too short for it (forecasting.lookback). The result
-    records both (`input_size`, `short_series`). The models given are never changed.
+    records both (`input_size`, `short_series`). The models given are never changed, but for the fitted
+    attribute an `auto` keeps (`choice_`: what it forecast each series with; the result's `choices`).
 
     `n_windows="auto"`: as many as the shortest series allows, at most 8 (`lookback.auto_windows`).
     `step_size` defaults to h. Raises SeriesError when a setting is below 1, or when a series is
@@ -371,8 +385,10 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
             remote = sent.take(model) if sent is not None else None
             own = model.forecast_intervals(ys, cuts, h, levels, progress=progress) if levels and not remote else None
             if remote:                              # trained as one Ray task: its own seconds, not the wait
-                preds, calib, fitted, t_task = remote
+                preds, calib, fitted, t_task, choice = remote
                 t0 = time.perf_counter() - t_task
+                if choice is not None:              # auto's, made in the task
+                    model.choice_ = choice
             elif own is not None:                     # a local model: the calibration windows refit as the rest
                 preds, fitted = own[0], None
                 calib = model.forecast_cutoffs(ys, ccuts, h, **kw)[0] if K else np.empty((len(ys), 0, h))
@@ -415,7 +431,8 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
                 intervals[f"{model.alias}/own"] = {lv: (r.own[0][..., i].reshape(-1), r.own[1][..., i].reshape(-1))
                                                    for i, lv in enumerate(levels)}
     members = {m.alias: [p.alias for p in m.members] for m in models if isinstance(m, Ensemble)}
+    choices = {m.alias: m.choice_ for m, _ in runs if getattr(m, "choice_", None) is not None}
     return BacktestResult(frame, scales, aliases, h, season_length, n_windows, step_size, mase_season, fitted,
                           seconds, levels=levels, calibration_windows=K, intervals=intervals, members=members,
                           global_calibration=global_calibration if levels else None, input_size=prep.input_size,
-                          short_series=prep.short_series, neural_lengths=prep.lengths)
+                          short_series=prep.short_series, neural_lengths=prep.lengths, choices=choices)

@@ -350,6 +350,8 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     print(hz.T.to_string(float_format=lambda v: f"{v:.3f}"))
     print()
     print(res.summary().to_string(float_format=lambda v: f"{v:.4g}"))
+    for alias, choice in res.choices.items():
+        print(f"{alias} forecast with (validated before each series' first cutoff): {choice.describe()}")
     if res.short_series.get("ids"):
         print(f"short series ({res.short_series['policy']}): {res.short_series['reason']}; {res.short_series['what']}")
     if res.levels:
@@ -372,6 +374,9 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     plot_forecasts(res, df, n_series=args.plot_series).savefig(out / "forecasts.png", dpi=110)
     plot_mase_by_horizon(res).savefig(out / "mase_by_horizon.png", dpi=110)
     written = ["summary.json", "forecasts.csv", "mase_by_horizon.csv", "forecasts.png", "mase_by_horizon.png"]
+    if res.choices:
+        atomic_write_text(out / "auto_weights.csv", res.auto_weights().to_csv(index=False))
+        written.append("auto_weights.csv")
     if res.levels:
         plot_coverage(res).savefig(out / "coverage_by_horizon.png", dpi=110)
         written.append("coverage_by_horizon.png")

@@ -41,13 +41,14 @@ def leaves(models: Iterable[Forecaster]) -> list[Forecaster]:
 
 def _train_and_forecast(model: Forecaster, series: Sequence[np.ndarray], cutoffs: np.ndarray,
                         calib_cutoffs: np.ndarray, h: int, threads: int, kw: dict[str, Any]) -> tuple:
-    """The task: `model.forecast_with_calibration` at `threads` torch threads, and its seconds."""
+    """The task: `model.forecast_with_calibration` at `threads` torch threads, its seconds, and what auto
+    chose (`choice_`; None for another model)."""
     import torch
 
     torch.set_num_threads(threads)
     t0 = time.perf_counter()
     preds, calib, fitted = model.forecast_with_calibration(series, cutoffs, calib_cutoffs, h, **kw)
-    return preds, calib, fitted, time.perf_counter() - t0
+    return preds, calib, fitted, time.perf_counter() - t0, getattr(model, "choice_", None)
 
 
 class GlobalRuns:
@@ -67,8 +68,8 @@ class GlobalRuns:
         refs = [ray.put(series), ray.put(np.asarray(cutoffs)), ray.put(np.asarray(calib_cutoffs))]
         self._pending = [(m, task.remote(m, *refs, h, threads, kw)) for m in leaves(models) if trains_globally(m)]
 
-    def take(self, model: Forecaster) -> tuple[np.ndarray, np.ndarray, Forecaster, float] | None:
-        """`model`'s (forecasts, calibration forecasts, fitted model, seconds), waiting for its task;
+    def take(self, model: Forecaster) -> tuple[np.ndarray, np.ndarray, Forecaster, float, Any] | None:
+        """`model`'s (forecasts, calibration forecasts, fitted model, seconds, auto's choice), waiting for its task;
         None when `model` was not sent out (a statistical model or an ensemble)."""
         for i, (m, ref) in enumerate(self._pending):
             if same_model(m, model):

@@ -7,8 +7,8 @@ import pytest
 from sklearn.utils._param_validation import InvalidParameterError
 
 from frozenvit.backbone.suite.errors import ParameterError
-from frozenvit.forecasting import DLinear, Naive, SeasonalNaive, backtest
-from frozenvit.forecasting.auto import AutoForecaster, combine_validated
+from frozenvit.forecasting import DLinear, Naive, SeasonalNaive, Theta, backtest
+from frozenvit.forecasting.auto import MEDIAN, AutoForecaster, combine_validated, effective_weights
 
 
 def _panel(n_series: int = 6, n: int = 200, seed: int = 0, lengths=None) -> pd.DataFrame:
@@ -125,6 +125,7 @@ def test_auto_on_ray_gives_the_local_forecasts(tmp_path):
     local = backtest(df, models, **kw)
     on_ray = backtest(df, models, **kw, engine="ray", workers=2)
     pd.testing.assert_frame_equal(on_ray.forecasts_with_intervals(), local.forecasts_with_intervals())
+    pd.testing.assert_frame_equal(on_ray.auto_weights(), local.auto_weights())      # the choice made in the task
 
 
 def test_global_weights_are_the_same_for_every_series_that_all_candidates_forecast():
@@ -292,3 +293,39 @@ def test_global_judges_on_every_validation_window_not_the_nearest_alone():
     assert w.tolist() == [[0.0, 0.0], [1.0, 1.0]]
     assert AutoForecaster([Naive(), SeasonalNaive(12)], top=1).weights(errors[:, :, :1]).tolist() == [[1.0, 1.0],
                                                                                                       [0.0, 0.0]]
+
+
+def test_the_backtest_records_what_auto_forecast_each_series_with_and_it_is_those_candidates_mix():
+    df = _panel()
+    cands = [Naive(), SeasonalNaive(12), Theta(12)]
+    res = backtest(df, [AutoForecaster(cands), *cands], h=12, n_windows=2, season_length=12)
+    choice = res.choices["Auto"]
+    assert choice.candidates == ["Naive", "SeasonalNaive", "Theta", MEDIAN]
+    assert choice.weights.shape == (6, 4) and np.allclose(choice.weights.sum(axis=1), 1)
+    f = res.forecasts
+    median = np.median(f[["Naive", "SeasonalNaive", "Theta"]].to_numpy(), axis=1)
+    for i, (_, g) in enumerate(f.groupby("unique_id", sort=False)):      # auto = its weights times the candidates
+        parts = np.column_stack([g["Naive"], g["SeasonalNaive"], g["Theta"], median[g.index]])
+        np.testing.assert_allclose(g["Auto"], parts @ choice.weights[i], rtol=1e-10)
+    combos = choice.combinations()
+    assert sum(c["series"] for c in combos) == 6 and " of 6 series" in choice.describe()
+    table = res.auto_weights()
+    assert list(table.columns) == ["model", "unique_id", "Naive", "SeasonalNaive", "Theta", MEDIAN]
+    assert list(table["unique_id"]) == [f"s{i}" for i in range(6)]
+    assert res.to_dict()["auto_choices"]["Auto"]["combinations"] == combos
+
+
+def test_autos_choice_is_that_of_the_backtest_windows_when_intervals_calibrate_on_earlier_ones():
+    df = _panel()
+    kw = dict(h=12, n_windows=2, season_length=12)
+    plain = backtest(df, [AutoForecaster([Naive(), SeasonalNaive(12)], how="select")], **kw)
+    with_levels = backtest(df, [AutoForecaster([Naive(), SeasonalNaive(12)], how="select")], **kw,
+                           levels=(80,), calibration_windows=2)
+    np.testing.assert_array_equal(with_levels.choices["Auto"].weights, plain.choices["Auto"].weights)
+
+
+def test_a_series_of_no_validated_candidate_is_recorded_with_the_candidate_that_forecast_it():
+    preds = np.stack([np.full((2, 1, 3), np.nan), np.full((2, 1, 3), 5.0)])          # (C=2, S=2, W=1, h=3)
+    w = effective_weights(preds, np.array([[0.0, 0.0], [0.0, 1.0]]))
+    np.testing.assert_array_equal(w, [[0.0, 0.0], [1.0, 1.0]])
+    np.testing.assert_array_equal(combine_validated(preds, w), np.full((2, 1, 3), 5.0))

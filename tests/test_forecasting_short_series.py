@@ -136,3 +136,17 @@ def test_auto_look_back_sets_patch_and_kernel_of_each_neural_model(ragged_csv):
     pt, dl = res.fitted["PatchTST"], res.fitted["DLinear"]
     assert (pt.input_size, pt.patch_len, pt.stride, dl.kernel_size) == (88, 11, 5, 25)
     assert res.neural_lengths["input_size"] == 88
+
+
+def test_the_command_says_and_writes_what_auto_forecast_each_series_with(ragged_csv, tmp_path, capsys):
+    assert _run(ragged_csv, tmp_path / "out", "--models", "ets,auto") == 0
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("Auto forecast with")]
+    assert len(line) == 1 and "of 5 series" in line[0]
+    w = pd.read_csv(tmp_path / "out" / "auto_weights.csv")
+    assert list(w["unique_id"]) == list(LONG + SHORT) and (w["model"] == "Auto").all()
+    cands = w.drop(columns=["model", "unique_id"])
+    np.testing.assert_allclose(cands.sum(axis=1), 1)
+    short = w["unique_id"].isin(SHORT)          # too short for the networks' look-back: statistical candidates only
+    assert (cands.loc[short, ["DLinear", "PatchTST", "median of candidates"]] == 0).all().all()
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert sum(c["series"] for c in summary["auto_choices"]["Auto"]["combinations"]) == 5
