@@ -408,6 +408,23 @@ def auto_rivals_table(link: str = LINK) -> str:
     return f"{t}\n\n({date(d)}, [json]({link}{AUTO_RIVALS}))\n"
 
 
+def auto_choice(per_seed: list[dict]) -> str:
+    """auto's commonest weighting of each seed, seeds of the same one together, e.g. 'DLinear + median (7 of 7
+    series): seeds 1, 2'; '-' for runs from before the command recorded it."""
+    names = {"SeasonalNaive": "seasonal naive", "median of candidates": "median"}
+    seen: dict[str, list] = {}
+    for s in per_seed:
+        combos = s.get("auto_choice")
+        if not combos:
+            return "-"
+        total = sum(c["series"] for c in combos)
+        top = combos[0]
+        key = " + ".join(names.get(m, m) for m in top["members"]) + (
+            "" if top["series"] == total else f" ({top['series']} of {total} series)")
+        seen.setdefault(key, []).append(str(s["seed"]))
+    return "; ".join(f"{k}: seed{'s' if len(v) > 1 else ''} {', '.join(v)}" for k, v in seen.items())
+
+
 def auto_seeds_table(link: str = LINK) -> str:
     """The defaults over the networks' seeds: per set, each model's mean MASE (± its spread where the seed moves
     it), auto over its best candidate seed by seed, how many seeds within 2 %, and auto's mean over the mean of
@@ -423,9 +440,11 @@ def auto_seeds_table(link: str = LINK) -> str:
         rows.append([name, ", ".join(str(s) for s in r["seeds"]), *cells,
                      " ".join(f"{s['auto_over_best']:.3f}" for s in r["per_seed"]),
                      f"{a['seeds_within_2pct']} of {len(r['seeds'])}",
-                     f"{r['auto_mean_over_best_mean']:.3f} ({dict(DEFAULTS_COLUMNS)[r['best_candidate_of_means']]})"])
+                     f"{r['auto_mean_over_best_mean']:.3f} ({dict(DEFAULTS_COLUMNS)[r['best_candidate_of_means']]})",
+                     auto_choice(r["per_seed"])])
     t = table(["set", "seeds", *[f"{n} (mean ± sd)" for _, n in DEFAULTS_COLUMNS],
-               "auto ÷ best candidate, seed by seed", "seeds within 2 %", "auto's mean ÷ best mean"], rows)
+               "auto ÷ best candidate, seed by seed", "seeds within 2 %", "auto's mean ÷ best mean",
+               "auto's choice (its commonest weighting, equal weights)"], rows)
     return f"{t}\n\n({date(d)}, [json]({link}{AUTO_SEEDS}))\n"
 
 

@@ -144,3 +144,30 @@ def test_a_missing_subcommand_is_named_by_its_choices_not_an_internal_name(argv,
         main(argv)
     err = capsys.readouterr().err
     assert e.value.code == 2 and "required: {" in err and "_command" not in err and "_cmd" not in err, err
+
+
+def test_a_failing_demo_section_leaves_the_others_in_the_report_and_the_command_exits_1(tmp_path, monkeypatch,
+                                                                                        capsys):
+    from frozenvit.backbone.suite import demo
+    from frozenvit.backbone.suite.report import Section
+
+    class Entry:
+        def __init__(self, name, make):
+            self.name, self._make = name, make
+
+        def load(self):
+            return self._make
+
+    def fine(ctx):
+        return Section("a fine section", order=1).text("all well")
+
+    def broken(ctx):
+        raise RuntimeError("a section slipped")
+
+    monkeypatch.setattr(demo, "entry_points", lambda group: [Entry("broken", broken), Entry("fine", fine)])
+    assert main(["demo", "--out", str(tmp_path / "r")]) == 1
+    err = capsys.readouterr().err
+    assert "demo section broken failed" in err and "--only" in err
+    html = (tmp_path / "r" / "index.html").read_text()
+    assert "a section slipped" in html and "all well" in html
+    assert main(["demo", "--out", str(tmp_path / "r"), "--only", "fine"]) == 0

@@ -125,8 +125,12 @@ def _version() -> str:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    path = run_demo(Path(args.out), threads=args.threads or 2, quick=args.quick, only=args.only)
+    path, failed = run_demo(Path(args.out), threads=args.threads or 2, quick=args.quick, only=args.only)
     print(f"wrote {path}")
+    if failed:
+        print(f"error: demo section{'s' if len(failed) > 1 else ''} {', '.join(failed)} failed; the traceback is in "
+              f"{path} (rerun one with --only NAME)", file=sys.stderr)
+        return 1
     return 0
 
 

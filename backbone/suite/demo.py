@@ -16,10 +16,13 @@ log = logging.getLogger("frozenvit.demo")
 DEMO_GROUP = "frozenvit.demo"
 
 
-def run_demo(out: Path, threads: int = 2, quick: bool = False, only: Sequence[str] | None = None) -> Path:
-    """Run every `frozenvit.demo` entry point (the backbone's and each application's) into one HTML report.
+def run_demo(out: Path, threads: int = 2, quick: bool = False, only: Sequence[str] | None = None
+             ) -> tuple[Path, list[str]]:
+    """Run every `frozenvit.demo` entry point (the backbone's and each application's) into one HTML report:
+    its path, and the names of the sections that failed.
 
-    A failing section is reported in the page, not fatal. `out` must be new, empty or an earlier report.
+    A failing section does not stop the others: its traceback is in the page, and the command exits 1.
+    `out` must be new, empty or an earlier report.
     """
     ctx = DemoContext(out_dir=Path(out), threads=threads, quick=quick)
     makers = sorted(entry_points(group=DEMO_GROUP), key=lambda e: e.name)
@@ -28,7 +31,7 @@ def run_demo(out: Path, threads: int = 2, quick: bool = False, only: Sequence[st
         raise UsageError(f"--only {' '.join(unknown)}: no such demo section; choose from "
                          f"{', '.join(m.name for m in makers)}")
     output_dir(ctx.out_dir, "demo-report")
-    sections = []
+    sections, failed = [], []
     for maker in makers:
         name = maker.name
         if only and name not in only:
@@ -39,9 +42,10 @@ def run_demo(out: Path, threads: int = 2, quick: bool = False, only: Sequence[st
             sec = maker.load()(ctx)
         except Exception as e:
             log.error("demo section %s failed: %s", name, e)
+            failed.append(name)
             sec = Section(f"{name}: failed", order=90).pre("".join(traceback.format_exception(e))[-3000:])
         sec.text(f"(section computed in {time.perf_counter() - t0:.1f} s with {threads} threads)")
         sections.append(sec)
         print(f"[demo] {name} done in {time.perf_counter() - t0:.1f} s", flush=True)
     sections.sort(key=lambda s: s.order)
-    return write_report(ctx.out_dir / "index.html", "frozenvit demo", sections)
+    return write_report(ctx.out_dir / "index.html", "frozenvit demo", sections), failed
