@@ -408,9 +408,9 @@ def auto_rivals_table(link: str = LINK) -> str:
     return f"{t}\n\n({date(d)}, [json]({link}{AUTO_RIVALS}))\n"
 
 
-def auto_choice(per_seed: list[dict]) -> str:
-    """auto's commonest weighting of each seed, seeds of the same one together, e.g. 'DLinear + median (7 of 7
-    series): seeds 1, 2'; '-' for runs from before the command recorded it."""
+def auto_choice(per_seed: list[dict], most: int = 2) -> str:
+    """auto's `most` commonest weightings of each seed and their series, seeds of the same ones together, e.g.
+    'DLinear + median (7 of 7 series): seeds 1, 2'; '-' for runs from before the command recorded it."""
     names = {"SeasonalNaive": "seasonal naive", "median of candidates": "median"}
     seen: dict[str, list] = {}
     for s in per_seed:
@@ -418,10 +418,11 @@ def auto_choice(per_seed: list[dict]) -> str:
         if not combos:
             return "-"
         total = sum(c["series"] for c in combos)
-        top = combos[0]
-        key = " + ".join(names.get(m, m) for m in top["members"]) + (
-            "" if top["series"] == total else f" ({top['series']} of {total} series)")
+        key = ", ".join(" + ".join(names.get(m, m) for m in c["members"]) + f" ({c['series']})"
+                        for c in combos[:most]) + f" of {total} series"
         seen.setdefault(key, []).append(str(s["seed"]))
+    if len(seen) == 1:
+        return next(iter(seen)) + ", every seed"
     return "; ".join(f"{k}: seed{'s' if len(v) > 1 else ''} {', '.join(v)}" for k, v in seen.items())
 
 
@@ -444,7 +445,7 @@ def auto_seeds_table(link: str = LINK) -> str:
                      auto_choice(r["per_seed"])])
     t = table(["set", "seeds", *[f"{n} (mean ± sd)" for _, n in DEFAULTS_COLUMNS],
                "auto ÷ best candidate, seed by seed", "seeds within 2 %", "auto's mean ÷ best mean",
-               "auto's choice (its commonest weighting, equal weights)"], rows)
+               "auto's choice (its commonest combinations, equal weights; series)"], rows)
     return f"{t}\n\n({date(d)}, [json]({link}{AUTO_SEEDS}))\n"
 
 
