@@ -27,9 +27,16 @@ from .reuse import once
 RAY_CHUNKS_PER_WORKER = 16
 
 
-def _fit_cutoffs(model: "LocalModel", y: np.ndarray, cuts: np.ndarray, predict, nested: bool) -> list:
-    """predict(a fresh copy fitted on y[:c]) for every cutoff c of one series, as tuples of parts."""
-    return [tuple(predict(clone(model).fit(y[:c]))) if nested else (predict(clone(model).fit(y[:c])),) for c in cuts]
+def _fit_cutoffs(model: "LocalModel", y: np.ndarray, cuts: np.ndarray, predict, nested: bool, tick=None) -> list:
+    """predict(a fresh copy fitted on y[:c]) for every cutoff c of one series, as tuples of parts; `tick()`
+    after each fit."""
+    out = []
+    for c in cuts:
+        part = predict(clone(model).fit(y[:c]))
+        out.append(tuple(part) if nested else (part,))
+        if tick is not None:
+            tick()
+    return out
 
 
 def _fill(outs: tuple[np.ndarray, ...], s: int, per_cutoff: list) -> None:
@@ -87,15 +94,14 @@ class LocalModel(Forecaster):
         `use_engine("ray")` the series go out in chunks as Ray tasks (`_each_cutoff_ray`)."""
         shapes = shapes if nested else (shapes,)
         outs = tuple(np.empty((len(series), cutoffs.shape[1], *shape)) for shape in shapes)
-        bar = progress_bar(total=len(series), desc=self.alias, unit="series", leave=False,
+        bar = progress_bar(total=int(cutoffs.size), desc=self.alias, unit="fit", leave=False,   # a fit per cutoff
                            disable=None if progress is None else not progress)
         engine, workers = current_engine()
         if engine == "ray" and len(series) > 1:
             self._each_cutoff_ray(series, cutoffs, predict, nested, outs, bar, workers)
         else:
             for s, y in enumerate(series):
-                _fill(outs, s, _fit_cutoffs(self, y, cutoffs[s], predict, nested))
-                bar.update(1)
+                _fill(outs, s, _fit_cutoffs(self, y, cutoffs[s], predict, nested, lambda: bar.update(1)))
         bar.close()
         return outs
 
@@ -118,7 +124,7 @@ class LocalModel(Forecaster):
                 got = ray.get(ready[0])
                 for k, parts in enumerate(got):
                     _fill(outs, i + k, parts)
-                bar.update(len(got))
+                bar.update(sum(len(parts) for parts in got))
 
     def _fit(self, y: np.ndarray) -> None:
         raise NotImplementedError

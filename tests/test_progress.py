@@ -46,3 +46,19 @@ def test_closing_shows_the_state_the_last_line_did_not(capsys, monkeypatch):
     bar.close()
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 2 and lines[-1].startswith("x: 1/3 epoch") and "loss=0.5" in lines[-1]
+
+
+def test_a_statistical_model_counts_its_fits_not_its_series(capsys, monkeypatch):
+    """A few long series refitted at many cutoffs (ETTh2's seven) show progress after every fit, not after
+    a whole series' fits."""
+    import numpy as np
+
+    from frozenvit.forecasting import SeasonalNaive
+
+    monkeypatch.setenv("FROZENVIT_PROGRESS_SECONDS", "0")
+    series = [np.arange(40.0), np.arange(50.0)]
+    cutoffs = np.array([[30, 32, 34], [40, 42, 44]])
+    preds = SeasonalNaive(4).forecast_cutoffs(series, cutoffs, 2, progress=None)[0]
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert [line.split(" [")[0] for line in lines] == [f"SeasonalNaive: {k}/6 fit" for k in range(1, 7)]
+    assert np.array_equal(preds[1, 2], [40.0, 41.0])                         # y[44 - 4: 44 - 2]
