@@ -293,6 +293,13 @@ def _check_backtest_args(args: argparse.Namespace) -> None:
                          f"({PATCH_LEN} steps); use --input-size {PATCH_LEN} or more")
 
 
+def shown_steps(h: int, most: int = 8) -> list[int]:
+    """The horizon steps the printed MASE table shows: all of them up to `most`, else the first, every
+    ceil(h / most)-th and the last (48 -> 1, 6, 12, ..., 48); the file and the picture keep every step."""
+    stride = -(-h // most)
+    return sorted({1, h, *range(stride, h + 1, stride)})
+
+
 @contextlib.contextmanager
 def _warnings_as_lines():
     """The library's warnings (e.g. series skipped as too short) as one `warning: ...` line each on stderr."""
@@ -346,8 +353,10 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
                        short_series=args.short_series)
     hz = res.mase_by_horizon()
     pd.set_option("display.width", 160)
-    print("MASE by horizon step (rows: step, columns: model)")
-    print(hz.T.to_string(float_format=lambda v: f"{v:.3f}"))
+    steps = shown_steps(args.h)
+    print("MASE by horizon step (rows: step, columns: model)"
+          + ("" if len(steps) == args.h else f"; {len(steps)} of {args.h} steps, every one in mase_by_horizon.csv"))
+    print(hz.T.loc[steps].to_string(float_format=lambda v: f"{v:.3f}"))
     print()
     print(res.summary().to_string(float_format=lambda v: f"{v:.4g}"))
     for alias, choice in res.choices.items():

@@ -67,8 +67,12 @@ def test_cli_backtest_writes_tables_and_pictures(tmp_path, capsys):
     assert rc == 0
     printed = capsys.readouterr().out
     assert "MASE by horizon step" in printed and "DLinear" in printed
+    assert "7 of 12 steps, every one in mase_by_horizon.csv" in printed      # the first, every 2nd, the last
+    table = printed.split("MASE by horizon step")[1].split("\n\n")[0].splitlines()[3:]
+    assert [int(line.split()[0]) for line in table] == [1, 2, 4, 6, 8, 10, 12]
     summary = json.loads((out / "summary.json").read_text())
     assert len(summary["mase_by_horizon"]["SeasonalNaive"]) == 12
+    assert len(pd.read_csv(out / "mase_by_horizon.csv", index_col=0).columns) == 12
     for f in ("forecasts.csv", "mase_by_horizon.csv", "forecasts.png", "mase_by_horizon.png",
               "models/DLinear/config.json"):
         assert (out / f).is_file(), f
