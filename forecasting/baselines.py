@@ -182,19 +182,25 @@ def _statsforecast(name: str):
 
 class StatsForecastModel(LocalModel):
     """Base of the models fitted by statsforecast: `_make(m)` builds the unfitted statsforecast model for a
-    season of m steps. The season is dropped (m = 1) when the history holds fewer than two seasons."""
+    season of m steps. The season is dropped (m = 1) when the history holds fewer than two seasons.
+    `history`: fit on the last this many values of each history (None: all of it); on long high-frequency
+    series a recent window fits the level, trend and season of now, and fits much faster (docs/forecasting.md,
+    "The statistical models' history")."""
 
-    _parameter_constraints = {"season_length": [Interval(Integral, 1, None, closed="left")]}
+    _parameter_constraints = {"season_length": [Interval(Integral, 1, None, closed="left")],
+                              "history": [Interval(Integral, 2, None, closed="left"), None]}
 
     def _make(self, m: int):
         raise NotImplementedError
 
     def _fit(self, y: np.ndarray) -> None:
+        n_obs = y.size
+        y = y[-int(self.history):] if getattr(self, "history", None) else y
         m = int(self.season_length) if y.size >= 2 * int(self.season_length) else 1
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self.model_ = self._make(m).fit(y)
-        self.n_obs_ = y.size
+        self.n_obs_ = n_obs
 
     def _predict(self, h: int) -> np.ndarray:
         return np.asarray(self.model_.predict(h=h)["mean"], dtype=float)
@@ -218,8 +224,10 @@ class ETS(StatsForecastModel):
     _parameter_constraints = {**StatsForecastModel._parameter_constraints, "model": [str],
                               "damped": ["boolean", None]}
 
-    def __init__(self, season_length: int = 24, model: str = "ZZZ", damped: bool | None = None) -> None:
+    def __init__(self, season_length: int = 24, model: str = "ZZZ", damped: bool | None = None,
+                 history: int | None = None) -> None:
         self.season_length = season_length
+        self.history = history
         self.model = model
         self.damped = damped
 
@@ -240,9 +248,10 @@ class Theta(StatsForecastModel):
     _parameter_constraints = {**StatsForecastModel._parameter_constraints,
                               "method": [StrOptions(set(THETA_METHODS))]}
 
-    def __init__(self, season_length: int = 24, method: str = "dotm") -> None:
+    def __init__(self, season_length: int = 24, method: str = "dotm", history: int | None = None) -> None:
         self.season_length = season_length
         self.method = method
+        self.history = history
 
     def _make(self, m: int):
         return _statsforecast(THETA_METHODS[self.method])(season_length=m)
@@ -252,8 +261,9 @@ class ARIMA(StatsForecastModel):
     """Automatic (seasonal) ARIMA, orders chosen by AICc in a stepwise search: statsforecast's AutoARIMA.
     Slow on long seasons (hours: m = 24) as every seasonal order is a long lag polynomial."""
 
-    def __init__(self, season_length: int = 24) -> None:
+    def __init__(self, season_length: int = 24, history: int | None = None) -> None:
         self.season_length = season_length
+        self.history = history
 
     def _make(self, m: int):
         return _statsforecast("AutoARIMA")(season_length=m)

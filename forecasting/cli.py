@@ -160,6 +160,10 @@ def register(subparsers) -> None:
                         "(every model), 'baseline' forecasts them with seasonal naive under the neural models' "
                         "names, 'error' refuses them; a warning names them, the printed table and summary.json "
                         "record them (default: %(default)s)")
+    q.add_argument("--stat-history", type=number(int, min=2), default=None, metavar="N",
+                   help="fit ets, theta and arima (alone, in combinations and in auto) on the last N values of each "
+                        "history; when not given: all of it. On long hourly series a recent window (e.g. a week, 168) "
+                        "scored better and fits much faster (docs/forecasting.md)")
     q.add_argument("--max-epochs", type=number(int, min=1), default=NEURAL_TRAINING["max_epochs"],
                    help="training epochs of the neural models")
     q.add_argument("--refit-every", type=number(int, min=1), default=None,
@@ -245,17 +249,20 @@ def vit_options(args: argparse.Namespace, names: list[str]) -> dict:
 
 def make_models(names: list[str], h: int, season_length: int, input_size: int = LOOKBACK,
                 max_epochs: int = NEURAL_TRAINING["max_epochs"], seed: int = NEURAL_TRAINING["seed"],
-                vit: dict | None = None) -> list:
+                vit: dict | None = None, stat_history: int | None = None) -> list:
     """The command's models by short name (see MODEL_NAMES); the neural ones with their constructors'
-    defaults (NEURAL_TRAINING, PatchTST's PATCHTST_SHAPE: `forecasting.defaults`)."""
+    defaults (NEURAL_TRAINING, PatchTST's PATCHTST_SHAPE: `forecasting.defaults`); ETS, Theta and ARIMA
+    fitted on the last `stat_history` values (None: all)."""
     from .baselines import ARIMA, ETS, Naive, SeasonalNaive, Theta
     from .dlinear import DLinear
     from .frozen_vit import FrozenViTForecaster
     from .patchtst import PatchTST
 
     common = dict(h=h, input_size=input_size, max_epochs=max_epochs, seed=seed)     # the rest: the models' defaults
-    factories = {"snaive": lambda: SeasonalNaive(season_length), "naive": Naive, "ets": lambda: ETS(season_length),
-                 "theta": lambda: Theta(season_length), "arima": lambda: ARIMA(season_length),
+    stat = dict(history=stat_history)
+    factories = {"snaive": lambda: SeasonalNaive(season_length), "naive": Naive,
+                 "ets": lambda: ETS(season_length, **stat), "theta": lambda: Theta(season_length, **stat),
+                 "arima": lambda: ARIMA(season_length, **stat),
                  "dlinear": lambda: DLinear(**common), "patchtst": lambda: PatchTST(**common),
                  "vit": lambda: FrozenViTForecaster(**common, **(vit or {}))}
 
@@ -336,7 +343,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     calib = (CONFORMAL["calibration_windows"] if args.calibration_windows is None else args.calibration_windows) \
         if args.levels else 0
     built = dict(zip(names, make_models(names, args.h, args.season_length, args.input_size or LOOKBACK,
-                                        args.max_epochs, args.seed, vit=vit)))
+                                        args.max_epochs, args.seed, vit=vit, stat_history=args.stat_history)))
     checkpoints = {n: f"checkpoints/{built[n].alias}" for n in NEURAL if n in built}
     for n, rel in checkpoints.items():              # checkpoints after every epoch, for --resume
         built[n].set_params(checkpoint_dir=str(args.out / rel), resume=args.resume)
@@ -376,7 +383,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
         print(res.dm_vs_members().to_string(float_format=lambda v: f"{v:.4g}"))
     out = output_dir(args.out, "forecast.backtest")
     write_json(out / "summary.json", {"csv": str(args.csv), "input_size": res.input_size,
-                                      "neural_lengths": res.neural_lengths,
+                                      "stat_history": args.stat_history, "neural_lengths": res.neural_lengths,
                                       "short_series": res.short_series, **res.to_dict()})
     atomic_write_text(out / "forecasts.csv", res.forecasts_with_intervals().to_csv(index=False))
     atomic_write_text(out / "mase_by_horizon.csv", hz.to_csv())

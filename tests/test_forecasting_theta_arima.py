@@ -55,3 +55,52 @@ def test_backtest_scores_theta_beside_ets():
                     for i in range(3)])
     res = backtest(df, [ETS(12), Theta(12)], h=12, n_windows=2, season_length=12)
     assert set(res.mase().index) == {"ETS", "Theta"} and res.mase().notna().all()
+
+
+@pytest.mark.parametrize("cls", [Theta, ETS, ARIMA])
+def test_history_fits_on_the_last_values_only(cls):
+    y = seasonal(120)
+    y[:60] += 500.0                                                    # an old level that a window leaves out
+    got = cls(12, history=48).fit(y)
+    want = cls(12).fit(y[-48:])
+    np.testing.assert_array_equal(got.predict(6), want.predict(6))
+    assert got.n_obs_ == 120                                           # the history it was given
+    np.testing.assert_array_equal(cls(12, history=None).fit(y).predict(6), cls(12).fit(y).predict(6))
+    assert cls(12, history=500).fit(y).predict(6).tolist() == cls(12).fit(y).predict(6).tolist()   # longer: all
+
+
+@pytest.mark.parametrize("bad", [1, 0, -5, 2.5, "all"])
+def test_history_must_be_two_or_more_values(bad):
+    with pytest.raises(InvalidParameterError):
+        Theta(12, history=bad).fit(seasonal())
+
+
+def test_the_cli_fits_every_statistical_model_on_the_stat_history(tmp_path):
+    """--stat-history reaches ETS, Theta and ARIMA alone and inside auto and combinations; summary.json says it."""
+    import json
+
+    import pandas as pd
+
+    from frozenvit.backbone.suite.cli import build_parser, main
+
+    args = build_parser().parse_args(["forecast", "backtest", "--csv", "x.csv", "--stat-history", "168"])
+    assert args.stat_history == 168
+    ets, theta, arima, snaive, auto = make_models(["ets", "theta", "arima", "snaive", "auto"], h=6, season_length=4,
+                                                  stat_history=168)
+    assert ets.history == theta.history == arima.history == 168 and not hasattr(snaive, "history")
+    assert {m.alias: getattr(m, "history", None) for m in auto.candidates} == \
+        {"SeasonalNaive": None, "Theta": 168, "ETS": 168, "DLinear": None, "PatchTST": None}
+    df = pd.concat([pd.DataFrame({"unique_id": f"s{i}", "ds": np.arange(96), "y": seasonal(96, seed=i)})
+                    for i in range(2)])
+    df.to_csv(tmp_path / "s.csv", index=False)
+    assert main(["forecast", "backtest", "--csv", str(tmp_path / "s.csv"), "--h", "12", "--season-length", "12",
+                 "--windows", "1", "--models", "theta,median(theta,ets,snaive)", "--stat-history", "40",
+                 "--out", str(tmp_path / "out")]) == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["stat_history"] == 40
+    forecasts = pd.read_csv(tmp_path / "out" / "forecasts.csv")
+    y = df[df.unique_id == "s0"].y.to_numpy()
+    np.testing.assert_allclose(forecasts.query("unique_id == 's0'")["Theta"], Theta(12).fit(y[44:84]).predict(12))
+    with pytest.raises(SystemExit) as exit_:                              # a usage error, before any file is read
+        main(["forecast", "backtest", "--csv", "x.csv", "--stat-history", "1"])
+    assert exit_.value.code == 2
