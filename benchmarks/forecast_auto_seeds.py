@@ -58,7 +58,8 @@ def run_set(name: str, seeds: list[int], max_series: int | None, etth2_rows: int
                              "auto_over_best": mase["auto"] / mase[best],
                              "auto_over_ets_theta": mase["auto"] / min(mase["ets"], mase["theta"]),
                              "series_scored": summary["n_series"], "seconds": time.perf_counter() - t0,
-                             "auto_choice": summary.get("auto_choices", {}).get("Auto", {}).get("combinations")})
+                             "auto_choice": summary.get("auto_choices", {}).get("Auto", {}).get("combinations"),
+                             "stat_history": summary.get("stat_history")})
             print(f"{name} seed {seed}: auto {mase['auto']:.4f}, best candidate {best} {mase[best]:.4f} "
                   f"(ratio {per_seed[-1]['auto_over_best']:.3f}); {per_seed[-1]['seconds']:.0f} s", flush=True)
     means = {k: float(np.mean([s["mase"][k] for s in per_seed])) for k in COLUMNS}

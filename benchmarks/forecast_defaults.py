@@ -90,7 +90,8 @@ def run_set(name: str, max_series: int | None, etth2_rows: int | None, threads: 
             "short_series": {"policy": summary["short_series"].get("policy"),
                              "n": len(summary["short_series"].get("ids", []))},
             "mase": {k: mase.get(v) for k, v in COLUMNS.items()}, "summary": summary["summary"],
-            "auto_choice": summary.get("auto_choices", {}).get("Auto", {}).get("combinations")}
+            "auto_choice": summary.get("auto_choices", {}).get("Auto", {}).get("combinations"),
+            "stat_history": summary.get("stat_history")}
 
 
 def parser() -> argparse.ArgumentParser:

@@ -183,19 +183,80 @@ def _statsforecast(name: str):
 class StatsForecastModel(LocalModel):
     """Base of the models fitted by statsforecast: `_make(m)` builds the unfitted statsforecast model for a
     season of m steps. The season is dropped (m = 1) when the history holds fewer than two seasons.
-    `history`: fit on the last this many values of each history (None: all of it); on long high-frequency
-    series a recent window fits the level, trend and season of now, and fits much faster (docs/forecasting.md,
-    "The statistical models' history")."""
+
+    `history`: how much of each history the model is fitted on. None: all of it; N: the last N values;
+    "auto": one N for all the series of a `forecast_cutoffs` call (a backtest), validated before their
+    first cutoffs: each of all and k max(m, h) values (k in HISTORY_LADDER, shorter than the longest
+    history) forecasts the h values before each series' first cutoff from what precedes them; the window
+    of the least mean relative error over the series (each error over the least of its series) replaces
+    all of it only where it is better by more than one standard error of their paired difference (the
+    one-standard-error rule: the whole history unless the data say otherwise; with fewer than two
+    series validated, all of it). On long high-frequency series a recent window fits the level, trend and
+    season of now, and fits much faster; on short ones all of it does (docs/forecasting.md, "The
+    statistical models' history"). `history_` holds the N used (None: all). `fit(y)` alone with "auto"
+    fits all of y."""
 
     _parameter_constraints = {"season_length": [Interval(Integral, 1, None, closed="left")],
-                              "history": [Interval(Integral, 2, None, closed="left"), None]}
+                              "history": [Interval(Integral, 2, None, closed="left"), StrOptions({"auto"}), None]}
 
     def _make(self, m: int):
         raise NotImplementedError
 
+    def forecast_cutoffs(self, series: Sequence[np.ndarray], cutoffs: np.ndarray, h: int, *,
+                         refit_every: int | None = None, progress: bool | None = None) -> tuple[np.ndarray, None]:
+        """As LocalModel's; with history="auto", from the history chosen first (`choose_history`)."""
+        if getattr(self, "history", None) != "auto":
+            self.history_ = getattr(self, "history", None)
+            return super().forecast_cutoffs(series, cutoffs, h, refit_every=refit_every, progress=progress)
+        self.check_params()
+        self.history_ = self.choose_history(series, cutoffs, h, progress)
+        return clone(self).set_params(history=self.history_).forecast_cutoffs(series, cutoffs, h, progress=progress)
+
+    def forecast_intervals(self, series: Sequence[np.ndarray], cutoffs: np.ndarray, h: int,
+                           levels: Sequence[float], *, progress: bool | None = None
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        if getattr(self, "history", None) != "auto":
+            return super().forecast_intervals(series, cutoffs, h, levels, progress=progress)
+        self.check_params()
+        self.history_ = self.choose_history(series, cutoffs, h, progress)
+        return clone(self).set_params(history=self.history_).forecast_intervals(series, cutoffs, h, levels,
+                                                                                 progress=progress)
+
+    def choose_history(self, series: Sequence[np.ndarray], cutoffs: np.ndarray, h: int,
+                       progress: bool | None = None) -> int | None:
+        """history="auto"'s choice for these series and cutoffs (see the class doc): an N, or None for all.
+        Series whose history before the first cutoff holds fewer than 2 max(m, h) + h values, or
+        too few for the model, are not validated; with none validated, all of it."""
+        from .auto import validation_scale
+        from .defaults import HISTORY_LADDER
+
+        first = np.asarray(cutoffs)[:, 0] if len(series) else np.empty(0, dtype=int)
+        unit = max(int(self.season_length), int(h))
+        starts = first - h
+        ok = np.flatnonzero(starts >= max(2 * unit, self.min_history(), 3))
+        longest = int(starts[ok].max()) if ok.size else 0
+        ladder = [None] + [k * unit for k in sorted(HISTORY_LADDER, reverse=True) if k * unit < longest]
+        if len(ladder) == 1:
+            return None
+        ys = [np.asarray(series[s], dtype=float) for s in ok]
+        truth = np.stack([y[c: c + h] for y, c in zip(ys, starts[ok])])
+        scale = np.array([validation_scale(y[:c]) for y, c in zip(ys, starts[ok])])
+        errors = np.stack([np.abs(clone(self).set_params(history=n).forecast_cutoffs(
+            ys, starts[ok][:, None], h, progress=progress)[0][:, 0] - truth).mean(axis=1) / scale
+            for n in ladder])                                                                  # (N, S)
+        least = errors.min(axis=0)
+        keep = np.isfinite(least) & (least > 0)
+        if keep.sum() < 2:
+            return None
+        rel = errors[:, keep] / least[keep]                                                    # (N, S)
+        best = int(np.argmin(rel.mean(axis=1)))                                                # all first: on a tie
+        gain = rel[best] - rel[0]                                                              # per series, < 0: better
+        return ladder[best] if gain.mean() + gain.std(ddof=1) / np.sqrt(gain.size) < 0 else None
+
     def _fit(self, y: np.ndarray) -> None:
         n_obs = y.size
-        y = y[-int(self.history):] if getattr(self, "history", None) else y
+        history = getattr(self, "history", None)
+        y = y[-int(history):] if history not in (None, "auto") else y
         m = int(self.season_length) if y.size >= 2 * int(self.season_length) else 1
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

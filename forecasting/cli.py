@@ -19,7 +19,7 @@ from frozenvit.backbone.suite.errors import UsageError
 
 from .defaults import NEURAL_TRAINING, PATCHTST_SHAPE  # noqa: F401   the models' defaults, re-exported
 from .defaults import (AUTO_CANDIDATES, AUTO_COMBINE, BACKTEST_COMMAND, CONFORMAL, MOST_WINDOWS, CSV_SEP, DS, GLOBAL_CALIBRATIONS, ID, LOOKBACK,
-                       LOOKBACK_HORIZONS, PAPER_HORIZONS, PATCH_LEN, SHORT_SERIES, VIT_DEPTH, Y)
+                       HISTORY_LADDER, LOOKBACK_HORIZONS, PAPER_HORIZONS, PATCH_LEN, SHORT_SERIES, VIT_DEPTH, Y)
 from .errors import SeriesError
 
 MODEL_NAMES = ("snaive", "naive", "ets", "theta", "arima", "dlinear", "patchtst", "vit", "auto")
@@ -160,10 +160,12 @@ def register(subparsers) -> None:
                         "(every model), 'baseline' forecasts them with seasonal naive under the neural models' "
                         "names, 'error' refuses them; a warning names them, the printed table and summary.json "
                         "record them (default: %(default)s)")
-    q.add_argument("--stat-history", type=number(int, min=2), default=None, metavar="N",
-                   help="fit ets, theta and arima (alone, in combinations and in auto) on the last N values of each "
-                        "history; when not given: all of it. On long hourly series a recent window (e.g. a week, 168) "
-                        "scored better and fits much faster (docs/forecasting.md)")
+    q.add_argument("--stat-history", type=stat_history, default=_D["stat_history"], metavar="N|auto|all",
+                   help="how much of each history ets, theta and arima (alone, in combinations and in auto) are "
+                        "fitted on: the last N values, all of it, or 'auto': all of it unless a recent window of "
+                        f"{'/'.join(map(str, HISTORY_LADDER))} x max(--season-length, --h) values forecasts the --h "
+                        "values before the first cutoffs better by more than one standard error (over the series); "
+                        "the command prints what each used (default: %(default)s)")
     q.add_argument("--max-epochs", type=number(int, min=1), default=NEURAL_TRAINING["max_epochs"],
                    help="training epochs of the neural models")
     q.add_argument("--refit-every", type=number(int, min=1), default=None,
@@ -300,6 +302,13 @@ def _check_backtest_args(args: argparse.Namespace) -> None:
                          f"({PATCH_LEN} steps); use --input-size {PATCH_LEN} or more")
 
 
+def stat_history(text: str) -> int | str | None:
+    """--stat-history: 'auto', 'all' (None) or a number of values, at least 2."""
+    if text in ("auto", "all"):
+        return None if text == "all" else text
+    return number(int, min=2)(text)
+
+
 def shown_steps(h: int, most: int = 8) -> list[int]:
     """The horizon steps the printed MASE table shows: all of them up to `most`, else the first, every
     ceil(h / most)-th and the last (48 -> 1, 6, 12, ..., 48); the file and the picture keep every step."""
@@ -366,6 +375,11 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     print(hz.T.loc[steps].to_string(float_format=lambda v: f"{v:.3f}"))
     print()
     print(res.summary().to_string(float_format=lambda v: f"{v:.4g}"))
+    used = {m.alias: m.history_ for m in built.values() if hasattr(m, "history_")}    # auto's candidates: its own
+    if used:
+        print("statistical models fitted on: " + ", ".join(
+            f"{a} {'all of each history' if n is None else f'the last {n} values'}" for a, n in used.items())
+            + (" (--stat-history auto: validated before the first cutoffs)" if args.stat_history == "auto" else ""))
     for alias, choice in res.choices.items():
         print(f"{alias} forecast with (validated before each series' first cutoff): {choice.describe()}")
     if res.short_series.get("ids"):
@@ -383,7 +397,8 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
         print(res.dm_vs_members().to_string(float_format=lambda v: f"{v:.4g}"))
     out = output_dir(args.out, "forecast.backtest")
     write_json(out / "summary.json", {"csv": str(args.csv), "input_size": res.input_size,
-                                      "stat_history": args.stat_history, "neural_lengths": res.neural_lengths,
+                                      "stat_history": {"asked": args.stat_history, "used": used},
+                                      "neural_lengths": res.neural_lengths,
                                       "short_series": res.short_series, **res.to_dict()})
     atomic_write_text(out / "forecasts.csv", res.forecasts_with_intervals().to_csv(index=False))
     atomic_write_text(out / "mase_by_horizon.csv", hz.to_csv())

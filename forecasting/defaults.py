@@ -29,6 +29,9 @@ GLOBAL_CALIBRATIONS = ("holdout", "retrain")
 # chosen from the data, and the series too short for it forecast by the best statistical model (forecasting.lookback)
 SHORT_SERIES = ("statistical", "skip", "baseline", "error")       # what becomes of series too short for the look-back
 MOST_WINDOWS = 8                                   # the most rolling windows the backtest chooses itself
+# history="auto" of ETS, Theta and ARIMA (forecasting.baselines): the windows validated besides the whole history,
+# in units of max(season, h): 2, 4, ... 32 of them (M4 Hourly: 96 ... 1536 hours)
+HISTORY_LADDER = (2, 4, 8, 16, 32)
 AUTO_CANDIDATES = ("snaive", "theta", "ets", "dlinear", "patchtst")   # the models `auto` chooses among (CLI names)
 # auto: the mean of its best `top` candidates within `tolerance` of the best, judged on up to `windows`
 # validation windows per series (docs/forecasting.md, "auto": one window judged M4 Hourly and M3 yearly better than
@@ -36,7 +39,7 @@ AUTO_CANDIDATES = ("snaive", "theta", "ets", "dlinear", "patchtst")   # the mode
 AUTO_COMBINE = dict(top=2, tolerance=0.2, windows=1)
 BACKTEST_COMMAND = dict(h=48, season_length=24, windows="auto",
                         models="snaive,theta,ets,dlinear,patchtst,median(theta,ets,dlinear,patchtst),auto",
-                        input_size="auto", short_series="statistical", plot_series=3)
+                        input_size="auto", short_series="statistical", stat_history="auto", plot_series=3)
 PAPER_HORIZONS = (96, 192, 336, 720)               # the PatchTST paper's horizons (`forecast paper`)
 CSV_SEP = ","                                      # the field separator of the CSV files read (--sep)
 ID, DS, Y = "unique_id", "ds", "y"                 # the long format's columns (forecasting.data)

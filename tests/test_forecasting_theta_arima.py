@@ -83,8 +83,10 @@ def test_the_cli_fits_every_statistical_model_on_the_stat_history(tmp_path):
 
     from frozenvit.backbone.suite.cli import build_parser, main
 
-    args = build_parser().parse_args(["forecast", "backtest", "--csv", "x.csv", "--stat-history", "168"])
-    assert args.stat_history == 168
+    parse = build_parser().parse_args
+    assert parse(["forecast", "backtest", "--csv", "x.csv", "--stat-history", "168"]).stat_history == 168
+    assert parse(["forecast", "backtest", "--csv", "x.csv", "--stat-history", "all"]).stat_history is None
+    assert parse(["forecast", "backtest", "--csv", "x.csv"]).stat_history == "auto"          # the default
     ets, theta, arima, snaive, auto = make_models(["ets", "theta", "arima", "snaive", "auto"], h=6, season_length=4,
                                                   stat_history=168)
     assert ets.history == theta.history == arima.history == 168 and not hasattr(snaive, "history")
@@ -97,7 +99,7 @@ def test_the_cli_fits_every_statistical_model_on_the_stat_history(tmp_path):
                  "--windows", "1", "--models", "theta,median(theta,ets,snaive)", "--stat-history", "40",
                  "--out", str(tmp_path / "out")]) == 0
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["stat_history"] == 40
+    assert summary["stat_history"] == {"asked": 40, "used": {"Theta": 40, "ETS": 40}}
     forecasts = pd.read_csv(tmp_path / "out" / "forecasts.csv")
     y = df[df.unique_id == "s0"].y.to_numpy()
     np.testing.assert_allclose(forecasts.query("unique_id == 's0'")["Theta"], Theta(12).fit(y[44:84]).predict(12))
