@@ -57,14 +57,18 @@ def run_set(name: str, etth2_rows: int | None, models: list[str]) -> dict:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", default="m4_hourly,m3_monthly,m3_quarterly,m3_yearly,etth2,etth2:2880",
                     help="comma-separated, out of " + ",".join(SETS) + "; etth2:R keeps ETTh2's last R rows")
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated, out of " + ",".join(MODELS))
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     import torch
 
     torch.set_num_threads(args.threads)
