@@ -74,10 +74,10 @@ class Forecaster(BaseEstimator):
         calib (S, K, h), fitted. Here (local models) the calibration windows are forecast as the
         backtest's are, from a fit on the history before each; `global_calibration` is for global
         models (`training.NeuralForecaster`), which forecast them with the model of the first cutoff."""
+        preds, fitted = self.forecast_cutoffs(series, cutoffs, h, refit_every=refit_every, progress=progress)
         calib = (self.forecast_cutoffs(series, calib_cutoffs, h, refit_every=refit_every, progress=progress)[0]
                  if np.asarray(calib_cutoffs).shape[1] else np.empty((len(series), 0, h)))
-        preds, fitted = self.forecast_cutoffs(series, cutoffs, h, refit_every=refit_every, progress=progress)
-        return preds, calib, fitted          # the backtest's cutoffs last: what a model records is theirs
+        return preds, calib, fitted
 
     def forecast_intervals(self, series: Sequence[np.ndarray], cutoffs: np.ndarray, h: int,
                            levels: Sequence[float], *, progress: bool | None = None

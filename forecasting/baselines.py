@@ -212,6 +212,15 @@ class StatsForecastModel(LocalModel):
         self.history_ = self.choose_history(series, cutoffs, h, progress)
         return clone(self).set_params(history=self.history_).forecast_cutoffs(series, cutoffs, h, progress=progress)
 
+    def forecast_with_calibration(self, series: Sequence[np.ndarray], cutoffs: np.ndarray,
+                                  calib_cutoffs: np.ndarray, h: int, *, refit_every: int | None = None,
+                                  progress: bool | None = None, global_calibration: str | None = None
+                                  ) -> tuple[np.ndarray, np.ndarray, None]:
+        """As LocalModel's, the calibration windows forecast first, so that `history_` is the backtest's."""
+        calib = (self.forecast_cutoffs(series, calib_cutoffs, h, progress=progress)[0]
+                 if np.asarray(calib_cutoffs).shape[1] else np.empty((len(series), 0, h)))
+        return (*self.forecast_cutoffs(series, cutoffs, h, progress=progress)[:1], calib, None)
+
     def forecast_intervals(self, series: Sequence[np.ndarray], cutoffs: np.ndarray, h: int,
                            levels: Sequence[float], *, progress: bool | None = None
                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:

@@ -89,3 +89,16 @@ def test_intervals_come_from_the_chosen_window():
     assert model.history_ is not None
     for got, want in zip((mean, lo, hi), ref):
         np.testing.assert_array_equal(got, want)
+
+
+def test_calibration_windows_choose_their_own_window_and_the_backtests_is_kept():
+    ys = make("shift")
+    cuts = cutoffs(ys)
+    alone = Theta(12, history="auto")
+    preds = alone.forecast_cutoffs(ys, cuts, 12)[0]
+    model = Theta(12, history="auto")
+    got, calib, _ = model.forecast_with_calibration(ys, cuts, cuts[:, :1] - 12, 12)
+    np.testing.assert_array_equal(got, preds)
+    assert model.history_ == alone.history_
+    early = Theta(12, history="auto")
+    np.testing.assert_array_equal(calib, early.forecast_cutoffs(ys, cuts[:, :1] - 12, 12)[0])   # chosen before them
