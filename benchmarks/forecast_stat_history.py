@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.merge:
         parts = [json.loads(p.read_text()) for p in args.merge]
-        write_result("forecast_stat_history", {"threads": parts[0]["threads"], "models": list(MODELS),
+        write_result("forecast_stat_history", {"threads": parts[0]["threads"], "models": sorted({k for p in parts for k in p["models"]}),
                                                "merged_from": [p.name for p in args.merge], "rows": merge(parts)},
                      args.out)
         return 0

@@ -326,7 +326,8 @@ DOC_TABLES = {ROOT / "docs" / "forecasting.md": {
     "forecast_auto_rules": lambda: auto_rules_table("../benchmarks/results/"),
     "forecast_auto_rivals": lambda: auto_rivals_table("../benchmarks/results/"),
     "forecast_auto_seeds": lambda: auto_seeds_table("../benchmarks/results/"),
-    "forecast_lookback": lambda: lookback_table("../benchmarks/results/")},
+    "forecast_lookback": lambda: lookback_table("../benchmarks/results/"),
+    "forecast_stat_history": lambda: stat_history_table("../benchmarks/results/")},
     ROOT / "docs" / "anomaly.md": {"anomaly_select": lambda: anomaly_select_table("../benchmarks/results/"),
                                    "anomaly_select_grid": lambda: anomaly_select_grid("../benchmarks/results/"),
                                    "anomaly_select_planted": lambda: anomaly_select_planted("../benchmarks/results/"),
@@ -356,10 +357,46 @@ def defaults_table(link: str = LINK) -> str:
                      f"{mase['auto'] / min(mase['ets'], mase['theta']):.3f} / {mase['auto'] / mase[best]:.3f} "
                      f"({dict(DEFAULTS_COLUMNS)[best]})",
                      f"{r['series_scored']} / {r['series_run']}", f"{r['series_in_file']}{sub}",
-                     f"{r['h']} / {r['season']} / {r['n_windows']} / {r['input_size']}"])
+                     f"{r['h']} / {r['season']} / {r['n_windows']} / {r['input_size']}",
+                     stat_history_used(r.get("stat_history"))])
     t = table(["set", *[n for _, n in DEFAULTS_COLUMNS], "auto ÷ best of ETS, Theta / ÷ best candidate",
-               "series scored / run", "series in the file", "h / season / windows / look-back"], rows)
+               "series scored / run", "series in the file", "h / season / windows / look-back",
+               "Theta / ETS fitted on (values)"], rows)
     return f"{t}\n\n({date(d)}, [json]({link}{DEFAULTS}))\n"
+
+
+def stat_history_used(record: dict | None) -> str:
+    """What a run's summary.json says Theta and ETS were fitted on: 'all' or the last N values."""
+    if not record or not record.get("used"):
+        return "-"
+    return " / ".join("all" if record["used"].get(k) is None else str(record["used"][k]) for k in ("Theta", "ETS"))
+
+
+STAT_HISTORY = "forecast_stat_history.json"
+STAT_MODELS = {"theta": "Theta", "ets": "ETS"}
+
+
+def stat_history_table(link: str = LINK) -> str:
+    """Theta and ETS per set on all of each history, on each fixed window of the ladder (in units of
+    max(season, h)) and with history="auto": MASE, auto's window, and the seconds of all against auto."""
+    d = load(STAT_HISTORY)
+    ks = sorted({int(w) // max(r["season"], r["h"]) for r in d["rows"] for w in r["ladder"]})
+    rows = []
+    for r in d["rows"]:
+        unit = max(r["season"], r["h"])
+        for key, mase in r["mase"].items():
+            best = min(mase.values())
+            cell = lambda v: f"**{f3(v)}**" if v == best else f3(v)          # noqa: E731
+            chose = r["auto_history"][key]
+            rows.append([DEFAULTS_SETS[r["set"]] + (f", last {r['etth2_rows']} rows" if r.get("etth2_rows") else ""),
+                         STAT_MODELS[key], cell(mase["all"]),
+                         *[cell(mase[str(k * unit)]) if str(k * unit) in mase else "-" for k in ks],
+                         f"{cell(mase['auto'])} ({'all' if chose is None else chose})",
+                         f"{r['seconds'][key]['all']:.0f} / {r['seconds'][key]['auto']:.0f}"])
+    t = table(["set", "model", "all of it", *[f"last {k} x max(m, h)" for k in ks], "auto (its window)",
+               "seconds: all / auto"], rows)
+    threads = f"{d['threads']} thread{'s' if d['threads'] > 1 else ''}"
+    return f"{t}\n\n({date(d)}, {threads}, [json]({link}{STAT_HISTORY}))\n"
 
 
 def rules_set(row: dict) -> str:
