@@ -57,6 +57,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from frozenvit.backbone.suite.errors import ParameterError
 
 from .base import Forecaster
+from .baselines import validation_scale
 from .defaults import AUTO_COMBINE
 from .errors import SeriesError
 
@@ -106,13 +107,6 @@ def _is_local(model: Forecaster) -> bool:
     from .baselines import LocalModel
 
     return isinstance(model, LocalModel)
-
-
-def validation_scale(history: np.ndarray) -> float:
-    """Mean |y_t - y_{t-1}| of a history (the in-sample one-step naive MAE); 1 where that is 0 or undefined."""
-    d = np.abs(np.diff(np.asarray(history, dtype=float)))
-    s = float(d.mean()) if d.size else 0.0
-    return s if s > 0 else 1.0
 
 
 class AutoForecaster(Forecaster):

@@ -27,6 +27,13 @@ from .reuse import once
 RAY_CHUNKS_PER_WORKER = 16
 
 
+def validation_scale(history: np.ndarray) -> float:
+    """Mean |y_t - y_{t-1}| of a history (the in-sample one-step naive MAE); 1 where that is 0 or undefined."""
+    d = np.abs(np.diff(np.asarray(history, dtype=float)))
+    s = float(d.mean()) if d.size else 0.0
+    return s if s > 0 else 1.0
+
+
 def _fit_cutoffs(model: "LocalModel", y: np.ndarray, cuts: np.ndarray, predict, nested: bool, tick=None) -> list:
     """predict(a fresh copy fitted on y[:c]) for every cutoff c of one series, as tuples of parts; `tick()`
     after each fit."""
@@ -236,7 +243,6 @@ class StatsForecastModel(LocalModel):
         """history="auto"'s choice for these series and cutoffs (see the class doc): an N, or None for all.
         Series whose history before the first cutoff holds fewer than 2 max(m, h) + h values, or
         too few for the model, are not validated; with none validated, all of it."""
-        from .auto import validation_scale
         from .defaults import HISTORY_LADDER
 
         first = np.asarray(cutoffs)[:, 0] if len(series) else np.empty(0, dtype=int)

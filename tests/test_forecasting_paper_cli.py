@@ -133,7 +133,7 @@ def test_cli_backtest_prints_progress_lines_per_epoch_when_stderr_is_a_log(tmp_p
     err = capsys.readouterr().err                                  # captured: not a tty, as in a log file
     assert {line.split(" [")[0] for line in err.splitlines() if line.startswith("DLinear:")} == \
         {f"DLinear: {k}/3 epoch" for k in (1, 2, 3)}
-    assert "SeasonalNaive: 1/1 series" in err
+    assert "SeasonalNaive: 2/2 fit" in err                           # a fit per cutoff
 
 
 def test_cli_paper_prints_epoch_lines_and_writes_strict_json(tmp_path, capsys, monkeypatch):
