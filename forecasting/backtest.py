@@ -274,7 +274,7 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
              calibration_windows: int = CONFORMAL["calibration_windows"],
              global_calibration: str = CONFORMAL["global_calibration"], engine: str = "local",
              workers: int | None = None, input_size: int | str | None = None,
-             short_series: str | None = None) -> BacktestResult:
+             short_series: str | None = None, fallback_history: int | str | None = None) -> BacktestResult:
     """Rolling-origin evaluation of `models` on a long frame (unique_id, ds, y); see the module doc.
 
     engine "ray": the statistical models' (series x cutoff) fits go out as Ray tasks over `workers`
@@ -297,7 +297,9 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
 
     `input_size` sets the global (neural) models' look-back: None keeps each model's own, an int sets
     it, "auto" chooses it from the data; `short_series` ("skip", "baseline", "error"; None: the length
-    check below) says what becomes of series too short for it (forecasting.lookback). The result
+    check below) says what becomes of series too short for it (forecasting.lookback); where `models` hold
+    no statistical model, "statistical" forecasts them with Theta and ETS fitted on `fallback_history`
+    (None: all of each history; forecasting.baselines). The result
     records both (`input_size`, `short_series`). The models given are never changed, but for the fitted
     attribute an `auto` keeps (`choice_`: what it forecast each series with; the result's `choices`).
 
@@ -324,7 +326,8 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
     for model in models:                # every hyperparameter, before any work
         model.check_params()
     df = validate(df)
-    prep = prepare(df, models, h, n_windows, step_size, season_length, K, input_size, short_series)
+    prep = prepare(df, models, h, n_windows, step_size, season_length, K, input_size, short_series,
+                   fallback_history)
     df, models = prep.df, with_members(prep.models)
     aliases = [m.alias for m in models]
     if len(set(aliases)) != len(aliases):

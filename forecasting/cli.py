@@ -366,7 +366,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
                        levels=args.levels or (), calibration_windows=calib,
                        global_calibration=args.global_calibration or CONFORMAL["global_calibration"],
                        engine=engine, workers=args.workers, input_size=args.input_size or _D["input_size"],
-                       short_series=args.short_series)
+                       short_series=args.short_series, fallback_history=args.stat_history)
     hz = res.mase_by_horizon()
     pd.set_option("display.width", 160)
     steps = shown_steps(args.h)

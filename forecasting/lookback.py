@@ -165,24 +165,28 @@ def _leaves(models: Sequence[Forecaster]) -> list[Forecaster]:
                                         _leaves(m.candidates) if isinstance(m, AutoForecaster) else [m])]
 
 
-def statistical_fallback(models: Sequence[Forecaster], season_length: int) -> Forecaster:
+def statistical_fallback(models: Sequence[Forecaster], season_length: int,
+                         history: int | str | None = None) -> Forecaster:
     """What forecasts a series too short for the neural models (`short_series="statistical"`): `auto` over
-    the statistical models among `models` (Theta and ETS when there are none), validated on the short
-    series' validation windows before their first cutoffs (forecasting.auto's default rule)."""
+    the statistical models among `models` (when there are none, Theta and ETS fitted on `history`:
+    forecasting.baselines), validated on the short series' validation windows before their first cutoffs
+    (forecasting.auto's default rule)."""
     from .auto import AutoForecaster
     from .baselines import ETS, LocalModel, Theta
 
     local = list({m.alias: m for m in _leaves(models) if isinstance(m, LocalModel)}.values())
-    return AutoForecaster(local or [Theta(season_length), ETS(season_length)], median=False)
+    return AutoForecaster(local or [Theta(season_length, history=history), ETS(season_length, history=history)],
+                          median=False)
 
 
 def prepare(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: int, step_size: int,
             season_length: int, calibration_windows: int, input_size: int | str | None,
-            short_series: str | None) -> Prepared:
+            short_series: str | None, fallback_history: int | str | None = None) -> Prepared:
     """Set the global models' look-back (`input_size`: None keeps each model's own, an int sets it, "auto"
     chooses it from the data, at most the models' own) and apply `short_series` (see the module doc; None:
     none, the backtest's length check refuses a short series). `calibration_windows` K: each series'
-    K h values before the first cutoff are no look-back's history."""
+    K h values before the first cutoff are no look-back's history. `fallback_history`: the history of the
+    Theta and ETS that `short_series="statistical"` builds where `models` hold no statistical model."""
     if short_series is not None and short_series not in SHORT_SERIES:
         raise ParameterError(f"short_series must be one of {SHORT_SERIES}, got {short_series!r}")
     if input_size not in (None, "auto") and not (isinstance(input_size, Integral) and input_size >= 1):
@@ -218,7 +222,7 @@ def prepare(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: i
     if short_series == "skip" and len(short) == len(lengths):
         raise SeriesError(f"{what}: --short-series skip leaves no series; use a shorter --input-size, fewer "
                           "--windows or --short-series baseline")
-    fallback = statistical_fallback(models, season_length) if short_series == "statistical" else None
+    fallback = statistical_fallback(models, season_length, fallback_history) if short_series == "statistical" else None
     done = {"skip": "left out of the backtest for every model",
             "baseline": "forecast by seasonal naive in the neural models' columns",
             "statistical": f"forecast in the neural models' columns by auto over the statistical models, validated "

@@ -150,3 +150,18 @@ def test_the_command_says_and_writes_what_auto_forecast_each_series_with(ragged_
     assert (cands.loc[short, ["DLinear", "PatchTST", "median of candidates"]] == 0).all().all()
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert sum(c["series"] for c in summary["auto_choices"]["Auto"]["combinations"]) == 5
+
+
+def test_without_statistical_models_the_fallback_fits_on_the_stat_history_asked(ragged_csv, tmp_path):
+    from frozenvit.forecasting import ETS, AutoForecaster, Theta
+
+    assert _run(ragged_csv, tmp_path / "out", "--models", "dlinear", "--stat-history", "36") == 0
+    f = pd.read_csv(tmp_path / "out" / "forecasts.csv")
+    df = pd.read_csv(ragged_csv)
+    ys = [df.loc[df["unique_id"] == u, "y"].to_numpy() for u in SHORT]
+    cut = np.array([[y.size - 12] for y in ys])
+    for history, same in ((36, True), (None, False)):     # the window asked, not all of each history
+        auto = AutoForecaster([Theta(24, history=history), ETS(24, history=history)], median=False)
+        want = auto.forecast_cutoffs(ys, cut, 12)[0][:, 0]
+        got = np.stack([f.loc[f["unique_id"] == u, "DLinear"].to_numpy() for u in SHORT])
+        assert np.allclose(got, want) == same
