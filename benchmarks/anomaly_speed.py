@@ -85,8 +85,10 @@ def member_inputs(member, images: list) -> list:
 
 def bench_ensemble(args) -> None:
     """--backbone ensemble: `anomaly fit`'s default (defaults.ENSEMBLE, every setting the shipped one's) against bare
-    `patch_grids` of every member on exactly the inputs it sees (whole images or its tiles), in interleaved rounds."""
-    from frozenvit.anomaly import PatchCoreEnsemble, render_sample
+    `patch_grids` of every member on exactly the inputs it sees (whole images or its tiles), in interleaved rounds;
+    and, in the same run and rounds, Lite0 alone (`PatchCore()`, `--backbone efficientnet_lite0`) fitted on the
+    same images, so that what the ensemble costs over it is measured under the same load."""
+    from frozenvit.anomaly import PatchCore, PatchCoreEnsemble, render_sample
 
     size = (args.size, args.size)
     train = [render_sample("weave", None, 1, i, size)[0] for i in range(args.n_train)]
@@ -98,6 +100,11 @@ def bench_ensemble(args) -> None:
     rows = [{"what": "fit", "variant": f"{args.n_train} images {args.size}px", "seconds": time.perf_counter() - t0,
              "bank": " + ".join(f"{m.bank_.shape[0]}x{m.bank_.shape[1]} {m.index_kind(len(m.bank_))}"
                                 for m in ens.members_)}]
+    t0 = time.perf_counter()
+    alone = {f"{args.size}px": PatchCore(progress=False).fit(train)}
+    secs = time.perf_counter() - t0
+    rows.append({"what": "Lite0 alone: fit", "variant": f"{args.n_train} images {args.size}px", "seconds": secs,
+                 "fit_share_of_ensemble": secs / rows[0]["seconds"]})
     fitted = {f"{args.size}px": ens}
     if args.tiled:
         th, tw = (int(v) for v in args.tiled.lower().split("x"))
@@ -106,8 +113,9 @@ def bench_ensemble(args) -> None:
         # as untiled (search cost grows with it)
         first = ens.members_[0]
         n_fit = max(2, args.n_train // len(first.tiling_of((th, tw)) or [None]))
-        fitted[args.tiled] = PatchCoreEnsemble(progress=False).fit(
-            [render_sample("weave", None, 1, i, (th, tw))[0] for i in range(n_fit)])
+        tiled_train = [render_sample("weave", None, 1, i, (th, tw))[0] for i in range(n_fit)]
+        fitted[args.tiled] = PatchCoreEnsemble(progress=False).fit(tiled_train)
+        alone[args.tiled] = PatchCore(progress=False).fit(tiled_train)
     variants = {}
     for name, imgs in sets.items():
         e = fitted[name]
@@ -116,6 +124,7 @@ def bench_ensemble(args) -> None:
                                                                           progress=False) for bb, b, x in inputs])
         variants[f"predict {name}"] = (lambda e=e, imgs=imgs: e.predict(imgs))
         variants[f"scores {name}"] = (lambda e=e, imgs=imgs: e.decision_function(imgs))
+        variants[f"alone {name}"] = (lambda m=alone[name], imgs=imgs: m.predict(imgs))
         rows.append({"what": "inputs", "variant": name, "per_image": " + ".join(
             f"{len(x) // len(imgs)} {bb.name}" for bb, _, x in inputs)})
     times = timed_rounds(variants, args.repeats)
@@ -128,6 +137,10 @@ def bench_ensemble(args) -> None:
                          "img_s": ips, "ratio_to_patch_grids": ips / bare,
                          "ratio_per_round_median": median([b / p for b, p in zip(times[f"bare {name}"],
                                                                                 times[f"{kind} {name}"])])})
+        rows.append({"what": "Lite0 alone: predict (maps)", "variant": name,
+                     "img_s": len(imgs) / median(times[f"alone {name}"]),
+                     "time_share_of_ensemble_per_round_median": median(
+                         [a / p for a, p in zip(times[f"alone {name}"], times[f"predict {name}"])])})
     for name, e in fitted.items():
         rows.append({"what": "banks", "variant": name, "bank": " + ".join(
             f"{m.bank_.shape[0]}x{m.bank_.shape[1]} {m.index_kind(len(m.bank_))}" for m in e.members_)})

