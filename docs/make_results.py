@@ -411,7 +411,8 @@ def stat_history_table(link: str = LINK) -> str:
     rows = []
     for r in d["rows"]:
         unit = max(r["season"], r["h"])
-        for key, mase in r["mase"].items():
+        for key in [k for k in STAT_MODELS if k in r["mase"]]:
+            mase = r["mase"][key]
             best = min(mase.values())
             cell = lambda v: f"**{f3(v)}**" if v == best else f3(v)          # noqa: E731
             chose = r["auto_history"][key]
