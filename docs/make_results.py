@@ -1083,7 +1083,7 @@ def headlines() -> dict[str, str]:
                     f"matches or beats the better of ETS and Theta on {won} of them and stays within 2 % of its best "
                     f"candidate on {near}")
     if held:
-        forecasting_ += (f"; on {len(held)} held-out sets, run after the defaults were chosen, it matches or beats "
+        forecasting_ += (f". On {len(held)} held-out sets, run after the defaults were chosen, it matches or beats "
                          f"the better of ETS and Theta on "
                          f"{sum(r['mase']['auto'] <= min(r['mase']['ets'], r['mase']['theta']) for r in held)} and "
                          f"stays within 2 % of its best candidate on "
@@ -1092,7 +1092,7 @@ def headlines() -> dict[str, str]:
     seeded = [r for r in every if r["set"] not in HELD_OUT_SETS]
     held = [r for r in every if r["set"] in HELD_OUT_SETS]
     near_mean = sum(r["auto_mean_over_best_mean"] <= 1.02 for r in seeded)
-    forecasting_ += (f"; over {len(seeded[0]['seeds'])} training seeds of the networks its mean is within 2 % of the "
+    forecasting_ += (f". Over {len(seeded[0]['seeds'])} training seeds of the networks its mean is within 2 % of the "
                      f"best candidate's mean on {near_mean} of {len(seeded)} development-set runs")
     if held:
         forecasting_ += (f" and on {sum(r['auto_mean_over_best_mean'] <= 1.02 for r in held)} of {len(held)} "
