@@ -57,7 +57,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from frozenvit.backbone.suite.errors import ParameterError
 
 from .base import Forecaster
-from .baselines import validation_scale
+from .baselines import LocalModel, validation_scale
 from .defaults import AUTO_COMBINE
 from .errors import SeriesError
 
@@ -104,8 +104,6 @@ class AutoChoice:
 
 
 def _is_local(model: Forecaster) -> bool:
-    from .baselines import LocalModel
-
     return isinstance(model, LocalModel)
 
 
