@@ -201,7 +201,15 @@ class StatsForecastModel(LocalModel):
     series validated, all of it). On long high-frequency series a recent window fits the level, trend and
     season of now, and fits much faster; on short ones all of it does (docs/forecasting.md, "The
     statistical models' history"). `history_` holds the N used (None: all). `fit(y)` alone with "auto"
-    fits all of y."""
+    fits all of y.
+
+    A history of `tiny_history(m)` values or fewer, too short for statsforecast to fit the model at all, is
+    fitted by simple exponential smoothing (its alpha optimised; one value: carried forward), as R's
+    forecast::ets does for tiny series, so that every series of one value or more gets a forecast."""
+
+    def tiny_history(self, m: int) -> int:
+        """The longest history statsforecast refuses to fit this model to, with a season of m steps."""
+        return 0
 
     _parameter_constraints = {"season_length": [Interval(Integral, 1, None, closed="left")],
                               "history": [Interval(Integral, 2, None, closed="left"), StrOptions({"auto"}), None]}
@@ -275,7 +283,8 @@ class StatsForecastModel(LocalModel):
         m = int(self.season_length) if y.size >= 2 * int(self.season_length) else 1
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            self.model_ = self._make(m).fit(y)
+            self.model_ = (self._make(m) if y.size > self.tiny_history(m)
+                           else _statsforecast("SimpleExponentialSmoothingOptimized")()).fit(y)
         self.n_obs_ = n_obs
 
     def _predict(self, h: int) -> np.ndarray:
@@ -300,6 +309,12 @@ class ETS(StatsForecastModel):
     _parameter_constraints = {**StatsForecastModel._parameter_constraints, "model": [str],
                               "damped": ["boolean", None]}
 
+    def tiny_history(self, m: int) -> int:
+        """statsforecast's AutoETS fits nothing to 4 values more than the spec's parameters or fewer (level 2,
+        a trend or season given as A or M 2 each, damping 1; Z counts none)."""
+        spec = self.model if m > 1 else self.model[:2] + "N"
+        return 4 + 2 + 2 * (spec[1] in "AM") + 2 * (spec[2] in "AM") + int(bool(self.damped))
+
     def __init__(self, season_length: int = 24, model: str = "ZZZ", damped: bool | None = None,
                  history: int | None = None) -> None:
         self.season_length = season_length
@@ -323,6 +338,10 @@ class Theta(StatsForecastModel):
 
     _parameter_constraints = {**StatsForecastModel._parameter_constraints,
                               "method": [StrOptions(set(THETA_METHODS))]}
+
+    def tiny_history(self, m: int) -> int:
+        """statsforecast's Theta models fit nothing to 3 values or fewer."""
+        return 3
 
     def __init__(self, season_length: int = 24, method: str = "dotm", history: int | None = None) -> None:
         self.season_length = season_length

@@ -1,7 +1,10 @@
 """Theta and ARIMA as baselines: statsforecast's models behind the LocalModel contract."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
+import pandas as pd
 import pytest
 from sklearn.utils._param_validation import InvalidParameterError
 
@@ -106,3 +109,38 @@ def test_the_cli_fits_every_statistical_model_on_the_stat_history(tmp_path):
     with pytest.raises(SystemExit) as exit_:                              # a usage error, before any file is read
         main(["forecast", "backtest", "--csv", "x.csv", "--stat-history", "1"])
     assert exit_.value.code == 2
+
+
+TINY = [ETS(1), ETS(12), ETS(1, model="AAN"), ETS(1, model="AAN", damped=True), Theta(1), Theta(4, method="auto")]
+
+
+@pytest.mark.parametrize("model", TINY, ids=lambda m: f"{m.alias}-{m.get_params()}")
+def test_a_tiny_history_gets_simple_exponential_smoothing_where_statsforecast_fits_nothing(model):
+    from statsforecast.models import SimpleExponentialSmoothingOptimized
+
+    tiny = model.tiny_history(1)
+    y = seasonal(tiny + 1, m=4)
+    with pytest.raises(NotImplementedError, match="tiny"):      # statsforecast's own limit, as the model states it
+        model._make(1).fit(y[:tiny])
+    for n in range(1, tiny + 1):
+        fitted = model.fit(y[:n])
+        assert isinstance(fitted.model_, SimpleExponentialSmoothingOptimized)
+        assert np.isfinite(fitted.predict(3)).all()
+    assert not isinstance(model.fit(y).model_, SimpleExponentialSmoothingOptimized)
+
+
+def test_the_default_command_forecasts_series_of_a_few_values(tmp_path):
+    """Yearly series of 7 values (Tourism yearly's shortest) with h 4: the statistical models' and auto's
+    validation fits see 3 values, which statsforecast's ETS and Theta refuse."""
+    from frozenvit.backbone.suite.cli import main
+
+    rng = np.random.default_rng(0)
+    lengths = [11, 11, 14, 40, 40, 40]
+    frame = pd.concat([pd.DataFrame({"unique_id": f"s{i}", "ds": np.arange(n), "y": 10 + np.cumsum(rng.normal(0.3, 1, n))})
+                       for i, n in enumerate(lengths)])
+    frame.to_csv(tmp_path / "yearly.csv", index=False)
+    assert main(["forecast", "backtest", "--csv", str(tmp_path / "yearly.csv"), "--h", "4", "--season-length", "1",
+                 "--max-epochs", "1", "--out", str(tmp_path / "out")]) == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["n_series"] == len(lengths)
+    assert all(np.isfinite(r["MASE"]) for r in summary["summary"])
