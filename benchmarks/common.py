@@ -62,3 +62,14 @@ def write_result(name: str, payload: dict[str, Any], out: str | Path | None = No
     write_json(path, {"benchmark": name, "machine": machine(), "when": time.strftime("%Y-%m-%dT%H:%M:%S"), **payload})
     print(f"wrote {path}")
     return path
+
+
+def merged_from(paths: Sequence[str | Path], parts: Sequence[dict[str, Any]]) -> list[str]:
+    """The files a `--merge` of `parts` (read from `paths`) was made from: a part that was itself merged
+    names its own sources, so that merging a merged result again keeps every file its rows came from."""
+    names: list[str] = []
+    for path, part in zip(paths, parts):
+        for name in part.get("merged_from") or [Path(path).name]:
+            if name not in names:
+                names.append(name)
+    return names

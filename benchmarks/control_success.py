@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import RESULTS, ROOT, print_table, write_result
+from common import RESULTS, ROOT, merged_from, print_table, write_result
 from frozenvit.backbone.runtimes import add_runtime_arg
 
 DEFAULT_TASKS = ["reach-v3", "push-v3", "button-press-v3", "drawer-open-v3"]
@@ -150,13 +150,14 @@ def main() -> int:
         if not args.out or Path(args.out).resolve() in inputs:
             raise SystemExit("--merge and --compare write to --out, a new path (not one of their inputs)")
     if args.merge:
-        run = merge_runs([json.loads(Path(p).read_text()) for p in args.merge])
+        parts = [json.loads(Path(p).read_text()) for p in args.merge]
+        run = merge_runs(parts)
         poolings = run["settings"]["poolings"]
         summary = summary_of(run["results"], poolings)
         print_table(summary["by_pooling"])
         print_table(summary["by_seed"])
         print_paired(summary["paired"], poolings[0])
-        write_result("control_success", dict(run, summary=summary, merged_from=[Path(p).name for p in args.merge]),
+        write_result("control_success", dict(run, summary=summary, merged_from=merged_from(args.merge, parts)),
                      args.out)
         return 0
     if args.compare:

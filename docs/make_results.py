@@ -321,9 +321,22 @@ MODEL_NAMES = {"SeasonalNaive": "seasonal naive", "Naive": "naive"}
 # each default model; also written into docs/forecasting.md between <!-- table:forecast_defaults --> markers.
 DEFAULTS = "forecast_defaults.json"
 DEFAULTS_SETS = {"m4_hourly": "M4 Hourly", "m3_monthly": "M3 monthly", "m3_quarterly": "M3 quarterly",
-                 "m3_yearly": "M3 yearly", "etth2": "ETTh2", "tourism_monthly": "Tourism monthly (held out)",
-                 "tourism_quarterly": "Tourism quarterly (held out)", "m1_monthly": "M1 monthly (held out)"}
-HELD_OUT_SETS = ("tourism_monthly", "tourism_quarterly", "m1_monthly")   # run only after the defaults were chosen
+                 "m3_yearly": "M3 yearly", "etth2": "ETTh2", "tourism_monthly": "Tourism monthly",
+                 "tourism_quarterly": "Tourism quarterly", "tourism_yearly": "Tourism yearly",
+                 "m1_monthly": "M1 monthly", "m1_quarterly": "M1 quarterly", "m1_yearly": "M1 yearly",
+                 "m3_other": "M3 other"}
+
+
+def defaults_order(row: dict) -> tuple:
+    """Development sets first, then the held-out ones (each row's `held_out`: run only after the defaults were
+    chosen), each in DEFAULTS_SETS' order, ETTh2's cuts by rows."""
+    return bool(row.get("held_out")), list(DEFAULTS_SETS).index(row["set"]), row.get("etth2_rows") or 0
+
+
+def defaults_name(row: dict) -> str:
+    """A row's set as the tables name it: ETTh2 with its rows where cut, a held-out set marked so."""
+    return (DEFAULTS_SETS[row["set"]] + (f", last {row['etth2_rows']} rows" if row.get("etth2_rows") else "")
+            + (" (held out)" if row.get("held_out") else ""))
 DEFAULTS_COLUMNS = [("snaive", "seasonal naive"), ("theta", "Theta"), ("ets", "ETS"), ("dlinear", "DLinear"),
                     ("patchtst", "PatchTST"), ("median", "median"), ("auto", "auto")]
 # auto's rules on the same cached candidate forecasts, and the look-back rule against the constant
@@ -374,12 +387,12 @@ def defaults_table(link: str = LINK) -> str:
     set was run (h, season, windows, look-back, subsample), dated and linked to its JSON."""
     d = load(DEFAULTS)
     rows = []
-    for r in sorted(d["rows"], key=lambda r: list(DEFAULTS_SETS).index(r["set"])):
+    for r in sorted(d["rows"], key=defaults_order):
         sub = f", {r['series_run']} of them run (seeded sample)" if r.get("subsample") else ""
         sub += f", last {r['etth2_rows']} rows" if r.get("etth2_rows") else ""
         mase = r["mase"]
         best = min(("snaive", "theta", "ets", "dlinear", "patchtst", "median"), key=lambda k: mase[k])   # auto's
-        rows.append([DEFAULTS_SETS[r["set"]], *[f3(mase[k]) if mase.get(k) is not None else "-"
+        rows.append([defaults_name({**r, "etth2_rows": None}), *[f3(mase[k]) if mase.get(k) is not None else "-"
                                                  for k, _ in DEFAULTS_COLUMNS],
                      f"{mase['auto'] / min(mase['ets'], mase['theta']):.3f} / {mase['auto'] / mase[best]:.3f} "
                      f"({dict(DEFAULTS_COLUMNS)[best]})",
@@ -407,6 +420,7 @@ def stat_history_table(link: str = LINK) -> str:
     """Theta and ETS per set on all of each history, on each fixed window of the ladder (in units of
     max(season, h)) and with history="auto": MASE, auto's window, and the seconds of all against auto."""
     d = load(STAT_HISTORY)
+    held = {r["set"] for r in load(DEFAULTS)["rows"] if r.get("held_out")}
     ks = sorted({int(w) // max(r["season"], r["h"]) for r in d["rows"] for w in r["ladder"]})
     rows = []
     for r in d["rows"]:
@@ -416,7 +430,7 @@ def stat_history_table(link: str = LINK) -> str:
             best = min(mase.values())
             cell = lambda v: f"**{f3(v)}**" if v == best else f3(v)          # noqa: E731
             chose = r["auto_history"][key]
-            rows.append([DEFAULTS_SETS[r["set"]] + (f", last {r['etth2_rows']} rows" if r.get("etth2_rows") else ""),
+            rows.append([defaults_name({**r, "held_out": r["set"] in held}),
                          STAT_MODELS[key], cell(mase["all"]),
                          *[cell(mase[str(k * unit)]) if str(k * unit) in mase else "-" for k in ks],
                          f"{cell(mase['auto'])} ({'all' if chose is None else chose})",
@@ -497,8 +511,8 @@ def auto_seeds_table(link: str = LINK) -> str:
     the candidate best on average."""
     d = load(AUTO_SEEDS)
     rows = []
-    for r in sorted(d["rows"], key=lambda r: (list(DEFAULTS_SETS).index(r["set"]), r.get("etth2_rows") or 0)):
-        name = DEFAULTS_SETS[r["set"]] + (f", last {r['etth2_rows']} rows" if r.get("etth2_rows") else "")
+    for r in sorted(d["rows"], key=defaults_order):
+        name = defaults_name(r)
         name += f" ({r['series_run']} of {r['series_in_file']} series, seeded sample)" if r.get("subsample") else ""
         cells = [f"{f3(r['mean'][k])} ± {r['std'][k]:.3f}" if r["std"][k] > 5e-5 else f3(r["mean"][k])
                  for k, _ in DEFAULTS_COLUMNS]
@@ -1071,8 +1085,8 @@ def headlines() -> dict[str, str]:
                 f"**{f3(m['image_auroc'])} / {f3(m['pixel_auroc'])} / {f3(m['aupro'])}** ({link.format('anomaly')}).")
     rows = {r["model"]: r for r in load("forecast_m4_hourly.json")["summary"]}
     every = load(DEFAULTS)["rows"]
-    sets = [r for r in every if r["set"] not in HELD_OUT_SETS]
-    held = [r for r in every if r["set"] in HELD_OUT_SETS]
+    sets = [r for r in every if not r.get("held_out")]
+    held = [r for r in every if r.get("held_out")]
     won = sum(r["mase"]["auto"] <= min(r["mase"]["ets"], r["mase"]["theta"]) for r in sets)
     candidates = ("snaive", "theta", "ets", "dlinear", "patchtst", "median")      # auto's, its median included
     near = sum(r["mase"]["auto"] <= 1.02 * min(r["mase"][k] for k in candidates) for r in sets)
@@ -1089,8 +1103,8 @@ def headlines() -> dict[str, str]:
                          f"stays within 2 % of its best candidate on "
                          f"{sum(r['mase']['auto'] <= 1.02 * min(r['mase'][k] for k in candidates) for r in held)}")
     every = [r for r in load(AUTO_SEEDS)["rows"] if not r.get("subsample")]
-    seeded = [r for r in every if r["set"] not in HELD_OUT_SETS]
-    held = [r for r in every if r["set"] in HELD_OUT_SETS]
+    seeded = [r for r in every if not r.get("held_out")]
+    held = [r for r in every if r.get("held_out")]
     near_mean = sum(r["auto_mean_over_best_mean"] <= 1.02 for r in seeded)
     forecasting_ += (f". Over {len(seeded[0]['seeds'])} training seeds of the networks its mean is within 2 % of the "
                      f"best candidate's mean on {near_mean} of {len(seeded)} development-set runs")

@@ -1,0 +1,15 @@
+"""`--merge` of benchmark results: merging a merged result again keeps every file its rows came from."""
+import json
+
+
+def test_merging_a_merged_result_names_every_source(tmp_path, load_benchmark):
+    fd = load_benchmark("forecast_defaults")
+    row = lambda name: {"set": name, "mase": {}}                                    # noqa: E731
+    for name, sets in (("a.json", ["m3_yearly"]), ("b.json", ["etth2"]), ("c.json", ["m4_hourly"])):
+        (tmp_path / name).write_text(json.dumps({"threads": 1, "rows": [row(s) for s in sets]}))
+    ab, abc = tmp_path / "ab.json", tmp_path / "abc.json"
+    assert fd.main(["--merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--out", str(ab)]) == 0
+    assert fd.main(["--merge", str(ab), str(tmp_path / "c.json"), "--out", str(abc)]) == 0
+    merged = json.loads(abc.read_text())
+    assert merged["merged_from"] == ["a.json", "b.json", "c.json"]
+    assert [r["set"] for r in merged["rows"]] == ["m4_hourly", "m3_yearly", "etth2"]
