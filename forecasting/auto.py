@@ -34,7 +34,8 @@ docs/forecasting.md).
 Nothing after a series' first cutoff enters the choice, and later windows keep it (their histories
 contain the first one's). A candidate that cannot forecast a series (a neural look-back longer than
 its history) is left out for that series; a series too short for any validation window takes the
-weights the rule gives over the other series, for the candidates it can forecast. So `auto` forecasts
+weights the rule gives over the other series, for the candidates it can forecast (their median only
+where it forecasts with all of them: the median of fewer is another forecast than the one validated). So `auto` forecasts
 every series a statistical candidate can: short series fall back to the statistical candidates on their
 own. With `median` (and three or more candidates) the candidates' median is one more candidate,
 validated on the same windows from the same forecasts, at no cost. In a backtest a candidate also run
@@ -247,8 +248,9 @@ class AutoForecaster(Forecaster):
         """Validation errors (C, S, V), or (C, S) for one window -> weights (C, S), each series' summing to 1
         over the candidates that have an error. A series without any error takes the weights of the group
         rule ("global", or "global_weights" for the weighting rules) over every series validated for all the
-        candidates that `forecasts` (C, S: which candidate forecasts which series) says it has; else (no such
-        series, or no `forecasts`) zeros: its first candidate (`combine_validated`)."""
+        candidates that `forecasts` (C, S: which candidate forecasts which series) says it has, their median
+        only where every candidate forecasts it (a median of fewer members is not the one validated); else
+        (no such series, or no `forecasts`) zeros: its first candidate (`combine_validated`)."""
         errors = np.asarray(errors, dtype=float)
         errors = errors[:, :, None] if errors.ndim == 2 else errors
         has = np.isfinite(errors).any(axis=2)                                                     # (C, S)
@@ -264,8 +266,11 @@ class AutoForecaster(Forecaster):
         else:                                                 # per series
             for s in np.flatnonzero(has.any(axis=0)):
                 w[:, s] = self._group(errors[:, s:s + 1], has[:, s], inverse, top=1 if self.how == "select" else None)
+        median = self.median and len(self.candidates) >= 3 and errors.shape[0] == len(self.candidates) + 1
         for s in np.flatnonzero(~has.any(axis=0)) if forecasts is not None else ():
-            pattern = np.asarray(forecasts)[:, s]
+            pattern = np.array(forecasts, dtype=bool)[:, s]
+            if median and not pattern[:-1].all():     # its median is of fewer members than the one validated
+                pattern[-1] = False
             cols = np.flatnonzero(has[pattern].all(axis=0)) if pattern.any() else []
             if len(cols):
                 w[:, s] = self._group(errors[:, cols], pattern, inverse)

@@ -329,3 +329,16 @@ def test_a_series_of_no_validated_candidate_is_recorded_with_the_candidate_that_
     w = effective_weights(preds, np.array([[0.0, 0.0], [0.0, 1.0]]))
     np.testing.assert_array_equal(w, [[0.0, 0.0], [1.0, 1.0]])
     np.testing.assert_array_equal(combine_validated(preds, w), np.full((2, 1, 3), 5.0))
+
+
+def test_a_series_too_short_to_validate_takes_no_median_of_fewer_candidates_than_the_validated_one():
+    """Series 2 has no validation window and only the first three candidates forecast it: its median (of
+    three) is not the median of five validated on series 0, so it takes the rule of the three over series 0
+    and 1, which the median would have won."""
+    cands = [Naive(), SeasonalNaive(12), SeasonalNaive(24), DLinear(h=4), DLinear(h=4, input_size=24)]
+    errors = np.array([[3.0, 3.0, np.nan], [1.0, 1.0, np.nan], [2.0, 2.0, np.nan],
+                       [0.6, np.nan, np.nan], [0.6, np.nan, np.nan], [0.5, np.nan, np.nan]])     # last row: median
+    forecasts = np.array([[True] * 3, [True] * 3, [True] * 3, [True, False, False], [True, False, False],
+                          [True] * 3])
+    w = AutoForecaster(cands, top=1).weights(errors, forecasts)
+    assert w[:, 2].tolist() == [0.0, 1.0, 0.0, 0.0, 0.0, 0.0]
