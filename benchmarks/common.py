@@ -73,3 +73,13 @@ def merged_from(paths: Sequence[str | Path], parts: Sequence[dict[str, Any]]) ->
             if name not in names:
                 names.append(name)
     return names
+
+
+def latest_rows(parts: Sequence[dict[str, Any]], key: Callable[[dict[str, Any]], Any]) -> list[dict[str, Any]]:
+    """The rows of `parts` (each a result with "rows"), one per `key(row)`: a row of a later part replaces an
+    earlier part's row of the same key, in its place, so that merging a re-run into a result updates it."""
+    rows: dict[Any, dict[str, Any]] = {}
+    for part in parts:
+        for r in part["rows"]:
+            rows[key(r)] = r
+    return list(rows.values())

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import merged_from, print_table, write_result  # noqa: E402
+from common import latest_rows, merged_from, print_table, write_result  # noqa: E402
 from forecast_defaults import COLUMNS, HELD_OUT, SETS, load, sample_series  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -85,7 +85,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--merge", type=Path, nargs="+", default=None,
-                    help="run nothing: write one table of the rows of these earlier JSON files")
+                    help="run nothing: write one table of the rows of these earlier JSON files (a set in a later file "
+                         "replaces its row of an earlier one)")
     return ap
 
 
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.merge:
         parts = [json.loads(p.read_text()) for p in args.merge]
-        rows = [r for d in parts for r in d["rows"]]
+        rows = latest_rows(parts, key=lambda r: (r["set"], r.get("etth2_rows"), bool(r.get("subsample"))))
         for r in rows:                                   # rows of runs made before a set was held out say so too
             r["held_out"] = r["set"] in HELD_OUT
         print_table(table(rows))

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import merged_from, print_table, write_result  # noqa: E402
+from common import latest_rows, merged_from, print_table, write_result  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
@@ -110,7 +110,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--merge", type=Path, nargs="+", default=None,
-                    help="run nothing: write one table of the rows of these earlier JSON files (runs split by set)")
+                    help="run nothing: write one table of the rows of these earlier JSON files (runs split by set; a set "
+                         "in a later file replaces its row of an earlier one)")
     return ap
 
 
@@ -118,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.merge:
         parts = [json.loads(p.read_text()) for p in args.merge]
-        rows = sorted((r for d in parts for r in d["rows"]), key=lambda r: list(SETS).index(r["set"]))
+        rows = sorted(latest_rows(parts, key=lambda r: (r["set"], r.get("etth2_rows"))),
+                      key=lambda r: list(SETS).index(r["set"]))
         for r in rows:                                   # rows of runs made before a set was held out say so too
             r["held_out"] = r["set"] in HELD_OUT
         write_result("forecast_defaults", {"threads": parts[0]["threads"], "merged_from": merged_from(args.merge, parts),

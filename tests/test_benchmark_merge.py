@@ -13,3 +13,16 @@ def test_merging_a_merged_result_names_every_source(tmp_path, load_benchmark):
     merged = json.loads(abc.read_text())
     assert merged["merged_from"] == ["a.json", "b.json", "c.json"]
     assert [r["set"] for r in merged["rows"]] == ["m4_hourly", "m3_yearly", "etth2"]
+
+
+def test_a_set_run_again_replaces_its_row_in_the_merge(tmp_path, load_benchmark):
+    fd = load_benchmark("forecast_defaults")
+    old = {"threads": 1, "rows": [{"set": "m3_yearly", "mase": {"auto": 2.0}}, {"set": "etth2", "mase": {"auto": 1.0}},
+                                  {"set": "etth2", "etth2_rows": 2880, "mase": {"auto": 0.9}}]}
+    new = {"threads": 1, "rows": [{"set": "etth2", "mase": {"auto": 0.8}}]}
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    (tmp_path / "new.json").write_text(json.dumps(new))
+    assert fd.main(["--merge", str(tmp_path / "old.json"), str(tmp_path / "new.json"), "--out", str(tmp_path / "m.json")]) == 0
+    rows = json.loads((tmp_path / "m.json").read_text())["rows"]
+    assert [(r["set"], r.get("etth2_rows"), r["mase"]["auto"]) for r in rows] == \
+        [("m3_yearly", None, 2.0), ("etth2", None, 0.8), ("etth2", 2880, 0.9)]
