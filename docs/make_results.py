@@ -360,11 +360,14 @@ AUTO_RIVALS = "forecast_auto_rivals.json"
 # the defaults over the networks' training seeds (benchmarks/forecast_auto_seeds.py): per set each model's mean
 # MASE and spread, auto over its best candidate per seed; written into docs/forecasting.md too.
 AUTO_SEEDS = "forecast_auto_seeds.json"
+# auto's rules re-scored on the forecasts of the command's own run, every set (benchmarks/forecast_auto_rules_cli.py)
+AUTO_RULES_CLI = "forecast_auto_rules_cli.json"
 DOC_TABLES = {ROOT / "docs" / "forecasting.md": {
     "forecast_defaults": lambda: defaults_table("../benchmarks/results/"),
     "forecast_auto_rules": lambda: auto_rules_table("../benchmarks/results/"),
     "forecast_auto_rivals": lambda: auto_rivals_table("../benchmarks/results/"),
     "forecast_auto_seeds": lambda: auto_seeds_table("../benchmarks/results/"),
+    "forecast_auto_rules_cli": lambda: auto_rules_cli_table("../benchmarks/results/"),
     "forecast_lookback": lambda: lookback_table("../benchmarks/results/"),
     "forecast_stat_history": lambda: stat_history_table("../benchmarks/results/")},
     ROOT / "docs" / "anomaly.md": {"anomaly_select": lambda: anomaly_select_table("../benchmarks/results/"),
@@ -485,6 +488,30 @@ def auto_rivals_table(link: str = LINK) -> str:
             for k in keys]
     t = table(["rule", *[f"{rules_set(r)} ({r['series']} of {r['series_in_file']})" for r in d["rows"]]], rows)
     return f"{t}\n\n({date(d)}, [json]({link}{AUTO_RIVALS}))\n"
+
+
+def auto_rules_cli_table(link: str = LINK) -> str:
+    """auto's rules on the forecasts of the command's own run: one row a set (development sets first), the best
+    candidate, then per rule its MASE over the best candidate's / over the better of ETS and Theta; the default
+    rule's column marked, and the rule the CHOOSE_ON criterion picks named below."""
+    d = load(AUTO_RULES_CLI)
+    keys = list(d["rows"][0]["rules"])
+    names = {"SeasonalNaive": "seasonal naive", "snaive": "seasonal naive", "theta": "Theta", "ets": "ETS",
+             "dlinear": "DLinear", "patchtst": "PatchTST", "median": "median"}
+    label = lambda k: k.replace("global, ", "") + (" (default)" if k == AUTO_ONE else "")   # noqa: E731
+    rows = [[defaults_name(r), f"{names[r['best_candidate']]} {f3(r['reported'][r['best_candidate']])}",
+             *[f"{r['rules'][k]['over_best']:.3f} / {r['rules'][k]['over_ets_theta']:.3f}" for k in keys]]
+            for r in sorted(d["rows"], key=defaults_order)]
+    t = table(["set", "best candidate (MASE)", *[label(k) for k in keys]], rows)
+    c = d["choice"]
+    on = ", ".join(DEFAULTS_SETS[s] for s in c["sets"])
+    chosen = (f"Over {on}, the rule of the least mean ratio to the best candidate among those at most the better "
+              f"of ETS and Theta on each: **{label(c['chosen'])}** (mean "
+              f"{c['mean_over_best'][c['chosen']]:.3f}).") if c.get("chosen") else ""
+    matched = all(r["shipped_matches"] for r in d["rows"])
+    check = "the default rule re-scored gives the command's own auto on every set" if matched else \
+        "the default rule re-scored does NOT give the command's own auto on every set"
+    return f"{t}\n\n{chosen} ({date(d)}; {check}; [json]({link}{AUTO_RULES_CLI}))\n"
 
 
 def auto_choice(per_seed: list[dict], most: int = 2) -> str:

@@ -1,0 +1,156 @@
+"""auto's rules scored on the forecasts of the CLI's own run, as the defaults stand.
+
+For each set, `frozenvit forecast backtest` runs in this process with only --h and --season-length (as
+benchmarks/forecast_defaults.py runs it: every default, --stat-history auto and the short-series policy
+included) while every AutoForecaster call records what its rule is given: each candidate's test forecasts
+and validation errors (`AutoForecaster.candidate_forecasts`). Each rule of forecast_auto_rules.RULES then
+weights the recorded candidates of the call that forecasts auto's column, and its MASE on the test windows
+is set against the best candidate's and the better of ETS and Theta's, both as the command reported them.
+The default rule re-scored must give the command's own auto MASE (`shipped_matches`), which checks the
+recording. The `choice` is made as forecast_auto_rules.py makes it: over the sets the default was chosen
+on (CHOOSE_ON), the rule of the least mean ratio to the best candidate among those at most the better of
+ETS and Theta on each of them.
+
+Needs what forecast_defaults.py needs. Writes benchmarks/results/forecast_auto_rules_cli.json (or --out;
+one file per set beside it while running); `--merge` joins earlier files.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import latest_rows, merged_from, print_table, write_result  # noqa: E402
+from forecast_auto_rules import CHOOSE_ON, RULES  # noqa: E402
+from forecast_defaults import COLUMNS, HELD_OUT, SETS, load  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+DEFAULT = "global, top 2 within 20 %"
+
+
+def recorded_run(name: str, etth2_rows: int | None, threads: int, extra: list[str]) -> tuple[dict, dict]:
+    """Run the command on set `name`; return its summary and the recording of the AutoForecaster call that
+    forecast auto's column (the one of the most candidates: the short-series fallback's calls have only the
+    statistical ones)."""
+    from frozenvit.backbone.suite.cli import main
+    from frozenvit.forecasting import auto
+
+    h, season = SETS[name]
+    calls = []
+    original = auto.AutoForecaster.candidate_forecasts
+
+    def recording(self, series, cutoffs, h, **kw):
+        preds, errors = original(self, series, cutoffs, h, **kw)
+        calls.append(dict(model=self, series=[np.asarray(y, float) for y in series], cutoffs=np.asarray(cutoffs),
+                          preds=preds, errors=errors))
+        return preds, errors
+
+    auto.AutoForecaster.candidate_forecasts = recording
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            csv, out = Path(tmp) / f"{name}.csv", Path(tmp) / "out"
+            load(name, etth2_rows).to_csv(csv, index=False)
+            code = main(["forecast", "backtest", "--csv", str(csv), "--h", str(h), "--season-length", str(season),
+                         "--threads", str(threads), "--out", str(out), *extra])
+            if code != 0:
+                raise SystemExit(f"the backtest of {name} exited {code}")
+            summary = json.loads((out / "summary.json").read_text())
+    finally:
+        auto.AutoForecaster.candidate_forecasts = original
+    return summary, max(calls, key=lambda c: len(c["model"].candidates))
+
+
+def rule_mase(call: dict, season: int, **rule) -> float:
+    """MASE (per series over its windows, then over the series) of auto's forecasts under `rule`."""
+    from sklearn.base import clone
+
+    from frozenvit.forecasting.auto import combine_validated
+    from frozenvit.forecasting.metrics import mase
+
+    preds, errors = call["preds"], call["errors"]
+    model = clone(call["model"]).set_params(**rule)
+    f = combine_validated(preds, model.weights(errors, np.isfinite(preds).all(axis=(2, 3))))
+    return float(np.mean([np.mean([mase(y[c: c + f.shape[2]], fw, y[:c], season) for c, fw in zip(cs, fs)])
+                          for y, cs, fs in zip(call["series"], call["cutoffs"], f)]))
+
+
+def run_set(name: str, etth2_rows: int | None, threads: int, extra: list[str] = ()) -> dict:
+    t0 = time.perf_counter()
+    summary, call = recorded_run(name, etth2_rows, threads, list(extra))
+    season = int(summary.get("mase_season") or SETS[name][1])
+    reported = {k: next(r["MASE"] for r in summary["summary"] if r["model"] == v) for k, v in COLUMNS.items()}
+    best = min(v for k, v in reported.items() if k != "auto")
+    better = min(reported["ets"], reported["theta"])
+    rules = {}
+    for rule, params in RULES.items():
+        m = rule_mase(call, season, **params)
+        rules[rule] = {"mase": m, "over_best": m / best, "over_ets_theta": m / better}
+    return {"set": name, "etth2_rows": etth2_rows if name == "etth2" else None, "held_out": name in HELD_OUT,
+            "h": SETS[name][0], "season": season,
+            "series": len(call["series"]), "command_extra": list(extra), "reported": reported,
+            "best_candidate": min((k for k in reported if k != "auto"), key=reported.get), "rules": rules,
+            "shipped_matches": bool(np.isclose(rules[DEFAULT]["mase"], reported["auto"], rtol=1e-9)),
+            "wall_seconds": time.perf_counter() - t0}
+
+
+def choose(rows: list[dict]) -> dict:
+    """forecast_auto_rules.py's choice on these rows: over CHOOSE_ON, the least mean ratio to the best
+    candidate among the rules at most the better of ETS and Theta on each."""
+    on = [r for r in rows if r["set"] in CHOOSE_ON]
+    if not on:
+        return {"sets": [], "chosen": None}
+    mean = {k: float(np.mean([r["rules"][k]["over_best"] for r in on])) for k in RULES}
+    keep = [k for k in RULES if all(r["rules"][k]["over_ets_theta"] <= 1 for r in on)]
+    return {"sets": [r["set"] for r in on], "mean_over_best": mean, "at_most_ets_theta": keep,
+            "chosen": min(keep, key=mean.get) if keep else None}
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, out of {','.join(SETS)}")
+    ap.add_argument("--etth2-rows", type=int, default=None, help="ETTh2: keep the last this many rows")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--max-epochs", type=int, default=None, help="the networks' epochs (default: the command's)")
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--merge", type=Path, nargs="+", default=None,
+                    help="run nothing: join the rows of these earlier JSON files (a set in a later file replaces "
+                         "its row of an earlier one)")
+    return ap
+
+
+def table(rows: list[dict]) -> list[dict]:
+    return [{"set": r["set"] + (f" ({r['etth2_rows']} rows)" if r.get("etth2_rows") else ""), "best": f"{r['best_candidate']} {r['reported'][r['best_candidate']]:.3f}",
+             **{k.replace("global, ", ""): f"{v['over_best']:.3f}/{v['over_ets_theta']:.3f}"
+                for k, v in r["rules"].items()}, "matches": r["shipped_matches"]} for r in rows]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.merge:
+        parts = [json.loads(p.read_text()) for p in args.merge]
+        rows = sorted(latest_rows(parts, key=lambda r: (r["set"], r.get("etth2_rows"))),
+                      key=lambda r: list(SETS).index(r["set"]))
+    else:
+        import torch
+
+        torch.set_num_threads(args.threads)
+        rows = []
+        for name in args.sets.split(","):
+            extra = [] if args.max_epochs is None else ["--max-epochs", str(args.max_epochs)]
+            rows.append(run_set(name, args.etth2_rows, args.threads, extra))
+            write_result(f"forecast_auto_rules_cli_{name}", {"threads": args.threads, "rows": [rows[-1]]},
+                         None if args.out is None else args.out.with_name(f"{args.out.stem}_{name}.json"))
+    print_table(table(rows))
+    extra = {"merged_from": merged_from(args.merge, parts)} if args.merge else {}
+    write_result("forecast_auto_rules_cli", {"threads": parts[0]["threads"] if args.merge else args.threads,
+                                             **extra, "rows": rows, "choice": choose(rows)}, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
