@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import latest_rows, merged_from, print_table, write_result  # noqa: E402
+from common import merged_from, print_table, write_result  # noqa: E402
 from forecast_auto_rules import CHOOSE_ON, RULES  # noqa: E402
-from forecast_defaults import COLUMNS, HELD_OUT, SETS, load  # noqa: E402
+from forecast_defaults import COLUMNS, HELD_OUT, SETS, load, merged_rows  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -132,9 +132,7 @@ def table(rows: list[dict]) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.merge:
-        parts = [json.loads(p.read_text()) for p in args.merge]
-        rows = sorted(latest_rows(parts, key=lambda r: (r["set"], r.get("etth2_rows"))),
-                      key=lambda r: list(SETS).index(r["set"]))
+        parts, rows = merged_rows(args.merge)
     else:
         import torch
 

@@ -115,14 +115,21 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def merged_rows(paths: list[Path]) -> tuple[list[dict], list[dict]]:
+    """The results at `paths` and their rows, one per set (and ETTh2 cut), a later file's replacing an earlier
+    one's, in SETS' order, each marked `held_out` or not (rows of runs made before a set was held out too)."""
+    parts = [json.loads(p.read_text()) for p in paths]
+    rows = sorted(latest_rows(parts, key=lambda r: (r["set"], r.get("etth2_rows"))),
+                  key=lambda r: list(SETS).index(r["set"]))
+    for r in rows:
+        r["held_out"] = r["set"] in HELD_OUT
+    return parts, rows
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.merge:
-        parts = [json.loads(p.read_text()) for p in args.merge]
-        rows = sorted(latest_rows(parts, key=lambda r: (r["set"], r.get("etth2_rows"))),
-                      key=lambda r: list(SETS).index(r["set"]))
-        for r in rows:                                   # rows of runs made before a set was held out say so too
-            r["held_out"] = r["set"] in HELD_OUT
+        parts, rows = merged_rows(args.merge)
         write_result("forecast_defaults", {"threads": parts[0]["threads"], "merged_from": merged_from(args.merge, parts),
                                            "rows": rows}, args.out)
         return 0

@@ -496,8 +496,7 @@ def auto_rules_cli_table(link: str = LINK) -> str:
     rule's column marked, and the rule the CHOOSE_ON criterion picks named below."""
     d = load(AUTO_RULES_CLI)
     keys = list(d["rows"][0]["rules"])
-    names = {"SeasonalNaive": "seasonal naive", "snaive": "seasonal naive", "theta": "Theta", "ets": "ETS",
-             "dlinear": "DLinear", "patchtst": "PatchTST", "median": "median"}
+    names = dict(DEFAULTS_COLUMNS)
     label = lambda k: k.replace("global, ", "") + (" (default)" if k == AUTO_ONE else "")   # noqa: E731
     rows = [[defaults_name(r), f"{names[r['best_candidate']]} {f3(r['reported'][r['best_candidate']])}",
              *[f"{r['rules'][k]['over_best']:.3f} / {r['rules'][k]['over_ets_theta']:.3f}" for k in keys]]
