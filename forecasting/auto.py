@@ -35,9 +35,9 @@ Nothing after a series' first cutoff enters the choice, and later windows keep i
 contain the first one's). A candidate that cannot forecast a series (a neural look-back longer than
 its history) is left out for that series; a series too short for any validation window takes the
 weights the rule gives over the other series, for the candidates it can forecast (their median only
-where it forecasts with all of them: the median of fewer is another forecast than the one validated). So `auto` forecasts
-every series a statistical candidate can: short series fall back to the statistical candidates on their
-own. With `median` (and three or more candidates) the candidates' median is one more candidate,
+where it forecasts with all of them: the median of fewer is another forecast than the one validated).
+So `auto` forecasts every series a statistical candidate can: short series fall back to the statistical
+candidates on their own. With `median` (and three or more candidates) the candidates' median is one more candidate,
 validated on the same windows from the same forecasts, at no cost. In a backtest a candidate also run
 alone is fitted once (forecasting.reuse).
 

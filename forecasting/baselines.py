@@ -207,12 +207,12 @@ class StatsForecastModel(LocalModel):
     fitted by simple exponential smoothing (its alpha optimised; one value: carried forward), as R's
     forecast::ets does for tiny series, so that every series of one value or more gets a forecast."""
 
+    _parameter_constraints = {"season_length": [Interval(Integral, 1, None, closed="left")],
+                              "history": [Interval(Integral, 2, None, closed="left"), StrOptions({"auto"}), None]}
+
     def tiny_history(self, m: int) -> int:
         """The longest history statsforecast refuses to fit this model to, with a season of m steps."""
         return 0
-
-    _parameter_constraints = {"season_length": [Interval(Integral, 1, None, closed="left")],
-                              "history": [Interval(Integral, 2, None, closed="left"), StrOptions({"auto"}), None]}
 
     def _make(self, m: int):
         raise NotImplementedError
