@@ -11,8 +11,14 @@ recording. The `choice` is made as forecast_auto_rules.py makes it: over the set
 on (CHOOSE_ON), the rule of the least mean ratio to the best candidate among those at most the better of
 ETS and Theta on each of them.
 
+`noise` asks how much of the 2 % bar the set's own series leave to chance, from the command's per-series
+MASE: over random halves of the series, the candidate best on one half (chosen with the test windows' own
+errors) scored on the other over that half's best, and auto on a half over that half's best; and auto over
+the best candidate on bootstrap resamples of the series.
+
 Needs what forecast_defaults.py needs. Writes benchmarks/results/forecast_auto_rules_cli.json (or --out;
-one file per set beside it while running); `--merge` joins earlier files.
+one file per set beside it while running); `--merge` joins earlier files. `--keep DIR` also writes each
+set's recording (.npz, nothing pickled), and `--from-kept` scores recordings without running the command.
 """
 from __future__ import annotations
 
@@ -36,21 +42,40 @@ DEFAULT = "global, top 2 within 20 %"
 def recorded_run(name: str, etth2_rows: int | None, threads: int, extra: list[str]) -> tuple[dict, dict]:
     """Run the command on set `name`; return its summary and the recording of the AutoForecaster call that
     forecast auto's column (the one of the most candidates: the short-series fallback's calls have only the
-    statistical ones)."""
+    statistical ones), with the command's per-series MASE of every model (`per_series`)."""
     from frozenvit.backbone.suite.cli import main
+    import importlib
+
     from frozenvit.forecasting import auto
 
+    backtest_module = importlib.import_module("frozenvit.forecasting.backtest")  # the package exports the function
+
     h, season = SETS[name]
-    calls = []
+    calls, results = [], []
     original = auto.AutoForecaster.candidate_forecasts
+    original_backtest = backtest_module.backtest
+
+    def capturing(*args, **kw):
+        results.append(original_backtest(*args, **kw))
+        return results[-1]
+
+    validated = []
+    original_validate = auto.AutoForecaster._validate
+
+    def validating(*args, **kw):
+        validated.append(original_validate(*args, **kw))
+        return validated[-1]
 
     def recording(self, series, cutoffs, h, **kw):
+        start = len(validated)
         preds, errors = original(self, series, cutoffs, h, **kw)
         calls.append(dict(model=self, series=[np.asarray(y, float) for y in series], cutoffs=np.asarray(cutoffs),
-                          preds=preds, errors=errors))
+                          preds=preds, errors=errors, validation=np.stack(validated[start:])))
         return preds, errors
 
     auto.AutoForecaster.candidate_forecasts = recording
+    auto.AutoForecaster._validate = staticmethod(validating)
+    backtest_module.backtest = capturing
     try:
         with tempfile.TemporaryDirectory() as tmp:
             csv, out = Path(tmp) / f"{name}.csv", Path(tmp) / "out"
@@ -62,7 +87,11 @@ def recorded_run(name: str, etth2_rows: int | None, threads: int, extra: list[st
             summary = json.loads((out / "summary.json").read_text())
     finally:
         auto.AutoForecaster.candidate_forecasts = original
-    return summary, max(calls, key=lambda c: len(c["model"].candidates))
+        auto.AutoForecaster._validate = staticmethod(original_validate)
+        backtest_module.backtest = original_backtest
+    call = max(calls, key=lambda c: len(c["model"].candidates))
+    call["per_series"] = results[-1].per_series("mase")
+    return summary, call
 
 
 def rule_mase(call: dict, season: int, **rule) -> float:
@@ -79,11 +108,69 @@ def rule_mase(call: dict, season: int, **rule) -> float:
                           for y, cs, fs in zip(call["series"], call["cutoffs"], f)]))
 
 
-def run_set(name: str, etth2_rows: int | None, threads: int, extra: list[str] = ()) -> dict:
-    t0 = time.perf_counter()
-    summary, call = recorded_run(name, etth2_rows, threads, list(extra))
-    season = int(summary.get("mase_season") or SETS[name][1])
-    reported = {k: next(r["MASE"] for r in summary["summary"] if r["model"] == v) for k, v in COLUMNS.items()}
+def keep(path: Path, call: dict, season: int) -> None:
+    """Write the recording to `path` (.npz, atomically, nothing pickled): what `rule_mase` and `noise` need, and
+    the candidates' validation forecasts (C, S, V, h), for rules that combine them otherwise."""
+    import os
+
+    params = {k: v for k, v in call["model"].get_params(deep=False).items() if k != "candidates"}
+    ps = call["per_series"]
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        np.savez_compressed(fh, preds=call["preds"], errors=call["errors"], validation=call["validation"],
+                            cutoffs=call["cutoffs"], h=call["preds"].shape[3],
+                            values=np.concatenate(call["series"]), lengths=[len(y) for y in call["series"]],
+                            candidates=len(call["model"].candidates), params=json.dumps(params), season=season,
+                            models=np.array(ps.columns, dtype=str), ids=np.array(ps.index, dtype=str),
+                            per_series=ps.to_numpy(float))
+    os.replace(tmp, path)
+
+
+def kept(path: Path) -> tuple[dict, int]:
+    """A recording written by `keep`, as `recorded_run` returns it (the model: an AutoForecaster of the same
+    rule and number of candidates, enough for its `weights`), and its MASE season."""
+    import pandas as pd
+
+    from frozenvit.forecasting.auto import AutoForecaster
+
+    with np.load(path, allow_pickle=False) as z:
+        series = np.split(z["values"], np.cumsum(z["lengths"])[:-1])
+        model = AutoForecaster([None] * int(z["candidates"]), **json.loads(str(z["params"])))
+        per_series = pd.DataFrame(z["per_series"], index=z["ids"], columns=z["models"])
+        return dict(model=model, series=series, cutoffs=z["cutoffs"], preds=z["preds"], errors=z["errors"],
+                    validation=z["validation"], per_series=per_series), int(z["season"])
+
+
+def noise(per_series, draws: int = 400, seed: int = 0) -> dict:
+    """How much of a 2 % bar the set's own series leave to chance, from the command's per-series MASE: over
+    `draws` random halves A | B of the series, (a) the candidate of the least MASE on A (a choice made with the
+    test windows' own errors, on the other half of the same set) scored on B, over B's best candidate, and
+    (b) auto on B over B's best; and auto over the best candidate on resamples of the series (bootstrap)."""
+    cands = [COLUMNS[k] for k in COLUMNS if k != "auto"]
+    x, a = per_series[cands].to_numpy(float), per_series[COLUMNS["auto"]].to_numpy(float)
+    rng = np.random.default_rng(seed)
+    S = len(a)
+    oracle, auto_half, boot = [], [], []
+    for _ in range(draws):
+        perm = rng.permutation(S)
+        A, B = perm[: S // 2], perm[S // 2:]
+        mb = x[B].mean(axis=0)
+        oracle.append(mb[np.argmin(x[A].mean(axis=0))] / mb.min())
+        auto_half.append(a[B].mean() / mb.min())
+        r = rng.integers(0, S, S)
+        boot.append(a[r].mean() / x[r].mean(axis=0).min())
+
+    def stats(v):
+        v = np.asarray(v)
+        return {"median": float(np.median(v)), "p05": float(np.quantile(v, 0.05)),
+                "p95": float(np.quantile(v, 0.95)), "within_2pct": float(np.mean(v <= 1.02))}
+    return {"draws": draws, "half_split_oracle": stats(oracle), "half_split_auto": stats(auto_half),
+            "bootstrap_auto": stats(boot)}
+
+
+def score(name: str, etth2_rows: int | None, call: dict, season: int, extra: list[str], wall: float) -> dict:
+    """The row of set `name` from its recording."""
+    reported = {k: float(call["per_series"][v].mean()) for k, v in COLUMNS.items()}
     best = min(v for k, v in reported.items() if k != "auto")
     better = min(reported["ets"], reported["theta"])
     rules = {}
@@ -95,7 +182,21 @@ def run_set(name: str, etth2_rows: int | None, threads: int, extra: list[str] = 
             "series": len(call["series"]), "command_extra": list(extra), "reported": reported,
             "best_candidate": min((k for k in reported if k != "auto"), key=reported.get), "rules": rules,
             "shipped_matches": bool(np.isclose(rules[DEFAULT]["mase"], reported["auto"], rtol=1e-9)),
-            "wall_seconds": time.perf_counter() - t0}
+            "noise": noise(call["per_series"]), "wall_seconds": wall}
+
+
+def run_set(name: str, etth2_rows: int | None, threads: int, extra: list[str] = (), keep_dir: Path | None = None
+            ) -> dict:
+    t0 = time.perf_counter()
+    summary, call = recorded_run(name, etth2_rows, threads, list(extra))
+    season = int(summary.get("mase_season") or SETS[name][1])
+    for r in summary["summary"]:          # the per-series MASE captured is the one the command reported
+        if r["model"] in call["per_series"]:
+            assert np.isclose(call["per_series"][r["model"]].mean(), r["MASE"], rtol=1e-9), r["model"]
+    if keep_dir is not None:
+        keep_dir.mkdir(parents=True, exist_ok=True)
+        keep(keep_dir / f"{name}{'' if etth2_rows is None else f'_{etth2_rows}rows'}.npz", call, season)
+    return score(name, etth2_rows, call, season, list(extra), time.perf_counter() - t0)
 
 
 def choose(rows: list[dict]) -> dict:
@@ -116,6 +217,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--etth2-rows", type=int, default=None, help="ETTh2: keep the last this many rows")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--max-epochs", type=int, default=None, help="the networks' epochs (default: the command's)")
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="also write each set's recording (an .npz of its candidates' forecasts, validation errors "
+                         "and per-series MASE) to this folder")
+    ap.add_argument("--from-kept", type=Path, nargs="+", default=None,
+                    help="run nothing: score the rules on recordings written by --keep (<set>.npz; ETTh2 cut: etth2_<n>rows.npz)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--merge", type=Path, nargs="+", default=None,
                     help="run nothing: join the rows of these earlier JSON files (a set in a later file replaces "
@@ -135,6 +241,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.merge:
         parts, rows = merged_rows(args.merge)
+    elif args.from_kept:
+        rows = []
+        for path in args.from_kept:
+            name, _, n = path.stem.rpartition("_") if path.stem.endswith("rows") else (path.stem, "", "")
+            call, season = kept(path)
+            rows.append(score(name, int(n[:-4]) if n else None, call, season, [], float("nan")))
     else:
         import torch
 
@@ -142,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for name in args.sets.split(","):
             extra = [] if args.max_epochs is None else ["--max-epochs", str(args.max_epochs)]
-            rows.append(run_set(name, args.etth2_rows, args.threads, extra))
+            rows.append(run_set(name, args.etth2_rows, args.threads, extra, args.keep))
             write_result(f"forecast_auto_rules_cli_{name}", {"threads": args.threads, "rows": [rows[-1]]},
                          None if args.out is None else args.out.with_name(f"{args.out.stem}_{name}.json"))
     print_table(table(rows))
