@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 import time
@@ -36,7 +37,10 @@ from forecast_defaults import COLUMNS, HELD_OUT, SETS, load, merged_rows  # noqa
 
 import numpy as np  # noqa: E402
 
+from frozenvit.forecasting.defaults import AUTO_CANDIDATES, BACKTEST_COMMAND  # noqa: E402
+
 DEFAULT = "global, top 2 within 20 %"
+MEDIAN_OF = re.search(r"median\(([^)]*)\)", BACKTEST_COMMAND["models"]).group(1).split(",")   # its median column
 
 
 def recorded_run(name: str, etth2_rows: int | None, threads: int, extra: list[str]) -> tuple[dict, dict]:
@@ -141,11 +145,35 @@ def kept(path: Path) -> tuple[dict, int]:
                     validation=z["validation"], per_series=per_series), int(z["season"])
 
 
-def noise(per_series, draws: int = 400, seed: int = 0) -> dict:
-    """How much of a 2 % bar the set's own series leave to chance, from the command's per-series MASE: over
-    `draws` random halves A | B of the series, (a) the candidate of the least MASE on A (a choice made with the
-    test windows' own errors, on the other half of the same set) scored on B, over B's best candidate, and
-    (b) auto on B over B's best; and auto over the best candidate on resamples of the series (bootstrap)."""
+def _stats(v) -> dict:
+    v = np.asarray(v, dtype=float)
+    return {"median": float(np.median(v)), "p05": float(np.quantile(v, 0.05)), "p95": float(np.quantile(v, 0.95)),
+            "within_2pct": float(np.mean(v <= 1.02))}
+
+
+def window_mase(call: dict, season: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-window MASE (K, S', W) of the columns of COLUMNS but auto, from the recording, on the S' series that
+    every candidate forecast (the median column: the median of its members' forecasts), and which series."""
+    from frozenvit.forecasting.metrics import mase
+
+    preds = call["preds"][: len(AUTO_CANDIDATES)]
+    rows = {k: preds[AUTO_CANDIDATES.index(k)] for k in AUTO_CANDIDATES}
+    rows["median"] = np.median(np.stack([rows[k] for k in MEDIAN_OF]), axis=0)
+    cols = [k for k in COLUMNS if k != "auto"]
+    ok = np.flatnonzero(np.isfinite(preds).all(axis=(0, 2, 3)))
+    out = np.array([[[mase(y[c: c + preds.shape[3]], rows[k][s, w], y[:c], season)
+                      for w, c in enumerate(call["cutoffs"][s])] for s, y in ((s, call["series"][s]) for s in ok)]
+                    for k in cols]).reshape(len(cols), len(ok), preds.shape[2])
+    return out, ok
+
+
+def noise(per_series, draws: int = 400, seed: int = 0, windows: np.ndarray | None = None) -> dict:
+    """How much of a 2 % bar the set's own series and windows leave to chance. From the command's per-series
+    MASE, over `draws` random halves A | B of the series: (a) the candidate of the least MASE on A (a choice
+    made with the test windows' own errors, on the other half of the same set) scored on B, over B's best
+    candidate, and (b) auto on B over B's best; and auto over the best candidate on resamples of the series
+    (bootstrap). With `windows` (K, S, W; `window_mase`) of two or more test windows, the same choice made
+    on half of the windows (every split, at most `draws`) or on one window, scored on the others."""
     cands = [COLUMNS[k] for k in COLUMNS if k != "auto"]
     x, a = per_series[cands].to_numpy(float), per_series[COLUMNS["auto"]].to_numpy(float)
     rng = np.random.default_rng(seed)
@@ -159,13 +187,22 @@ def noise(per_series, draws: int = 400, seed: int = 0) -> dict:
         auto_half.append(a[B].mean() / mb.min())
         r = rng.integers(0, S, S)
         boot.append(a[r].mean() / x[r].mean(axis=0).min())
+    out = {"draws": draws, "half_split_oracle": _stats(oracle), "half_split_auto": _stats(auto_half),
+           "bootstrap_auto": _stats(boot)}
+    if windows is not None and windows.shape[2] >= 2 and windows.shape[1]:
+        from itertools import combinations, islice
 
-    def stats(v):
-        v = np.asarray(v)
-        return {"median": float(np.median(v)), "p05": float(np.quantile(v, 0.05)),
-                "p95": float(np.quantile(v, 0.95)), "within_2pct": float(np.mean(v <= 1.02))}
-    return {"draws": draws, "half_split_oracle": stats(oracle), "half_split_auto": stats(auto_half),
-            "bootstrap_auto": stats(boot)}
+        m = windows.mean(axis=1)                                                        # (K, W)
+        W = m.shape[1]
+
+        def chosen_on(A):
+            B = [w for w in range(W) if w not in A]
+            mb = m[:, B].mean(axis=1)
+            return mb[np.argmin(m[:, list(A)].mean(axis=1))] / mb.min()
+        out["window_split_oracle"] = {"windows": W, "series": int(windows.shape[1]),
+                                      "half": _stats([chosen_on(A) for A in islice(combinations(range(W), W // 2), draws)]),
+                                      "one": _stats([chosen_on((w,)) for w in range(W)])}
+    return out
 
 
 def score(name: str, etth2_rows: int | None, call: dict, season: int, extra: list[str], wall: float) -> dict:
@@ -182,7 +219,7 @@ def score(name: str, etth2_rows: int | None, call: dict, season: int, extra: lis
             "series": len(call["series"]), "command_extra": list(extra), "reported": reported,
             "best_candidate": min((k for k in reported if k != "auto"), key=reported.get), "rules": rules,
             "shipped_matches": bool(np.isclose(rules[DEFAULT]["mase"], reported["auto"], rtol=1e-9)),
-            "noise": noise(call["per_series"]), "wall_seconds": wall}
+            "noise": noise(call["per_series"], windows=window_mase(call, season)[0]), "wall_seconds": wall}
 
 
 def run_set(name: str, etth2_rows: int | None, threads: int, extra: list[str] = (), keep_dir: Path | None = None

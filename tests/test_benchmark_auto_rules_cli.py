@@ -25,6 +25,11 @@ def test_auto_rules_on_the_clis_own_run_reproduce_its_auto(tmp_path, load_benchm
     assert arc.main(["--from-kept", str(tmp_path / "rec" / "toy.npz"), "--out", str(tmp_path / "k.json")]) == 0
     again = json.loads((tmp_path / "k.json").read_text())["rows"][0]
     assert again["rules"] == row["rules"] and again["reported"] == row["reported"] and again["noise"] == row["noise"]
+    call, season = arc.kept(tmp_path / "rec" / "toy.npz")        # the median column rebuilt from its members
+    m, ok = arc.window_mase(call, season)                         # on the series every candidate forecast
+    assert ok.tolist() == [1, 2, 3, 4, 5] and m.shape[2] == 1 and "window_split_oracle" not in row["noise"]
+    cols = [v for k, v in arc.COLUMNS.items() if k != "auto"]
+    assert m.mean(axis=(1, 2)) == pytest.approx(call["per_series"][cols].iloc[ok].mean().to_numpy())
 
 
 def test_noise_half_splits_and_bootstrap(load_benchmark):
@@ -42,3 +47,12 @@ def test_noise_half_splits_and_bootstrap(load_benchmark):
     x[arc.COLUMNS["auto"]] = 1.1 * x[arc.COLUMNS["theta"]]
     n = arc.noise(x, draws=50)
     assert n["half_split_auto"]["within_2pct"] == 0 and n["bootstrap_auto"]["median"] == pytest.approx(1.1)
+    assert "window_split_oracle" not in n                                    # no windows given
+    # four test windows: theta best on three, seasonal naive (by far) on the fourth; a choice on half of the
+    # windows is always within 2 %, a choice on the fourth window alone is not
+    w = np.ones((len(cands), 20, 4))
+    w[cands.index(arc.COLUMNS["theta"]), :, :3] = 0.5
+    w[cands.index(arc.COLUMNS["snaive"]), :, 3] = 0.9
+    n = arc.noise(x, draws=50, windows=w)["window_split_oracle"]
+    assert n["windows"] == 4 and n["half"]["within_2pct"] == 1
+    assert n["one"]["within_2pct"] == 0.75 and n["one"]["p95"] > 1.2
