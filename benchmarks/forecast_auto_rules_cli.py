@@ -112,7 +112,7 @@ def rule_mase(call: dict, season: int, **rule) -> float:
                           for y, cs, fs in zip(call["series"], call["cutoffs"], f)]))
 
 
-def keep(path: Path, call: dict, season: int) -> None:
+def keep(path: Path, call: dict, season: int, wall: float) -> None:
     """Write the recording to `path` (.npz, atomically, nothing pickled): what `rule_mase` and `noise` need, and
     the candidates' validation forecasts (C, S, V, h), for rules that combine them otherwise."""
     import os
@@ -126,13 +126,13 @@ def keep(path: Path, call: dict, season: int) -> None:
                             values=np.concatenate(call["series"]), lengths=[len(y) for y in call["series"]],
                             candidates=len(call["model"].candidates), params=json.dumps(params), season=season,
                             models=np.array(ps.columns, dtype=str), ids=np.array(ps.index, dtype=str),
-                            per_series=ps.to_numpy(float))
+                            per_series=ps.to_numpy(float), wall_seconds=wall)
     os.replace(tmp, path)
 
 
-def kept(path: Path) -> tuple[dict, int]:
+def kept(path: Path) -> tuple[dict, int, float | None]:
     """A recording written by `keep`, as `recorded_run` returns it (the model: an AutoForecaster of the same
-    rule and number of candidates, enough for its `weights`), and its MASE season."""
+    rule and number of candidates, enough for its `weights`), its MASE season and the run's wall seconds."""
     import pandas as pd
 
     from frozenvit.forecasting.auto import AutoForecaster
@@ -142,7 +142,8 @@ def kept(path: Path) -> tuple[dict, int]:
         model = AutoForecaster([None] * int(z["candidates"]), **json.loads(str(z["params"])))
         per_series = pd.DataFrame(z["per_series"], index=z["ids"], columns=z["models"])
         return dict(model=model, series=series, cutoffs=z["cutoffs"], preds=z["preds"], errors=z["errors"],
-                    validation=z["validation"], per_series=per_series), int(z["season"])
+                    validation=z["validation"], per_series=per_series), int(z["season"]), \
+            (float(z["wall_seconds"]) if "wall_seconds" in z.files else None)
 
 
 def _stats(v) -> dict:
@@ -230,10 +231,11 @@ def run_set(name: str, etth2_rows: int | None, threads: int, extra: list[str] = 
     for r in summary["summary"]:          # the per-series MASE captured is the one the command reported
         if r["model"] in call["per_series"]:
             assert np.isclose(call["per_series"][r["model"]].mean(), r["MASE"], rtol=1e-9), r["model"]
+    wall = time.perf_counter() - t0
     if keep_dir is not None:
         keep_dir.mkdir(parents=True, exist_ok=True)
-        keep(keep_dir / f"{name}{'' if etth2_rows is None else f'_{etth2_rows}rows'}.npz", call, season)
-    return score(name, etth2_rows, call, season, list(extra), time.perf_counter() - t0)
+        keep(keep_dir / f"{name}{'' if etth2_rows is None else f'_{etth2_rows}rows'}.npz", call, season, wall)
+    return score(name, etth2_rows, call, season, list(extra), wall)
 
 
 def choose(rows: list[dict]) -> dict:
@@ -282,8 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for path in args.from_kept:
             name, _, n = path.stem.rpartition("_") if path.stem.endswith("rows") else (path.stem, "", "")
-            call, season = kept(path)
-            rows.append(score(name, int(n[:-4]) if n else None, call, season, [], float("nan")))
+            call, season, wall = kept(path)
+            rows.append(score(name, int(n[:-4]) if n else None, call, season, [], wall))
     else:
         import torch
 
@@ -295,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
             write_result(f"forecast_auto_rules_cli_{name}", {"threads": args.threads, "rows": [rows[-1]]},
                          None if args.out is None else args.out.with_name(f"{args.out.stem}_{name}.json"))
     print_table(table(rows))
-    extra = {"merged_from": merged_from(args.merge, parts)} if args.merge else {}
+    extra = {"merged_from": merged_from(args.merge, parts)} if args.merge else \
+        {"from_kept": [p.name for p in args.from_kept]} if args.from_kept else {}
     write_result("forecast_auto_rules_cli", {"threads": parts[0]["threads"] if args.merge else args.threads,
                                              **extra, "rows": rows, "choice": choose(rows)}, args.out)
     return 0

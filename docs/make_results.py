@@ -368,6 +368,7 @@ DOC_TABLES = {ROOT / "docs" / "forecasting.md": {
     "forecast_auto_rivals": lambda: auto_rivals_table("../benchmarks/results/"),
     "forecast_auto_seeds": lambda: auto_seeds_table("../benchmarks/results/"),
     "forecast_auto_rules_cli": lambda: auto_rules_cli_table("../benchmarks/results/"),
+    "forecast_auto_noise": lambda: auto_noise_table("../benchmarks/results/"),
     "forecast_lookback": lambda: lookback_table("../benchmarks/results/"),
     "forecast_stat_history": lambda: stat_history_table("../benchmarks/results/")},
     ROOT / "docs" / "anomaly.md": {"anomaly_select": lambda: anomaly_select_table("../benchmarks/results/"),
@@ -488,6 +489,31 @@ def auto_rivals_table(link: str = LINK) -> str:
             for k in keys]
     t = table(["rule", *[f"{rules_set(r)} ({r['series']} of {r['series_in_file']})" for r in d["rows"]]], rows)
     return f"{t}\n\n({date(d)}, [json]({link}{AUTO_RIVALS}))\n"
+
+
+def auto_noise_table(link: str = LINK) -> str:
+    """How much of the 2 % bar each set's own series leave to chance (forecast_auto_rules_cli.py's `noise`): auto
+    over the best candidate, its bootstrap interval over the series, and over random halves of the series auto
+    on a half, and the candidate best on the test windows of one half scored on the other, each over that
+    half's best candidate (median, 95th percentile, share of draws within 2 %)."""
+    d = load(AUTO_RULES_CLI)
+    rows = []
+    for r in sorted(d["rows"], key=defaults_order):
+        n, rep = r["noise"], r["reported"]
+        b, a, o = n["bootstrap_auto"], n["half_split_auto"], n["half_split_oracle"]
+        spread = lambda x: f"{x['median']:.3f} / {x['p95']:.3f} ({pct(x['within_2pct'])})"   # noqa: E731
+        ws = n.get("window_split_oracle")
+        rows.append([defaults_name(r), str(r["series"]), f3(rep["auto"] / rep[r["best_candidate"]]),
+                     f"{b['p05']:.3f} - {b['p95']:.3f}", spread(a), spread(o),
+                     f"{ws['windows']} windows, {ws['series']} series: {spread(ws['one'])}; {spread(ws['half'])}"
+                     if ws else "one window"])
+    draws = d["rows"][0]["noise"]["draws"]
+    t = table(["set", "series", "auto ÷ best candidate", "the same, 90 % bootstrap interval over the series",
+               "auto on half the series ÷ that half's best", "the candidate best on the test windows of the "
+               "other half of the series ÷ this half's best", "test windows (on the series every candidate forecast): the "
+               "candidate best on one of them, on the others ÷ their best; the same chosen on half of them"], rows)
+    return (f"{t}\n\nEach spread: median / 95th percentile (the share of draws within 2 %). ({date(d)}, {draws} random "
+            f"halves of the series a set, every split of the windows; [json]({link}{AUTO_RULES_CLI}))\n")
 
 
 def auto_rules_cli_table(link: str = LINK) -> str:

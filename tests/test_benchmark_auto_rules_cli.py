@@ -25,7 +25,8 @@ def test_auto_rules_on_the_clis_own_run_reproduce_its_auto(tmp_path, load_benchm
     assert arc.main(["--from-kept", str(tmp_path / "rec" / "toy.npz"), "--out", str(tmp_path / "k.json")]) == 0
     again = json.loads((tmp_path / "k.json").read_text())["rows"][0]
     assert again["rules"] == row["rules"] and again["reported"] == row["reported"] and again["noise"] == row["noise"]
-    call, season = arc.kept(tmp_path / "rec" / "toy.npz")        # the median column rebuilt from its members
+    call, season, wall = arc.kept(tmp_path / "rec" / "toy.npz")  # the median column rebuilt from its members
+    assert wall == again["wall_seconds"] == row["wall_seconds"] > 0
     m, ok = arc.window_mase(call, season)                         # on the series every candidate forecast
     assert ok.tolist() == [1, 2, 3, 4, 5] and m.shape[2] == 1 and "window_split_oracle" not in row["noise"]
     cols = [v for k, v in arc.COLUMNS.items() if k != "auto"]
