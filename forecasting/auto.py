@@ -38,7 +38,8 @@ weights the rule gives over the other series, for the candidates it can forecast
 where it forecasts with all of them: the median of fewer is another forecast than the one validated).
 So `auto` forecasts every series a statistical candidate can: short series fall back to the statistical
 candidates on their own. With `median` (and three or more candidates) the candidates' median is one more candidate,
-validated on the same windows from the same forecasts, at no cost. In a backtest a candidate also run
+validated on the same windows from the same forecasts, at no cost; so is each median of `median_of` (named
+members, e.g. the candidates but a baseline: the command's median column). In a backtest a candidate also run
 alone is fitted once (forecasting.reuse).
 
 After `forecast_cutoffs` the model holds what it forecast each series with (`choice_`, an AutoChoice:
@@ -68,8 +69,8 @@ MEDIAN = "median of candidates"           # the candidates' median, as auto's ch
 
 @dataclass(frozen=True)
 class AutoChoice:
-    """What `auto` forecast each series with: its candidates' names (the last one MEDIAN where their
-    median is a candidate) and their weights (S, C), each series' summing to 1."""
+    """What `auto` forecast each series with: its candidates' names (its medians last: MEDIAN, the median of
+    all of them, and any of `median_of`) and their weights (S, C), each series' summing to 1."""
 
     candidates: list[str]
     weights: np.ndarray
@@ -113,16 +114,18 @@ class AutoForecaster(Forecaster):
     validation window before the first cutoff (see the module doc). Candidates: distinct aliases."""
 
     _parameter_constraints = {"candidates": [list, tuple], "how": [StrOptions(set(HOW))], "median": ["boolean"],
+                              "median_of": [list, tuple],
                               "top": [Interval(Integral, 1, None, closed="left")],
                               "windows": [Interval(Integral, 1, None, closed="left")],
                               "tolerance": [Interval(Real, 0, None, closed="left")]}
 
     def __init__(self, candidates: Sequence[Forecaster], how: str = "global", median: bool = True,
                  top: int = AUTO_COMBINE["top"], tolerance: float = AUTO_COMBINE["tolerance"],
-                 windows: int = AUTO_COMBINE["windows"]) -> None:
+                 windows: int = AUTO_COMBINE["windows"], median_of: Sequence[Sequence[str]] = ()) -> None:
         self.candidates = candidates
         self.how = how
         self.median = median
+        self.median_of = median_of
         self.top = top
         self.tolerance = tolerance
         self.windows = windows
@@ -139,7 +142,20 @@ class AutoForecaster(Forecaster):
             raise ParameterError(f"AutoForecaster needs one or more candidates of distinct aliases, got {aliases}")
         for m in self.candidates:
             m.check_params()
+        for members in self.median_of:
+            if len(set(members)) < 2 or len(set(members)) < len(members) or not set(members) <= set(aliases):
+                raise ParameterError(f"each median of auto's median_of names two or more of its candidates ({aliases}) "
+                                     f"once each, got {list(members)}")
         return self
+
+    def medians(self) -> list[tuple[str, np.ndarray]]:
+        """The medians that are candidates too, as (name, member indices), in the order of their rows after
+        the candidates': with `median` (and three or more candidates) all of them (MEDIAN), then each of
+        `median_of`, named as the command names a median column ("median(Theta,ETS)")."""
+        out = [(MEDIAN, np.arange(len(self.candidates)))] if self.median and len(self.candidates) >= 3 else []
+        aliases = [m.alias for m in self.candidates] if self.median_of else []
+        return out + [(f"median({','.join(members)})", np.array([aliases.index(a) for a in members]))
+                      for members in self.median_of]
 
     def min_history(self) -> int:
         return min(m.min_history() for m in self.candidates)
@@ -151,7 +167,7 @@ class AutoForecaster(Forecaster):
         self.check_params()
         preds, errors = self.candidate_forecasts(series, cutoffs, h, refit_every=refit_every, progress=progress)
         w = effective_weights(preds, self.weights(errors, np.isfinite(preds).all(axis=(2, 3))))
-        names = [m.alias for m in self.candidates] + [MEDIAN] * (preds.shape[0] - len(self.candidates))
+        names = [m.alias for m in self.candidates] + [name for name, _ in self.medians()]
         self.choice_ = AutoChoice(names, w.T)
         return np.einsum("cs,cswh->swh", w, np.nan_to_num(preds)), None
 
@@ -174,8 +190,8 @@ class AutoForecaster(Forecaster):
                             ) -> tuple[np.ndarray, np.ndarray]:
         """Each candidate's forecasts (C, S, W, h), NaN for a series it cannot forecast, and its validation
         errors (C, S, V) on the `windows` V validation windows (window 0 the nearest the first cutoff), NaN
-        where it has none; with `median` and three or more candidates, one more row: their median (of those
-        that forecast the series), validated where every candidate is. A series is validated on the windows
+        where it has none; then one row per median (`medians`): the median of its members (of those that
+        forecast the series), validated where every member is. A series is validated on the windows
         that every candidate validating its nearest window can validate (see `validation_windows`)."""
         cutoffs = np.asarray(cutoffs)
         S, W = cutoffs.shape
@@ -195,12 +211,15 @@ class AutoForecaster(Forecaster):
                                                        refit_every=refit_every, progress=progress)[0]
             vals[i] = self._validate(model, series, starts, counts[i], h, progress)
         errors = np.abs(vals - truth[None]).mean(axis=3) / scale[None, :, None]              # (C, S, V)
-        if self.median and len(self.candidates) >= 3:            # their median: one more candidate, no fit
+        medians = self.medians()
+        if medians:                                              # more candidates, no fit
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                preds = np.concatenate([preds, np.nanmedian(preds, axis=0, keepdims=True)])
-                median = np.abs(np.nanmedian(vals, axis=0) - truth).mean(axis=2) / scale[:, None]    # (S, V)
-            errors = np.concatenate([errors, np.where(np.isfinite(errors).all(axis=0), median, np.nan)[None]])
+                rows = [np.nanmedian(preds[idx], axis=0) for _, idx in medians]
+                errs = [np.where(np.isfinite(errors[idx]).all(axis=0),
+                                 np.abs(np.nanmedian(vals[idx], axis=0) - truth).mean(axis=2) / scale[:, None], np.nan)
+                        for _, idx in medians]                                                  # (S, V) each
+            preds, errors = np.concatenate([preds, np.stack(rows)]), np.concatenate([errors, np.stack(errs)])
         if S and np.isnan(preds).all(axis=(2, 3)).all(axis=0).any():
             s = int(np.flatnonzero(np.isnan(preds).all(axis=(2, 3)).all(axis=0))[0])
             raise SeriesError(f"no candidate of auto can forecast series {s} ({first[s]} values before its first "
@@ -248,8 +267,8 @@ class AutoForecaster(Forecaster):
         """Validation errors (C, S, V), or (C, S) for one window -> weights (C, S), each series' summing to 1
         over the candidates that have an error. A series without any error takes the weights of the group
         rule ("global", or "global_weights" for the weighting rules) over every series validated for all the
-        candidates that `forecasts` (C, S: which candidate forecasts which series) says it has, their median
-        only where every candidate forecasts it (a median of fewer members is not the one validated); else
+        candidates that `forecasts` (C, S: which candidate forecasts which series) says it has, a median
+        only where every member forecasts it (a median of fewer members is not the one validated); else
         (no such series, or no `forecasts`) zeros: its first candidate (`combine_validated`)."""
         errors = np.asarray(errors, dtype=float)
         errors = errors[:, :, None] if errors.ndim == 2 else errors
@@ -266,11 +285,13 @@ class AutoForecaster(Forecaster):
         else:                                                 # per series
             for s in np.flatnonzero(has.any(axis=0)):
                 w[:, s] = self._group(errors[:, s:s + 1], has[:, s], inverse, top=1 if self.how == "select" else None)
-        median = self.median and len(self.candidates) >= 3 and errors.shape[0] == len(self.candidates) + 1
+        C = len(self.candidates)
+        medians = self.medians()[: max(errors.shape[0] - C, 0)]       # the rows given (a study may give fewer)
         for s in np.flatnonzero(~has.any(axis=0)) if forecasts is not None else ():
             pattern = np.array(forecasts, dtype=bool)[:, s]
-            if median and not pattern[:-1].all():     # its median is of fewer members than the one validated
-                pattern[-1] = False
+            for j, (_, idx) in enumerate(medians):
+                if not pattern[idx].all():            # this median is of fewer members than the one validated
+                    pattern[C + j] = False
             cols = np.flatnonzero(has[pattern].all(axis=0)) if pattern.any() else []
             if len(cols):
                 w[:, s] = self._group(errors[:, cols], pattern, inverse)

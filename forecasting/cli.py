@@ -18,7 +18,7 @@ from frozenvit.backbone.suite.engine import add_engine_args
 from frozenvit.backbone.suite.errors import UsageError
 
 from .defaults import NEURAL_TRAINING, PATCHTST_SHAPE  # noqa: F401   the models' defaults, re-exported
-from .defaults import (AUTO_CANDIDATES, AUTO_COMBINE, BACKTEST_COMMAND, CONFORMAL, MOST_WINDOWS, CSV_SEP, DS, GLOBAL_CALIBRATIONS, ID, LOOKBACK,
+from .defaults import (AUTO_CANDIDATES, AUTO_COMBINE, AUTO_MEDIAN_OF, BACKTEST_COMMAND, CONFORMAL, MOST_WINDOWS, CSV_SEP, DS, GLOBAL_CALIBRATIONS, ID, LOOKBACK,
                        HISTORY_LADDER, LOOKBACK_HORIZONS, PAPER_HORIZONS, PATCH_LEN, SHORT_SERIES, VIT_DEPTH, Y)
 from .errors import SeriesError
 
@@ -130,7 +130,8 @@ def register(subparsers) -> None:
     q.add_argument("--models", type=model_specs(MODEL_NAMES), default=_D["models"],
                    help=f"comma-separated, out of {','.join(MODEL_NAMES)}, and combinations of them: "
                         "median(ets,dlinear,patchtst) or mean(...) (members fitted once, tested against the "
-                        f"combination); auto: out of {','.join(AUTO_CANDIDATES)} and their median, the one of the "
+                        f"combination); auto: out of {','.join(AUTO_CANDIDATES)}, their median and the median of "
+                        f"{' and of '.join(','.join(m) for m in AUTO_MEDIAN_OF)}, the one of the "
                         f"least error on the validation {_auto_windows(AUTO_COMBINE['windows'])} relative to each "
                         "series' least, on average over the series, or the mean of the best "
                         f"{AUTO_COMBINE['top']} where they lie within "
@@ -271,7 +272,9 @@ def make_models(names: list[str], h: int, season_length: int, input_size: int = 
     def auto():
         from .auto import AutoForecaster
 
-        return AutoForecaster([factories[n]() for n in AUTO_CANDIDATES])   # its own objects: its own fits
+        cands = [factories[n]() for n in AUTO_CANDIDATES]                    # its own objects: its own fits
+        alias = {n: m.alias for n, m in zip(AUTO_CANDIDATES, cands)}
+        return AutoForecaster(cands, median_of=[tuple(alias[n] for n in members) for members in AUTO_MEDIAN_OF])
 
     factories["auto"] = auto
     return [factories[n]() for n in names]

@@ -33,12 +33,15 @@ MOST_WINDOWS = 8                                   # the most rolling windows th
 # in units of max(season, h): 2, 4, ... 32 of them (M4 Hourly: 96 ... 1536 hours)
 HISTORY_LADDER = (2, 4, 8, 16, 32)
 AUTO_CANDIDATES = ("snaive", "theta", "ets", "dlinear", "patchtst")   # the models `auto` chooses among (CLI names)
+# and the medians among them: of all of them, and of these (the command's median columns; forecasting.auto)
+AUTO_MEDIAN_OF = (("theta", "ets", "dlinear", "patchtst"),)
 # auto: the mean of its best `top` candidates within `tolerance` of the best, judged on up to `windows`
 # validation windows per series (docs/forecasting.md, "auto": one window judged M4 Hourly and M3 yearly better than
 # every window a series has, and the other sets the same)
 AUTO_COMBINE = dict(top=2, tolerance=0.2, windows=1)
 BACKTEST_COMMAND = dict(h=48, season_length=24, windows="auto",
-                        models="snaive,theta,ets,dlinear,patchtst,median(theta,ets,dlinear,patchtst),auto",
+                        models=",".join([*AUTO_CANDIDATES, *(f"median({','.join(m)})" for m in AUTO_MEDIAN_OF),
+                                         f"median({','.join(AUTO_CANDIDATES)})", "auto"]),
                         input_size="auto", short_series="statistical", stat_history="auto", plot_series=3)
 PAPER_HORIZONS = (96, 192, 336, 720)               # the PatchTST paper's horizons (`forecast paper`)
 CSV_SEP = ","                                      # the field separator of the CSV files read (--sep)

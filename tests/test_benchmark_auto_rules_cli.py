@@ -16,8 +16,11 @@ def test_auto_rules_on_the_clis_own_run_reproduce_its_auto(tmp_path, load_benchm
     monkeypatch.setattr(arc, "SETS", {"toy": (4, 1)})
     monkeypatch.setattr(arc, "load", lambda name, rows: frame)
     assert arc.main(["--sets", "toy", "--max-epochs", "1", "--keep", str(tmp_path / "rec"),
-                     "--out", str(tmp_path / "r.json")]) == 0
+                     "--out", str(tmp_path / "r.json"), "--defaults-out", str(tmp_path / "d.json")]) == 0
     row = json.loads((tmp_path / "r.json").read_text())["rows"][0]
+    default = json.loads((tmp_path / "d.json").read_text())["rows"][0]      # the same run, as forecast_defaults
+    assert default["mase"] == pytest.approx(row["reported"], rel=1e-12) and default["series_scored"] == 6
+    assert default["command"].startswith("frozenvit forecast backtest --csv toy.csv --h 4 --season-length 1")
     assert row["shipped_matches"] and set(row["rules"]) == set(arc.RULES)
     assert row["rules"][arc.DEFAULT]["mase"] == pytest.approx(row["reported"]["auto"], rel=1e-9)
     assert [p.name for p in (tmp_path / "rec").iterdir()] == ["toy.npz"]        # nothing half-written beside it

@@ -1,6 +1,8 @@
 """AutoForecaster (`--models auto`): a per-series choice validated inside each training history only."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -114,6 +116,36 @@ def test_the_cli_builds_auto_over_its_own_candidates():
     assert [m.alias for m in auto.candidates] == ["SeasonalNaive", "Theta", "ETS", "DLinear", "PatchTST"]
     assert len(AUTO_CANDIDATES) == 5
     assert all(c is not ets for c in auto.candidates)
+    # its medians are the command's two median columns: of all five, and of all but seasonal naive
+    assert [n for n, _ in auto.medians()] == [MEDIAN, "median(Theta,ETS,DLinear,PatchTST)"]
+    from frozenvit.forecasting.defaults import BACKTEST_COMMAND
+    assert re.findall(r"median\([^)]*\)", BACKTEST_COMMAND["models"]) == \
+        ["median(theta,ets,dlinear,patchtst)", "median(snaive,theta,ets,dlinear,patchtst)"]
+
+
+def test_a_median_of_named_members_is_one_more_candidate_validated_where_they_all_are():
+    """median_of=[("Naive", "SeasonalNaive")]: one more row after the median of all three, the median (the mean)
+    of those two, its error where both are validated; a series too short to validate keeps it only where both
+    members forecast it; a median naming a stranger or one member is refused."""
+    cands = [Naive(), SeasonalNaive(12), SeasonalNaive(24)]
+    auto = AutoForecaster(cands, median_of=[("Naive", "SeasonalNaive")])
+    assert [n for n, _ in auto.medians()] == [MEDIAN, "median(Naive,SeasonalNaive)"]
+    df = _panel()
+    series = [g["y"].to_numpy(float) for _, g in df.groupby("unique_id", sort=False)]
+    cutoffs = np.array([[len(y) - 24, len(y) - 12] for y in series])
+    preds, errors = auto.candidate_forecasts(series, cutoffs, 12)
+    assert preds.shape[0] == errors.shape[0] == 5
+    np.testing.assert_allclose(preds[4], preds[:2].mean(axis=0))
+    np.testing.assert_allclose(preds[3], np.median(preds[:3], axis=0))
+    # series 2: no validation; forecast by Naive and SeasonalNaive(24) only, so neither median is its candidate
+    errors = np.array([[1.0, 1.0, np.nan], [2.0, 2.0, np.nan], [2.0, 2.0, np.nan], [1.5, 1.5, np.nan], [0.5, 0.5, np.nan]])
+    forecasts = np.ones((5, 3), dtype=bool)
+    forecasts[1, 2] = False
+    w = AutoForecaster(cands, top=1, median_of=[("Naive", "SeasonalNaive")]).weights(errors, forecasts)
+    assert w[:, 0].tolist() == [0, 0, 0, 0, 1] and w[:, 2].tolist() == [1, 0, 0, 0, 0]
+    for bad in ([("Naive", "Theta")], [("Naive",)], [("Naive", "Naive", "SeasonalNaive")]):
+        with pytest.raises(ParameterError):
+            AutoForecaster(cands, median_of=bad).check_params()
 
 
 @pytest.mark.slow
