@@ -11,10 +11,11 @@ recording. The `choice` is made as forecast_auto_rules.py makes it: over the set
 on (CHOOSE_ON), the rule of the least mean ratio to the best candidate among those at most the better of
 ETS and Theta on each of them.
 
-`noise` asks how much of the 2 % bar the set's own series leave to chance, from the command's per-series
-MASE: over random halves of the series, the candidate best on one half (chosen with the test windows' own
-errors) scored on the other over that half's best, and auto on a half over that half's best; and auto over
-the best candidate on bootstrap resamples of the series.
+`noise` asks how much of the 2 % bar the set's own series and windows leave to chance, from the command's
+per-series MASE: over random halves of the series, the candidate best on one half (chosen with the test
+windows' own errors) scored on the other over that half's best, and auto on a half over that half's best;
+auto over the best candidate on bootstrap resamples of the series; and where the command rolled two or more
+test windows, the candidate best on one of them, or on half of them, scored on the others.
 
 Needs what forecast_defaults.py needs. Writes benchmarks/results/forecast_auto_rules_cli.json (or --out;
 one file per set beside it while running); `--merge` joins earlier files. `--keep DIR` also writes each
@@ -46,9 +47,9 @@ def recorded_run(name: str, etth2_rows: int | None, threads: int, extra: list[st
     forecast auto's column (the one of the most candidates: the short-series fallback's calls have only the
     statistical ones) with the command's per-series MASE of every model (`per_series`), the command's
     arguments and the number of series in the file."""
-    from frozenvit.backbone.suite.cli import main
     import importlib
 
+    from frozenvit.backbone.suite.cli import main
     from frozenvit.forecasting import auto
 
     backtest_module = importlib.import_module("frozenvit.forecasting.backtest")  # the package exports the function
@@ -171,7 +172,7 @@ def _stats(v) -> dict:
 
 def window_mase(call: dict, season: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-window MASE (K, S', W) of the columns of COLUMNS but auto, from the recording, on the S' series that
-    every candidate forecast (the median column: the median of its members' forecasts), and which series."""
+    every candidate forecast (a median column: the median of its members' forecasts), and which series."""
     from frozenvit.forecasting.metrics import mase
 
     preds = call["preds"][: len(AUTO_CANDIDATES)]
