@@ -494,10 +494,11 @@ def auto_rivals_table(link: str = LINK) -> str:
 
 
 def auto_noise_table(link: str = LINK) -> str:
-    """How much of the 2 % bar each set's own series leave to chance (forecast_auto_rules_cli.py's `noise`): auto
-    over the best candidate, its bootstrap interval over the series, and over random halves of the series auto
-    on a half, and the candidate best on the test windows of one half scored on the other, each over that
-    half's best candidate (median, 95th percentile, share of draws within 2 %)."""
+    """How much of the 2 % bar each set's own series and windows leave to chance (forecast_auto_rules_cli.py's
+    `noise`): auto over the best candidate, its bootstrap interval over the series; over random halves of the
+    series auto on a half, and the candidate best on the test windows of one half scored on the other, each
+    over that half's best candidate; and where there are several test windows, the candidate best on one of
+    them, or on half of them, scored on the others (median, 95th percentile, share of draws within 2 %)."""
     d = load(AUTO_RULES_CLI)
     rows = []
     for r in sorted(d["rows"], key=defaults_order):
