@@ -126,6 +126,9 @@ def keep(path: Path, call: dict, season: int, wall: float) -> None:
     the candidates' validation forecasts (C, S, V, h), for rules that combine them otherwise."""
     import os
 
+    if path.exists() and not is_recording(path):
+        raise SystemExit(f"{path} exists and is not a recording this benchmark wrote; move it, or pass another "
+                         "--keep folder")
     params = {k: v for k, v in call["model"].get_params(deep=False).items() if k != "candidates"}
     ps = call["per_series"]
     tmp = path.with_name(path.name + ".tmp")
@@ -138,6 +141,15 @@ def keep(path: Path, call: dict, season: int, wall: float) -> None:
                             models=np.array(ps.columns, dtype=str), ids=np.array(ps.index, dtype=str),
                             per_series=ps.to_numpy(float), wall_seconds=wall)
     os.replace(tmp, path)
+
+
+def is_recording(path: Path) -> bool:
+    """Whether `path` is an .npz that `keep` wrote (the arrays `kept` reads)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {"preds", "errors", "validation", "per_series", "params"} <= set(z.files)
+    except (OSError, ValueError, EOFError):
+        return False
 
 
 class _Named:
@@ -154,6 +166,8 @@ def kept(path: Path) -> tuple[dict, int, float | None]:
 
     from frozenvit.forecasting.auto import AutoForecaster
 
+    if not is_recording(path):
+        raise SystemExit(f"{path} is not a recording written by --keep; run the benchmark with --keep DIR first")
     with np.load(path, allow_pickle=False) as z:
         series = np.split(z["values"], np.cumsum(z["lengths"])[:-1])
         model = AutoForecaster([_Named(str(a)) for a in z["aliases"]] if "aliases" in z.files

@@ -60,3 +60,14 @@ def test_noise_half_splits_and_bootstrap(load_benchmark):
     n = arc.noise(x, draws=50, windows=w)["window_split_oracle"]
     assert n["windows"] == 4 and n["half"]["within_2pct"] == 1
     assert n["one"]["within_2pct"] == 0.75 and n["one"]["p95"] > 1.2
+
+
+def test_keep_never_replaces_a_file_it_did_not_write_and_from_kept_names_a_wrong_file(tmp_path, load_benchmark):
+    arc = load_benchmark("forecast_auto_rules_cli")
+    mine = tmp_path / "m4_hourly.npz"
+    mine.write_bytes(b"the user's own file")
+    with pytest.raises(SystemExit, match="is not a recording this benchmark wrote"):
+        arc.keep(mine, {}, 24, 1.0)
+    assert mine.read_bytes() == b"the user's own file"
+    with pytest.raises(SystemExit, match="not a recording written by --keep"):
+        arc.kept(mine)
