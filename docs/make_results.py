@@ -1152,7 +1152,7 @@ def headlines() -> dict[str, str]:
                     f"naive's {f3(rows['SeasonalNaive']['MASE'])} ({link.format('forecasting')}). With only `--h` and "
                     f"`--season-length` {scored}, and `auto` matches or beats the better of ETS and Theta on "
                     f"{won(dev)} of {len(dev)} development-set runs and {won(held)} of {len(held)} held-out sets, and "
-                    f"stays within 2 % of its best candidate on {near(dev)} of {len(dev)} and {near(held)} of "
+                    f"stays within 2 % of its best candidate (every other column is one) on {near(dev)} of {len(dev)} and {near(held)} of "
                     f"{len(held)} ([table](docs/forecasting.md#the-defaults-over-the-development-and-held-out-sets), "
                     "[over seeds](docs/forecasting.md#over-the-networks-seeds)).")
     won = played = 0
