@@ -15,7 +15,7 @@ many where the history is long, one where it is short. A candidate's error on a 
 the series' in-sample one-step MAE (a MASE that needs no season). `how` turns the errors into the
 forecast of every window:
 
-    "global"   per group of series that the same candidates forecast (short series apart), the mean of
+    "global"   per group of series that the same candidates forecast and validate, the mean of
                the `top` candidates of the least mean relative error over the group (an error over the
                least of its series and window, averaged over the series' windows, so that every series
                has the same say), those within `tolerance` (relative) of the least: the best one alone
@@ -265,7 +265,10 @@ class AutoForecaster(Forecaster):
 
     def weights(self, errors: np.ndarray, forecasts: np.ndarray | None = None) -> np.ndarray:
         """Validation errors (C, S, V), or (C, S) for one window -> weights (C, S), each series' summing to 1
-        over the candidates that have an error. A series without any error takes the weights of the group
+        over the candidates that have an error. The group rules ("global", "global_weights") rule each group
+        of series that the same candidates validate and (given `forecasts`) forecast: series too short for a
+        network's look-back are not ruled by those it forecasts without validating, and (where validated) take
+        what auto over the statistical candidates alone gives them. A series without any error takes the weights of the group
         rule ("global", or "global_weights" for the weighting rules) over every series validated for all the
         candidates that `forecasts` (C, S: which candidate forecasts which series) says it has, a median
         only where every member forecasts it (a median of fewer members is not the one validated); else
@@ -275,13 +278,15 @@ class AutoForecaster(Forecaster):
         has = np.isfinite(errors).any(axis=2)                                                     # (C, S)
         w = np.zeros(has.shape)
         inverse = self.how in ("global_weights", "weights")
-        if self.how in ("global", "global_weights"):          # per group of series that the same candidates forecast
+        if self.how in ("global", "global_weights"):          # per group: the same candidates validate and forecast
+            fc = np.ones_like(has) if forecasts is None else np.array(forecasts, dtype=bool)
             groups: dict[tuple, list[int]] = {}
             for s in range(errors.shape[1]):
-                groups.setdefault(tuple(has[:, s]), []).append(s)
-            for pattern, cols in groups.items():
-                if any(pattern):
-                    w[:, cols] = self._group(errors[:, cols], np.array(pattern), inverse)[:, None]
+                groups.setdefault((*has[:, s], *fc[:, s]), []).append(s)
+            for key, cols in groups.items():
+                pattern = np.array(key[: has.shape[0]])
+                if pattern.any():
+                    w[:, cols] = self._group(errors[:, cols], pattern, inverse)[:, None]
         else:                                                 # per series
             for s in np.flatnonzero(has.any(axis=0)):
                 w[:, s] = self._group(errors[:, s:s + 1], has[:, s], inverse, top=1 if self.how == "select" else None)

@@ -176,6 +176,23 @@ def test_global_chooses_for_the_short_series_by_their_own_validation_errors():
     assert w.argmax(axis=0).tolist() == [2, 2, 0, 0]
 
 
+def test_series_the_network_cannot_forecast_are_not_grouped_with_those_it_forecasts_unvalidated():
+    """Validated by the same candidates is not enough for one group: series 0-1 are forecast by the network
+    (too short for its validation training), series 2-3 are not (too short for its look-back). Each pair
+    takes the best of its own errors, and the short pair exactly what auto over the statistical candidates
+    alone gives them (the command's forecast of them in the network's column: forecasting.lookback)."""
+    errors = np.array([[1.0, 1.0, 2.0, 2.0],            # Naive: best where the network forecasts
+                       [1.5, 1.5, 1.0, 1.0],            # seasonal naive: best on the short pair
+                       [np.nan] * 4])                   # the network: validated nowhere
+    forecasts = np.array([[True] * 4, [True] * 4, [True, True, False, False]])
+    auto = AutoForecaster([Naive(), SeasonalNaive(12), DLinear(h=12)], how="global")
+    w = auto.weights(errors, forecasts)
+    assert w.argmax(axis=0).tolist() == [0, 0, 1, 1] and (w.max(axis=0) == 1).all()
+    local = AutoForecaster([Naive(), SeasonalNaive(12)], how="global", median=False)
+    np.testing.assert_array_equal(w[:2, 2:], local.weights(errors[:2, 2:]))
+    assert (auto.weights(errors)[:, 0] == auto.weights(errors)[:, 2]).all()     # without `forecasts`: one group
+
+
 def test_a_network_run_alone_and_as_a_candidate_of_auto_trains_once(monkeypatch):
     """backtest shares fits (forecasting.reuse): DLinear alone and inside auto is one training for the
     backtest's cutoffs (plus auto's own for its validation window), same forecasts."""
