@@ -266,13 +266,14 @@ class AutoForecaster(Forecaster):
     def weights(self, errors: np.ndarray, forecasts: np.ndarray | None = None) -> np.ndarray:
         """Validation errors (C, S, V), or (C, S) for one window -> weights (C, S), each series' summing to 1
         over the candidates that have an error. The group rules ("global", "global_weights") rule each group
-        of series that the same candidates validate and (given `forecasts`) forecast: series too short for a
-        network's look-back are not ruled by those it forecasts without validating, and (where validated) take
-        what auto over the statistical candidates alone gives them. A series without any error takes the weights of the group
-        rule ("global", or "global_weights" for the weighting rules) over every series validated for all the
-        candidates that `forecasts` (C, S: which candidate forecasts which series) says it has, a median
-        only where every member forecasts it (a median of fewer members is not the one validated); else
-        (no such series, or no `forecasts`) zeros: its first candidate (`combine_validated`)."""
+        of series that the same candidates validate and (given `forecasts`) forecast: series too short for
+        a network's look-back are not ruled by those it forecasts without validating, and (where validated)
+        take what auto over the statistical candidates alone gives them. A series without any error takes
+        the weights of the group rule ("global", or "global_weights" for the weighting rules) over every
+        series validated for all the candidates that `forecasts` (C, S: which candidate forecasts which
+        series) says it has, a median only where every member forecasts it (a median of fewer members is not
+        the one validated); else (no such series, or no `forecasts`) zeros: its first candidate
+        (`combine_validated`)."""
         errors = np.asarray(errors, dtype=float)
         errors = errors[:, :, None] if errors.ndim == 2 else errors
         has = np.isfinite(errors).any(axis=2)                                                     # (C, S)
