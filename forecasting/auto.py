@@ -283,9 +283,9 @@ class AutoForecaster(Forecaster):
             fc = np.ones_like(has) if forecasts is None else np.array(forecasts, dtype=bool)
             groups: dict[tuple, list[int]] = {}
             for s in range(errors.shape[1]):
-                groups.setdefault((*has[:, s], *fc[:, s]), []).append(s)
-            for key, cols in groups.items():
-                pattern = np.array(key[: has.shape[0]])
+                groups.setdefault((tuple(has[:, s]), tuple(fc[:, s])), []).append(s)
+            for (validated, _), cols in groups.items():
+                pattern = np.array(validated)
                 if pattern.any():
                     w[:, cols] = self._group(errors[:, cols], pattern, inverse)[:, None]
         else:                                                 # per series
