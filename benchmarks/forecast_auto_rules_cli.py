@@ -6,6 +6,9 @@ included) while every AutoForecaster call records what its rule is given: each c
 and validation errors (`AutoForecaster.candidate_forecasts`). Each rule of forecast_auto_rules.RULES then
 weights the recorded candidates of the call that forecasts auto's column, and its MASE on the test windows
 is set against the best candidate's and the better of ETS and Theta's, both as the command reported them.
+RIVALS are scored beside them but take no part in the choice: "networks only in the medians" ranks DLinear and
+PatchTST last, so that they enter auto's forecast through the medians alone (a network's validation error comes
+from a second training, another draw than the network that forecasts the test; the medians damp that draw).
 The default rule re-scored must give the command's own auto MASE (`shipped_matches`), which checks the
 recording. The `choice` is made as forecast_auto_rules.py makes it: over the sets the default was chosen
 on (CHOOSE_ON), the rule of the least mean ratio to the best candidate among those at most the better of
@@ -40,6 +43,9 @@ import numpy as np  # noqa: E402
 from frozenvit.forecasting.defaults import AUTO_CANDIDATES  # noqa: E402
 
 DEFAULT = "global, top 2 within 20 %"
+NETWORKS = ("DLinear", "PatchTST")
+RIVALS = {"top 2 within 20 %, networks only in the medians": dict(how="global", top=2, tolerance=0.2,
+                                                                   only_in_medians=NETWORKS)}
 
 
 def recorded_run(name: str, etth2_rows: int | None, threads: int, extra: list[str]) -> tuple[dict, dict, list, int]:
@@ -109,16 +115,23 @@ def forecast_mase(call: dict, f: np.ndarray, season: int) -> float:
                           for y, cs, fs in zip(call["series"], call["cutoffs"], f)]))
 
 
-def rule_mase(call: dict, season: int, **rule) -> float:
-    """MASE of auto's forecasts under `rule`."""
+def rule_weights(call: dict, only_in_medians: tuple = (), **rule) -> np.ndarray:
+    """auto's weights (C, S) under `rule` on the recording; the candidates named in `only_in_medians` rank last
+    wherever validated (the groups stay as they are), so they weigh in only through the medians."""
     from sklearn.base import clone
 
+    preds, errors = call["preds"], call["errors"].copy()
+    for i, m in enumerate(call["model"].candidates):
+        if getattr(m, "alias", None) in only_in_medians:
+            errors[i] = np.where(np.isfinite(errors[i]), np.finfo(float).max, np.nan)
+    return clone(call["model"]).set_params(**rule).weights(errors, np.isfinite(preds).all(axis=(2, 3)))
+
+
+def rule_mase(call: dict, season: int, **rule) -> float:
+    """MASE of auto's forecasts under `rule` (`rule_weights`' arguments)."""
     from frozenvit.forecasting.auto import combine_validated
 
-    preds, errors = call["preds"], call["errors"]
-    model = clone(call["model"]).set_params(**rule)
-    return forecast_mase(call, combine_validated(preds, model.weights(errors, np.isfinite(preds).all(axis=(2, 3)))),
-                         season)
+    return forecast_mase(call, combine_validated(call["preds"], rule_weights(call, **rule)), season)
 
 
 def keep(path: Path, call: dict, season: int, wall: float) -> None:
@@ -247,7 +260,7 @@ def score(name: str, etth2_rows: int | None, call: dict, season: int, extra: lis
     best = min(v for k, v in reported.items() if k != "auto")
     better = min(reported["ets"], reported["theta"])
     rules = {}
-    for rule, params in RULES.items():
+    for rule, params in {**RULES, **RIVALS}.items():
         m = rule_mase(call, season, **params)
         rules[rule] = {"mase": m, "over_best": m / best, "over_ets_theta": m / better}
     return {"set": name, "etth2_rows": etth2_rows if name == "etth2" else None, "held_out": name in HELD_OUT,

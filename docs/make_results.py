@@ -522,11 +522,14 @@ def auto_noise_table(link: str = LINK) -> str:
 def auto_rules_cli_table(link: str = LINK) -> str:
     """auto's rules on the forecasts of the command's own run: one row a set (development sets first), the best
     candidate, then per rule its MASE over the best candidate's / over the better of ETS and Theta; the default
-    rule's column marked, and the rule the CHOOSE_ON criterion picks named below."""
+    rule's column marked, the rivals (not among the rules chosen from) last, and the rule the CHOOSE_ON
+    criterion picks named below."""
     d = load(AUTO_RULES_CLI)
-    keys = list(d["rows"][0]["rules"])
+    family = d["choice"].get("mean_over_best", {})                   # the rules the choice is made among
+    keys = sorted(d["rows"][0]["rules"], key=lambda k: k not in family)     # rivals last
     names = dict(DEFAULTS_COLUMNS)
-    label = lambda k: k.replace("global, ", "") + (" (default)" if k == AUTO_ONE else "")   # noqa: E731
+    label = lambda k: k.replace("global, ", "") + (" (default)" if k == AUTO_ONE else "" if k in family   # noqa: E731
+                                                    else " (rival, not in the choice)")
     rows = [[defaults_name(r), f"{names[r['best_candidate']]} {f3(r['reported'][r['best_candidate']])}",
              *[f"{r['rules'][k]['over_best']:.3f} / {r['rules'][k]['over_ets_theta']:.3f}" for k in keys]]
             for r in sorted(d["rows"], key=defaults_order)]

@@ -21,7 +21,7 @@ def test_auto_rules_on_the_clis_own_run_reproduce_its_auto(tmp_path, load_benchm
     default = json.loads((tmp_path / "d.json").read_text())["rows"][0]      # the same run, as forecast_defaults
     assert default["mase"] == pytest.approx(row["reported"], rel=1e-12) and default["series_scored"] == 6
     assert default["command"].startswith("frozenvit forecast backtest --csv toy.csv --h 4 --season-length 1")
-    assert row["shipped_matches"] and set(row["rules"]) == set(arc.RULES)
+    assert row["shipped_matches"] and set(row["rules"]) == set(arc.RULES) | set(arc.RIVALS)
     assert row["rules"][arc.DEFAULT]["mase"] == pytest.approx(row["reported"]["auto"], rel=1e-9)
     assert [p.name for p in (tmp_path / "rec").iterdir()] == ["toy.npz"]        # nothing half-written beside it
     # the kept recording scores the same, without running anything
@@ -71,3 +71,27 @@ def test_keep_never_replaces_a_file_it_did_not_write_and_from_kept_names_a_wrong
     assert mine.read_bytes() == b"the user's own file"
     with pytest.raises(SystemExit, match="not a recording written by --keep"):
         arc.kept(mine)
+
+
+def test_networks_only_in_the_medians_never_weighs_a_network_alone(load_benchmark):
+    """The rival "networks only in the medians": where the validation ranks DLinear and PatchTST first by far, the
+    default rule takes them; the rival gives them no weight of their own and takes the best of the rest (here
+    the median without seasonal naive, then Theta), and on series no network forecasts it changes nothing."""
+    from frozenvit.forecasting.auto import AutoForecaster
+
+    arc = load_benchmark("forecast_auto_rules_cli")
+    aliases = ["SeasonalNaive", "Theta", "ETS", "DLinear", "PatchTST"]
+    model = AutoForecaster([arc._Named(a) for a in aliases], median_of=[("Theta", "ETS", "DLinear", "PatchTST")])
+    S = 6
+    errors = np.tile(np.array([3.0, 1.5, 2.0, 1.0, 1.05, 1.6, 1.4])[:, None, None], (1, S, 1))   # (C + 2, S, 1)
+    preds = np.ones((7, S, 1, 2))
+    preds[3:5, 4:] = np.nan                              # the last two series: too short for the networks
+    errors[3:5, 4:] = np.nan
+    errors[5:, 4:] = np.nan                              # their medians are of fewer members: not validated
+    call = {"model": model, "preds": preds, "errors": errors}
+    shipped = arc.rule_weights(call, **arc.RULES[arc.DEFAULT])
+    assert shipped[:, 0].tolist() == [0, 0, 0, 0.5, 0.5, 0, 0]              # DLinear and PatchTST
+    rival = arc.rule_weights(call, **next(iter(arc.RIVALS.values())))
+    assert rival[3:5].sum() == 0
+    assert rival[:, 0].tolist() == [0, 0.5, 0, 0, 0, 0, 0.5]                # Theta and the median without snaive
+    assert rival[:, 4:].tolist() == shipped[:, 4:].tolist() == [[0, 0], [1, 1], [0, 0], [0, 0], [0, 0], [0, 0], [0, 0]]
