@@ -23,6 +23,9 @@ test windows, the candidate best on one of them, or on half of them, scored on t
 Needs what forecast_defaults.py needs. Writes benchmarks/results/forecast_auto_rules_cli.json (or --out;
 one file per set beside it while running); `--merge` joins earlier files. `--keep DIR` also writes each
 set's recording (.npz, nothing pickled), and `--from-kept` scores recordings without running the command.
+`--seed S` runs the command with the networks trained from seed S (every row records its seed); merged,
+rows of other seeds stay beside each other (benchmarks/results/forecast_auto_rules_cli_seeds.json: the
+runs where the rivals differ from the default, seed by seed), and the choice is made on the seed-0 rows.
 """
 from __future__ import annotations
 
@@ -34,9 +37,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import merged_from, print_table, write_result  # noqa: E402
+from common import latest_rows, merged_from, print_table, write_result  # noqa: E402
 from forecast_auto_rules import CHOOSE_ON, RULES  # noqa: E402
-from forecast_defaults import COLUMNS, HELD_OUT, SETS, load, merged_rows, row_of  # noqa: E402
+from forecast_defaults import COLUMNS, HELD_OUT, SETS, load, row_of  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -288,10 +291,28 @@ def run_set(name: str, etth2_rows: int | None, threads: int, extra: list[str] = 
             row_of(name, *SETS[name], summary, argv, total, total, None, 0, etth2_rows, wall))
 
 
+def seed_of(row: dict) -> int:
+    """The networks' seed of a row's run: its `seed`, else the command's --seed, else the command's default 0."""
+    if "seed" in row:
+        return int(row["seed"])
+    extra = row.get("command_extra", [])
+    return int(extra[extra.index("--seed") + 1]) if "--seed" in extra else 0
+
+
+def merged(paths: list[Path]) -> tuple[list[dict], list[dict]]:
+    """The results at `paths` and their rows, one per set, ETTh2 cut and seed (a later file's replacing an
+    earlier one's), in SETS' order, then by seed; each marked `held_out` and with its `seed`."""
+    parts = [json.loads(p.read_text()) for p in paths]
+    rows = latest_rows(parts, key=lambda r: (r["set"], r.get("etth2_rows"), seed_of(r)))
+    for r in rows:
+        r["held_out"], r["seed"] = r["set"] in HELD_OUT, seed_of(r)
+    return parts, sorted(rows, key=lambda r: (list(SETS).index(r["set"]), r.get("etth2_rows") or 0, r["seed"]))
+
+
 def choose(rows: list[dict]) -> dict:
-    """forecast_auto_rules.py's choice on these rows: over CHOOSE_ON, the least mean ratio to the best
-    candidate among the rules at most the better of ETS and Theta on each."""
-    on = [r for r in rows if r["set"] in CHOOSE_ON]
+    """forecast_auto_rules.py's choice on these rows: over CHOOSE_ON (the seed-0 rows), the least mean ratio to
+    the best candidate among the rules at most the better of ETS and Theta on each."""
+    on = [r for r in rows if r["set"] in CHOOSE_ON and seed_of(r) == 0]
     if not on:
         return {"sets": [], "chosen": None}
     mean = {k: float(np.mean([r["rules"][k]["over_best"] for r in on])) for k in RULES}
@@ -306,6 +327,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--etth2-rows", type=int, default=None, help="ETTh2: keep the last this many rows")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--max-epochs", type=int, default=None, help="the networks' epochs (default: the command's)")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="the networks' training seed (the command's --seed); with --from-kept, the seed the "
+                         "recordings were made with")
     ap.add_argument("--keep", type=Path, default=None,
                     help="also write each set's recording (an .npz of its candidates' forecasts, validation errors "
                          "and per-series MASE) to this folder")
@@ -332,22 +356,24 @@ def table(rows: list[dict]) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.merge:
-        parts, rows = merged_rows(args.merge)
+        parts, rows = merged(args.merge)
     elif args.from_kept:
         rows = []
         for path in args.from_kept:
             name, _, n = path.stem.rpartition("_") if path.stem.endswith("rows") else (path.stem, "", "")
             call, season, wall = kept(path)
-            rows.append(score(name, int(n[:-4]) if n else None, call, season, [], wall))
+            extra = ["--seed", str(args.seed)] if args.seed else []
+            rows.append({**score(name, int(n[:-4]) if n else None, call, season, extra, wall), "seed": args.seed})
     else:
         import torch
 
         torch.set_num_threads(args.threads)
         rows, defaults = [], []
         for name in args.sets.split(","):
-            extra = [] if args.max_epochs is None else ["--max-epochs", str(args.max_epochs)]
+            extra = ([] if args.max_epochs is None else ["--max-epochs", str(args.max_epochs)]) + \
+                (["--seed", str(args.seed)] if args.seed else [])
             row, default_row = run_set(name, args.etth2_rows, args.threads, extra, args.keep)
-            rows.append(row)
+            rows.append({**row, "seed": args.seed})
             defaults.append(default_row)
             write_result(f"forecast_auto_rules_cli_{name}", {"threads": args.threads, "rows": [rows[-1]]},
                          None if args.out is None else args.out.with_name(f"{args.out.stem}_{name}.json"))

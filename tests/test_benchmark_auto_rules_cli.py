@@ -95,3 +95,24 @@ def test_networks_only_in_the_medians_never_weighs_a_network_alone(load_benchmar
     assert rival[3:5].sum() == 0
     assert rival[:, 0].tolist() == [0, 0.5, 0, 0, 0, 0, 0.5]                # Theta and the median without snaive
     assert rival[:, 4:].tolist() == shipped[:, 4:].tolist() == [[0, 0], [1, 1], [0, 0], [0, 0], [0, 0], [0, 0], [0, 0]]
+
+
+def test_merge_keeps_each_seed_and_chooses_on_seed_zero(tmp_path, load_benchmark):
+    """Rows of one set run with other seeds stay beside each other (a later file replaces only the same seed);
+    a row's seed comes from the command's --seed where the row does not name it; the choice reads seed 0."""
+    arc = load_benchmark("forecast_auto_rules_cli")
+    keys = list(arc.RULES)
+
+    def row(seed, ratio, extra=None):
+        r = {"set": "m4_hourly", "etth2_rows": None, "command_extra": extra if extra is not None else [],
+             "rules": {k: {"over_best": ratio if k == keys[1] else 1.05, "over_ets_theta": 0.9} for k in keys}}
+        return r if extra is not None else {**r, "seed": seed}
+    paths = []
+    for i, rows in enumerate([[row(0, 1.01), row(1, 0.5, ["--seed", "1"])], [row(1, 0.9), row(2, 0.8)]]):
+        paths.append(tmp_path / f"p{i}.json")
+        paths[-1].write_text(json.dumps({"threads": 1, "rows": rows}))
+    _, rows = arc.merged(paths)
+    assert [(r["seed"], r["rules"][keys[1]]["over_best"]) for r in rows] == [(0, 1.01), (1, 0.9), (2, 0.8)]
+    assert arc.seed_of({"command_extra": ["--max-epochs", "2", "--seed", "3"]}) == 3 and arc.seed_of({}) == 0
+    c = arc.choose(rows)
+    assert c["sets"] == ["m4_hourly"] and c["chosen"] == keys[1] and c["mean_over_best"][keys[1]] == 1.01
