@@ -14,6 +14,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from statistics import fmean
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -364,6 +365,8 @@ AUTO_RIVALS = "forecast_auto_rivals.json"
 AUTO_SEEDS = "forecast_auto_seeds.json"
 # auto's rules re-scored on the forecasts of the command's own run, every set (benchmarks/forecast_auto_rules_cli.py)
 AUTO_RULES_CLI = "forecast_auto_rules_cli.json"
+# the same, seed by seed, on the runs where a rival differs from the default (--seed; forecast_auto_rules_cli.py)
+AUTO_RULES_SEEDS = "forecast_auto_rules_cli_seeds.json"
 DOC_TABLES = {ROOT / "docs" / "forecasting.md": {
     "forecast_defaults": lambda: defaults_table("../benchmarks/results/"),
     "forecast_auto_rules": lambda: auto_rules_table("../benchmarks/results/"),
@@ -371,6 +374,7 @@ DOC_TABLES = {ROOT / "docs" / "forecasting.md": {
     "forecast_auto_seeds": lambda: auto_seeds_table("../benchmarks/results/"),
     "forecast_auto_rules_cli": lambda: auto_rules_cli_table("../benchmarks/results/"),
     "forecast_auto_noise": lambda: auto_noise_table("../benchmarks/results/"),
+    "forecast_auto_rules_seeds": lambda: auto_rules_seeds_table("../benchmarks/results/"),
     "forecast_lookback": lambda: lookback_table("../benchmarks/results/"),
     "forecast_stat_history": lambda: stat_history_table("../benchmarks/results/")},
     ROOT / "docs" / "anomaly.md": {"anomaly_select": lambda: anomaly_select_table("../benchmarks/results/"),
@@ -543,6 +547,35 @@ def auto_rules_cli_table(link: str = LINK) -> str:
     check = "the default rule re-scored gives the command's own auto on every set" if matched else \
         "the default rule re-scored does NOT give the command's own auto on every set"
     return f"{t}\n\n{chosen} ({date(d)}; {check}; [json]({link}{AUTO_RULES_CLI}))\n"
+
+
+def auto_rules_seeds_table(link: str = LINK) -> str:
+    """The default rule and each rival on the command's own forecasts, seed by seed: one row a run (set and
+    ETTh2 cut), each rule's MASE over the best candidate's at every seed, the seeds within 2 %, and its mean
+    MASE over the seeds over the best candidate's mean (over the better of ETS and Theta's mean)."""
+    d = load(AUTO_RULES_SEEDS)
+    runs: dict[tuple, list[dict]] = {}
+    for r in sorted(d["rows"], key=lambda r: (defaults_order(r), r["seed"])):
+        runs.setdefault((r["set"], r.get("etth2_rows")), []).append(r)
+    rules = [AUTO_ONE, *(k for k in d["rows"][0]["rules"] if k not in d["choice"].get("mean_over_best", {}))]
+    label = lambda k: "default" if k == AUTO_ONE else k.split(", ")[-1]   # noqa: E731
+    rows = []
+    for seeds in runs.values():
+        cands = [k for k in seeds[0]["reported"] if k != "auto"]
+        best = min(fmean([s["reported"][k] for s in seeds]) for k in cands)
+        better = min(fmean([s["reported"][k] for s in seeds]) for k in ("ets", "theta"))
+        cells = [defaults_name(seeds[0]), ", ".join(str(s["seed"]) for s in seeds)]
+        for k in rules:
+            ratios = [s["rules"][k]["over_best"] for s in seeds]
+            mean = fmean([s["rules"][k]["mase"] for s in seeds])
+            cells += [" ".join(f3(x) for x in ratios), f"{sum(x <= 1.02 for x in ratios)} of {len(ratios)}",
+                      f"{f3(mean / best)} ({f3(mean / better)})"]
+        rows.append(cells)
+    head = ["set", "seeds"]
+    for k in rules:
+        head += [f"{label(k)}: ÷ best candidate, seed by seed", f"{label(k)}: seeds within 2 %",
+                 f"{label(k)}: mean ÷ best candidate's mean (÷ better of ETS and Theta's)"]
+    return f"{table(head, rows)}\n\n({date(d)}, [json]({link}{AUTO_RULES_SEEDS}))\n"
 
 
 def auto_choice(per_seed: list[dict], most: int = 2) -> str:
