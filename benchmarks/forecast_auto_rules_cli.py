@@ -25,7 +25,7 @@ one file per set beside it while running); `--merge` joins earlier files. `--kee
 set's recording (.npz, nothing pickled), and `--from-kept` scores recordings without running the command.
 `--seed S` runs the command with the networks trained from seed S (every row records its seed); merged,
 rows of other seeds stay beside each other (benchmarks/results/forecast_auto_rules_cli_seeds.json: the
-runs where the rivals differ from the default, seed by seed), and the choice is made on the seed-0 rows.
+runs where the default takes a network on its own, seed by seed), and the choice is made on the seed-0 rows.
 """
 from __future__ import annotations
 

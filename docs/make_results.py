@@ -365,7 +365,7 @@ AUTO_RIVALS = "forecast_auto_rivals.json"
 AUTO_SEEDS = "forecast_auto_seeds.json"
 # auto's rules re-scored on the forecasts of the command's own run, every set (benchmarks/forecast_auto_rules_cli.py)
 AUTO_RULES_CLI = "forecast_auto_rules_cli.json"
-# the same, seed by seed, on the runs where a rival differs from the default (--seed; forecast_auto_rules_cli.py)
+# the same, seed by seed, where the default takes a network on its own (--seed; forecast_auto_rules_cli.py)
 AUTO_RULES_SEEDS = "forecast_auto_rules_cli_seeds.json"
 DOC_TABLES = {ROOT / "docs" / "forecasting.md": {
     "forecast_defaults": lambda: defaults_table("../benchmarks/results/"),
