@@ -272,15 +272,15 @@ def _check_one(uid: str, g: pd.DataFrame, fill: Fill | None, min_length: int | N
     return pd.DataFrame({ID: uid, DS: g[DS].to_numpy(), Y: y})
 
 
-_CALENDAR = ("MS", "ME", "QS", "QE", "YS", "YE", "B")
+_CALENDAR = ("YS", "YE", "QS", "QE", "MS", "ME", "B")   # coarsest first: a gappy quarterly series is not monthly
 _MAX_GRID = 10_000            # a grid may be this long, or 10x the series, before gaps count as too sparse
 
 
 def _regular_grid(uid: str, ds: pd.Series) -> pd.Index | np.ndarray:
     """The regular grid from the first to the last timestamp; raises SeriesError when the
     timestamps fit no grid, or leave over 90 % of a long grid empty. Fixed steps (integers, hours,
-    days, weeks) use the most common difference; calendar steps (months, quarters, years,
-    business days) are tried by name."""
+    days, weeks) use the most common difference; calendar steps (years, quarters, months, business
+    days) are tried by name, coarsest first: the coarsest grid that holds every timestamp."""
     if len(ds) < 2:
         return ds.to_numpy()
     is_int = pd.api.types.is_integer_dtype(ds)

@@ -91,6 +91,17 @@ def test_monthly_calendar_series_is_regular_and_its_gaps_are_found():
     np.testing.assert_allclose(validate(df.drop(index=5), fill="interpolate")["y"], np.arange(30.0))
 
 
+@pytest.mark.parametrize("freq, n", [("QS", 40), ("QE", 40), ("YS", 30), ("YE", 30), ("ME", 30)])
+def test_a_gap_in_a_quarterly_or_yearly_series_is_one_step_of_its_own_calendar(freq, n):
+    ds = pd.date_range("1990-01-01", periods=n, freq=freq)
+    df = pd.DataFrame({"unique_id": "q", "ds": ds, "y": np.arange(float(n))})
+    with pytest.raises(SeriesError, match=f"1 missing timestamp\\(s\\) \\(gaps\\), first {ds[7].date()}"):
+        validate(df.drop(index=7))
+    filled = validate(df.drop(index=7), fill="interpolate")
+    assert filled["ds"].tolist() == ds.tolist()
+    np.testing.assert_allclose(filled["y"], np.arange(float(n)))
+
+
 def test_text_in_a_value_column_names_its_line_and_is_never_filled(tmp_path):
     p = tmp_path / "l.csv"
     p.write_text("unique_id,ds,y\na,0,1\n\na,1,2\na,2,oops\na,3,4\n")      # a blank line: line numbers still hold
