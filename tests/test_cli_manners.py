@@ -86,6 +86,22 @@ def test_a_bad_hyperparameter_from_sklearn_validation_exits_2(monkeypatch, capsy
     assert "InvalidParameterError" in capsys.readouterr().err
 
 
+def test_a_warning_of_any_command_is_one_line_and_the_display_is_restored_after(monkeypatch):
+    import warnings
+
+    shown, lines = warnings.formatwarning, []
+
+    def warns(args):
+        lines.append(warnings.formatwarning("only 2 held-out normals; give more", UserWarning, "cli.py", 193))
+        warnings.warn("only 2 held-out normals; give more", UserWarning)
+
+    monkeypatch.setattr(cli, "_cmd_demo", warns)
+    with pytest.warns(UserWarning, match="held-out normals"):              # a caller recording them still does
+        assert main(["demo", "--out", "unused"]) == 0
+    assert lines == ["warning: only 2 held-out normals; give more\n"]      # no file, line number or source line
+    assert warnings.formatwarning is shown
+
+
 def test_a_usage_mistake_is_a_named_error_with_exit_2(capsys):
     with pytest.raises(SystemExit) as e:
         main(["forecast", "backtest", "--no-such-flag"])

@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 import traceback
+import warnings
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -176,6 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(threads)
+    shown = warnings.formatwarning      # warnings shown as one line; a caller recording them (pytest.warns) still does
+    warnings.formatwarning = _warning_line
     try:
         return int(args.func(args) or 0)
     except (FrozenVitError, InvalidParameterError, NotFittedError) as e:   # the user's mistake: one line, what to do
@@ -190,6 +193,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: unexpected {type(e).__name__}: {e}. This is a bug in frozenvit, not your input; {where}",
               file=sys.stderr)
         return 1
+    finally:
+        warnings.formatwarning = shown
+
+
+def _warning_line(message, *_, **__) -> str:
+    """A warning as one `warning: ...` line, without Python's file, line number and source line."""
+    return f"warning: {message}\n"
 
 
 def _write_crash_log(argv: Sequence[str] | None) -> Path | None:
