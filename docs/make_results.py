@@ -325,7 +325,7 @@ DEFAULTS_SETS = {"m4_hourly": "M4 Hourly", "m3_monthly": "M3 monthly", "m3_quart
                  "m3_yearly": "M3 yearly", "etth2": "ETTh2", "tourism_monthly": "Tourism monthly",
                  "tourism_quarterly": "Tourism quarterly", "tourism_yearly": "Tourism yearly",
                  "m1_monthly": "M1 monthly", "m1_quarterly": "M1 quarterly", "m1_yearly": "M1 yearly",
-                 "m3_other": "M3 other"}
+                 "m3_other": "M3 other", "us_macro_quarterly": "US macro quarterly"}
 
 
 def defaults_order(row: dict) -> tuple:
