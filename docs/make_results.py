@@ -322,7 +322,8 @@ MODEL_NAMES = {"SeasonalNaive": "seasonal naive", "Naive": "naive"}
 # each default model; also written into docs/forecasting.md between <!-- table:forecast_defaults --> markers.
 DEFAULTS = "forecast_defaults.json"
 DEFAULTS_SETS = {"m4_hourly": "M4 Hourly", "m3_monthly": "M3 monthly", "m3_quarterly": "M3 quarterly",
-                 "m3_yearly": "M3 yearly", "etth2": "ETTh2", "tourism_monthly": "Tourism monthly",
+                 "m3_yearly": "M3 yearly", "etth2": "ETTh2", "etth2_h96": "ETTh2, h 96",
+                 "tourism_monthly": "Tourism monthly",
                  "tourism_quarterly": "Tourism quarterly", "tourism_yearly": "Tourism yearly",
                  "m1_monthly": "M1 monthly", "m1_quarterly": "M1 quarterly", "m1_yearly": "M1 yearly",
                  "m3_other": "M3 other", "us_macro_quarterly": "US macro quarterly"}

@@ -26,3 +26,13 @@ def test_a_set_run_again_replaces_its_row_in_the_merge(tmp_path, load_benchmark)
     rows = json.loads((tmp_path / "m.json").read_text())["rows"]
     assert [(r["set"], r.get("etth2_rows"), r["mase"]["auto"]) for r in rows] == \
         [("m3_yearly", None, 2.0), ("etth2", None, 0.8), ("etth2", 2880, 0.9)]
+
+
+def test_the_macro_set_is_statsmodels_twelve_quarterly_series_in_long_format(load_benchmark):
+    fd = load_benchmark("forecast_defaults")
+    df = fd.load("us_macro_quarterly", None)
+    assert list(df.columns) == ["unique_id", "ds", "y"] and fd.SETS["us_macro_quarterly"] == (8, 4)
+    sizes = df.groupby("unique_id", sort=False).size()
+    assert len(sizes) == 12 and (sizes == 203).all() and "realgdp" in sizes.index and "year" not in sizes.index
+    gdp = df[df["unique_id"] == "realgdp"]
+    assert gdp["ds"].tolist() == list(range(203)) and abs(gdp["y"].iloc[0] - 2710.349) < 1e-9   # 1959 Q1
