@@ -344,7 +344,8 @@ DEFAULTS_COLUMNS = [("snaive", "seasonal naive"), ("theta", "Theta"), ("ets", "E
                     ("median_all", "median of all five"), ("auto", "auto")]
 AUTO_OWN = [k for k, _ in DEFAULTS_COLUMNS if k != "auto"]      # auto's candidates: every other column
 # auto's rules on the same cached candidate forecasts, and the look-back rule against the constant
-# (benchmarks/forecast_auto_rules.py); written into docs/forecasting.md too.
+# (benchmarks/forecast_auto_rules.py); written into docs/forecasting-auto.md (the rules) and docs/forecasting.md
+# (the look-back) too.
 AUTO_RULES = "forecast_auto_rules.json"
 AUTO_ONE = "global, top 2 within 20 %"                   # auto's rule: one validation window (AUTO_COMBINE)
 AUTO_ALL = "all windows, top 2 within 20 %"             # the same on every validation window a series has
@@ -359,7 +360,7 @@ AUTO_RULE_COLUMNS = [("shipped", "global, top 1 (a plain choice)", "one window: 
                      ("rolling", "all windows, top 3 within 20 %", "all windows: best 3 within 20 %"),
                      ("rolling", "all windows, select", "all windows: select")]
 # rivals of auto's rule on the same cached forecasts (benchmarks/forecast_auto_rivals.py): each over the best
-# candidate and over the better of ETS and Theta, per set; written into docs/forecasting.md too.
+# candidate and over the better of ETS and Theta, per set; written into docs/forecasting-auto.md too.
 AUTO_RIVALS = "forecast_auto_rivals.json"
 # the defaults over the networks' training seeds (benchmarks/forecast_auto_seeds.py): per set each model's mean
 # MASE and spread, auto over its best candidate per seed; written into docs/forecasting.md too.
@@ -370,14 +371,15 @@ AUTO_RULES_CLI = "forecast_auto_rules_cli.json"
 AUTO_RULES_SEEDS = "forecast_auto_rules_cli_seeds.json"
 DOC_TABLES = {ROOT / "docs" / "forecasting.md": {
     "forecast_defaults": lambda: defaults_table("../benchmarks/results/"),
-    "forecast_auto_rules": lambda: auto_rules_table("../benchmarks/results/"),
-    "forecast_auto_rivals": lambda: auto_rivals_table("../benchmarks/results/"),
     "forecast_auto_seeds": lambda: auto_seeds_table("../benchmarks/results/"),
-    "forecast_auto_rules_cli": lambda: auto_rules_cli_table("../benchmarks/results/"),
-    "forecast_auto_noise": lambda: auto_noise_table("../benchmarks/results/"),
-    "forecast_auto_rules_seeds": lambda: auto_rules_seeds_table("../benchmarks/results/"),
     "forecast_lookback": lambda: lookback_table("../benchmarks/results/"),
     "forecast_stat_history": lambda: stat_history_table("../benchmarks/results/")},
+    ROOT / "docs" / "forecasting-auto.md": {
+    "forecast_auto_rules": lambda: auto_rules_table("../benchmarks/results/"),
+    "forecast_auto_rivals": lambda: auto_rivals_table("../benchmarks/results/"),
+    "forecast_auto_rules_cli": lambda: auto_rules_cli_table("../benchmarks/results/"),
+    "forecast_auto_rules_seeds": lambda: auto_rules_seeds_table("../benchmarks/results/"),
+    "forecast_auto_noise": lambda: auto_noise_table("../benchmarks/results/")},
     ROOT / "docs" / "anomaly.md": {"anomaly_select": lambda: anomaly_select_table("../benchmarks/results/"),
                                    "anomaly_select_grid": lambda: anomaly_select_grid("../benchmarks/results/"),
                                    "anomaly_select_planted": lambda: anomaly_select_planted("../benchmarks/results/"),
