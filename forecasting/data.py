@@ -28,13 +28,22 @@ def read_long_csv(path: str | Path, id_col: str = ID, time_col: str = DS, target
                   sep: str = CSV_SEP) -> pd.DataFrame:
     """Read a long CSV (one row per series and timestamp) and validate it.
 
+    A file without the id column but with the time and target columns is one series, named by the
+    file's stem (`airline.csv` -> 'airline'), unless its timestamps repeat (then it is several series
+    whose id column has another name).
+
     Returns a DataFrame with columns `unique_id` (str), `ds` (datetime64[ns] or int64), `y` (float64).
     Raises SeriesError for a file that is missing, empty, not a CSV or without data rows, for
     absent columns, and, naming the line, for an empty id or timestamp and for text in `y`.
     """
     raw = _read_csv(path, sep)
     missing = [c for c in (id_col, time_col, target_col) if c not in raw.columns]
-    if missing:
+    if missing == [id_col]:                       # one series: ds,y
+        if raw[time_col].duplicated().any():
+            raise SeriesError(f"{path}: no {id_col!r} column and its timestamps repeat, so it holds several series; "
+                              f"name their id column with --id-col (have {list(raw.columns)})")
+        raw = raw.assign(**{id_col: Path(path).stem})
+    elif missing:
         raise SeriesError(f"{path}: columns {missing} not found (have {list(raw.columns)}); name them with "
                           "--id-col/--time-col/--target-col, or pass --wide for a wide file")
     ids = raw[id_col]

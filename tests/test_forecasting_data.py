@@ -102,6 +102,26 @@ def test_a_gap_in_a_quarterly_or_yearly_series_is_one_step_of_its_own_calendar(f
     np.testing.assert_allclose(filled["y"], np.arange(float(n)))
 
 
+def test_a_file_of_time_and_target_only_is_one_series_named_by_the_file(tmp_path):
+    p = tmp_path / "airline.csv"
+    pd.DataFrame({"ds": pd.date_range("1949-01-01", periods=24, freq="MS").astype(str),
+                  "y": np.arange(24.0)}).to_csv(p, index=False)
+    df = read_long_csv(p)
+    assert df["unique_id"].unique().tolist() == ["airline"] and df["y"].tolist() == list(np.arange(24.0))
+
+
+def test_a_file_without_its_id_column_whose_timestamps_repeat_asks_for_the_id_column(tmp_path):
+    p = tmp_path / "several.csv"
+    pd.DataFrame({"series": ["a"] * 5 + ["b"] * 5, "ds": list(range(5)) * 2, "y": np.arange(10.0)}).to_csv(p, index=False)
+    with pytest.raises(SeriesError, match="no 'unique_id' column and its timestamps repeat.*--id-col"):
+        read_long_csv(p)
+    assert read_long_csv(p, id_col="series")["unique_id"].unique().tolist() == ["a", "b"]
+    q = tmp_path / "no_time.csv"
+    pd.DataFrame({"unique_id": ["a"] * 3, "y": np.arange(3.0)}).to_csv(q, index=False)
+    with pytest.raises(SeriesError, match=r"columns \['ds'\] not found"):
+        read_long_csv(q)
+
+
 def test_text_in_a_value_column_names_its_line_and_is_never_filled(tmp_path):
     p = tmp_path / "l.csv"
     p.write_text("unique_id,ds,y\na,0,1\n\na,1,2\na,2,oops\na,3,4\n")      # a blank line: line numbers still hold
