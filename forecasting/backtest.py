@@ -342,11 +342,15 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
     ids, ds, ys = [], [], []
     for uid, g in df.groupby(ID, sort=False):
         ids.append(uid), ds.append(g[DS].to_numpy()), ys.append(g[Y].to_numpy(dtype=float))
-        if len(g) < need:
-            raise SeriesError(f"series {uid!r} has {len(g)} values; this backtest needs {need} (history {need_hist}, "
-                              f"{why}{calib_text} + --h {h} + {n_windows - 1} more --windows of --step-size "
-                              f"{step_size}); use {cure}, fewer --windows or a smaller --step-size"
-                              + (" or fewer --calibration-windows" if K else ""))
+    short = [(uid, y.size) for uid, y in zip(ids, ys) if y.size < need]
+    if short:
+        (uid, n), others = short[0], [str(u) for u, _ in short[1:]]
+        more = (f" (and {len(others)} more of the {len(ids)} series: {', '.join(others[:5])}"
+                f"{', ...' if len(others) > 5 else ''})") if others else ""
+        cures = [cure, "fewer --windows", "a smaller --step-size"] + (["fewer --calibration-windows"] if K else [])
+        raise SeriesError(f"series {uid!r} has {n} values{more}; this backtest needs {need} (history {need_hist}, "
+                          f"{why}{calib_text} + --h {h} + {n_windows - 1} more --windows of --step-size "
+                          f"{step_size}); use {', '.join(cures)}, or drop {'those series' if others else 'it'}")
     cuts = np.array([_cutoff_positions(y.size, h, n_windows, step_size) for y in ys])      # (S, W)
     ccuts = calibration_cutoffs(cuts, K, h)                                                 # (S, K)
 

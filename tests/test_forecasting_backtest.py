@@ -60,8 +60,12 @@ def test_dlinear_and_patchtst_learn_a_noisy_sine_well_below_seasonal_naive():
 
 def test_backtest_rejects_series_too_short_for_lookback_and_windows():
     df = _sines(n=150)
-    with pytest.raises(SeriesError, match=r"has 150 values; this backtest needs 216"):
+    with pytest.raises(SeriesError, match=r"'s0' has 150 values \(and 1 more of the 2 series: s1\); this backtest "
+                                          r"needs 216 .*, or drop those series"):
         backtest(df, [SeasonalNaive(24), _tiny_dlinear()], h=24, n_windows=2, season_length=24)
+    long_one = pd.concat([df[df["unique_id"] == "s0"], _sines(n=400, n_series=1).assign(unique_id="long")])
+    with pytest.raises(SeriesError, match=r"'s0' has 150 values; this backtest needs 216"):   # the one short series
+        backtest(long_one, [SeasonalNaive(24), _tiny_dlinear()], h=24, n_windows=2, season_length=24)
 
 
 def test_ets_drops_seasonality_when_history_is_shorter_than_two_seasons():
