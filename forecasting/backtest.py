@@ -369,8 +369,10 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
     frame = pd.concat(rows, ignore_index=True)
     scales = pd.DataFrame(scale_rows)
     if scales["scale"].isna().any():
-        bad = scales.loc[scales["scale"].isna(), ID].unique()[:5].tolist()
-        raise SeriesError(f"MASE is undefined for series {bad}: their history does not change over "
+        bad = scales.loc[scales["scale"].isna(), ID].unique().tolist()
+        named = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
+        raise SeriesError(f"MASE is undefined for {len(bad)} of the {len(ids)} series ({named}): their history "
+                          f"before a cutoff does not change over "
                           f"{mase_season} steps (the MASE season: --mase-season, else --season-length); drop them "
                           "or use another --mase-season")
 

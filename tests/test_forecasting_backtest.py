@@ -68,6 +68,13 @@ def test_backtest_rejects_series_too_short_for_lookback_and_windows():
         backtest(long_one, [SeasonalNaive(24), _tiny_dlinear()], h=24, n_windows=2, season_length=24)
 
 
+def test_flat_histories_are_counted_and_named_when_mase_is_undefined():
+    df = _sines(n=200, n_series=3)
+    df.loc[df["unique_id"] != "s1", "y"] = 5.0                         # s0 and s2 never change
+    with pytest.raises(SeriesError, match=r"MASE is undefined for 2 of the 3 series \(s0, s2\).*drop them"):
+        backtest(df, [SeasonalNaive(24)], h=24, n_windows=2, season_length=24)
+
+
 def test_ets_drops_seasonality_when_history_is_shorter_than_two_seasons():
     y = 5 + np.sin(np.arange(40) / 2.0)
     f = ETS(season_length=24).fit(y).predict(6)
