@@ -28,9 +28,9 @@ def read_long_csv(path: str | Path, id_col: str = ID, time_col: str = DS, target
                   sep: str = CSV_SEP) -> pd.DataFrame:
     """Read a long CSV (one row per series and timestamp) and validate it.
 
-    A file without the id column but with the time and target columns is one series, named by the
-    file's stem (`airline.csv` -> 'airline'), unless its timestamps repeat (then it is several series
-    whose id column has another name).
+    A file without a `unique_id` column (the default `id_col`) but with the time and target columns is
+    one series, named by the file's stem (`airline.csv` -> 'airline'), unless its timestamps repeat (then
+    it is several series whose id column has another name); an `id_col` named otherwise must exist.
 
     Returns a DataFrame with columns `unique_id` (str), `ds` (datetime64[ns] or int64), `y` (float64).
     Raises SeriesError for a file that is missing, empty, not a CSV or without data rows, for
@@ -38,7 +38,7 @@ def read_long_csv(path: str | Path, id_col: str = ID, time_col: str = DS, target
     """
     raw = _read_csv(path, sep)
     missing = [c for c in (id_col, time_col, target_col) if c not in raw.columns]
-    if missing == [id_col]:                       # one series: ds,y
+    if missing == [id_col] and id_col == ID:     # one series: ds,y (an id column named otherwise must exist)
         if raw[time_col].duplicated().any():
             raise SeriesError(f"{path}: no {id_col!r} column and its timestamps repeat, so it holds several series; "
                               f"name their id column with --id-col (have {list(raw.columns)})")

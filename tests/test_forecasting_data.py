@@ -108,6 +108,8 @@ def test_a_file_of_time_and_target_only_is_one_series_named_by_the_file(tmp_path
                   "y": np.arange(24.0)}).to_csv(p, index=False)
     df = read_long_csv(p)
     assert df["unique_id"].unique().tolist() == ["airline"] and df["y"].tolist() == list(np.arange(24.0))
+    with pytest.raises(SeriesError, match=r"columns \['series'\] not found"):      # a named id column must exist
+        read_long_csv(p, id_col="series")
 
 
 def test_a_file_without_its_id_column_whose_timestamps_repeat_asks_for_the_id_column(tmp_path):
