@@ -106,7 +106,8 @@ def register(subparsers) -> None:
     q.add_argument("--wide", action="store_true", help="a date column then one column per series (ETT layout)")
     q.add_argument("--columns", default=None,
                    help="comma-separated series columns of a wide CSV; when not given: every column but the time")
-    q.add_argument("--id-col", default=ID, help="series id column of a long CSV; a file of time and target columns alone (no unique_id) is one series, named by the file")
+    q.add_argument("--id-col", default=ID, help="series id column of a long CSV; a file of time and target "
+                                               "columns alone (no unique_id) is one series, named by the file")
     q.add_argument("--time-col", default=None,
                    help=f"time column; when not given: {DS!r} in a long CSV, the first column in a wide one")
     q.add_argument("--target-col", default=Y, help="value column of a long CSV")

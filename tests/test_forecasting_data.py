@@ -114,7 +114,8 @@ def test_a_file_of_time_and_target_only_is_one_series_named_by_the_file(tmp_path
 
 def test_a_file_without_its_id_column_whose_timestamps_repeat_asks_for_the_id_column(tmp_path):
     p = tmp_path / "several.csv"
-    pd.DataFrame({"series": ["a"] * 5 + ["b"] * 5, "ds": list(range(5)) * 2, "y": np.arange(10.0)}).to_csv(p, index=False)
+    several = pd.DataFrame({"series": ["a"] * 5 + ["b"] * 5, "ds": list(range(5)) * 2, "y": np.arange(10.0)})
+    several.to_csv(p, index=False)
     with pytest.raises(SeriesError, match="no 'unique_id' column and its timestamps repeat.*--id-col"):
         read_long_csv(p)
     assert read_long_csv(p, id_col="series")["unique_id"].unique().tolist() == ["a", "b"]
