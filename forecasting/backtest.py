@@ -372,9 +372,8 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
         bad = scales.loc[scales["scale"].isna(), ID].unique().tolist()
         named = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
         raise SeriesError(f"MASE is undefined for {len(bad)} of the {len(ids)} series ({named}): their history "
-                          f"before a cutoff does not change over "
-                          f"{mase_season} steps (the MASE season: --mase-season, else --season-length); drop them "
-                          "or use another --mase-season")
+                          f"before a cutoff does not change over {mase_season} steps (the MASE season: "
+                          "--mase-season, else --season-length); drop them or use another --mase-season")
 
     runs: list[tuple[Forecaster, _Run]] = []
     sent = None                         # engine "ray": the global models' tasks (forecasting.remote.GlobalRuns)
