@@ -6,7 +6,9 @@ Every model forecasts through one contract, `Forecaster.forecast_cutoffs` (forec
 local (statistical) models refit at every cutoff on the history only; global (neural) models
 train once on every series' history before the first cutoff (or again every `refit_every`
 windows, on the history before that window) and forecast each window from its own look-back.
-The MASE scale of a window is computed from that window's history only.
+The MASE scale of a window is computed from that window's history only. A window whose history does
+not change over the MASE season (a constant, all zeros) has no MASE: it is forecast and scored by sMAPE,
+MAE and MSE like any other, left out of every mean of MASE and MSIS, and named in `mase_undefined`.
 
 With `levels`, every model also gets conformal intervals (forecasting.intervals), calibrated on
 windows whose truth was known at the cutoff, and models with their own intervals (ETS) give those
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -38,6 +41,10 @@ from .metrics import diebold_mariano, interval_score_terms, mase_scale, smape_te
 from .reuse import shared_fits
 
 METRICS = ("mase", "smape", "mae", "mse")
+
+
+class UndefinedMASEWarning(UserWarning):
+    """Some windows' histories are flat over the MASE season: they are scored without MASE."""
 
 
 @dataclass
@@ -68,6 +75,7 @@ class BacktestResult:
     short_series: dict = field(default_factory=dict)   # {"policy", "ids"}: series too short for that look-back
     neural_lengths: dict = field(default_factory=dict)  # input_size="auto": look-back, patch... (lookback.py)
     choices: dict = field(default_factory=dict)    # auto's alias -> its AutoChoice: each series' candidates' weights
+    mase_undefined: dict = field(default_factory=dict)  # {"ids", "windows", "reason"}: flat histories, no MASE
 
     def errors(self, metric: str) -> pd.DataFrame:
         """Per-row error terms of `metric` for each model: columns unique_id, cutoff, step, <models>."""
@@ -127,9 +135,14 @@ class BacktestResult:
                 continue
             d = e[m] - e[base]
             if e[ID].nunique() > 1:
-                r = diebold_mariano(d.groupby(e[ID], sort=False).mean().to_numpy(), lag=0)
+                d, lag = d.groupby(e[ID], sort=False).mean().to_numpy(), 0
             else:
-                r = diebold_mariano(d.to_numpy(), lag=self.h - 1)
+                d, lag = d.to_numpy(), self.h - 1
+            if np.isfinite(d).sum() < 2:        # windows without MASE (flat histories) leave too few
+                rows.append({"model": m, "baseline": base, "dm_stat": np.nan, "p_value": np.nan,
+                             "mean_diff": np.nan, "n": int(np.isfinite(d).sum())})
+                continue
+            r = diebold_mariano(d, lag=lag)
             rows.append({"model": m, "baseline": base, "dm_stat": r.statistic, "p_value": r.p_value,
                          "mean_diff": r.mean_diff, "n": r.n})
         return pd.DataFrame(rows).set_index("model") if rows else pd.DataFrame()
@@ -228,6 +241,7 @@ class BacktestResult:
                 "cutoffs": {uid: [stamp(c) for c in cs] for uid, cs in self.cutoffs().items()},
                 "summary": self.summary().reset_index().to_dict(orient="records"),
                 "mase_by_horizon": {m: [float(v) for v in hz.loc[m]] for m in self.models},
+                **({"mase_undefined": self.mase_undefined} if self.mase_undefined else {}),
                 **(self._intervals_dict() if self.levels else {}),
                 **({"auto_choices": {a: c.to_dict() for a, c in self.choices.items()}} if self.choices else {}),
                 **({"ensembles": self.members,
@@ -368,12 +382,7 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
             scale_rows.append({ID: uid, "cutoff": t[c - 1], "scale": mase_scale(y[:c], mase_season)})
     frame = pd.concat(rows, ignore_index=True)
     scales = pd.DataFrame(scale_rows)
-    if scales["scale"].isna().any():
-        bad = scales.loc[scales["scale"].isna(), ID].unique().tolist()
-        named = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
-        raise SeriesError(f"MASE is undefined for {len(bad)} of the {len(ids)} series ({named}): their history "
-                          f"before a cutoff does not change over {mase_season} steps (the MASE season: "
-                          "--mase-season, else --season-length); drop them or use another --mase-season")
+    flat = _flat_histories(scales, len(ids), mase_season)
 
     runs: list[tuple[Forecaster, _Run]] = []
     sent = None                         # engine "ray": the global models' tasks (forecasting.remote.GlobalRuns)
@@ -443,4 +452,27 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
     return BacktestResult(frame, scales, aliases, h, season_length, n_windows, step_size, mase_season, fitted,
                           seconds, levels=levels, calibration_windows=K, intervals=intervals, members=members,
                           global_calibration=global_calibration if levels else None, input_size=prep.input_size,
-                          short_series=prep.short_series, neural_lengths=prep.lengths, choices=choices)
+                          short_series=prep.short_series, neural_lengths=prep.lengths, choices=choices,
+                          mase_undefined=flat)
+
+
+def _flat_histories(scales: pd.DataFrame, n_series: int, mase_season: int) -> dict:
+    """The windows whose history does not change over `mase_season` steps (MASE's scale is 0 there):
+    {} where there are none, else {ids, windows, reason} and an UndefinedMASEWarning. Such windows are
+    forecast and scored by sMAPE, MAE and MSE, and left out of every mean of MASE and MSIS. SeriesError
+    when no window has a MASE at all."""
+    bad = scales["scale"].isna().to_numpy()
+    if not bad.any():
+        return {}
+    ids = scales.loc[bad, ID].unique().tolist()
+    named = ", ".join(map(str, ids[:5])) + (", ..." if len(ids) > 5 else "")
+    why = (f"their history before a cutoff does not change over {mase_season} steps (the MASE season: "
+           "--mase-season, else --season-length)")
+    if bad.all():
+        raise SeriesError(f"MASE is undefined for every window of the {n_series} series ({named}): {why}; "
+                          "use another --mase-season, or series whose history changes")
+    reason = (f"MASE is undefined for {int(bad.sum())} of the {bad.size} windows, of {len(ids)} of the "
+              f"{n_series} series ({named}): {why}")
+    warnings.warn(f"{reason}; they are forecast and scored by sMAPE, MAE and MSE, and left out of MASE and "
+                  "MSIS", UndefinedMASEWarning, stacklevel=3)
+    return {"ids": [str(u) for u in ids], "windows": int(bad.sum()), "reason": reason}

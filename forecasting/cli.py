@@ -388,14 +388,19 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
         print(f"{alias} forecast with (validated before each series' first cutoff): {choice.describe()}")
     if res.short_series.get("ids"):
         print(f"short series ({res.short_series['policy']}): {res.short_series['reason']}; {res.short_series['what']}")
+    if res.mase_undefined:
+        print(f"flat histories: {res.mase_undefined['reason']}; MASE and MSIS are over the other windows, "
+              "sMAPE, MAE and MSE over all")
     if res.levels:
         print(f"\nintervals (conformal: calibrated on {calib} window(s) before the first cutoff and on earlier "
               "cutoffs; '/own': the model's own). width and MSIS over MASE's scale")
         iv = res.interval_summary()
         print(iv.to_string(float_format=lambda v: f"{v:.4g}"))
         if (iv["share"] < 1).any():
-            print("share < 1: some windows had too few calibration errors for that level (95 % needs 19 per "
-                  "step, over all series); more series, --windows or --calibration-windows give them")
+            print("share < 1: some windows have no interval: "
+                  + ("a flat history gives no MASE scale to size one, or " if res.mase_undefined else "")
+                  + "too few calibration errors for that level (95 % needs 19 per step, over all series); more "
+                  "series, --windows or --calibration-windows give them")
     if res.members:
         print("\nDiebold-Mariano, each combination against its members (negative: the combination is better)")
         print(res.dm_vs_members().to_string(float_format=lambda v: f"{v:.4g}"))

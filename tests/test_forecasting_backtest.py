@@ -7,7 +7,7 @@ import pytest
 from sklearn.base import clone
 
 from frozenvit.forecasting import (ETS, DLinear, Forecaster, Naive, PatchTST, PatchTSTConfig, SeasonalNaive,
-                                   SeriesError, backtest)
+                                   SeriesError, UndefinedMASEWarning, backtest, mase_scale)
 
 
 def _sines(n: int = 400, n_series: int = 2, noise: float = 0.3, seed: int = 0) -> pd.DataFrame:
@@ -68,10 +68,33 @@ def test_backtest_rejects_series_too_short_for_lookback_and_windows():
         backtest(long_one, [SeasonalNaive(24), _tiny_dlinear()], h=24, n_windows=2, season_length=24)
 
 
-def test_flat_histories_are_counted_and_named_when_mase_is_undefined():
-    df = _sines(n=200, n_series=3)
-    df.loc[df["unique_id"] != "s1", "y"] = 5.0                         # s0 and s2 never change
-    with pytest.raises(SeriesError, match=r"MASE is undefined for 2 of the 3 series \(s0, s2\).*drop them"):
+def test_flat_histories_are_forecast_and_scored_without_mase():
+    df = _sines(n=200, n_series=4)
+    df.loc[df["unique_id"].isin(["s0", "s2"]), "y"] = 5.0              # s0 and s2 never change
+    df.loc[(df["unique_id"] == "s3") & (df["ds"] < 160), "y"] = 0.0   # s3 starts late: its first window is flat
+    with pytest.warns(UndefinedMASEWarning, match=r"undefined for 5 of the 8 windows, of 3 of the 4 series "
+                                                  r"\(s0, s2, s3\)"):
+        res = backtest(df, [SeasonalNaive(24), Naive()], h=24, n_windows=2, season_length=24)
+    assert res.mase_undefined["ids"] == ["s0", "s2", "s3"] and res.mase_undefined["windows"] == 5
+    assert res.forecasts["unique_id"].nunique() == 4                  # every series is forecast
+    f = res.forecasts
+    y, p = f["y"].to_numpy(), f["SeasonalNaive"].to_numpy()
+    scale = np.array([mase_scale(df.loc[(df["unique_id"] == u) & (df["ds"] <= c), "y"].to_numpy(), 24)
+                      for u, c in zip(f["unique_id"], f["cutoff"])])
+    per_series = pd.DataFrame({"u": f["unique_id"], "e": np.abs(y - p) / scale}).groupby("u")["e"].mean()
+    assert np.isclose(res.mase()["SeasonalNaive"], per_series.dropna().mean())   # over the windows with a MASE
+    assert set(per_series.dropna().index) == {"s1", "s3"}
+    assert np.isclose(res.overall("mae")["SeasonalNaive"],
+                      pd.Series(np.abs(y - p)).groupby(f["unique_id"].to_numpy()).mean().mean())   # MAE over all
+    assert np.isfinite(res.summary().loc["Naive", ["MASE", "MAE"]].astype(float)).all()
+    assert res.to_dict()["mase_undefined"]["ids"] == ["s0", "s2", "s3"]
+
+
+def test_backtest_refuses_when_no_window_has_a_mase():
+    df = _sines(n=200, n_series=2)
+    df["y"] = 5.0
+    with pytest.raises(SeriesError, match=r"MASE is undefined for every window of the 2 series \(s0, s1\).*"
+                                          r"--mase-season"):
         backtest(df, [SeasonalNaive(24)], h=24, n_windows=2, season_length=24)
 
 

@@ -109,3 +109,22 @@ def test_the_separator_hint_holds_for_both_layouts(tmp_path, capsys, wide):
         _csv(path, sep=";")
     assert main(_argv(path, tmp_path / "out", "snaive", *(["--wide"] if wide else []))) == 2
     assert "semicolon-separated" in _last_error(capsys)
+
+
+def test_a_file_with_flat_series_is_backtested_and_says_which_windows_have_no_mase(tmp_path, capsys):
+    csv, out = tmp_path / "retail.csv", tmp_path / "out"
+    t = np.arange(200)
+    pd.concat([pd.DataFrame({"unique_id": "moves", "ds": t, "y": 5 + np.sin(2 * np.pi * t / 24) + 0.01 * t}),
+               pd.DataFrame({"unique_id": "moves2", "ds": t, "y": 3 + np.cos(2 * np.pi * t / 24)}),
+               pd.DataFrame({"unique_id": "zeros", "ds": t, "y": 0.0})]).to_csv(csv, index=False)
+    assert main(_argv(csv, out, "snaive,ets,auto", "--levels", "80")) == 0
+    printed = capsys.readouterr()
+    assert "warning: MASE is undefined for 1 of the 3 windows, of 1 of the 3 series (zeros)" in printed.err
+    assert "flat histories: MASE is undefined" in printed.out and "a flat history gives no MASE scale" in printed.out
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["mase_undefined"]["ids"] == ["zeros"] and summary["n_series"] == 3
+    rows = {r["model"]: r for r in summary["summary"]}
+    assert all(np.isfinite(rows[m]["MASE"]) and np.isfinite(rows[m]["MAE"]) for m in rows)
+    forecasts = pd.read_csv(out / "forecasts.csv")
+    assert set(forecasts["unique_id"]) == {"moves", "moves2", "zeros"}
+    assert (forecasts.loc[forecasts["unique_id"] == "zeros", ["SeasonalNaive", "ETS", "Auto"]] == 0).all().all()
