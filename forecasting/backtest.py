@@ -36,7 +36,7 @@ from .defaults import CONFORMAL, GLOBAL_CALIBRATIONS
 from .ensemble import Ensemble, combine, same_model
 from .errors import SeriesError
 from .intervals import calibration_cutoffs, check_levels, conformal_bounds, known_windows
-from .lookback import auto_windows, prepare
+from .lookback import ShortSeriesWarning, auto_windows, prepare
 from .metrics import diebold_mariano, interval_score_terms, mase_scale, smape_terms
 from .reuse import shared_fits
 
@@ -319,7 +319,8 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
 
     `n_windows="auto"`: as many as the shortest series allows, at most 8 (`lookback.auto_windows`).
     `step_size` defaults to h. Raises SeriesError when a setting is below 1, or when a series is
-    too short for the history the models need plus h + (n_windows - 1) * step_size values to forecast.
+    too short for the history the models need plus h + (n_windows - 1) * step_size values to forecast
+    (`short_series="skip"` leaves such series out instead, and records them, unless none would remain).
     """
     step_size = h if step_size is None else step_size
     mase_season = season_length if mase_season is None else mase_season
@@ -357,11 +358,26 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
     for uid, g in df.groupby(ID, sort=False):
         ids.append(uid), ds.append(g[DS].to_numpy()), ys.append(g[Y].to_numpy(dtype=float))
     short = [(uid, y.size) for uid, y in zip(ids, ys) if y.size < need]
+    record = prep.short_series
+    if short and record.get("policy") == "skip" and len(short) < len(ids):    # asked: leave them out too
+        gone = [str(u) for u, _ in short]
+        what = (f"{len(gone)} of {len(ids)} series have fewer than the {need} values this backtest needs (history "
+                f"{need_hist}, {why}{calib_text} + --h {h} + {n_windows - 1} more --windows of --step-size "
+                f"{step_size}): {', '.join(gone[:10])}{' and more' if len(gone) > 10 else ''}")
+        warnings.warn(f"{what}; left out of the backtest for every model (--short-series skip)",
+                      ShortSeriesWarning, stacklevel=2)
+        keep = [i for i, y in enumerate(ys) if y.size >= need]
+        ids, ds, ys = [ids[i] for i in keep], [ds[i] for i in keep], [ys[i] for i in keep]
+        record = {**record, "ids": record.get("ids", []) + gone,
+                  "reason": "; ".join(filter(None, [record.get("reason"), what])),
+                  "what": "left out of the backtest for every model"}
+        short = []
     if short:
         (uid, n), others = short[0], [str(u) for u, _ in short[1:]]
         more = (f" (and {len(others)} more of the {len(ids)} series: {', '.join(others[:5])}"
                 f"{', ...' if len(others) > 5 else ''})") if others else ""
-        cures = [cure, "fewer --windows", "a smaller --step-size"] + (["fewer --calibration-windows"] if K else [])
+        cures = [cure, "fewer --windows", "a smaller --step-size"] + (["fewer --calibration-windows"] if K else []) \
+            + (["--short-series skip"] if len(short) < len(ids) else [])
         raise SeriesError(f"series {uid!r} has {n} values{more}; this backtest needs {need} (history {need_hist}, "
                           f"{why}{calib_text} + --h {h} + {n_windows - 1} more --windows of --step-size "
                           f"{step_size}); use {', '.join(cures)}, or drop {'those series' if others else 'it'}")
@@ -452,7 +468,7 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
     return BacktestResult(frame, scales, aliases, h, season_length, n_windows, step_size, mase_season, fitted,
                           seconds, levels=levels, calibration_windows=K, intervals=intervals, members=members,
                           global_calibration=global_calibration if levels else None, input_size=prep.input_size,
-                          short_series=prep.short_series, neural_lengths=prep.lengths, choices=choices,
+                          short_series=record, neural_lengths=prep.lengths, choices=choices,
                           mase_undefined=flat)
 
 

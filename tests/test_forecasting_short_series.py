@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from frozenvit.backbone.suite.cli import main
+from frozenvit.forecasting import SeasonalNaive, SeriesError, ShortSeriesWarning, backtest
 
 LONG, SHORT = ("a", "b", "c"), ("tiny1", "tiny2")
 
@@ -165,3 +166,18 @@ def test_without_statistical_models_the_fallback_fits_on_the_stat_history_asked(
         want = auto.forecast_cutoffs(ys, cut, 12)[0][:, 0]
         got = np.stack([f.loc[f["unique_id"] == u, "DLinear"].to_numpy() for u in SHORT])
         assert np.allclose(got, want) == same
+
+
+def test_skip_also_leaves_out_series_too_short_for_the_statistical_backtest_and_records_them():
+    t = np.arange(200)
+    long = [pd.DataFrame({"unique_id": f"s{i}", "ds": t, "y": 10 + np.sin(2 * np.pi * t / 24 + i)}) for i in range(2)]
+    tiny = pd.DataFrame({"unique_id": "tiny", "ds": np.arange(30), "y": np.arange(30.0)})
+    df = pd.concat(long + [tiny], ignore_index=True)
+    with pytest.raises(SeriesError, match=r"'tiny' has 30 values; this backtest needs 49.*--short-series skip, or"):
+        backtest(df, [SeasonalNaive(24)], h=24, season_length=24)                 # nothing asked: refused
+    with pytest.warns(ShortSeriesWarning, match=r"1 of 3 series have fewer than the 49 values .*: tiny; left out"):
+        res = backtest(df, [SeasonalNaive(24)], h=24, season_length=24, short_series="skip")
+    assert set(res.forecasts["unique_id"]) == {"s0", "s1"}
+    assert res.short_series["ids"] == ["tiny"] and res.short_series["policy"] == "skip"
+    with pytest.raises(SeriesError, match=r"'tiny' has 30 values"):                   # none would remain
+        backtest(tiny, [SeasonalNaive(24)], h=24, season_length=24, short_series="skip")
