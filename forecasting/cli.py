@@ -117,9 +117,14 @@ def register(subparsers) -> None:
                    help="sort each series' rows by time (else unsorted rows are refused)")
     q.add_argument("--fill", choices=("ffill", "interpolate", "zero"), default=None,
                    help="fill missing timestamps and empty values this way; when not given they are refused")
-    q.add_argument("--h", type=number(int, min=1), default=_D["h"], help="forecast horizon in steps")
-    q.add_argument("--season-length", type=number(int, min=1), default=_D["season_length"],
-                   help="season in steps: for seasonal naive, ETS and (unless --mase-season) the MASE scale")
+    q.add_argument("--h", type=number(int, min=1), default=None,
+                   help="forecast horizon in steps; when not given: from the timestamps' step, M4's horizons (yearly "
+                        "6, quarterly 8, monthly 18, weekly 13, daily 14, hourly 48; integer timestamps: "
+                        f"{_D['h']}); the command prints which it used")
+    q.add_argument("--season-length", type=number(int, min=1), default=None,
+                   help="season in steps: for seasonal naive, ETS and (unless --mase-season) the MASE scale; when not "
+                        "given: the timestamps' whole cycle (12 months, 4 quarters, 7 days, 24 hours; weekly and "
+                        f"yearly: 1; integer timestamps: {_D['season_length']})")
     q.add_argument("--mase-season", type=number(int, min=1), default=None,
                    help="lag of the MASE scale (mean absolute difference over this many steps of each window's "
                         "history); when not given: --season-length. summary.json says which was used")
@@ -336,7 +341,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     from frozenvit.backbone.suite.engine import engine_from_args, engine_session
 
     from .backtest import backtest
-    from .data import read_long_csv, read_wide_csv
+    from .data import calendar_defaults, read_long_csv, read_wide_csv
     from .ensemble import assemble
     from .plots import plot_coverage, plot_forecasts, plot_mase_by_horizon
     from .run_folder import RunFolder
@@ -352,6 +357,12 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     else:
         df = read_long_csv(args.csv, args.id_col, args.time_col or DS, args.target_col, sort=args.sort,
                            fill=args.fill, sep=args.sep)
+    inferred = None
+    if args.h is None or args.season_length is None:    # from the timestamps' calendar step
+        h, m, why = calendar_defaults(df)
+        args.h, args.season_length = args.h or h, args.season_length or m
+        inferred = {"from": why, "h": args.h, "season_length": args.season_length}
+        print(f"--h {args.h} and --season-length {args.season_length}: {why} (pass --h and --season-length to choose)")
     names = flat_names(args.models)
     calib = (CONFORMAL["calibration_windows"] if args.calibration_windows is None else args.calibration_windows) \
         if args.levels else 0
@@ -408,7 +419,8 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     write_json(out / "summary.json", {"csv": str(args.csv), "input_size": res.input_size,
                                       "stat_history": {"asked": args.stat_history, "used": used},
                                       "neural_lengths": res.neural_lengths,
-                                      "short_series": res.short_series, **res.to_dict()})
+                                      "short_series": res.short_series,
+                                      **({"defaults_from": inferred} if inferred else {}), **res.to_dict()})
     atomic_write_text(out / "forecasts.csv", res.forecasts_with_intervals().to_csv(index=False))
     atomic_write_text(out / "mase_by_horizon.csv", hz.to_csv())
     plot_forecasts(res, df, n_series=args.plot_series).savefig(out / "forecasts.png", dpi=110)

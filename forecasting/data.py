@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from .defaults import CSV_SEP, DS, ID, Y
+from .defaults import BACKTEST_COMMAND, CALENDAR_DEFAULTS, CSV_SEP, DS, ID, Y
 from .errors import SeriesError
 
 Fill = Literal["ffill", "interpolate", "zero"]
@@ -245,6 +245,40 @@ def validate(df: pd.DataFrame, *, sort: bool = False, fill: Fill | None = None,
             g = g.sort_values(DS, kind="stable")
         out.append(_check_one(uid, g, fill, min_length))
     return pd.concat(out, ignore_index=True)
+
+
+def calendar_defaults(df: pd.DataFrame) -> tuple[int, int, str]:
+    """(h, season_length, why) for a validated long frame, from its timestamps' step (defaults.CALENDAR_DEFAULTS):
+    the step of most series; a sub-daily step (to a minute) a season of a day. Integer timestamps, or a step
+    with no default, give the command's own 48 and 24. `why` says which step was read, e.g. "monthly timestamps"."""
+    fallback = BACKTEST_COMMAND["h"], BACKTEST_COMMAND["season_length"]
+    if pd.api.types.is_integer_dtype(df[DS]):
+        return (*fallback, "integer timestamps have no calendar: M4 Hourly's")
+    freqs = [pd.infer_freq(pd.DatetimeIndex(g)) for _, g in df.groupby(ID, sort=False)[DS] if len(g) >= 3]
+    freqs = [f for f in freqs if f is not None]
+    if not freqs:
+        return (*fallback, "no regular step read from the timestamps: M4 Hourly's")
+    freq = max(set(freqs), key=freqs.count)
+    off = pd.tseries.frequencies.to_offset(freq)
+    kinds = ((pd.offsets.YearBegin, pd.offsets.YearEnd, "yearly"), (pd.offsets.QuarterBegin, pd.offsets.QuarterEnd,
+             "quarterly"), (pd.offsets.MonthBegin, pd.offsets.MonthEnd, "monthly"), (pd.offsets.Week, None, "weekly"),
+             (pd.offsets.BusinessDay, None, "business daily"))
+    kind = next((k for a, b, k in kinds if isinstance(off, a) or (b is not None and isinstance(off, b))), None)
+    if kind is None and isinstance(off, pd.offsets.Tick):
+        per_day = pd.Timedelta(days=1) / pd.Timedelta(off)
+        if per_day in (1, 24):
+            kind = "daily" if per_day == 1 else "hourly"
+        elif per_day == int(per_day) and 1 < per_day <= 1440:
+            n = int(per_day)
+            hourly_or_coarser = pd.Timedelta(off) >= pd.Timedelta(hours=1)
+            return (2 * n if hourly_or_coarser else min(n, 96), n, f"{freq} timestamps, {n} a day")
+    if kind is None:
+        return (*fallback, f"{freq} timestamps have no default: M4 Hourly's")
+    h, m = CALENDAR_DEFAULTS[kind]
+    k = getattr(off, "n", 1)
+    if k > 1:                           # e.g. every 2 months: a season of 6, a horizon of 9
+        h, m = max(1, round(h / k)), (m // k if m % k == 0 else 1)
+    return h, m, f"{kind} timestamps" + (f" ({freq})" if k > 1 else "")
 
 
 def _check_one(uid: str, g: pd.DataFrame, fill: Fill | None, min_length: int | None) -> pd.DataFrame:

@@ -24,7 +24,8 @@ PATCHTST_SHAPE = dict(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.1)  
 CONFORMAL = dict(calibration_windows=1, global_calibration="holdout")
 GLOBAL_CALIBRATIONS = ("holdout", "retrain")
 
-# `frozenvit forecast backtest` without options: M4 Hourly's horizon and season, as many rolling windows as the
+# `frozenvit forecast backtest` without options: the calendar's horizon and season (above; integer timestamps:
+# M4 Hourly's), as many rolling windows as the
 # shortest series allows (at most 8: forecasting.lookback.auto_windows), the look-back
 # chosen from the data, and the series too short for it forecast by the best statistical model (forecasting.lookback)
 SHORT_SERIES = ("statistical", "skip", "baseline", "error")       # what becomes of series too short for the look-back
@@ -39,6 +40,12 @@ AUTO_MEDIAN_OF = (("theta", "ets", "dlinear", "patchtst"),)
 # validation windows per series (docs/forecasting.md, "auto": one window judged M4 Hourly and M3 yearly better than
 # every window a series has, and the other sets the same)
 AUTO_COMBINE = dict(top=2, tolerance=0.2, windows=1)
+# --h and --season-length when not given, from the timestamps' calendar step (forecasting.data.calendar_defaults):
+# the M4 competition's horizons (yearly 6 ... hourly 48), and the cycle the calendar makes whole: 12 months, 4
+# quarters, 7 days, 5 business days, a day of sub-daily steps; weeks and years have no whole cycle (1, as M4's
+# MASE). Finer than hourly: one day of steps, at most 96, as horizon. Integer timestamps: M4 Hourly's 48 and 24.
+CALENDAR_DEFAULTS = {"yearly": (6, 1), "quarterly": (8, 4), "monthly": (18, 12), "weekly": (13, 1),
+                     "daily": (14, 7), "business daily": (10, 5), "hourly": (48, 24)}
 BACKTEST_COMMAND = dict(h=48, season_length=24, windows="auto",
                         models=",".join([*AUTO_CANDIDATES, *(f"median({','.join(m)})" for m in AUTO_MEDIAN_OF),
                                          f"median({','.join(AUTO_CANDIDATES)})", "auto"]),

@@ -128,3 +128,19 @@ def test_a_file_with_flat_series_is_backtested_and_says_which_windows_have_no_ma
     forecasts = pd.read_csv(out / "forecasts.csv")
     assert set(forecasts["unique_id"]) == {"moves", "moves2", "zeros"}
     assert (forecasts.loc[forecasts["unique_id"] == "zeros", ["SeasonalNaive", "ETS", "Auto"]] == 0).all().all()
+
+
+def test_monthly_data_without_h_or_season_gets_monthly_ones_and_says_so(tmp_path, capsys):
+    csv, out = tmp_path / "monthly.csv", tmp_path / "out"
+    t = pd.date_range("2010-01-01", periods=96, freq="MS")
+    pd.concat([pd.DataFrame({"unique_id": f"s{i}", "ds": t, "y": 10 + i + np.sin(2 * np.pi * np.arange(96) / 12)})
+               for i in range(2)]).to_csv(csv, index=False)
+    assert main(["forecast", "backtest", "--csv", str(csv), "--models", "snaive", "--out", str(out)]) == 0
+    assert "--h 18 and --season-length 12: monthly timestamps" in capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["h"], summary["season_length"]) == (18, 12)
+    assert summary["defaults_from"] == {"from": "monthly timestamps", "h": 18, "season_length": 12}
+    assert main(["forecast", "backtest", "--csv", str(csv), "--models", "snaive", "--h", "6", "--out",
+                 str(out)]) == 0                                           # one given: the other still inferred
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["h"], summary["season_length"]) == (6, 12)

@@ -152,3 +152,22 @@ def test_timestamps_with_utc_offsets_become_utc(tmp_path):
     p.write_text("date,A\n2021-01-01T01:00+01:00,1\n2021-01-01T03:00+02:00,2\n2021-01-01T02:00+00:00,3\n")
     df = read_wide_csv(p)
     assert df["ds"].dt.hour.tolist() == [0, 1, 2] and df["ds"].dt.tz is None
+
+
+@pytest.mark.parametrize("freq, h, season", [("YS", 6, 1), ("YE-DEC", 6, 1), ("QS-OCT", 8, 4), ("QE", 8, 4),
+                                             ("MS", 18, 12), ("ME", 18, 12), ("W-SUN", 13, 1), ("D", 14, 7),
+                                             ("B", 10, 5), ("h", 48, 24), ("2h", 24, 12), ("15min", 96, 96),
+                                             ("2MS", 9, 6), ("3D", 48, 24)])
+def test_the_horizon_and_season_come_from_the_calendar_step(freq, h, season):
+    from frozenvit.forecasting.data import calendar_defaults
+
+    t = pd.date_range("2015-01-01", periods=40, freq=freq)
+    df = validate(pd.DataFrame({"unique_id": "a", "ds": t, "y": np.arange(40.0)}))
+    assert calendar_defaults(df)[:2] == (h, season)
+
+
+def test_integer_timestamps_keep_the_hourly_defaults_and_say_so():
+    from frozenvit.forecasting.data import calendar_defaults
+
+    df = validate(pd.DataFrame({"unique_id": "a", "ds": np.arange(40), "y": np.arange(40.0)}))
+    assert calendar_defaults(df) == (48, 24, "integer timestamps have no calendar: M4 Hourly's")
