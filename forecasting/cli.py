@@ -123,8 +123,8 @@ def register(subparsers) -> None:
                         f"{_D['h']}); the command prints which it used")
     q.add_argument("--season-length", type=number(int, min=1), default=None,
                    help="season in steps: for seasonal naive, ETS and (unless --mase-season) the MASE scale; when not "
-                        "given: the timestamps' whole cycle (12 months, 4 quarters, 7 days, 24 hours; weekly and "
-                        f"yearly: 1; integer timestamps: {_D['season_length']})")
+                        "given: the timestamps' cycle (12 months, 4 quarters, 52 weeks, 7 days, 24 hours; yearly: 1; "
+                        f"integer timestamps: {_D['season_length']})")
     q.add_argument("--mase-season", type=number(int, min=1), default=None,
                    help="lag of the MASE scale (mean absolute difference over this many steps of each window's "
                         "history); when not given: --season-length. summary.json says which was used")

@@ -42,9 +42,10 @@ AUTO_MEDIAN_OF = (("theta", "ets", "dlinear", "patchtst"),)
 AUTO_COMBINE = dict(top=2, tolerance=0.2, windows=1)
 # --h and --season-length when not given, from the timestamps' calendar step (forecasting.data.calendar_defaults):
 # the M4 competition's horizons (yearly 6 ... hourly 48), and the cycle the calendar makes whole: 12 months, 4
-# quarters, 7 days, 5 business days, a day of sub-daily steps; weeks and years have no whole cycle (1, as M4's
-# MASE). Finer than hourly: one day of steps, at most 96, as horizon. Integer timestamps: M4 Hourly's 48 and 24.
-CALENDAR_DEFAULTS = {"yearly": (6, 1), "quarterly": (8, 4), "monthly": (18, 12), "weekly": (13, 1),
+# quarters, 7 days, 5 business days, a day of sub-daily steps, a year of weeks (52, rounded down from 52.18); a
+# year has no cycle above it (1). Finer than hourly: one day of steps, at most 96, as horizon. Integer
+# timestamps: M4 Hourly's 48 and 24.
+CALENDAR_DEFAULTS = {"yearly": (6, 1), "quarterly": (8, 4), "monthly": (18, 12), "weekly": (13, 52),
                      "daily": (14, 7), "business daily": (10, 5), "hourly": (48, 24)}
 BACKTEST_COMMAND = dict(h=48, season_length=24, windows="auto",
                         models=",".join([*AUTO_CANDIDATES, *(f"median({','.join(m)})" for m in AUTO_MEDIAN_OF),

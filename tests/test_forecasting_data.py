@@ -155,7 +155,7 @@ def test_timestamps_with_utc_offsets_become_utc(tmp_path):
 
 
 @pytest.mark.parametrize("freq, h, season", [("YS", 6, 1), ("YE-DEC", 6, 1), ("QS-OCT", 8, 4), ("QE", 8, 4),
-                                             ("MS", 18, 12), ("ME", 18, 12), ("W-SUN", 13, 1), ("D", 14, 7),
+                                             ("MS", 18, 12), ("ME", 18, 12), ("W-SUN", 13, 52), ("D", 14, 7),
                                              ("B", 10, 5), ("h", 48, 24), ("2h", 24, 12), ("15min", 96, 96),
                                              ("2MS", 9, 6), ("3D", 48, 24)])
 def test_the_horizon_and_season_come_from_the_calendar_step(freq, h, season):
