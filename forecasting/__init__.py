@@ -27,6 +27,7 @@ _API = {
     "data": ("long_to_wide", "read_long_csv", "read_m4", "read_wide_csv", "validate", "wide_to_long"),
     "dlinear": ("DLinear", "DLinearConfig", "DLinearNet"),
     "ensemble": ("Ensemble",),
+    "future": ("Forecast", "forecast", "future_stamps"),
     "errors": ("SeriesError",),
     "fallback": ("WithFallback",),
     "frozen_vit": ("FrozenViTForecaster", "FrozenViTConfig", "FrozenViTNet", "trainable_parameters"),

@@ -102,29 +102,7 @@ def register(subparsers) -> None:
     sub = p.add_subparsers(dest="forecast_command", required=True)
 
     q = sub.add_parser("backtest", help="rolling-origin backtest of several models on a CSV")
-    q.add_argument("--csv", required=True, type=Path, help="long (unique_id,ds,y) or, with --wide, wide CSV")
-    q.add_argument("--wide", action="store_true", help="a date column then one column per series (ETT layout)")
-    q.add_argument("--columns", default=None,
-                   help="comma-separated series columns of a wide CSV; when not given: every column but the time")
-    q.add_argument("--id-col", default=ID, help="series id column of a long CSV; a file of time and target "
-                                               "columns alone (no unique_id) is one series, named by the file")
-    q.add_argument("--time-col", default=None,
-                   help=f"time column; when not given: {DS!r} in a long CSV, the first column in a wide one")
-    q.add_argument("--target-col", default=Y, help="value column of a long CSV")
-    q.add_argument("--sep", default=CSV_SEP, metavar="CHAR",
-                   help="the field separator of --csv, e.g. ';' for a semicolon-separated file")
-    q.add_argument("--sort", action="store_true",
-                   help="sort each series' rows by time (else unsorted rows are refused)")
-    q.add_argument("--fill", choices=("ffill", "interpolate", "zero"), default=None,
-                   help="fill missing timestamps and empty values this way; when not given they are refused")
-    q.add_argument("--h", type=number(int, min=1), default=None,
-                   help="forecast horizon in steps; when not given: from the timestamps' step, M4's horizons (yearly "
-                        "6, quarterly 8, monthly 18, weekly 13, daily 14, hourly 48; integer timestamps: "
-                        f"{_D['h']}); the command prints which it used")
-    q.add_argument("--season-length", type=number(int, min=1), default=None,
-                   help="season in steps: for seasonal naive, ETS and (unless --mase-season) the MASE scale; when not "
-                        "given: the timestamps' cycle (12 months, 4 quarters, 52 weeks, 7 days, 24 hours; yearly: 1; "
-                        f"integer timestamps: {_D['season_length']})")
+    _add_run_args(q, _D["models"])
     q.add_argument("--mase-season", type=number(int, min=1), default=None,
                    help="lag of the MASE scale (mean absolute difference over this many steps of each window's "
                         "history); when not given: --season-length. summary.json says which was used")
@@ -133,64 +111,23 @@ def register(subparsers) -> None:
                         f"allows (a history of max(2 seasons, 2 --h) + 1 before the first), at most {MOST_WINDOWS}")
     q.add_argument("--step-size", type=number(int, min=1), default=None,
                    help="steps between cutoffs; when not given: the horizon --h")
-    q.add_argument("--models", type=model_specs(MODEL_NAMES), default=_D["models"],
-                   help=f"comma-separated, out of {','.join(MODEL_NAMES)}, and combinations of them: "
-                        "median(ets,dlinear,patchtst) or mean(...) (members fitted once, tested against the "
-                        f"combination); auto: out of {','.join(AUTO_CANDIDATES)}, their median and the median of "
-                        f"{' and of '.join(','.join(m) for m in AUTO_MEDIAN_OF)}, the one of the "
-                        f"least error on the validation {_auto_windows(AUTO_COMBINE['windows'])} relative to each "
-                        "series' least, on average over the series, or the mean of the best "
-                        f"{AUTO_COMBINE['top']} where they lie within "
-                        f"{AUTO_COMBINE['tolerance'] * 100:g} %% of it (forecasting/auto.py); a candidate also named alone "
-                        "is fitted once")
-    q.add_argument("--levels", type=percent_levels, default=None,
-                   help="prediction intervals at these levels in percent, e.g. 80,95: conformal for every model, "
-                        "and ETS's own; reports coverage per step and MSIS; when not given: none")
-    q.add_argument("--calibration-windows", type=number(int, min=0), default=None,
-                   help="with --levels: windows of --h inside each series' history before the first cutoff that "
-                        "calibrate the conformal intervals (each series needs that many --h more values); "
-                        f"when not given: {CONFORMAL['calibration_windows']}")
-    q.add_argument("--global-calibration", choices=GLOBAL_CALIBRATIONS, default=None,
-                   help="with --levels: where the neural models' calibration forecasts come from: 'holdout', the "
-                        "model trained for the first cutoff, on the validation tail it held out of training "
-                        "(needs --calibration-windows 1); 'retrain', a second training before the calibration "
-                        f"windows; when not given: {CONFORMAL['global_calibration']}")
-    q.add_argument("--input-size", type=number(int, min=1), default=None,
-                   help=f"look-back of the neural models (PatchTST: at least {PATCH_LEN}); when not given: derived "
-                        f"with their patch, trend kernel and validation tail from --h, --season-length and the series' "
-                        f"lengths ({LOOKBACK_HORIZONS} horizons, at most what the median-length series fits; "
-                        "forecasting/lookback.py)")
-    q.add_argument("--short-series", choices=SHORT_SERIES, default=_D["short_series"],
-                   help="series too short for the neural models' look-back: 'statistical' forecasts them under "
-                        "the neural models' names with auto over the statistical models of --models (else theta, ets), "
-                        "validated on their validation windows, 'skip' leaves them out of the backtest "
-                        "(every model), 'baseline' forecasts them with seasonal naive under the neural models' "
-                        "names, 'error' refuses them; a warning names them, the printed table and summary.json "
-                        "record them (default: %(default)s)")
-    q.add_argument("--stat-history", type=stat_history, default=_D["stat_history"], metavar="N|auto|all",
-                   help="how much of each history ets, theta and arima (alone, in combinations and in auto) are "
-                        "fitted on: the last N values, all of it, or 'auto': all of it unless a recent window of "
-                        f"{'/'.join(map(str, HISTORY_LADDER))} x max(--season-length, --h) values forecasts the --h "
-                        "values before the first cutoffs better by more than one standard error (over the series); "
-                        "the command prints what each used (default: %(default)s)")
-    q.add_argument("--max-epochs", type=number(int, min=1), default=NEURAL_TRAINING["max_epochs"],
-                   help="training epochs of the neural models")
     q.add_argument("--refit-every", type=number(int, min=1), default=None,
                    help="retrain the neural models every k cutoffs; when not given: once, before the first")
-    q.add_argument("--seed", type=number(int, min=0), default=NEURAL_TRAINING["seed"],
-                   help="seed of the neural models' training")
     q.add_argument("--resume", action="store_true",
                    help="continue the neural models' training from the checkpoints a stopped run with this --out "
                         "left in OUT/checkpoints/ (written after every epoch); finished trainings are not repeated")
-    q.add_argument("--plot-series", type=number(int, min=1), default=_D["plot_series"],
-                   help="series shown in forecasts.png")
     q.add_argument("--out", type=Path, default=Path("forecast-out"),
                    help="output folder: new, empty, or an earlier forecast backtest's, whose results this run "
                         "replaces (files frozenvit did not write stay); a stopped run there continues with --resume")
-    add_vit_args(q)
-    add_threads_arg(q)
     add_engine_args(q)
     q.set_defaults(func=_cmd_backtest)
+
+    q = sub.add_parser("predict", help="forecast the next --h values of every series of a CSV (default: auto)")
+    _add_run_args(q, "auto", predict=True)
+    q.add_argument("--out", type=Path, default=Path("forecast-predict"),
+                   help="output folder: new, empty, or an earlier forecast predict's, whose files of the same names "
+                        "this run replaces (files frozenvit did not write stay)")
+    q.set_defaults(func=_cmd_predict)
 
     q = sub.add_parser("paper", help="the PatchTST paper protocol on an ETT file (MSE/MAE on the standardised scale)")
     q.add_argument("--csv", required=True, type=Path,
@@ -223,6 +160,85 @@ def register(subparsers) -> None:
     add_vit_args(q)
     add_threads_arg(q)
     q.set_defaults(func=_cmd_paper)
+
+
+def _add_run_args(q: argparse.ArgumentParser, models: str, predict: bool = False) -> None:
+    """The options `backtest` and `predict` share: the data, the horizon and season, the models and their
+    training, the intervals, the short series."""
+    q.add_argument("--csv", required=True, type=Path, help="long (unique_id,ds,y) or, with --wide, wide CSV")
+    q.add_argument("--wide", action="store_true", help="a date column then one column per series (ETT layout)")
+    q.add_argument("--columns", default=None,
+                   help="comma-separated series columns of a wide CSV; when not given: every column but the time")
+    q.add_argument("--id-col", default=ID, help="series id column of a long CSV; a file of time and target "
+                                               "columns alone (no unique_id) is one series, named by the file")
+    q.add_argument("--time-col", default=None,
+                   help=f"time column; when not given: {DS!r} in a long CSV, the first column in a wide one")
+    q.add_argument("--target-col", default=Y, help="value column of a long CSV")
+    q.add_argument("--sep", default=CSV_SEP, metavar="CHAR",
+                   help="the field separator of --csv, e.g. ';' for a semicolon-separated file")
+    q.add_argument("--sort", action="store_true",
+                   help="sort each series' rows by time (else unsorted rows are refused)")
+    q.add_argument("--fill", choices=("ffill", "interpolate", "zero"), default=None,
+                   help="fill missing timestamps and empty values this way; when not given they are refused")
+    q.add_argument("--h", type=number(int, min=1), default=None,
+                   help="forecast horizon in steps; when not given: from the timestamps' step, M4's horizons (yearly "
+                        "6, quarterly 8, monthly 18, weekly 13, daily 14, hourly 48; integer timestamps: "
+                        f"{_D['h']}); the command prints which it used")
+    q.add_argument("--season-length", type=number(int, min=1), default=None,
+                   help="season in steps: for seasonal naive, ETS and (unless --mase-season) the MASE scale; when not "
+                        "given: the timestamps' cycle (12 months, 4 quarters, 52 weeks, 7 days, 24 hours; yearly: 1; "
+                        f"integer timestamps: {_D['season_length']})")
+    q.add_argument("--models", type=model_specs(MODEL_NAMES), default=models,
+                   help=f"comma-separated, out of {','.join(MODEL_NAMES)}, and combinations of them: "
+                        "median(ets,dlinear,patchtst) or mean(...) (members fitted once, tested against the "
+                        f"combination); auto: out of {','.join(AUTO_CANDIDATES)}, their median and the median of "
+                        f"{' and of '.join(','.join(m) for m in AUTO_MEDIAN_OF)}, the one of the "
+                        f"least error on the validation {_auto_windows(AUTO_COMBINE['windows'])} relative to each "
+                        "series' least, on average over the series, or the mean of the best "
+                        f"{AUTO_COMBINE['top']} where they lie within "
+                        f"{AUTO_COMBINE['tolerance'] * 100:g} %% of it (forecasting/auto.py); a candidate also named alone "
+                        "is fitted once")
+    q.add_argument("--levels", type=percent_levels, default=None,
+                   help="prediction intervals at these levels in percent, e.g. 80,95: conformal for every model, "
+                        "and ETS's own; reports coverage per step and MSIS; when not given: none")
+    q.add_argument("--calibration-windows", type=number(int, min=0), default=None,
+                   help="with --levels: windows of --h inside each series' history before the first cutoff that "
+                        "calibrate the conformal intervals (each series needs that many --h more values); "
+                        + ("when not given: enough for 19 errors per step over the series (a 95 % interval's "
+                           "least), at most 8, as many as the shortest series holds" if predict else
+                           f"when not given: {CONFORMAL['calibration_windows']}"))
+    q.add_argument("--global-calibration", choices=GLOBAL_CALIBRATIONS, default=None,
+                   help="with --levels: where the neural models' calibration forecasts come from: 'holdout', the "
+                        "model trained for the first cutoff, on the validation tail it held out of training "
+                        "(needs --calibration-windows 1); 'retrain', a second training before the calibration "
+                        + ("windows; when not given: holdout for one window, retrain for more" if predict else
+                           f"windows; when not given: {CONFORMAL['global_calibration']}"))
+    q.add_argument("--input-size", type=number(int, min=1), default=None,
+                   help=f"look-back of the neural models (PatchTST: at least {PATCH_LEN}); when not given: derived "
+                        f"with their patch, trend kernel and validation tail from --h, --season-length and the series' "
+                        f"lengths ({LOOKBACK_HORIZONS} horizons, at most what the median-length series fits; "
+                        "forecasting/lookback.py)")
+    q.add_argument("--short-series", choices=SHORT_SERIES, default=_D["short_series"],
+                   help="series too short for the neural models' look-back: 'statistical' forecasts them under "
+                        "the neural models' names with auto over the statistical models of --models (else theta, ets), "
+                        "validated on their validation windows, 'skip' leaves them out of the backtest "
+                        "(every model), 'baseline' forecasts them with seasonal naive under the neural models' "
+                        "names, 'error' refuses them; a warning names them, the printed table and summary.json "
+                        "record them (default: %(default)s)")
+    q.add_argument("--stat-history", type=stat_history, default=_D["stat_history"], metavar="N|auto|all",
+                   help="how much of each history ets, theta and arima (alone, in combinations and in auto) are "
+                        "fitted on: the last N values, all of it, or 'auto': all of it unless a recent window of "
+                        f"{'/'.join(map(str, HISTORY_LADDER))} x max(--season-length, --h) values forecasts the --h "
+                        "values before the first cutoffs better by more than one standard error (over the series); "
+                        "the command prints what each used (default: %(default)s)")
+    q.add_argument("--max-epochs", type=number(int, min=1), default=NEURAL_TRAINING["max_epochs"],
+                   help="training epochs of the neural models")
+    q.add_argument("--seed", type=number(int, min=0), default=NEURAL_TRAINING["seed"],
+                   help="seed of the neural models' training")
+    q.add_argument("--plot-series", type=number(int, min=1), default=_D["plot_series"],
+                   help="series shown in forecasts.png")
+    add_vit_args(q)
+    add_threads_arg(q)
 
 
 def add_vit_args(q: argparse.ArgumentParser) -> None:
@@ -286,8 +302,9 @@ def make_models(names: list[str], h: int, season_length: int, input_size: int = 
     return [factories[n]() for n in names]
 
 
-def _check_backtest_args(args: argparse.Namespace) -> None:
-    """Refuse combinations that cannot be meant, before any file is read."""
+def _check_backtest_args(args: argparse.Namespace, predict: bool = False) -> None:
+    """Refuse combinations that cannot be meant, before any file is read (`predict`: `forecast predict`'s,
+    which retrains for more than one calibration window unless told otherwise)."""
     if args.columns is not None and not args.wide:
         raise UsageError("--columns selects the series of a wide CSV; pass --wide too, or drop --columns")
     if args.wide and (args.id_col != ID or args.target_col != Y):
@@ -299,8 +316,8 @@ def _check_backtest_args(args: argparse.Namespace) -> None:
             raise UsageError(f"{flag} calibrates intervals; pass --levels too, e.g. --levels 80,95")
     neural = sorted(set(NEURAL) & set(flat_names(args.models))) if args.levels else []
     windows = CONFORMAL["calibration_windows"] if args.calibration_windows is None else args.calibration_windows
-    if neural and windows > 1 and \
-            (args.global_calibration or CONFORMAL["global_calibration"]) == "holdout":
+    if neural and windows > 1 and (args.global_calibration or ("retrain" if predict else
+                                                               CONFORMAL["global_calibration"])) == "holdout":
         raise UsageError(f"--calibration-windows {windows} with {'/'.join(neural)}: holdout "
                          "calibration forecasts the calibration windows with the model of the first cutoff, inside "
                          "the validation tail of --h it holds out of training, so it takes 1 window; use "
@@ -334,23 +351,11 @@ def _warnings_as_lines():
         yield
 
 
-def _cmd_backtest(args: argparse.Namespace) -> int:
-    import pandas as pd
-
-    from frozenvit.backbone.suite.artifacts import atomic_write_text, check_output_dir, output_dir, write_json
-    from frozenvit.backbone.suite.engine import engine_from_args, engine_session
-
-    from .backtest import backtest
+def _read_series(args: argparse.Namespace):
+    """The CSV as a long frame, and {from, h, season_length} where --h or --season-length came from the
+    timestamps (args set to them; None where both were given)."""
     from .data import calendar_defaults, read_long_csv, read_wide_csv
-    from .ensemble import assemble
-    from .plots import plot_coverage, plot_forecasts, plot_mase_by_horizon
-    from .run_folder import RunFolder
 
-    _check_backtest_args(args)
-    vit = vit_options(args, flat_names(args.models))          # flags checked, the ViT loaded, before the data
-    engine_from_args(args)                          # --workers without --ray fails before any work
-    check_output_dir(args.out, "forecast.backtest")
-    folder = RunFolder(args.out, args.resume)       # a stopped run there is continued with --resume only
     if args.wide:
         cols = [c.strip() for c in args.columns.split(",")] if args.columns else None
         df = read_wide_csv(args.csv, args.time_col, cols, sort=args.sort, fill=args.fill, sep=args.sep)
@@ -363,6 +368,82 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
         args.h, args.season_length = args.h or h, args.season_length or m
         inferred = {"from": why, "h": args.h, "season_length": args.season_length}
         print(f"--h {args.h} and --season-length {args.season_length}: {why} (pass --h and --season-length to choose)")
+    return df, inferred
+
+
+def _cmd_predict(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from frozenvit.backbone.suite.artifacts import atomic_write_text, check_output_dir, output_dir, write_json
+
+    from .ensemble import assemble
+    from .future import forecast
+    from .plots import plot_future, save_png
+
+    _check_backtest_args(args, predict=True)
+    vit = vit_options(args, flat_names(args.models))
+    check_output_dir(args.out, "forecast.predict")
+    df, inferred = _read_series(args)
+    names = flat_names(args.models)
+    built = dict(zip(names, make_models(names, args.h, args.season_length, args.input_size or LOOKBACK,
+                                        args.max_epochs, args.seed, vit=vit, stat_history=args.stat_history)))
+    with _warnings_as_lines():
+        fc = forecast(df, assemble(args.models, built), h=args.h, season_length=args.season_length,
+                      levels=args.levels or (),
+                      calibration_windows="auto" if args.calibration_windows is None else args.calibration_windows,
+                      global_calibration=args.global_calibration,
+                      input_size=args.input_size or _D["input_size"], short_series=args.short_series,
+                      fallback_history=args.stat_history, progress=None)
+    pd.set_option("display.width", 160)
+    first = list(fc.last)[: args.plot_series]
+    shown = fc.frame[fc.frame[ID].isin(first)].pivot(index="step", columns=ID, values=fc.models)
+    shown = shown.reorder_levels([1, 0], axis=1)[[(u, m) for u in first for m in fc.models]]
+    print(f"forecasts of the next {args.h} values (rows: step, columns: series and model; {len(first)} of "
+          f"{len(fc.last)} series shown, every one in forecasts.csv with its timestamps)")
+    print(shown.to_string(float_format=lambda v: f"{v:.4g}"))
+    for alias, choice in fc.choices.items():
+        print(f"{alias} forecast with (validated before each series' last {args.h} values): {choice.describe()}")
+    if fc.short_series.get("ids"):
+        print(f"short series ({fc.short_series['policy']}): {fc.short_series['reason']}; {fc.short_series['what']}")
+    if fc.levels:
+        print(f"intervals: conformal, sized by the errors of {fc.calibration_windows} window(s) of --h before each "
+              f"series' end ({fc.global_calibration} for the networks)" + (", and ETS's own" if any(
+                  "/own" in k for k in fc.interval_share()) else ""))
+    missing = {f"{lab} {lv}": s for lab, by in fc.interval_share().items() for lv, s in by.items() if s < 1}
+    if missing:
+        print(f"no interval on some rows ({', '.join(f'{k}: {100 * (1 - v):.0f} %' for k, v in missing.items())}): too "
+              "few calibration errors for that level (95 % needs 19 per step, over all series), or a flat history; "
+              "more series or --calibration-windows give them")
+    out = output_dir(args.out, "forecast.predict")
+    write_json(out / "summary.json", {"csv": str(args.csv), "stat_history": args.stat_history,
+                                      **({"defaults_from": inferred} if inferred else {}), **fc.to_dict()})
+    atomic_write_text(out / "forecasts.csv", fc.frame.to_csv(index=False))
+    save_png(plot_future(fc, df, n_series=args.plot_series), out / "forecasts.png")
+    written = ["summary.json", "forecasts.csv", "forecasts.png"]
+    if fc.choices:
+        atomic_write_text(out / "auto_weights.csv", fc.auto_weights().to_csv(index=False))
+        written.append("auto_weights.csv")
+    print(f"\nwrote in {out}: {', '.join(written)}")
+    return 0
+
+
+def _cmd_backtest(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from frozenvit.backbone.suite.artifacts import atomic_write_text, check_output_dir, output_dir, write_json
+    from frozenvit.backbone.suite.engine import engine_from_args, engine_session
+
+    from .backtest import backtest
+    from .ensemble import assemble
+    from .plots import plot_coverage, plot_forecasts, plot_mase_by_horizon, save_png
+    from .run_folder import RunFolder
+
+    _check_backtest_args(args)
+    vit = vit_options(args, flat_names(args.models))          # flags checked, the ViT loaded, before the data
+    engine_from_args(args)                          # --workers without --ray fails before any work
+    check_output_dir(args.out, "forecast.backtest")
+    folder = RunFolder(args.out, args.resume)       # a stopped run there is continued with --resume only
+    df, inferred = _read_series(args)
     names = flat_names(args.models)
     calib = (CONFORMAL["calibration_windows"] if args.calibration_windows is None else args.calibration_windows) \
         if args.levels else 0
@@ -423,14 +504,14 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
                                       **({"defaults_from": inferred} if inferred else {}), **res.to_dict()})
     atomic_write_text(out / "forecasts.csv", res.forecasts_with_intervals().to_csv(index=False))
     atomic_write_text(out / "mase_by_horizon.csv", hz.to_csv())
-    plot_forecasts(res, df, n_series=args.plot_series).savefig(out / "forecasts.png", dpi=110)
-    plot_mase_by_horizon(res).savefig(out / "mase_by_horizon.png", dpi=110)
+    save_png(plot_forecasts(res, df, n_series=args.plot_series), out / "forecasts.png")
+    save_png(plot_mase_by_horizon(res), out / "mase_by_horizon.png")
     written = ["summary.json", "forecasts.csv", "mase_by_horizon.csv", "forecasts.png", "mase_by_horizon.png"]
     if res.choices:
         atomic_write_text(out / "auto_weights.csv", res.auto_weights().to_csv(index=False))
         written.append("auto_weights.csv")
     if res.levels:
-        plot_coverage(res).savefig(out / "coverage_by_horizon.png", dpi=110)
+        save_png(plot_coverage(res), out / "coverage_by_horizon.png")
         written.append("coverage_by_horizon.png")
     for alias, model in res.fitted.items():
         written.append(model.save(out / "models" / alias).relative_to(out).as_posix())

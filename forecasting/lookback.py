@@ -181,49 +181,53 @@ def statistical_fallback(models: Sequence[Forecaster], season_length: int,
 
 def prepare(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: int, step_size: int,
             season_length: int, calibration_windows: int, input_size: int | str | None,
-            short_series: str | None, fallback_history: int | str | None = None) -> Prepared:
+            short_series: str | None, fallback_history: int | str | None = None, future: bool = False) -> Prepared:
     """Set the global models' look-back (`input_size`: None keeps each model's own, an int sets it, "auto"
     chooses it from the data, at most the models' own) and apply `short_series` (see the module doc; None:
     none, the backtest's length check refuses a short series). `calibration_windows` K: each series'
     K h values before the first cutoff are no look-back's history. `fallback_history`: the history of the
-    Theta and ETS that `short_series="statistical"` builds where `models` hold no statistical model."""
+    Theta and ETS that `short_series="statistical"` builds where `models` hold no statistical model.
+    `future`: the one window forecast lies after each series' last value (forecasting.future), so the series
+    hold no horizon's values."""
     if short_series is not None and short_series not in SHORT_SERIES:
         raise ParameterError(f"short_series must be one of {SHORT_SERIES}, got {short_series!r}")
     if input_size not in (None, "auto") and not (isinstance(input_size, Integral) and input_size >= 1):
         raise ParameterError(f"input_size must be None, 'auto' or an integer >= 1, got {input_size!r}")
     lengths = df.groupby(ID, sort=False).size()
+    ahead = h if future else 0                  # the horizon's values, which a future forecast does not hold
     glob = [m for m in _leaves(models) if _is_global(m)]
     record = {"policy": short_series, "ids": []} if short_series else {}
     if not glob:
         return Prepared(df, list(models), None if input_size == "auto" else input_size, record)
     size, chosen = input_size, {}
     if input_size == "auto":
-        rule = neural_lengths(lengths.to_numpy() - calibration_windows * h, h, season_length, n_windows, step_size,
-                              shortest=short_series in ("statistical", "baseline"))
+        rule = neural_lengths(lengths.to_numpy() + ahead - calibration_windows * h, h, season_length, n_windows,
+                              step_size, shortest=short_series in ("statistical", "baseline"))
         size, chosen = rule.input_size, dict(rule.__dict__)
         models = _rebuild(models, lambda m: clone(m).set_params(**rule.params_for(m)))
     elif size is not None:
         models = _rebuild(models, lambda m: clone(m).set_params(input_size=int(size)))
     look = int(size) if size is not None else max(int(m.input_size) for m in glob)
     need = max(m.min_history() for m in _leaves(models) if _is_global(m)) + h + (n_windows - 1) * step_size \
-        + calibration_windows * h                                       # values a series needs for them
+        + calibration_windows * h - ahead                               # values a series needs for them
     short = [str(u) for u in lengths.index[lengths.to_numpy() < need]]
     out = Prepared(df, list(models), None if size is None else int(size), record and {**record, "ids": short},
                    chosen)
     if not short or short_series is None:
         return out
+    parts = f"look-back {look} + a training target {h} + validation {h}" + (
+        "" if future else f" + --h {h} + {n_windows - 1} more --windows of --step-size {step_size}")
     what = (f"{len(short)} of {len(lengths)} series have fewer than the {need} values the neural models need "
-            f"(look-back {look} + a training target {h} + validation {h} + --h {h} + {n_windows - 1} more "
-            f"--windows of --step-size {step_size}): {_name_ids(short)}")
+            f"({parts}): {_name_ids(short)}")
     if short_series == "error":
-        fits = fitting_input_size(int(lengths.min()), h, n_windows, step_size, look)
+        fits = fitting_input_size(int(lengths.min()) + ahead, h, n_windows, step_size, look)
         hint = f"--input-size {fits}, " if fits >= SHORTEST else ""
         raise SeriesError(f"{what}; pass {hint}--short-series skip or --short-series baseline, or drop those series")
     if short_series == "skip" and len(short) == len(lengths):
         raise SeriesError(f"{what}: --short-series skip leaves no series; use a shorter --input-size, fewer "
                           "--windows or --short-series baseline")
     fallback = statistical_fallback(models, season_length, fallback_history) if short_series == "statistical" else None
-    done = {"skip": "left out of the backtest for every model",
+    done = {"skip": f"left out of the {'forecast' if future else 'backtest'} for every model",
             "baseline": "forecast by seasonal naive in the neural models' columns",
             "statistical": f"forecast in the neural models' columns by auto over the statistical models, validated "
                            f"on their validation windows ({'/'.join(m.alias for m in fallback.candidates)})"

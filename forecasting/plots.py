@@ -1,17 +1,56 @@
 """Pictures of a backtest: forecasts against actuals (with their intervals), MASE and interval
-coverage by horizon step.
+coverage by horizon step; and of a forecast of the future (`plot_future`).
 
 Figures are built with matplotlib's object API (no pyplot state, no backend switching).
 """
 from __future__ import annotations
 
-from typing import Sequence
+import io
+import os
+from typing import TYPE_CHECKING, Sequence
 
 import pandas as pd
 from matplotlib.figure import Figure
 
+from frozenvit.backbone.suite.artifacts import atomic_write_bytes
+
 from .backtest import BacktestResult
 from .data import DS, ID, Y
+
+if TYPE_CHECKING:
+    from .future import Forecast
+
+
+def save_png(fig: Figure, path: str | os.PathLike, dpi: int = 110) -> None:
+    """Write `fig` as a PNG atomically: the old file or the new one, never half of one."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def plot_future(fc: "Forecast", df: pd.DataFrame, series: Sequence[str] | None = None, n_series: int = 3,
+                history: int | None = None) -> Figure:
+    """One panel per series: the end of its history and every model's forecast of the next h values, shaded by
+    that model's intervals where it has them (lighter: wider level); the last value marked by a dotted line."""
+    f = fc.frame
+    series = list(series or list(fc.last)[:n_series])
+    fig = Figure(figsize=(11, 2.6 * len(series)), layout="constrained")
+    axes = fig.subplots(len(series), 1, squeeze=False)[:, 0]
+    history = history if history is not None else max(3 * fc.h, 2 * fc.season_length)
+    for ax, uid in zip(axes, series):
+        fu, hist = f[f[ID] == uid], df[df[ID].astype(str) == uid].tail(history)
+        ax.plot(hist[DS], hist[Y], color="k", lw=1.2, label="history")
+        for i, m in enumerate(fc.models):
+            ax.plot(fu[DS], fu[m], color=f"C{i}", lw=1.2, label=m)
+            for lv in fc.levels[::-1]:
+                lo, hi = f"{m}-lo-{lv:g}", f"{m}-hi-{lv:g}"
+                if lo in fu:
+                    ax.fill_between(fu[DS], fu[lo], fu[hi], color=f"C{i}", alpha=0.12, lw=0)
+        if len(hist):
+            ax.axvline(hist[DS].iloc[-1], color="0.7", ls=":", lw=0.8)
+        ax.set_title(str(uid), fontsize=9, loc="left")
+    axes[0].legend(fontsize=8, ncol=min(len(fc.models) + 1, 6), loc="upper left")
+    return fig
 
 
 def plot_forecasts(res: BacktestResult, df: pd.DataFrame | None = None, series: Sequence[str] | None = None,

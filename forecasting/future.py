@@ -1,0 +1,239 @@
+"""Forecasts of the h values after each series' last one: what a backtest judges, put to use.
+
+    from frozenvit.forecasting import AutoForecaster, ETS, forecast
+    fc = forecast(df, [AutoForecaster(...), ETS(12)], h=18, season_length=12, levels=(80, 95))
+    fc.frame            # unique_id, ds (the next h timestamps), one column per model, '<model>-lo-80', ...
+
+Each model forecasts through the contract a backtest uses (`Forecaster.forecast_cutoffs`), with one cutoff
+per series after its last value: local models are fitted on each whole history, global models trained on
+every series' history, `auto` validated inside it. The look-back, the short-series policy and the statistical
+models' history are set as a backtest sets them (forecasting.lookback). Intervals are conformal: the scaled
+errors of `calibration_windows` windows of h that end by the last value, forecast from the history before
+each, size them (forecasting.intervals): by default as many windows as give every step 19 errors over the
+series, at most 8. ETS gives its own as well ('ETS/own').
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from frozenvit.backbone.suite.errors import ParameterError
+
+from .backtest import with_members
+from .base import Forecaster
+from .data import DS, ID, Y, validate
+from .defaults import GLOBAL_CALIBRATIONS
+from .ensemble import Ensemble, combine, same_model
+from .errors import SeriesError
+from .intervals import calibration_cutoffs, check_levels, conformal_bounds
+from .lookback import ShortSeriesWarning, prepare
+from .metrics import mase_scale
+from .reuse import shared_fits
+
+SCORES_WANTED = 19          # scaled errors per step that a 95 % conformal interval needs (ceil(0.95 (n + 1)) <= n)
+MOST_CALIBRATION = 8        # the most calibration windows chosen
+
+
+@dataclass
+class Forecast:
+    """The forecasts of the h values after each series' last value.
+
+    frame: unique_id, ds (the next h timestamps on each series' step), step (1..h), one column per model and,
+    with `levels`, '<label>-lo-<level>' / '<label>-hi-<level>' (statsforecast's names; label: the model's
+    alias, or '<alias>/own' for a model's own intervals); NaN where an interval could not be sized.
+    """
+
+    frame: pd.DataFrame
+    models: list[str]
+    h: int
+    season_length: int
+    levels: tuple = ()
+    calibration_windows: int = 0
+    global_calibration: str | None = None
+    last: dict = field(default_factory=dict)            # unique_id -> its last timestamp (ISO text or int)
+    fitted: dict = field(default_factory=dict)          # alias -> the global model trained on every history
+    seconds: dict = field(default_factory=dict)
+    input_size: int | None = None
+    short_series: dict = field(default_factory=dict)
+    neural_lengths: dict = field(default_factory=dict)
+    choices: dict = field(default_factory=dict)         # auto's alias -> its AutoChoice
+
+    def auto_weights(self) -> pd.DataFrame:
+        """What each `auto` forecast each series with: model, unique_id and one weight per candidate."""
+        ids = list(self.last)
+        frames = [pd.DataFrame(c.weights, columns=c.candidates).assign(model=alias, **{ID: ids})
+                  for alias, c in self.choices.items()]
+        if not frames:
+            return pd.DataFrame(columns=["model", ID])
+        out = pd.concat(frames, ignore_index=True)
+        return out[["model", ID] + [c for c in out.columns if c not in ("model", ID)]]
+
+    def interval_share(self) -> dict:
+        """label -> level -> the share of forecast rows that have an interval."""
+        share = {}
+        for col in self.frame.columns:
+            if "-lo-" in col:
+                label, level = col.rsplit("-lo-", 1)
+                share.setdefault(label, {})[level] = float(self.frame[col].notna().mean())
+        return share
+
+    def to_dict(self) -> dict:
+        """Settings, each series' last timestamp, auto's choices: JSON-ready (the forecasts are in `frame`)."""
+        return {"h": self.h, "season_length": self.season_length, "models": self.models,
+                "n_series": len(self.last), "last": self.last, "seconds": self.seconds,
+                "input_size": self.input_size, "short_series": self.short_series,
+                "neural_lengths": self.neural_lengths,
+                **({"levels": list(self.levels), "calibration_windows": self.calibration_windows,
+                    "global_calibration": self.global_calibration, "interval_share": self.interval_share()}
+                   if self.levels else {}),
+                **({"auto_choices": {a: c.to_dict() for a, c in self.choices.items()}} if self.choices else {})}
+
+
+def future_stamps(ds: pd.Series, h: int) -> np.ndarray | pd.DatetimeIndex:
+    """The h timestamps after the last of one validated series, on its step (a calendar step for dates)."""
+    if pd.api.types.is_integer_dtype(ds):
+        t = ds.to_numpy().astype(np.int64)
+        step = int(np.diff(t).min()) if t.size > 1 else 1
+        return t[-1] + step * np.arange(1, h + 1)
+    idx = pd.DatetimeIndex(ds)
+    freq = pd.infer_freq(idx) if idx.size >= 3 else None
+    if freq is None:
+        if idx.size < 2:
+            raise SeriesError(f"cannot tell the step of a series with {idx.size} timestamp(s); forecasting its "
+                              "future needs at least two")
+        freq = pd.Timedelta(np.diff(idx.asi8).min())
+    return pd.date_range(idx[-1], periods=h + 1, freq=freq)[1:]
+
+
+def auto_calibration_windows(lengths: Sequence[int], h: int, season_length: int) -> int:
+    """Calibration windows for a future forecast's intervals: enough that every step has 19 scaled errors over
+    the series (a 95 % interval's least), at most MOST_CALIBRATION and as many as the shortest series holds
+    after a season's history; at least 1."""
+    fit = (int(min(lengths)) - season_length - 1) // h
+    return max(1, min(MOST_CALIBRATION, -(-SCORES_WANTED // len(lengths)), fit))
+
+
+def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_length: int = 1,
+             levels: Sequence[float] = (), calibration_windows: int | str = "auto",
+             global_calibration: str | None = None, input_size: int | str | None = None,
+             short_series: str | None = None, fallback_history: int | str | None = None,
+             progress: bool | None = None) -> Forecast:
+    """Forecast the h values after each series of `df` (long: unique_id, ds, y) with every model; see the
+    module doc. The settings mean what they mean to `backtest`, but for the intervals' calibration:
+    `calibration_windows="auto"` takes `auto_calibration_windows`, and `global_calibration` None "holdout"
+    for one window, "retrain" for more (a network's validation tail holds one). Raises SeriesError for a
+    series too short for the models (or, with `short_series="skip"`, leaves it out and records it)."""
+    df = validate(df)
+    lengths = df.groupby(ID, sort=False).size().to_numpy()
+    if calibration_windows == "auto":
+        calibration_windows = auto_calibration_windows(lengths, int(h), int(season_length))
+    for name, v in (("h", h), ("season_length", season_length), ("calibration_windows + 1", calibration_windows + 1)):
+        if int(v) != v or v < 1:
+            raise SeriesError(f"forecast needs {name} >= 1 (an integer), got {v!r}")
+    if global_calibration is None:
+        global_calibration = "holdout" if calibration_windows <= 1 else "retrain"
+    if global_calibration not in GLOBAL_CALIBRATIONS:
+        raise ParameterError(f"global_calibration must be one of {', '.join(GLOBAL_CALIBRATIONS)}, "
+                             f"got {global_calibration!r}")
+    h, season_length = int(h), int(season_length)
+    levels = check_levels(levels) if len(levels) else ()
+    K = int(calibration_windows) if levels else 0
+    for model in models:
+        model.check_params()
+    prep = prepare(df, models, h, 1, h, season_length, K, input_size, short_series, fallback_history, future=True)
+    models = with_members(prep.models)
+    aliases = [m.alias for m in models]
+    if len(set(aliases)) != len(aliases):
+        raise ValueError(f"model aliases must be unique, got {aliases}; subclass or wrap to rename")
+    need = max([season_length + 1] + [m.min_history() for m in models]) + K * h
+    groups = list(prep.df.groupby(ID, sort=False))
+    short = [(str(u), len(g)) for u, g in groups if len(g) < need]
+    record = prep.short_series
+    calib_text = f" + {K} --calibration-windows of --h" if K else ""
+    if short and record.get("policy") == "skip" and len(short) < len(groups):
+        gone = [u for u, _ in short]
+        what = (f"{len(gone)} of {len(groups)} series have fewer than the {need} values a forecast needs (the "
+                f"models' history{calib_text}): {', '.join(gone[:10])}{' and more' if len(gone) > 10 else ''}")
+        warnings.warn(f"{what}; left out of the forecast for every model (--short-series skip)", ShortSeriesWarning,
+                      stacklevel=2)
+        groups = [(u, g) for u, g in groups if len(g) >= need]
+        record = {**record, "ids": record.get("ids", []) + gone,
+                  "reason": "; ".join(filter(None, [record.get("reason"), what])),
+                  "what": "left out of the forecast for every model"}
+    elif short:
+        (uid, n), more = short[0], len(short) - 1
+        raise SeriesError(f"series {uid!r} has {n} values{f' (and {more} more of the {len(groups)} series)' if more else ''}; "
+                          f"a forecast needs {need} (the models' history{calib_text}); use a smaller --season-length, "
+                          f"a shorter --input-size{', fewer --calibration-windows' if K else ''}, --short-series skip, "
+                          "or drop those series")
+    ids = [str(u) for u, _ in groups]
+    ys = [g[Y].to_numpy(dtype=float) for _, g in groups]
+    cuts = np.array([[y.size] for y in ys])                                         # (S, 1): after the last value
+    ccuts = calibration_cutoffs(cuts, K, h)                                         # (S, K)
+    for model in models:
+        problem = None if isinstance(model, Ensemble) or not K else \
+            model.calibration_problem(cuts, ccuts, h, global_calibration)
+        if problem:
+            raise SeriesError(problem)
+
+    done: list[tuple[Forecaster, tuple]] = []
+
+    def run(model: Forecaster) -> tuple:
+        """(preds (S, 1, h), calib (S, K, h), own (lo, hi) or None, fitted, seconds), once per model."""
+        hit = next((r for m, r in done if same_model(m, model)), None)
+        if hit is not None:
+            return hit
+        t0 = time.perf_counter()
+        if isinstance(model, Ensemble):
+            parts = [run(m) for m in model.members]
+            r = (combine([p[0] for p in parts], model.how), combine([p[1] for p in parts], model.how), None, None,
+                 sum(p[4] for p in parts))
+        else:
+            own = model.forecast_intervals(ys, cuts, h, levels, progress=progress) if levels else None
+            if own is not None:
+                preds, fitted = own[0], None
+                calib = model.forecast_cutoffs(ys, ccuts, h, progress=progress)[0] if K else np.empty((len(ys), 0, h))
+            else:
+                preds, calib, fitted = model.forecast_with_calibration(ys, cuts, ccuts, h, progress=progress,
+                                                                       global_calibration=global_calibration)
+            r = (preds, calib, None if own is None else own[1:], fitted, time.perf_counter() - t0)
+        done.append((model, r))
+        return r
+
+    with shared_fits():
+        for model in models:
+            run(model)
+    stamps = [future_stamps(g[DS], h) for _, g in groups]
+    frame = pd.DataFrame({ID: np.repeat(ids, h), DS: np.concatenate([np.asarray(s) for s in stamps]),
+                          "step": np.tile(np.arange(1, h + 1), len(ids))})
+    if K:
+        truth = np.stack([np.stack([y[c: c + h] for c in cc]) for y, cc in zip(ys, ccuts)])       # (S, K, h)
+        scale = np.array([[mase_scale(y[:c], season_length) for c in np.concatenate([cc, cs])]
+                          for y, cc, cs in zip(ys, ccuts, cuts)])                               # (S, K + 1)
+    fitted, seconds = {}, {}
+    for model in models:
+        preds, calib, own, fit, secs = run(model)
+        frame[model.alias] = preds.reshape(-1)
+        seconds[model.alias] = secs
+        if fit is not None:
+            fitted[model.alias] = fit
+        if K:
+            scores = np.abs(truth - calib) / scale[:, :K, None]
+            lo, hi = conformal_bounds(preds, scale[:, K:], scores, [K], levels)
+            for i, lv in enumerate(levels):
+                frame[f"{model.alias}-lo-{lv:g}"], frame[f"{model.alias}-hi-{lv:g}"] = \
+                    lo[..., i].reshape(-1), hi[..., i].reshape(-1)
+        if own is not None:
+            for i, lv in enumerate(levels):
+                frame[f"{model.alias}/own-lo-{lv:g}"], frame[f"{model.alias}/own-hi-{lv:g}"] = \
+                    own[0][..., i].reshape(-1), own[1][..., i].reshape(-1)
+    last = {u: (g[DS].iloc[-1].isoformat() if isinstance(g[DS].iloc[-1], pd.Timestamp) else int(g[DS].iloc[-1]))
+            for u, (_, g) in zip(ids, groups)}
+    choices = {m.alias: m.choice_ for m, _ in done if getattr(m, "choice_", None) is not None}
+    return Forecast(frame, aliases, h, season_length, levels, K, global_calibration if K else None, last, fitted,
+                    seconds, prep.input_size, record, prep.lengths, choices)
