@@ -1,0 +1,120 @@
+"""`forecast` and `frozenvit forecast predict`: the next h values of each series, made as a backtest's last
+window would be, on the series' own calendar, with intervals calibrated before the end."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from frozenvit.backbone.suite.cli import main
+from frozenvit.forecasting import (ETS, AutoForecaster, DLinear, Ensemble, SeasonalNaive, SeriesError, Theta,
+                                   ShortSeriesWarning, backtest, forecast, future_stamps)
+from frozenvit.forecasting.future import auto_calibration_windows
+
+
+def _monthly(n: int = 96, n_series: int = 3, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    t = pd.date_range("2012-01-01", periods=n, freq="MS")
+    return pd.concat([pd.DataFrame({"unique_id": f"s{i}", "ds": t,
+                                    "y": 20 + i + 3 * np.sin(2 * np.pi * np.arange(n) / 12 + i) + 0.05 * np.arange(n)
+                                    + rng.normal(0, 0.3, n)}) for i in range(n_series)], ignore_index=True)
+
+
+def _tiny_dlinear() -> DLinear:
+    return DLinear(h=6, input_size=24, max_epochs=2, batch_size=32, progress=False)
+
+
+def test_the_future_forecast_is_the_backtests_last_window_made_from_the_same_history():
+    df, h = _monthly(), 6
+    models = [SeasonalNaive(12), ETS(12), _tiny_dlinear(), Ensemble([SeasonalNaive(12), ETS(12)], how="median")]
+    res = backtest(df, models, h=h, n_windows=1, season_length=12)
+    past = df[df.groupby("unique_id").cumcount(ascending=False) >= h]                  # the backtest's history
+    fc = forecast(past, models, h=h, season_length=12)
+    for m in res.models:
+        np.testing.assert_allclose(fc.frame[m].to_numpy(), res.forecasts[m].to_numpy(), rtol=1e-6, err_msg=m)
+    assert (fc.frame["ds"].to_numpy() == res.forecasts["ds"].to_numpy()).all()           # the next timestamps
+    assert fc.last == {f"s{i}": "2019-06-01T00:00:00" for i in range(3)}
+
+
+def test_future_values_do_not_exist_for_the_forecast():
+    df, h = _monthly(), 6
+    fc = forecast(df, [ETS(12)], h=h, season_length=12)
+    changed = df.copy()
+    changed.loc[changed.groupby("unique_id").cumcount() < 12, "y"] += 1000.0     # only the distant past moves
+    assert not np.allclose(forecast(changed, [ETS(12)], h=h, season_length=12).frame["ETS"], fc.frame["ETS"])
+    assert fc.frame["ds"].min() == pd.Timestamp("2020-01-01") and len(fc.frame) == 3 * h
+
+
+@pytest.mark.parametrize("freq", ["MS", "QE", "D", "h", "W-SUN", "B"])
+def test_future_timestamps_follow_the_calendar(freq):
+    t = pd.date_range("2020-01-31", periods=10, freq=freq)
+    out = future_stamps(pd.Series(t), 3)
+    assert list(out) == list(pd.date_range(t[-1], periods=4, freq=freq)[1:])
+
+
+def test_integer_timestamps_step_on():
+    assert list(future_stamps(pd.Series([10, 15, 20, 25]), 3)) == [30, 35, 40]
+
+
+def test_intervals_are_calibrated_on_enough_windows_and_cover_a_plain_series():
+    rng = np.random.default_rng(1)
+    n, h = 400, 4
+    df = pd.DataFrame({"unique_id": "a", "ds": np.arange(n), "y": 50 + rng.normal(0, 1, n)})
+    assert auto_calibration_windows([n], h, 1) == 8                             # one series: at most 8
+    assert auto_calibration_windows([n] * 40, h, 1) == 1                        # 40 series: one is enough
+    assert auto_calibration_windows([12], 4, 1) == 2                            # what the shortest holds
+    fc = forecast(df, [SeasonalNaive(1), ETS(1)], h=h, season_length=1, levels=(80,))
+    assert fc.calibration_windows == 8 and fc.global_calibration == "retrain"
+    f = fc.frame
+    assert {"SeasonalNaive-lo-80", "ETS-hi-80", "ETS/own-lo-80"} <= set(f.columns)
+    assert (f["ETS-lo-80"] < f["ETS"]).all() and (f["ETS"] < f["ETS-hi-80"]).all()
+    width = (f["SeasonalNaive-hi-80"] - f["SeasonalNaive-lo-80"]).mean()
+    assert 1.0 < width < 8.0                                                    # noise sd 1: naive's error sd 1.4
+
+
+def test_a_series_too_short_is_refused_unless_skipped():
+    df = _monthly()
+    tiny = pd.DataFrame({"unique_id": "tiny", "ds": pd.date_range("2019-01-01", periods=8, freq="MS"), "y": 1.0})
+    both = pd.concat([df, tiny], ignore_index=True)
+    with pytest.raises(SeriesError, match=r"'tiny' has 8 values; a forecast needs 13 .*--short-series skip"):
+        forecast(both, [SeasonalNaive(12)], h=6, season_length=12)
+    with pytest.warns(ShortSeriesWarning, match=r"1 of 4 series .*: tiny; left out of the forecast"):
+        fc = forecast(both, [SeasonalNaive(12)], h=6, season_length=12, short_series="skip")
+    assert set(fc.frame["unique_id"]) == {"s0", "s1", "s2"} and fc.short_series["ids"] == ["tiny"]
+
+
+def test_auto_chooses_inside_the_history_and_reports_its_choice():
+    df = _monthly(n=72)
+    auto = AutoForecaster([SeasonalNaive(12), Theta(12), ETS(12)])
+    fc = forecast(df, [auto], h=6, season_length=12)
+    w = fc.auto_weights()
+    assert list(w["unique_id"]) == ["s0", "s1", "s2"] and np.allclose(w.drop(columns=["model", "unique_id"]).sum(1), 1)
+    assert "auto_choices" in fc.to_dict() and np.isfinite(fc.frame["Auto"]).all()
+
+
+def test_predict_writes_forecasts_a_picture_and_a_summary(tmp_path, capsys):
+    csv, out = tmp_path / "m.csv", tmp_path / "pred"
+    _monthly().to_csv(csv, index=False)
+    argv = ["forecast", "predict", "--csv", str(csv), "--models", "snaive,ets", "--levels", "80", "--out", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "--h 18 and --season-length 12: monthly timestamps" in printed and "forecasts of the next 18 values" in printed
+    f = pd.read_csv(out / "forecasts.csv", parse_dates=["ds"])
+    assert len(f) == 3 * 18 and f["ds"].min() == pd.Timestamp("2020-01-01")
+    assert {"SeasonalNaive", "ETS", "ETS-lo-80", "ETS/own-hi-80"} <= set(f.columns)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["h"] == 18 and summary["calibration_windows"] == 4 and summary["interval_share"]["ETS"]["80"] == 1
+    assert (out / "forecasts.png").read_bytes()[:4] == b"\x89PNG"
+    (out / "mine.txt").write_text("keep")
+    assert main(argv) == 0 and (out / "mine.txt").read_text() == "keep"        # a rerun replaces only its own
+
+
+def test_predict_refuses_a_folder_it_did_not_write(tmp_path, capsys):
+    csv, out = tmp_path / "m.csv", tmp_path / "theirs"
+    _monthly().to_csv(csv, index=False)
+    out.mkdir()
+    (out / "report.docx").write_text("theirs")
+    assert main(["forecast", "predict", "--csv", str(csv), "--models", "snaive", "--out", str(out)]) == 2
+    assert "OutputConflict" in capsys.readouterr().err and sorted(p.name for p in out.iterdir()) == ["report.docx"]
