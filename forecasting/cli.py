@@ -204,7 +204,7 @@ def _add_run_args(q: argparse.ArgumentParser, models: str, predict: bool = False
     q.add_argument("--calibration-windows", type=number(int, min=0), default=None,
                    help="with --levels: windows of --h inside each series' history before the first cutoff that "
                         "calibrate the conformal intervals (each series needs that many --h more values); "
-                        + ("when not given: enough for 19 errors per step over the series (a 95 % interval's "
+                        + ("when not given: enough for 19 errors per step over the series (a 95 %% interval's "
                            "least), at most 8, as many as the shortest series holds" if predict else
                            f"when not given: {CONFORMAL['calibration_windows']}"))
     q.add_argument("--global-calibration", choices=GLOBAL_CALIBRATIONS, default=None,
@@ -221,7 +221,7 @@ def _add_run_args(q: argparse.ArgumentParser, models: str, predict: bool = False
     q.add_argument("--short-series", choices=SHORT_SERIES, default=_D["short_series"],
                    help="series too short for the neural models' look-back: 'statistical' forecasts them under "
                         "the neural models' names with auto over the statistical models of --models (else theta, ets), "
-                        "validated on their validation windows, 'skip' leaves them out of the backtest "
+                        "validated on their validation windows, 'skip' leaves them out "
                         "(every model), 'baseline' forecasts them with seasonal naive under the neural models' "
                         "names, 'error' refuses them; a warning names them, the printed table and summary.json "
                         "record them (default: %(default)s)")

@@ -1,4 +1,4 @@
-"""The forecasting section of `frozenvit demo`: a rolling backtest on a small real series.
+"""The forecasting section of `frozenvit demo`: a rolling backtest on a small real series, then its future.
 
 Data: the Mauna Loa CO2 record that ships with statsmodels (weekly 1958-2001, offline),
 averaged to months (526 values, 5 empty months interpolated explicitly). Season 12, horizon 24.
@@ -26,8 +26,9 @@ def section(ctx: DemoContext) -> Section:
     from .baselines import ETS, Naive, SeasonalNaive
     from .data import validate
     from .dlinear import DLinear
+    from .future import forecast
     from .patchtst import PatchTST
-    from .plots import plot_forecasts, plot_mase_by_horizon
+    from .plots import plot_forecasts, plot_future, plot_mase_by_horizon
 
     sec = Section("Forecasting: PatchTST and DLinear against honest baselines", order=30)
     try:
@@ -56,4 +57,10 @@ def section(ctx: DemoContext) -> Section:
     sec.table([{"model": mdl, **{f"MASE h={s}": float(hz.loc[mdl, s]) for s in steps}} for mdl in res.models])
     sec.figure(plot_forecasts(res, df, n_series=1, history=96), "Forecasts at each cutoff against the actual CO2.")
     sec.figure(plot_mase_by_horizon(res), "MASE by horizon step (averaged over cutoffs); dashed: MASE 1.")
+    ahead = [SeasonalNaive(m), *([] if ctx.quick else [ETS(m)])]
+    fc = forecast(df, ahead, h=h, season_length=m, levels=(80, 95))
+    sec.figure(plot_future(fc, df, n_series=1, history=96),
+               f"The next {h} months after the record ends ({fc.frame['ds'].min():%Y-%m} on), as `frozenvit forecast "
+               f"predict` makes them, with conformal 80 % and 95 % intervals sized by the errors of "
+               f"{fc.calibration_windows} earlier windows of {h} months.")
     return sec
