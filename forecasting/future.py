@@ -118,6 +118,22 @@ def auto_calibration_windows(lengths: Sequence[int], h: int, season_length: int)
     return max(1, min(MOST_CALIBRATION, -(-SCORES_WANTED // len(lengths)), fit))
 
 
+def _unchanged_networks(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_length: int, most: int,
+                        *args) -> int:
+    """The most calibration windows (1..most) with which the global models get the look-back and the series
+    they get with one: asking for intervals never changes a point forecast."""
+    def plan(k: int) -> tuple:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                p = prepare(df, models, h, 1, h, season_length, k, *args, future=True)
+            except SeriesError:
+                return None
+        return p.input_size, tuple(p.short_series.get("ids", ()))
+    one = plan(1)
+    return next((k for k in range(most, 1, -1) if plan(k) == one), 1)
+
+
 def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_length: int = 1,
              levels: Sequence[float] = (), calibration_windows: int | str = "auto",
              global_calibration: str | None = None, input_size: int | str | None = None,
@@ -125,19 +141,20 @@ def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_leng
              progress: bool | None = None) -> Forecast:
     """Forecast the h values after each series of `df` (long: unique_id, ds, y) with every model; see the
     module doc. The settings mean what they mean to `backtest`, but for the intervals' calibration:
-    `calibration_windows="auto"` takes `auto_calibration_windows`, and `global_calibration` None "holdout"
-    for one window, "retrain" for more (a network's validation tail holds one). Raises SeriesError for a
+    `calibration_windows="auto"` takes `auto_calibration_windows`, but no more windows than leave the
+    networks the look-back and the series they get with one (so that intervals never change a point
+    forecast), and `global_calibration` None "holdout" for one window, "retrain" for more (a network's
+    validation tail holds one). Raises SeriesError for a
     series too short for the models (or, with `short_series="skip"`, leaves it out and records it)."""
     df = validate(df)
     lengths = df.groupby(ID, sort=False).size().to_numpy()
-    if calibration_windows == "auto":
+    chosen = calibration_windows == "auto"
+    if chosen:
         calibration_windows = auto_calibration_windows(lengths, int(h), int(season_length))
     for name, v in (("h", h), ("season_length", season_length), ("calibration_windows + 1", calibration_windows + 1)):
         if int(v) != v or v < 1:
             raise SeriesError(f"forecast needs {name} >= 1 (an integer), got {v!r}")
-    if global_calibration is None:
-        global_calibration = "holdout" if calibration_windows <= 1 else "retrain"
-    if global_calibration not in GLOBAL_CALIBRATIONS:
+    if global_calibration is not None and global_calibration not in GLOBAL_CALIBRATIONS:
         raise ParameterError(f"global_calibration must be one of {', '.join(GLOBAL_CALIBRATIONS)}, "
                              f"got {global_calibration!r}")
     h, season_length = int(h), int(season_length)
@@ -145,6 +162,10 @@ def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_leng
     K = int(calibration_windows) if levels else 0
     for model in models:
         model.check_params()
+    if chosen and K > 1:                # no more windows than leave the networks' look-back and series as one does
+        K = _unchanged_networks(df, models, h, season_length, K, input_size, short_series, fallback_history)
+    if global_calibration is None:
+        global_calibration = "holdout" if K <= 1 else "retrain"
     prep = prepare(df, models, h, 1, h, season_length, K, input_size, short_series, fallback_history, future=True)
     models = with_members(prep.models)
     aliases = [m.alias for m in models]

@@ -128,3 +128,14 @@ def test_the_demo_section_shows_the_future_after_the_backtest(tmp_path):
     sec = section(DemoContext(out_dir=tmp_path, threads=1, quick=True))
     figures = [b for b in sec.blocks if "<img" in b]
     assert len(figures) == 3 and "The next 24 months after the record ends (2002-01 on)" in sec.blocks[-1]
+
+
+def test_asking_for_intervals_never_changes_a_point_forecast():
+    df = _monthly(n=80)                 # 7 windows wanted; more than 3 would shorten the look-back (48 -> 40)
+    models = [SeasonalNaive(12), DLinear(h=6, max_epochs=2, batch_size=32, progress=False)]
+    plain = forecast(df, models, h=6, season_length=12, input_size="auto")
+    with_iv = forecast(df, models, h=6, season_length=12, input_size="auto", levels=(80,))
+    assert with_iv.calibration_windows == 3 and with_iv.input_size == plain.input_size == 48
+    assert forecast(df, models[:1], h=6, season_length=12, levels=(80,)).calibration_windows == 7   # no network
+    np.testing.assert_array_equal(with_iv.frame["DLinear"], plain.frame["DLinear"])
+    assert np.isfinite(with_iv.frame["DLinear-lo-80"]).all()
