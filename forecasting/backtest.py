@@ -220,13 +220,7 @@ class BacktestResult:
     def auto_weights(self) -> pd.DataFrame:
         """What each `auto` forecast each series with: columns model, unique_id and one per candidate (its
         weight; the row sums to 1). Empty without an auto model."""
-        ids = list(self.cutoffs())
-        frames = [pd.DataFrame(c.weights, columns=c.candidates).assign(model=alias, **{ID: ids})
-                  for alias, c in self.choices.items()]
-        if not frames:
-            return pd.DataFrame(columns=["model", ID])
-        out = pd.concat(frames, ignore_index=True)
-        return out[["model", ID] + [c for c in out.columns if c not in ("model", ID)]]
+        return weights_frame(self.choices, list(self.cutoffs()))
 
     def to_dict(self) -> dict:
         """Settings, per-series cutoffs (timestamps as ISO text), summary rows and MASE by step: JSON-ready."""
@@ -255,6 +249,16 @@ class BacktestResult:
                 "intervals": self.interval_summary().reset_index().to_dict(orient="records"),
                 "coverage_by_horizon": {lab: {f"{lv:g}": [float(v) for v in cov[lv].loc[lab]] for lv in self.levels}
                                         for lab in self.intervals}}
+
+
+def weights_frame(choices: dict, ids: list) -> pd.DataFrame:
+    """auto's choices (alias -> AutoChoice) as rows model, unique_id, one weight column per candidate."""
+    frames = [pd.DataFrame(c.weights, columns=c.candidates).assign(model=alias, **{ID: ids})
+              for alias, c in choices.items()]
+    if not frames:
+        return pd.DataFrame(columns=["model", ID])
+    out = pd.concat(frames, ignore_index=True)
+    return out[["model", ID] + [c for c in out.columns if c not in ("model", ID)]]
 
 
 def _cutoff_positions(T: int, h: int, n_windows: int, step_size: int) -> list[int]:

@@ -24,7 +24,7 @@ import pandas as pd
 
 from frozenvit.backbone.suite.errors import ParameterError
 
-from .backtest import with_members
+from .backtest import weights_frame, with_members
 from .base import Forecaster
 from .data import DS, ID, Y, validate
 from .defaults import GLOBAL_CALIBRATIONS
@@ -65,13 +65,7 @@ class Forecast:
 
     def auto_weights(self) -> pd.DataFrame:
         """What each `auto` forecast each series with: model, unique_id and one weight per candidate."""
-        ids = list(self.last)
-        frames = [pd.DataFrame(c.weights, columns=c.candidates).assign(model=alias, **{ID: ids})
-                  for alias, c in self.choices.items()]
-        if not frames:
-            return pd.DataFrame(columns=["model", ID])
-        out = pd.concat(frames, ignore_index=True)
-        return out[["model", ID] + [c for c in out.columns if c not in ("model", ID)]]
+        return weights_frame(self.choices, list(self.last))
 
     def interval_share(self) -> dict:
         """label -> level -> the share of forecast rows that have an interval."""
