@@ -120,16 +120,6 @@ def test_predict_refuses_a_folder_it_did_not_write(tmp_path, capsys):
     assert "OutputConflict" in capsys.readouterr().err and sorted(p.name for p in out.iterdir()) == ["report.docx"]
 
 
-def test_the_demo_section_shows_the_future_after_the_backtest(tmp_path):
-    pytest.importorskip("statsmodels")
-    from frozenvit.backbone.suite.report import DemoContext
-    from frozenvit.forecasting.demo_section import section
-
-    sec = section(DemoContext(out_dir=tmp_path, threads=1, quick=True))
-    figures = [b for b in sec.blocks if "<img" in b]
-    assert len(figures) == 3 and "The next 24 months after the record ends (2002-01 on)" in sec.blocks[-1]
-
-
 def test_asking_for_intervals_never_changes_a_point_forecast():
     df = _monthly(n=80)                 # 7 windows wanted; more than 3 would shorten the look-back (48 -> 40)
     models = [SeasonalNaive(12), DLinear(h=6, max_epochs=2, batch_size=32, progress=False)]

@@ -95,7 +95,8 @@ def test_demo_section_runs_offline_in_quick_mode(tmp_path):
 
     sec = section(DemoContext(out_dir=tmp_path, threads=1, quick=True))
     html = "\n".join(sec.blocks)
-    assert sec.order == 30 and html.count("<img") == 2 and "PatchTST" in html
+    assert sec.order == 30 and html.count("<img") == 3 and "PatchTST" in html
+    assert "The next 24 months after the record ends (2002-01 on)" in sec.blocks[-1]      # the future, last
 
 
 def _strict_json(path):
