@@ -60,7 +60,7 @@ def section(ctx: DemoContext) -> Section:
     ahead = [SeasonalNaive(m), *([] if ctx.quick else [ETS(m)])]
     fc = forecast(df, ahead, h=h, season_length=m, levels=(80, 95))
     sec.figure(plot_future(fc, df, n_series=1, history=96),
-               f"The next {h} months after the record ends ({fc.frame['ds'].min():%Y-%m} on), as `frozenvit forecast "
-               f"predict` makes them, with conformal 80 % and 95 % intervals sized by the errors of "
+               f"The next {h} months after the record ends ({fc.frame['ds'].min():%Y-%m} on), as frozenvit forecast "
+               f"predict makes them, with conformal 80 % and 95 % intervals sized by the errors of "
                f"{fc.calibration_windows} earlier windows of {h} months.")
     return sec
