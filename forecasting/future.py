@@ -182,10 +182,11 @@ def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_leng
                   "what": "left out of the forecast for every model"}
     elif short:
         (uid, n), more = short[0], len(short) - 1
-        raise SeriesError(f"series {uid!r} has {n} values{f' (and {more} more of the {len(groups)} series)' if more else ''}; "
-                          f"a forecast needs {need} (the models' history{calib_text}); use a smaller --season-length, "
-                          f"a shorter --input-size{', fewer --calibration-windows' if K else ''}, --short-series skip, "
-                          "or drop those series")
+        others = f" (and {more} more of the {len(groups)} series)" if more else ""
+        raise SeriesError(f"series {uid!r} has {n} values{others}; "
+                          f"a forecast needs {need} (the models' history{calib_text}); use a smaller --season-length"
+                          f"{', a shorter --input-size' if prep.input_size else ''}"
+                          f"{', fewer --calibration-windows' if K else ''}, --short-series skip, or drop those series")
     ids = [str(u) for u, _ in groups]
     ys = [g[Y].to_numpy(dtype=float) for _, g in groups]
     cuts = np.array([[y.size] for y in ys])                                         # (S, 1): after the last value

@@ -3,14 +3,18 @@ window would be, on the series' own calendar, with intervals calibrated before t
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 from frozenvit.backbone.suite.cli import main
-from frozenvit.forecasting import (ETS, AutoForecaster, DLinear, Ensemble, SeasonalNaive, SeriesError, Theta,
-                                   ShortSeriesWarning, backtest, forecast, future_stamps)
+from frozenvit.forecasting import (ETS, AutoForecaster, DLinear, Ensemble, Naive, SeasonalNaive, SeriesError, Theta,
+                                   ShortSeriesWarning, backtest, forecast, future_stamps, validate)
+from frozenvit.forecasting.data import calendar_defaults
 from frozenvit.forecasting.future import auto_calibration_windows
 
 
@@ -100,7 +104,8 @@ def test_predict_writes_forecasts_a_picture_and_a_summary(tmp_path, capsys):
     argv = ["forecast", "predict", "--csv", str(csv), "--models", "snaive,ets", "--levels", "80", "--out", str(out)]
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    assert "--h 18 and --season-length 12: monthly timestamps" in printed and "forecasts of the next 18 values" in printed
+    assert "--h 18 and --season-length 12: monthly timestamps" in printed
+    assert "forecasts of the next 18 values" in printed
     f = pd.read_csv(out / "forecasts.csv", parse_dates=["ds"])
     assert len(f) == 3 * 18 and f["ds"].min() == pd.Timestamp("2020-01-01")
     assert {"SeasonalNaive", "ETS", "ETS-lo-80", "ETS/own-hi-80"} <= set(f.columns)
@@ -129,3 +134,33 @@ def test_asking_for_intervals_never_changes_a_point_forecast():
     assert forecast(df, models[:1], h=6, season_length=12, levels=(80,)).calibration_windows == 7   # no network
     np.testing.assert_array_equal(with_iv.frame["DLinear"], plain.frame["DLinear"])
     assert np.isfinite(with_iv.frame["DLinear-lo-80"]).all()
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(freq=st.sampled_from(["YS", "QE", "MS", "W-SUN", "D", "B", "h", "15min", "2MS", None]),
+       lengths=st.lists(st.integers(1, 160), min_size=1, max_size=4), flat=st.booleans(),
+       levels=st.sampled_from([(), (80,), (50, 95)]))
+def test_fuzz_any_valid_frame_is_forecast_on_its_calendar_or_refused_by_name(freq, lengths, flat, levels):
+    parts = []
+    for i, n in enumerate(lengths):
+        ds = np.arange(100, 100 + 3 * n, 3) if freq is None else pd.date_range("2001-01-01", periods=n, freq=freq)
+        y = np.full(n, 2.0) if flat else np.sin(np.arange(n) + i) * 5 + 10
+        parts.append(pd.DataFrame({"unique_id": f"s{i}", "ds": ds, "y": y}))
+    df = validate(pd.concat(parts, ignore_index=True))
+    h, m, _ = calendar_defaults(df)
+    try:
+        fc = forecast(df, [SeasonalNaive(m), Naive()], h=h, season_length=m, levels=levels)
+    except SeriesError as e:
+        event("refused")
+        assert re.search(r"has \d+ values.*; a forecast needs \d+", str(e)) or "step of a series" in str(e)
+        return
+    event("forecast" + (" with intervals" if levels and fc.frame.filter(like="-lo-").notna().any().any() else ""))
+    f = fc.frame
+    assert len(f) == len(lengths) * h and np.isfinite(f[["SeasonalNaive", "Naive"]]).all().all()
+    for uid, g in f.groupby("unique_id"):
+        last = df.loc[df["unique_id"] == uid, "ds"].iloc[-1]
+        assert (g["ds"] > last).all() and g["ds"].is_monotonic_increasing and g["ds"].is_unique
+    for lv in levels:                     # an interval, where there is one, holds its forecast
+        lo, hi = f[f"Naive-lo-{lv:g}"], f[f"Naive-hi-{lv:g}"]
+        has = lo.notna()
+        assert (lo[has] <= f["Naive"][has] + 1e-9).all() and (f["Naive"][has] <= hi[has] + 1e-9).all()
