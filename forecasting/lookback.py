@@ -201,8 +201,17 @@ def prepare(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: i
         return Prepared(df, list(models), None if input_size == "auto" else input_size, record)
     size, chosen = input_size, {}
     if input_size == "auto":
-        rule = neural_lengths(lengths.to_numpy() + ahead - calibration_windows * h, h, season_length, n_windows,
-                              step_size, shortest=short_series in ("statistical", "baseline"))
+        try:
+            rule = neural_lengths(lengths.to_numpy() + ahead - calibration_windows * h, h, season_length, n_windows,
+                                  step_size, shortest=short_series in ("statistical", "baseline"))
+        except SeriesError:
+            if not future:
+                raise
+            K = calibration_windows
+            raise SeriesError(f"the typical series ({int(lengths.median())} values, the median length) is too short "
+                              f"for neural models with --h {h}{f' and {K} --calibration-windows' if K else ''}; drop "
+                              f"dlinear/patchtst/vit from --models, or use a smaller --h"
+                              f"{', fewer --calibration-windows' if K else ''} or --short-series statistical") from None
         size, chosen = rule.input_size, dict(rule.__dict__)
         models = _rebuild(models, lambda m: clone(m).set_params(**rule.params_for(m)))
     elif size is not None:

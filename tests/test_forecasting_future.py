@@ -164,3 +164,11 @@ def test_fuzz_any_valid_frame_is_forecast_on_its_calendar_or_refused_by_name(fre
         lo, hi = f[f"Naive-lo-{lv:g}"], f[f"Naive-hi-{lv:g}"]
         has = lo.notna()
         assert (lo[has] <= f["Naive"][has] + 1e-9).all() and (f["Naive"][has] <= hi[has] + 1e-9).all()
+
+
+def test_series_too_short_for_the_networks_are_refused_in_the_forecasts_own_terms():
+    df = _monthly(n=30)
+    with pytest.raises(SeriesError, match=r"typical series \(30 values, the median length\) is too short for neural "
+                                          r"models with --h 12; .*a smaller --h or --short-series statistical"):
+        forecast(df, [_tiny_dlinear().set_params(h=12)], h=12, season_length=12, input_size="auto",
+                 short_series="skip")
