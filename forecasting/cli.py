@@ -127,6 +127,7 @@ def register(subparsers) -> None:
     q.add_argument("--out", type=Path, default=Path("forecast-predict"),
                    help="output folder: new, empty, or an earlier forecast predict's, whose files of the same names "
                         "this run replaces (files frozenvit did not write stay)")
+    add_engine_args(q)
     q.set_defaults(func=_cmd_predict)
 
     q = sub.add_parser("paper", help="the PatchTST paper protocol on an ETT file (MSE/MAE on the standardised scale)")
@@ -375,6 +376,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from frozenvit.backbone.suite.artifacts import atomic_write_text, check_output_dir, output_dir, write_json
+    from frozenvit.backbone.suite.engine import engine_from_args, engine_session
 
     from .ensemble import assemble
     from .future import forecast
@@ -382,13 +384,15 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
     _check_backtest_args(args, predict=True)
     vit = vit_options(args, flat_names(args.models))
+    engine_from_args(args)                          # --workers without --ray fails before any work
     check_output_dir(args.out, "forecast.predict")
     df, inferred = _read_series(args)
     names = flat_names(args.models)
     built = dict(zip(names, make_models(names, args.h, args.season_length, args.input_size or LOOKBACK,
                                         args.max_epochs, args.seed, vit=vit, stat_history=args.stat_history)))
-    with _warnings_as_lines():
+    with engine_session(args) as engine, _warnings_as_lines():
         fc = forecast(df, assemble(args.models, built), h=args.h, season_length=args.season_length,
+                      engine=engine, workers=args.workers,
                       levels=args.levels or (),
                       calibration_windows="auto" if args.calibration_windows is None else args.calibration_windows,
                       global_calibration=args.global_calibration,

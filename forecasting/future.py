@@ -14,6 +14,7 @@ series, at most 8. ETS gives its own as well ('ETS/own').
 """
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from frozenvit.backbone.suite.engine import check_engine, ray_session, use_engine
 from frozenvit.backbone.suite.errors import ParameterError
 
 from .backtest import weights_frame, with_members
@@ -132,13 +134,14 @@ def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_leng
              levels: Sequence[float] = (), calibration_windows: int | str = "auto",
              global_calibration: str | None = None, input_size: int | str | None = None,
              short_series: str | None = None, fallback_history: int | str | None = None,
-             progress: bool | None = None) -> Forecast:
+             progress: bool | None = None, engine: str = "local", workers: int | None = None) -> Forecast:
     """Forecast the h values after each series of `df` (long: unique_id, ds, y) with every model; see the
     module doc. The settings mean what they mean to `backtest`, but for the intervals' calibration:
     `calibration_windows="auto"` takes `auto_calibration_windows`, but no more windows than leave the
     networks the look-back and the series they get with one (so that intervals never change a point
     forecast), and `global_calibration` None "holdout" for one window, "retrain" for more (a network's
-    validation tail holds one). Raises SeriesError for a
+    validation tail holds one). `engine="ray"` sends the statistical models' fits out as Ray tasks over
+    `workers` CPUs, as in a backtest (the same forecasts); the networks train here. Raises SeriesError for a
     series too short for the models (or, with `short_series="skip"`, leaves it out and records it)."""
     df = validate(df)
     lengths = df.groupby(ID, sort=False).size().to_numpy()
@@ -221,7 +224,11 @@ def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_leng
         done.append((model, r))
         return r
 
-    with shared_fits():
+    with contextlib.ExitStack() as stack:
+        if check_engine(engine) == "ray":
+            stack.enter_context(ray_session(num_cpus=workers))
+        stack.enter_context(use_engine(engine, workers))
+        stack.enter_context(shared_fits())
         for model in models:
             run(model)
     stamps = [future_stamps(g[DS], h) for _, g in groups]

@@ -357,3 +357,20 @@ def test_ray_backtest_trains_each_neural_model_as_one_task_with_the_local_weight
     pd.testing.assert_frame_equal(on_ray.forecasts_with_intervals(), local.forecasts_with_intervals(),
                                   check_exact=True)
     assert sum(taken) == 1                # DLinear came back from its one task; the ensemble reused it
+
+
+@pytest.mark.slow
+def test_forecast_predict_with_ray_writes_what_the_local_run_writes(tmp_path):
+    pytest.importorskip("ray")
+    import pandas as pd
+
+    from frozenvit.backbone.suite.cli import main
+
+    t = np.arange(80)
+    pd.concat([pd.DataFrame({"unique_id": f"s{i}", "ds": t, "y": 5 + np.sin(t / 2 + i) + 0.1 * (t % 7)})
+               for i in range(4)]).to_csv(tmp_path / "p.csv", index=False)
+    cmd = ["forecast", "predict", "--csv", str(tmp_path / "p.csv"), "--h", "6", "--season-length", "12",
+           "--models", "snaive,ets,auto", "--levels", "80", "--max-epochs", "1"]
+    assert main(cmd + ["--out", str(tmp_path / "local")]) == 0
+    assert main(cmd + ["--out", str(tmp_path / "ray"), "--ray", "--workers", "2"]) == 0
+    assert (tmp_path / "local" / "forecasts.csv").read_bytes() == (tmp_path / "ray" / "forecasts.csv").read_bytes()
