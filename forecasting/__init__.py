@@ -10,6 +10,7 @@ backtests with MASE per horizon step. Imports no vision code.
              input_size="auto", short_series="skip")                  # look-back from the data
     backtest(df, [ETS(24), Ensemble([ETS(24), DLinear(h=48)], how="median")], h=48,
              levels=(80, 95)).interval_summary()                      # conformal coverage and MSIS
+    forecast(df, [ETS(24), DLinear(h=48)], h=48, season_length=24).frame   # the next 48 values
 
 Every model is a scikit-learn estimator with one contract, `Forecaster.forecast_cutoffs`, which
 `backtest` calls for all of them alike. Names are imported on first use (PEP 562): `frozenvit --help`
