@@ -98,7 +98,8 @@ def flat_names(specs: list) -> list[str]:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("forecast", help="PatchTST, DLinear and baselines: backtests with MASE per horizon")
+    p = subparsers.add_parser("forecast", help="PatchTST, DLinear and baselines: backtests with MASE per horizon, "
+                                               "and forecasts of the future")
     sub = p.add_subparsers(dest="forecast_command", required=True)
 
     q = sub.add_parser("backtest", help="rolling-origin backtest of several models on a CSV")
