@@ -411,9 +411,10 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     if fc.short_series.get("ids"):
         print(f"short series ({fc.short_series['policy']}): {fc.short_series['reason']}; {fc.short_series['what']}")
     if fc.levels:
+        own = ", and ETS's own" if any("/own" in k for k in fc.interval_share()) else ""
         print(f"intervals: conformal, sized by the errors of {fc.calibration_windows} window(s) of --h before each "
-              f"series' end ({fc.global_calibration} for the networks)" + (", and ETS's own" if any(
-                  "/own" in k for k in fc.interval_share()) else ""))
+              f"series' end ({fc.global_calibration} for the networks){own}" if fc.calibration_windows else
+              f"intervals: no conformal ones (--calibration-windows 0){own}")
     missing = {f"{lab} {lv}": s for lab, by in fc.interval_share().items() for lv, s in by.items() if s < 1}
     if missing:
         print(f"no interval on some rows ({', '.join(f'{k}: {100 * (1 - v):.0f} %' for k, v in missing.items())}): too "
