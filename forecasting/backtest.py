@@ -36,7 +36,7 @@ from .defaults import CONFORMAL, GLOBAL_CALIBRATIONS
 from .ensemble import Ensemble, combine, same_model
 from .errors import SeriesError
 from .intervals import calibration_cutoffs, check_levels, conformal_bounds, known_windows
-from .lookback import ShortSeriesWarning, auto_windows, prepare
+from .lookback import auto_windows, prepare, skipped
 from .metrics import diebold_mariano, interval_score_terms, mase_scale, smape_terms
 from .reuse import shared_fits
 
@@ -364,17 +364,10 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
     short = [(uid, y.size) for uid, y in zip(ids, ys) if y.size < need]
     record = prep.short_series
     if short and record.get("policy") == "skip" and len(short) < len(ids):    # asked: leave them out too
-        gone = [str(u) for u, _ in short]
-        what = (f"{len(gone)} of {len(ids)} series have fewer than the {need} values this backtest needs (history "
-                f"{need_hist}, {why}{calib_text} + --h {h} + {n_windows - 1} more --windows of --step-size "
-                f"{step_size}): {', '.join(gone[:10])}{' and more' if len(gone) > 10 else ''}")
-        warnings.warn(f"{what}; left out of the backtest for every model (--short-series skip)",
-                      ShortSeriesWarning, stacklevel=2)
+        record = skipped(record, short, len(ids), need, f"history {need_hist}, {why}{calib_text} + --h {h} + "
+                         f"{n_windows - 1} more --windows of --step-size {step_size}", "backtest")
         keep = [i for i, y in enumerate(ys) if y.size >= need]
         ids, ds, ys = [ids[i] for i in keep], [ds[i] for i in keep], [ys[i] for i in keep]
-        record = {**record, "ids": record.get("ids", []) + gone,
-                  "reason": "; ".join(filter(None, [record.get("reason"), what])),
-                  "what": "left out of the backtest for every model"}
         short = []
     if short:
         (uid, n), others = short[0], [str(u) for u, _ in short[1:]]

@@ -33,7 +33,7 @@ from .defaults import GLOBAL_CALIBRATIONS
 from .ensemble import Ensemble, combine, same_model
 from .errors import SeriesError
 from .intervals import calibration_cutoffs, check_levels, conformal_bounds
-from .lookback import ShortSeriesWarning, prepare
+from .lookback import prepare, skipped
 from .metrics import mase_scale
 from .reuse import shared_fits
 
@@ -174,15 +174,8 @@ def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_leng
     record = prep.short_series
     calib_text = f" + {K} --calibration-windows of --h" if K else ""
     if short and record.get("policy") == "skip" and len(short) < len(groups):
-        gone = [u for u, _ in short]
-        what = (f"{len(gone)} of {len(groups)} series have fewer than the {need} values a forecast needs (the "
-                f"models' history{calib_text}): {', '.join(gone[:10])}{' and more' if len(gone) > 10 else ''}")
-        warnings.warn(f"{what}; left out of the forecast for every model (--short-series skip)", ShortSeriesWarning,
-                      stacklevel=2)
+        record = skipped(record, short, len(groups), need, f"the models' history{calib_text}", "forecast")
         groups = [(u, g) for u, g in groups if len(g) >= need]
-        record = {**record, "ids": record.get("ids", []) + gone,
-                  "reason": "; ".join(filter(None, [record.get("reason"), what])),
-                  "what": "left out of the forecast for every model"}
     elif short:
         (uid, n), more = short[0], len(short) - 1
         others = f" (and {more} more of the {len(groups)} series)" if more else ""

@@ -117,6 +117,19 @@ def neural_lengths(lengths: Sequence[int], h: int, season_length: int, windows: 
                          kernel_size=max(3, m + 1 - m % 2), val_size=int(h))
 
 
+def skipped(record: dict, short: Sequence[tuple], n_series: int, need: int, why: str, task: str) -> dict:
+    """`short_series="skip"` applied to series too short for the `task` ("backtest", "forecast") itself:
+    warn, naming them, and return `record` with them added. short: (id, length) pairs; why: what the `need`
+    values are made of."""
+    gone = [str(u) for u, _ in short]
+    what = (f"{len(gone)} of {n_series} series have fewer than the {need} values this {task} needs ({why}): "
+            f"{', '.join(gone[:10])}{' and more' if len(gone) > 10 else ''}")
+    done = f"left out of the {task} for every model"
+    warnings.warn(f"{what}; {done} (--short-series skip)", ShortSeriesWarning, stacklevel=3)
+    return {**record, "ids": record.get("ids", []) + gone,
+            "reason": "; ".join(filter(None, [record.get("reason"), what])), "what": done}
+
+
 def _name_ids(ids: Sequence[str], most: int = 10) -> str:
     shown = ", ".join(ids[:most])
     return shown + (f" and {len(ids) - most} more" if len(ids) > most else "")
