@@ -298,33 +298,57 @@ class StatsForecastModel(LocalModel):
         return np.asarray(p["mean"], dtype=float), lo, hi
 
 
+ETS_MOST_SEASON = 24        # the longest season R's ets fits a seasonal state to (forecast::stlf beyond)
+LONG_SEASONS = ("stl", "autoets")
+
+
 class ETS(StatsForecastModel):
     """Automatic exponential smoothing (error/trend/season chosen by AICc): statsforecast's AutoETS.
 
     AutoETS searches the model space within bounded, admissible parameters and stays numerically
     stable on long hourly series, where statsmodels' ETSModel optimiser can diverge or return NaN.
     `model` is AutoETS' "ZZZ"-style spec (its season part dropped with the season).
+
+    A season longer than ETS_MOST_SEASON (24) steps, such as 52 weeks or 48 half-hours, is a seasonal
+    state of m - 1 free initial values, which R's ets refuses to fit and AutoETS fits poorly and often
+    rejects for a non-seasonal model (weekly CO2: ETS(A,Ad,N)). With `long_season="stl"` (the default)
+    such a history is decomposed by STL instead, ETS (the spec's error and trend, no season) forecasts the
+    seasonally adjusted series and the last season of the seasonal component is added back, as R's
+    forecast::stlf does (statsforecast's MSTL with an AutoETS trend forecaster; the season additive).
+    "autoets" leaves the season to AutoETS' own search. (benchmarks/forecast_long_season.py measures both.)
     """
 
     _parameter_constraints = {**StatsForecastModel._parameter_constraints, "model": [str],
-                              "damped": ["boolean", None]}
+                              "damped": ["boolean", None], "long_season": [StrOptions(set(LONG_SEASONS))]}
 
     def tiny_history(self, m: int) -> int:
         """statsforecast's AutoETS fits nothing to 4 values more than the spec's parameters or fewer (level 2,
         a trend or season given as A or M 2 each, damping 1; Z counts none)."""
-        spec = self.model if m > 1 else self.model[:2] + "N"
+        spec = self.model if self.seasonal_form(m) == "ets" else self.model[:2] + "N"
         return 4 + 2 + 2 * (spec[1] in "AM") + 2 * (spec[2] in "AM") + int(bool(self.damped))
 
     def __init__(self, season_length: int = 24, model: str = "ZZZ", damped: bool | None = None,
-                 history: int | None = None) -> None:
+                 history: int | None = None, long_season: str = "stl") -> None:
         self.season_length = season_length
         self.history = history
         self.model = model
         self.damped = damped
+        self.long_season = long_season
+
+    def seasonal_form(self, m: int | None = None) -> str:
+        """How a season of m steps (default: season_length) is modelled: "ets" (AutoETS' seasonal
+        state, which its search may still reject), "stl" (STL, then ETS on the adjusted series) or "none"."""
+        m = int(self.season_length if m is None else m)
+        if m <= 1 or self.model[2] == "N":
+            return "none"
+        return "stl" if m > ETS_MOST_SEASON and self.long_season == "stl" else "ets"
 
     def _make(self, m: int):
-        model = self.model if m > 1 else self.model[:2] + "N"
-        return _statsforecast("AutoETS")(season_length=m, model=model, damped=self.damped)
+        auto = _statsforecast("AutoETS")
+        if self.seasonal_form(m) == "stl":
+            return _statsforecast("MSTL")(season_length=m, trend_forecaster=auto(model=self.model[:2] + "N",
+                                                                                 damped=self.damped))
+        return auto(season_length=m, model=self.model if m > 1 else self.model[:2] + "N", damped=self.damped)
 
 
 THETA_METHODS = {"dotm": "DynamicOptimizedTheta", "auto": "AutoTheta"}

@@ -373,6 +373,22 @@ def _read_series(args: argparse.Namespace):
     return df, inferred
 
 
+def _ets_season(args: argparse.Namespace) -> str | None:
+    """How ETS (alone, in a combination, in auto, or for short series) models --season-length: "stl" above
+    24 steps, said in one printed line; else "ets" (AutoETS' own seasonal state), or None without ETS."""
+    from .baselines import ETS, ETS_MOST_SEASON
+
+    names = set(flat_names(args.models))
+    fallback = names & set(NEURAL) and args.short_series == "statistical" and not names - set(NEURAL)
+    if not names & {"ets", "auto"} and not fallback:     # the short series' fallback is theta and ets
+        return None
+    form = ETS(args.season_length).seasonal_form()
+    if form == "stl":
+        print(f"ETS: a season of {args.season_length} steps, above the {ETS_MOST_SEASON} that exponential smoothing "
+              "fits a seasonal state to: STL takes the season out, ETS forecasts the rest (as R's stlf)")
+    return form
+
+
 def _cmd_predict(args: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -388,6 +404,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     engine_from_args(args)                          # --workers without --ray fails before any work
     check_output_dir(args.out, "forecast.predict")
     df, inferred = _read_series(args)
+    ets_season = _ets_season(args)
     names = flat_names(args.models)
     built = dict(zip(names, make_models(names, args.h, args.season_length, args.input_size or LOOKBACK,
                                         args.max_epochs, args.seed, vit=vit, stat_history=args.stat_history)))
@@ -422,6 +439,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
               "more series or --calibration-windows give them")
     out = output_dir(args.out, "forecast.predict")
     write_json(out / "summary.json", {"csv": str(args.csv), "stat_history": args.stat_history,
+                                      **({"ets_season": ets_season} if ets_season else {}),
                                       **({"defaults_from": inferred} if inferred else {}), **fc.to_dict()})
     atomic_write_text(out / "forecasts.csv", fc.frame.to_csv(index=False))
     save_png(plot_future(fc, df, n_series=args.plot_series), out / "forecasts.png")
@@ -450,6 +468,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     check_output_dir(args.out, "forecast.backtest")
     folder = RunFolder(args.out, args.resume)       # a stopped run there is continued with --resume only
     df, inferred = _read_series(args)
+    ets_season = _ets_season(args)
     names = flat_names(args.models)
     calib = (CONFORMAL["calibration_windows"] if args.calibration_windows is None else args.calibration_windows) \
         if args.levels else 0
@@ -507,6 +526,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
                                       "stat_history": {"asked": args.stat_history, "used": used},
                                       "neural_lengths": res.neural_lengths,
                                       "short_series": res.short_series,
+                                      **({"ets_season": ets_season} if ets_season else {}),
                                       **({"defaults_from": inferred} if inferred else {}), **res.to_dict()})
     atomic_write_text(out / "forecasts.csv", res.forecasts_with_intervals().to_csv(index=False))
     atomic_write_text(out / "mase_by_horizon.csv", hz.to_csv())
