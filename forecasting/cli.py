@@ -115,8 +115,9 @@ def register(subparsers) -> None:
     q.add_argument("--refit-every", type=number(int, min=1), default=None,
                    help="retrain the neural models every k cutoffs; when not given: once, before the first")
     q.add_argument("--resume", action="store_true",
-                   help="continue the neural models' training from the checkpoints a stopped run with this --out "
-                        "left in OUT/checkpoints/ (written after every epoch); finished trainings are not repeated")
+                   help="continue the neural models' training (auto's included) from the checkpoints a stopped run "
+                        "with this --out left in OUT/checkpoints/ (written after every epoch); finished trainings "
+                        "are not repeated")
     q.add_argument("--out", type=Path, default=Path("forecast-out"),
                    help="output folder: new, empty, or an earlier forecast backtest's, whose results this run "
                         "replaces (files frozenvit did not write stay); a stopped run there continues with --resume")
@@ -125,9 +126,13 @@ def register(subparsers) -> None:
 
     q = sub.add_parser("predict", help="forecast the next --h values of every series of a CSV (default: auto)")
     _add_run_args(q, "auto", predict=True)
+    q.add_argument("--resume", action="store_true",
+                   help="continue the neural models' training (auto's included) from the checkpoints a stopped run "
+                        "with this --out left in OUT/checkpoints/ (written after every epoch); finished trainings "
+                        "are not repeated")
     q.add_argument("--out", type=Path, default=Path("forecast-predict"),
-                   help="output folder: new, empty, or an earlier forecast predict's, whose files of the same names "
-                        "this run replaces (files frozenvit did not write stay)")
+                   help="output folder: new, empty, or an earlier forecast predict's, whose results this run "
+                        "replaces (files frozenvit did not write stay); a stopped run there continues with --resume")
     add_engine_args(q)
     q.set_defaults(func=_cmd_predict)
 
@@ -373,6 +378,20 @@ def _read_series(args: argparse.Namespace):
     return df, inferred
 
 
+def _checkpointed(built: dict, out: Path, resume: bool) -> list[str]:
+    """Every neural model of the run, named alone or as one of auto's candidates, checkpoints each of its
+    trainings after every epoch in OUT/checkpoints/<alias>/ (a subfolder per training), continued with
+    `resume`; the folders, relative to OUT."""
+    rels = []
+    for model in built.values():
+        for net in [model, *getattr(model, "candidates", ())]:
+            if "checkpoint_dir" in net.get_params(deep=False):
+                rel = f"checkpoints/{net.alias}"
+                net.set_params(checkpoint_dir=str(out / rel), resume=resume)
+                rels += [rel] if rel not in rels else []
+    return rels
+
+
 def _ets_season(args: argparse.Namespace) -> str | None:
     """How ETS (alone, in a combination, in auto, or for short series) models --season-length: "stl" above
     24 steps, said in one printed line; else "ets" (AutoETS' own seasonal state), or None without ETS."""
@@ -398,16 +417,22 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     from .ensemble import assemble
     from .future import forecast
     from .plots import plot_future, save_png
+    from .run_folder import RunFolder
 
     _check_backtest_args(args, predict=True)
     vit = vit_options(args, flat_names(args.models))
     engine_from_args(args)                          # --workers without --ray fails before any work
     check_output_dir(args.out, "forecast.predict")
+    folder = RunFolder(args.out, args.resume, "predict")     # a stopped run there is continued with --resume only
     df, inferred = _read_series(args)
     ets_season = _ets_season(args)
     names = flat_names(args.models)
     built = dict(zip(names, make_models(names, args.h, args.season_length, args.input_size or LOOKBACK,
                                         args.max_epochs, args.seed, vit=vit, stat_history=args.stat_history)))
+    checkpoints = _checkpointed(built, args.out, args.resume)     # after every epoch, for --resume
+    if checkpoints:
+        output_dir(args.out, "forecast.predict")      # claimed before training: its checkpoints go inside
+        folder.start(checkpoints)
     with engine_session(args) as engine, _warnings_as_lines():
         fc = forecast(df, assemble(args.models, built), h=args.h, season_length=args.season_length,
                       engine=engine, workers=args.workers,
@@ -447,6 +472,9 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     if fc.choices:
         atomic_write_text(out / "auto_weights.csv", fc.auto_weights().to_csv(index=False))
         written.append("auto_weights.csv")
+    for alias, model in fc.fitted.items():
+        written.append(model.save(out / "models" / alias).relative_to(out).as_posix())
+    folder.finish(written + checkpoints)            # nothing of an earlier run is left beside these
     print(f"\nwrote in {out}: {', '.join(written)}")
     return 0
 
@@ -474,12 +502,10 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
         if args.levels else 0
     built = dict(zip(names, make_models(names, args.h, args.season_length, args.input_size or LOOKBACK,
                                         args.max_epochs, args.seed, vit=vit, stat_history=args.stat_history)))
-    checkpoints = {n: f"checkpoints/{built[n].alias}" for n in NEURAL if n in built}
-    for n, rel in checkpoints.items():              # checkpoints after every epoch, for --resume
-        built[n].set_params(checkpoint_dir=str(args.out / rel), resume=args.resume)
+    checkpoints = _checkpointed(built, args.out, args.resume)     # after every epoch, for --resume
     if checkpoints:
         output_dir(args.out, "forecast.backtest")     # claimed before training: its checkpoints go inside
-        folder.start(checkpoints.values())
+        folder.start(checkpoints)
     with engine_session(args) as engine, _warnings_as_lines():
         res = backtest(df, assemble(args.models, built), h=args.h, n_windows=args.windows or _D["windows"],
                        step_size=args.step_size, season_length=args.season_length, refit_every=args.refit_every,
@@ -541,7 +567,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
         written.append("coverage_by_horizon.png")
     for alias, model in res.fitted.items():
         written.append(model.save(out / "models" / alias).relative_to(out).as_posix())
-    folder.finish(written + list(checkpoints.values()))     # nothing of an earlier run is left beside these
+    folder.finish(written + checkpoints)            # nothing of an earlier run is left beside these
     print(f"\nwrote in {out}: {', '.join(written)}")
     return 0
 

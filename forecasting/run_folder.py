@@ -1,6 +1,7 @@
-"""A backtest's output folder holds one run's results: what a run writes is listed in OUT/run.json.
+"""The output folder of `forecast backtest` or `forecast predict` holds one run's results: what a run writes is
+listed in OUT/run.json.
 
-    folder = RunFolder(out, resume)      # refuses to start over a stopped run's checkpoints without --resume
+    folder = RunFolder(out, resume, "backtest")    # refuses to start over a stopped run's checkpoints without --resume
     folder.start(["checkpoints/DLinear"])           # before training: what it will write besides results
     folder.finish(["summary.json", "models/DLinear", ...])        # removes what the earlier run listed and
                                                                    # this one did not write again
@@ -20,26 +21,25 @@ from frozenvit.backbone.suite.artifacts import remove_artifact, write_json
 from frozenvit.backbone.suite.errors import UsageError
 
 log = logging.getLogger("frozenvit.forecasting")
-RECORD = "run.json"
-KIND = "forecast.backtest.run"
+RECORD = "run.json"                     # its kind: forecast.<command>.run
 
 
 class RunFolder:
-    """The run record of one output folder (see the module doc)."""
+    """The run record of one output folder (see the module doc) of `forecast <command>`."""
 
-    def __init__(self, out: str | Path, resume: bool = False) -> None:
-        self.out, self.resume = Path(out), resume
+    def __init__(self, out: str | Path, resume: bool = False, command: str = "backtest") -> None:
+        self.out, self.resume, self.kind = Path(out), resume, f"forecast.{command}.run"
         try:
             rec = json.loads((self.out / RECORD).read_text())
         except (OSError, ValueError):
             rec = {}
-        ok = isinstance(rec, dict) and rec.get("frozenvit") == KIND and isinstance(rec.get("files"), list)
+        ok = isinstance(rec, dict) and rec.get("frozenvit") == self.kind and isinstance(rec.get("files"), list)
         self.earlier: list[str] = sorted(f for f in rec["files"] if self._inside(f)) if ok else []
         if not resume and (self.out / "checkpoints").is_dir():
             from .checkpoint import unfinished
 
             if unfinished(self.out / "checkpoints"):
-                raise UsageError(f"--out {self.out} holds a stopped backtest: training checkpoints with epochs left "
+                raise UsageError(f"--out {self.out} holds a stopped {command}: training checkpoints with epochs left "
                                  f"are in {self.out / 'checkpoints'}; pass --resume to continue it, or start afresh "
                                  "with another --out (or after removing that checkpoints folder)")
 
@@ -66,10 +66,10 @@ class RunFolder:
             self.earlier = []
         self.earlier = sorted(set(self.earlier) | set(planned))
         if self.earlier != listed:
-            write_json(self.out / RECORD, {"files": self.earlier}, kind=KIND)
+            write_json(self.out / RECORD, {"files": self.earlier}, kind=self.kind)
 
     def finish(self, written: Iterable[str]) -> None:
         """After the results are written: remove what was listed and not written again; record `written`."""
         written = sorted(set(written))
         self._remove(f for f in self.earlier if f not in written)
-        write_json(self.out / RECORD, {"files": written}, kind=KIND)
+        write_json(self.out / RECORD, {"files": written}, kind=self.kind)

@@ -108,3 +108,57 @@ def test_training_logs_a_line_per_epoch_with_both_losses_when_stderr_is_a_file(c
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("DLinear:")]
     assert [line.split(" [")[0] for line in lines[:3]] == [f"DLinear: {k}/3 epoch" for k in (1, 2, 3)]
     assert all("train=" in line and "val=" in line for line in lines)
+
+
+def _stopped_then_resumed(tmp_path, monkeypatch, argv: list[str]) -> None:
+    """Run `argv` stopped after its first epoch's checkpoint, check a plain rerun is refused, then resume it."""
+    from frozenvit.backbone.suite.cli import main
+    from frozenvit.forecasting import checkpoint
+
+    save = checkpoint.save
+
+    def save_then_stop(*args, **kw):
+        save(*args, **kw)
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(checkpoint, "save", save_then_stop)
+        assert main(argv) == 130
+    assert main(argv) == 2                                   # refused: a stopped run is there
+    assert main(argv + ["--resume"]) == 0
+
+
+def test_cli_predict_resumes_a_stopped_training_to_the_forecasts_of_an_uninterrupted_one(tmp_path, monkeypatch,
+                                                                                           capsys):
+    import pandas as pd
+
+    from frozenvit.backbone.suite.cli import main
+
+    csv = _long_csv(tmp_path / "l.csv")
+    argv = ["forecast", "predict", "--csv", str(csv), "--models", "snaive,dlinear", "--h", "12", "--max-epochs", "2"]
+    assert main(argv + ["--out", str(tmp_path / "whole")]) == 0
+    _stopped_then_resumed(tmp_path, monkeypatch, argv + ["--out", str(tmp_path / "out")])
+    assert "stopped predict" in capsys.readouterr().err
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "out" / "forecasts.csv"),
+                                  pd.read_csv(tmp_path / "whole" / "forecasts.csv"))
+    loaded = DLinear.load(tmp_path / "out" / "models" / "DLinear")           # the network that forecast
+    last = pd.read_csv(csv).groupby("unique_id")["y"].apply(lambda y: y.to_numpy()[-loaded.input_size:])
+    got = pd.read_csv(tmp_path / "out" / "forecasts.csv").pivot(index="step", columns="unique_id", values="DLinear")
+    np.testing.assert_allclose(loaded.predict(np.stack(last.to_list())).T, got[last.index].to_numpy(), rtol=1e-5)
+    record = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert record["frozenvit"] == "forecast.predict.run" and "checkpoints/DLinear" in record["files"]
+
+
+def test_cli_backtest_checkpoints_autos_networks_too(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from frozenvit.backbone.suite.cli import main
+
+    argv = ["forecast", "backtest", "--csv", str(_long_csv(tmp_path / "l.csv")), "--models", "auto",
+            "--h", "12", "--windows", "1", "--max-epochs", "2", "--input-size", "48"]
+    assert main(argv + ["--out", str(tmp_path / "whole")]) == 0
+    for net in ("DLinear", "PatchTST"):          # its validation training and the one that forecasts
+        assert len(list((tmp_path / "whole" / "checkpoints" / net).glob("cutoffs-*/state.json"))) == 2
+    _stopped_then_resumed(tmp_path, monkeypatch, argv + ["--out", str(tmp_path / "out")])
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "out" / "forecasts.csv"),
+                                  pd.read_csv(tmp_path / "whole" / "forecasts.csv"))
