@@ -373,7 +373,8 @@ DOC_TABLES = {ROOT / "docs" / "forecasting.md": {
     "forecast_defaults": lambda: defaults_table("../benchmarks/results/"),
     "forecast_auto_seeds": lambda: auto_seeds_table("../benchmarks/results/"),
     "forecast_lookback": lambda: lookback_table("../benchmarks/results/"),
-    "forecast_stat_history": lambda: stat_history_table("../benchmarks/results/")},
+    "forecast_stat_history": lambda: stat_history_table("../benchmarks/results/"),
+    "forecast_long_season": lambda: long_season_table("../benchmarks/results/")},
     ROOT / "docs" / "forecasting-auto.md": {
     "forecast_auto_rules": lambda: auto_rules_table("../benchmarks/results/"),
     "forecast_auto_rivals": lambda: auto_rivals_table("../benchmarks/results/"),
@@ -621,6 +622,30 @@ def auto_seeds_table(link: str = LINK) -> str:
                "auto ÷ best candidate, seed by seed", "seeds within 2 %", "auto's mean ÷ best mean",
                "auto's choice (its commonest combinations, equal weights; series)"], rows)
     return f"{t}\n\n({date(d)}, [json]({link}{AUTO_SEEDS}))\n"
+
+
+LONG_SEASON = "forecast_long_season.json"
+LONG_SEASON_NAMES = {"m4_hourly": "M4 Hourly", "etth2": "ETTh2", "co2_weekly": "CO2, weekly",
+                     "taylor": "taylor, half-hourly"}
+
+
+def long_season_table(link: str = LINK) -> str:
+    """ETS on a season above 24 steps, STL against AutoETS' own, beside seasonal naive and Theta (MASE)."""
+    d = load(LONG_SEASON)
+    rows = []
+    for r in d["rows"]:
+        m, best = r["mase"], min(v for k, v in r["mase"].items() if "(season" not in k)
+        cell = lambda k: f"**{f3(m[k])}**" if m[k] == best else f3(m[k])  # noqa: E731
+        daily = [k for k in m if k.endswith(")")]
+        rows.append([LONG_SEASON_NAMES[r["set"]], f"{r['series_run']} / {r['h']} / {r['season']} / {r['windows']} "
+                     f"/ {r['mase_season']}", cell("SeasonalNaive"), cell("Theta"), cell("ETS, AutoETS' season"),
+                     cell("ETS + STL"), f3(r["stl_over_autoets"]),
+                     f"{pct(r['stl_better_windows'])} of {r['windows_scored']}",
+                     " / ".join(f3(m[k]) for k in daily) if daily else "-"])
+    t = table(["set", "series / h / season / windows / MASE's lag", "seasonal naive", "Theta",
+               "ETS, AutoETS' own season", "ETS, STL (default)", "STL ÷ AutoETS'", "windows where STL is better",
+               "season 24: seasonal naive / Theta / ETS"], rows)
+    return f"{t}\n\n(MASE; bold: the least of the row at the long season. {date(d)}, [json]({link}{LONG_SEASON}))\n"
 
 
 def lookback_table(link: str = LINK) -> str:

@@ -30,7 +30,10 @@ def read_long_csv(path: str | Path, id_col: str = ID, time_col: str = DS, target
 
     A file without a `unique_id` column (the default `id_col`) but with the time and target columns is
     one series, named by the file's stem (`airline.csv` -> 'airline'), unless its timestamps repeat (then
-    it is several series whose id column has another name); an `id_col` named otherwise must exist.
+    it is several series whose id column has another name); an `id_col` named otherwise must exist. So is
+    a file of two columns alone, a time and a value column of other names (`date,co2`): the time column is
+    `time_col` where the file has it, else the one that is not `target_col`, else the first; the series is
+    named by the value column.
 
     Returns a DataFrame with columns `unique_id` (str), `ds` (datetime64[ns] or int64), `y` (float64).
     Raises SeriesError for a file that is missing, empty, not a CSV or without data rows, for
@@ -38,6 +41,17 @@ def read_long_csv(path: str | Path, id_col: str = ID, time_col: str = DS, target
     """
     raw = _read_csv(path, sep)
     missing = [c for c in (id_col, time_col, target_col) if c not in raw.columns]
+    cols = list(raw.columns)
+    if id_col == ID and len(cols) == 2 and ID not in cols and missing != [id_col]:    # date,co2: time and value
+        t = time_col if time_col in cols else next(c for c in cols if c != target_col)
+        v = next(c for c in cols if c != t)
+        try:
+            df = pd.DataFrame({ID: v if v != Y else Path(path).stem, DS: _parse_ds(raw[t], path),
+                               Y: _parse_values(raw[v], path)})
+        except SeriesError:
+            df = None                                    # not a time and a value column: the error below
+        if df is not None:
+            return validate(df, sort=sort, fill=fill, min_length=min_length)
     if missing == [id_col] and id_col == ID:     # one series: ds,y (an id column named otherwise must exist)
         if raw[time_col].duplicated().any():
             raise SeriesError(f"{path}: no {id_col!r} column and its timestamps repeat, so it holds several series; "

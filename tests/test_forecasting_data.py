@@ -171,3 +171,20 @@ def test_integer_timestamps_keep_the_hourly_defaults_and_say_so():
 
     df = validate(pd.DataFrame({"unique_id": "a", "ds": np.arange(40), "y": np.arange(40.0)}))
     assert calendar_defaults(df) == (48, 24, "integer timestamps have no calendar: M4 Hourly's")
+
+
+@pytest.mark.parametrize("header, name", [("date,co2", "co2"), ("ds,co2", "co2"), ("week,y", "weekly")])
+def test_a_file_of_a_time_and_a_value_column_of_any_names_is_one_series(tmp_path, header, name):
+    p = tmp_path / "weekly.csv"
+    t = pd.date_range("2001-01-07", periods=30, freq="W").astype(str)
+    p.write_text(header + "\n" + "".join(f"{d},{300 + i / 10}\n" for i, d in enumerate(t)))
+    df = read_long_csv(p)
+    assert df["unique_id"].unique().tolist() == [name] and len(df) == 30
+    assert df["ds"].iloc[0] == pd.Timestamp("2001-01-07") and df["y"].iloc[-1] == pytest.approx(302.9)
+
+
+def test_two_columns_that_are_not_a_time_and_a_value_still_name_the_missing_ones(tmp_path):
+    p = tmp_path / "ids.csv"
+    pd.DataFrame({"series": ["a", "b", "c"], "value": [1.0, 2.0, 3.0]}).to_csv(p, index=False)
+    with pytest.raises(SeriesError, match=r"columns \['unique_id', 'ds', 'y'\] not found"):
+        read_long_csv(p)
