@@ -212,7 +212,7 @@ def _add_run_args(q: argparse.ArgumentParser, models: str, predict: bool = False
                    help="with --levels: windows of --h inside each series' history before the first cutoff that "
                         "calibrate the conformal intervals (each series needs that many --h more values); "
                         + ("when not given: enough for 19 errors per step over the series (a 95 %% interval's "
-                           "least), at most 8, as many as the shortest series holds" if predict else
+                           "least), as many as the shortest series holds" if predict else
                            f"when not given: {CONFORMAL['calibration_windows']}"))
     q.add_argument("--global-calibration", choices=GLOBAL_CALIBRATIONS, default=None,
                    help="with --levels: where the neural models' calibration forecasts come from: 'holdout', the "

@@ -10,7 +10,7 @@ every series' history, `auto` validated inside it. The look-back, the short-seri
 models' history are set as a backtest sets them (forecasting.lookback). Intervals are conformal: the scaled
 errors of `calibration_windows` windows of h that end by the last value, forecast from the history before
 each, size them (forecasting.intervals): by default as many windows as give every step 19 errors over the
-series, at most 8. ETS gives its own as well ('ETS/own').
+series. ETS gives its own as well ('ETS/own').
 """
 from __future__ import annotations
 
@@ -38,7 +38,6 @@ from .metrics import mase_scale
 from .reuse import shared_fits
 
 SCORES_WANTED = 19          # scaled errors per step that a 95 % conformal interval needs (ceil(0.95 (n + 1)) <= n)
-MOST_CALIBRATION = 8        # the most calibration windows chosen
 
 
 @dataclass
@@ -108,10 +107,10 @@ def future_stamps(ds: pd.Series, h: int) -> np.ndarray | pd.DatetimeIndex:
 
 def auto_calibration_windows(lengths: Sequence[int], h: int, season_length: int) -> int:
     """Calibration windows for a future forecast's intervals: enough that every step has 19 scaled errors over
-    the series (a 95 % interval's least), at most MOST_CALIBRATION and as many as the shortest series holds
-    after a season's history; at least 1."""
+    the series (a 95 % interval's least: 19 windows for one series, 1 from 19 series on), as many as the
+    shortest series holds after a season's history; at least 1."""
     fit = (int(min(lengths)) - season_length - 1) // h
-    return max(1, min(MOST_CALIBRATION, -(-SCORES_WANTED // len(lengths)), fit))
+    return max(1, min(-(-SCORES_WANTED // len(lengths)), fit))
 
 
 def _unchanged_networks(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_length: int, most: int,

@@ -66,13 +66,15 @@ def test_intervals_are_calibrated_on_enough_windows_and_cover_a_plain_series():
     rng = np.random.default_rng(1)
     n, h = 400, 4
     df = pd.DataFrame({"unique_id": "a", "ds": np.arange(n), "y": 50 + rng.normal(0, 1, n)})
-    assert auto_calibration_windows([n], h, 1) == 8                             # one series: at most 8
+    assert auto_calibration_windows([n], h, 1) == 19                            # one series: 19 errors a step
+    assert auto_calibration_windows([n] * 2, h, 1) == 10
     assert auto_calibration_windows([n] * 40, h, 1) == 1                        # 40 series: one is enough
     assert auto_calibration_windows([12], 4, 1) == 2                            # what the shortest holds
     fc = forecast(df, [SeasonalNaive(1), ETS(1)], h=h, season_length=1, levels=(80,))
-    assert fc.calibration_windows == 8 and fc.global_calibration == "retrain"
+    assert fc.calibration_windows == 19 and fc.global_calibration == "retrain"
     f = fc.frame
     assert {"SeasonalNaive-lo-80", "ETS-hi-80", "ETS/own-lo-80"} <= set(f.columns)
+    assert fc.interval_share()["ETS"] == {"80": 1.0}
     assert (f["ETS-lo-80"] < f["ETS"]).all() and (f["ETS"] < f["ETS-hi-80"]).all()
     width = (f["SeasonalNaive-hi-80"] - f["SeasonalNaive-lo-80"]).mean()
     assert 1.0 < width < 8.0                                                    # noise sd 1: naive's error sd 1.4
