@@ -129,7 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         rows = [run_set(s.strip(), args.max_series, args.seed) for s in args.sets.split(",") if s.strip()]
         extra = {"threads": args.threads}
-    print_table([{"set": r["set"], "season": r["season"], **r["mase"],
+    order = ["SeasonalNaive", "Theta", "ETS, AutoETS' season", "ETS + STL"]
+    print_table([{"set": r["set"], "season": r["season"],
+                  **{k: r["mase"][k] for k in sorted(r["mase"], key=lambda k: (k not in order, order.index(k)
+                                                                               if k in order else k))},
                   "STL / AutoETS'": r["stl_over_autoets"], "windows STL better": r["stl_better_windows"]}
                  for r in rows])
     write_result("forecast_long_season", {**extra, "rows": rows}, args.out)

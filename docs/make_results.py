@@ -636,7 +636,7 @@ def long_season_table(link: str = LINK) -> str:
     for r in d["rows"]:
         m, best = r["mase"], min(v for k, v in r["mase"].items() if "(season" not in k)
         cell = lambda k: f"**{f3(m[k])}**" if m[k] == best else f3(m[k])  # noqa: E731
-        daily = [k for k in m if k.endswith(")")]
+        daily = [f"{k} (season 24)" for k in ("SeasonalNaive", "Theta", "ETS") if f"{k} (season 24)" in m]
         rows.append([LONG_SEASON_NAMES[r["set"]], f"{r['series_run']} / {r['h']} / {r['season']} / {r['windows']} "
                      f"/ {r['mase_season']}", cell("SeasonalNaive"), cell("Theta"), cell("ETS, AutoETS' season"),
                      cell("ETS + STL"), f3(r["stl_over_autoets"]),
