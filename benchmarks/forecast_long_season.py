@@ -1,5 +1,6 @@
 """ETS on seasons longer than 24 steps: STL then ETS (`ETS(long_season="stl")`, the default) against
-AutoETS' own seasonal search (`long_season="autoets"`), beside seasonal naive and Theta on the same season.
+AutoETS' own seasonal search (`long_season="own"`), beside seasonal naive and Theta on the same season;
+with `--arima-history N`, ARIMA the same two ways, fitted on the last N values.
 
 R's ets refuses a season above 24 steps (forecast::stlf is its answer); statsforecast's AutoETS tries
 one, a seasonal state of m - 1 free initial values, and often rejects it for a non-seasonal model.
@@ -74,7 +75,7 @@ def run_set(name: str, max_series: int | None, seed: int) -> dict:
         keep = np.random.default_rng(seed).choice(df["unique_id"].unique(), max_series, replace=False)
         df = df[df["unique_id"].isin(keep)]
     h, m, common = cfg["h"], cfg["season"], dict(n_windows=cfg["windows"], mase_season=cfg["mase_season"])
-    runs = {"SeasonalNaive": [SeasonalNaive(m), Theta(m, history="auto"), ETS(m, history="auto", long_season="autoets")],
+    runs = {"SeasonalNaive": [SeasonalNaive(m), Theta(m, history="auto"), ETS(m, history="auto", long_season="own")],
             "ETS + STL": [ETS(m, history="auto", long_season="stl")]}
     if cfg["daily"]:
         d = cfg["daily"]
@@ -102,6 +103,26 @@ def run_set(name: str, max_series: int | None, seed: int) -> dict:
             "stl_over_autoets": cols["ETS + STL"] / cols["ETS, AutoETS' season"]}
 
 
+def run_arima(name: str, history: int) -> dict:
+    """ARIMA with STL against AutoARIMA's own seasonal search, both fitted on the last `history` values before
+    each cutoff (AutoARIMA's own season takes minutes a fit on a long history)."""
+    from frozenvit.forecasting import ARIMA, backtest
+
+    cfg = SETS[name]
+    df = load(name)
+    h, m = cfg["h"], cfg["season"]
+    mase, seconds = {}, {}
+    for form in ("own", "stl"):
+        t0 = time.perf_counter()
+        res = backtest(df, [ARIMA(m, history=history, long_season=form)], h=h, season_length=m,
+                       n_windows=cfg["windows"], mase_season=cfg["mase_season"])
+        print(f"{name}: ARIMA ({form}) run in {time.perf_counter() - t0:.0f} s", flush=True)
+        mase[form] = float(res.overall("mase")["ARIMA"])
+        seconds[form] = float(res.seconds["ARIMA"]) / (cfg["windows"] * int(df["unique_id"].nunique()))
+    return {"set": name, "kind": "arima", "h": h, "season": m, "mase_season": cfg["mase_season"],
+            "windows": cfg["windows"], "history": history, "mase": mase, "seconds_per_fit": seconds}
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, out of {','.join(SETS)}")
@@ -109,6 +130,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--arima-history", type=int, default=None, metavar="N",
+                    help="run ARIMA instead, with STL and with AutoARIMA's own season, each fitted on the last N "
+                         "values before a cutoff")
     ap.add_argument("--merge", type=Path, nargs="+", default=None,
                     help="run nothing: write one table of the rows of these earlier JSON files (a set in a later "
                          "file replaces its row of an earlier one)")
@@ -124,17 +148,25 @@ def main(argv: list[str] | None = None) -> int:
         import json
 
         parts = [json.loads(p.read_text()) for p in args.merge]
-        rows = sorted(latest_rows(parts, lambda r: r["set"]), key=lambda r: list(SETS).index(r["set"]))
+        rows = sorted(latest_rows(parts, lambda r: (r["set"], r.get("kind", "ets"))),
+                      key=lambda r: (r.get("kind", "ets"), list(SETS).index(r["set"])))
         extra = {"merged_from": merged_from(args.merge, parts), "threads": parts[-1]["threads"]}
     else:
-        rows = [run_set(s.strip(), args.max_series, args.seed) for s in args.sets.split(",") if s.strip()]
+        sets = [s.strip() for s in args.sets.split(",") if s.strip()]
+        rows = [run_arima(s, args.arima_history) if args.arima_history else run_set(s, args.max_series, args.seed)
+                for s in sets]
         extra = {"threads": args.threads}
+    for r in (r for r in rows if r.get("kind") == "arima"):
+        print(f"{r['set']}: ARIMA on the last {r['history']} values, MASE own {r['mase']['own']:.3f}, STL "
+              f"{r['mase']['stl']:.3f}; seconds a fit {r['seconds_per_fit']['own']:.1f} / "
+              f"{r['seconds_per_fit']['stl']:.2f}")
+    rows_ets = [r for r in rows if r.get("kind", "ets") == "ets"]
     order = ["SeasonalNaive", "Theta", "ETS, AutoETS' season", "ETS + STL"]
     print_table([{"set": r["set"], "season": r["season"],
                   **{k: r["mase"][k] for k in sorted(r["mase"], key=lambda k: (k not in order, order.index(k)
                                                                                if k in order else k))},
                   "STL / AutoETS'": r["stl_over_autoets"], "windows STL better": r["stl_better_windows"]}
-                 for r in rows])
+                 for r in rows_ets])
     write_result("forecast_long_season", {**extra, "rows": rows}, args.out)
     return 0
 

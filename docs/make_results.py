@@ -374,7 +374,8 @@ DOC_TABLES = {ROOT / "docs" / "forecasting.md": {
     "forecast_auto_seeds": lambda: auto_seeds_table("../benchmarks/results/"),
     "forecast_lookback": lambda: lookback_table("../benchmarks/results/"),
     "forecast_stat_history": lambda: stat_history_table("../benchmarks/results/"),
-    "forecast_long_season": lambda: long_season_table("../benchmarks/results/")},
+    "forecast_long_season": lambda: long_season_table("../benchmarks/results/"),
+    "forecast_long_season_arima": lambda: long_season_arima_table("../benchmarks/results/")},
     ROOT / "docs" / "forecasting-auto.md": {
     "forecast_auto_rules": lambda: auto_rules_table("../benchmarks/results/"),
     "forecast_auto_rivals": lambda: auto_rivals_table("../benchmarks/results/"),
@@ -633,7 +634,7 @@ def long_season_table(link: str = LINK) -> str:
     """ETS on a season above 24 steps, STL against AutoETS' own, beside seasonal naive and Theta (MASE)."""
     d = load(LONG_SEASON)
     rows = []
-    for r in d["rows"]:
+    for r in (r for r in d["rows"] if r.get("kind", "ets") == "ets"):
         m, best = r["mase"], min(v for k, v in r["mase"].items() if "(season" not in k)
         cell = lambda k: f"**{f3(m[k])}**" if m[k] == best else f3(m[k])  # noqa: E731
         daily = [f"{k} (season 24)" for k in ("SeasonalNaive", "Theta", "ETS") if f"{k} (season 24)" in m]
@@ -646,6 +647,17 @@ def long_season_table(link: str = LINK) -> str:
                "ETS, AutoETS' own season", "ETS, STL (default)", "STL ÷ AutoETS'", "windows where STL is better",
                "season 24: seasonal naive / Theta / ETS"], rows)
     return f"{t}\n\n(MASE; bold: the least of the row at the long season. {date(d)}, [json]({link}{LONG_SEASON}))\n"
+
+
+def long_season_arima_table(link: str = LINK) -> str:
+    """ARIMA on a season above 24 steps: STL against AutoARIMA's own season, MASE and seconds a fit."""
+    d = load(LONG_SEASON)
+    rows = [[LONG_SEASON_NAMES[r["set"]], f"{r['h']} / {r['season']} / {r['windows']} / {r['history']}",
+             f3(r["mase"]["own"]), f3(r["mase"]["stl"]), f"{r['seconds_per_fit']['own']:.1f}",
+             f"{r['seconds_per_fit']['stl']:.2f}"] for r in d["rows"] if r.get("kind") == "arima"]
+    t = table(["set", "h / season / windows / values fitted", "MASE: AutoARIMA's own season", "MASE: STL (default)",
+               "seconds a fit: own", "seconds a fit: STL"], rows)
+    return f"{t}\n\n({date(d)}, [json]({link}{LONG_SEASON}))\n"
 
 
 def lookback_table(link: str = LINK) -> str:

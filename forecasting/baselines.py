@@ -187,6 +187,13 @@ def _statsforecast(name: str):
     return getattr(sf, name)
 
 
+# The longest season ETS and ARIMA are given as a seasonal part of their own: R's ets refuses more, AutoETS fits
+# m - 1 initial states poorly and AutoARIMA's seasonal lag polynomials make a fit take minutes. Above it, with
+# long_season="stl" (their default), STL takes the season out first, as R's forecast::stlf does.
+MOST_SEASON = 24
+LONG_SEASONS = ("stl", "own")
+
+
 class StatsForecastModel(LocalModel):
     """Base of the models fitted by statsforecast: `_make(m)` builds the unfitted statsforecast model for a
     season of m steps. The season is dropped (m = 1) when the history holds fewer than two seasons.
@@ -216,6 +223,21 @@ class StatsForecastModel(LocalModel):
 
     def _make(self, m: int):
         raise NotImplementedError
+
+    def seasonal_form(self, m: int | None = None) -> str:
+        """How a season of m steps (default: season_length) is modelled: "own" (the model's own seasonal
+        part, which an automatic search may still reject), "stl" (STL first, the model on the seasonally
+        adjusted series: ETS and ARIMA above MOST_SEASON with long_season="stl") or "none"."""
+        m = int(self.season_length if m is None else m)
+        if m <= 1:
+            return "none"
+        return "stl" if m > MOST_SEASON and getattr(self, "long_season", "own") == "stl" else "own"
+
+    @staticmethod
+    def _stl(m: int, model):
+        """statsforecast's MSTL: STL's seasonal component of m steps, repeated from its last season, plus
+        `model`'s forecasts of the rest."""
+        return _statsforecast("MSTL")(season_length=m, trend_forecaster=model)
 
     def forecast_cutoffs(self, series: Sequence[np.ndarray], cutoffs: np.ndarray, h: int, *,
                          refit_every: int | None = None, progress: bool | None = None) -> tuple[np.ndarray, None]:
@@ -298,10 +320,6 @@ class StatsForecastModel(LocalModel):
         return np.asarray(p["mean"], dtype=float), lo, hi
 
 
-ETS_MOST_SEASON = 24        # the longest season R's ets fits a seasonal state to (forecast::stlf beyond)
-LONG_SEASONS = ("stl", "autoets")
-
-
 class ETS(StatsForecastModel):
     """Automatic exponential smoothing (error/trend/season chosen by AICc): statsforecast's AutoETS.
 
@@ -309,13 +327,13 @@ class ETS(StatsForecastModel):
     stable on long hourly series, where statsmodels' ETSModel optimiser can diverge or return NaN.
     `model` is AutoETS' "ZZZ"-style spec (its season part dropped with the season).
 
-    A season longer than ETS_MOST_SEASON (24) steps, such as 52 weeks or 48 half-hours, is a seasonal
-    state of m - 1 free initial values, which R's ets refuses to fit and AutoETS fits poorly and often
-    rejects for a non-seasonal model (weekly CO2: ETS(A,Ad,N)). With `long_season="stl"` (the default)
-    such a history is decomposed by STL instead, ETS (the spec's error and trend, no season) forecasts the
+    A season longer than MOST_SEASON (24) steps, such as 52 weeks or 48 half-hours, is a seasonal state
+    of m - 1 free initial values, which R's ets refuses to fit and AutoETS fits poorly and often rejects
+    for a non-seasonal model (weekly CO2: ETS(A,Ad,N)). With `long_season="stl"` (the default) such a
+    history is decomposed by STL instead, ETS (the spec's error and trend, no season) forecasts the
     seasonally adjusted series and the last season of the seasonal component is added back, as R's
-    forecast::stlf does (statsforecast's MSTL with an AutoETS trend forecaster; the season additive).
-    "autoets" leaves the season to AutoETS' own search. (benchmarks/forecast_long_season.py measures both.)
+    forecast::stlf does (the season additive). "own" leaves the season to AutoETS' search.
+    (benchmarks/forecast_long_season.py measures both.)
     """
 
     _parameter_constraints = {**StatsForecastModel._parameter_constraints, "model": [str],
@@ -324,7 +342,7 @@ class ETS(StatsForecastModel):
     def tiny_history(self, m: int) -> int:
         """statsforecast's AutoETS fits nothing to 4 values more than the spec's parameters or fewer (level 2,
         a trend or season given as A or M 2 each, damping 1; Z counts none)."""
-        spec = self.model if self.seasonal_form(m) == "ets" else self.model[:2] + "N"
+        spec = self.model if self.seasonal_form(m) == "own" else self.model[:2] + "N"
         return 4 + 2 + 2 * (spec[1] in "AM") + 2 * (spec[2] in "AM") + int(bool(self.damped))
 
     def __init__(self, season_length: int = 24, model: str = "ZZZ", damped: bool | None = None,
@@ -336,18 +354,13 @@ class ETS(StatsForecastModel):
         self.long_season = long_season
 
     def seasonal_form(self, m: int | None = None) -> str:
-        """How a season of m steps (default: season_length) is modelled: "ets" (AutoETS' seasonal
-        state, which its search may still reject), "stl" (STL, then ETS on the adjusted series) or "none"."""
-        m = int(self.season_length if m is None else m)
-        if m <= 1 or self.model[2] == "N":
-            return "none"
-        return "stl" if m > ETS_MOST_SEASON and self.long_season == "stl" else "ets"
+        """As StatsForecastModel's; "none" for a spec without a season ("ZZN")."""
+        return "none" if self.model[2] == "N" else super().seasonal_form(m)
 
     def _make(self, m: int):
         auto = _statsforecast("AutoETS")
         if self.seasonal_form(m) == "stl":
-            return _statsforecast("MSTL")(season_length=m, trend_forecaster=auto(model=self.model[:2] + "N",
-                                                                                 damped=self.damped))
+            return self._stl(m, auto(model=self.model[:2] + "N", damped=self.damped))
         return auto(season_length=m, model=self.model if m > 1 else self.model[:2] + "N", damped=self.damped)
 
 
@@ -378,11 +391,19 @@ class Theta(StatsForecastModel):
 
 class ARIMA(StatsForecastModel):
     """Automatic (seasonal) ARIMA, orders chosen by AICc in a stepwise search: statsforecast's AutoARIMA.
-    Slow on long seasons (hours: m = 24) as every seasonal order is a long lag polynomial."""
+    Slow on long seasons (hours: m = 24) as every seasonal order is a long lag polynomial; above
+    MOST_SEASON (24) steps a fit takes minutes (benchmarks/forecast_long_season.py --arima-history), so
+    with `long_season="stl"` (the default) STL takes such a season out and a non-seasonal AutoARIMA
+    forecasts the rest, as R's forecast::stlf(method="arima") does; "own" keeps AutoARIMA's seasonal search."""
 
-    def __init__(self, season_length: int = 24, history: int | None = None) -> None:
+    _parameter_constraints = {**StatsForecastModel._parameter_constraints,
+                              "long_season": [StrOptions(set(LONG_SEASONS))]}
+
+    def __init__(self, season_length: int = 24, history: int | None = None, long_season: str = "stl") -> None:
         self.season_length = season_length
         self.history = history
+        self.long_season = long_season
 
     def _make(self, m: int):
-        return _statsforecast("AutoARIMA")(season_length=m)
+        auto = _statsforecast("AutoARIMA")
+        return self._stl(m, auto()) if self.seasonal_form(m) == "stl" else auto(season_length=m)

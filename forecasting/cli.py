@@ -392,20 +392,21 @@ def _checkpointed(built: dict, out: Path, resume: bool) -> list[str]:
     return rels
 
 
-def _ets_season(args: argparse.Namespace) -> str | None:
-    """How ETS (alone, in a combination, in auto, or for short series) models --season-length: "stl" above
-    24 steps, said in one printed line; else "ets" (AutoETS' own seasonal state), or None without ETS."""
-    from .baselines import ETS, ETS_MOST_SEASON
+def _season_forms(args: argparse.Namespace) -> dict[str, str]:
+    """How ETS and ARIMA (alone, in a combination, in auto, or for the short series) model --season-length:
+    {"ETS": "stl"|"own"|"none", ...} for those the run uses; a season they take out by STL (above 24
+    steps) is said in one printed line."""
+    from .baselines import ARIMA, ETS, MOST_SEASON
 
     names = set(flat_names(args.models))
     fallback = names & set(NEURAL) and args.short_series == "statistical" and not names - set(NEURAL)
-    if not names & {"ets", "auto"} and not fallback:     # the short series' fallback is theta and ets
-        return None
-    form = ETS(args.season_length).seasonal_form()
-    if form == "stl":
-        print(f"ETS: a season of {args.season_length} steps, above the {ETS_MOST_SEASON} that exponential smoothing "
-              "fits a seasonal state to: STL takes the season out, ETS forecasts the rest (as R's stlf)")
-    return form
+    used = [m for m, wanted in ((ETS, names & {"ets", "auto"} or fallback), (ARIMA, "arima" in names)) if wanted]
+    forms = {m.__name__: m(args.season_length).seasonal_form() for m in used}  # the short series' fallback: theta, ets
+    stl = [name for name, form in forms.items() if form == "stl"]
+    if stl:
+        print(f"{' and '.join(stl)}: a season of {args.season_length} steps, above the {MOST_SEASON} they model "
+              "themselves: STL takes the season out, they forecast the rest (as R's stlf)")
+    return forms
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
@@ -425,7 +426,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     check_output_dir(args.out, "forecast.predict")
     folder = RunFolder(args.out, args.resume, "predict")     # a stopped run there is continued with --resume only
     df, inferred = _read_series(args)
-    ets_season = _ets_season(args)
+    season_forms = _season_forms(args)
     names = flat_names(args.models)
     built = dict(zip(names, make_models(names, args.h, args.season_length, args.input_size or LOOKBACK,
                                         args.max_epochs, args.seed, vit=vit, stat_history=args.stat_history)))
@@ -464,7 +465,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
               "more series or --calibration-windows give them")
     out = output_dir(args.out, "forecast.predict")
     write_json(out / "summary.json", {"csv": str(args.csv), "stat_history": args.stat_history,
-                                      **({"ets_season": ets_season} if ets_season else {}),
+                                      **({"season_forms": season_forms} if season_forms else {}),
                                       **({"defaults_from": inferred} if inferred else {}), **fc.to_dict()})
     atomic_write_text(out / "forecasts.csv", fc.frame.to_csv(index=False))
     save_png(plot_future(fc, df, n_series=args.plot_series), out / "forecasts.png")
@@ -496,7 +497,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     check_output_dir(args.out, "forecast.backtest")
     folder = RunFolder(args.out, args.resume)       # a stopped run there is continued with --resume only
     df, inferred = _read_series(args)
-    ets_season = _ets_season(args)
+    season_forms = _season_forms(args)
     names = flat_names(args.models)
     calib = (CONFORMAL["calibration_windows"] if args.calibration_windows is None else args.calibration_windows) \
         if args.levels else 0
@@ -552,7 +553,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
                                       "stat_history": {"asked": args.stat_history, "used": used},
                                       "neural_lengths": res.neural_lengths,
                                       "short_series": res.short_series,
-                                      **({"ets_season": ets_season} if ets_season else {}),
+                                      **({"season_forms": season_forms} if season_forms else {}),
                                       **({"defaults_from": inferred} if inferred else {}), **res.to_dict()})
     atomic_write_text(out / "forecasts.csv", res.forecasts_with_intervals().to_csv(index=False))
     atomic_write_text(out / "mase_by_horizon.csv", hz.to_csv())

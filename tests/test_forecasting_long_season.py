@@ -1,13 +1,13 @@
-"""ETS on seasons above 24 steps: STL, then ETS on the seasonally adjusted series (R's stlf), where
-statsforecast's AutoETS fits m - 1 seasonal states poorly or rejects them."""
+"""ETS and ARIMA on seasons above 24 steps: STL, then the model on the seasonally adjusted series (R's
+stlf), where AutoETS fits m - 1 seasonal states poorly or rejects them and AutoARIMA takes minutes a fit."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from sklearn.utils._param_validation import InvalidParameterError
 
-from frozenvit.forecasting import ETS, SeasonalNaive, backtest
-from frozenvit.forecasting.baselines import ETS_MOST_SEASON
+from frozenvit.forecasting import ARIMA, ETS, SeasonalNaive, backtest
+from frozenvit.forecasting.baselines import MOST_SEASON
 
 pytest.importorskip("statsforecast")
 
@@ -20,12 +20,14 @@ def weekly(n: int = 520, m: int = 52, seed: int = 0) -> np.ndarray:
             + rng.normal(0, 0.3, n))
 
 
-@pytest.mark.parametrize("m, kw, form", [(24, {}, "ets"), (25, {}, "stl"), (52, {}, "stl"), (168, {}, "stl"),
-                                         (52, {"long_season": "autoets"}, "ets"), (1, {}, "none"),
+@pytest.mark.parametrize("m, kw, form", [(24, {}, "own"), (25, {}, "stl"), (52, {}, "stl"), (168, {}, "stl"),
+                                         (52, {"long_season": "own"}, "own"), (1, {}, "none"),
                                          (52, {"model": "ZZN"}, "none"), (12, {"model": "ZZN"}, "none")])
 def test_the_season_form_follows_the_season_length_and_the_spec(m, kw, form):
     assert ETS(m, **kw).seasonal_form() == form
-    assert ETS_MOST_SEASON == 24
+    if "model" not in kw:
+        assert ARIMA(m, **kw).seasonal_form() == form
+    assert MOST_SEASON == 24
 
 
 def test_a_yearly_cycle_of_weeks_is_forecast_close_to_the_noise():
@@ -40,20 +42,20 @@ def test_weekly_co2_keeps_its_yearly_cycle_where_autoets_rejects_it():
     sm = pytest.importorskip("statsmodels.api")
     y = sm.datasets.co2.load_pandas().data["co2"].resample("W").mean().interpolate().to_numpy()
     train, test = y[:-104], y[-104:]
-    own = ETS(52, long_season="autoets").fit(train)
+    own = ETS(52, long_season="own").fit(train)
     assert own.model_.model_["method"] == "ETS(A,Ad,N)"       # AutoETS' choice: no season
     stl = np.abs(ETS(52).fit(train).predict(104) - test).mean()
     assert stl < 0.3 * np.abs(own.predict(104) - test).mean()
 
 
-def test_stl_is_statsforecasts_mstl_with_an_ets_trend_and_autoets_its_autoets():
+def test_stl_is_statsforecasts_mstl_with_an_ets_trend_and_own_its_autoets():
     from statsforecast.models import MSTL, AutoETS
 
     y = weekly()[:400]
     want = MSTL(season_length=52, trend_forecaster=AutoETS(model="ZZN")).fit(y).predict(20)["mean"]
     np.testing.assert_allclose(ETS(52).fit(y).predict(20), want, rtol=1e-10)
     want = AutoETS(season_length=52).fit(y).predict(20)["mean"]
-    np.testing.assert_allclose(ETS(52, long_season="autoets").fit(y).predict(20), want, rtol=1e-10)
+    np.testing.assert_allclose(ETS(52, long_season="own").fit(y).predict(20), want, rtol=1e-10)
 
 
 def test_seasons_up_to_24_keep_autoets_own_seasonal_state():
@@ -82,9 +84,21 @@ def test_own_intervals_bracket_the_forecast_with_a_long_season():
     assert (hi80 > lo80).all()
 
 
-def test_long_season_is_checked():
+@pytest.mark.parametrize("cls", [ETS, ARIMA])
+def test_long_season_is_checked(cls):
     with pytest.raises(InvalidParameterError, match="long_season"):
-        ETS(52, long_season="fourier").fit(weekly())
+        cls(52, long_season="fourier").fit(weekly())
+
+
+def test_arima_takes_a_long_season_out_by_stl():
+    from statsforecast.models import MSTL, AutoARIMA
+
+    y = weekly()[:400]
+    model = ARIMA(52).fit(y)
+    assert type(model.model_).__name__ == "MSTL"
+    want = MSTL(season_length=52, trend_forecaster=AutoARIMA()).fit(y).predict(13)["mean"]
+    np.testing.assert_allclose(model.predict(13), want, rtol=1e-10)
+    assert type(ARIMA(12).fit(y).model_).__name__ == "AutoARIMA"                # a short season: its own
 
 
 def _frame():
@@ -107,11 +121,11 @@ def test_weekly_data_on_the_command_line_gets_stl_and_says_so(tmp_path, capsys):
     assert "--h 13 and --season-length 52: weekly timestamps" in printed
     assert "ETS: a season of 52 steps, above the 24" in printed
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["ets_season"] == "stl"
+    assert summary["season_forms"] == {"ETS": "stl"}
     mase = {r["model"]: r["MASE"] for r in summary["summary"]}
     assert mase["ETS"] < 0.8 * mase["SeasonalNaive"]
     assert main([*argv[:-4], "--models", "snaive,ets", "--season-length", "12", "--out", str(out)]) == 0
     assert "ETS: a season" not in capsys.readouterr().out
-    assert json.loads((out / "summary.json").read_text())["ets_season"] == "ets"
+    assert json.loads((out / "summary.json").read_text())["season_forms"] == {"ETS": "own"}
     assert main([*argv[:-4], "--models", "snaive", "--out", str(out)]) == 0
-    assert "ets_season" not in json.loads((out / "summary.json").read_text())
+    assert "season_forms" not in json.loads((out / "summary.json").read_text())
