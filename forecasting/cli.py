@@ -404,8 +404,10 @@ def _season_forms(args: argparse.Namespace) -> dict[str, str]:
     forms = {m.__name__: m(args.season_length).seasonal_form() for m in used}  # the short series' fallback: theta, ets
     stl = [name for name, form in forms.items() if form == "stl"]
     if stl:
-        print(f"{' and '.join(stl)}: a season of {args.season_length} steps, above the {MOST_SEASON} they model "
-              "themselves: STL takes the season out, they forecast the rest (as R's stlf)")
+        one = len(stl) == 1
+        print(f"{' and '.join(stl)}: a season of {args.season_length} steps, above the {MOST_SEASON} "
+              f"{'it models itself' if one else 'they model themselves'}: STL takes the season out, "
+              f"{'it forecasts' if one else 'they forecast'} the rest (as R's stlf)")
     return forms
 
 

@@ -119,7 +119,7 @@ def test_weekly_data_on_the_command_line_gets_stl_and_says_so(tmp_path, capsys):
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "--h 13 and --season-length 52: weekly timestamps" in printed
-    assert "ETS: a season of 52 steps, above the 24" in printed
+    assert "ETS: a season of 52 steps, above the 24 it models itself: STL takes the season out" in printed
     summary = json.loads((out / "summary.json").read_text())
     assert summary["season_forms"] == {"ETS": "stl"}
     mase = {r["model"]: r["MASE"] for r in summary["summary"]}
@@ -129,3 +129,6 @@ def test_weekly_data_on_the_command_line_gets_stl_and_says_so(tmp_path, capsys):
     assert json.loads((out / "summary.json").read_text())["season_forms"] == {"ETS": "own"}
     assert main([*argv[:-4], "--models", "snaive", "--out", str(out)]) == 0
     assert "season_forms" not in json.loads((out / "summary.json").read_text())
+    assert main([*argv[:-4], "--models", "ets,arima", "--out", str(out)]) == 0
+    assert "ETS and ARIMA: a season of 52 steps, above the 24 they model themselves" in capsys.readouterr().out
+    assert json.loads((out / "summary.json").read_text())["season_forms"] == {"ETS": "stl", "ARIMA": "stl"}
