@@ -114,10 +114,6 @@ def register(subparsers) -> None:
                    help="steps between cutoffs; when not given: the horizon --h")
     q.add_argument("--refit-every", type=number(int, min=1), default=None,
                    help="retrain the neural models every k cutoffs; when not given: once, before the first")
-    q.add_argument("--resume", action="store_true",
-                   help="continue the neural models' training (auto's included) from the checkpoints a stopped run "
-                        "with this --out left in OUT/checkpoints/ (written after every epoch); finished trainings "
-                        "are not repeated")
     q.add_argument("--out", type=Path, default=Path("forecast-out"),
                    help="output folder: new, empty, or an earlier forecast backtest's, whose results this run "
                         "replaces (files frozenvit did not write stay); a stopped run there continues with --resume")
@@ -126,10 +122,6 @@ def register(subparsers) -> None:
 
     q = sub.add_parser("predict", help="forecast the next --h values of every series of a CSV (default: auto)")
     _add_run_args(q, "auto", predict=True)
-    q.add_argument("--resume", action="store_true",
-                   help="continue the neural models' training (auto's included) from the checkpoints a stopped run "
-                        "with this --out left in OUT/checkpoints/ (written after every epoch); finished trainings "
-                        "are not repeated")
     q.add_argument("--out", type=Path, default=Path("forecast-predict"),
                    help="output folder: new, empty, or an earlier forecast predict's, whose results this run "
                         "replaces (files frozenvit did not write stay); a stopped run there continues with --resume")
@@ -192,8 +184,8 @@ def _add_run_args(q: argparse.ArgumentParser, models: str, predict: bool = False
                         "6, quarterly 8, monthly 18, weekly 13, daily 14, hourly 48; integer timestamps: "
                         f"{_D['h']}); the command prints which it used")
     q.add_argument("--season-length", type=number(int, min=1), default=None,
-                   help="season in steps: for seasonal naive, ETS and (unless --mase-season) the MASE scale; when not "
-                        "given: the timestamps' cycle (12 months, 4 quarters, 52 weeks, 7 days, 24 hours; yearly: 1; "
+                   help="season in steps: for seasonal naive, Theta, ETS, ARIMA (above 24 steps they take it out by "
+                        "STL first) and (unless --mase-season) the MASE scale; when not given: the timestamps' cycle (12 months, 4 quarters, 52 weeks, 7 days, 24 hours; yearly: 1; "
                         f"integer timestamps: {_D['season_length']})")
     q.add_argument("--models", type=model_specs(MODEL_NAMES), default=models,
                    help=f"comma-separated, out of {','.join(MODEL_NAMES)}, and combinations of them: "
@@ -242,6 +234,10 @@ def _add_run_args(q: argparse.ArgumentParser, models: str, predict: bool = False
                    help="training epochs of the neural models")
     q.add_argument("--seed", type=number(int, min=0), default=NEURAL_TRAINING["seed"],
                    help="seed of the neural models' training")
+    q.add_argument("--resume", action="store_true",
+                   help="continue the neural models' training (auto's included) from the checkpoints a stopped run "
+                        "with this --out left in OUT/checkpoints/ (written after every epoch); finished trainings "
+                        "are not repeated")
     q.add_argument("--plot-series", type=number(int, min=1), default=_D["plot_series"],
                    help="series shown in forecasts.png")
     add_vit_args(q)
