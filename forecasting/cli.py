@@ -114,18 +114,12 @@ def register(subparsers) -> None:
                    help="steps between cutoffs; when not given: the horizon --h")
     q.add_argument("--refit-every", type=number(int, min=1), default=None,
                    help="retrain the neural models every k cutoffs; when not given: once, before the first")
-    q.add_argument("--out", type=Path, default=Path("forecast-out"),
-                   help="output folder: new, empty, or an earlier forecast backtest's, whose results this run "
-                        "replaces (files frozenvit did not write stay); a stopped run there continues with --resume")
-    add_engine_args(q)
+    _add_out_and_engine(q, "backtest")
     q.set_defaults(func=_cmd_backtest)
 
     q = sub.add_parser("predict", help="forecast the next --h values of every series of a CSV (default: auto)")
     _add_run_args(q, "auto", predict=True)
-    q.add_argument("--out", type=Path, default=Path("forecast-predict"),
-                   help="output folder: new, empty, or an earlier forecast predict's, whose results this run "
-                        "replaces (files frozenvit did not write stay); a stopped run there continues with --resume")
-    add_engine_args(q)
+    _add_out_and_engine(q, "predict")
     q.set_defaults(func=_cmd_predict)
 
     q = sub.add_parser("paper", help="the PatchTST paper protocol on an ETT file (MSE/MAE on the standardised scale)")
@@ -159,6 +153,14 @@ def register(subparsers) -> None:
     add_vit_args(q)
     add_threads_arg(q)
     q.set_defaults(func=_cmd_paper)
+
+
+def _add_out_and_engine(q: argparse.ArgumentParser, command: str) -> None:
+    """--out (default: forecast-out for a backtest, forecast-predict for a forecast) and --ray/--workers."""
+    q.add_argument("--out", type=Path, default=Path("forecast-out" if command == "backtest" else f"forecast-{command}"),
+                   help=f"output folder: new, empty, or an earlier forecast {command}'s, whose results this run "
+                        "replaces (files frozenvit did not write stay); a stopped run there continues with --resume")
+    add_engine_args(q)
 
 
 def _add_run_args(q: argparse.ArgumentParser, models: str, predict: bool = False) -> None:
