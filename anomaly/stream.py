@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -58,6 +59,8 @@ def iter_scored(det: Any, files: Sequence[str | Path], *, overlays: bool = True,
                 worker_threads: int = 1) -> Iterator[Scored]:
     """One `Scored` per file, in the order of `files`.
 
+    engine "local": one progress bar over all the files ("predict", as `det.progress`: None, only where someone
+    sees it), in place of the per-batch, per-member bars of `det.predict`.
     engine "ray": `workers` actors (None: one per CPU of the cluster), each with torch and faiss at
     `worker_threads` threads, load the bank from `model_dir` (None: `det` is saved to a temporary
     directory first), take `det`'s parameters (an overridden threshold too) and get its backbone
@@ -68,8 +71,16 @@ def iter_scored(det: Any, files: Sequence[str | Path], *, overlays: bool = True,
     check_engine(engine)
     paths = [str(f) for f in files]
     if engine == "local":
-        for i in range(0, len(paths), batch_size):
-            yield from score_batch(det, paths[i:i + batch_size], overlays)
+        from frozenvit.backbone.suite.progress import progress_bar
+
+        shown = getattr(det, "progress", None)
+        with progress_bar(total=len(paths), desc="predict", unit="image",
+                          disable=None if shown is None else not shown) as bar:
+            for i in range(0, len(paths), batch_size):
+                with _inner_bars_off(det):
+                    got = score_batch(det, paths[i:i + batch_size], overlays)
+                bar.update(len(got))
+                yield from got
         return
     if model_dir is None:
         with tempfile.TemporaryDirectory(prefix="frozenvit-patchcore-") as tmp:
@@ -81,6 +92,20 @@ def iter_scored(det: Any, files: Sequence[str | Path], *, overlays: bool = True,
     params = {k: v for k, v in det.get_params(deep=False).items() if k not in ("backbone", "members")}
     yield from _ray_scored(paths, Path(model_dir).resolve(), getattr(det, "backbone_", None), params, overlays,
                            batch_size, workers, worker_threads)
+
+
+@contextmanager
+def _inner_bars_off(det: Any) -> Iterator[None]:
+    """`det.predict` (a PatchCore, or an ensemble's members) without its own progress bars, restored after."""
+    models = [det, *getattr(det, "members_", [])]
+    before = [getattr(m, "progress", None) for m in models]
+    for m in models:
+        m.progress = False
+    try:
+        yield
+    finally:
+        for m, p in zip(models, before):
+            m.progress = p
 
 
 class _ScoringActor:

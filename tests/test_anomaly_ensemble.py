@@ -188,3 +188,28 @@ def test_partial_fit_grows_every_member_and_recalibrates_the_ensemble_as_fit_wou
     back = load_detector(ens.save(tmp_path / "ens"))
     assert back.updates_ == ens.updates_
     np.testing.assert_allclose(back.predict(test).scores, ens.predict(test).scores, rtol=1e-5)
+
+
+def test_scoring_files_shows_one_bar_over_all_of_them_not_one_per_member_and_batch(fitted, tmp_path, capsys,
+                                                                                    monkeypatch):
+    from PIL import Image
+
+    from frozenvit.anomaly.stream import iter_scored
+
+    ens = fitted[0]
+    for m in ens.members_:
+        monkeypatch.setattr(m, "progress", None)                 # as a loaded model's: bars where someone sees them
+    files = []
+    for i, x in enumerate(images(5, 11)):
+        files.append(tmp_path / f"{i}.png")
+        Image.fromarray(x).save(files[-1])
+    monkeypatch.setenv("FROZENVIT_PROGRESS_SECONDS", "0")        # a line at every update (stderr is not a terminal)
+    capsys.readouterr()
+    got = list(iter_scored(ens, files, overlays=False, batch_size=2))
+    lines = capsys.readouterr().err.splitlines()
+    assert [g.path for g in got] == [str(f) for f in files]
+    assert [ln.split(" image")[0] for ln in lines] == ["predict: 2/5", "predict: 4/5", "predict: 5/5"]
+    assert [m.progress for m in ens.members_] == [None, None]     # the members' own bars are back after
+    monkeypatch.setattr(ens, "progress", False)
+    list(iter_scored(ens, files[:1], overlays=False))
+    assert capsys.readouterr().err == ""                          # progress=False: nothing at all
