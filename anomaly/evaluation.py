@@ -7,12 +7,13 @@ from typing import Any
 import numpy as np
 
 from frozenvit.backbone.suite.errors import ParameterError
+from frozenvit.backbone.suite.progress import progress_bar
 
 from .errors import DatasetError
 from .features import named_images
 from .images import read_image
 from .metrics import anomaly_metrics, image_auroc
-from .stream import BATCH
+from .stream import BATCH, inner_bars_off
 from .threshold import OPERATING_FPRS, threshold_at
 
 
@@ -44,16 +45,20 @@ def evaluate_dataset(det: Any, ds: Any, fprs: tuple[float, ...] = OPERATING_FPRS
         warnings.warn(f"{len(unmasked)} defective test image{'s' * (len(unmasked) > 1)} without a mask ({shown}): "
                       "pixel AUROC, AUPRO and pixel F1-max leave them out; add their masks to count them", stacklevel=2)
     scores, masks, maps = [], [], []
-    for i in range(0, len(samples), BATCH):
-        chunk = samples[i:i + BATCH]
-        images = [read_image(s.path) for s in chunk]
-        with named_images([str(s.path) for s in chunk]):
-            pred = det.predict(images)
-        scores.append(pred.scores)
-        for s, img, amap in zip(chunk, images, pred.maps):
-            if pixel and (s.label == 0 or s.mask_path is not None):
-                masks.append(s.load_mask(img.shape[:2]))
-                maps.append(amap)
+    shown = getattr(det, "progress", None)
+    with progress_bar(total=len(samples), desc="evaluate", unit="image",
+                      disable=None if shown is None else not shown) as bar:   # one bar, not one per member and batch
+        for i in range(0, len(samples), BATCH):
+            chunk = samples[i:i + BATCH]
+            images = [read_image(s.path) for s in chunk]
+            with named_images([str(s.path) for s in chunk]), inner_bars_off(det):
+                pred = det.predict(images)
+            scores.append(pred.scores)
+            for s, img, amap in zip(chunk, images, pred.maps):
+                if pixel and (s.label == 0 or s.mask_path is not None):
+                    masks.append(s.load_mask(img.shape[:2]))
+                    maps.append(amap)
+            bar.update(len(chunk))
     scores = np.concatenate(scores)
     labels = np.array([s.label for s in samples])
     metrics = anomaly_metrics(labels, scores, masks if pixel else None, maps if pixel else None)

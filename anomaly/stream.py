@@ -77,7 +77,7 @@ def iter_scored(det: Any, files: Sequence[str | Path], *, overlays: bool = True,
         with progress_bar(total=len(paths), desc="predict", unit="image",
                           disable=None if shown is None else not shown) as bar:
             for i in range(0, len(paths), batch_size):
-                with _inner_bars_off(det):
+                with inner_bars_off(det):
                     got = score_batch(det, paths[i:i + batch_size], overlays)
                 bar.update(len(got))
                 yield from got
@@ -95,10 +95,10 @@ def iter_scored(det: Any, files: Sequence[str | Path], *, overlays: bool = True,
 
 
 @contextmanager
-def _inner_bars_off(det: Any) -> Iterator[None]:
+def inner_bars_off(det: Any) -> Iterator[None]:
     """`det.predict` (a PatchCore, or an ensemble's members) without its own progress bars, restored after."""
-    models = [det, *getattr(det, "members_", [])]
-    before = [getattr(m, "progress", None) for m in models]
+    models = [m for m in (det, *getattr(det, "members_", [])) if hasattr(m, "progress")]
+    before = [m.progress for m in models]
     for m in models:
         m.progress = False
     try:

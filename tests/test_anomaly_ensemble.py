@@ -213,3 +213,18 @@ def test_scoring_files_shows_one_bar_over_all_of_them_not_one_per_member_and_bat
     monkeypatch.setattr(ens, "progress", False)
     list(iter_scored(ens, files[:1], overlays=False))
     assert capsys.readouterr().err == ""                          # progress=False: nothing at all
+
+
+def test_evaluating_shows_one_bar_over_the_test_images(fitted, tmp_path, capsys, monkeypatch):
+    from frozenvit.anomaly import evaluate_dataset, make_synthetic_mvtec, read_mvtec
+
+    ens = fitted[0]
+    for m in ens.members_:
+        monkeypatch.setattr(m, "progress", None)
+    ds = read_mvtec(make_synthetic_mvtec(tmp_path / "synth", n_train=2, n_test_good=2, n_test_defect=1,
+                                         defects=("scratch", "stain"), size=(64, 96)))
+    monkeypatch.setenv("FROZENVIT_PROGRESS_SECONDS", "0")
+    capsys.readouterr()
+    evaluate_dataset(ens, ds)
+    lines = capsys.readouterr().err.splitlines()
+    assert [ln.split(" image")[0] for ln in lines if not ln.startswith("warning")] == ["evaluate: 4/4"]
