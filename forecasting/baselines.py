@@ -14,7 +14,7 @@ from sklearn.base import clone
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from frozenvit.backbone.suite.engine import current_engine
-from frozenvit.backbone.suite.errors import NotFittedError
+from frozenvit.backbone.suite.errors import NotFittedError, ParameterError
 from frozenvit.backbone.suite.progress import progress_bar
 
 from .base import Forecaster
@@ -192,6 +192,9 @@ def _statsforecast(name: str):
 # long_season="stl" (their default), STL takes the season out first, as R's forecast::stlf does.
 MOST_SEASON = 24
 LONG_SEASONS = ("stl", "own")
+# ETS and ARIMA take several seasons at once (season_length=(24, 168): the day and the week of hourly data), all
+# taken out by STL together (statsforecast's MSTL); the other models take one.
+SEASONS = [Interval(Integral, 1, None, closed="left"), tuple, list]
 
 
 class StatsForecastModel(LocalModel):
@@ -217,27 +220,55 @@ class StatsForecastModel(LocalModel):
     _parameter_constraints = {"season_length": [Interval(Integral, 1, None, closed="left")],
                               "history": [Interval(Integral, 2, None, closed="left"), StrOptions({"auto"}), None]}
 
-    def tiny_history(self, m: int) -> int:
+    def tiny_history(self, m: int | tuple[int, ...]) -> int:
         """The longest history statsforecast refuses to fit this model to, with a season of m steps."""
         return 0
+
+    def check_params(self) -> "StatsForecastModel":
+        super().check_params()
+        self.seasons()
+        return self
 
     def _make(self, m: int):
         raise NotImplementedError
 
-    def seasonal_form(self, m: int | None = None) -> str:
+    def seasons(self) -> tuple[int, ...]:
+        """season_length as a tuple, ascending, each season once: (24,) or, for ETS and ARIMA, several
+        ((24, 168)); ParameterError for an empty one or a season under 1 step."""
+        given = self.season_length if isinstance(self.season_length, (tuple, list)) else [self.season_length]
+        out = tuple(sorted({int(m) for m in given}))
+        if not out or out[0] < 1 or any(isinstance(m, bool) or int(m) != m for m in given):
+            raise ParameterError(f"{type(self).__name__}: season_length must be a whole number of steps >= 1, or "
+                                 f"several of them (ETS and ARIMA), got {self.season_length!r}")
+        if len(out) > 1 and getattr(self, "long_season", "stl") == "own":
+            raise ParameterError(f"{type(self).__name__}: several seasons {out} are taken out by STL together; "
+                                 "long_season='own' models one season: give one, or long_season='stl'")
+        return out
+
+    def fitted_seasons(self, n: int) -> int | tuple[int, ...]:
+        """The season(s) a history of n values is fitted with: those of `seasons()` that it holds twice over
+        (the rest dropped); one as an int, several as a tuple, none as 1."""
+        kept = tuple(m for m in self.seasons() if m > 1 and n >= 2 * m)
+        return 1 if not kept else kept[0] if len(kept) == 1 else kept
+
+    def seasonal_form(self, m: int | Sequence[int] | None = None) -> str:
         """How a season of m steps (default: season_length) is modelled: "own" (the model's own seasonal
         part, which an automatic search may still reject), "stl" (STL first, the model on the seasonally
-        adjusted series: ETS and ARIMA above MOST_SEASON with long_season="stl") or "none"."""
-        m = int(self.season_length if m is None else m)
-        if m <= 1:
+        adjusted series: ETS and ARIMA above MOST_SEASON with long_season="stl", and several seasons at once)
+        or "none"."""
+        ms = [x for x in (self.seasons() if m is None else m if isinstance(m, (tuple, list)) else [m]) if x > 1]
+        if not ms:
             return "none"
-        return "stl" if m > MOST_SEASON and getattr(self, "long_season", "own") == "stl" else "own"
+        if len(ms) > 1:
+            return "stl"
+        return "stl" if ms[0] > MOST_SEASON and getattr(self, "long_season", "own") == "stl" else "own"
 
     @staticmethod
-    def _stl(m: int, model):
-        """statsforecast's MSTL: STL's seasonal component of m steps, repeated from its last season, plus
-        `model`'s forecasts of the rest."""
-        return _statsforecast("MSTL")(season_length=m, trend_forecaster=model)
+    def _stl(m: int | Sequence[int], model):
+        """statsforecast's MSTL: STL's seasonal component of m steps (of each of several seasons), repeated from
+        its last season, plus `model`'s forecasts of the rest."""
+        return _statsforecast("MSTL")(season_length=list(m) if isinstance(m, (tuple, list)) else m,
+                                      trend_forecaster=model)
 
     def forecast_cutoffs(self, series: Sequence[np.ndarray], cutoffs: np.ndarray, h: int, *,
                          refit_every: int | None = None, progress: bool | None = None) -> tuple[np.ndarray, None]:
@@ -276,7 +307,7 @@ class StatsForecastModel(LocalModel):
         from .defaults import HISTORY_LADDER
 
         first = np.asarray(cutoffs)[:, 0] if len(series) else np.empty(0, dtype=int)
-        unit = max(int(self.season_length), int(h))
+        unit = max(max(self.seasons()), int(h))                                  # whole longest seasons
         starts = first - h
         ok = np.flatnonzero(starts >= max(2 * unit, self.min_history(), 3))
         longest = int(starts[ok].max()) if ok.size else 0
@@ -302,7 +333,7 @@ class StatsForecastModel(LocalModel):
         n_obs = y.size
         history = getattr(self, "history", None)
         y = y[-int(history):] if history not in (None, "auto") else y
-        m = int(self.season_length) if y.size >= 2 * int(self.season_length) else 1
+        m = self.fitted_seasons(y.size)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self.model_ = (self._make(m) if y.size > self.tiny_history(m)
@@ -334,18 +365,21 @@ class ETS(StatsForecastModel):
     seasonally adjusted series and the last season of the seasonal component is added back, as R's
     forecast::stlf does (the season additive). "own" leaves the season to AutoETS' search.
     (benchmarks/forecast_long_season.py measures both.)
+
+    Several seasons, `ETS((24, 168))` for the day and the week of hourly data, are taken out by STL together
+    (statsforecast's MSTL, R's mstl; each season the history holds twice over) and ETS forecasts the rest.
     """
 
-    _parameter_constraints = {**StatsForecastModel._parameter_constraints, "model": [str],
+    _parameter_constraints = {**StatsForecastModel._parameter_constraints, "season_length": SEASONS, "model": [str],
                               "damped": ["boolean", None], "long_season": [StrOptions(set(LONG_SEASONS))]}
 
-    def tiny_history(self, m: int) -> int:
+    def tiny_history(self, m: int | tuple[int, ...]) -> int:
         """statsforecast's AutoETS fits nothing to 4 values more than the spec's parameters or fewer (level 2,
         a trend or season given as A or M 2 each, damping 1; Z counts none)."""
         spec = self.model if self.seasonal_form(m) == "own" else self.model[:2] + "N"
         return 4 + 2 + 2 * (spec[1] in "AM") + 2 * (spec[2] in "AM") + int(bool(self.damped))
 
-    def __init__(self, season_length: int = 24, model: str = "ZZZ", damped: bool | None = None,
+    def __init__(self, season_length: int | Sequence[int] = 24, model: str = "ZZZ", damped: bool | None = None,
                  history: int | None = None, long_season: str = "stl") -> None:
         self.season_length = season_length
         self.history = history
@@ -353,11 +387,11 @@ class ETS(StatsForecastModel):
         self.damped = damped
         self.long_season = long_season
 
-    def seasonal_form(self, m: int | None = None) -> str:
+    def seasonal_form(self, m: int | Sequence[int] | None = None) -> str:
         """As StatsForecastModel's; "none" for a spec without a season ("ZZN")."""
         return "none" if self.model[2] == "N" else super().seasonal_form(m)
 
-    def _make(self, m: int):
+    def _make(self, m: int | tuple[int, ...]):
         auto = _statsforecast("AutoETS")
         if self.seasonal_form(m) == "stl":
             return self._stl(m, auto(model=self.model[:2] + "N", damped=self.damped))
@@ -394,16 +428,18 @@ class ARIMA(StatsForecastModel):
     Slow on long seasons (hours: m = 24) as every seasonal order is a long lag polynomial; above
     MOST_SEASON (24) steps a fit takes minutes (benchmarks/forecast_long_season.py --arima-history), so
     with `long_season="stl"` (the default) STL takes such a season out and a non-seasonal AutoARIMA
-    forecasts the rest, as R's forecast::stlf(method="arima") does; "own" keeps AutoARIMA's seasonal search."""
+    forecasts the rest, as R's forecast::stlf(method="arima") does; "own" keeps AutoARIMA's seasonal search.
+    Several seasons (`ARIMA((24, 168))`) are taken out by STL together, as ETS's are."""
 
-    _parameter_constraints = {**StatsForecastModel._parameter_constraints,
+    _parameter_constraints = {**StatsForecastModel._parameter_constraints, "season_length": SEASONS,
                               "long_season": [StrOptions(set(LONG_SEASONS))]}
 
-    def __init__(self, season_length: int = 24, history: int | None = None, long_season: str = "stl") -> None:
+    def __init__(self, season_length: int | Sequence[int] = 24, history: int | None = None,
+                 long_season: str = "stl") -> None:
         self.season_length = season_length
         self.history = history
         self.long_season = long_season
 
-    def _make(self, m: int):
+    def _make(self, m: int | tuple[int, ...]):
         auto = _statsforecast("AutoARIMA")
         return self._stl(m, auto()) if self.seasonal_form(m) == "stl" else auto(season_length=m)

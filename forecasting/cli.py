@@ -185,9 +185,11 @@ def _add_run_args(q: argparse.ArgumentParser, models: str, predict: bool = False
                    help="forecast horizon in steps; when not given: from the timestamps' step, M4's horizons (yearly "
                         "6, quarterly 8, monthly 18, weekly 13, daily 14, hourly 48; integer timestamps: "
                         f"{_D['h']}); the command prints which it used")
-    q.add_argument("--season-length", type=number(int, min=1), default=None,
+    q.add_argument("--season-length", type=number_list(int, min=1), default=None,
                    help="season in steps: for seasonal naive, Theta, ETS, ARIMA (above 24 steps they take it out by "
-                        "STL first) and (unless --mase-season) the MASE scale; when not given: the timestamps' cycle (12 months, 4 quarters, 52 weeks, 7 days, 24 hours; yearly: 1; "
+                        "STL first) and (unless --mase-season) the MASE scale; several, comma-separated (24,168: the "
+                        "day and the week of hourly data): ETS and ARIMA take them all out by STL together (MSTL), "
+                        "the others take the shortest; when not given: the timestamps' cycle (12 months, 4 quarters, 52 weeks, 7 days, 24 hours; yearly: 1; "
                         f"integer timestamps: {_D['season_length']})")
     q.add_argument("--models", type=model_specs(MODEL_NAMES), default=models,
                    help=f"comma-separated, out of {','.join(MODEL_NAMES)}, and combinations of them: "
@@ -279,10 +281,11 @@ def vit_options(args: argparse.Namespace, names: list[str]) -> dict:
 
 def make_models(names: list[str], h: int, season_length: int, input_size: int = LOOKBACK,
                 max_epochs: int = NEURAL_TRAINING["max_epochs"], seed: int = NEURAL_TRAINING["seed"],
-                vit: dict | None = None, stat_history: int | None = None) -> list:
+                vit: dict | None = None, stat_history: int | None = None, seasons: tuple[int, ...] = ()) -> list:
     """The command's models by short name (see MODEL_NAMES); the neural ones with their constructors'
     defaults (NEURAL_TRAINING, PatchTST's PATCHTST_SHAPE: `forecasting.defaults`); ETS, Theta and ARIMA
-    fitted on the last `stat_history` values (None: all)."""
+    fitted on the last `stat_history` values (None: all). `seasons`: more than one, ETS and ARIMA take them
+    all (MSTL), the others `season_length`."""
     from .baselines import ARIMA, ETS, Naive, SeasonalNaive, Theta
     from .dlinear import DLinear
     from .frozen_vit import FrozenViTForecaster
@@ -290,9 +293,10 @@ def make_models(names: list[str], h: int, season_length: int, input_size: int = 
 
     common = dict(h=h, input_size=input_size, max_epochs=max_epochs, seed=seed)     # the rest: the models' defaults
     stat = dict(history=stat_history)
+    several = tuple(seasons) if len(seasons) > 1 else season_length
     factories = {"snaive": lambda: SeasonalNaive(season_length), "naive": Naive,
-                 "ets": lambda: ETS(season_length, **stat), "theta": lambda: Theta(season_length, **stat),
-                 "arima": lambda: ARIMA(season_length, **stat),
+                 "ets": lambda: ETS(several, **stat), "theta": lambda: Theta(season_length, **stat),
+                 "arima": lambda: ARIMA(several, **stat),
                  "dlinear": lambda: DLinear(**common), "patchtst": lambda: PatchTST(**common),
                  "vit": lambda: FrozenViTForecaster(**common, **(vit or {}))}
 
@@ -370,10 +374,18 @@ def _read_series(args: argparse.Namespace):
     inferred = None
     if args.h is None or args.season_length is None:    # from the timestamps' calendar step
         h, m, why = calendar_defaults(df)
-        args.h, args.season_length = args.h or h, args.season_length or m
-        inferred = {"from": why, "h": args.h, "season_length": args.season_length}
-        print(f"--h {args.h} and --season-length {args.season_length}: {why} (pass --h and --season-length to choose)")
+        args.h, args.season_length = args.h or h, args.season_length or [m]
+        inferred = {"from": why, "h": args.h, "season_length": min(args.season_length)}
+        print(f"--h {args.h} and --season-length {','.join(map(str, args.season_length))}: {why} (pass --h and "
+              "--season-length to choose)")
+    args.seasons = tuple(sorted(args.season_length))    # ETS and ARIMA take them all, the rest the shortest
+    args.season_length = args.seasons[0]
     return df, inferred
+
+
+def _seasons_record(args: argparse.Namespace) -> dict:
+    """summary.json's "seasons" where --season-length gave several (season_length is the shortest)."""
+    return {"seasons": list(args.seasons)} if len(args.seasons) > 1 else {}
 
 
 def _checkpointed(built: dict, out: Path, resume: bool) -> list[str]:
@@ -399,13 +411,17 @@ def _season_forms(args: argparse.Namespace) -> dict[str, str]:
     names = set(flat_names(args.models))
     fallback = names & set(NEURAL) and args.short_series == "statistical" and not names - set(NEURAL)
     used = [m for m, wanted in ((ETS, names & {"ets", "auto"} or fallback), (ARIMA, "arima" in names)) if wanted]
-    forms = {m.__name__: m(args.season_length).seasonal_form() for m in used}  # the short series' fallback: theta, ets
+    several = len(args.seasons) > 1
+    forms = {m.__name__: m(args.seasons if several else args.season_length).seasonal_form()
+             for m in used}                                 # the short series' fallback (theta, ets): the shortest
     stl = [name for name, form in forms.items() if form == "stl"]
     if stl:
         one = len(stl) == 1
-        print(f"{' and '.join(stl)}: a season of {args.season_length} steps, above the {MOST_SEASON} "
-              f"{'it models itself' if one else 'they model themselves'}: STL takes the season out, "
-              f"{'it forecasts' if one else 'they forecast'} the rest (as R's stlf)")
+        what = (f"seasons of {' and '.join(map(str, args.seasons))} steps: STL takes them out together"
+                if several else f"a season of {args.season_length} steps, above the {MOST_SEASON} "
+                f"{'it models itself' if one else 'they model themselves'}: STL takes the season out")
+        print(f"{' and '.join(stl)}: {what}, {'it forecasts' if one else 'they forecast'} the rest (as R's "
+              f"{'mstl' if several else 'stlf'})")
     return forms
 
 
@@ -429,7 +445,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     season_forms = _season_forms(args)
     names = flat_names(args.models)
     built = dict(zip(names, make_models(names, args.h, args.season_length, args.input_size or LOOKBACK,
-                                        args.max_epochs, args.seed, vit=vit, stat_history=args.stat_history)))
+                                        args.max_epochs, args.seed, vit=vit, stat_history=args.stat_history,
+                                        seasons=args.seasons)))
     checkpoints = _checkpointed(built, args.out, args.resume)     # after every epoch, for --resume
     if checkpoints:
         output_dir(args.out, "forecast.predict")      # claimed before training: its checkpoints go inside
@@ -466,6 +483,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     out = output_dir(args.out, "forecast.predict")
     write_json(out / "summary.json", {"csv": str(args.csv), "stat_history": args.stat_history,
                                       **({"season_forms": season_forms} if season_forms else {}),
+                                      **_seasons_record(args),
                                       **({"defaults_from": inferred} if inferred else {}), **fc.to_dict()})
     atomic_write_text(out / "forecasts.csv", fc.frame.to_csv(index=False))
     save_png(plot_future(fc, df, n_series=args.plot_series), out / "forecasts.png")
@@ -502,7 +520,8 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     calib = (CONFORMAL["calibration_windows"] if args.calibration_windows is None else args.calibration_windows) \
         if args.levels else 0
     built = dict(zip(names, make_models(names, args.h, args.season_length, args.input_size or LOOKBACK,
-                                        args.max_epochs, args.seed, vit=vit, stat_history=args.stat_history)))
+                                        args.max_epochs, args.seed, vit=vit, stat_history=args.stat_history,
+                                        seasons=args.seasons)))
     checkpoints = _checkpointed(built, args.out, args.resume)     # after every epoch, for --resume
     if checkpoints:
         output_dir(args.out, "forecast.backtest")     # claimed before training: its checkpoints go inside
@@ -554,6 +573,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
                                       "neural_lengths": res.neural_lengths,
                                       "short_series": res.short_series,
                                       **({"season_forms": season_forms} if season_forms else {}),
+                                      **_seasons_record(args),
                                       **({"defaults_from": inferred} if inferred else {}), **res.to_dict()})
     atomic_write_text(out / "forecasts.csv", res.forecasts_with_intervals().to_csv(index=False))
     atomic_write_text(out / "mase_by_horizon.csv", hz.to_csv())

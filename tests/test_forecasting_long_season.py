@@ -132,3 +132,85 @@ def test_weekly_data_on_the_command_line_gets_stl_and_says_so(tmp_path, capsys):
     assert main([*argv[:-4], "--models", "ets,arima", "--out", str(out)]) == 0
     assert "ETS and ARIMA: a season of 52 steps, above the 24 they model themselves" in capsys.readouterr().out
     assert json.loads((out / "summary.json").read_text())["season_forms"] == {"ETS": "stl", "ARIMA": "stl"}
+
+
+def hourly(n: int = 24 * 7 * 8, seed: int = 0) -> np.ndarray:
+    """Eight weeks of hours: a daily and a weekly cycle (weekends lower), noise."""
+    t = np.arange(n)
+    rng = np.random.default_rng(seed)
+    return (50 + 8 * np.sin(2 * np.pi * t / 24) - 6 * (t % 168 >= 120) + rng.normal(0, 0.5, n))
+
+
+def test_two_seasons_are_statsforecasts_mstl_of_both_with_an_ets_or_arima_trend():
+    from statsforecast.models import MSTL, AutoARIMA, AutoETS
+
+    y = hourly()
+    for given in ((24, 168), [168, 24], (24, 168, 24)):                # any order, each once
+        model = ETS(given).fit(y)
+        assert model.seasons() == (24, 168) and model.seasonal_form() == "stl"
+        want = MSTL(season_length=[24, 168], trend_forecaster=AutoETS(model="ZZN")).fit(y).predict(48)["mean"]
+        np.testing.assert_allclose(model.predict(48), want, rtol=1e-10)
+    want = MSTL(season_length=[24, 168], trend_forecaster=AutoARIMA()).fit(y).predict(48)["mean"]
+    np.testing.assert_allclose(ARIMA((24, 168)).fit(y).predict(48), want, rtol=1e-10)
+
+
+def test_the_week_of_hourly_data_is_what_the_day_alone_misses():
+    y = hourly()
+    train, test = y[:-168], y[-168:]
+    both = np.abs(ETS((24, 168)).fit(train).predict(168) - test).mean()
+    day = np.abs(ETS(24).fit(train).predict(168) - test).mean()
+    assert both < 0.8 and day > 2 * both                                # the noise alone: MAE 0.5 x 0.8 = 0.4
+
+
+def test_a_season_the_history_does_not_hold_twice_is_dropped():
+    y = hourly(24 * 10)                                                 # 10 days: the day twice, not the week
+    model = ETS((24, 168))
+    assert model.fitted_seasons(y.size) == 24 and model.fitted_seasons(47) == 1
+    assert model.fitted_seasons(336) == (24, 168)
+    assert type(model.fit(y).model_).__name__ == "AutoETS"              # the day alone: AutoETS' own season
+    assert np.isfinite(model.predict(48)).all()
+
+
+@pytest.mark.parametrize("bad, match", [((), "whole number"), ((0, 24), "whole number"), ((24, 2.5), "whole number")])
+def test_seasons_are_checked(bad, match):
+    from frozenvit.backbone.suite.errors import ParameterError
+
+    with pytest.raises(ParameterError, match=match):
+        ETS(bad).check_params()
+    with pytest.raises(ParameterError, match="long_season='own' models one season"):
+        ARIMA((24, 168), long_season="own").fit(hourly())
+
+
+def test_theta_and_seasonal_naive_take_one_season():
+    from frozenvit.forecasting import Theta
+
+    with pytest.raises(InvalidParameterError, match="season_length"):
+        Theta((24, 168)).fit(hourly())
+
+
+def test_two_seasons_on_the_command_line(tmp_path, capsys):
+    import json
+
+    import pandas as pd
+
+    from frozenvit.backbone.suite.cli import main
+
+    csv, out = tmp_path / "hourly.csv", tmp_path / "out"
+    y = hourly()
+    pd.DataFrame({"ds": pd.date_range("2020-01-06", periods=y.size, freq="h"), "load": y}).to_csv(csv, index=False)
+    argv = ["forecast", "backtest", "--csv", str(csv), "--h", "24", "--windows", "2", "--out", str(out)]
+    assert main([*argv, "--models", "snaive,theta,ets,arima", "--season-length", "168,24"]) == 0
+    printed = capsys.readouterr().out
+    assert ("ETS and ARIMA: seasons of 24 and 168 steps: STL takes them out together, they forecast the rest "
+            "(as R's mstl)") in printed
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["season_length"] == 24 and summary["seasons"] == [24, 168]      # snaive, Theta, MASE: the day
+    assert summary["season_forms"] == {"ETS": "stl", "ARIMA": "stl"}
+    mase = {r["model"]: r["MASE"] for r in summary["summary"]}
+    assert mase["ETS"] < 0.8 * mase["Theta"]
+    assert main([*argv, "--models", "snaive,ets", "--season-length", "24"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert "seasons" not in summary and summary["season_forms"] == {"ETS": "own"}
+    with pytest.raises(SystemExit) as stop:                                          # distinct, or a typo
+        main([*argv, "--models", "ets", "--season-length", "24,24"])
+    assert stop.value.code == 2 and "distinct comma-separated" in capsys.readouterr().err
