@@ -25,8 +25,12 @@ def backbone_name(args: argparse.Namespace) -> str | None:
 
 
 def backbone_from_args(args: argparse.Namespace):
+    """The backbone of the options `add_backbone_args` (and --random-weights) added; UsageError for options that
+    contradict each other."""
     from .loading import load_backbone
+    from .suite.cli import check_backbone_args
 
+    check_backbone_args(args)
     return load_backbone(backbone_name(args), weights=args.weights, img_size=args.image_size,
                          pretrained=not getattr(args, "random_weights", False))
 
@@ -145,6 +149,9 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     check_output_dir(args.out, "backbone.inspect")
     images = read_images(list_images(args.images, exclude=[args.out])[: args.max_images])
     bb = backbone_from_args(args)
+    if bb.config.kind != "vit":
+        raise UsageError(f"backbone inspect needs a ViT (it reads attention maps); {bb.name} is a CNN: pass a ViT "
+                         "with --backbone NAME, or drop --backbone for the embedded ViT")
     out = output_dir(args.out, "backbone.inspect")
     rep = inspect_backbone(bb, images, batch_size=args.batch_size)
     print(rep.table())

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from .model import FrozenBackbone
+from .suite.errors import ParameterError
 
 
 @dataclass
@@ -54,9 +55,10 @@ def _attention_probs(attn: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 @torch.inference_mode()
 def inspect_backbone(bb: FrozenBackbone, images: Sequence[Any], batch_size: int = 8) -> Inspection:
-    """Run the diagnostics over `images` (PIL/numpy, any size). ViTs only."""
+    """Run the diagnostics over `images` (PIL/numpy, any size). ViTs only: ParameterError (a ValueError) for a CNN."""
     if bb.config.kind != "vit":
-        raise ValueError("inspect needs a ViT (attention maps); this backbone is a CNN")
+        raise ParameterError(f"inspect_backbone needs a ViT (it reads attention maps); {bb.name} is a CNN: "
+                             "pass a ViT backbone")
     model, cfg = bb.model, bb.config
     depth, heads = cfg.depth, model.blocks[0].attn.num_heads
     P = cfg.num_prefix_tokens

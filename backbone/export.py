@@ -288,7 +288,7 @@ def load_exported(path: str | os.PathLike, runtime: str | None = None, *, source
     precision = precision or own
     check_runtime(runtime, precision)
     if runtime == "torch" or (runtime == "onnxruntime" and cfg["format"] != "onnx"):
-        raise ArtifactError(f"{path} is a {cfg['format']} export; run it with "
+        raise ArtifactError(f"{path} is an {cfg['format']} export; run it with "
                             f"{'openvino' if cfg['format'] == 'openvino' else 'onnxruntime or openvino'}")
     if (precision == "int8") != (own == "int8"):
         raise ArtifactError(f"{path} holds a {own} graph, not one to run in {precision}; "

@@ -28,9 +28,21 @@ def _cmd_backbone(args: argparse.Namespace) -> int:
 
     check_artifact_dir(args.out, "backbone.export")
     calibration = _calibration(args)
-    report(export_backbone(backbone_from_args(args), args.out, args.blocks, format=args.format, int8=args.int8,
-                           calibration=calibration))
+    bb = backbone_from_args(args)
+    check_blocks(args.blocks, bb)
+    report(export_backbone(bb, args.out, args.blocks, format=args.format, int8=args.int8, calibration=calibration))
     return 0
+
+
+def check_blocks(blocks: tuple[int, ...] | None, backbone: Any, option: str = "--blocks") -> None:
+    """UsageError naming `option` for a block `backbone` does not have (None: its default, always there)."""
+    from .suite.errors import UsageError
+
+    depth = backbone.config.depth
+    bad = [b for b in blocks or () if not 0 <= b < depth]
+    if bad:
+        raise UsageError(f"{option} {bad[0]} is out of range for {backbone.name}, a {depth}-block backbone: "
+                         f"pick blocks 0..{depth - 1}")
 
 
 def add_export(sub: Any, common: Any, name: str, help: str, option: str, option_help: str,

@@ -113,8 +113,11 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
 
     Raises BackboneUnavailable when weights cannot be had (offline hub name: within ~1.5 s; its subclass
     WeightsPackageMissing for a named backbone whose package is not installed), UsageError for `weights`
-    without `name`.
+    without `name`, and for `weights` with pretrained=False (random weights: the two contradict each other).
     """
+    if weights is not None and not pretrained:
+        raise UsageError(f"pretrained=False asks for random weights, weights={weights} for these: drop one "
+                         "(CLI: --random-weights or --weights)")
     sha = None
     if name is None or name in EMBEDDED:
         if weights is not None:

@@ -9,8 +9,9 @@ from torch import nn
 from frozenvit.backbone.suite.progress import progress_bar
 
 from .config import BackboneConfig
-from .errors import GridMismatch
+from .errors import GridMismatch, ImageFormatError
 from .preprocess import Batch, GridMapping, Preprocess
+from .suite.errors import ParameterError
 
 
 @dataclass
@@ -85,7 +86,9 @@ class FrozenBackbone(nn.Module):
         return f"FrozenBackbone({self.config.name!r}, grid={self.config.grid}, dim={self.config.embed_dim})"
 
     def resolve_blocks(self, blocks: int | Iterable[int] | None) -> list[int]:
-        """0-based block indices, negatives from the end; default: the last block."""
+        """0-based block indices, negatives from the end; default: the last block.
+
+        Raises ParameterError (a ValueError) for a block the backbone does not have."""
         depth = self.config.depth
         if blocks is None:
             blocks = [depth - 1]
@@ -95,7 +98,8 @@ class FrozenBackbone(nn.Module):
         for b in blocks:
             i = b + depth if b < 0 else b
             if not 0 <= i < depth:
-                raise ValueError(f"block {b} out of range for a {depth}-block backbone")
+                raise ParameterError(f"block {b} is out of range for {self.config.name}, a {depth}-block backbone "
+                                     f"(blocks 0..{depth - 1}, or -{depth}..-1 from the end)")
             if i not in out:
                 out.append(i)
         return out
@@ -131,6 +135,7 @@ class FrozenBackbone(nn.Module):
         Images (PIL or uint8 numpy, any size/layout) go through `self.preprocess`; a tensor is
         checked to look normalised with this checkpoint's statistics (`check=False` skips that).
         Deterministic; batched; a progress bar shows for long lists (progress=None: when > 4 batches).
+        Raises ParameterError for a block the backbone does not have, ImageFormatError for no images.
         """
         idx = self.resolve_blocks(blocks)
         mappings: list[GridMapping] | None = None
@@ -149,6 +154,8 @@ class FrozenBackbone(nn.Module):
                 batch: Batch = self.preprocess(images[i:j])
                 mappings.extend(batch.mappings)
                 return batch.pixels
+        if n == 0:
+            raise ImageFormatError("no images given: pass at least one image (or a batch of at least one)")
         starts = range(0, n, batch_size)
         show = progress if progress is not None else len(starts) > 4
         parts_g: dict[int, list[torch.Tensor]] = {b: [] for b in idx}

@@ -96,13 +96,15 @@ def to_rgb_uint8(image: Any, name: str = "image", bits: int | None = None) -> np
     16-bit samples are scaled by their real bit depth (`integer_to_uint8`): `bits` when given, else a
     PNG's sBIT chunk for PIL images opened from a file, else the depth their largest value needs.
     Raises ImageFormatError for layouts and sample types that cannot be an image and
-    PreprocessingMismatch for float arrays (their scale is ambiguous: pass uint8).
+    PreprocessingMismatch for float arrays and float PIL images (mode "F"): their scale is ambiguous, pass uint8.
     """
     if isinstance(image, Image.Image):
         if image.mode in ("I;16", "I;16B", "I;16L", "I"):
             if bits is None and image.format == "PNG" and getattr(image, "filename", ""):
                 bits = png_significant_bits(image.filename)
             return to_rgb_uint8(np.array(image), name, bits)
+        if image.mode == "F":                                         # float samples: refused as float arrays are
+            return to_rgb_uint8(np.array(image), name)
         try:
             rgb = np.array(image.convert("RGB"))
         except (ValueError, OSError) as e:                            # e.g. a mode Pillow cannot convert

@@ -4,6 +4,6 @@ Distils a timm ViT student from a frozen teacher (an ImageNet ConvNet or a ViT) 
 with dense feature targets at chosen blocks, and ships the student into backbone/assets. Not part of
 the runtime: nothing in frozenvit.backbone imports it.
 
-    frozenvit distill --data IMAGES --out runs/distill --img-size 224 --epochs 10
+    frozenvit distill --data IMAGES --out runs/distill --image-size 224 --epochs 10
     python -m frozenvit.backbone.distill ship --student runs/distill/student.safetensors --name NAME
 """

@@ -57,8 +57,20 @@ def _run(args: argparse.Namespace) -> int:
     images = build_cache(roots if len(roots) > 1 else args.data, args.cache_dir or out / "cache", cfg.cache_size,
                          workers=max(1, args.workers))
     distill(teacher, images, cfg, out, resume=args.resume, max_steps=args.max_steps)
-    print(f"student: {out / 'student.safetensors'}  log: {out / 'log.jsonl'}")
+    print(run_outcome(out))
     return 0
+
+
+def run_outcome(out: Path) -> str:
+    """One line on what a distill run left in `out`: the student when the schedule is done; otherwise (stopped by
+    --max-steps) the checkpoint, and how to continue, since the student is written only at the last step."""
+    state = json.loads((out / "ckpt" / "state.json").read_text())
+    step, total = state["step"], state["total_steps"]
+    if step >= total:
+        return f"student: {out / 'student.safetensors'}  log: {out / 'log.jsonl'}"
+    return (f"stopped at step {step} of {total} (--max-steps): the student is written at the last step, so this run "
+            f"wrote none. checkpoint: {out / 'ckpt'}  log: {out / 'log.jsonl'}; to finish, run the same command with "
+            "--resume and without --max-steps")
 
 
 def register(subparsers: Any) -> None:

@@ -1,7 +1,7 @@
-"""Distil a ViT student from a frozen teacher on a folder of images (DeiT idea, dense + logit targets).
+r"""Distil a ViT student from a frozen teacher on a folder of images (DeiT idea, dense + logit targets).
 
     frozenvit distill --teacher efficientnet_lite0 --student vit_tiny_patch16_224 \
-        --data ../shared/data/imagenette/train --img-size 128 --epochs 20 --out runs/distill
+        --data ../shared/data/imagenette/train --image-size 128 --epochs 20 --out runs/distill
 
 Recipe. Images are decoded once into a uint8 memmap cache a little larger than the training crop.
 Each step draws a batch, augments it on the fly (random resized crop + flip as one affine resample,
@@ -122,7 +122,7 @@ def init_distiller_from(model: nn.Module, ckpt: str | Path) -> dict[str, int]:
     missing = [k for k in own if k.startswith("student.") and k not in take]
     if missing:
         raise FrozenVitError(f"{ckpt}: its student differs from this one ({len(missing)} tensors missing or of another "
-                             f"shape, e.g. {missing[0]}); use the same --student and --img-size")
+                             f"shape, e.g. {missing[0]}); use the same --student, --student-kwargs and --image-size")
     model.load_state_dict(take, strict=False)
     return {"copied": len(take), "tensors": len(own)}
 

@@ -17,7 +17,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .errors import FrozenVitError, InvalidParameterError, NotFittedError
+from .errors import FrozenVitError, InvalidParameterError, NotFittedError, UsageError
 
 COMMANDS_GROUP = "frozenvit.commands"
 LOG_DIR = Path(tempfile.gettempdir()) / "frozenvit-logs"
@@ -114,6 +114,15 @@ def add_backbone_args(parser: argparse.ArgumentParser, *, default_help: str = "t
         parser.add_argument("--blocks", type=int_list, default=None, metavar="B,B,...", help=blocks_help)
 
 
+def check_backbone_args(args: argparse.Namespace) -> None:
+    """UsageError for backbone options that contradict each other: --random-weights with --weights.
+
+    `main` runs it before every command, so each command with a backbone refuses them alike, before any work."""
+    if getattr(args, "random_weights", False) and getattr(args, "weights", None):
+        raise UsageError("--random-weights and --weights contradict each other: drop one (--weights FILE loads "
+                         "those weights; --random-weights builds the architecture with random ones)")
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -180,6 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     shown = warnings.formatwarning      # warnings shown as one line; a caller recording them (pytest.warns) still does
     warnings.formatwarning = _warning_line
     try:
+        check_backbone_args(args)
         return int(args.func(args) or 0)
     except (FrozenVitError, InvalidParameterError, NotFittedError) as e:   # the user's mistake: one line, what to do
         print(f"error ({type(e).__name__}): {e}", file=sys.stderr)
