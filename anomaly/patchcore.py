@@ -296,8 +296,9 @@ class PatchCore(BaseEstimator):
         try:
             self.blocks_ = tuple(self.backbone_.resolve_blocks(self.blocks if self.blocks is not None else default))
         except (ValueError, TypeError) as e:
-            raise ParameterError(f"PatchCore blocks={self.blocks!r}: {e}; pick 0-based indices below {config.depth} "
-                                 f"(negatives count from the end), or None for {default}") from e
+            how = "" if isinstance(e, ParameterError) else (f"; pick 0-based indices below {config.depth} "
+                                                             "(negatives count from the end)")
+            raise ParameterError(f"PatchCore blocks={self.blocks!r}: {e}{how}; or None for {default}") from e
         self.grid_ = max((tuple(config.grid_of(b)) for b in self.blocks_), key=math.prod)
         if self.score_border != "auto" and 2 * self.score_border >= min(self.grid_):
             raise ParameterError(f"PatchCore score_border={self.score_border} leaves no patch of the {self.grid_[0]}x"
