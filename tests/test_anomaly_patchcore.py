@@ -270,7 +270,8 @@ def test_coreset_auto_grows_the_bank_as_the_square_root_past_the_knee_and_exact_
 def test_blocks_the_backbone_lacks_are_a_parameter_error(bb, normals):
     from frozenvit.backbone.suite.errors import ParameterError
 
-    with pytest.raises(ParameterError, match="blocks=.*below 4"):
+    with pytest.raises(ParameterError, match=r"blocks=\(1, 9\): block 9 is out of range .*\(blocks 0\.\.3, or "
+                                             r"-4\.\.-1 from the end\); or None"):
         PatchCore(bb, blocks=(1, 9), progress=False).fit(normals)
 
 
