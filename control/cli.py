@@ -23,12 +23,15 @@ from frozenvit.backbone.suite.errors import UsageError
 from .defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_STEPS, DEFAULT_CAMERA, DEFAULT_CHUNK, DEFAULT_CONFIGS,
                        DEFAULT_EPISODES, DEFAULT_EXPERT, DEFAULT_HEADS, DEFAULT_HIDDEN, DEFAULT_HOLD_STEPS, DEFAULT_LR,
                        DEFAULT_MAX_STEPS, DEFAULT_PARALLEL, DEFAULT_POOLING, DEFAULT_PRECISION, DEFAULT_QUERIES,
-                       DEFAULT_SEED, DEFAULT_VIEW_JITTER, DEFAULT_VIEW_SHIFT, DEFAULT_VIEWS, LATENCY_STEPS,
-                       LATENCY_TASK, LATENCY_WARMUP, POOLINGS, PRECISIONS)
+                       DEFAULT_SEED, DEFAULT_VIEW_JITTER, DEFAULT_VIEW_SHIFT, DEFAULT_VIEWS, HELDOUT_OFFSET,
+                       LATENCY_STEPS, LATENCY_TASK, LATENCY_WARMUP, MAX_IMAGE_SIZE, MIN_IMAGE_SIZE, POOLINGS,
+                       PRECISIONS)
 from .experts import EXPERTS
+
 
 POSITIVE = number(int, min=1)
 COUNT = number(int, min=0)
+POSITIVE_FINITE = number(float, min=0, min_open=True)
 OVER_BUDGET = 3            # exit status of `control latency` when p99 is over --budget-ms
 EVALUATE_KIND, LATENCY_KIND = "control.evaluate", "control.latency"
 BACKBONE_HELP = "embedded (the embedded default ViT), metaworld-fast (4 blocks distilled on Meta-World, 112 px)"
@@ -53,7 +56,8 @@ def register(subparsers: Any) -> None:
     q.add_argument("--hold-steps", type=COUNT, default=DEFAULT_HOLD_STEPS,
                    help="record the expert this many steps past its first success (what to do at the goal; "
                         "0: demos end at success)")
-    q.add_argument("--first-config", type=COUNT, default=0, help="first training configuration seed")
+    q.add_argument("--first-config", type=number(int, min=0, max=HELDOUT_OFFSET - 1), default=0,
+                   help=f"first training configuration seed (training seeds are 0 to {HELDOUT_OFFSET - 1})")
     q.add_argument("--expert", choices=EXPERTS, default=DEFAULT_EXPERT,
                    help="who demonstrates: 'default', Meta-World's scripted expert made to end where the task "
                         "scores success (once it succeeds or stalls, the point the task scores is servoed onto the "
@@ -75,7 +79,7 @@ def register(subparsers: Any) -> None:
                    help=f"behaviour-cloning epochs (without it: as many as make about {DEFAULT_BC_STEPS} optimizer "
                         "steps, whatever the number of demo frames)")
     q.add_argument("--batch-size", type=POSITIVE, default=DEFAULT_BATCH_SIZE, help="frames per optimizer step")
-    q.add_argument("--lr", type=number(float, min=0, min_open=True), default=DEFAULT_LR,
+    q.add_argument("--lr", type=POSITIVE_FINITE, default=DEFAULT_LR,
                    help="peak learning rate (5%% warm-up, then cosine decay)")
     q.add_argument("--chunk", type=POSITIVE, default=DEFAULT_CHUNK, metavar="K",
                    help="actions predicted per frame (action chunks, ACT); at run time the action is the weighted "
@@ -110,7 +114,10 @@ def register(subparsers: Any) -> None:
                    help="results folder (new, empty, or an earlier evaluate output): results.json, every episode in "
                         "episodes.jsonl as it ends (re-running the same command resumes a stopped run), gifs/; "
                         "without it the result is only printed")
-    q.add_argument("--gifs", type=COUNT, default=0, help="save this many rollouts as GIFs in OUT/gifs (needs --out)")
+    q.add_argument("--gifs", type=COUNT, default=0, metavar="N",
+                   help="save the rollouts of the first N configurations as GIFs in OUT/gifs (needs --out); on a "
+                        "finished or stopped run, finished episodes without a GIF are rolled out again for their "
+                        "GIFs (the journal's results stand)")
     _backbone_args(q, "the one the policy was trained on, at its input size")
     add_runtime_arg(q)
     add_threads_arg(q)
@@ -128,7 +135,7 @@ def register(subparsers: Any) -> None:
                    help="actions per frame of the untrained head (a --policy's own when given)")
     q.add_argument("--steps", type=POSITIVE, default=LATENCY_STEPS, help="timed steps")
     q.add_argument("--warmup", type=COUNT, default=LATENCY_WARMUP, help="untimed steps first")
-    q.add_argument("--budget-ms", type=number(float, min=0, min_open=True), default=None,
+    q.add_argument("--budget-ms", type=POSITIVE_FINITE, default=None,
                    help=f"control period: verdict on p99, exit status {OVER_BUDGET} if over it "
                         "(without it: no verdict)")
     q.add_argument("--out", default=None,
@@ -148,6 +155,14 @@ def _backbone_args(q: argparse.ArgumentParser, default_help: str, blocks_help: s
                        help="the backbone's architecture with random weights, the same every time (baselines)")
 
 
+def _check_image_size(args: argparse.Namespace) -> None:
+    """UsageError for an --image-size out of MIN_IMAGE_SIZE..MAX_IMAGE_SIZE, before any work."""
+    size = args.image_size
+    if size is not None and not MIN_IMAGE_SIZE <= size <= MAX_IMAGE_SIZE:
+        raise UsageError(f"--image-size must be {MIN_IMAGE_SIZE} to {MAX_IMAGE_SIZE} px for a control command "
+                         f"(frames are rendered and encoded at that size), got {size}")
+
+
 def _encoder(args: argparse.Namespace, policy: Any = None) -> Any:
     """The encoder the command asks for; for a `policy`, the one it was trained on unless told otherwise."""
     from .encoders import encoder_for_policy, load_encoder
@@ -162,12 +177,19 @@ def _cmd_collect(args: argparse.Namespace) -> int:
     from frozenvit.backbone.suite.artifacts import check_output_dir, output_dir
 
     from .demos import KIND, collect_demos, load_manifest
-    from .env import check_task
+    from .env import check_camera, check_task
 
+    _check_image_size(args)
+    left = HELDOUT_OFFSET - args.first_config
+    if left < args.episodes:
+        raise UsageError(f"--first-config {args.first_config} leaves {left} training "
+                         f"configuration{'s' * (left != 1)}, fewer than --episodes {args.episodes}; training "
+                         f"configurations are 0 to {HELDOUT_OFFSET - 1}")
     check_output_dir(args.out, KIND)
     check_task(args.task)
+    check_camera(args.task, args.camera)
     size = args.image_size or _encoder(args).config.img_size[0]
-    output_dir(args.out, KIND)
+    output_dir(args.out, KIND)                         # claimed only once every input is known to be good
     out = collect_demos(args.task, args.out, args.episodes, camera=args.camera, image_size=size,
                         max_steps=args.max_steps, hold_steps=args.hold_steps, first_config=args.first_config,
                         expert=args.expert)
@@ -186,6 +208,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .head import AttentionConfig
     from .policy import KIND, PatchTokenPolicy
 
+    _check_image_size(args)
     attention = AttentionConfig(queries=args.queries, heads=args.heads)
     if args.pooling != "attention":
         given = [f for f, v, default in [("--queries", args.queries, DEFAULT_QUERIES),
@@ -239,6 +262,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from .features import token_blocks
     from .policy import PatchTokenPolicy
 
+    _check_image_size(args)
     if args.gifs and not args.out:
         raise UsageError("--gifs writes into --out DIR/gifs: give --out")
     if args.out:
@@ -253,11 +277,13 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     out = output_dir(args.out, EVALUATE_KIND) if args.out else None
     with engine_session(args) as engine:
         res = evaluate(pol, bb, config_seeds("heldout", args.configs), task=args.task, max_steps=args.max_steps,
-                       parallel=args.parallel, gif_dir=out / "gifs" if out and args.gifs else None,
+                       parallel=args.parallel, gif_dir=out / "gifs" if out else None,
                        gif_episodes=args.gifs, journal=out / "episodes.jsonl" if out else None, engine=engine,
                        workers=args.workers)
     print(f"{res.task}: success {sum(res.successes)}/{len(res.successes)} = {res.success_rate:.2f} "
           f"on held-out configurations (cap {res.max_steps} steps)")
+    if args.gifs > len(res.configs):
+        print(f"--gifs {args.gifs}: there are only {len(res.configs)} configurations, one GIF each")
     for g in res.gifs:
         print("gif:", g)
     if out:
@@ -274,6 +300,7 @@ def _cmd_latency(args: argparse.Namespace) -> int:
     from .policy import PatchTokenPolicy
     from .render import RenderSettings
 
+    _check_image_size(args)
     if args.out:
         check_output_dir(args.out, LATENCY_KIND)
     if args.policy:
@@ -293,7 +320,8 @@ def _cmd_latency(args: argparse.Namespace) -> int:
     fits = []
     for rt, rep in reports.items():
         s = rep.summary()
-        print(f"{rt}: {bb.config.name} at {bb.config.img_size[0]}px, {s['threads']} threads: p50 {s['p50']:.1f} ms, "
+        threads = f"{s['threads']} thread{'' if s['threads'] == 1 else 's'}"
+        print(f"{rt}: {bb.config.name} at {bb.config.img_size[0]}px, {threads}: p50 {s['p50']:.1f} ms, "
               f"p95 {s['p95']:.1f}, p99 {s['p99']:.1f} ({s['fps_p50']:.1f} steps/s at p50)")
         if args.budget_ms:
             ok, msg = rep.verdict(args.budget_ms)

@@ -21,6 +21,10 @@ DEFAULT_VIEW_JITTER = 0.1         # a view's colour factors are drawn from [1 - 
 DEFAULT_PRECISION = "auto"        # bfloat16 where the CPU multiplies it natively, else float32
 
 DEFAULT_CAMERA = "corner"
+HELDOUT_OFFSET = 1_000_000        # held-out configuration seeds start here; training seeds are 0 .. HELDOUT_OFFSET - 1
+MIN_IMAGE_SIZE = 16               # --image-size range of every control command, in pixels: one 16-px patch at least,
+MAX_IMAGE_SIZE = 1024             # and at most 64 x 64 such patches (4096 tokens a frame, 4.7 MB of cached features
+                                  # at the default blocks), past which demo frames and their features outgrow memory
 DEFAULT_EXPERT = "default"        # each task's default demonstrator (control.experts)
 DEFAULT_EPISODES = 25             # successful demos recorded by `control collect`
 DEFAULT_MAX_STEPS = 500           # episode cap (Meta-World's own)

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import io
 import json
+import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -73,6 +75,9 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
         raise ValueError(f"n_episodes must be >= 1, got {n_episodes}")
     if hold_steps < 0:
         raise ValueError(f"hold_steps must be >= 0, got {hold_steps}")
+    if not 0 <= first_config < HELDOUT_OFFSET:
+        raise ValueError(f"first_config must be a training configuration, 0 to {HELDOUT_OFFSET - 1}, "
+                         f"got {first_config}")
     out = Path(out_dir)
     settings = dict(task=task, camera=camera, image_size=int(image_size), max_steps=int(max_steps),
                     hold_steps=int(hold_steps), render=render.as_dict(), expert=expert_name(task, expert))
@@ -90,7 +95,7 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
         config = first_config
         while len(done) < n_episodes:
             if config >= HELDOUT_OFFSET:
-                raise DemoError(f"ran out of training configurations for {task}; the expert fails too often")
+                raise DemoError(_ran_out(task, first_config, len(done), n_episodes, new_failures))
             if config in done or config in failed:
                 config += 1
                 continue
@@ -112,6 +117,14 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
             write_json(out / "manifest.json", manifest)
             config += 1
     return out
+
+
+def _ran_out(task: str, first_config: int, recorded: int, wanted: int, failures: int) -> str:
+    """Why `collect_demos` stopped at the last training configuration, and what to do."""
+    failed = f" (the expert failed on {failures} configuration{'s' * (failures != 1)} of this run)" if failures else ""
+    return (f"the training configurations of {task} ran out at {HELDOUT_OFFSET - 1}, tried from {first_config}, with "
+            f"{recorded} of the {wanted} episodes recorded{failed}; start from a lower first configuration "
+            f"(--first-config; training configurations are 0 to {HELDOUT_OFFSET - 1})")
 
 
 def record_episode(env: MetaWorldTask, config: int, *, hold_steps: int = 0) -> Episode | None:
@@ -165,12 +178,25 @@ def iter_episodes(demo_dir: str | Path) -> Iterator[Episode]:
         yield read_episode(Path(demo_dir) / e["file"])
 
 
+# what np.load raises on a missing, truncated or damaged .npz: no file, not a zip, a bad CRC, a cut-short member
+_UNREADABLE = (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile, zlib.error)
+
+
 def read_episode(path: str | Path) -> Episode:
+    """The episode stored at `path`; DemoError (saying to delete it and resume) for a file that is missing,
+    truncated, damaged or not an episode."""
     try:
         with np.load(path, allow_pickle=False) as z:
-            return Episode(z["frames"], z["proprio"], z["actions"], int(z["config"]), z["rand_vec"])
-    except (OSError, KeyError, ValueError) as e:
-        raise DemoError(f"cannot read episode {path} ({e}); delete it and its manifest entry, then resume") from e
+            ep = Episode(z["frames"], z["proprio"], z["actions"], int(z["config"]), z["rand_vec"])
+    except _UNREADABLE as e:
+        raise DemoError(f"cannot read episode {path} ({type(e).__name__}: {e}); delete it and its manifest entry, "
+                        "then resume") from e
+    f, p, a = ep.frames, ep.proprio, ep.actions
+    if not (f.ndim == 4 and f.dtype == np.uint8 and p.ndim == 2 and a.ndim == 2 and len(f) == len(p) == len(a)):
+        raise DemoError(f"cannot read episode {path} (frames {ep.frames.shape} {ep.frames.dtype}, proprio "
+                        f"{ep.proprio.shape}, actions {ep.actions.shape} do not make one episode); delete it and "
+                        "its manifest entry, then resume")
+    return ep
 
 
 def _write_episode(path: Path, ep: Episode) -> None:

@@ -71,8 +71,11 @@ def load_encoder(name: str | None = None, weights: str | os.PathLike | None = No
 def encoder_for_policy(policy: Any, name: str | None = None, weights: str | os.PathLike | None = None,
                        image_size: int | None = None, *, pretrained: bool = True) -> Any:
     """The encoder a fitted policy acts with: `load_encoder` at the policy's input size (unless `image_size`),
-    by default the very weights it was trained on. ArtifactError unless it is that encoder."""
-    bb = load_encoder(name, weights, image_size or policy.meta_["img_size"], pretrained=pretrained,
-                      fingerprint=policy.meta_.get("fingerprint"))
+    by default the very weights it was trained on. ArtifactError unless it is that encoder.
+
+    `name` "metaworld-fast" comes at its own size whatever the policy's (only an explicit `image_size` of another
+    size is a UsageError), so that naming it for a policy of another encoder is that ArtifactError."""
+    size = image_size or (None if name == FAST else policy.meta_["img_size"])
+    bb = load_encoder(name, weights, size, pretrained=pretrained, fingerprint=policy.meta_.get("fingerprint"))
     policy.check_backbone(bb)
     return bb

@@ -17,12 +17,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .defaults import DEFAULT_CAMERA, DEFAULT_EXPERT, DEFAULT_MAX_STEPS
+from .defaults import DEFAULT_CAMERA, DEFAULT_EXPERT, DEFAULT_MAX_STEPS, HELDOUT_OFFSET
 from .errors import TaskError
 from .experts import expert_name, make_expert
-from .render import FrameRenderer, RenderSettings
+from .render import FrameRenderer, RenderSettings, camera_names
 
-HELDOUT_OFFSET = 1_000_000      # held-out configuration seeds start here; training seeds stay below
 PROPRIO_DIM = 4                 # hand xyz (m) + gripper opening (0..1)
 ACTION_DIM = 4                  # hand dxyz + gripper effort, each in [-1, 1]
 
@@ -48,6 +47,21 @@ def check_task(name: str) -> None:
     if name not in envs:
         close = [n for n in envs if name.split("-v")[0] in n]
         raise TaskError(f"unknown Meta-World task {name!r}; did you mean one of {close or sorted(envs)[:6]}?")
+
+
+def check_camera(task: str, camera: str) -> None:
+    """Raise TaskError (naming the scene's cameras) unless `task`'s scene has a camera called `camera`.
+
+    Builds the task's scene without a renderer (about half a second), so a command can refuse a camera
+    before it writes anything."""
+    check_task(task)
+    env = _metaworld().env_dict.ALL_V3_ENVIRONMENTS[task]()
+    try:
+        names = camera_names(env.model)
+    finally:
+        env.close()
+    if camera not in names:
+        raise TaskError(f"no camera named {camera!r} in {task}; this scene has {names}")
 
 
 def config_seeds(split: str, n: int, start: int = 0) -> list[int]:

@@ -18,4 +18,5 @@ class DemoError(FrozenVitError, ValueError):
 
 class PolicyError(FrozenVitError, ValueError):
     """Inputs that do not fit a built policy head: tokens of another grid or width, no CLS token for a CLS head,
-    an attention map asked of a head without attention. (A bad hyperparameter is a ParameterError.)"""
+    an attention map asked of a head without attention. A hyperparameter that no head can use, or that does not fit
+    the encoder (heads that do not divide the token width, CLS pooling without a CLS token), is a ParameterError."""

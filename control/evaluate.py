@@ -39,7 +39,7 @@ class TaskResult:
     successes: list[bool]
     steps: list[int]                      # steps taken (== max_steps for failures)
     max_steps: int
-    gifs: list[str] = field(default_factory=list)
+    gifs: list[str] = field(default_factory=list)    # GIF files of these episodes, in the order of configs
 
     @property
     def success_rate(self) -> float:
@@ -60,13 +60,16 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
     """Roll the policy out once per configuration seed (use held-out seeds: `config_seeds('heldout', n)`).
 
     task/camera/image_size/render default to those of the policy's training demos. `parallel`
-    environments run in lockstep. With gif_dir and gif_episodes > 0 the first episodes are saved
-    as animated GIFs.
+    environments run in lockstep. With gif_dir and gif_episodes > 0 the episodes of the first gif_episodes
+    configurations are saved as animated GIFs, gif_dir/<task>_cfg<config>.gif.
 
     journal: a JSON-lines file that receives every episode as it ends. Where it already exists (a
     run that was stopped) its episodes are taken as done and not rolled out again; a journal of
     another evaluation (other policy, configurations, task, cap, camera or rendering) raises
-    ArtifactError, and a file that is no journal OutputConflict.
+    ArtifactError, and a file that is no journal OutputConflict. With a reopened journal and gif_dir,
+    the GIFs an earlier run of the same evaluation saved there are kept and listed in the result
+    (`TaskResult.gifs`, also with gif_episodes=0), and an asked GIF of an episode the journal already
+    holds is made by rolling that configuration out again; its outcome in the result stays the journal's.
 
     engine: "local" (this process) or "ray": the episodes run on `workers` Ray actors (None: one per
     CPU of the cluster, see backbone.suite.engine.ray_session), each holding its own `parallel`
@@ -94,16 +97,24 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
                    render=render.as_dict(), configs=configs)
         log = EpisodeJournal(journal, run)
         outcome.update(log.done)
-    queue = [c for c in configs if c not in outcome]
-    record = set(configs[:gif_episodes]) - set(outcome) if gif_dir else set()
+
+    def gif(config: int) -> Path:
+        return Path(gif_dir) / f"{task}_cfg{config}.gif"
+
+    earlier = log is not None and log.reopened and gif_dir is not None
+    kept = {c for c in outcome if earlier and gif(c).is_file()}                      # GIFs of this evaluation
+    record = set(configs[:gif_episodes]) - kept if gif_dir else set()
+    replay = [c for c in configs if c in record and c in outcome]                    # finished, GIF asked now
+    queue = [c for c in configs if c not in outcome] + replay
     movies: dict[int, list[np.ndarray]] = {}
-    bar = progress_bar(total=len(configs), initial=len(outcome), desc=f"eval {task}", unit="ep",
+    bar = progress_bar(total=len(configs) + len(replay), initial=len(outcome), desc=f"eval {task}", unit="ep",
                        disable=None if progress is None else not progress)
 
     def done(config: int, success: bool, steps: int) -> None:
-        outcome[config] = (success, steps)
-        if log is not None:
-            log.append(config, success, steps)
+        if config not in outcome:                     # else rolled out again for its GIF: the journal's outcome stands
+            outcome[config] = (success, steps)
+            if log is not None:
+                log.append(config, success, steps)
         bar.update(1)
 
     env_args = dict(name=task, camera=camera, image_size=image_size, max_steps=max_steps, render=render)
@@ -117,7 +128,9 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
             for e in envs:
                 e.close()
     bar.close()
-    gifs = [str(save_gif(fr, Path(gif_dir) / f"{task}_cfg{c}.gif")) for c, fr in sorted(movies.items())] if gif_dir else []
+    for c, frames in movies.items():
+        save_gif(frames, gif(c))
+    gifs = [str(gif(c)) for c in configs if c in movies or c in kept]
     return TaskResult(task, configs, [outcome[c][0] for c in configs], [outcome[c][1] for c in configs],
                       max_steps, gifs)
 
@@ -289,7 +302,8 @@ class EpisodeJournal:
     def __init__(self, path: str | Path, run: dict[str, Any]) -> None:
         self.path = Path(path)
         self.done: dict[int, tuple[bool, int]] = {}
-        if not self.path.exists():
+        self.reopened = self.path.exists()            # a journal an earlier run of this evaluation wrote
+        if not self.reopened:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(self.path, json.dumps({"frozenvit": JOURNAL_KIND, "run": run}) + "\n")
             return
@@ -306,9 +320,10 @@ class EpisodeJournal:
                                  "choose another --out")
         old = head.get("run") if isinstance(head.get("run"), dict) else {}
         if old != run:
-            diff = ", ".join(sorted(k for k in run if old.get(k) != run[k])) or "run"
-            raise ArtifactError(f"{self.path} holds episodes of another evaluation ({diff} differ); rerun the same "
-                                "command to resume it, or choose another --out for this one")
+            diff = sorted(k for k in run if old.get(k) != run[k]) or ["run"]
+            raise ArtifactError(f"{self.path} holds episodes of another evaluation ({', '.join(diff)} "
+                                f"{'differs' if len(diff) == 1 else 'differ'}); rerun the same command to resume it, "
+                                "or choose another --out for this one")
         if partial:
             with open(self.path, "r+b") as f:
                 f.truncate(len(raw) - len(partial))

@@ -22,6 +22,7 @@ about twice as fast there as float32, tokens within about 1 % of float32's. conf
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -118,10 +119,24 @@ def check_backbone(meta: dict[str, Any], backbone: Any) -> None:
     got_size = list(backbone.config.img_size)
     if meta.get("fingerprint") != got_fp or meta.get("img_size") != got_size:
         random = " (random weights: pass --random-weights)" if meta.get("pretrained") is False else ""
-        raise ArtifactError(
-            f"this policy was trained on {meta.get('backbone')} at {meta.get('img_size')} (weights "
-            f"{str(meta.get('fingerprint'))[:12]}{random}), the backbone given is {backbone.config.name} at "
-            f"{got_size} (weights {got_fp[:12]}); load the same backbone or retrain the policy")
+        trained = encoder_label(meta.get("backbone"), meta.get("fingerprint"), meta.get("img_size"))
+        given = encoder_label(backbone.config.name, got_fp, got_size)
+        raise ArtifactError(f"this policy was trained on {trained}{random}, the encoder given is {given}; give no "
+                            "--backbone, --weights or --image-size to use the policy's own, or retrain the policy "
+                            "on this one")
+
+
+def encoder_label(name: str | None, fingerprint: str | None, img_size: Sequence[int] | None) -> str:
+    """An encoder as messages name it: its --backbone name where it is a named one (metaworld-fast, embedded),
+    then the architecture, input size (h, w) and weights, e.g. "metaworld-fast (vit_tiny_patch16_224 at [112, 112],
+    weights a98d6c9d5c8b)"."""
+    from frozenvit.backbone import is_embedded
+
+    from .encoders import EMBEDDED, FAST, FAST_ENCODER_SHA256
+
+    detail = f"{name} at {list(img_size) if img_size else img_size}, weights {str(fingerprint)[:12]}"
+    named = FAST if fingerprint == FAST_ENCODER_SHA256 else EMBEDDED if is_embedded(fingerprint) else None
+    return f"{named} ({detail})" if named else detail
 
 
 def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | Sequence[int] | None = None,
@@ -147,7 +162,9 @@ def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | Sequence
     either way. ParameterError for another value.
 
     A cache with the same backbone weights, input size, block, episodes (and views) is loaded instead of
-    recomputed. `cache_dir` overrides the default location under `<demo_dir>/features/`.
+    recomputed; one that cannot be read (a changed or cut-short file) is recomputed, with a warning. DemoError for
+    an episode file that cannot be read (`read_episode`). `cache_dir` overrides the default location under
+    `<demo_dir>/features/`.
     """
     check_views(views, shift, jitter, seed)
     precision = resolve_precision(precision)
@@ -169,8 +186,12 @@ def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | Sequence
             f"{meta['backbone']}_{H}px_b{block_label(meta)}_{meta['fingerprint'][:12]}{sfx}")
     cache_dir = Path(cache_dir)
     if (cache_dir / "config.json").is_file():
-        cached = load_feature_cache(cache_dir)
-        if {k: cached.meta.get(k) for k in meta} == meta and cached.views == views:
+        try:
+            cached = load_feature_cache(cache_dir)
+        except ArtifactError as e:                    # a damaged cache is encoded again, never trained on
+            warnings.warn(f"the feature cache {cache_dir} cannot be used ({e}); encoding the demos again")
+            cached = None
+        if cached is not None and {k: cached.meta.get(k) for k in meta} == meta and cached.views == views:
             return cached
     names = ("tokens", "cls", "proprio", "actions", "episode", "step") + (("view_tokens", "view_cls") if views else ())
     parts: dict[str, list[torch.Tensor]] = {k: [] for k in names}

@@ -79,7 +79,7 @@ class HeadConfig:
             raise ParameterError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
         if self.pooling != "attention" and self.attention is not None:
             raise ParameterError(f"attention options {self.attention} given with pooling={self.pooling!r}; "
-                              "they belong to pooling='attention' (pass attention=None)")
+                                 "they belong to pooling='attention' (pass attention=None)")
         if self.pooling == "attention" and self.attention is None:
             object.__setattr__(self, "attention", AttentionConfig())
         object.__setattr__(self, "grid", (int(self.grid[0]), int(self.grid[1])))
@@ -88,10 +88,10 @@ class HeadConfig:
         if self.attention is not None:
             if self.embed_dim % self.attention.heads:
                 raise ParameterError(f"{self.attention.heads} heads do not divide the {self.embed_dim}-d tokens; "
-                                  "choose a divisor of the token width")
+                                     "choose a divisor of the token width")
             if self.embed_dim % 4:
                 raise ParameterError(f"the 2-d sine-cosine position code needs a token width divisible by 4, "
-                                  f"got {self.embed_dim}")
+                                     f"got {self.embed_dim}")
 
     @property
     def num_tokens(self) -> int:

@@ -34,7 +34,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import Interval, InvalidParameterError, StrOptions
 
 from frozenvit.backbone.errors import ArtifactError
 from frozenvit.backbone.suite.artifacts import (atomic_dir, check_tensor_metadata, config_digest, read_config,
@@ -112,6 +112,14 @@ class PatchTokenPolicy(BaseEstimator):
     def uses_cls(self) -> bool:
         """Whether the head reads the CLS token (pooling "cls")."""
         return self.pooling == "cls"
+
+    def _validate_params(self) -> None:
+        """scikit-learn's check of `_parameter_constraints`, raising ParameterError (its InvalidParameterError),
+        so that `except ParameterError` catches every bad hyperparameter of this estimator."""
+        try:
+            super()._validate_params()
+        except InvalidParameterError as e:
+            raise ParameterError(str(e)) from e
 
     def head_config(self, meta: dict[str, Any], proprio_dim: int = 4, action_dim: int = 4) -> HeadConfig:
         """The head this policy gets on tokens described by `meta` (embed_dim, grid, has_cls, as in

@@ -88,6 +88,13 @@ def _close_live_renderers() -> None:
             pass
 
 
+def camera_names(model: Any) -> list[str]:
+    """The names of a MuJoCo model's cameras, in the model's order."""
+    import mujoco
+
+    return [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_CAMERA, i) for i in range(model.ncam)]
+
+
 class FrameRenderer:
     """Offscreen renderer of one named camera of a MuJoCo model; returns upright (S, S, 3) uint8 frames.
 
@@ -102,8 +109,7 @@ class FrameRenderer:
         self.camera = camera
         self.cam_id = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
         if self.cam_id < 0:
-            names = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_CAMERA, i) for i in range(model.ncam)]
-            raise TaskError(f"no camera named {camera!r}; this scene has {names}")
+            raise TaskError(f"no camera named {camera!r}; this scene has {camera_names(model)}")
         # Read by MuJoCo when the GL context and its framebuffer are made: set them first.
         model.vis.quality.offsamples = int(settings.offsamples)
         model.vis.global_.offwidth = max(int(model.vis.global_.offwidth), size)

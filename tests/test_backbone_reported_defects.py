@@ -170,3 +170,15 @@ def test_a_checkpoint_of_another_student_names_the_options_that_exist(tmp_path):
     with pytest.raises(FrozenVitError, match="--image-size") as e:
         init_distiller_from(distiller(2), tmp_path / "model.safetensors")
     assert "--img-size" not in str(e.value)
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf"])
+def test_a_number_option_refuses_what_is_not_finite(text):
+    import argparse
+
+    from frozenvit.backbone.suite.cli import number
+
+    for parse in (number(float, min=0, max=1), number(float, min=0, min_open=True), number(float)):
+        with pytest.raises(argparse.ArgumentTypeError, match="must be a finite number"):
+            parse(text)
+    assert number(float, min=0, max=1)("0.5") == 0.5

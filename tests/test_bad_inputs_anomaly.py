@@ -50,9 +50,9 @@ CASES = [
     ("--index that is not a search", f"{FIT_NAMED} --index exhaustive", "UsageError"),
     ("--tile-overlap 1", f"{FIT_NAMED} --tile --tile-overlap 1", "InvalidParameterError"),
     ("--augment that is not a symmetry", f"{FIT_NAMED} --augment sideways", "UsageError"),
-    ("--threshold nan", f"{FIT_NAMED} --threshold nan", "InvalidParameterError"),
+    ("--threshold nan", f"{FIT_NAMED} --threshold nan", "UsageError"),
     ("predict --threshold inf", "anomaly predict --model {ws}/model --images {ws}/data/weave/test --out {ws}/pred "
-                                "--threshold inf", "InvalidParameterError"),
+                                "--threshold inf", "UsageError"),
     ("--image-size not divisible by a ViT's patch", "anomaly fit --data {ws}/data/weave --out {ws}/new_model "
                                                   "--image-size 70 --backbone test_vit --random-weights", "GridMismatch"),
     ("an unreadable image among test images", "anomaly predict --model {ws}/model --images {ws}/bad_test "

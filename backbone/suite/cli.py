@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 import tempfile
@@ -58,13 +59,15 @@ def number(kind: Callable[[str], Any] = int, min: float | None = None, max: floa
            min_open: bool = False) -> Callable[[str], Any]:
     """argparse `type=` for a number in a range: `number(int, min=1)`, `number(float, min=0, max=1)`.
 
-    A value outside is refused (exit 2, the flag named), never reinterpreted.
+    A value outside is refused (exit 2, the flag named), never reinterpreted; so are nan and infinities.
     """
     def parse(text: str) -> Any:
         try:
             v = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}")
+        if not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
         if min is not None and (v < min or (min_open and v == min)):
             raise argparse.ArgumentTypeError(f"must be {'>' if min_open else '>='} {min:g}, got {text}")
         if max is not None and v > max:
