@@ -375,7 +375,8 @@ DOC_TABLES = {ROOT / "docs" / "forecasting.md": {
     "forecast_lookback": lambda: lookback_table("../benchmarks/results/"),
     "forecast_stat_history": lambda: stat_history_table("../benchmarks/results/"),
     "forecast_long_season": lambda: long_season_table("../benchmarks/results/"),
-    "forecast_long_season_arima": lambda: long_season_arima_table("../benchmarks/results/")},
+    "forecast_long_season_arima": lambda: long_season_arima_table("../benchmarks/results/"),
+    "forecast_two_seasons": lambda: two_seasons_table("../benchmarks/results/")},
     ROOT / "docs" / "forecasting-auto.md": {
     "forecast_auto_rules": lambda: auto_rules_table("../benchmarks/results/"),
     "forecast_auto_rivals": lambda: auto_rivals_table("../benchmarks/results/"),
@@ -658,6 +659,29 @@ def long_season_arima_table(link: str = LINK) -> str:
     t = table(["set", "h / season / windows / values fitted", "MASE: AutoARIMA's own season", "MASE: STL (default)",
                "seconds a fit: own", "seconds a fit: STL"], rows)
     return f"{t}\n\n({date(d)}, [json]({link}{LONG_SEASON}))\n"
+
+
+TWO_SEASONS = "forecast_two_seasons.json"
+TWO_SEASONS_COLUMNS = ("seasonal naive, day", "seasonal naive, week", "Theta, day", "ETS, day", "ETS, day + week",
+                       "ARIMA, day + week")
+
+
+def two_seasons_table(link: str = LINK) -> str:
+    """ETS and ARIMA on the day and the week at once (MSTL) against the day alone (MASE; seconds of ETS)."""
+    d = load(TWO_SEASONS)
+    rows = []
+    for r in d["rows"]:
+        m = r["mase"]
+        best = min(m[k] for k in TWO_SEASONS_COLUMNS)
+        day, week = r["seasons"]
+        rows.append([LONG_SEASON_NAMES[r["set"]], f"{r['series_run']} / {r['h']} / {day}, {week} / {r['windows']}",
+                     *[f"**{f3(m[k])}**" if m[k] == best else f3(m[k]) for k in TWO_SEASONS_COLUMNS],
+                     f3(r["two_seasons_over_day"]), f"{pct(r['two_seasons_better_windows'])} of {r['windows_scored']}",
+                     f"{r['seconds']['ETS, day']:.0f} / {r['seconds']['ETS, day + week']:.0f}"])
+    t = table(["set", "series / h / seasons / windows", *TWO_SEASONS_COLUMNS, "ETS: day + week ÷ day",
+               "windows where day + week is better", "ETS seconds: day / day + week"], rows)
+    return (f"{t}\n\n(MASE, scaled by the day; bold: the least of the row. {date(d)}, "
+            f"[json]({link}{TWO_SEASONS}))\n")
 
 
 def lookback_table(link: str = LINK) -> str:

@@ -374,7 +374,7 @@ def _read_series(args: argparse.Namespace):
     inferred = None
     if args.h is None or args.season_length is None:    # from the timestamps' calendar step
         h, m, why = calendar_defaults(df)
-        args.h, args.season_length = args.h or h, args.season_length or [m]
+        args.h, args.season_length = args.h or h, args.season_length or list(m)
         inferred = {"from": why, "h": args.h, "season_length": min(args.season_length)}
         print(f"--h {args.h} and --season-length {','.join(map(str, args.season_length))}: {why} (pass --h and "
               "--season-length to choose)")

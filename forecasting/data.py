@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from .defaults import BACKTEST_COMMAND, CALENDAR_DEFAULTS, CSV_SEP, DS, ID, Y
+from .defaults import BACKTEST_COMMAND, CALENDAR_DEFAULTS, CSV_SEP, DS, ID, SUB_DAILY_WEEK, Y
 from .errors import SeriesError
 
 Fill = Literal["ffill", "interpolate", "zero"]
@@ -261,17 +261,24 @@ def validate(df: pd.DataFrame, *, sort: bool = False, fill: Fill | None = None,
     return pd.concat(out, ignore_index=True)
 
 
-def calendar_defaults(df: pd.DataFrame) -> tuple[int, int, str]:
-    """(h, season_length, why) for a validated long frame, from its timestamps' step (defaults.CALENDAR_DEFAULTS):
-    the step of most series; a sub-daily step (to a minute) a season of a day. Integer timestamps, or a step
-    with no default, give the command's own 48 and 24. `why` says which step was read, e.g. "monthly timestamps"."""
+def calendar_defaults(df: pd.DataFrame) -> tuple[int, tuple[int, ...], str]:
+    """(h, seasons, why) for a validated long frame, from its timestamps' step (defaults.CALENDAR_DEFAULTS):
+    the step of most series; a sub-daily step (to a minute) the seasons of a day and a week (SUB_DAILY_WEEK).
+    Integer timestamps, or a step with no default, give the command's own 48 and (24,). `why` says which step
+    was read, e.g. "monthly timestamps". The first season is the one seasonal naive, Theta and MASE take."""
+    h, m, why, sub_daily = _calendar_step(df)
+    return h, ((m, 7 * m) if SUB_DAILY_WEEK and sub_daily else (m,)), why
+
+
+def _calendar_step(df: pd.DataFrame) -> tuple[int, int, str, bool]:
+    """(h, season_length, why, whether the step is hourly or finer): `calendar_defaults` with one season."""
     fallback = BACKTEST_COMMAND["h"], BACKTEST_COMMAND["season_length"]
     if pd.api.types.is_integer_dtype(df[DS]):
-        return (*fallback, "integer timestamps have no calendar: M4 Hourly's")
+        return (*fallback, "integer timestamps have no calendar: M4 Hourly's", False)
     freqs = [pd.infer_freq(pd.DatetimeIndex(g)) for _, g in df.groupby(ID, sort=False)[DS] if len(g) >= 3]
     freqs = [f for f in freqs if f is not None]
     if not freqs:
-        return (*fallback, "no regular step read from the timestamps: M4 Hourly's")
+        return (*fallback, "no regular step read from the timestamps: M4 Hourly's", False)
     freq = max(set(freqs), key=freqs.count)
     off = pd.tseries.frequencies.to_offset(freq)
     kinds = ((pd.offsets.YearBegin, pd.offsets.YearEnd, "yearly"), (pd.offsets.QuarterBegin, pd.offsets.QuarterEnd,
@@ -280,19 +287,21 @@ def calendar_defaults(df: pd.DataFrame) -> tuple[int, int, str]:
     kind = next((k for a, b, k in kinds if isinstance(off, a) or (b is not None and isinstance(off, b))), None)
     if kind is None and isinstance(off, pd.offsets.Tick):
         per_day = pd.Timedelta(days=1) / pd.Timedelta(off)
-        if per_day in (1, 24):
-            kind = "daily" if per_day == 1 else "hourly"
+        if per_day == 1:
+            kind = "daily"
+        elif per_day == 24:
+            return (*CALENDAR_DEFAULTS["hourly"], "hourly timestamps", True)
         elif per_day == int(per_day) and 1 < per_day <= 1440:
             n = int(per_day)
             hourly_or_coarser = pd.Timedelta(off) >= pd.Timedelta(hours=1)
-            return (2 * n if hourly_or_coarser else min(n, 96), n, f"{freq} timestamps, {n} a day")
+            return (2 * n if hourly_or_coarser else min(n, 96), n, f"{freq} timestamps, {n} a day", True)
     if kind is None:
-        return (*fallback, f"{freq} timestamps have no default: M4 Hourly's")
+        return (*fallback, f"{freq} timestamps have no default: M4 Hourly's", False)
     h, m = CALENDAR_DEFAULTS[kind]
     k = getattr(off, "n", 1)
     if k > 1:                           # e.g. every 2 months: a season of 6, a horizon of 9
         h, m = max(1, round(h / k)), (m // k if m % k == 0 else 1)
-    return h, m, f"{kind} timestamps" + (f" ({freq})" if k > 1 else "")
+    return h, m, f"{kind} timestamps" + (f" ({freq})" if k > 1 else ""), False
 
 
 def _check_one(uid: str, g: pd.DataFrame, fill: Fill | None, min_length: int | None) -> pd.DataFrame:

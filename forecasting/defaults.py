@@ -47,6 +47,9 @@ AUTO_COMBINE = dict(top=2, tolerance=0.2, windows=1)
 # timestamps: M4 Hourly's 48 and 24.
 CALENDAR_DEFAULTS = {"yearly": (6, 1), "quarterly": (8, 4), "monthly": (18, 12), "weekly": (13, 52),
                      "daily": (14, 7), "business daily": (10, 5), "hourly": (48, 24)}
+# Hourly and finer steps also get the week (7 days of steps) as a second season: ETS and ARIMA take both out by STL
+# together (MSTL), where a series holds two weeks; the rest keep the day (benchmarks/forecast_two_seasons.py).
+SUB_DAILY_WEEK = True
 BACKTEST_COMMAND = dict(h=48, season_length=24, windows="auto",
                         models=",".join([*AUTO_CANDIDATES, *(f"median({','.join(m)})" for m in AUTO_MEDIAN_OF),
                                          f"median({','.join(AUTO_CANDIDATES)})", "auto"]),

@@ -154,23 +154,25 @@ def test_timestamps_with_utc_offsets_become_utc(tmp_path):
     assert df["ds"].dt.hour.tolist() == [0, 1, 2] and df["ds"].dt.tz is None
 
 
-@pytest.mark.parametrize("freq, h, season", [("YS", 6, 1), ("YE-DEC", 6, 1), ("QS-OCT", 8, 4), ("QE", 8, 4),
-                                             ("MS", 18, 12), ("ME", 18, 12), ("W-SUN", 13, 52), ("D", 14, 7),
-                                             ("B", 10, 5), ("h", 48, 24), ("2h", 24, 12), ("15min", 96, 96),
-                                             ("2MS", 9, 6), ("3D", 48, 24)])
-def test_the_horizon_and_season_come_from_the_calendar_step(freq, h, season):
+@pytest.mark.parametrize("freq, h, seasons", [("YS", 6, (1,)), ("YE-DEC", 6, (1,)), ("QS-OCT", 8, (4,)),
+                                              ("QE", 8, (4,)), ("MS", 18, (12,)), ("ME", 18, (12,)),
+                                              ("W-SUN", 13, (52,)), ("D", 14, (7,)), ("B", 10, (5,)),
+                                              ("h", 48, (24, 168)), ("2h", 24, (12, 84)), ("15min", 96, (96, 672)),
+                                              ("2MS", 9, (6,)), ("3D", 48, (24,))])
+def test_the_horizon_and_season_come_from_the_calendar_step(freq, h, seasons):
+    """Hourly and finer steps: the day, and the week as a second season (ETS and ARIMA take both)."""
     from frozenvit.forecasting.data import calendar_defaults
 
     t = pd.date_range("2015-01-01", periods=40, freq=freq)
     df = validate(pd.DataFrame({"unique_id": "a", "ds": t, "y": np.arange(40.0)}))
-    assert calendar_defaults(df)[:2] == (h, season)
+    assert calendar_defaults(df)[:2] == (h, seasons)
 
 
 def test_integer_timestamps_keep_the_hourly_defaults_and_say_so():
     from frozenvit.forecasting.data import calendar_defaults
 
     df = validate(pd.DataFrame({"unique_id": "a", "ds": np.arange(40), "y": np.arange(40.0)}))
-    assert calendar_defaults(df) == (48, 24, "integer timestamps have no calendar: M4 Hourly's")
+    assert calendar_defaults(df) == (48, (24,), "integer timestamps have no calendar: M4 Hourly's")
 
 
 @pytest.mark.parametrize("header, name", [("date,co2", "co2"), ("ds,co2", "co2"), ("week,y", "weekly")])

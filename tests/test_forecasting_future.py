@@ -149,7 +149,7 @@ def test_fuzz_any_valid_frame_is_forecast_on_its_calendar_or_refused_by_name(fre
         y = np.full(n, 2.0) if flat else np.sin(np.arange(n) + i) * 5 + 10
         parts.append(pd.DataFrame({"unique_id": f"s{i}", "ds": ds, "y": y}))
     df = validate(pd.concat(parts, ignore_index=True))
-    h, m, _ = calendar_defaults(df)
+    h, (m, *_), _ = calendar_defaults(df)
     try:
         fc = forecast(df, [SeasonalNaive(m), Naive()], h=h, season_length=m, levels=levels)
     except SeriesError as e:

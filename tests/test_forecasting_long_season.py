@@ -214,3 +214,23 @@ def test_two_seasons_on_the_command_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:                                          # distinct, or a typo
         main([*argv, "--models", "ets", "--season-length", "24,24"])
     assert stop.value.code == 2 and "distinct comma-separated" in capsys.readouterr().err
+
+
+def test_hourly_timestamps_give_the_day_and_the_week_by_default(tmp_path, capsys):
+    import json
+
+    import pandas as pd
+
+    from frozenvit.backbone.suite.cli import main
+
+    csv, out = tmp_path / "hourly.csv", tmp_path / "out"
+    y = hourly()
+    pd.DataFrame({"ds": pd.date_range("2020-01-06", periods=y.size, freq="h"), "load": y}).to_csv(csv, index=False)
+    assert main(["forecast", "predict", "--csv", str(csv), "--h", "24", "--models", "snaive,ets", "--out",
+                 str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "--h 24 and --season-length 24,168: hourly timestamps" in printed
+    assert "ETS: seasons of 24 and 168 steps: STL takes them out together" in printed
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["seasons"] == [24, 168] and summary["season_length"] == 24
+    assert summary["defaults_from"]["season_length"] == 24
