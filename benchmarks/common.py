@@ -83,3 +83,36 @@ def latest_rows(parts: Sequence[dict[str, Any]], key: Callable[[dict[str, Any]],
         for r in part["rows"]:
             rows[key(r)] = r
     return list(rows.values())
+
+
+def add_merge_arg(ap: Any) -> None:
+    """`--merge FILE ...` of a benchmark whose result is rows keyed by set (`merge_results`)."""
+    ap.add_argument("--merge", type=Path, nargs="+", default=None,
+                    help="run nothing: write one table of the rows of these earlier JSON files (a set in a later "
+                         "file replaces its row of an earlier one)")
+
+
+def merge_results(paths: Sequence[str | Path], key: Callable[[dict[str, Any]], Any],
+                  order: Callable[[dict[str, Any]], Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The rows of earlier results (`latest_rows` by `key`, sorted by `order`) and what the merged result records
+    besides them: the files it was made from and the threads of the last."""
+    import json
+
+    parts = [json.loads(Path(p).read_text()) for p in paths]
+    rows = sorted(latest_rows(parts, key), key=order)
+    return rows, {"merged_from": merged_from(paths, parts), "threads": parts[-1]["threads"]}
+
+
+def sets_parser(doc: str | None, sets: Sequence[str]) -> Any:
+    """The options of a benchmark over named sets whose result is rows keyed by set: --sets, --max-series (a
+    seeded subsample of the larger sets), --seed, --threads, --out and --merge."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sets", default=",".join(sets), help=f"comma-separated, out of {','.join(sets)}")
+    ap.add_argument("--max-series", type=int, default=None, help="M4 Hourly: keep a seeded this many series")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=None)
+    add_merge_arg(ap)
+    return ap

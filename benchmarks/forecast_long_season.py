@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED_DATA, latest_rows, merged_from, print_table, write_result  # noqa: E402
+from common import SHARED_DATA, merge_results, print_table, sets_parser, write_result  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
@@ -124,18 +124,10 @@ def run_arima(name: str, history: int) -> dict:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, out of {','.join(SETS)}")
-    ap.add_argument("--max-series", type=int, default=None, help="M4 Hourly: keep a seeded this many series")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=None)
+    ap = sets_parser(__doc__, SETS)
     ap.add_argument("--arima-history", type=int, default=None, metavar="N",
                     help="run ARIMA instead, with STL and with AutoARIMA's own season, each fitted on the last N "
                          "values before a cutoff")
-    ap.add_argument("--merge", type=Path, nargs="+", default=None,
-                    help="run nothing: write one table of the rows of these earlier JSON files (a set in a later "
-                         "file replaces its row of an earlier one)")
     return ap
 
 
@@ -145,12 +137,8 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     if args.merge:
-        import json
-
-        parts = [json.loads(p.read_text()) for p in args.merge]
-        rows = sorted(latest_rows(parts, lambda r: (r["set"], r.get("kind", "ets"))),
-                      key=lambda r: (r.get("kind", "ets"), list(SETS).index(r["set"])))
-        extra = {"merged_from": merged_from(args.merge, parts), "threads": parts[-1]["threads"]}
+        rows, extra = merge_results(args.merge, lambda r: (r["set"], r.get("kind", "ets")),
+                                    lambda r: (r.get("kind", "ets"), list(SETS).index(r["set"])))
     else:
         sets = [s.strip() for s in args.sets.split(",") if s.strip()]
         rows = [run_arima(s, args.arima_history) if args.arima_history else run_set(s, args.max_series, args.seed)

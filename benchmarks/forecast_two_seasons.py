@@ -17,13 +17,12 @@ Writes benchmarks/results/forecast_two_seasons.json (or --out).
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import latest_rows, merged_from, print_table, write_result  # noqa: E402
+from common import merge_results, print_table, sets_parser, write_result  # noqa: E402
 from forecast_long_season import load  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -67,17 +66,8 @@ def run_set(name: str, max_series: int | None, seed: int) -> dict:
             "two_seasons_over_day": mase["ETS, day + week"] / mase["ETS, day"]}
 
 
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, out of {','.join(SETS)}")
-    ap.add_argument("--max-series", type=int, default=None, help="M4 Hourly: keep a seeded this many series")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--merge", type=Path, nargs="+", default=None,
-                    help="run nothing: write one table of the rows of these earlier JSON files (a set in a later "
-                         "file replaces its row of an earlier one)")
-    return ap
+def parser():
+    return sets_parser(__doc__, SETS)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,11 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     if args.merge:
-        import json
-
-        parts = [json.loads(p.read_text()) for p in args.merge]
-        rows = sorted(latest_rows(parts, lambda r: r["set"]), key=lambda r: list(SETS).index(r["set"]))
-        extra = {"merged_from": merged_from(args.merge, parts), "threads": parts[-1]["threads"]}
+        rows, extra = merge_results(args.merge, lambda r: r["set"], lambda r: list(SETS).index(r["set"]))
     else:
         rows = [run_set(s.strip(), args.max_series, args.seed) for s in args.sets.split(",") if s.strip()]
         extra = {"threads": args.threads}
