@@ -17,6 +17,7 @@ from frozenvit.backbone.suite.errors import ParameterError
 from .coreset import greedy_coreset
 from .defaults import AUDIT_FOLDS
 from .errors import DatasetError
+from .images import image_list
 from .search import build_index, knn
 
 
@@ -42,7 +43,7 @@ def contamination_audit(detector: Any, images: Sequence[Any], n_splits: int = AU
     `detector` is an (unfitted or fitted) PatchCore; it is not modified. Features are extracted
     once; each fold costs one coreset and one index.
     """
-    images = list(images)
+    images = image_list(images, "contamination_audit")
     n = len(images)
     if n < 2:
         raise DatasetError(f"the audit needs at least 2 normal images (each is scored by a bank of the others), got {n}")

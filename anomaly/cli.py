@@ -6,6 +6,7 @@ import csv
 import io
 import math
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -203,9 +204,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         print(f"threshold {det.threshold_:.4f} at target false-alarm rate {det.target_fpr:g} "
               f"(calibrated on {len(det.calibration_scores_)} held-out normals)")
     if getattr(det, "tile", None) is not None:
-        scale = "auto (as large as each image's short side)" if det.tile == "auto" else f"{det.tile:g}"
-        print(f"tiles at scale {scale} of the {det.backbone_.config.img_size[0]}x{det.backbone_.config.img_size[1]} "
-              f"input, overlap >= {det.tile_overlap:g}: {det.n_train_patches_} bank candidate patches")
+        print(_tiles_line(det, train))
     if args.select != "auto" and not _wants_ensemble(args) and source is None:
         print("note: random weights cannot be rebuilt from the artifact; load it in Python with the same backbone",
               file=sys.stderr)
@@ -213,13 +212,32 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tiles_line(det: Any, train: Sequence[Path]) -> str:
+    """What `fit` says of a tiled PatchCore: how many of the normals were cut into tiles, and into how many."""
+    from .features import AUTO_TILE_ASPECT
+    from .images import image_size
+
+    h, w = det.backbone_.config.img_size
+    cut = [t for t in (det.tiles_of(image_size(f)) for f in train) if t is not None]
+    if not cut:
+        if det.tile == "auto":
+            return (f"tiles auto: none needed, every image is within {AUTO_TILE_ASPECT:g}x of the {h}x{w} input's "
+                    "aspect and goes to the model whole")
+        return (f"tiles at scale {det.tile:g}: none needed, every image fits in one tile ({det.tile:g} x the {h}x{w} "
+                "input) and goes to the model whole")
+    how = ("auto (as large as each image's short side)" if det.tile == "auto"
+           else f"at scale {det.tile:g} of the {h}x{w} input")
+    rest = "" if len(cut) == len(train) else f", the other {len(train) - len(cut)} whole"
+    return (f"tiles {how}, overlap >= {det.tile_overlap:g}: {len(cut)} of {len(train)} normal images cut into "
+            f"{sum(len(t) for t in cut)} tiles{rest}; {det.n_train_patches_} bank candidate patches")
+
+
 def _cmd_predict(args: argparse.Namespace) -> int:
-    from frozenvit.backbone.suite.artifacts import check_artifact_dir
     from frozenvit.backbone.suite.engine import engine_from_args, engine_session
 
     _faiss_threads(args)
     engine_from_args(args)                         # --workers without --ray fails before any work
-    check_artifact_dir(args.out, PREDICT_KIND)
+    check_predictions_out(args.out)
     if args.runtime != "torch" and args.ray is not None:
         raise UsageError(f"--runtime {args.runtime} runs in this process only; drop --ray or --runtime")
     det = _runtime(_model(args.model, args.threshold, args.target_fpr), args)
@@ -234,13 +252,40 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_predictions_out(out: str | Path, flag: str = "--out") -> None:
+    """Refuse, before any work, an `out` that a predictions run may not replace: OutputConflict for a path
+    frozenvit did not write (`check_artifact_dir`) and for an earlier predict output with a file changed since it
+    was written (scores.csv edited in a spreadsheet, an overlay retouched), naming the files. The marker of an
+    output records the sha256 of every file; an unchanged earlier output is replaced as a whole, and a file of it
+    that was deleted is no change to keep."""
+    import json
+
+    from frozenvit.backbone.suite.artifacts import MARKER, check_artifact_dir, sha256_file
+    from frozenvit.backbone.suite.errors import OutputConflict
+
+    check_artifact_dir(out, PREDICT_KIND, flag)
+    out = Path(out)
+    try:
+        files = json.loads((out / MARKER).read_text()).get("files")
+    except (OSError, ValueError, AttributeError):
+        return                                                      # nothing there (check_artifact_dir passed it)
+    edited = sorted(name for name, digest in (files.items() if isinstance(files, dict) else ())
+                    if (out / name).is_file() and sha256_file(out / name) != digest)
+    if edited:
+        shown = ", ".join(edited[:5]) + (f" and {len(edited) - 5} more" if len(edited) > 5 else "")
+        raise OutputConflict(f"{flag} {out} holds an earlier predict output whose {shown} changed after it was "
+                             "written (edited by hand?); frozenvit never overwrites a user's changes. Choose a new "
+                             f"{flag}, or move the changed files (or the whole folder) elsewhere to keep them")
+
+
 def _write_predictions(det: Any, model_dir: str | Path, images: Sequence[str], out: str | Path, *, overlays: bool = True,
                       engine: str = "local", workers: int | None = None) -> list[dict]:
     """Score the images under `images` (files or folders) and write `out`: scores.csv and overlays/, replaced as a
     whole when the run ends, so it never mixes this run's results with an earlier one's. Returns the CSV rows.
 
     Nothing frozenvit wrote (`out` least of all) is read as input; an unreadable file stops the run
-    (ImageFormatError naming it) before any output; OutputConflict for an `out` frozenvit did not write.
+    (ImageFormatError naming it) before any output; OutputConflict for an `out` frozenvit did not write or an
+    earlier output with a file changed since (`check_predictions_out`).
     """
     from frozenvit.backbone.commands import list_images
     from frozenvit.backbone.suite.artifacts import atomic_dir
@@ -249,6 +294,7 @@ def _write_predictions(det: Any, model_dir: str | Path, images: Sequence[str], o
     from .stream import iter_scored
     from .viz import overlay_file_names
 
+    check_predictions_out(out)
     files = list_images(list(images), exclude=[out])
     for f in files:
         image_size(f)
@@ -420,7 +466,14 @@ def _cmd_update(args: argparse.Namespace) -> int:
         return json.loads((folder / "config.json").read_text())["backbone_source"]
 
     model = Path(args.model)
-    det.partial_fit(files)
+    n_updates = len(det.updates_)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="nothing new to add")         # said below, once
+        det.partial_fit(files)                # skips, with a warning, what an earlier update added or held out
+    if len(det.updates_) == n_updates:
+        print(f"nothing new to add: the {len(files)} normal images of {normals} were all added or held out by an "
+              f"earlier update (or are the same image twice); {args.model} is unchanged")
+        return 0
     # replaces the artifact atomically (a failure leaves it as it was)
     if isinstance(det, PatchCore):
         det.save(model, backbone_source=source(model))
@@ -456,8 +509,9 @@ def _register_review(sub: Any) -> None:
     q.set_defaults(func=_cmd_review)
 
     q = sub.add_parser("update", help="add images marked normal to a model's bank and re-calibrate its threshold")
-    q.add_argument("--model", required=True, help="model folder written by `anomaly fit` (a single PatchCore); "
-                                                  "replaced atomically, with what was added recorded in it")
+    q.add_argument("--model", required=True, help="model folder written by `anomaly fit` (a PatchCore or the "
+                                                  "ensemble); replaced atomically, with what was added recorded in it. "
+                                                  "Images an earlier update added or held out are skipped")
     q.add_argument("--normals", required=True,
                    help="a labels file written by `anomaly review` (its images marked normal), or a folder of "
                         "normal images")
@@ -505,7 +559,7 @@ def _add_operating_point_args(p: argparse.ArgumentParser, what: str) -> None:
     """predict/evaluate: --threshold, or --target-fpr choosing it on the model's stored held-out normals."""
     g = p.add_mutually_exclusive_group()
     _add_threshold_arg(g, what)
-    g.add_argument("--target-fpr", type=number(float, min=0, max=1, min_open=True), default=None,
+    g.add_argument("--target-fpr", type=number(float, min=0, max=1, min_open=True, max_open=True), default=None,
                    help="decide at the threshold calibrated to this false-alarm rate in (0, 1) on the held-out "
                         "normals stored in the model, without refitting (a model with too few of them for the "
                         "rate is refused, saying how many it needs)")
@@ -557,9 +611,9 @@ def _add_method_args(p: argparse.ArgumentParser) -> None:
                    help="nearest-neighbour search: flat is exact; ivf/ivfpq are approximate, for large banks; auto: "
                         f"flat under {d.IVF_MIN_BANK:,} bank entries, ivf from there on (the default "
                         "ensemble's members have their own, see anomaly/defaults.py)")
-    p.add_argument("--target-fpr", type=number(float, min=0, max=1, min_open=True), default=d.TARGET_FPR,
+    p.add_argument("--target-fpr", type=number(float, min=0, max=1, min_open=True, max_open=True), default=d.TARGET_FPR,
                    help="false-alarm rate the threshold is calibrated to on held-out normals, in (0, 1)")
-    p.add_argument("--holdout", type=number(float, min=0, max=1), default=d.HOLDOUT,
+    p.add_argument("--holdout", type=number(float, min=0, max=1, max_open=True), default=d.HOLDOUT,
                    help="fraction of the normals held out to calibrate the threshold, in [0, 1); when it rounds to "
                         "no image (1-2 images at 0.2, or 0) all go into the bank and the threshold is uncalibrated")
     p.add_argument("--batch-size", type=number(int, min=1), default=d.BATCH_SIZE,
@@ -587,7 +641,7 @@ def register(subparsers: Any) -> None:
                         "as large as the image's short side (no stretching; one tile, the image itself, when it has "
                         "the input's aspect); 'none': resize whole images. Stored in the model and used by predict "
                         "and evaluate. In the default ensemble 'auto' leaves each member its own")
-    q.add_argument("--tile-overlap", type=number(float, min=0, max=1), default=d.TILE_OVERLAP,
+    q.add_argument("--tile-overlap", type=number(float, min=0, max=1, max_open=True), default=d.TILE_OVERLAP,
                    help="least overlap of neighbouring tiles, a fraction of a tile in [0, 1)")
     q.add_argument("--augment", choices=("none", "flips", "rot90", "all"), default=_choice(d.AUGMENT),
                    help="add flipped / quarter-turned copies of every normal (or tile) to the bank (4x; all: the 8 "
@@ -620,7 +674,8 @@ def register(subparsers: Any) -> None:
                         "--out included, are skipped)")
     q.add_argument("--out", required=True, metavar="DIR",
                    help="output folder for scores.csv and overlays/: new, empty, or an earlier predict output, which "
-                        "is replaced as a whole (it holds this run's results only)")
+                        "is replaced as a whole (it holds this run's results only); one whose files were changed "
+                        "since it was written (an edited scores.csv) is refused, never overwritten")
     q.add_argument("--no-overlays", action="store_true", help="write scores.csv only")
     _add_operating_point_args(q, "instead of the model's")
     add_runtime_arg(q)

@@ -26,13 +26,15 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 
 from frozenvit.backbone.errors import ArtifactError
-from frozenvit.backbone.suite.errors import ParameterError
+from frozenvit.backbone.suite.errors import ParameterError, ParameterErrorMixin
 
 from . import defaults as D
 from .artifact import KIND as PATCHCORE_KIND
 from .errors import DatasetError
+from .images import image_list
 from .patchcore import AnomalyPrediction, PatchCore
 from .threshold import conformal_threshold, threshold_at
+from .updates import fresh_images, image_digest, image_names
 
 KIND = "anomaly.ensemble"
 FORMAT_VERSION = 1
@@ -59,7 +61,7 @@ def standardiser(holdout_scores: np.ndarray, map_range: tuple[float, float]) -> 
     return float(lo), float(max(hi - lo, MIN_STD))
 
 
-class PatchCoreEnsemble(BaseEstimator):
+class PatchCoreEnsemble(ParameterErrorMixin, BaseEstimator):
     """The mean of several PatchCores' standardised scores and maps, a scikit-learn estimator.
 
     members: unfitted PatchCores (each with its own backbone and settings); None: `default_members()` at fit
@@ -70,8 +72,8 @@ class PatchCoreEnsemble(BaseEstimator):
     threshold: an explicit decision threshold on ensemble scores; None: calibrated.
     progress: progress bars for the default members; None: only on a terminal.
 
-    `fit` raises sklearn's InvalidParameterError or ParameterError for a hyperparameter outside its range (a
-    member's own included) and DatasetError for no normal images.
+    `fit` raises ParameterError (also scikit-learn's InvalidParameterError) for a hyperparameter outside its range
+    (a member's own included) and DatasetError for no normal images.
     """
 
     _parameter_constraints: dict = {
@@ -100,7 +102,7 @@ class PatchCoreEnsemble(BaseEstimator):
     def fit(self, images: Sequence[Any], y: Any = None) -> "PatchCoreEnsemble":
         """Fit every member on the same normals (paths, arrays or PIL images) and calibrate; returns self."""
         self._validate_params()
-        images = list(images)
+        images = image_list(images, "PatchCoreEnsemble.fit")
         if not images:
             raise DatasetError("PatchCoreEnsemble.fit got no normal images: give at least 1")
         members = self._fresh_members()
@@ -120,24 +122,35 @@ class PatchCoreEnsemble(BaseEstimator):
 
         Every member holds out the same new images (they share the seed and the update count), so the ensemble's
         standardisers and threshold are computed again from the members' grown calibration scores exactly as at
-        `fit`. What was added is appended to `updates_` (saved with the model). Raises NotFittedError before
-        `fit`, DatasetError for no images.
+        `fit`. What was added is appended to `updates_` (saved with the model). As for a PatchCore, an image an
+        earlier update used, or one given twice, is skipped with a warning, and with nothing new the ensemble is left
+        as it was. Raises NotFittedError before `fit`, DatasetError for no images.
         """
         self._check_fitted()
-        images = list(images)
+        images = image_list(images, "PatchCoreEnsemble.partial_fit")
         if not images:
             raise DatasetError("PatchCoreEnsemble.partial_fit got no images: give at least 1 normal image to add")
+        names = image_names(images) if names is None else [str(n) for n in names]
+        if len(names) != len(images):
+            raise DatasetError(f"PatchCoreEnsemble.partial_fit got {len(names)} names for {len(images)} images: give "
+                               "one name per image, or none (paths name themselves)")
+        digests = [image_digest(x) for x in images]
+        keep = fresh_images(names, digests, images, self.updates_)
+        if not keep:
+            return self
+        images, names, digests = ([v[i] for i in keep] for v in (images, names, digests))
+        calibration = image_list(calibration_images) if calibration_images is not None else None
         before = self.threshold_
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             for m in self.members_:
-                m.partial_fit(images, names=names, calibration_images=calibration_images)
+                m._add_normals(images, names, digests, calibration)
         for w in {str(w.message): w for w in caught}.values():
             warnings.warn(w.message, w.category, stacklevel=2)
         self._set_learned(self.members_)
         u = self.members_[0].updates_[-1]
         self.updates_ = [*self.updates_, {
-            "added_to_bank": u["added_to_bank"], "held_out": u["held_out"],
+            **{k: u[k] for k in ("added_to_bank", "held_out", "added_to_bank_sha256", "held_out_sha256")},
             "bank_entries_added": sum(int(m.updates_[-1]["bank_entries_added"]) for m in self.members_),
             "threshold_before": before, "threshold_after": self.threshold_}]
         return self
@@ -167,7 +180,7 @@ class PatchCoreEnsemble(BaseEstimator):
     def decision_function(self, images: Sequence[Any]) -> np.ndarray:
         """Image scores (B,), no maps."""
         self._check_fitted()
-        images = list(images)
+        images = image_list(images, "PatchCoreEnsemble.decision_function")
         return self._combine([m.decision_function(images) for m in self.members_]).astype(np.float32)
 
     def decision_threshold(self) -> float | None:
@@ -179,9 +192,10 @@ class PatchCoreEnsemble(BaseEstimator):
         return threshold_at(self.calibration_scores_, target_fpr)
 
     def predict(self, images: Sequence[Any]) -> AnomalyPrediction:
-        """As PatchCore.predict; `patch_scores` holds one entry per member (their own grids differ)."""
+        """As PatchCore.predict (a list of images, a (B, H, W, C) array or one image); `patch_scores` holds one entry
+        per member (their own grids differ)."""
         self._check_fitted()
-        images = list(images)
+        images = image_list(images, "PatchCoreEnsemble.predict")
         preds = [m.predict(images) for m in self.members_]
         scores = self._combine([p.scores for p in preds]).astype(np.float32)
         maps = [self._combine(per_image).astype(np.float32) for per_image in zip(*(p.maps for p in preds))]

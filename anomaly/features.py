@@ -37,7 +37,7 @@ AUGMENTS = {
 AUGMENTS["all"] = AUGMENTS["rot90"] + tuple((lambda a, k=k: np.rot90(a[:, ::-1], k)) for k in range(4))
 # tile="auto" leaves an image whole (resized as untiled) when its aspect is within this factor of the model input's
 AUTO_TILE_ASPECT = 1.5
-_IMAGE_NAME = re.compile(r"^image (\d+)\b")        # how the backbone names an input in its warnings
+_IMAGE_NAME = re.compile(r"^(a tile of )?image (\d+)\b")   # how an input is named in the backbone's warnings
 
 
 def default_blocks(depth: int, strides: Sequence[int] = ()) -> tuple[int, ...]:
@@ -200,6 +200,15 @@ class PatchFeatures:
         """The tiles of an image of `image_size` (H0, W0), or None: it goes whole (`tiling_of`)."""
         return tiling_of(image_size, tuple(self.backbone.config.img_size), self.tile, self.tile_overlap)
 
+    def tiles_of(self, image_size: tuple[int, int]) -> Tiling | None:
+        """The tiles an image of `image_size` (H0, W0) is cut into, or None when it reaches the model whole: no
+        tiling, or one window that is the image itself ("auto" on the input's aspect, an image smaller than a
+        tile), which scores and maps exactly as untiled."""
+        tiling = self.tiling_of(image_size)
+        if tiling is not None and len(tiling) == 1 and tiling.tile_size == tuple(image_size):
+            return None
+        return tiling
+
     def views(self, images: Iterable[Any], augment: bool = False) -> Iterator[tuple[int, str, Any, Tiling | None]]:
         """(image number, its name, model input, its image's Tiling or None) for every input the backbone sees,
         image by image (each image read once, when its turn comes): the image itself, or its tiles in row-major
@@ -214,9 +223,7 @@ class PatchFeatures:
                 yield i, name, x, None                                  # the backbone reads it as it is
                 continue
             img = to_rgb_uint8(x, name)                                 # (H0, W0, 3)
-            tiling = self.tiling_of(img.shape[:2])
-            if tiling is not None and len(tiling) == 1 and tiling.tile_size == img.shape[:2]:
-                tiling = None                   # one window, the image itself ("auto" on the input's aspect): untiled
+            tiling = self.tiles_of(img.shape[:2])
             for v in (tiling.crops(img) if tiling else [img]):
                 yield i, name, v, tiling
                 for t in copies:
@@ -225,27 +232,32 @@ class PatchFeatures:
     def batches(self, images: Sequence[Any], desc: str = "features",
                 augment: bool = False) -> Iterator[tuple[torch.Tensor, list, list]]:
         """Fused features (b, D, h, w), GridMappings and [(image number, Tiling or None)] per batch of
-        `batch_size` model inputs (`views`); memory holds one batch and the image being cut."""
+        `batch_size` model inputs (`views`); memory holds one batch and the image being cut. A warning about an
+        input (a tile smaller than one patch, say) names its image, once per image however many tiles and batches
+        it spans."""
         views = self.views(progress_bar(images, desc=desc, unit="image", leave=False,
                                         disable=None if self.progress is None else not self.progress), augment)
+        seen: set[str] = set()                                          # warnings given so far, over all batches
         while batch := list(islice(views, self.batch_size)):
-            with named_images([name for _, name, _, _ in batch]):      # the backbone names inputs by batch place
+            names = [name if t is None else f"a tile of {name}" for _, name, _, t in batch]
+            with named_images(names, seen):                             # the backbone names inputs by batch place
                 feats, mappings = self.features([v for _, _, v, _ in batch])
             yield feats, mappings, [(i, t) for i, _, _, t in batch]
 
 
 @contextmanager
-def named_images(names: Sequence[str]) -> Iterator[None]:
+def named_images(names: Sequence[str], seen: set[str] | None = None) -> Iterator[None]:
     """Warnings raised inside that name an input "image k" (its place in a batch) are re-raised naming it
-    names[k] (a file, or its place in the caller's list); each message once."""
+    names[k] (a file, or its place in the caller's list); each message once, and not at all when it is in `seen`
+    (the messages given already, which it is added to: pass one set to several batches)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         yield
-    seen = set()
+    seen = set() if seen is None else seen
     for w in caught:
         def rename(m: re.Match) -> str:
-            k = int(m.group(1))
-            return names[k] if k < len(names) else m.group(0)
+            k = int(m.group(2))
+            return (m.group(1) or "") + names[k] if k < len(names) else m.group(0)
         msg = _IMAGE_NAME.sub(rename, str(w.message), count=1)
         if msg not in seen:
             seen.add(msg)

@@ -9,7 +9,9 @@ on the 8-bit scale, and must match their image's size.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -106,3 +108,35 @@ def as_image(x: object) -> object:
     if isinstance(x, (str, os.PathLike)):
         return read_image(x)
     return x
+
+
+def image_list(images: Any, what: str = "images") -> list:
+    """The images a detector was given, as a list, read the way the backbone's `preprocess` reads them.
+
+    One image is a path, a PIL image or a numpy array (H, W) (gray), (H, W, 1), (H, W, 3) or (H, W, 4): it becomes
+    [image], never a batch of its rows. A numpy array (B, H, W, C) is a batch of B images. Anything else iterable
+    (a list or tuple of images, a generator) is listed as it is. Raises ImageFormatError for an array of any other
+    shape (channels first, or a (B, H, W) stack of gray images, which reads as neither) and for a torch tensor (the
+    detector maps defects onto the original pixels: pass the uint8 images).
+    """
+    if isinstance(images, (str, os.PathLike, Image.Image)):
+        return [images]
+    if isinstance(images, np.ndarray):
+        shape = images.shape
+        if images.ndim == 4:
+            return list(images)                                     # (B, H, W, C) -> B images
+        if images.ndim == 2 or (images.ndim == 3 and shape[2] in (1, 3, 4)):
+            return [images]                                         # one image
+        raise ImageFormatError(
+            f"{what}: a numpy array of shape {shape} is neither one image ((H, W), or (H, W, C) with C = 1, 3 or 4) "
+            "nor a batch (B, H, W, C). Channels first? pass np.transpose(a, (1, 2, 0)); several gray images? pass a "
+            "list of (H, W) arrays or a (B, H, W, 1) array")
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(images, torch.Tensor):
+        raise ImageFormatError(f"{what}: a torch tensor; pass the uint8 images themselves: numpy arrays (one (H, W, 3) "
+                               "image or a (B, H, W, 3) batch), PIL images or paths")
+    try:
+        return list(images)
+    except TypeError as e:
+        raise ImageFormatError(f"{what}: {type(images).__name__} is not an image or a list of images; pass paths, "
+                               "PIL images or uint8 numpy arrays") from e

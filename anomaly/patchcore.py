@@ -26,17 +26,19 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 from sklearn.utils._param_validation import Interval, RealNotInt, StrOptions
 
-from frozenvit.backbone.suite.errors import ParameterError
+from frozenvit.backbone.suite.errors import ParameterError, ParameterErrorMixin
 
 from . import defaults as D
 from .anomaly_map import anomaly_maps
 from .coreset import coreset_bank
 from .errors import DatasetError
 from .features import AUGMENTS, PatchFeatures, default_blocks, tiling_of
+from .images import image_list
 from .scoring import IMAGE_SCORES, image_score_of_inputs, inner_indices, reweighted_max, topk_mean
 from .search import INDEX_KINDS, build_index, knn
 from .threshold import calibration_warning, conformal_threshold, holdout_size, threshold_at
 from .tiling import Tiling
+from .updates import fresh_images, image_digest, image_names
 
 _POSITIVE = Interval(Integral, 1, None, closed="left")
 _FRACTION = Interval(Real, 0, 1, closed="right")          # (0, 1]
@@ -53,7 +55,7 @@ class AnomalyPrediction:
                                                   # when any image was tiled
 
 
-class PatchCore(BaseEstimator):
+class PatchCore(ParameterErrorMixin, BaseEstimator):
     """Anomaly detector on a frozen backbone, a scikit-learn estimator.
 
     The constructor stores hyperparameters and does nothing else (`get_params`, `set_params`,
@@ -122,8 +124,8 @@ class PatchCore(BaseEstimator):
     seed: seeds the holdout split, the projection and the coreset start; equal seeds, equal models.
     progress: progress bars; None: only on a terminal.
 
-    `fit` raises sklearn's InvalidParameterError (a ValueError) or ParameterError for a hyperparameter outside
-    its range and DatasetError for no normal images.
+    `fit` raises ParameterError (also scikit-learn's InvalidParameterError, a ValueError) for a hyperparameter
+    outside its range or one that does not fit the backbone, and DatasetError for no normal images.
     """
 
     _parameter_constraints: dict = {
@@ -197,14 +199,15 @@ class PatchCore(BaseEstimator):
 
     # ---- fit ---------------------------------------------------------------------------------
     def fit(self, images: Sequence[Any], y: Any = None) -> "PatchCore":
-        """Learn from normal images only (list of uint8 arrays, PIL images or paths); returns self.
+        """Learn from normal images only (a list of uint8 arrays, PIL images or paths, or a (B, H, W, C) array;
+        one (H, W, C) array is one image, `image_list`); returns self.
 
         round(holdout * n) images are held out to calibrate the threshold, the rest build the bank. With
         none to hold out (few-shot: 1 or 2 images at the default holdout) every image builds the bank and the
         threshold is not calibrated (a warning; `threshold_` None unless `threshold` is given).
         """
         self._validate_params()
-        images = list(images)
+        images = image_list(images, "PatchCore.fit")
         if not images:
             raise DatasetError("PatchCore.fit got no normal images: give at least 1 (the bank is built from them)")
         self._setup_backbone()
@@ -249,15 +252,32 @@ class PatchCore(BaseEstimator):
         re-calibrated at `target_fpr` on the earlier held-out normals plus the new held-out ones, all scored
         against the grown bank: `calibration_images`, the earlier held-out normals themselves, when given; else
         their stored scores (the bank only grew, so their nearest-patch distances can only be smaller or equal). What
-        was added is appended to `updates_` (saved with the model). Raises NotFittedError before `fit`,
+        was added is appended to `updates_` (saved with the model): the images' `names` (default: their paths, "#k"
+        for images in memory) and the sha256 of their pixels.
+
+        Each image is added once: one that an earlier update used (the same path, or the same pixels under any
+        name, `anomaly.updates`) or that is given twice is skipped with a warning, and with nothing new the model
+        is left as it was (a warning says so; `updates_` does not grow). Raises NotFittedError before `fit`,
         DatasetError for no images.
         """
         self._check_fitted()
-        images = list(images)
+        images = image_list(images, "PatchCore.partial_fit")
         if not images:
             raise DatasetError("PatchCore.partial_fit got no images: give at least 1 normal image to add")
-        names = [str(i) if isinstance(i, (str, os.PathLike)) else f"#{k}" for k, i in enumerate(images)] \
-            if names is None else [str(n) for n in names]
+        names = image_names(images) if names is None else [str(n) for n in names]
+        if len(names) != len(images):
+            raise DatasetError(f"PatchCore.partial_fit got {len(names)} names for {len(images)} images: give one name "
+                               "per image, or none (paths name themselves)")
+        digests = [image_digest(x) for x in images]
+        keep = fresh_images(names, digests, images, self.updates_)
+        if keep:
+            self._add_normals([images[i] for i in keep], [names[i] for i in keep], [digests[i] for i in keep],
+                              calibration_images)
+        return self
+
+    def _add_normals(self, images: list, names: list[str], digests: list[str],
+                     calibration_images: Sequence[Any] | None) -> None:
+        """`partial_fit` of images known to be new (`names` and pixel `digests` recorded)."""
         n_hold = holdout_size(len(images), self.holdout)
         perm = np.random.default_rng(self.seed + len(self.updates_) + 1).permutation(len(images))
         hold, add = np.sort(perm[:n_hold]), np.sort(perm[n_hold:])
@@ -271,7 +291,7 @@ class PatchCore(BaseEstimator):
         self.index_ = build_index(self.bank_, self.index_kind(len(self.bank_)), nprobe=self.nprobe, seed=self.seed)
         self.n_train_images_ += len(add)
         self.n_train_patches_ += n_patches
-        old = (self._score(list(calibration_images), "calibrate")[1] if calibration_images is not None
+        old = (self._score(image_list(calibration_images), "calibrate")[1] if calibration_images is not None
                else np.asarray(self.calibration_scores_, np.float32))
         new = self._score([images[i] for i in hold], "calibrate")[1] if n_hold else np.zeros(0, np.float32)
         self.calibration_scores_ = np.concatenate([old, new]).astype(np.float32)              # (n_hold + n_new,)
@@ -281,8 +301,8 @@ class PatchCore(BaseEstimator):
             self.threshold_ = conformal_threshold(self.calibration_scores_, self.target_fpr)
         self.updates_ = [*self.updates_, {
             "added_to_bank": [names[i] for i in add], "held_out": [names[i] for i in hold],
+            "added_to_bank_sha256": [digests[i] for i in add], "held_out_sha256": [digests[i] for i in hold],
             "bank_entries_added": int(len(new_bank)), "threshold_before": before, "threshold_after": self.threshold_}]
-        return self
 
     def _setup_backbone(self) -> None:
         """Set backbone_ (the given one, or the default of anomaly/defaults.py), blocks_ (0-based) and grid_ (the
@@ -306,16 +326,18 @@ class PatchCore(BaseEstimator):
 
     # ---- predict -------------------------------------------------------------------------------
     def predict(self, images: Sequence[Any]) -> AnomalyPrediction:
-        """Scores, maps at original size and decisions for a list of images (arrays, PIL or paths).
-        Decisions (`is_defect`) are None when the model has no threshold (uncalibrated, none given)."""
-        patch, scores, where = self._score(images, "predict")
+        """Scores, maps at original size and decisions for a list of images (arrays, PIL or paths), a (B, H, W, C)
+        array, or one image: a path, a PIL image or one (H, W[, C]) array (`image_list`; ImageFormatError for an
+        array that is neither). Decisions (`is_defect`) are None when the model has no threshold (uncalibrated,
+        none given)."""
+        patch, scores, where = self._score(image_list(images, "PatchCore.predict"), "predict")
         maps = anomaly_maps(patch, where, self.sigma)
         t = self.decision_threshold()
         return AnomalyPrediction(scores, maps, None if t is None else scores > t, t, patch)
 
     def decision_function(self, images: Sequence[Any]) -> np.ndarray:
-        """Image scores (B,), no maps (cheaper than predict)."""
-        return self._score(images)[1]
+        """Image scores (B,), no maps (cheaper than predict); `images` as `predict`'s."""
+        return self._score(image_list(images, "PatchCore.decision_function"))[1]
 
     def decision_threshold(self) -> float | None:
         """The threshold decisions use: `threshold` if given, else the calibrated `threshold_` (None: none)."""
@@ -332,7 +354,7 @@ class PatchCore(BaseEstimator):
         """Patch scores ((B, h, w) untiled, [(T_i, h, w)] tiled), image scores (B,), and where each image lies:
         its GridMapping untiled, (Tiling, tile GridMapping) tiled."""
         patches, scores, where = [], [], []
-        for d, s, w in self._scored(list(images), desc):
+        for d, s, w in self._scored(image_list(images), desc):
             patches.append(d)
             scores.append(s)
             where.append(w)
@@ -395,6 +417,11 @@ class PatchCore(BaseEstimator):
     def tiling_of(self, image_size: tuple[int, int]) -> Tiling | None:
         """The tiles an image of `image_size` (H0, W0) is cut into (`features.tiling_of`), or None: it goes whole."""
         return tiling_of(image_size, tuple(self.backbone_.config.img_size), self.tile, self.tile_overlap)
+
+    def tiles_of(self, image_size: tuple[int, int]) -> Tiling | None:
+        """As `tiling_of`, but None also for one window that is the image itself: what the model really reads
+        (`PatchFeatures.tiles_of`)."""
+        return self.feature_extractor().tiles_of(image_size)
 
     def _coreset_rule(self) -> dict:
         """`coreset_bank`'s knee and cover for `coreset` (both None: the exact selection)."""

@@ -34,13 +34,14 @@ from sklearn.exceptions import NotFittedError
 from sklearn.metrics import roc_auc_score
 from sklearn.utils._param_validation import Interval
 
-from frozenvit.backbone.suite.errors import ParameterError
+from frozenvit.backbone.suite.errors import ParameterError, ParameterErrorMixin
 
 from . import defaults as D
 from .coreset import coreset_bank
 from .ensemble import PatchCoreEnsemble, standardiser
 from .errors import DatasetError
 from .features import PatchFeatures
+from .images import image_list
 from .patchcore import AnomalyPrediction, PatchCore
 from .planted import KINDS, plant_defects
 from .scoring import inner
@@ -119,7 +120,7 @@ def _grids(bb: Any, blocks: tuple[int, ...], tile: Any, overlap: float, images: 
     return out
 
 
-class PatchCoreSearch(BaseEstimator):
+class PatchCoreSearch(ParameterErrorMixin, BaseEstimator):
     """Fits a small grid of candidate configurations and keeps the one that best separates planted defects from
     clean held-out normals (see the module docstring); a scikit-learn estimator in the manner of GridSearchCV.
 
@@ -171,7 +172,7 @@ class PatchCoreSearch(BaseEstimator):
     def fit(self, images: Sequence[Any], y: Any = None) -> "PatchCoreSearch":
         """Rank the candidates on planted defects in held-out normals, then refit the winner; returns self."""
         self._validate_params()
-        images = list(images)
+        images = image_list(images, "PatchCoreSearch.fit")
         cands = list(self.candidates) if self.candidates is not None else default_candidates(self.progress)
         if not cands:
             raise ParameterError("PatchCoreSearch needs at least one candidate")
@@ -271,7 +272,7 @@ class PatchCoreSearch(BaseEstimator):
         """Image scores (len(images),) of every candidate's search-time model, in `candidates` order. For
         measuring the search (benchmarks/anomaly_select.py); the fitted winner is `best_estimator_`."""
         self._check_searched()
-        scores = self._score_members(list(images))
+        scores = self._score_members(image_list(images))
         return [self._combine(keys, scores) for keys in self.candidate_keys_]
 
     # ---- the winner ----------------------------------------------------------------------------

@@ -34,12 +34,12 @@ import torch
 from safetensors.torch import load_file, save_file
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
-from sklearn.utils._param_validation import Interval, InvalidParameterError, StrOptions
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from frozenvit.backbone.errors import ArtifactError
 from frozenvit.backbone.suite.artifacts import (atomic_dir, check_tensor_metadata, config_digest, read_config,
                                                 tensor_metadata, write_json)
-from frozenvit.backbone.suite.errors import ParameterError
+from frozenvit.backbone.suite.errors import ParameterError, ParameterErrorMixin
 from frozenvit.backbone.suite.optimizer import load_optimizer, optimizer_tensors, warmup_cosine
 from frozenvit.backbone.suite.progress import progress_bar
 
@@ -53,7 +53,7 @@ KIND = "control.policy"
 FORMAT_VERSION = 3
 
 
-class PatchTokenPolicy(BaseEstimator):
+class PatchTokenPolicy(ParameterErrorMixin, BaseEstimator):
     """Visuomotor policy head trained by behaviour cloning on frozen patch tokens.
 
     pooling: "attention" | "cls" | "mean" (control.head).
@@ -112,14 +112,6 @@ class PatchTokenPolicy(BaseEstimator):
     def uses_cls(self) -> bool:
         """Whether the head reads the CLS token (pooling "cls")."""
         return self.pooling == "cls"
-
-    def _validate_params(self) -> None:
-        """scikit-learn's check of `_parameter_constraints`, raising ParameterError (its InvalidParameterError),
-        so that `except ParameterError` catches every bad hyperparameter of this estimator."""
-        try:
-            super()._validate_params()
-        except InvalidParameterError as e:
-            raise ParameterError(str(e)) from e
 
     def head_config(self, meta: dict[str, Any], proprio_dim: int = 4, action_dim: int = 4) -> HeadConfig:
         """The head this policy gets on tokens described by `meta` (embed_dim, grid, has_cls, as in

@@ -17,20 +17,23 @@ from typing import Sequence
 import numpy as np
 from sklearn.base import BaseEstimator
 
+from frozenvit.backbone.suite.errors import ParameterErrorMixin
+
 from .defaults import CONFORMAL
 
 
-class Forecaster(BaseEstimator):
+class Forecaster(ParameterErrorMixin, BaseEstimator):
     """Base of every model `backtest` accepts.
 
-    Hyperparameters are checked by `check_params` (sklearn's `_parameter_constraints`, raising its
-    InvalidParameterError, and ParameterError for combinations), at `fit` and before a backtest's work.
+    Hyperparameters are checked by `check_params` (sklearn's `_parameter_constraints`, and each model's own checks
+    of combinations), at `fit` and before a backtest's work. A bad one is a ParameterError, also scikit-learn's
+    InvalidParameterError.
     """
 
     _parameter_constraints: dict = {}
 
     def check_params(self) -> "Forecaster":
-        """Raise InvalidParameterError or ParameterError for a hyperparameter no fit can use; return self."""
+        """Raise ParameterError for a hyperparameter no fit can use; return self."""
         self._validate_params()
         return self
 

@@ -38,7 +38,7 @@ CASES = [
     ("--model whose config.json was edited by hand", f"{EVALUATE} --model {{ws}}/edited", "ArtifactError"),
     ("--coreset-ratio 0", f"{FIT_NAMED} --coreset-ratio 0", "UsageError"),
     ("--coreset-ratio 1.5", f"{FIT_NAMED} --coreset-ratio 1.5", "UsageError"),
-    ("--holdout 1.0", f"{FIT_NAMED} --holdout 1.0", "InvalidParameterError"),
+    ("--holdout 1.0", f"{FIT_NAMED} --holdout 1.0", "UsageError"),
     ("--target-fpr 0", f"{FIT_NAMED} --target-fpr 0", "UsageError"),
     ("--batch-size 0", f"{FIT_NAMED} --batch-size 0", "UsageError"),
     ("--blocks out of range", f"{FIT_NAMED} --blocks 2,9", "ParameterError"),
@@ -48,7 +48,7 @@ CASES = [
     ("--score-border -1", f"{FIT_NAMED} --score-border -1", "UsageError"),
     ("--score-border that leaves no patch", f"{FIT_NAMED} --score-border 9", "ParameterError"),
     ("--index that is not a search", f"{FIT_NAMED} --index exhaustive", "UsageError"),
-    ("--tile-overlap 1", f"{FIT_NAMED} --tile --tile-overlap 1", "InvalidParameterError"),
+    ("--tile-overlap 1", f"{FIT_NAMED} --tile --tile-overlap 1", "UsageError"),
     ("--augment that is not a symmetry", f"{FIT_NAMED} --augment sideways", "UsageError"),
     ("--threshold nan", f"{FIT_NAMED} --threshold nan", "UsageError"),
     ("predict --threshold inf", "anomaly predict --model {ws}/model --images {ws}/data/weave/test --out {ws}/pred "

@@ -56,10 +56,12 @@ class Parser(argparse.ArgumentParser):
 
 
 def number(kind: Callable[[str], Any] = int, min: float | None = None, max: float | None = None,
-           min_open: bool = False) -> Callable[[str], Any]:
+           min_open: bool = False, max_open: bool = False) -> Callable[[str], Any]:
     """argparse `type=` for a number in a range: `number(int, min=1)`, `number(float, min=0, max=1)`.
 
-    A value outside is refused (exit 2, the flag named), never reinterpreted; so are nan and infinities.
+    `min_open` / `max_open` leave that end out of the range: `number(float, min=0, max=1, min_open=True,
+    max_open=True)` is (0, 1). A value outside is refused (exit 2, the flag named), never reinterpreted; so are
+    nan and infinities.
     """
     def parse(text: str) -> Any:
         try:
@@ -70,8 +72,8 @@ def number(kind: Callable[[str], Any] = int, min: float | None = None, max: floa
             raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
         if min is not None and (v < min or (min_open and v == min)):
             raise argparse.ArgumentTypeError(f"must be {'>' if min_open else '>='} {min:g}, got {text}")
-        if max is not None and v > max:
-            raise argparse.ArgumentTypeError(f"must be <= {max:g}, got {text}")
+        if max is not None and (v > max or (max_open and v == max)):
+            raise argparse.ArgumentTypeError(f"must be {'<' if max_open else '<='} {max:g}, got {text}")
         return v
 
     parse.__name__ = kind.__name__          # argparse names the type in its messages

@@ -30,3 +30,21 @@ class ParameterError(FrozenVitError, InvalidParameterError):
     A subclass of scikit-learn's InvalidParameterError (itself a ValueError and TypeError), which is what
     `_parameter_constraints` raises: `except InvalidParameterError` catches both.
     """
+
+
+class ParameterErrorMixin:
+    """Makes a scikit-learn estimator's bad hyperparameter a ParameterError.
+
+    scikit-learn's `_validate_params` checks `_parameter_constraints` and raises its own InvalidParameterError;
+    this override raises ParameterError with the same message instead, so that `except ParameterError` catches
+    every bad hyperparameter of the estimator, a range (`coreset_ratio=0`) as much as a combination. Put it before
+    BaseEstimator in the bases: `class PatchCore(ParameterErrorMixin, BaseEstimator)`.
+    """
+
+    def _validate_params(self) -> None:
+        try:
+            super()._validate_params()                      # type: ignore[misc]
+        except ParameterError:
+            raise
+        except InvalidParameterError as e:
+            raise ParameterError(str(e)) from e

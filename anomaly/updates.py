@@ -1,0 +1,86 @@
+"""Which normals a model's updates have used already, so that adding the same images again changes nothing.
+
+    digests = [image_digest(x) for x in images]                   # sha256 of each image's pixels
+    keep = fresh_images(names, digests, images, det.updates_)      # indices to add; a warning names the rest
+
+Every update (`PatchCore.partial_fit`, `PatchCoreEnsemble.partial_fit`) records, beside the names of the images it
+added to the bank and held out, the sha256 of each one's pixels (`added_to_bank_sha256`, `held_out_sha256`). An
+image that an earlier update used, given again by the same path or as the same pixels under another name, is
+skipped: adding it twice would weigh it twice in the bank, and scoring a held-out normal that is also in the bank
+would pull the threshold down. Records written without digests are matched by path. The normals of the original
+`fit` are not recorded, so an update cannot recognise them.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+from typing import Any, Sequence
+
+from frozenvit.backbone.preprocess import to_rgb_uint8
+
+from .images import as_image
+
+SHOWN = 5          # skipped images named in a warning; the rest are counted
+
+
+def image_digest(image: Any) -> str:
+    """sha256 of an image's pixels as the detector reads them (uint8 RGB, its shape included): the same for a file,
+    a copy of it elsewhere and the array or PIL image it decodes to."""
+    name = str(image) if isinstance(image, (str, os.PathLike)) else "image"
+    rgb = to_rgb_uint8(as_image(image), name)                       # (H, W, 3) uint8
+    h = hashlib.sha256(repr(rgb.shape).encode())
+    h.update(rgb.tobytes())
+    return h.hexdigest()
+
+
+def image_names(images: Sequence[Any]) -> list[str]:
+    """What an update records for each image: its path as given, or "#k" for the k-th image given in memory."""
+    return [str(x) if isinstance(x, (str, os.PathLike)) else f"#{k}" for k, x in enumerate(images)]
+
+
+def _where(updates: Sequence[dict]) -> tuple[dict[str, tuple[int, str, str]], dict[str, tuple[int, str, str]]]:
+    """({digest: use}, {real path: use}) of every image an earlier update used, a use being (update number from 1,
+    what it did, the name it recorded); paths only for records without digests."""
+    by_digest: dict[str, tuple[int, str, str]] = {}
+    by_path: dict[str, tuple[int, str, str]] = {}
+    for u_no, u in enumerate(updates, 1):
+        for role, did in (("added_to_bank", "added it to the bank"), ("held_out", "held it out")):
+            names = [str(n) for n in u.get(role) or ()]
+            digests = u.get(f"{role}_sha256")
+            for k, n in enumerate(names):
+                if isinstance(digests, list) and k < len(digests):
+                    by_digest.setdefault(str(digests[k]), (u_no, did, n))
+                else:
+                    by_path.setdefault(os.path.realpath(n), (u_no, did, n))
+    return by_digest, by_path
+
+
+def fresh_images(names: Sequence[str], digests: Sequence[str], images: Sequence[Any],
+                 updates: Sequence[dict]) -> list[int]:
+    """Indices of the images that no earlier update used and that are not given twice here, in order. The others
+    are named in one warning; when none is left the warning says that the model stays as it was."""
+    by_digest, by_path = _where(updates)
+    keep: list[int] = []
+    skipped: list[str] = []
+    here: dict[str, str] = {}
+    for i, (name, digest, x) in enumerate(zip(names, digests, images)):
+        path = os.path.realpath(x) if isinstance(x, (str, os.PathLike)) else None
+        use = by_digest.get(digest) or (by_path.get(path) if path else None)
+        if use is not None:
+            u_no, did, was = use
+            skipped.append(f"{name} (update {u_no} {did}" + ("" if was == name else f" as {was}") + ")")
+        elif digest in here:
+            skipped.append(f"{name} (the same pixels as {here[digest]} in this update)")
+        else:
+            here[digest] = name
+            keep.append(i)
+    if skipped:
+        shown = ", ".join(skipped[:SHOWN]) + (f" and {len(skipped) - SHOWN} more" if len(skipped) > SHOWN else "")
+        if keep:
+            warnings.warn(f"{len(skipped)} of {len(names)} images were given before and are skipped (each image is "
+                          f"added once): {shown}", stacklevel=3)
+        else:
+            warnings.warn(f"nothing new to add: all {len(names)} images were given before ({shown}); the model "
+                          "is unchanged", stacklevel=3)
+    return keep
