@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -162,10 +163,10 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
             if depth and depth != len(model.blocks):       # e.g. a shallower distilled student of this architecture
                 log.info("%s holds %d blocks: building %s with depth=%d", weights, depth, name, depth)
                 model = timm.create_model(arch, pretrained=False, **kwargs, depth=depth)
-            sd = _fit_pos_embed(model, sd, allow_interpolation)
+            sd = _fit_pos_embed(model, sd, allow_interpolation, name)
             from timm.models.vision_transformer import checkpoint_filter_fn
             sd = checkpoint_filter_fn(sd, model) if _needs_filter(sd) else sd
-            _load_strict(model, sd, weights)
+            _load_strict(model, sd, weights, name=name)
         else:
             model = _load_features(arch, kwargs, sd, weights)
     elif pretrained:
@@ -203,18 +204,35 @@ def _needs_filter(sd: dict) -> bool:
                for k in sd)
 
 
-def _fit_pos_embed(model: torch.nn.Module, sd: dict, allow: bool) -> dict:
+def _fit_pos_embed(model: torch.nn.Module, sd: dict, allow: bool, name: str = "") -> dict:
+    """Resample the checkpoint's position embeddings to the model's grid (GridMismatch where allow is False).
+
+    A checkpoint of another embedding width or another count of prefix tokens is another model, not another
+    grid: the width is left for `_load_strict` to refuse, the prefix count raises BackboneUnavailable here.
+    """
     if "pos_embed" not in sd or getattr(model, "pos_embed", None) is None:
         return sd
     want = model.pos_embed.shape
     have = sd["pos_embed"].shape
     if have == want:
         return sd
+    if len(have) != len(want) or have[-1] != want[-1]:
+        return sd          # another embedding width: another model, which _load_strict names with both shapes
     num_prefix = 0 if getattr(model, "no_embed_class", False) else model.num_prefix_tokens
     new_grid = tuple(model.patch_embed.grid_size)
     n_old = have[1] - num_prefix
     side = int(round(n_old ** 0.5))
     if side * side != n_old:
+        other = next((p for p in range(9) if p != num_prefix and have[1] > p and math.isqrt(have[1] - p) ** 2
+                      == have[1] - p), None)
+        if other is not None:   # a grid fits with another count of CLS/register tokens: another model variant
+            g = math.isqrt(have[1] - other)
+            raise BackboneUnavailable(
+                f"checkpoint position embeddings have {have[1]} rows, a {g}x{g} grid with {other} prefix token(s) "
+                f"(CLS, register or distillation tokens in the embedding), but {type(model).__name__} {name!r} "
+                f"embeds {num_prefix}: the weights are for another variant. Is it the right model name? "
+                "(e.g. a name with or without _reg4 for DINOv2 with registers, deit_*_distilled_* for a "
+                "distillation token)")
         raise GridMismatch(f"checkpoint position embeddings have {have[1]} rows; cannot infer a square grid "
                            f"with {num_prefix} prefix tokens")
     if not allow:
@@ -230,8 +248,13 @@ _HEAD = ("head.", "head_dist.", "fc_norm.", "fc.", "classifier.")   # classifier
 _FEATURE_KWARGS = ("features_only", "out_indices", "feature_cls", "flatten_sequential", "output_fmt")
 
 
-def _load_strict(model: torch.nn.Module, sd: dict, source: Any, optional: frozenset[str] = frozenset()) -> None:
-    """Load `sd` into `model`, refusing a checkpoint whose body does not fit.
+def _load_strict(model: torch.nn.Module, sd: dict, source: Any, optional: frozenset[str] = frozenset(),
+                 name: str = "") -> None:
+    """Load `sd` into `model`, refusing (BackboneUnavailable) a checkpoint whose body does not fit.
+
+    A tensor of another shape means another architecture (position embeddings were fitted to the grid
+    before, by `_fit_pos_embed`), so the message names the tensor, both shapes and, for a ViT of another
+    width, the timm name that has it.
 
     Classifier heads (`_HEAD`) may be absent or extra; keys in `optional` may be absent and their shapes
     are not checked (a ConvNet's layers after its last feature stage, see `_load_features`).
@@ -247,8 +270,29 @@ def _load_strict(model: torch.nn.Module, sd: dict, source: Any, optional: frozen
             f"unexpected {unexpected_core[:6]}{'...' if len(unexpected_core) > 6 else ''}; is it the right model name?")
     for k, v in sd.items():
         if k in want and k not in optional and not k.startswith(_HEAD) and v.shape != want[k].shape:
-            raise GridMismatch(f"{source}: {k} has shape {tuple(v.shape)}, the model expects {tuple(want[k].shape)}")
+            raise BackboneUnavailable(
+                f"{source}: {k} has shape {tuple(v.shape)}, the model expects {tuple(want[k].shape)}: the weights "
+                f"are for another model than {name or type(model).__name__}. Is it the right model name?"
+                + _suggest_name(name, sd))
     model.load_state_dict({k: v for k, v in sd.items() if k in want and v.shape == want[k].shape}, strict=False)
+
+
+_VIT_WIDTHS = {192: "tiny", 384: "small", 768: "base", 1024: "large", 1280: "huge", 1536: "giant"}
+
+
+def _suggest_name(name: str, sd: dict) -> str:
+    """' Perhaps vit_tiny_patch16_224?' when `name` has a size word and the checkpoint's ViT width names another."""
+    w = sd.get("patch_embed.proj.weight")
+    size = _VIT_WIDTHS.get(int(w.shape[0])) if isinstance(w, torch.Tensor) and w.ndim == 4 else None
+    parts = name.split("_")
+    if not size or size in parts:
+        return ""
+    for i, p in enumerate(parts):
+        if p in _VIT_WIDTHS.values() and p != size:
+            guess = "_".join(parts[:i] + [size] + parts[i + 1:])
+            if guess in timm.list_models():
+                return f" Its width {w.shape[0]} is that of a {size} ViT: perhaps {guess}?"
+    return f" Its width {w.shape[0]} is that of a {size} ViT."
 
 
 def _load_features(name: str, kwargs: dict, sd: dict, source: Any) -> torch.nn.Module:

@@ -1,6 +1,7 @@
 """FrozenBackbone: a timm model kept frozen that hands out grids of patch tokens."""
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -88,14 +89,24 @@ class FrozenBackbone(nn.Module):
     def resolve_blocks(self, blocks: int | Iterable[int] | None) -> list[int]:
         """0-based block indices, negatives from the end; default: the last block.
 
-        Raises ParameterError (a ValueError) for a block the backbone does not have."""
+        Raises ParameterError (a ValueError) for a block the backbone does not have, for no blocks at all
+        (`[]`), and for anything that is not an int or a list of ints (`"7"`, `[1.5]`)."""
         depth = self.config.depth
+        how = f"give at least one block index as an int or a list of ints, e.g. blocks=[{depth - 1}] (0..{depth - 1})"
         if blocks is None:
             blocks = [depth - 1]
-        elif isinstance(blocks, int):
+        elif _is_int(blocks):
             blocks = [blocks]
+        elif isinstance(blocks, (str, bytes)) or not isinstance(blocks, Iterable):
+            raise ParameterError(f"blocks={blocks!r} is not a block index: {how}")
+        blocks = list(blocks)
+        if not blocks:
+            raise ParameterError(f"blocks is empty: {how}")
+        bad = [b for b in blocks if not _is_int(b)]
+        if bad:
+            raise ParameterError(f"blocks={blocks!r} holds {bad[0]!r}, not an int: {how}")
         out = []
-        for b in blocks:
+        for b in (int(b) for b in blocks):
             i = b + depth if b < 0 else b
             if not 0 <= i < depth:
                 raise ParameterError(f"block {b} is out of range for {self.config.name}, a {depth}-block backbone "
@@ -110,6 +121,9 @@ class FrozenBackbone(nn.Module):
         """Normalised (B, 3, H, W) -> ({block: (B, C, h, w)}, {block: (B, P, C)}); stops after the last block asked.
         Keys are 0-based block indices (a negative block asked is keyed by its index from the start)."""
         H, W = pixels.shape[-2:]
+        dtype = next(self.model.parameters()).dtype
+        if pixels.is_floating_point() and pixels.dtype != dtype:
+            pixels = pixels.to(dtype)          # float64/float16 batches: the values were checked, the model's dtype decides
         if (H, W) != tuple(self.config.img_size):
             raise GridMismatch(f"pixels are {H}x{W}, the backbone is built for {self.config.img_size[0]}x"
                                f"{self.config.img_size[1]}; rebuild with load_backbone(..., img_size=({H}, {W})) "
@@ -133,7 +147,8 @@ class FrozenBackbone(nn.Module):
         """Patch-token grids of `blocks` for a list of images or a normalised (B, 3, H, W) tensor.
 
         Images (PIL or uint8 numpy, any size/layout) go through `self.preprocess`; a tensor is
-        checked to look normalised with this checkpoint's statistics (`check=False` skips that).
+        checked to look normalised with this checkpoint's statistics and to hold finite values only
+        (`check=False` skips that); a float tensor of any dtype (float64, float16) is cast to the model's dtype.
         Deterministic; batched; a progress bar shows for long lists (progress=None: when > 4 batches).
         Raises ParameterError for a block the backbone does not have, ImageFormatError for no images.
         """
@@ -168,6 +183,15 @@ class FrozenBackbone(nn.Module):
         c = self.config
         return PatchGrids({b: torch.cat(parts_g[b]) for b in idx}, {b: torch.cat(parts_p[b]) for b in idx},
                           mappings, c.num_registers, c.has_cls, c.has_dist_token, c.depth)
+
+
+def _is_int(b: Any) -> bool:
+    """An int-like block index (int, numpy or 0-d torch integer), not a bool."""
+    if isinstance(b, bool):
+        return False
+    if isinstance(b, torch.Tensor):
+        return b.ndim == 0 and not b.is_floating_point() and not b.is_complex() and b.dtype != torch.bool
+    return isinstance(b, numbers.Integral)
 
 
 def vit_tokens(vit: nn.Module, x: torch.Tensor, blocks: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:

@@ -280,6 +280,8 @@ def _resize(rgb: np.ndarray, size: tuple[int, int], filt: Image.Resampling) -> n
 def check_normalised(pixels: torch.Tensor, config: BackboneConfig, tol: float = 0.12) -> None:
     """Heuristic checks that a (B, 3, H, W) float batch is normalised exactly once with config's stats.
 
+    Any float dtype is accepted (the model casts to its own); NaN or inf anywhere raises PreprocessingMismatch.
+
     Undo the normalisation: x * std + mean must then be an image in [0, 1] (up to resampling
     overshoot `tol`). 0-255 floats, [0, 1] images without normalisation, batches normalised twice
     or with other statistics all fail one of the tests below.
@@ -293,6 +295,16 @@ def check_normalised(pixels: torch.Tensor, config: BackboneConfig, tol: float = 
         raise PreprocessingMismatch(f"tensor of dtype {pixels.dtype}: pass uint8 images (numpy/PIL) to preprocess, "
                                     "or a float tensor normalised with the checkpoint's mean/std")
     x = pixels.detach().float()
+    finite = torch.isfinite(x)
+    if not bool(finite.all()):
+        bad = x[~finite]
+        kinds = [k for k, m in (("NaN", bad.isnan()), ("+inf", bad == float("inf")), ("-inf", bad == float("-inf")))
+                 if bool(m.any())]
+        first = tuple(int(i) for i in (~finite).nonzero()[0])
+        raise PreprocessingMismatch(
+            f"{bad.numel()} of {x.numel()} values are not finite ({', '.join(kinds)}; the first at index {first} "
+            "of the (B, 3, H, W) batch): a normalised image holds finite numbers only. Find where the NaN or inf "
+            "came from (a division by a zero std, a broken decode), or pass uint8 images to bb.preprocess")
     hi, lo = float(x.max()), float(x.min())
     if hi > 20:
         raise PreprocessingMismatch(

@@ -182,3 +182,104 @@ def test_a_number_option_refuses_what_is_not_finite(text):
         with pytest.raises(argparse.ArgumentTypeError, match="must be a finite number"):
             parse(text)
     assert number(float, min=0, max=1)("0.5") == 0.5
+
+
+@pytest.mark.parametrize("value,kind", [(float("nan"), "NaN"), (float("inf"), "+inf"), (float("-inf"), "-inf")])
+def test_a_tensor_that_is_not_finite_is_refused_by_the_tensor_check(make_tiny_vit, value, kind):
+    import torch
+
+    bb = make_tiny_vit(depth=1)
+    x = torch.zeros(1, 3, 64, 64)
+    x[0, 1, 2, 3] = value
+    with pytest.raises(PreprocessingMismatch, match=rf"1 of {x.numel()} values are not finite \({re.escape(kind)};"
+                                                    r" the first at index \(0, 1, 2, 3\)"):
+        bb.patch_grids(x)
+    with pytest.raises(PreprocessingMismatch, match="not finite"):
+        bb.patch_grids(torch.full((1, 3, 64, 64), float("nan")))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float16", "bfloat16"])
+def test_a_normalised_tensor_of_another_float_dtype_gives_the_float32_grids(make_tiny_vit, dtype):
+    import torch
+
+    bb = make_tiny_vit(depth=1)
+    torch.manual_seed(0)
+    x = (torch.rand(2, 3, 64, 64) - torch.tensor(bb.config.mean).view(1, 3, 1, 1)) / torch.tensor(bb.config.std).view(1, 3, 1, 1)
+    x = x.to(getattr(torch, dtype))
+    got = bb.patch_grids(x)[0]
+    want = bb.patch_grids(x.float())[0]
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("blocks,says", [([], "blocks is empty"), ((), "blocks is empty"),
+                                         ("7", "is not a block index"), (1.5, "is not a block index"),
+                                         ([0, "1"], "holds '1', not an int"), ([True], "holds True, not an int")])
+def test_blocks_that_are_not_block_indices_raise_parameter_error(make_tiny_vit, blocks, says):
+    bb = make_tiny_vit(depth=2)
+    with pytest.raises(ParameterError, match=re.escape(says) + ".*at least one block index as an int"):
+        bb.resolve_blocks(blocks)
+    with pytest.raises(ParameterError, match=re.escape(says)):
+        bb.patch_grids([np.zeros((64, 64, 3), np.uint8)], blocks=blocks)
+
+
+def test_numpy_and_tensor_block_indices_still_count(make_tiny_vit):
+    import torch
+
+    bb = make_tiny_vit(depth=2)
+    assert bb.resolve_blocks([np.int64(0), torch.tensor(-1)]) == [0, 1]
+    assert bb.resolve_blocks(np.int32(1)) == [1]
+
+
+def test_weights_of_another_width_are_backbone_unavailable_naming_the_model_they_fit(tmp_path):
+    import timm
+    from safetensors.torch import save_file
+
+    from frozenvit.backbone import BackboneUnavailable, GridMismatch, load_backbone
+
+    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, depth=1)
+    save_file(vit.state_dict(), str(tmp_path / "tiny.safetensors"))
+    with pytest.raises(BackboneUnavailable, match=r"has shape \(192,\), the model expects \(384,\).*right model name"
+                                                  r".*perhaps vit_tiny_patch16_224\?") as e:
+        load_backbone("vit_small_patch16_224", weights=tmp_path / "tiny.safetensors", img_size=32, depth=1)
+    assert not isinstance(e.value, GridMismatch)
+
+
+def test_a_dinov2_checkpoint_without_registers_is_not_called_a_grid_problem(tmp_path):
+    import timm
+    from safetensors.torch import save_file
+
+    from frozenvit.backbone import BackboneUnavailable, load_backbone
+
+    kw = dict(img_size=28, depth=1, embed_dim=32, num_heads=2)
+    save_file(timm.create_model("vit_small_patch14_dinov2", pretrained=False, **kw).state_dict(),
+              str(tmp_path / "plain.safetensors"))
+    with pytest.raises(BackboneUnavailable, match=r"5 rows, a 2x2 grid with 1 prefix token.*right model name"):
+        load_backbone("vit_small_patch14_reg4_dinov2", weights=tmp_path / "plain.safetensors", **kw)
+
+
+def test_a_checkpoint_of_another_grid_is_still_resampled(tmp_path):
+    import timm
+    from safetensors.torch import save_file
+
+    from frozenvit.backbone import GridMismatch, load_backbone
+
+    kw = dict(depth=1, embed_dim=32, num_heads=2)
+    save_file(timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, **kw).state_dict(),
+              str(tmp_path / "w.safetensors"))
+    bb = load_backbone("vit_tiny_patch16_224", weights=tmp_path / "w.safetensors", img_size=64, **kw)
+    assert bb.config.grid == (4, 4)
+    with pytest.raises(GridMismatch, match="2x2 grid"):
+        load_backbone("vit_tiny_patch16_224", weights=tmp_path / "w.safetensors", img_size=64,
+                      allow_interpolation=False, **kw)
+
+
+def test_an_output_of_another_command_is_refused_without_calling_it_foreign(tmp_path):
+    from frozenvit.backbone.suite.artifacts import check_output_dir, output_dir
+    from frozenvit.backbone.suite.errors import OutputConflict
+
+    (output_dir(tmp_path / "out", "anomaly.predict") / "scores.csv").write_text("image,score\n")
+    with pytest.raises(OutputConflict) as e:
+        check_output_dir(tmp_path / "out", "control.evaluate")
+    assert "holds a frozenvit 'anomaly.predict' output" in str(e.value)
+    assert "replaces only an earlier output of its own" in str(e.value) and "did not write" not in str(e.value)

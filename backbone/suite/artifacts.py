@@ -69,9 +69,10 @@ def _files(directory: Path) -> list[str]:
                   if not f.is_dir() and f.name != TEMP_MARKER)
 
 
-def _refuse(path: Path, why: str, flag: str) -> OutputConflict:
-    return OutputConflict(f"{flag} {path} {why}; frozenvit never deletes or overwrites what it did not write. "
-                          f"Choose a new {flag} path (or an empty folder), or move those files away")
+def _refuse(path: Path, why: str, flag: str, rule: str = "frozenvit never deletes or overwrites what it did "
+            "not write") -> OutputConflict:
+    return OutputConflict(f"{flag} {path} {why}; {rule}. Choose a new {flag} path (or an empty folder), or move "
+                          "those files away")
 
 
 def _check_owned_dir(path: Path, kind: str, flag: str, whole: bool, replaces: tuple[str, ...] = ()) -> None:
@@ -88,7 +89,8 @@ def _check_owned_dir(path: Path, kind: str, flag: str, whole: bool, replaces: tu
         raise _refuse(path, f"is a non-empty folder that frozenvit did not write (it has no {MARKER})", flag)
     have = marker["kind"]
     if have != kind and have not in replaces:
-        raise _refuse(path, f"holds a frozenvit {have!r} output, not a {kind!r}", flag)
+        raise _refuse(path, f"holds a frozenvit {have!r} output, not a {kind!r}", flag,
+                      "a command replaces only an earlier output of its own")
     if whole:
         foreign = sorted(set(_files(path)) - set(marker.get("files") or ()) - {MARKER})
         if foreign:
