@@ -128,10 +128,12 @@ def register(subparsers: Any) -> None:
                        epilog=f"Exit status {OVER_BUDGET} when p99 is over --budget-ms with every runtime.")
     q.add_argument("--policy", default=None,
                    help="trained policy (without it: an untrained head of the same shape, on --backbone)")
-    q.add_argument("--task", default=LATENCY_TASK, help="Meta-World task (a --policy's own when given)")
+    q.add_argument("--task", default=LATENCY_TASK, action=_Given,
+                   help="Meta-World task (a --policy's own when given)")
     q.add_argument("--camera", default=None, help=f"camera (without it: the policy's, or {DEFAULT_CAMERA})")
-    q.add_argument("--pooling", choices=POOLINGS, default=DEFAULT_POOLING, help="pooling of the untrained head")
-    q.add_argument("--chunk", type=POSITIVE, default=DEFAULT_CHUNK, metavar="K",
+    q.add_argument("--pooling", choices=POOLINGS, default=DEFAULT_POOLING, action=_Given,
+                   help="pooling of the untrained head (a --policy's own when given)")
+    q.add_argument("--chunk", type=POSITIVE, default=DEFAULT_CHUNK, metavar="K", action=_Given,
                    help="actions per frame of the untrained head (a --policy's own when given)")
     q.add_argument("--steps", type=POSITIVE, default=LATENCY_STEPS, help="timed steps")
     q.add_argument("--warmup", type=COUNT, default=LATENCY_WARMUP, help="untimed steps first")
@@ -145,6 +147,24 @@ def register(subparsers: Any) -> None:
     add_runtime_arg(q, several=True)
     add_threads_arg(q)
     q.set_defaults(func=_cmd_latency)
+
+
+class _Given(argparse.Action):
+    """Store the value and remember that the command line gave the option (in `args.given`), so that a value the
+    command overrides can be told apart from the default."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.given = getattr(namespace, "given", frozenset()) | {self.dest}
+
+
+def _note_overridden(args: argparse.Namespace, fixed: dict[str, Any]) -> None:
+    """One line for each option given on the command line that the policy overrides ({dest: the policy's value})."""
+    for dest, value in fixed.items():
+        if dest in getattr(args, "given", ()) and getattr(args, dest) != value:
+            how = f"on {value}" if dest == "task" else f"with {dest} {value}"
+            print(f"--{dest.replace('_', '-')} {getattr(args, dest)} ignored: the policy was trained {how}")
 
 
 def _backbone_args(q: argparse.ArgumentParser, default_help: str, blocks_help: str | None = None,
@@ -306,6 +326,7 @@ def _cmd_latency(args: argparse.Namespace) -> int:
     if args.policy:
         pol = PatchTokenPolicy.load(args.policy)
         task, camera = pol.meta_.get("task", args.task), args.camera or pol.meta_.get("camera", DEFAULT_CAMERA)
+        _note_overridden(args, dict(task=task, pooling=pol.pooling, chunk=pol.chunk))
         bb = _encoder(args, pol)
     else:
         task, camera = args.task, args.camera or DEFAULT_CAMERA

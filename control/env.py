@@ -11,6 +11,7 @@ Frames come from `control.render` (fast settings, upright), expert actions from 
 """
 from __future__ import annotations
 
+import difflib
 import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -45,8 +46,19 @@ def check_task(name: str) -> None:
     """Raise TaskError (naming close matches) unless `name` is a Meta-World v3 task."""
     envs = _metaworld().env_dict.ALL_V3_ENVIRONMENTS
     if name not in envs:
-        close = [n for n in envs if name.split("-v")[0] in n]
-        raise TaskError(f"unknown Meta-World task {name!r}; did you mean one of {close or sorted(envs)[:6]}?")
+        raise TaskError(f"unknown Meta-World task {name!r}; {_suggest(name, sorted(envs))}")
+
+
+def _suggest(name: str, names: list[str]) -> str:
+    """'did you mean ...?' with the names closest to `name` regardless of case (difflib), else where to look."""
+    lower = {n.lower(): n for n in names}
+    close = ([lower[name.lower()]] if name.lower() in lower      # only the case differs: that one alone
+             else [lower[n] for n in difflib.get_close_matches(name.lower(), list(lower), n=3, cutoff=0.6)])
+    if len(close) == 1:
+        return f"did you mean {close[0]!r}?"
+    if close:
+        return f"did you mean one of {close}?"
+    return f"the {len(names)} v3 tasks are listed by `frozenvit.control.env.task_names()`, e.g. {names[:3]}"
 
 
 def check_camera(task: str, camera: str) -> None:
@@ -124,8 +136,12 @@ class MetaWorldTask:
         self.env = env
         self.expert = expert_name(name, expert)          # who expert_action() is (control.experts)
         self._expert = make_expert(name, expert)
-        self._renderer = (FrameRenderer(env.model, env.data, camera, self.image_size, render)
-                          if render is not None else None)
+        try:
+            self._renderer = (FrameRenderer(env.model, env.data, camera, self.image_size, render)
+                              if render is not None else None)
+        except BaseException:                            # a bad camera, no GL, Ctrl-C: the scene is not left open
+            env.close()
+            raise
         self._state: State | None = None
         self.config: int | None = None
 

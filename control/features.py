@@ -22,6 +22,7 @@ about twice as fast there as float32, tokens within about 1 % of float32's. conf
 """
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -215,9 +216,18 @@ def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | Sequence
             parts["view_cls"].append(vc)
     tensors = {k: torch.cat(v).contiguous() for k, v in parts.items()}
     with atomic_dir(cache_dir, KIND) as tmp:
-        save_file(tensors, str(tmp / "features.safetensors"))
+        save_tensors(tensors, tmp / "features.safetensors")
         write_json(tmp / "config.json", dict(kind=KIND, format_version=FORMAT_VERSION, **meta))
     return _as_cache(tensors, meta)
+
+
+def save_tensors(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str] | None = None) -> None:
+    """safetensors' save_file with the permissions of every other file we write (0666 less the umask): save_file
+    itself makes its file 0600, unreadable to anyone else who can read the folder."""
+    save_file(tensors, str(path), metadata=metadata)
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
 
 
 def native_bfloat16() -> bool:

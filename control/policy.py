@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 from sklearn.utils._param_validation import Interval, StrOptions
@@ -46,7 +46,7 @@ from frozenvit.backbone.suite.progress import progress_bar
 from .defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_STEPS, DEFAULT_CHUNK, DEFAULT_HIDDEN, DEFAULT_LR,
                        DEFAULT_POOLING, DEFAULT_PRECISION, DEFAULT_SEED, POOLINGS, PRECISIONS)
 from .errors import DemoError
-from .features import FeatureCache, check_backbone, resolve_precision, token_blocks
+from .features import FeatureCache, check_backbone, resolve_precision, save_tensors, token_blocks
 from .head import AttentionConfig, HeadConfig, PolicyHead, bc_loss
 
 KIND = "control.policy"
@@ -158,8 +158,8 @@ class PatchTokenPolicy(ParameterErrorMixin, BaseEstimator):
         self.proprio_mean_, self.proprio_std_ = mean, std
         self.n_samples_ = M
         head.train()
-        bar = progress_bar(range(start_epoch, epochs), desc=f"bc {self.pooling}", unit="epoch",
-                           disable=None if progress is None else not progress)
+        bar = progress_bar(range(start_epoch, epochs), desc=f"bc {self.pooling}", unit="epoch", total=epochs,
+                           initial=start_epoch, disable=None if progress is None else not progress)  # resumed: k of all
         for epoch in bar:
             perm = torch.randperm(M, generator=gen)
             pick = torch.randint(0, K + 1, (M,), generator=gen) if K else None      # (M,) 0: clean, k: view k
@@ -257,7 +257,7 @@ class PatchTokenPolicy(ParameterErrorMixin, BaseEstimator):
     def _write(self, directory: Path) -> None:
         cfg = dict(kind=KIND, format_version=FORMAT_VERSION, params=self._params(), head=self.head_.cfg.to_dict(),
                    meta=self.meta_, history=list(self.history_), n_samples=int(self.n_samples_))
-        save_file(self._tensors(), str(directory / "model.safetensors"), metadata=tensor_metadata(cfg))
+        save_tensors(self._tensors(), directory / "model.safetensors", metadata=tensor_metadata(cfg))
         write_json(directory / "config.json", cfg)
 
     def _checkpoint(self, ckpt: Path, opt: torch.optim.Optimizer, gen: torch.Generator, epoch: int) -> None:
@@ -266,18 +266,21 @@ class PatchTokenPolicy(ParameterErrorMixin, BaseEstimator):
         state["generator"] = gen.get_state()
         with atomic_dir(ckpt, KIND, flag="--checkpoint") as tmp:
             self._write(tmp)
-            save_file(state, str(tmp / "train_state.safetensors"))
+            save_tensors(state, tmp / "train_state.safetensors")
             write_json(tmp / "train_state.json", dict(epoch=epoch, param_groups=groups))
 
     def _resume(self, ckpt: Path, head: PolicyHead, opt: torch.optim.Optimizer, gen: torch.Generator,
                 cache: FeatureCache) -> tuple[int, list[float]]:
         cfg = read_config(ckpt, KIND, FORMAT_VERSION)
         made = cfg["params"]
-        if made != self._params():
-            raise ArtifactError(f"checkpoint {ckpt} was made with {made}, not {self._params()}; "
-                                "use another checkpoint_dir or the same hyperparameters")
+        now = self._params()
+        if made != now:
+            differ = ", ".join(f"{_option(k)} {_shown(made.get(k))} (now {_shown(now.get(k))})"
+                               for k in sorted(set(made) | set(now)) if made.get(k) != now.get(k))
+            raise ArtifactError(f"checkpoint {ckpt} was made with other hyperparameters: {differ}; use another "
+                                "--checkpoint folder or the same hyperparameters")
         if any(cfg["meta"].get(k) != cache.meta.get(k) for k in _FEATURE_KEYS) or cfg["n_samples"] != len(cache):
-            raise ArtifactError(f"checkpoint {ckpt} was trained on other features; use another checkpoint_dir")
+            raise ArtifactError(f"checkpoint {ckpt} was trained on other features; use another --checkpoint folder")
         t = load_file(str(ckpt / "model.safetensors"))
         head.load_state_dict({k[len("head."):]: v for k, v in t.items() if k.startswith("head.")})
         st = load_file(str(ckpt / "train_state.safetensors"))
@@ -313,6 +316,18 @@ def policy_digest(policy: PatchTokenPolicy) -> str:
         h.update(k.encode())
         h.update(v.cpu().numpy().tobytes())
     return h.hexdigest()
+
+
+def _option(param: str) -> str:
+    """The `control train` option of a hyperparameter (weight_decay and augment have none: their Python name)."""
+    return {"attention": "--queries/--heads", "weight_decay": "weight_decay", "augment": "augment"}.get(
+        param, "--" + param.replace("_", "-"))
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, dict):                                  # attention: {"queries": 4, "heads": 4}
+        return ", ".join(f"{k} {v}" for k, v in value.items())
+    return "default" if value is None else str(value)
 
 
 # what a checkpoint and the features it is resumed on must agree on: the encoder and the augmented views

@@ -312,3 +312,144 @@ def test_a_journal_of_another_evaluation_names_what_differs_in_good_grammar(tmp_
         EpisodeJournal(tmp_path / "j.jsonl", dict(run, configs=[1000001]))
     with pytest.raises(ArtifactError, match=r"\(configs, task differ\)"):
         EpisodeJournal(tmp_path / "j.jsonl", dict(run, configs=[1000001], task="push-v3"))
+
+
+# -- latency: options a --policy overrides are named when given ------------------------------------------------------
+class _Stop(Exception):
+    pass
+
+
+def _latency_until_timing(tmp_path, monkeypatch, capsys, *options):
+    """Run `control latency --policy` up to where it would time the loop; (exit status, stdout, the task made)."""
+    from types import SimpleNamespace
+
+    from frozenvit.control import cli, env, latency
+    from frozenvit.control.errors import TaskError
+
+    made = {}
+
+    class Task(_NoTask):
+        def __init__(self, name, **k):
+            made["task"] = name
+
+    def stop(policy, *a, **k):
+        made["chunk"], made["pooling"] = policy.chunk, policy.pooling
+        raise TaskError("stopped before timing")
+
+    monkeypatch.setattr(cli, "_encoder", lambda args, pol=None: SimpleNamespace(config=SimpleNamespace(img_size=[64])))
+    monkeypatch.setattr(env, "MetaWorldTask", Task)
+    monkeypatch.setattr(latency, "compare_runtimes", stop)
+    small(epochs=1, chunk=2).fit(marked_token_cache(M=32), progress=False).save(tmp_path / "pol")
+    try:
+        code = main(["control", "latency", "--policy", str(tmp_path / "pol"), "--steps", "1", *options])
+    except SystemExit as e:
+        code = e.code
+    return code, capsys.readouterr().out, made
+
+
+def test_latency_names_each_option_given_that_the_policy_overrides(tmp_path, monkeypatch, capsys):
+    code, out, made = _latency_until_timing(tmp_path, monkeypatch, capsys, "--task", "button-press-v3",
+                                            "--chunk", "5", "--pooling", "cls")
+    assert code == 2 and made == dict(task="reach-v3", chunk=2, pooling="attention"), (code, made)
+    assert "--task button-press-v3 ignored: the policy was trained on reach-v3" in out, out
+    assert "--chunk 5 ignored: the policy was trained with chunk 2" in out
+    assert "--pooling cls ignored: the policy was trained with pooling attention" in out
+
+
+@pytest.mark.parametrize("options", [[], ["--task", "reach-v3", "--chunk", "2", "--pooling", "attention"]],
+                         ids=["not given", "the policy's own"])
+def test_latency_says_nothing_of_options_not_given_or_equal_to_the_policys(tmp_path, monkeypatch, capsys, options):
+    code, out, _ = _latency_until_timing(tmp_path, monkeypatch, capsys, *options)
+    assert code == 2 and "ignored" not in out, out
+
+
+# -- a resumed training shows its progress of all the epochs ---------------------------------------------------------
+def test_a_resumed_training_counts_on_from_the_resumed_epoch_of_all_epochs(tmp_path, monkeypatch):
+    import io
+
+    from frozenvit.control import policy as policy_mod
+
+    real, checkpoint = policy_mod.progress_bar, policy_mod.PatchTokenPolicy._checkpoint
+
+    def interrupted(self, ckpt, opt, gen, epoch):                # Ctrl-C right after the checkpoint of epoch 2
+        checkpoint(self, ckpt, opt, gen, epoch)
+        raise KeyboardInterrupt
+
+    cache = marked_token_cache(M=32)
+    monkeypatch.setattr(policy_mod.PatchTokenPolicy, "_checkpoint", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        small(epochs=4).fit(cache, checkpoint_dir=tmp_path / "ck", checkpoint_every=2, progress=False)
+    monkeypatch.setattr(policy_mod.PatchTokenPolicy, "_checkpoint", checkpoint)
+    shown = io.StringIO()
+    monkeypatch.setattr(policy_mod, "progress_bar",
+                        lambda it, **kw: real(it, **{**kw, "disable": False, "file": shown, "mininterval": 0}))
+    small(epochs=4).fit(cache, checkpoint_dir=tmp_path / "ck", checkpoint_every=2)
+    text = shown.getvalue()
+    assert "2/4" in text and "4/4" in text and "/2 " not in text, text
+
+
+# -- tensor files get the permissions of every other file ------------------------------------------------------------
+def test_tensor_files_of_policies_checkpoints_and_feature_caches_are_as_readable_as_their_config(tmp_path, tiny_vit):
+    import os
+
+    from frozenvit.control.features import cache_features
+
+    old = os.umask(0o022)
+    try:
+        small(epochs=1).fit(marked_token_cache(M=32), checkpoint_dir=tmp_path / "ck", progress=False).save(
+            tmp_path / "pol")
+        demos = demo_folder(tmp_path / "demos", episodes=1)
+        cache_features(demos, tiny_vit, views=0, precision="float32", progress=False)
+    finally:
+        os.umask(old)
+    (feats,) = (demos / "features").glob("*/features.safetensors")
+    for f in [tmp_path / "pol" / "model.safetensors", tmp_path / "ck" / "model.safetensors",
+              tmp_path / "ck" / "train_state.safetensors", feats]:
+        assert oct(f.stat().st_mode & 0o777) == oct((f.parent / "config.json").stat().st_mode & 0o777) == "0o644", f
+
+
+# -- a checkpoint of other hyperparameters -------------------------------------------------------------------------
+def test_a_checkpoint_of_other_hyperparameters_names_only_the_options_that_differ(tmp_path):
+    cache = marked_token_cache(M=32)
+    small(epochs=1).fit(cache, checkpoint_dir=tmp_path / "ck", progress=False)
+    with pytest.raises(ArtifactError) as e:
+        small(epochs=1, lr=1e-3).fit(cache, checkpoint_dir=tmp_path / "ck", progress=False)
+    msg = str(e.value)
+    assert "--lr 0.003 (now 0.001)" in msg and "another --checkpoint folder" in msg, msg
+    assert "checkpoint_dir" not in msg and "hidden" not in msg and "pooling" not in msg
+
+
+# -- a task name in the wrong case ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name,want", [("Reach-v3", "did you mean 'reach-v3'?"),
+                                       ("button-pres-v3", "'button-press-v3'")])
+def test_an_unknown_task_suggests_the_closest_names_whatever_the_case(monkeypatch, name, want):
+    from types import SimpleNamespace
+
+    from frozenvit.control import env
+    from frozenvit.control.errors import TaskError
+
+    names = ["assembly-v3", "basketball-v3", "bin-picking-v3", "box-close-v3", "button-press-topdown-v3",
+             "button-press-v3", "reach-v3", "reach-wall-v3"]
+    fake = SimpleNamespace(env_dict=SimpleNamespace(ALL_V3_ENVIRONMENTS=dict.fromkeys(names)))
+    monkeypatch.setattr(env, "_metaworld", lambda: fake)
+    with pytest.raises(TaskError) as e:
+        env.check_task(name)
+    assert want in str(e.value) and "assembly-v3" not in str(e.value), str(e.value)
+
+
+# -- a renderer that fails (or is interrupted) while the task is built ------------------------------------------------
+@needs_metaworld
+def test_a_task_whose_renderer_fails_to_start_closes_its_scene(monkeypatch):
+    from frozenvit.control import env
+
+    closed = []
+    cls = env._metaworld().env_dict.ALL_V3_ENVIRONMENTS["reach-v3"]
+    monkeypatch.setattr(cls, "close", lambda self: closed.append(self))
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(env, "FrameRenderer", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        env.MetaWorldTask("reach-v3", image_size=64)
+    assert len(closed) == 1
