@@ -34,7 +34,7 @@ from .errors import DatasetError
 from .images import image_list
 from .patchcore import AnomalyPrediction, PatchCore
 from .threshold import conformal_threshold, threshold_at
-from .updates import fresh_images, image_digest, image_names
+from .updates import new_normals
 
 KIND = "anomaly.ensemble"
 FORMAT_VERSION = 1
@@ -127,18 +127,9 @@ class PatchCoreEnsemble(ParameterErrorMixin, BaseEstimator):
         as it was. Raises NotFittedError before `fit`, DatasetError for no images.
         """
         self._check_fitted()
-        images = image_list(images, "PatchCoreEnsemble.partial_fit")
+        images, names, digests = new_normals(images, names, self.updates_, "PatchCoreEnsemble.partial_fit")
         if not images:
-            raise DatasetError("PatchCoreEnsemble.partial_fit got no images: give at least 1 normal image to add")
-        names = image_names(images) if names is None else [str(n) for n in names]
-        if len(names) != len(images):
-            raise DatasetError(f"PatchCoreEnsemble.partial_fit got {len(names)} names for {len(images)} images: give "
-                               "one name per image, or none (paths name themselves)")
-        digests = [image_digest(x) for x in images]
-        keep = fresh_images(names, digests, images, self.updates_)
-        if not keep:
             return self
-        images, names, digests = ([v[i] for i in keep] for v in (images, names, digests))
         calibration = image_list(calibration_images) if calibration_images is not None else None
         before = self.threshold_
         with warnings.catch_warnings(record=True) as caught:

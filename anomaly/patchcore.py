@@ -38,7 +38,7 @@ from .scoring import IMAGE_SCORES, image_score_of_inputs, inner_indices, reweigh
 from .search import INDEX_KINDS, build_index, knn
 from .threshold import calibration_warning, conformal_threshold, holdout_size, threshold_at
 from .tiling import Tiling
-from .updates import fresh_images, image_digest, image_names
+from .updates import new_normals
 
 _POSITIVE = Interval(Integral, 1, None, closed="left")
 _FRACTION = Interval(Real, 0, 1, closed="right")          # (0, 1]
@@ -261,18 +261,9 @@ class PatchCore(ParameterErrorMixin, BaseEstimator):
         DatasetError for no images.
         """
         self._check_fitted()
-        images = image_list(images, "PatchCore.partial_fit")
-        if not images:
-            raise DatasetError("PatchCore.partial_fit got no images: give at least 1 normal image to add")
-        names = image_names(images) if names is None else [str(n) for n in names]
-        if len(names) != len(images):
-            raise DatasetError(f"PatchCore.partial_fit got {len(names)} names for {len(images)} images: give one name "
-                               "per image, or none (paths name themselves)")
-        digests = [image_digest(x) for x in images]
-        keep = fresh_images(names, digests, images, self.updates_)
-        if keep:
-            self._add_normals([images[i] for i in keep], [names[i] for i in keep], [digests[i] for i in keep],
-                              calibration_images)
+        images, names, digests = new_normals(images, names, self.updates_, "PatchCore.partial_fit")
+        if images:
+            self._add_normals(images, names, digests, calibration_images)
         return self
 
     def _add_normals(self, images: list, names: list[str], digests: list[str],

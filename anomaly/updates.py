@@ -1,7 +1,7 @@
 """Which normals a model's updates have used already, so that adding the same images again changes nothing.
 
-    digests = [image_digest(x) for x in images]                   # sha256 of each image's pixels
-    keep = fresh_images(names, digests, images, det.updates_)      # indices to add; a warning names the rest
+    images, names, digests = new_normals(images, names, det.updates_, "PatchCore.partial_fit")
+    # the images no earlier update used, their names and pixel sha256; a warning names the rest
 
 Every update (`PatchCore.partial_fit`, `PatchCoreEnsemble.partial_fit`) records, beside the names of the images it
 added to the bank and held out, the sha256 of each one's pixels (`added_to_bank_sha256`, `held_out_sha256`). An
@@ -19,7 +19,8 @@ from typing import Any, Sequence
 
 from frozenvit.backbone.preprocess import to_rgb_uint8
 
-from .images import as_image
+from .errors import DatasetError
+from .images import as_image, image_list
 
 SHOWN = 5          # skipped images named in a warning; the rest are counted
 
@@ -79,8 +80,25 @@ def fresh_images(names: Sequence[str], digests: Sequence[str], images: Sequence[
         shown = ", ".join(skipped[:SHOWN]) + (f" and {len(skipped) - SHOWN} more" if len(skipped) > SHOWN else "")
         if keep:
             warnings.warn(f"{len(skipped)} of {len(names)} images were given before and are skipped (each image is "
-                          f"added once): {shown}", stacklevel=3)
+                          f"added once): {shown}", stacklevel=4)
         else:
             warnings.warn(f"nothing new to add: all {len(names)} images were given before ({shown}); the model "
-                          "is unchanged", stacklevel=3)
+                          "is unchanged", stacklevel=4)
     return keep
+
+
+def new_normals(images: Any, names: Sequence[str] | None, updates: Sequence[dict],
+                who: str) -> tuple[list[Any], list[str], list[str]]:
+    """The images of a `partial_fit` call (`who` names it in errors) that no earlier update used, with their names
+    (given, or `image_names`) and pixel digests; empty lists when none is new (`fresh_images` warns). Raises
+    DatasetError for no images, or for a number of names other than of images."""
+    images = image_list(images, who)
+    if not images:
+        raise DatasetError(f"{who} got no images: give at least 1 normal image to add")
+    names = image_names(images) if names is None else [str(n) for n in names]
+    if len(names) != len(images):
+        raise DatasetError(f"{who} got {len(names)} names for {len(images)} images: give one name per image, or "
+                           "none (paths name themselves)")
+    digests = [image_digest(x) for x in images]
+    keep = fresh_images(names, digests, images, updates)
+    return [images[i] for i in keep], [names[i] for i in keep], [digests[i] for i in keep]
