@@ -410,10 +410,13 @@ def _season_forms(args: argparse.Namespace) -> dict[str, str]:
 
     names = set(flat_names(args.models))
     fallback = names & set(NEURAL) and args.short_series == "statistical" and not names - set(NEURAL)
-    used = [m for m, wanted in ((ETS, names & {"ets", "auto"} or fallback), (ARIMA, "arima" in names)) if wanted]
     several = len(args.seasons) > 1
-    forms = {m.__name__: m(args.seasons if several else args.season_length).seasonal_form()
-             for m in used}                                 # the short series' fallback (theta, ets): the shortest
+    # the models named (auto's ETS among them) take every season; the short series' fallback (Theta, ETS) the shortest
+    used = [(m, args.seasons if several and named else args.season_length)
+            for m, named, wanted in ((ETS, names & {"ets", "auto"}, names & {"ets", "auto"} or fallback),
+                                     (ARIMA, "arima" in names, "arima" in names)) if wanted]
+    forms = {m.__name__: m(given).seasonal_form() for m, given in used}
+    several = several and any(given == args.seasons for _, given in used)
     stl = [name for name, form in forms.items() if form == "stl"]
     if stl:
         one = len(stl) == 1

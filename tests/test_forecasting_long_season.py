@@ -234,3 +234,17 @@ def test_hourly_timestamps_give_the_day_and_the_week_by_default(tmp_path, capsys
     summary = json.loads((out / "summary.json").read_text())
     assert summary["seasons"] == [24, 168] and summary["season_length"] == 24
     assert summary["defaults_from"]["season_length"] == 24
+
+
+def test_networks_alone_on_hourly_data_say_nothing_of_two_seasons(tmp_path, capsys):
+    """The networks' statistical fallback for short series takes the shortest season: no STL line for it."""
+    import argparse
+
+    from frozenvit.forecasting.cli import _season_forms
+
+    args = argparse.Namespace(models=["dlinear"], short_series="statistical", seasons=(24, 168), season_length=24)
+    assert _season_forms(args) == {"ETS": "own"}
+    assert "STL" not in capsys.readouterr().out
+    args.models = ["dlinear", "arima"]
+    assert _season_forms(args) == {"ARIMA": "stl"}
+    assert "ARIMA: seasons of 24 and 168 steps: STL takes them out together, it forecasts" in capsys.readouterr().out
