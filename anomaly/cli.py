@@ -284,8 +284,8 @@ def _write_predictions(det: Any, model_dir: str | Path, images: Sequence[str], o
     whole when the run ends, so it never mixes this run's results with an earlier one's. Returns the CSV rows.
 
     Nothing frozenvit wrote (`out` least of all) is read as input; an unreadable file stops the run
-    (ImageFormatError naming it) before any output; OutputConflict for an `out` frozenvit did not write or an
-    earlier output with a file changed since (`check_predictions_out`).
+    (ImageFormatError naming it) before any output. The caller refuses an `out` it may not replace first
+    (`check_predictions_out`), before loading the model.
     """
     from frozenvit.backbone.commands import list_images
     from frozenvit.backbone.suite.artifacts import atomic_dir
@@ -294,7 +294,6 @@ def _write_predictions(det: Any, model_dir: str | Path, images: Sequence[str], o
     from .stream import iter_scored
     from .viz import overlay_file_names
 
-    check_predictions_out(out)
     files = list_images(list(images), exclude=[out])
     for f in files:
         image_size(f)
@@ -437,6 +436,7 @@ def _cmd_review(args: argparse.Namespace) -> int:
         fresh = listed == {str(p.relative_to(images)) for p in list_images([str(images)], exclude=[out])}
     if args.rescore or not fresh:                  # no predictions yet, older than the model (an update), other images
         _faiss_threads(args)
+        check_predictions_out(out)
         _write_predictions(_model(args.model), args.model, [str(images)], out)
     data = ReviewData.open(out, images)
     if args.host != HOST:
