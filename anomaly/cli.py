@@ -237,7 +237,9 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
     _faiss_threads(args)
     engine_from_args(args)                         # --workers without --ray fails before any work
-    check_predictions_out(args.out)
+    from frozenvit.backbone.suite.artifacts import check_artifact_dir
+
+    check_artifact_dir(args.out, PREDICT_KIND)     # nor an earlier output with a file edited since (scores.csv)
     if args.runtime != "torch" and args.ray is not None:
         raise UsageError(f"--runtime {args.runtime} runs in this process only; drop --ray or --runtime")
     det = _runtime(_model(args.model, args.threshold, args.target_fpr), args)
@@ -252,32 +254,6 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_predictions_out(out: str | Path, flag: str = "--out") -> None:
-    """Refuse, before any work, an `out` that a predictions run may not replace: OutputConflict for a path
-    frozenvit did not write (`check_artifact_dir`) and for an earlier predict output with a file changed since it
-    was written (scores.csv edited in a spreadsheet, an overlay retouched), naming the files. The marker of an
-    output records the sha256 of every file; an unchanged earlier output is replaced as a whole, and a file of it
-    that was deleted is no change to keep."""
-    import json
-
-    from frozenvit.backbone.suite.artifacts import MARKER, check_artifact_dir, sha256_file
-    from frozenvit.backbone.suite.errors import OutputConflict
-
-    check_artifact_dir(out, PREDICT_KIND, flag)
-    out = Path(out)
-    try:
-        files = json.loads((out / MARKER).read_text()).get("files")
-    except (OSError, ValueError, AttributeError):
-        return                                                      # nothing there (check_artifact_dir passed it)
-    edited = sorted(name for name, digest in (files.items() if isinstance(files, dict) else ())
-                    if (out / name).is_file() and sha256_file(out / name) != digest)
-    if edited:
-        shown = ", ".join(edited[:5]) + (f" and {len(edited) - 5} more" if len(edited) > 5 else "")
-        raise OutputConflict(f"{flag} {out} holds an earlier predict output whose {shown} changed after it was "
-                             "written (edited by hand?); frozenvit never overwrites a user's changes. Choose a new "
-                             f"{flag}, or move the changed files (or the whole folder) elsewhere to keep them")
-
-
 def _write_predictions(det: Any, model_dir: str | Path, images: Sequence[str], out: str | Path, *, overlays: bool = True,
                       engine: str = "local", workers: int | None = None) -> list[dict]:
     """Score the images under `images` (files or folders) and write `out`: scores.csv and overlays/, replaced as a
@@ -285,7 +261,7 @@ def _write_predictions(det: Any, model_dir: str | Path, images: Sequence[str], o
 
     Nothing frozenvit wrote (`out` least of all) is read as input; an unreadable file stops the run
     (ImageFormatError naming it) before any output. The caller refuses an `out` it may not replace first
-    (`check_predictions_out`), before loading the model.
+    (`check_artifact_dir`, which also refuses an earlier output edited since), before loading the model.
     """
     from frozenvit.backbone.commands import list_images
     from frozenvit.backbone.suite.artifacts import atomic_dir
@@ -351,7 +327,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         write_json(args.out, {"model": str(args.model), "data": str(args.data or args.test), **_runtime_record(args),
                               "metrics": metrics,
                               "per_defect_type": per_type, "threshold": det.decision_threshold(),
-                              "defective_images_without_masks": unmasked}, kind="anomaly.evaluate")
+                              "defective_images_without_masks": unmasked}, kind="anomaly.evaluate", sealed=True)
         print(f"wrote {args.out}")
     return 0
 
@@ -389,7 +365,8 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         print(f"{r['rank']:4d} {r['score']:9.4f} {r['robust_z']:9.2f}  {r['image']}{'   <- look at this' if r['flagged'] else ''}")
     print(f"{int(res.flagged.sum())} of {len(train)} training images flagged (robust z > 3.5)")
     if args.out:
-        write_json(args.out, {"data": str(args.data), "folds": args.folds, "ranking": res.ranking()}, kind="anomaly.audit")
+        write_json(args.out, {"data": str(args.data), "folds": args.folds, "ranking": res.ranking()}, kind="anomaly.audit",
+                   sealed=True)
         print(f"wrote {args.out}")
     return 0
 
@@ -412,6 +389,7 @@ def _cmd_review(args: argparse.Namespace) -> int:
     import os
 
     from frozenvit.backbone.commands import list_images
+    from frozenvit.backbone.suite.artifacts import check_artifact_dir
 
     from .review import HOST, ReviewData, labels_path, review_app
 
@@ -436,7 +414,7 @@ def _cmd_review(args: argparse.Namespace) -> int:
         fresh = listed == {str(p.relative_to(images)) for p in list_images([str(images)], exclude=[out])}
     if args.rescore or not fresh:                  # no predictions yet, older than the model (an update), other images
         _faiss_threads(args)
-        check_predictions_out(out)
+        check_artifact_dir(out, PREDICT_KIND)
         _write_predictions(_model(args.model), args.model, [str(images)], out)
     data = ReviewData.open(out, images)
     if args.host != HOST:

@@ -8,6 +8,7 @@ machine and one image never changes when the set grows.
 """
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import numpy as np
 from PIL import Image
 from scipy import ndimage
 
+from frozenvit.backbone.suite.artifacts import atomic_write_bytes
 from frozenvit.backbone.suite.errors import ParameterError
 
 CATEGORIES = ("weave", "grain", "washer")   # two textures, one object
@@ -162,8 +164,9 @@ def make_synthetic_mvtec(root: str | os.PathLike, category: str = "weave", *, n_
     base = Path(root) / category
 
     def save(a: np.ndarray, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(a).save(path)
+        buf = io.BytesIO()
+        Image.fromarray(a).save(buf, format="PNG")
+        atomic_write_bytes(path, buf.getvalue())
     for i in range(n_train):
         save(render_sample(category, None, seed, i, size)[0], base / "train" / "good" / f"{i:03d}.png")
     for i in range(n_test_good):

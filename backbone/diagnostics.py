@@ -124,5 +124,11 @@ def plot_inspection(rep: Inspection, path: Any = None):
     fig.suptitle(rep.name)
     fig.tight_layout()
     if path is not None:
-        fig.savefig(path, dpi=100)
+        import io
+
+        from .suite.artifacts import atomic_write_bytes
+
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=100)
+        atomic_write_bytes(path, buf.getvalue())
     return fig

@@ -238,7 +238,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         attention = None
     check_artifact_dir(args.out, KIND)
     if args.checkpoint:
-        check_artifact_dir(args.checkpoint, KIND, flag="--checkpoint")
+        check_artifact_dir(args.checkpoint, KIND, flag="--checkpoint", keep_edits=False)
     load_manifest(args.demos)                          # a missing or foreign folder fails before the encoder loads
     bb = _encoder(args)
     blocks = _blocks(args.blocks, bb.config.depth)
@@ -313,7 +313,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_latency(args: argparse.Namespace) -> int:
-    from frozenvit.backbone.suite.artifacts import check_output_dir, output_dir, write_json
+    import io
+
+    from frozenvit.backbone.suite.artifacts import atomic_write_bytes, check_output_dir, output_dir, write_json
 
     from .env import MetaWorldTask
     from .latency import UntrainedHead, compare_runtimes, comparison_rows
@@ -355,7 +357,9 @@ def _cmd_latency(args: argparse.Namespace) -> int:
             **first.to_dict(), "runtimes": {rt: rep.to_dict() for rt, rep in reports.items()},
             "comparison": comparison_rows(reports)}
         write_json(out / "latency.json", body, kind=LATENCY_KIND)
-        first.histogram(args.budget_ms).savefig(out / "histogram.png", dpi=100, metadata={"frozenvit": LATENCY_KIND})
+        buf = io.BytesIO()
+        first.histogram(args.budget_ms).savefig(buf, format="png", dpi=100, metadata={"frozenvit": LATENCY_KIND})
+        atomic_write_bytes(out / "histogram.png", buf.getvalue())
         print(f"wrote {out / 'latency.json'} and {out / 'histogram.png'}")
     return 0 if not fits or any(fits) else OVER_BUDGET
 

@@ -7,6 +7,7 @@ disk at once, and a stopped evaluation resumes where it stopped.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -17,7 +18,7 @@ import numpy as np
 from PIL import Image
 
 from frozenvit.backbone.errors import ArtifactError
-from frozenvit.backbone.suite.artifacts import atomic_write_text
+from frozenvit.backbone.suite.artifacts import atomic_write_bytes, atomic_write_text
 from frozenvit.backbone.suite.errors import OutputConflict
 from frozenvit.backbone.suite.progress import progress_bar
 
@@ -305,7 +306,7 @@ class EpisodeJournal:
         self.reopened = self.path.exists()            # a journal an earlier run of this evaluation wrote
         if not self.reopened:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(self.path, json.dumps({"frozenvit": JOURNAL_KIND, "run": run}) + "\n")
+            atomic_write_text(self.path, json.dumps({"frozenvit": JOURNAL_KIND, "run": run}) + "\n", record=False)  # appended to
             return
         raw = self.path.read_bytes()
         *lines, partial = raw.split(b"\n")            # after the last newline: a line a kill cut short
@@ -343,7 +344,9 @@ def save_gif(frames: Sequence[np.ndarray], path: str | Path, fps: int = 20, ever
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     ims = [Image.fromarray(f) for f in frames[::every]] or [Image.fromarray(frames[-1])]
-    ims[0].save(path, save_all=True, append_images=ims[1:], duration=int(1000 * every / fps), loop=0)
+    buf = io.BytesIO()
+    ims[0].save(buf, format="GIF", save_all=True, append_images=ims[1:], duration=int(1000 * every / fps), loop=0)
+    atomic_write_bytes(path, buf.getvalue())
     return path
 
 

@@ -215,7 +215,7 @@ def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | Sequence
             parts["view_tokens"].append(vt)
             parts["view_cls"].append(vc)
     tensors = {k: torch.cat(v).contiguous() for k, v in parts.items()}
-    with atomic_dir(cache_dir, KIND) as tmp:
+    with atomic_dir(cache_dir, KIND, keep_edits=False) as tmp:
         save_tensors(tensors, tmp / "features.safetensors")
         write_json(tmp / "config.json", dict(kind=KIND, format_version=FORMAT_VERSION, **meta))
     return _as_cache(tensors, meta)

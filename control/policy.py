@@ -264,7 +264,7 @@ class PatchTokenPolicy(ParameterErrorMixin, BaseEstimator):
         moments, groups = optimizer_tensors(opt)
         state = {f"opt.{k}": v.detach().clone().contiguous() for k, v in moments.items()}
         state["generator"] = gen.get_state()
-        with atomic_dir(ckpt, KIND, flag="--checkpoint") as tmp:
+        with atomic_dir(ckpt, KIND, flag="--checkpoint", keep_edits=False) as tmp:
             self._write(tmp)
             save_tensors(state, tmp / "train_state.safetensors")
             write_json(tmp / "train_state.json", dict(epoch=epoch, param_groups=groups))

@@ -73,7 +73,7 @@ def save(path: str | Path, net: nn.Module, opt: torch.optim.Optimizer, sched, rn
     from safetensors.torch import save_file
 
     moments, groups = optimizer_tensors(opt)
-    with atomic_dir(path, KIND, flag="checkpoint") as tmp:
+    with atomic_dir(path, KIND, flag="checkpoint", keep_edits=False) as tmp:
         save_file({k: v.detach().contiguous() for k, v in net.state_dict().items()}, str(tmp / "model.safetensors"))
         if state.best_state is not None:
             save_file({k: v.contiguous() for k, v in state.best_state.items()}, str(tmp / "best.safetensors"))

@@ -661,5 +661,5 @@ def _cmd_paper(args: argparse.Namespace) -> int:
     if args.out:
         write_json(args.out, {"csv": str(args.csv), "dataset": dataset, "dataset_from": source if dataset else None,
                               "borders": list(borders), "overrides": overrides, "hyperparameters": used,
-                              "results": rows}, kind="forecast.paper")
+                              "results": rows}, kind="forecast.paper", sealed=True)
     return 0

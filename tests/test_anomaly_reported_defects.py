@@ -302,14 +302,15 @@ def test_predict_still_replaces_an_earlier_output_nobody_changed(ws, tmp_path):
 
 
 def test_review_refuses_to_rescore_into_edited_predictions(ws, tmp_path):
-    from frozenvit.anomaly.cli import check_predictions_out
+    from frozenvit.anomaly.cli import PREDICT_KIND
+    from frozenvit.backbone.suite.artifacts import check_artifact_dir
     from frozenvit.backbone.suite.errors import OutputConflict
 
     out = tmp_path / "pred"
     assert _predict(ws, out, "--no-overlays") == 0
     (out / "scores.csv").write_text("image,score\nmine,0\n")
-    with pytest.raises(OutputConflict, match="scores.csv changed after it was written"):
-        check_predictions_out(out)
+    with pytest.raises(OutputConflict, match="scores.csv changed after frozenvit wrote it"):
+        check_artifact_dir(out, PREDICT_KIND)          # what review calls before it scores again
 
 
 # ---- --target-fpr 1 is refused as the options are read ------------------------------------------------------------

@@ -231,7 +231,7 @@ def lr_at(step: int, total: int, cfg: DistillConfig) -> float:
 
 def save_checkpoint(out: Path, model: Distiller, opt: torch.optim.Optimizer, state: dict) -> None:
     """out/ckpt/{model,optim}.safetensors + state.json, replaced atomically."""
-    with atomic_dir(out / "ckpt", "distill_checkpoint") as tmp:
+    with atomic_dir(out / "ckpt", "distill_checkpoint", keep_edits=False) as tmp:
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, tmp / "model.safetensors")
         moments, groups = optimizer_tensors(opt)
         save_file(moments, tmp / "optim.safetensors")

@@ -3,9 +3,15 @@
 Three promises, shared by every application:
 
 - **Nothing of the user's is deleted or overwritten.** Every folder frozenvit writes carries a marker,
-  `.frozenvit.json` ({"kind": ..., "files": {name: sha256}}). A folder without our marker is a user's folder:
-  a non-empty `--out` without our marker of the same kind, an artifact folder holding files we did not write,
-  or an existing output file we did not write is refused with `OutputConflict`, before any work starts.
+  `.frozenvit.json` ({"kind": ..., "files": {name: sha256}, "stats": {name: [size, mtime_ns]}}). A folder without
+  our marker is a user's folder: a non-empty `--out` without our marker of the same kind, an artifact folder
+  holding files we did not write, or an existing output file we did not write is refused with `OutputConflict`,
+  before any work starts. So is an output whose files changed after frozenvit wrote them (a CSV edited in a
+  spreadsheet, a report retouched): the marker of an artifact lists every file's sha256, an output folder filled
+  file by file (`output_dir`) gains each file's sha256 as it is written, and a single JSON output carries the
+  sha256 of its own content (`write_json(..., sealed=True)`). A file whose size and mtime are as recorded is
+  taken as unchanged without reading it. Caches and checkpoints, which only frozenvit reads, are replaced even
+  when changed (`atomic_dir(..., keep_edits=False)`): a damaged one is written again.
 - **Replacing an artifact is safe at every instant.** An artifact is written into a temporary sibling
   `.NAME.tmp-TOKEN` that holds its own `.frozenvit-temp.json` naming TOKEN and NAME, so a folder is taken for
   one of our temporaries only when both agree, never by its name alone. The marker, listing every file, is
@@ -29,6 +35,7 @@ import os
 import secrets
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -75,10 +82,39 @@ def _refuse(path: Path, why: str, flag: str, rule: str = "frozenvit never delete
                           "those files away")
 
 
-def _check_owned_dir(path: Path, kind: str, flag: str, whole: bool, replaces: tuple[str, ...] = ()) -> None:
+def changed_files(directory: str | os.PathLike, marker: dict | None = None) -> list[str]:
+    """The files a folder's marker lists that are there and differ from what frozenvit wrote (missing ones are
+    no change to keep); a file whose size and mtime are as recorded is not read."""
+    directory = Path(directory)
+    marker = _read_marker(directory) if marker is None else marker
+    files = (marker or {}).get("files")
+    stats = (marker or {}).get("stats")
+    earlier = (marker or {}).get("previous")
+    stats = stats if isinstance(stats, dict) else {}
+    earlier = earlier if isinstance(earlier, dict) else {}
+    changed = []
+    for name, digest in sorted(files.items()) if isinstance(files, dict) else ():
+        f = directory / name
+        if not f.is_file() or f.is_symlink():
+            continue
+        st = f.stat()
+        if stats.get(name) == [st.st_size, st.st_mtime_ns]:
+            continue
+        if sha256_file(f) not in (digest, earlier.get(name)):
+            changed.append(name)
+    return changed
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def _check_owned_dir(path: Path, kind: str, flag: str, whole: bool, replaces: tuple[str, ...] = (),
+                     keep_edits: bool = True) -> None:
     """Raise OutputConflict unless `path` is absent, empty, or a frozenvit folder of this kind.
 
     `whole`: the folder will be replaced as a whole, so it must hold nothing but the files we listed.
+    `keep_edits`: refuse a folder with a file changed since frozenvit wrote it (`changed_files`).
     """
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         raise _refuse(path, "exists and is not a folder", flag)
@@ -94,8 +130,12 @@ def _check_owned_dir(path: Path, kind: str, flag: str, whole: bool, replaces: tu
     if whole:
         foreign = sorted(set(_files(path)) - set(marker.get("files") or ()) - {MARKER})
         if foreign:
-            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-            raise _refuse(path, f"holds files that frozenvit did not write ({shown})", flag)
+            raise _refuse(path, f"holds files that frozenvit did not write ({_shown(foreign)})", flag)
+    if keep_edits:
+        edited = changed_files(path, marker)
+        if edited:
+            raise _refuse(path, f"holds an earlier {have!r} output whose {_shown(edited)} changed after frozenvit "
+                          "wrote it (edited by hand?)", flag, "frozenvit never overwrites a user's changes")
 
 
 def _new_temporary(target: Path, tag: str) -> Path:
@@ -194,23 +234,26 @@ def check_writable(path: str | os.PathLike, flag: str = "--out") -> None:
                              "choose a writable path")
 
 
-def check_artifact_dir(target: str | os.PathLike, kind: str, flag: str = "--out", replaces: tuple[str, ...] = ()) -> None:
-    """Refuse early (before hours of work) a `target` that `atomic_dir(target, kind, replaces=...)` would refuse."""
+def check_artifact_dir(target: str | os.PathLike, kind: str, flag: str = "--out", replaces: tuple[str, ...] = (),
+                       keep_edits: bool = True) -> None:
+    """Refuse early (before hours of work) a `target` that `atomic_dir(target, kind, ...)` would refuse."""
     check_writable(target, flag)
     recover(target)
-    _check_owned_dir(Path(target), kind, flag, whole=True, replaces=replaces)
+    _check_owned_dir(Path(target), kind, flag, whole=True, replaces=replaces, keep_edits=keep_edits)
 
 
 @contextlib.contextmanager
-def atomic_dir(target: str | os.PathLike, kind: str, flag: str = "--out", replaces: tuple[str, ...] = ()) -> Iterator[Path]:
+def atomic_dir(target: str | os.PathLike, kind: str, flag: str = "--out", replaces: tuple[str, ...] = (),
+               keep_edits: bool = True) -> Iterator[Path]:
     """Yield a temporary folder; when the body returns it replaces `target` as a whole.
 
     Refuses (OutputConflict, before the body runs) a `target` that is not absent, empty, or a frozenvit
-    artifact of this `kind` (or of a kind in `replaces`) holding only files frozenvit wrote. If the body raises,
-    `target` is untouched.
+    artifact of this `kind` (or of a kind in `replaces`) holding only files frozenvit wrote, unchanged since
+    (`keep_edits=False`: changed files are replaced too, for caches and checkpoints that only frozenvit reads).
+    If the body raises, `target` is untouched.
     """
     target = Path(target)
-    check_artifact_dir(target, kind, flag, replaces)
+    check_artifact_dir(target, kind, flag, replaces, keep_edits)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         _clean_stale(target)
@@ -219,12 +262,14 @@ def atomic_dir(target: str | os.PathLike, kind: str, flag: str = "--out", replac
         raise OutputConflict(f"{flag} {target} cannot be written ({e.strerror}); choose a writable path") from e
     try:
         yield tmp
-        digests = {}
+        digests, stats = {}, {}
         for f in _files(tmp):                     # flush contents before the marker declares them complete
             with open(tmp / f, "rb") as fh:
                 os.fsync(fh.fileno())
             digests[f] = sha256_file(tmp / f)
-        write_json(tmp / MARKER, {"kind": kind, "files": digests})
+            st = (tmp / f).stat()
+            stats[f] = [st.st_size, st.st_mtime_ns]
+        write_json(tmp / MARKER, {"kind": kind, "files": digests, "stats": stats})
         _fsync_dir(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -277,25 +322,100 @@ def check_output_dir(path: str | os.PathLike, kind: str, flag: str = "--out") ->
         raise OutputConflict(f"{flag} {path} cannot be written (no write permission); choose a writable path")
 
 
+_claimed: dict[Path, str] = {}         # output folders this process claimed (real path -> kind)
+_claim_lock = threading.RLock()
+
+
 def output_dir(path: str | os.PathLike, kind: str, flag: str = "--out") -> Path:
     """Claim a folder that a command fills file by file (reports, predictions, demos, runs).
 
-    Accepted: absent, empty, or a folder frozenvit wrote with the same `kind` (files in it are
-    overwritten by name, never deleted). Anything else raises OutputConflict and nothing is written.
+    Accepted: absent, empty, or a folder frozenvit wrote with the same `kind`, none of whose files changed since
+    (files in it are overwritten by name, never deleted). Anything else raises OutputConflict and nothing is
+    written. Every file this process then writes in it with `atomic_write_bytes` (outside a folder with a marker
+    of its own) has its sha256 recorded in the folder's marker, so a later run can tell the user's edits.
     """
     path = Path(path)
     _check_owned_dir(path, kind, flag, whole=False)
     try:
         path.mkdir(parents=True, exist_ok=True)
         if _read_marker(path) is None:
-            write_json(path / MARKER, {"kind": kind})
+            write_json(path / MARKER, {"kind": kind, "files": {}})
     except OSError as e:
         raise OutputConflict(f"{flag} {path} cannot be written ({e.strerror}); choose a writable path") from e
+    with _claim_lock:
+        _claimed[path.resolve()] = kind
     return path
 
 
+def _claiming_folder(path: Path) -> tuple[Path, str] | None:
+    """The claimed output folder that records `path` and `path` relative to it, if any: the nearest claimed
+    ancestor, with no folder between them that is hidden (our temporaries) or holds a marker of its own."""
+    if path.name in (MARKER, TEMP_MARKER) or not _claimed:
+        return None
+    real = path.parent.resolve() / path.name
+    for folder in real.parents:
+        if folder in _claimed:
+            rel = real.relative_to(folder)
+            return (folder, rel.as_posix()) if not any(p.startswith(".") for p in rel.parts) else None
+        if folder.name.startswith(".") or (folder / MARKER).is_file():
+            return None
+    return None
+
+
+def _update_marker(folder: Path, update: Any) -> None:
+    marker = _read_marker(folder)
+    if marker is None:                         # the folder was emptied or replaced meanwhile: nothing to record in
+        return
+    for key in ("files", "stats", "previous"):
+        if not isinstance(marker.get(key), dict):
+            marker[key] = {}
+    update(marker)
+    write_json(folder / MARKER, marker)
+
+
+def _record_before(path: Path, data: bytes) -> tuple[Path, str] | None:
+    """Record the digest of what is about to replace `path` (the digest it replaces stays acceptable, so a
+    kill between the two writes leaves nothing that reads as a user's edit)."""
+    claim = _claiming_folder(path)
+    if claim is not None:
+        folder, rel = claim
+        digest = hashlib.sha256(data).hexdigest()
+
+        def update(m: dict) -> None:
+            old = m["files"].get(rel)
+            m["previous"].pop(rel, None)
+            if old is not None and old != digest:
+                m["previous"][rel] = old
+            m["files"][rel] = digest
+            m["stats"].pop(rel, None)
+        with _claim_lock:
+            _update_marker(folder, update)
+    return claim
+
+
+def _record_after(claim: tuple[Path, str] | None, path: Path) -> None:
+    if claim is None:
+        return
+    folder, rel = claim
+    st = path.stat()
+
+    def update(m: dict) -> None:
+        m["previous"].pop(rel, None)
+        m["stats"][rel] = [st.st_size, st.st_mtime_ns]
+    with _claim_lock:
+        _update_marker(folder, update)
+
+
+def record_output(path: str | os.PathLike) -> None:
+    """Record in its claimed output folder's marker what `path` holds now (after frozenvit appended to it)."""
+    path = Path(path)
+    claim = _record_before(path, path.read_bytes())
+    _record_after(claim, path)
+
+
 def check_output_file(path: str | os.PathLike | None, kind: str, flag: str = "--out") -> None:
-    """Refuse to overwrite a file frozenvit did not write (JSON with our `frozenvit` key, PNG with our tEXt)."""
+    """Refuse to overwrite a file frozenvit did not write (JSON with our `frozenvit` key, PNG with our tEXt), and a
+    sealed JSON (`write_json(..., sealed=True)`) whose content changed since it was written."""
     if path is None:
         return
     path = Path(path)
@@ -306,6 +426,9 @@ def check_output_file(path: str | os.PathLike | None, kind: str, flag: str = "--
         return
     if file_kind(path) != kind:
         raise _refuse(path, "exists and was not written by this frozenvit command", flag)
+    if path.suffix.lower() == ".json" and not _seal_holds(json.loads(path.read_text())):
+        raise _refuse(path, f"is an earlier {kind!r} output that changed after frozenvit wrote it (edited by hand?)",
+                      flag, "frozenvit never overwrites a user's changes")
 
 
 def file_kind(path: Path) -> str | None:
@@ -350,10 +473,15 @@ def check_tensor_metadata(tensor_file: str | os.PathLike, cfg: dict) -> None:
                             "(edited by hand?); write the artifact again instead of editing its config")
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write a single file atomically (temporary sibling, fsync, rename)."""
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, record: bool = True) -> None:
+    """Write a single file atomically (temporary sibling, fsync, rename).
+
+    Inside an output folder this process claimed (`output_dir`) its sha256 goes into the folder's marker, unless
+    `record` is False (a file frozenvit appends to later, such as a journal).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    claim = _record_before(path, data) if record else None
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_umask())      # mkstemp makes 0600: give the file normal permissions
@@ -366,17 +494,38 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    _record_after(claim, path)
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
+def atomic_write_text(path: str | os.PathLike, text: str, record: bool = True) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"), record)
 
 
-def write_json(path: str | os.PathLike, obj: Any, kind: str | None = None) -> None:
-    """Write JSON atomically; with `kind`, stamp {"frozenvit": kind} so a re-run may replace it. NaN -> null."""
+SEAL = "frozenvit_sha256"
+
+
+def _content_digest(obj: dict) -> str:
+    body = {k: v for k, v in obj.items() if k != SEAL}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _seal_holds(obj: Any) -> bool:
+    """False only for a sealed JSON object whose content is not what was sealed."""
+    return not (isinstance(obj, dict) and SEAL in obj) or obj[SEAL] == _content_digest(obj)
+
+
+def write_json(path: str | os.PathLike, obj: Any, kind: str | None = None, sealed: bool = False) -> None:
+    """Write JSON atomically; with `kind`, stamp {"frozenvit": kind} so a re-run may replace it. NaN -> null.
+
+    `sealed` (a single-file output, with `kind`): also stamp the sha256 of the content, so that a re-run refuses
+    to replace it once it was edited (`check_output_file`).
+    """
     if kind is not None:
         obj = {"frozenvit": kind, **obj}
     obj = _finite(obj)
+    if sealed:
+        obj = json.loads(json.dumps(obj, default=_json_default))
+        obj[SEAL] = _content_digest(obj)
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
 
 
