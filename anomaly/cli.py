@@ -615,9 +615,9 @@ def register(subparsers: Any) -> None:
     q.add_argument("--tile", type=_tile, nargs="?", const=1.0, default=d.TILE,
                    help="cut images into overlapping tiles of the model input's aspect, SCALE x its size in image "
                         "pixels (bare --tile: 1, one image pixel per model pixel), score each against a bank of the "
-                        "normals' tiles and stitch the maps; for images much larger than the input. 'auto': tiles "
-                        "as large as the image's short side (no stretching; one tile, the image itself, when it has "
-                        "the input's aspect); 'none': resize whole images. Stored in the model and used by predict "
+                        "normals' tiles and stitch the maps; for images much larger than the input. 'auto': an image "
+                        f"whose aspect is within {d.AUTO_TILE_ASPECT:g}x of the input's is resized whole, a longer one is "
+                        "cut into tiles as large as its short side (no stretching); 'none': resize whole images. Stored in the model and used by predict "
                         "and evaluate. In the default ensemble 'auto' leaves each member its own")
     q.add_argument("--tile-overlap", type=number(float, min=0, max=1, max_open=True), default=d.TILE_OVERLAP,
                    help="least overlap of neighbouring tiles, a fraction of a tile in [0, 1)")

@@ -38,6 +38,8 @@ AUDIT_FOLDS: int = 5                 # contamination_audit(n_splits=...) and `an
 BACKBONE: str | None = "efficientnet_lite0"
 # PatchCore(tile=...) and `anomaly fit --tile`: see PatchCore's docstring
 TILE: float | str | None = "auto"
+# tile="auto" leaves an image whole (resized as untiled) when its aspect is within this factor of the model input's
+AUTO_TILE_ASPECT = 1.5
 # PatchCore(score_border=...) and `anomaly fit --score-border`: rings of edge patches left out of image scores
 # PatchCore(index=...) and `anomaly fit --index`: "auto" is exact search ("flat") for banks under IVF_MIN_BANK
 # entries and "ivf" from there on. On KolektorSDD (bank 62,799 x 38) IVF scored 0.910 / 0.919 / 0.769 against

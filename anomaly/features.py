@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from frozenvit.backbone.preprocess import to_rgb_uint8
 from frozenvit.backbone.suite.progress import progress_bar
 
+from .defaults import AUTO_TILE_ASPECT
 from .images import as_image
 from .tiling import Tiling
 
@@ -35,8 +36,6 @@ AUGMENTS = {
     "rot90": tuple((lambda a, k=k: np.rot90(a, k)) for k in range(4)),
 }
 AUGMENTS["all"] = AUGMENTS["rot90"] + tuple((lambda a, k=k: np.rot90(a[:, ::-1], k)) for k in range(4))
-# tile="auto" leaves an image whole (resized as untiled) when its aspect is within this factor of the model input's
-AUTO_TILE_ASPECT = 1.5
 _IMAGE_NAME = re.compile(r"^(a tile of )?image (\d+)\b")   # how an input is named in the backbone's warnings
 
 

@@ -189,7 +189,8 @@ def _add_run_args(q: argparse.ArgumentParser, models: str, predict: bool = False
                    help="season in steps: for seasonal naive, Theta, ETS, ARIMA (above 24 steps they take it out by "
                         "STL first) and (unless --mase-season) the MASE scale; several, comma-separated (24,168: the "
                         "day and the week of hourly data): ETS and ARIMA take them all out by STL together (MSTL), "
-                        "the others take the shortest; when not given: the timestamps' cycle (12 months, 4 quarters, 52 weeks, 7 days, 24 hours; yearly: 1; "
+                        "the others take the shortest; when not given: the timestamps' cycle (12 months, 4 quarters, 52 weeks, 7 days; "
+                        "hourly and finer: the day and the week, 24,168 for hours; yearly: 1; "
                         f"integer timestamps: {_D['season_length']})")
     q.add_argument("--models", type=model_specs(MODEL_NAMES), default=models,
                    help=f"comma-separated, out of {','.join(MODEL_NAMES)}, and combinations of them: "
