@@ -68,6 +68,8 @@ def overlay_figure(det: Any, ds: Any, n: int = 6):
 def review_screenshot(det: Any, ds: Any, out: Path) -> bytes | None:
     """A screenshot of `anomaly review` over the test images of `ds` (predictions and overlays written to `out`),
     the top-scored one open; None without chromium and playwright (review.screenshot)."""
+    from frozenvit.backbone.suite.artifacts import atomic_write_bytes
+
     from .review import Labels, ReviewData, chromium, labels_path, screenshot
     from .stream import iter_scored
     from .viz import overlay_file_names
@@ -79,7 +81,7 @@ def review_screenshot(det: Any, ds: Any, out: Path) -> bytes | None:
     (out / "overlays").mkdir(parents=True, exist_ok=True)
     rows = []
     for name, ov, got in zip(names, overlay_file_names(names), iter_scored(det, [s.path for s in ds.test])):
-        (out / "overlays" / ov).write_bytes(got.overlay_png)
+        atomic_write_bytes(out / "overlays" / ov, got.overlay_png)
         rows.append({"name": name, "score": got.score, "type": Path(name).parent.name, "overlay": ov})
     rows.sort(key=lambda r: -r["score"])
     data = ReviewData(out, root.resolve(), rows, det.decision_threshold(), Labels(labels_path(out), root))
