@@ -4,12 +4,16 @@ Long format is the one statsforecast and neuralforecast use: one row per (series
 `ds` may be datetimes or integers, at any regular step. Validation never silently repairs data:
 unsorted rows, duplicates, irregular spacing, NaN and gaps raise `SeriesError` naming the series
 and the timestamp, unless the caller asks for a sort or a fill explicitly (`sort=True`,
-`fill="ffill"`; on the command line `--sort`, `--fill ffill`). Text where a number or a
-timestamp belongs is never taken for a missing value: the readers name its line in the file.
+`fill="ffill"`; on the command line `--sort`, `--fill ffill`). Empty fields and the standard missing
+markers (NA, n/a, null, #N/A, NaN, ...) are missing values, and the error for them names the marker and
+its line; other text where a number or a timestamp belongs is never taken for a missing value: the readers
+name its line in the file. The readers drop what can only be a series' span in a wide file (the empty
+values before each series' first value and after its last), with a warning.
 """
 from __future__ import annotations
 
 import csv
+import re
 import warnings
 from pathlib import Path
 from typing import Literal
@@ -35,38 +39,53 @@ def read_long_csv(path: str | Path, id_col: str = ID, time_col: str = DS, target
     `time_col` where the file has it, else the one that is not `target_col`, else the first; the series is
     named by the value column.
 
+    Header names are stripped of spaces. Timestamps of whole years (1960, 1961, ...) are read as yearly
+    dates; dates like 31.01.2020 day-first where only that reading is regular (an ambiguous column is a
+    SeriesError). In a file not separated by commas, values written with a decimal comma (100,25) are read
+    as numbers (a warning says so). The standard missing markers (NA, n/a, null, #N/A, NaN, ...) and empty
+    fields are missing values; any other text in `y` is an error naming its line.
+
     Returns a DataFrame with columns `unique_id` (str), `ds` (datetime64[ns] or int64), `y` (float64).
     Raises SeriesError for a file that is missing, empty, not a CSV or without data rows, for
     absent columns, and, naming the line, for an empty id or timestamp and for text in `y`.
     """
     raw = _read_csv(path, sep)
+    comma = _sep(sep) != ","
     missing = [c for c in (id_col, time_col, target_col) if c not in raw.columns]
     cols = list(raw.columns)
     if id_col == ID and len(cols) == 2 and ID not in cols and missing != [id_col]:    # date,co2: time and value
         t = time_col if time_col in cols else next(c for c in cols if c != target_col)
         v = next(c for c in cols if c != t)
         try:
-            df = pd.DataFrame({ID: v if v != Y else Path(path).stem, DS: _parse_ds(raw[t], path),
-                               Y: _parse_values(raw[v], path)})
+            ds = _parse_ds(raw[t], path, calendar=True)
         except SeriesError:
-            df = None                                    # not a time and a value column: the error below
-        if df is not None:
-            return validate(df, sort=sort, fill=fill, min_length=min_length)
+            if raw[t].map(lambda v: isinstance(v, str) and re.fullmatch(_DAY_MONTH, v) is not None).all():
+                raise                                    # dates, ambiguous or unreadable: say so
+            ds = None                                    # not a time and a value column: the error below
+        if ds is not None:
+            try:
+                df = pd.DataFrame({ID: v if v != Y else Path(path).stem, DS: ds, Y: _parse_values(raw[v], path, comma)})
+            except SeriesError:
+                if pd.to_numeric(raw[v], errors="coerce").notna().mean() >= 0.5:
+                    raise                                # a value column with some text in it: name the text
+                df = None
+            if df is not None:
+                return _validate(df, sort, fill, min_length, _origin(raw[v]), path)
     if missing == [id_col] and id_col == ID:     # one series: ds,y (an id column named otherwise must exist)
         if raw[time_col].duplicated().any():
             raise SeriesError(f"{path}: no {id_col!r} column and its timestamps repeat, so it holds several series; "
-                              f"name their id column with --id-col (have {list(raw.columns)})")
+                              f"name their id column with --id-col (have {_names(raw.columns)})")
         raw = raw.assign(**{id_col: Path(path).stem})
     elif missing:
-        raise SeriesError(f"{path}: columns {missing} not found (have {list(raw.columns)}); name them with "
-                          "--id-col/--time-col/--target-col, or pass --wide for a wide file")
+        raise SeriesError(f"{path}: columns {missing} not found (have {_names(raw.columns)}); " + (
+            _m4_hint(raw.columns) or "name them with --id-col/--time-col/--target-col, or pass --wide for a wide file"))
     ids = raw[id_col]
     if ids.isna().any():
         raise SeriesError(f"{_where(path, int(np.flatnonzero(ids.isna())[0]))}: the {id_col} field is empty; "
                           "every row needs a series id")
-    df = pd.DataFrame({ID: ids.astype(str), DS: _parse_ds(raw[time_col], path),
-                       Y: _parse_values(raw[target_col], path)})
-    return validate(df, sort=sort, fill=fill, min_length=min_length)
+    df = pd.DataFrame({ID: ids.astype(str), DS: _parse_ds(raw[time_col], path, calendar=True),
+                       Y: _parse_values(raw[target_col], path, comma)})
+    return _validate(df, sort, fill, min_length, _origin(raw[target_col]), path)
 
 
 def read_wide_csv(path: str | Path, time_col: str | None = None, columns: list[str] | None = None, *,
@@ -74,13 +93,17 @@ def read_wide_csv(path: str | Path, time_col: str | None = None, columns: list[s
                   sep: str = CSV_SEP) -> pd.DataFrame:
     """Read a wide CSV (a time column, then one column per series, like the ETT files) as long format.
 
-    `time_col` defaults to the first column; `columns` selects series (default: all others).
-    Raises SeriesError as `read_long_csv` does.
+    `time_col` defaults to the first column; `columns` selects series (default: all others). A series'
+    leading and trailing empty values (series that start or end at other times than the file) are dropped,
+    as M4 and statsforecast tooling does, and a warning says so; empty values between its first and last
+    value are missing values, as in a long file. Raises SeriesError as `read_long_csv` does.
     """
     raw = _read_csv(path, sep)
+    comma = _sep(sep) != ","
+    named = time_col is not None
     time_col = time_col or raw.columns[0]
     if time_col not in raw.columns:
-        raise SeriesError(f"{path}: time column {time_col!r} not found (have {list(raw.columns)}); "
+        raise SeriesError(f"{path}: time column {time_col!r} not found (have {_names(raw.columns)}); "
                           "name it with --time-col")
     cols = columns or [c for c in raw.columns if c != time_col]
     if not cols:
@@ -88,12 +111,37 @@ def read_wide_csv(path: str | Path, time_col: str | None = None, columns: list[s
                           "time column, then one column per series (or pass a long CSV without --wide)")
     absent = [c for c in cols if c not in raw.columns]
     if absent:
-        raise SeriesError(f"{path}: series columns {absent} not found (have {list(raw.columns)}); "
+        raise SeriesError(f"{path}: series columns {_names(absent)} not found (have {_names(raw.columns)}); "
                           "check --columns")
-    ds = _parse_ds(raw[time_col], path)
-    long = pd.concat([pd.DataFrame({ID: str(c), DS: ds.to_numpy(), Y: _parse_values(raw[c], path).to_numpy()})
-                      for c in cols], ignore_index=True)
-    return validate(long, sort=sort, fill=fill, min_length=min_length)
+    try:
+        ds = _parse_ds(raw[time_col], path, calendar=True)
+    except SeriesError as e:
+        hint = _m4_hint(raw.columns) or ("" if named else f"a wide file's first column ({time_col!r}) is its "
+                                          "time column, unless --time-col names another")
+        raise SeriesError(f"{e}; {hint}" if hint else str(e)) from None
+    order = np.argsort(ds.to_numpy(), kind="stable") if sort else np.arange(len(ds))
+    parts, trimmed = [], []
+    for c in cols:
+        y = _parse_values(raw[c], path, comma).to_numpy()[order]
+        have = np.flatnonzero(~np.isnan(y))
+        if not have.size:
+            raise SeriesError(f"{path}: series column {c!r} holds no value at all; drop it, or leave it out of "
+                              "--columns")
+        keep = order[have[0]: have[-1] + 1]
+        before, after = int(have[0]), len(order) - 1 - int(have[-1])
+        if before or after:
+            trimmed.append(f"{c!r} " + " and ".join(
+                ([f"{before} before its first value ({ds.iloc[keep[0]]})"]
+                 if before else []) + ([f"{after} after its last"] if after else [])))
+        parts.append((pd.DataFrame({ID: str(c), DS: ds.to_numpy()[keep], Y: y[have[0]: have[-1] + 1]}),
+                      _origin(raw[c]).iloc[keep]))
+    if trimmed:
+        more = f" and {len(trimmed) - 5} more series" if len(trimmed) > 5 else ""
+        warnings.warn(f"{path}: series that start or end at other times than the file: their empty values before "
+                      f"their first value and after their last dropped: {'; '.join(trimmed[:5])}{more}", stacklevel=2)
+    long = pd.concat([p for p, _ in parts], ignore_index=True)
+    origin = pd.concat([o for _, o in parts], ignore_index=True)
+    return _validate(long, sort, fill, min_length, origin, path)
 
 
 def wide_to_long(wide: pd.DataFrame, time_col: str, columns: list[str], source: str = "frame") -> pd.DataFrame:
@@ -126,12 +174,52 @@ def read_m4(train_csv: str | Path, test_csv: str | Path | None = None) -> pd.Dat
 
 
 SEPARATORS = {";": "semicolon", "\t": "tab", "|": "pipe"}      # what a CSV from elsewhere may be separated by
+# the markers pandas reads as missing by default (and empty fields): missing values, named where they stop a run
+NA_MARKERS = frozenset({"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+                        "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"})
+_SHOWN_COLUMNS = 8            # a message lists this many of a file's columns, then their count
+
+
+def _sep(sep: str) -> str:
+    """The separator: the two characters backslash-t (as a shell passes --sep '\\t') are a tab."""
+    return "\t" if sep == "\\t" else sep
+
+
+def _names(cols) -> str:
+    """A list of column names for a message: the first few, then how many there are in all."""
+    cols = [str(c) for c in cols]
+    if len(cols) <= _SHOWN_COLUMNS:
+        return repr(cols)
+    head = ", ".join(repr(c) for c in cols[:_SHOWN_COLUMNS - 2])
+    return f"[{head}, ..., {cols[-1]!r}] ({len(cols)} columns)"
+
+
+def _m4_hint(cols) -> str:
+    """For a file laid out as M4's training files (columns V1, V2, ...: an id, then values): how to read it."""
+    cols = [str(c) for c in cols]
+    if len(cols) >= 3 and cols == [f"V{i}" for i in range(1, len(cols) + 1)]:
+        return ("it looks like an M4 file (one row per series: V1 the id, then its values), which the "
+                "command does not read: in Python, frozenvit.forecasting.read_m4(train_csv, test_csv) reads "
+                "it as long format (write that to a CSV to pass it here)")
+    return ""
+
+
+def _plain(v) -> object:
+    """A value as a message shows it: numpy scalars as the Python number or text they hold."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _origin(col: pd.Series) -> pd.DataFrame:
+    """Each row's data row number in the file and its raw field: where a missing value came from."""
+    return pd.DataFrame({"row": np.arange(len(col)), "raw": col.to_numpy(dtype=object)})
 
 
 def _read_csv(path: str | Path, sep: str = CSV_SEP) -> pd.DataFrame:
     """The CSV's rows as pandas reads them, fields separated by `sep`; every way of not being a CSV with data is
-    a SeriesError (a file whose header holds one field with another separator in it: named as such)."""
-    path = Path(path)
+    a SeriesError (a file whose header holds one field with another separator in it: named as such).
+    Header names are stripped of spaces; only empty fields are NaN (missing markers stay text: `_parse_values`
+    reads them as missing and can name them)."""
+    path, sep = Path(path), _sep(sep)
     if not path.exists():
         raise SeriesError(f"{path} not found; pass the path of a CSV file with --csv")
     if path.is_dir():
@@ -139,7 +227,8 @@ def _read_csv(path: str | Path, sep: str = CSV_SEP) -> pd.DataFrame:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", pd.errors.ParserWarning)
-            raw = pd.read_csv(path, index_col=False, sep=sep)    # never the first column as an index (a shift)
+            raw = pd.read_csv(path, index_col=False, sep=sep,   # never the first column as an index (a shift)
+                              keep_default_na=False, na_values=[""], skipinitialspace=True)
     except pd.errors.ParserWarning:
         raise SeriesError(f"{path}: rows have more fields than the header line names; a value would be "
                           "dropped: name every column in the header (an empty last field is fine)") from None
@@ -153,10 +242,17 @@ def _read_csv(path: str | Path, sep: str = CSV_SEP) -> pd.DataFrame:
         raise SeriesError(f"{path} cannot be read ({e.strerror or e}); check the path and its permissions") from None
     other = [c for c in SEPARATORS if c != sep and c in str(raw.columns[0])] if len(raw.columns) == 1 else []
     if other:
+        shown = "'\\t'" if other[0] == "\t" else repr(other[0])
         raise SeriesError(f"{path}: the file looks {SEPARATORS[other[0]]}-separated; its header is one field "
-                          f"{raw.columns[0]!r}: pass --sep {other[0]!r} (sep={other[0]!r}), or save it with commas")
+                          f"{str(raw.columns[0])!r}: pass --sep {shown} (sep={other[0]!r}), or save it with commas")
+    stripped = [c.strip() if isinstance(c, str) else c for c in raw.columns]
+    if len(set(stripped)) < len(stripped):
+        twice = next(c for c in stripped if stripped.count(c) > 1)
+        raise SeriesError(f"{path}: the header names column {twice!r} twice ({_names(raw.columns)}); "
+                          "give every column its own name")
+    raw.columns = stripped
     if raw.empty:
-        raise SeriesError(f"{path} has no data rows below its header line {list(raw.columns)}")
+        raise SeriesError(f"{path} has no data rows below its header line {_names(raw.columns)}")
     return raw
 
 
@@ -182,33 +278,132 @@ def _where(source: str | Path, row: int) -> str:
     return f"{source} line {line}" if line is not None else f"{source} row {row}"
 
 
-def _parse_values(col: pd.Series, source: str | Path) -> pd.Series:
-    """A value column as float64. Empty fields and NaN stay NaN (missing, for --fill); text is a SeriesError."""
+_DECIMAL_COMMA = r"[+-]?\d*,\d+(?:[eE][+-]?\d+)?"       # 100,25 -,5 (a number written with a decimal comma)
+_DAY_MONTH = r"\s*\d{1,2}([./-])\d{1,2}\1\d{2,4}(?:[\sT].*)?"   # 31.01.2020, 01/02/20 10:00: day or month first
+
+
+def _parse_values(col: pd.Series, source: str | Path, comma: bool = False) -> pd.Series:
+    """A value column as float64. Empty fields and the standard missing markers (NA_MARKERS: NA, n/a, null, NaN,
+    #N/A, ...) are NaN (missing, for --fill); other text is a SeriesError. With `comma` (a file not separated by
+    commas), a column whose numbers are written with a decimal comma (100,25) is read so, with a warning."""
     if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
         return col.astype(float)
-    is_bool = col.map(lambda v: isinstance(v, (bool, np.bool_)))
-    num = pd.to_numeric(col.where(~is_bool), errors="coerce").astype(float)
-    bad = np.flatnonzero((col.notna() & num.isna()).to_numpy())
-    if bad.size:
-        i = int(bad[0])
-        raise SeriesError(f"{_where(source, i)}: {col.name} value {col.iloc[i]!r} is not a number ({bad.size} such "
-                          "value(s)); correct it, or leave the field empty to mark it missing for --fill")
+    is_bool = col.map(lambda v: isinstance(v, (bool, np.bool_))).to_numpy(dtype=bool)
+    text = col.map(lambda v: v.strip() if isinstance(v, str) else v)
+    marker = text.map(lambda v: isinstance(v, str) and v in NA_MARKERS).to_numpy(dtype=bool)
+    vals = text.where(~is_bool & ~marker)
+    num = pd.to_numeric(vals, errors="coerce").astype(float)
+    bad = col.notna().to_numpy() & ~marker & num.isna().to_numpy()
+    if bad.any() and comma:
+        strs = vals[vals.map(lambda v: isinstance(v, str)).to_numpy(dtype=bool)]
+        decimal = strs.str.fullmatch(_DECIMAL_COMMA)
+        if decimal.any() and (decimal | ~strs.str.contains(r"[.,]")).all():
+            num = pd.to_numeric(vals.where(~is_bool & ~marker).map(
+                lambda v: v.replace(",", ".") if isinstance(v, str) else v), errors="coerce").astype(float)
+            bad = col.notna().to_numpy() & ~marker & num.isna().to_numpy()
+            if not bad.any():
+                warnings.warn(f"{source}: {col.name} values such as {strs[decimal].iloc[0]!r} read with a decimal "
+                              f"comma ({strs[decimal].iloc[0].replace(',', '.')})", stacklevel=3)
+        elif decimal.any():
+            i = int(np.flatnonzero((~decimal & strs.str.contains(r"[.,]")).to_numpy())[0])
+            raise SeriesError(f"{source}: the {col.name} column mixes numbers written with a decimal comma "
+                              f"({strs[decimal].iloc[0]!r}) and with a point or separators ({strs.iloc[i]!r}); "
+                              "write them all one way (a point, no thousands separators)")
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise SeriesError(f"{_where(source, i)}: {col.name} value {_plain(col.iloc[i])!r} is not a number "
+                          f"({int(bad.sum())} such value(s)); correct it, or leave the field empty to mark it "
+                          "missing for --fill")
     return num
 
 
-def _parse_ds(col: pd.Series, source: str | Path) -> pd.Series:
-    """A time column as int64 steps or datetime64[ns] (time zones converted to UTC); SeriesError otherwise."""
+def _to_datetime(col: pd.Series, dayfirst: bool = False) -> pd.Series:
+    """pandas' reading of a column of dates (mixed UTC offsets: as UTC); unreadable ones NaT."""
+    parsed = pd.to_datetime(col, errors="coerce", dayfirst=dayfirst)
+    if not pd.api.types.is_datetime64_any_dtype(parsed):      # mixed UTC offsets
+        parsed = pd.to_datetime(col, errors="coerce", utc=True, dayfirst=dayfirst)
+    return parsed
+
+
+def _regular_share(ts: pd.Series) -> float:
+    """The share of a regular grid (a fixed step, or a calendar one) the distinct timestamps fill; 0 for none."""
+    idx = pd.DatetimeIndex(ts.dropna().unique()).sort_values()
+    if idx.tz is not None:
+        idx = idx.tz_convert("UTC").tz_localize(None)
+    if len(idx) < 3 or pd.infer_freq(idx) is not None:
+        return 1.0
+    t = idx.asi8
+    d = np.diff(t)
+    vals, counts = np.unique(d, return_counts=True)
+    step = int(vals[np.argmax(counts)])
+    if not (d % step).any():
+        return len(t) / ((int(t[-1]) - int(t[0])) // step + 1)
+    for off in _CALENDAR:
+        grid = pd.date_range(idx[0], idx[-1], freq=off)
+        if len(grid) and grid[0] == idx[0] and idx.isin(grid).all():
+            return len(idx) / len(grid)
+    return 0.0
+
+
+def _day_or_month_first(col: pd.Series, source: str | Path) -> pd.Series:
+    """Dates like 01.02.2020 (day or month first): the reading whose timestamps are regular; SeriesError when
+    both are (or neither is) and they differ."""
+    us, eu = _to_datetime(col), _to_datetime(col, dayfirst=True)
+    if eu.isna().sum() != us.isna().sum():
+        return eu if eu.isna().sum() < us.isna().sum() else us      # 13.01.2020 is day-first, 01/13/2020 not
+    if us.isna().any() or us.equals(eu):
+        return us
+    r_us, r_eu = _regular_share(us), _regular_share(eu)
+    if r_eu >= 0.5 > r_us:
+        return eu
+    if r_us >= 0.5 > r_eu:
+        return us
+    i = int(np.flatnonzero((us != eu).to_numpy())[0])
+    raise SeriesError(f"{_where(source, i)}: timestamp {col.iloc[i]!r} reads as {eu.iloc[i].date()} day-first and "
+                      f"{us.iloc[i].date()} month-first, and the {col.name} column is "
+                      f"{'regular' if r_us >= 0.5 else 'irregular'} either way; write the dates as YYYY-MM-DD")
+
+
+def _years(col: pd.Series) -> pd.Series | None:
+    """Whole years (1960, 1961, ...: all in 1000..2999, the commonest step between distinct values 1) as yearly
+    timestamps (January 1st); None for a column that is not such."""
+    if pd.api.types.is_bool_dtype(col) or not pd.api.types.is_numeric_dtype(col):
+        return None
+    v = col.to_numpy()
+    if not (np.all(v == np.round(v)) and v.min() >= 1000 and v.max() <= 2999):
+        return None
+    u = np.unique(v.astype(np.int64))
+    if len(u) < 2:
+        return None
+    steps, counts = np.unique(np.diff(u), return_counts=True)
+    if steps[np.argmax(counts)] != 1:
+        return None
+    return pd.Series((v.astype(np.int64) - 1970).astype("datetime64[Y]").astype("datetime64[ns]"),
+                     index=col.index, name=col.name)
+
+
+def _parse_ds(col: pd.Series, source: str | Path, calendar: bool = False) -> pd.Series:
+    """A time column as int64 steps or datetime64[ns] (time zones converted to UTC); SeriesError otherwise.
+    Dates written day or month first (01.02.2020) are read the way that makes them regular (`_day_or_month_first`);
+    with `calendar` (a CSV's column), whole years 1000..2999 a step apart are yearly dates (`_years`)."""
     name = col.name
-    empty = np.flatnonzero(col.isna().to_numpy())
+    marker = col.map(lambda v: isinstance(v, str) and v.strip() in NA_MARKERS).to_numpy(dtype=bool)
+    empty = np.flatnonzero(col.isna().to_numpy() | marker)
     if empty.size:
-        raise SeriesError(f"{_where(source, int(empty[0]))}: the {name} field is empty; every row needs a timestamp")
+        i = int(empty[0])
+        raise SeriesError(f"{_where(source, i)}: the {name} field is "
+                          f"{f'{col.iloc[i]!r} (missing)' if marker[i] else 'empty'}; every row needs a timestamp")
+    years = _years(col) if calendar else None
+    if years is not None:
+        return years
     if pd.api.types.is_integer_dtype(col):
         return col.astype(np.int64)
     if pd.api.types.is_float_dtype(col):
         whole = (col == np.round(col)) & (col.abs() < 2.0 ** 62)
         if not whole.all():
             i = int(np.flatnonzero(~whole.to_numpy())[0])
-            raise SeriesError(f"{_where(source, i)}: timestamp {col.iloc[i]!r} is neither an integer step nor a date")
+            raise SeriesError(f"{_where(source, i)}: timestamp {_plain(col.iloc[i])!r} is neither an integer step "
+                              "nor a date")
         return col.astype(np.int64)
     if pd.api.types.is_datetime64_any_dtype(col):
         parsed = col
@@ -219,17 +414,18 @@ def _parse_ds(col: pd.Series, source: str | Path) -> pd.Series:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                parsed = pd.to_datetime(col, errors="coerce")
-                if not pd.api.types.is_datetime64_any_dtype(parsed):      # mixed UTC offsets
-                    parsed = pd.to_datetime(col, errors="coerce", utc=True)
+                if col.map(lambda v: isinstance(v, str) and re.fullmatch(_DAY_MONTH, v) is not None).all():
+                    parsed = _day_or_month_first(col, source)
+                else:
+                    parsed = _to_datetime(col)
             except (ValueError, TypeError, OverflowError) as e:
                 raise SeriesError(f"{source}: the {name} column is neither integers nor dates ({e})") from None
         bad = parsed.isna().to_numpy()
         if bad.any():
             i, ok = int(np.flatnonzero(bad)[0]), np.flatnonzero(~bad)
             what = f"a date written like {col.iloc[int(ok[0])]!r}" if ok.size else "an integer step or a date"
-            raise SeriesError(f"{_where(source, i)}: timestamp {col.iloc[i]!r} is not {what} ({int(bad.sum())} "
-                              f"such value(s)); write every timestamp the same way")
+            raise SeriesError(f"{_where(source, i)}: timestamp {_plain(col.iloc[i])!r} is not {what} "
+                              f"({int(bad.sum())} such value(s)); write every timestamp the same way")
     if getattr(parsed.dt, "tz", None) is not None:
         parsed = parsed.dt.tz_convert("UTC").dt.tz_localize(None)
     return parsed.astype("datetime64[ns]")
@@ -244,6 +440,13 @@ def validate(df: pd.DataFrame, *, sort: bool = False, fill: Fill | None = None,
     `y`, unsorted timestamps (unless `sort`), duplicates, irregular spacing, gaps and NaN (unless
     `fill`), series shorter than `min_length`.
     """
+    return _validate(df, sort, fill, min_length)
+
+
+def _validate(df: pd.DataFrame, sort: bool, fill: Fill | None, min_length: int | None,
+              origin: pd.DataFrame | None = None, source: str | Path | None = None) -> pd.DataFrame:
+    """`validate`; `origin` (a reader's: each row's data row in the file `source` and its raw value field)
+    lets the error for a missing value name its line and marker."""
     missing = [c for c in (ID, DS, Y) if c not in df.columns]
     if missing:
         raise SeriesError(f"columns {missing} missing; long format needs unique_id, ds, y")
@@ -253,11 +456,13 @@ def validate(df: pd.DataFrame, *, sort: bool = False, fill: Fill | None = None,
         raise SeriesError("the series frame has no rows")
     df = df[[ID, DS, Y]].reset_index(drop=True)
     df = pd.DataFrame({ID: df[ID].astype(str), DS: _parse_ds(df[DS], "frame"), Y: _parse_values(df[Y], "frame")})
+    if origin is not None:
+        df["_row"], df["_raw"] = origin["row"].to_numpy(), origin["raw"].to_numpy()
     out = []
     for uid, g in df.groupby(ID, sort=False):
         if sort:
             g = g.sort_values(DS, kind="stable")
-        out.append(_check_one(uid, g, fill, min_length))
+        out.append(_check_one(uid, g, fill, min_length, source))
     return pd.concat(out, ignore_index=True)
 
 
@@ -304,7 +509,8 @@ def _calendar_step(df: pd.DataFrame) -> tuple[int, int, str, bool]:
     return h, m, f"{kind} timestamps" + (f" ({freq})" if k > 1 else ""), False
 
 
-def _check_one(uid: str, g: pd.DataFrame, fill: Fill | None, min_length: int | None) -> pd.DataFrame:
+def _check_one(uid: str, g: pd.DataFrame, fill: Fill | None, min_length: int | None,
+               source: str | Path | None = None) -> pd.DataFrame:
     ds = g[DS].reset_index(drop=True)
     t = ds.to_numpy().astype(np.int64)            # integers, or nanoseconds for datetimes
     d = np.diff(t)
@@ -316,12 +522,21 @@ def _check_one(uid: str, g: pd.DataFrame, fill: Fill | None, min_length: int | N
         i = int(np.flatnonzero(d < 0)[0]) + 1
         raise SeriesError(f"series {uid!r}: timestamps not sorted ({ds.iloc[i]} after {ds.iloc[i - 1]}, "
                           f"position {i}); sort the rows by (unique_id, ds), or pass --sort")
-    grid = _regular_grid(uid, ds)                 # every timestamp the series should have
-    if len(grid) > len(ds):
-        missing = ~pd.Index(grid).isin(ds)
+    grid = pd.Index(_regular_grid(uid, ds))       # every timestamp the series should have
+    off_grid = ~pd.Index(ds).isin(grid)
+    if off_grid.any():                            # never: a grid that would drop a real value is a bug
+        raise SeriesError(f"series {uid!r}: timestamp {ds[off_grid].iloc[0]} is off the series' regular grid; "
+                          "resample to a regular frequency first")
+    missing = ~grid.isin(ds)
+    if missing.any():
+        n_missing, first = int(missing.sum()), grid[missing][0]
+        if n_missing > len(ds):                   # filling would invent most of the series
+            raise SeriesError(f"series {uid!r}: {n_missing} of the {len(grid)} timestamps of its regular grid are "
+                              f"missing, first {first}: more than it has, so filling would invent most of it; the "
+                              "timestamps are probably misread (day-first dates read month-first, another column "
+                              "taken for the time?): check them, or resample to a coarser step")
         if fill is None:
-            first = pd.Index(grid)[missing][0]
-            raise SeriesError(f"series {uid!r}: {int(missing.sum())} missing timestamp(s) (gaps), first "
+            raise SeriesError(f"series {uid!r}: {n_missing} missing timestamp(s) (gaps), first "
                               f"{first}; fill them with --fill ffill, interpolate or zero")
         y_full = pd.Series(g[Y].to_numpy(dtype=float), index=pd.Index(ds)).reindex(grid).to_numpy()
         g = pd.DataFrame({DS: grid, Y: y_full})
@@ -329,13 +544,40 @@ def _check_one(uid: str, g: pd.DataFrame, fill: Fill | None, min_length: int | N
     nan = np.flatnonzero(~np.isfinite(y))
     if nan.size:
         if fill is None:
-            raise SeriesError(f"series {uid!r}: {nan.size} missing/non-finite value(s), first at "
-                              f"{g[DS].iloc[int(nan[0])]}; fill them with --fill ffill, interpolate or zero")
+            raise SeriesError(_missing_message(uid, g, nan, source))
         y = _fill(y, fill, uid)
     if min_length is not None and len(y) < min_length:
         raise SeriesError(f"series {uid!r} has {len(y)} values but needs at least {min_length} "
                           "(look-back + horizon [+ windows]); use a smaller --h or --input-size, or drop it")
     return pd.DataFrame({ID: uid, DS: g[DS].to_numpy(), Y: y})
+
+
+def _missing_message(uid: str, g: pd.DataFrame, nan: np.ndarray, source: str | Path | None) -> str:
+    """The error for a series' missing values (positions `nan`): where the first is (its line and marker when
+    the frame came from a file), and what to do: --fill for those between values, never for those before its
+    first value or after its last (filling them would invent history or a last value: drop those rows)."""
+    n, ts = len(g), g[DS].reset_index(drop=True)
+
+    def origin(i: int) -> str:
+        if "_row" not in g.columns or source is None:
+            return ""
+        raw = _plain(g["_raw"].iloc[i])
+        empty = raw is None or (isinstance(raw, float) and np.isnan(raw))
+        what = "an empty field" if empty else f"{str(raw).strip()!r}, read as a missing value"
+        return f" ({_where(source, int(g['_row'].iloc[i]))}: {what})"
+
+    lead = int(np.argmax(np.isfinite(g[Y].to_numpy(dtype=float)))) if len(nan) < n else n
+    trail = n - 1 - int(np.flatnonzero(np.isfinite(g[Y].to_numpy(dtype=float)))[-1]) if len(nan) < n else 0
+    if lead == n:
+        return f"series {uid!r} has no value at all, {n} missing{origin(0)}; drop it"
+    if lead or trail:
+        k, i, end = (lead, 0, "first") if lead else (trail, n - trail, "last")
+        return (f"series {uid!r}: its {end} {k} value(s) are missing, from {ts.iloc[i]}{origin(i)}; drop those rows "
+                f"(the series {'starts later' if lead else 'ends earlier'}): --fill would invent "
+                f"{'its history' if lead else 'its last values'}")
+    i = int(nan[0])
+    return (f"series {uid!r}: {nan.size} missing/non-finite value(s), first at {ts.iloc[i]}{origin(i)}; "
+            "fill them with --fill ffill, interpolate or zero")
 
 
 _CALENDAR = ("YS", "YE", "QS", "QE", "MS", "ME", "B")   # coarsest first: a gappy quarterly series is not monthly
@@ -365,8 +607,8 @@ def _regular_grid(uid: str, ds: pd.Series) -> pd.Index | np.ndarray:
             first = t[i] + step if is_int else pd.Timestamp(int(t[i]) + step)
             raise SeriesError(f"series {uid!r}: {n - len(t)} of {n} timestamps are missing (gaps), first {first}; "
                               "too sparse to fill: resample it to a coarser step, or drop it")
-        full = np.arange(t[0], t[-1] + 1, step)
-        return full if is_int else pd.DatetimeIndex(pd.to_datetime(full))
+        full = int(t[0]) + step * np.arange(n, dtype=np.int64)      # exact: no float steps, the last point kept
+        return full if is_int else pd.DatetimeIndex(full.astype("datetime64[ns]"))
     if not is_int:
         idx = pd.DatetimeIndex(ds)
         for off in _CALENDAR:
