@@ -65,6 +65,7 @@ from .errors import SeriesError
 
 HOW = ("global", "global_weights", "select", "weights")
 MEDIAN = "median of candidates"           # the candidates' median, as auto's choices name it
+VALIDATED, OTHERS, NONE = "validated", "others", "none"     # AutoChoice.source: where a series' weights came from
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,33 @@ class AutoChoice:
 
     candidates: list[str]
     weights: np.ndarray
+    # where each series' weights come from (S,): VALIDATED, its own validation windows; OTHERS, too short to
+    # validate, the rule over the series that were; NONE, too short and no series to borrow from, its first
+    # candidate that forecasts it (no validation at all). None: every series validated (or not known)
+    source: np.ndarray | None = None
+
+    def counts(self) -> dict[str, int]:
+        """How many series took their weights from each source (VALIDATED, OTHERS, NONE)."""
+        src = np.full(self.weights.shape[0], VALIDATED) if self.source is None else np.asarray(self.source)
+        return {k: int((src == k).sum()) for k in (VALIDATED, OTHERS, NONE)}
+
+    def validation_note(self, where: str) -> str:
+        """How the weights were validated, for a line `auto forecast with (<note>): <describe()>`; `where`
+        names the validation windows, e.g. "before each series' last 14 values". Never claims a validation
+        that did not happen: series too short for any validation window are said to be, with what forecast them."""
+        n = self.counts()
+        S = self.weights.shape[0]
+        if n[VALIDATED] == S:
+            return f"validated {where}"
+        parts = [f"validated {where} on {n[VALIDATED]} of {S} series"] if n[VALIDATED] else []
+        if n[OTHERS]:
+            parts.append(f"{n[OTHERS]} of {S} series too short to validate took the weights validated on the others")
+        if n[NONE]:
+            firsts = sorted({self.candidates[int(np.argmax(self.weights[s]))]
+                             for s in np.flatnonzero(np.asarray(self.source) == NONE)})
+            parts.append(f"{n[NONE]} of {S} series too short to validate the candidates on: not validated, each "
+                         f"forecast by its first candidate that can, {' or '.join(firsts)}")
+        return "; ".join(parts)
 
     def combinations(self) -> list[dict]:
         """Each distinct weighting, most series first: {"members": {name: weight}, "series": count}."""
@@ -88,8 +116,12 @@ class AutoChoice:
         return {name: float(w) for name, w in zip(self.candidates, self.weights.mean(axis=0))}
 
     def to_dict(self) -> dict:
+        n = self.counts()
         return {"candidates": list(self.candidates), "mean_weights": self.mean_weights(),
-                "combinations": self.combinations()}
+                "combinations": self.combinations(),
+                **({} if n[VALIDATED] == self.weights.shape[0] else
+                   {"series_validated": n[VALIDATED], "series_weighted_by_others": n[OTHERS],
+                    "series_not_validated": n[NONE]})}
 
     def describe(self, most: int = 4) -> str:
         """One line: the `most` commonest weightings and how many series took each, e.g. 'Theta + ETS (1/2
@@ -166,9 +198,12 @@ class AutoForecaster(Forecaster):
         `choice_` (AutoChoice): the weights each series was forecast with."""
         self.check_params()
         preds, errors = self.candidate_forecasts(series, cutoffs, h, refit_every=refit_every, progress=progress)
-        w = effective_weights(preds, self.weights(errors, np.isfinite(preds).all(axis=(2, 3))))
+        ruled = self.weights(errors, np.isfinite(preds).all(axis=(2, 3)))
+        w = effective_weights(preds, ruled)
         names = [m.alias for m in self.candidates] + [name for name, _ in self.medians()]
-        self.choice_ = AutoChoice(names, w.T)
+        source = np.where(np.isfinite(errors).any(axis=(0, 2)), VALIDATED,
+                          np.where(ruled.sum(axis=0) > 0, OTHERS, NONE))
+        self.choice_ = AutoChoice(names, w.T, source)
         return np.einsum("cs,cswh->swh", w, np.nan_to_num(preds)), None
 
     def forecast_with_calibration(self, series: Sequence[np.ndarray], cutoffs: np.ndarray,

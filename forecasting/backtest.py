@@ -36,7 +36,7 @@ from .defaults import CONFORMAL, GLOBAL_CALIBRATIONS
 from .ensemble import Ensemble, combine, same_model
 from .errors import SeriesError
 from .intervals import calibration_cutoffs, check_levels, conformal_bounds, known_windows
-from .lookback import auto_windows, prepare, skipped
+from .lookback import auto_windows, kept_for_windows, prepare, skipped
 from .metrics import diebold_mariano, interval_score_terms, mase_scale, smape_terms
 from .reuse import shared_fits
 
@@ -124,6 +124,8 @@ class BacktestResult:
         (scaled absolute error by default). With several series: d is averaged per series and
         the test runs across series (independent units). With one series: d per step of every
         window, in time order, with a Newey-West lag of h - 1. Negative statistic: model better.
+        Where the test cannot be computed (one window of one series, too few differentials) dm_stat and
+        p_value are NaN and the column `reason` says why ("" elsewhere).
         """
         base = baseline or self._default_baseline()
         if base not in self.models:
@@ -140,12 +142,19 @@ class BacktestResult:
                 d, lag = d.to_numpy(), self.h - 1
             if np.isfinite(d).sum() < 2:        # windows without MASE (flat histories) leave too few
                 rows.append({"model": m, "baseline": base, "dm_stat": np.nan, "p_value": np.nan,
-                             "mean_diff": np.nan, "n": int(np.isfinite(d).sum())})
+                             "mean_diff": np.nan, "n": int(np.isfinite(d).sum()),
+                             "reason": f"not computed: {int(np.isfinite(d).sum())} loss differential(s) with a "
+                                       f"{loss} (flat histories have none); it needs 2"})
                 continue
             r = diebold_mariano(d, lag=lag)
             rows.append({"model": m, "baseline": base, "dm_stat": r.statistic, "p_value": r.p_value,
-                         "mean_diff": r.mean_diff, "n": r.n})
+                         "mean_diff": r.mean_diff, "n": r.n, "reason": r.reason})
         return pd.DataFrame(rows).set_index("model") if rows else pd.DataFrame()
+
+    def dm_not_computed(self) -> dict[str, str]:
+        """model -> why its Diebold-Mariano test against the baseline has no value (NaN); {} when all have one."""
+        dm = self.dm_test() if len(self.models) > 1 else pd.DataFrame()
+        return {} if dm.empty else {m: r for m, r in dm["reason"].items() if r}
 
     def dm_vs_members(self, loss: str = "mase") -> pd.DataFrame:
         """Diebold-Mariano test of every ensemble against each of its members (rows: ensemble, member)."""
@@ -236,6 +245,7 @@ class BacktestResult:
                 "summary": self.summary().reset_index().to_dict(orient="records"),
                 "mase_by_horizon": {m: [float(v) for v in hz.loc[m]] for m in self.models},
                 **({"mase_undefined": self.mase_undefined} if self.mase_undefined else {}),
+                **({"dm_not_computed": self.dm_not_computed()} if self.dm_not_computed() else {}),
                 **(self._intervals_dict() if self.levels else {}),
                 **({"auto_choices": {a: c.to_dict() for a, c in self.choices.items()}} if self.choices else {}),
                 **({"ensembles": self.members,
@@ -259,6 +269,22 @@ def weights_frame(choices: dict, ids: list) -> pd.DataFrame:
         return pd.DataFrame(columns=["model", ID])
     out = pd.concat(frames, ignore_index=True)
     return out[["model", ID] + [c for c in out.columns if c not in ("model", ID)]]
+
+
+def check_models_and_season(models: Sequence[Forecaster], season_length, task: str) -> int:
+    """ParameterError for no model at all; the season the `task` ("backtest", "forecast") works with: an
+    integer as given, or of several seasons (7, 14), as the command's --season-length 7,14, the shortest (the
+    models themselves were built with theirs: ETS((7, 14)), SeasonalNaive(7))."""
+    if isinstance(models, Forecaster) or not len(models):
+        raise ParameterError(f"{task} needs a list of one or more models, e.g. [SeasonalNaive(7), ETS(7)], got "
+                             f"{models!r}")
+    if isinstance(season_length, (tuple, list, np.ndarray)):
+        seasons = list(season_length)
+        if not seasons or any(isinstance(m, bool) or int(m) != m or m < 1 for m in seasons):
+            raise ParameterError(f"season_length must be an integer >= 1 or a tuple of them (several seasons, "
+                                 f"e.g. (24, 168)), got {season_length!r}")
+        return int(min(seasons))
+    return season_length
 
 
 def _cutoff_positions(T: int, h: int, n_windows: int, step_size: int) -> list[int]:
@@ -321,21 +347,25 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
     records both (`input_size`, `short_series`). The models given are never changed, but for the fitted
     attribute an `auto` keeps (`choice_`: what it forecast each series with; the result's `choices`).
 
-    `n_windows="auto"`: as many as the shortest series allows, at most 8 (`lookback.auto_windows`).
+    `n_windows="auto"`: as many as the shortest series allows after its calibration windows, at most 8
+    (`lookback.auto_windows`); with `short_series="skip"` the shortest of the series kept (`lookback.kept_for_windows`).
+    `season_length` may be several seasons, (24, 168), as the command's --season-length 24,168: the shortest
+    is the MASE season and the one the lengths are checked with (the models keep the seasons they were built
+    with). No model at all is a ParameterError.
     `step_size` defaults to h. Raises SeriesError when a setting is below 1, or when a series is
     too short for the history the models need plus h + (n_windows - 1) * step_size values to forecast
     (`short_series="skip"` leaves such series out instead, and records them, unless none would remain).
     """
+    season_length = check_models_and_season(models, season_length, "backtest")
     step_size = h if step_size is None else step_size
     mase_season = season_length if mase_season is None else mase_season
-    if n_windows == "auto":
-        n_windows = auto_windows(validate(df).groupby(ID, sort=False).size().to_numpy(), h, step_size, season_length)
-    for name, v in (("h", h), ("n_windows", n_windows), ("step_size", step_size), ("season_length", season_length),
+    for name, v in (("h", h), ("n_windows", 1 if n_windows == "auto" else n_windows), ("step_size", step_size),
+                    ("season_length", season_length),
                     ("mase_season", mase_season), ("refit_every", 1 if refit_every is None else refit_every),
                     ("calibration_windows + 1", calibration_windows + 1)):
         if int(v) != v or v < 1:
             raise SeriesError(f"backtest needs {name} >= 1 (an integer), got {v!r}")
-    h, n_windows, step_size, season_length = int(h), int(n_windows), int(step_size), int(season_length)
+    h, step_size, season_length = int(h), int(step_size), int(season_length)
     mase_season = int(mase_season)
     levels = check_levels(levels) if len(levels) else ()
     if global_calibration not in GLOBAL_CALIBRATIONS:
@@ -345,6 +375,11 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
     for model in models:                # every hyperparameter, before any work
         model.check_params()
     df = validate(df)
+    if n_windows == "auto":             # room for the calibration windows; over the series kept (skip)
+        n_windows = auto_windows(kept_for_windows(df, models, h, step_size, season_length, K, input_size,
+                                                  short_series, fallback_history),
+                                 h, step_size, season_length, calibration_windows=K)
+    n_windows = int(n_windows)
     prep = prepare(df, models, h, n_windows, step_size, season_length, K, input_size, short_series,
                    fallback_history)
     df, models = prep.df, with_members(prep.models)

@@ -86,9 +86,15 @@ def number_list(kind=int, **limits):
 
 def percent_levels(text: str) -> list[float]:
     """argparse `type=` for --levels: comma-separated distinct percentages strictly between 0 and 100."""
+    from .intervals import as_percent_hint, fraction_levels
+
     values = number_list(float, min=0, max=100, min_open=True)(text)
     if 100 in values:
         raise argparse.ArgumentTypeError(f"expected percentages between 0 and 100 (not 100), got {text!r}; e.g. 80,95")
+    if fraction_levels(values):             # 0.8,0.95: meant as 80 % and 95 %, never as 0.8 % and 0.95 %
+        raise argparse.ArgumentTypeError(f"levels are percentages, got {text!r} ({fraction_levels(values)[0]:g} "
+                                         f"would be a {fraction_levels(values)[0]:g} % interval); use --levels "
+                                         f"{as_percent_hint(values)}")
     return sorted(values)
 
 
@@ -109,7 +115,9 @@ def register(subparsers) -> None:
                         "history); when not given: --season-length. summary.json says which was used")
     q.add_argument("--windows", type=number(int, min=1), default=None,
                    help="number of rolling cutoffs per series; when not given: as many as the shortest series "
-                        f"allows (a history of max(2 seasons, 2 --h) + 1 before the first), at most {MOST_WINDOWS}")
+                        "allows (a history of max(2 seasons, 2 --h) + 1 before the first, and the "
+                        "--calibration-windows before it; with --short-series skip the shortest series kept), at most "
+                        f"{MOST_WINDOWS}")
     q.add_argument("--step-size", type=number(int, min=1), default=None,
                    help="steps between cutoffs; when not given: the horizon --h")
     q.add_argument("--refit-every", type=number(int, min=1), default=None,
@@ -176,7 +184,8 @@ def _add_run_args(q: argparse.ArgumentParser, models: str, predict: bool = False
                    help=f"time column; when not given: {DS!r} in a long CSV, the first column in a wide one")
     q.add_argument("--target-col", default=Y, help="value column of a long CSV")
     q.add_argument("--sep", default=CSV_SEP, metavar="CHAR",
-                   help="the field separator of --csv, e.g. ';' for a semicolon-separated file")
+                   help="the field separator of --csv, e.g. ';' for a semicolon-separated file (where values "
+                        "written with a decimal comma, 100,25, are read so), '\\t' for a tab")
     q.add_argument("--sort", action="store_true",
                    help="sort each series' rows by time (else unsorted rows are refused)")
     q.add_argument("--fill", choices=("ffill", "interpolate", "zero"), default=None,
@@ -363,7 +372,7 @@ def _warnings_as_lines():
 
 def _read_series(args: argparse.Namespace):
     """The CSV as a long frame, and {from, h, season_length} where --h or --season-length came from the
-    timestamps (args set to them; None where both were given)."""
+    timestamps, naming only the one(s) derived (args set to them; None where both were given)."""
     from .data import calendar_defaults, read_long_csv, read_wide_csv
 
     if args.wide:
@@ -375,10 +384,17 @@ def _read_series(args: argparse.Namespace):
     inferred = None
     if args.h is None or args.season_length is None:    # from the timestamps' calendar step
         h, m, why = calendar_defaults(df)
-        args.h, args.season_length = args.h or h, args.season_length or list(m)
-        inferred = {"from": why, "h": args.h, "season_length": min(args.season_length)}
-        print(f"--h {args.h} and --season-length {','.join(map(str, args.season_length))}: {why} (pass --h and "
-              "--season-length to choose)")
+        derived = {}                                    # only the values the user did not give
+        if args.h is None:
+            args.h = derived["h"] = h
+        if args.season_length is None:
+            args.season_length = list(m)
+            derived["season_length"] = min(m)
+        inferred = {"from": why, **derived}
+        flags = [f"--h {args.h}" if "h" in derived else None,
+                 f"--season-length {','.join(map(str, args.season_length))}" if "season_length" in derived else None]
+        names = " and ".join(f.split()[0] for f in flags if f)
+        print(f"{' and '.join(f for f in flags if f)}: {why} (pass {names} to choose)")
     args.seasons = tuple(sorted(args.season_length))    # ETS and ARIMA take them all, the rest the shortest
     args.season_length = args.seasons[0]
     return df, inferred
@@ -432,12 +448,11 @@ def _season_forms(args: argparse.Namespace) -> dict[str, str]:
 def _cmd_predict(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from frozenvit.backbone.suite.artifacts import atomic_write_text, check_output_dir, output_dir, write_json
+    from frozenvit.backbone.suite.artifacts import check_output_dir, output_dir
     from frozenvit.backbone.suite.engine import engine_from_args, engine_session
 
     from .ensemble import assemble
     from .future import forecast
-    from .plots import plot_future, save_png
     from .run_folder import RunFolder
 
     _check_backtest_args(args, predict=True)
@@ -463,6 +478,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                       global_calibration=args.global_calibration,
                       input_size=args.input_size or _D["input_size"], short_series=args.short_series,
                       fallback_history=args.stat_history, progress=None)
+    used = _stat_history_used(built)
+    written = _write_predict(args, fc, df, used, season_forms, inferred, checkpoints, folder)
     pd.set_option("display.width", 160)
     first = list(fc.last)[: args.plot_series]
     shown = fc.frame[fc.frame[ID].isin(first)].pivot(index="step", columns=ID, values=fc.models)
@@ -470,22 +487,36 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     print(f"forecasts of the next {args.h} values (rows: step, columns: series and model; {len(first)} of "
           f"{len(fc.last)} series shown, every one in forecasts.csv with its timestamps)")
     print(shown.to_string(float_format=lambda v: f"{v:.4g}"))
+    where = f"before each series' last {args.h} values"
+    _print_stat_history(used, args.stat_history, where)
     for alias, choice in fc.choices.items():
-        print(f"{alias} forecast with (validated before each series' last {args.h} values): {choice.describe()}")
+        print(f"{alias} forecast with ({choice.validation_note(where)}): {choice.describe()}")
     if fc.short_series.get("ids"):
         print(f"short series ({fc.short_series['policy']}): {fc.short_series['reason']}; {fc.short_series['what']}")
     if fc.levels:
         own = ", and ETS's own" if any("/own" in k for k in fc.interval_share()) else ""
+        nets = f" ({fc.global_calibration} for the networks)" if set(names) & {*NEURAL, "auto"} else ""
         print(f"intervals: conformal, sized by the errors of {fc.calibration_windows} window(s) of --h before each "
-              f"series' end ({fc.global_calibration} for the networks){own}" if fc.calibration_windows else
+              f"series' end{nets}{own}" if fc.calibration_windows else
               f"intervals: no conformal ones (--calibration-windows 0){own}")
     missing = {f"{lab} {lv}": s for lab, by in fc.interval_share().items() for lv, s in by.items() if s < 1}
     if missing:
         print(f"no interval on some rows ({', '.join(f'{k}: {100 * (1 - v):.0f} %' for k, v in missing.items())}): too "
               "few calibration errors for that level (95 % needs 19 per step, over all series), or a flat history; "
               "more series or --calibration-windows give them")
+    print(f"\nwrote in {args.out}: {', '.join(written)}")
+    return 0
+
+
+def _write_predict(args, fc, df, used: dict, season_forms: dict, inferred, checkpoints: list[str],
+                   folder) -> list[str]:
+    """Every file of a forecast in --out, before anything is printed (see `_write_backtest`); the names written."""
+    from frozenvit.backbone.suite.artifacts import atomic_write_text, output_dir, write_json
+
+    from .plots import plot_future, save_png
+
     out = output_dir(args.out, "forecast.predict")
-    write_json(out / "summary.json", {"csv": str(args.csv), "stat_history": args.stat_history,
+    write_json(out / "summary.json", {"csv": str(args.csv), "stat_history": {"asked": args.stat_history, "used": used},
                                       **({"season_forms": season_forms} if season_forms else {}),
                                       **_seasons_record(args),
                                       **({"defaults_from": inferred} if inferred else {}), **fc.to_dict()})
@@ -498,19 +529,17 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     for alias, model in fc.fitted.items():
         written.append(model.save(out / "models" / alias).relative_to(out).as_posix())
     folder.finish(written + checkpoints)            # nothing of an earlier run is left beside these
-    print(f"\nwrote in {out}: {', '.join(written)}")
-    return 0
+    return written
 
 
 def _cmd_backtest(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from frozenvit.backbone.suite.artifacts import atomic_write_text, check_output_dir, output_dir, write_json
+    from frozenvit.backbone.suite.artifacts import check_output_dir, output_dir
     from frozenvit.backbone.suite.engine import engine_from_args, engine_session
 
     from .backtest import backtest
     from .ensemble import assemble
-    from .plots import plot_coverage, plot_forecasts, plot_mase_by_horizon, save_png
     from .run_folder import RunFolder
 
     _check_backtest_args(args)
@@ -539,20 +568,21 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
                        engine=engine, workers=args.workers, input_size=args.input_size or _D["input_size"],
                        short_series=args.short_series, fallback_history=args.stat_history)
     hz = res.mase_by_horizon()
+    used = _stat_history_used(built)
+    written = _write_backtest(args, res, df, hz, used, season_forms, inferred, checkpoints, folder)
     pd.set_option("display.width", 160)
     steps = shown_steps(args.h)
     print("MASE by horizon step (rows: step, columns: model)"
           + ("" if len(steps) == args.h else f"; {len(steps)} of {args.h} steps, every one in mase_by_horizon.csv"))
     print(hz.T.loc[steps].to_string(float_format=lambda v: f"{v:.3f}"))
     print()
-    print(res.summary().to_string(float_format=lambda v: f"{v:.4g}"))
-    used = {m.alias: m.history_ for m in built.values() if hasattr(m, "history_")}    # auto's candidates: its own
-    if used:
-        print("statistical models fitted on: " + ", ".join(
-            f"{a} {'all of each history' if n is None else f'the last {n} values'}" for a, n in used.items())
-            + (" (--stat-history auto: validated before the first cutoffs)" if args.stat_history == "auto" else ""))
+    print(res.summary().to_string(float_format=lambda v: f"{v:.4g}", na_rep="-"))
+    for model, reason in res.dm_not_computed().items():     # "-", never a p-value of 1 that reads "no difference"
+        print(f"{model}: dm_stat and p_value (Diebold-Mariano against {res._default_baseline()}) {reason}")
+    _print_stat_history(used, args.stat_history, "before the first cutoffs")
+    first_cutoff = "before each series' first cutoff"
     for alias, choice in res.choices.items():
-        print(f"{alias} forecast with (validated before each series' first cutoff): {choice.describe()}")
+        print(f"{alias} forecast with ({choice.validation_note(first_cutoff)}): {choice.describe()}")
     if res.short_series.get("ids"):
         print(f"short series ({res.short_series['policy']}): {res.short_series['reason']}; {res.short_series['what']}")
     if res.mase_undefined:
@@ -571,6 +601,32 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     if res.members:
         print("\nDiebold-Mariano, each combination against its members (negative: the combination is better)")
         print(res.dm_vs_members().to_string(float_format=lambda v: f"{v:.4g}"))
+    print(f"\nwrote in {args.out}: {', '.join(written)}")
+    return 0
+
+
+def _stat_history_used(built: dict) -> dict:
+    """alias -> how much of each history the statistical models named in --models were fitted on (None: all),
+    as their fits set it (`history_`; auto's candidates keep their own)."""
+    return {m.alias: m.history_ for m in built.values() if hasattr(m, "history_")}
+
+
+def _print_stat_history(used: dict, asked, where: str) -> None:
+    """The line saying what ETS, Theta and ARIMA were fitted on, and how --stat-history auto chose it."""
+    if used:
+        print("statistical models fitted on: " + ", ".join(
+            f"{a} {'all of each history' if n is None else f'the last {n} values'}" for a, n in used.items())
+            + (f" (--stat-history auto: validated {where})" if asked == "auto" else ""))
+
+
+def _write_backtest(args, res, df, hz, used: dict, season_forms: dict, inferred, checkpoints: list[str],
+                    folder) -> list[str]:
+    """Every file of a backtest in --out, before anything is printed (a reader that closes the output early,
+    `| head -1`, still leaves the results); the names written."""
+    from frozenvit.backbone.suite.artifacts import atomic_write_text, output_dir, write_json
+
+    from .plots import plot_coverage, plot_forecasts, plot_mase_by_horizon, save_png
+
     out = output_dir(args.out, "forecast.backtest")
     write_json(out / "summary.json", {"csv": str(args.csv), "input_size": res.input_size,
                                       "stat_history": {"asked": args.stat_history, "used": used},
@@ -593,8 +649,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     for alias, model in res.fitted.items():
         written.append(model.save(out / "models" / alias).relative_to(out).as_posix())
     folder.finish(written + checkpoints)            # nothing of an earlier run is left beside these
-    print(f"\nwrote in {out}: {', '.join(written)}")
-    return 0
+    return written
 
 
 def _paper_dataset(args: argparse.Namespace) -> tuple[str | None, str]:

@@ -26,7 +26,7 @@ import pandas as pd
 from frozenvit.backbone.suite.engine import check_engine, ray_session, use_engine
 from frozenvit.backbone.suite.errors import ParameterError
 
-from .backtest import weights_frame, with_members
+from .backtest import check_models_and_season, weights_frame, with_members
 from .base import Forecaster
 from .data import DS, ID, Y, validate
 from .defaults import GLOBAL_CALIBRATIONS
@@ -141,7 +141,9 @@ def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_leng
     forecast), and `global_calibration` None "holdout" for one window, "retrain" for more (a network's
     validation tail holds one). `engine="ray"` sends the statistical models' fits out as Ray tasks over
     `workers` CPUs, as in a backtest (the same forecasts); the networks train here. Raises SeriesError for a
-    series too short for the models (or, with `short_series="skip"`, leaves it out and records it)."""
+    series too short for the models (or, with `short_series="skip"`, leaves it out and records it). Several
+    seasons, (24, 168), and no model at all: as in `backtest`."""
+    season_length = check_models_and_season(models, season_length, "forecast")
     df = validate(df)
     lengths = df.groupby(ID, sort=False).size().to_numpy()
     chosen = calibration_windows == "auto"

@@ -36,8 +36,28 @@ import numpy as np
 from .errors import SeriesError
 
 
+def fraction_levels(levels: Sequence[float]) -> list[float]:
+    """The levels that look like fractions (0.8 for 80 %): at most 1. A central interval of 1 % or less is
+    never meant, 0.8 and 0.95 always are 80 % and 95 %; levels above 1 (a 10-90 % fan) are left alone."""
+    return [float(v) for v in levels if 0 < float(v) <= 1]
+
+
+def as_percent_hint(levels: Sequence[float]) -> str:
+    """`--levels 80,95` for fraction levels (0.8, 0.95): how to write them in percent."""
+    return ",".join(f"{100 * float(v):g}" if 0 < float(v) <= 1 else f"{float(v):g}" for v in levels)
+
+
 def check_levels(levels: Sequence[float]) -> tuple[float, ...]:
-    """Levels in percent, each strictly between 0 and 100, distinct, sorted."""
+    """Levels in percent, each strictly between 0 and 100, distinct, sorted. A level of at most 1 (a fraction,
+    0.95 for 95 %) is a ParameterError naming the percentages meant."""
+    from frozenvit.backbone.suite.errors import ParameterError
+
+    fractions = fraction_levels(levels)
+    if fractions:
+        hint = as_percent_hint(levels)
+        raise ParameterError(f"interval levels are percentages, got {list(levels)} ({fractions[0]:g} would be a "
+                             f"{fractions[0]:g} % interval); pass levels=({hint}{',' if ',' not in hint else ''}), "
+                             f"on the command line --levels {hint}")
     out = tuple(sorted(float(v) for v in levels))
     bad = [v for v in out if not 0 < v < 100]
     if bad or len(set(out)) < len(out):

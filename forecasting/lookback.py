@@ -79,12 +79,35 @@ def auto_input_size(lengths: Sequence[int], h: int, windows: int, step: int, cap
     return size
 
 
-def auto_windows(lengths: Sequence[int], h: int, step: int, season_length: int, most: int = MOST_WINDOWS) -> int:
+def auto_windows(lengths: Sequence[int], h: int, step: int, season_length: int, most: int = MOST_WINDOWS,
+                 calibration_windows: int = 0) -> int:
     """The most rolling windows (1..`most`) that leave the shortest series a history of more than two
-    seasons and two horizons before its first cutoff: max(2 m, 2 h) + 1 values (one window when even
-    one leaves less)."""
-    keep = max(2 * season_length, 2 * h) + 1
+    seasons and two horizons before its first cutoff: max(2 m, 2 h) + 1 values, and before them the
+    `calibration_windows` windows of h that calibrate the intervals (one window when even one leaves less)."""
+    keep = max(2 * season_length, 2 * h) + 1 + int(calibration_windows) * h
     return int(np.clip((int(np.min(lengths)) - keep - h) // step + 1, 1, most))
+
+
+def kept_for_windows(df: pd.DataFrame, models: Sequence[Forecaster], h: int, step: int, season_length: int,
+                     calibration_windows: int, input_size: int | str | None, short_series: str | None,
+                     fallback_history: int | str | None = None) -> np.ndarray:
+    """The lengths of the series an automatic window count is made over: every series', but with
+    `short_series="skip"` only those kept with one window (long enough for the neural models' look-back,
+    `prepare`, and for a window after two seasons and two horizons, `auto_windows`), where any is: the series
+    left out must not cap the windows of the rest."""
+    lengths = df.groupby(ID, sort=False).size()
+    if short_series != "skip":
+        return lengths.to_numpy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            short = set(prepare(df, models, h, 1, step, season_length, calibration_windows, input_size, "skip",
+                                fallback_history).short_series.get("ids", []))
+        except SeriesError:            # none kept: the backtest says so with the windows counted over all
+            return lengths.to_numpy()
+    keep = max(2 * season_length, 2 * h) + 1 + int(calibration_windows) * h + h
+    kept = lengths[~lengths.index.astype(str).isin(short) & (lengths.to_numpy() >= keep)]
+    return kept.to_numpy() if len(kept) else lengths.to_numpy()
 
 
 @dataclass(frozen=True)
@@ -252,7 +275,8 @@ def prepare(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: i
     done = {"skip": f"left out of the {'forecast' if future else 'backtest'} for every model",
             "baseline": "forecast by seasonal naive in the neural models' columns",
             "statistical": f"forecast in the neural models' columns by auto over the statistical models, validated "
-                           f"on their validation windows ({'/'.join(m.alias for m in fallback.candidates)})"
+                           f"on their validation windows where they hold one "
+                           f"({'/'.join(m.alias for m in fallback.candidates)})"
             if fallback else ""}[short_series]
     out.short_series = {**out.short_series, "reason": what, "what": done}
     warnings.warn(f"{what}; {done} (--short-series {short_series})", ShortSeriesWarning, stacklevel=3)

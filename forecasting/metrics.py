@@ -70,6 +70,7 @@ class DMResult:
     p_value: float        # two-sided
     n: int
     mean_diff: float      # mean loss differential (first minus second)
+    reason: str = ""      # why statistic and p_value are NaN (the test cannot be computed); "" when they are not
 
 
 def diebold_mariano(d: np.ndarray, lag: int = 0, harvey: bool = True) -> DMResult:
@@ -78,7 +79,9 @@ def diebold_mariano(d: np.ndarray, lag: int = 0, harvey: bool = True) -> DMResul
     The long-run variance is the Newey-West (Bartlett) sum of autocovariances up to `lag`
     (h - 1 for h-step forecasts). With `harvey` the Harvey-Leybourne-Newbold small-sample
     correction is applied and the p-value comes from Student's t with n - 1 degrees of freedom
-    (with lag 0 this is exactly the one-sample t-test of mean(d) = 0).
+    (with lag 0 this is exactly the one-sample t-test of mean(d) = 0). Where that correction is 0 (n = lag + 1:
+    one window of h steps of one series) the test cannot be computed: statistic and p-value are NaN and
+    `reason` says why (never a p-value of 1, which would read as "no difference").
     """
     d = np.asarray(d, dtype=float)
     d = d[np.isfinite(d)]
@@ -96,7 +99,12 @@ def diebold_mariano(d: np.ndarray, lag: int = 0, harvey: bool = True) -> DMResul
         stat = mean / math.sqrt(lrv / n)
     if harvey:
         h = lag + 1
-        stat *= math.sqrt(max(n + 1 - 2 * h + h * (h - 1) / n, 0.0) / n)
+        correction = n + 1 - 2 * h + h * (h - 1) / n
+        if correction <= 0:
+            return DMResult(float("nan"), float("nan"), n, mean,
+                            f"not computed: {n} loss differentials with a lag of {lag} leave the Harvey small-sample "
+                            "correction at 0 (one window of one series); use more windows or more series")
+        stat *= math.sqrt(correction / n)
         p = 2.0 * float(stats.t.sf(abs(stat), df=n - 1))
     else:
         p = 2.0 * float(stats.norm.sf(abs(stat)))

@@ -56,6 +56,19 @@ class RunFolder:
                                 ", ".join(kept[:3]))
             elif p.exists() or p.is_symlink():
                 p.unlink()
+            self._prune(Path(rel).parent)
+
+    def _prune(self, rel: Path) -> None:
+        """Remove the folders above a removed listed path (models/, checkpoints/: made for the earlier run's
+        files) that it left empty, innermost first, up to OUT itself (kept); a folder holding anything stays."""
+        for parent in [rel, *rel.parents]:
+            d = self.out / parent
+            if parent == Path(".") or d.is_symlink() or not d.is_dir():
+                continue
+            try:
+                d.rmdir()                               # only an empty folder: a user's file keeps it
+            except OSError:
+                return
 
     def start(self, planned: Iterable[str]) -> None:
         """Before training (the folder claimed): without resume, remove the earlier run's files; then list

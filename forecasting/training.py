@@ -225,10 +225,24 @@ class NeuralForecaster(Forecaster):
             st = checkpoint.TrainingState()
         self.history_: list[dict] = st.history
         epochs = range(st.epoch, 0 if st.stopped else int(self.max_epochs))
-        bar = progress_bar(epochs, initial=st.epoch, total=int(self.max_epochs), desc=self.alias, unit="epoch",
+        # counted by hand once each epoch's losses are set, so that every line shows one epoch's count and losses
+        bar = progress_bar(None, initial=st.epoch, total=int(self.max_epochs), desc=self.alias, unit="epoch",
                            leave=False, mininterval=0,        # in a log file: a line after every epoch
                            disable=None if self.progress is None else not self.progress)
-        for epoch in (bar if len(epochs) else []):
+        with bar:
+            self._epochs(epochs, bar, net, crit, opt, sched, rng, train, valid, n_per_epoch, st, ckpt, stamp, dev)
+        if st.best_state is not None:
+            net.load_state_dict(st.best_state)
+        self.best_val_loss_ = st.best if st.best_state is not None else float("nan")
+        self.net_ = net.eval().cpu()
+
+    def _epochs(self, epochs: range, bar, net: nn.Module, crit: nn.Module, opt: torch.optim.Optimizer, sched, rng,
+                train: WindowSet, valid: WindowSet, n_per_epoch: int, st, ckpt: Path | None, stamp: dict,
+                dev: torch.device) -> None:
+        """The epochs of `_train`, each counted on `bar` once its losses are shown; stops early on `st.stopped`."""
+        from . import checkpoint
+
+        for epoch in epochs:
             lr = self.lr * self.lr_decay ** max(0, epoch - self.lr_decay_after)
             if sched is None:
                 for g in opt.param_groups:
@@ -253,7 +267,7 @@ class NeuralForecaster(Forecaster):
             vloss = self._evaluate(net, valid, crit) if len(valid) else float("nan")
             self.history_.append({"epoch": epoch, "lr": lr, "train_loss": total / max(count, 1),
                                   "val_loss": vloss, "seconds": seconds})
-            bar.set_postfix(train=f"{total / max(count, 1):.4f}", val=f"{vloss:.4f}")
+            bar.set_postfix(train=f"{total / max(count, 1):.4f}", val=f"{vloss:.4f}", refresh=False)
             if len(valid):
                 if vloss < st.best:
                     st.best, st.best_state, st.bad = vloss, copy.deepcopy(net.state_dict()), 0
@@ -263,12 +277,9 @@ class NeuralForecaster(Forecaster):
             st.epoch = epoch + 1
             if ckpt is not None:
                 checkpoint.save(ckpt, net, opt, sched, rng, st, stamp)
+            bar.update(1)                       # this epoch's count, with its losses
             if st.stopped:
                 break
-        if st.best_state is not None:
-            net.load_state_dict(st.best_state)
-        self.best_val_loss_ = st.best if st.best_state is not None else float("nan")
-        self.net_ = net.eval().cpu()
 
     @torch.no_grad()
     def _evaluate(self, net: nn.Module, data: WindowSet, crit: nn.Module) -> float:

@@ -229,7 +229,7 @@ def test_hourly_timestamps_give_the_day_and_the_week_by_default(tmp_path, capsys
     assert main(["forecast", "predict", "--csv", str(csv), "--h", "24", "--models", "snaive,ets", "--out",
                  str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "--h 24 and --season-length 24,168: hourly timestamps" in printed
+    assert "--season-length 24,168: hourly timestamps (pass --season-length to choose)" in printed
     assert "ETS: seasons of 24 and 168 steps: STL takes them out together" in printed
     summary = json.loads((out / "summary.json").read_text())
     assert summary["seasons"] == [24, 168] and summary["season_length"] == 24

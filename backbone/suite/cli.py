@@ -182,9 +182,69 @@ def _name_subcommands(parser: argparse.ArgumentParser) -> None:
                 _name_subcommands(child)
 
 
+def _chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The deepest sub-command's parser that `args` went through (`frozenvit forecast backtest`'s for
+    `frozenvit forecast backtest ...`), found by each sub-parsers action's dest; `parser` where none was."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            child = action.choices.get(getattr(args, action.dest, None) or "")
+            if child is not None:
+                return _chosen_parser(child, args)
+    return parser
+
+
+# A reader that closed our output early (`frozenvit ... | head -1`): no traceback, no crash log, no more
+# output, and the status the shell gives a tool that SIGPIPE ends (`yes | head -1`: 128 + 13). Not 0: part of
+# the output never reached the reader (`set -o pipefail` tells it); not 1 or 2, which mean our bug or the
+# user's mistake.
+CLOSED_OUTPUT_STATUS = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()          # the last buffered lines: a reader gone shows here, not at the exit
+    except BrokenPipeError:
+        _drop_stdout()
+        return CLOSED_OUTPUT_STATUS
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader is gone (another broken pipe, to a worker, is a bug of ours)."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return True
+    except (OSError, ValueError):
+        pass
+    try:
+        import select
+
+        fd = sys.stdout.fileno()
+        poll = select.poll()               # a pipe whose reader is gone polls as an error at the writing end
+        poll.register(fd, select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poll.poll(0))
+    except (AttributeError, OSError, ValueError):     # no descriptor (a captured stdout) or no poll()
+        return False
+
+
+def _drop_stdout() -> None:
+    """Send what stdout still holds to /dev/null, so that Python's flush at exit finds no closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):     # no file descriptor (a captured stdout): nothing to flush
+        pass
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:                           # named by the sub-command that got them, whose --help lists its options
+        _chosen_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     threads = getattr(args, "threads", None)
     if threads:
@@ -203,6 +263,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as e:                   # our bug: one line, the traceback in a log file
+        if isinstance(e, BrokenPipeError) and _stdout_closed():
+            raise                            # the reader closed our output: `main` ends quietly
         log = _write_crash_log(argv)
         where = f"the traceback is in {log}" if log else "run with -v to see the traceback (no log could be written)"
         print(f"error: unexpected {type(e).__name__}: {e}. This is a bug in frozenvit, not your input; {where}",
