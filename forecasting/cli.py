@@ -395,9 +395,19 @@ def _read_series(args: argparse.Namespace):
                  f"--season-length {','.join(map(str, args.season_length))}" if "season_length" in derived else None]
         names = " and ".join(f.split()[0] for f in flags if f)
         print(f"{' and '.join(f for f in flags if f)}: {why} (pass {names} to choose)")
+    args.time_form = df.attrs.get("time_form", {})       # forecasts.csv writes its timestamps alike
     args.seasons = tuple(sorted(args.season_length))    # ETS and ARIMA take them all, the rest the shortest
     args.season_length = args.seasons[0]
     return df, inferred
+
+
+def _as_read(frame, args: argparse.Namespace):
+    """A frame of forecasts with its timestamp columns written as the CSV wrote its own (`data.written_times`)."""
+    from .data import written_times
+
+    form = getattr(args, "time_form", None)
+    cols = [c for c in ("ds", "cutoff") if c in frame.columns]
+    return frame.assign(**{c: written_times(frame[c], form) for c in cols}) if form and cols else frame
 
 
 def _seasons_record(args: argparse.Namespace) -> dict:
@@ -520,7 +530,7 @@ def _write_predict(args, fc, df, used: dict, season_forms: dict, inferred, check
                                       **({"season_forms": season_forms} if season_forms else {}),
                                       **_seasons_record(args),
                                       **({"defaults_from": inferred} if inferred else {}), **fc.to_dict()})
-    atomic_write_text(out / "forecasts.csv", fc.frame.to_csv(index=False))
+    atomic_write_text(out / "forecasts.csv", _as_read(fc.frame, args).to_csv(index=False))
     save_png(plot_future(fc, df, n_series=args.plot_series), out / "forecasts.png")
     written = ["summary.json", "forecasts.csv", "forecasts.png"]
     if fc.choices:
@@ -635,7 +645,7 @@ def _write_backtest(args, res, df, hz, used: dict, season_forms: dict, inferred,
                                       **({"season_forms": season_forms} if season_forms else {}),
                                       **_seasons_record(args),
                                       **({"defaults_from": inferred} if inferred else {}), **res.to_dict()})
-    atomic_write_text(out / "forecasts.csv", res.forecasts_with_intervals().to_csv(index=False))
+    atomic_write_text(out / "forecasts.csv", _as_read(res.forecasts_with_intervals(), args).to_csv(index=False))
     atomic_write_text(out / "mase_by_horizon.csv", hz.to_csv())
     save_png(plot_forecasts(res, df, n_series=args.plot_series), out / "forecasts.png")
     save_png(plot_mase_by_horizon(res), out / "mase_by_horizon.png")

@@ -70,7 +70,7 @@ def read_long_csv(path: str | Path, id_col: str = ID, time_col: str = DS, target
                     raise                                # a value column with some text in it: name the text
                 df = None
             if df is not None:
-                return _validate(df, sort, fill, min_length, _origin(raw[v]), path)
+                return _with_form(_validate(df, sort, fill, min_length, _origin(raw[v]), path), raw[t])
     if missing == [id_col] and id_col == ID:     # one series: ds,y (an id column named otherwise must exist)
         if raw[time_col].duplicated().any():
             raise SeriesError(f"{path}: no {id_col!r} column and its timestamps repeat, so it holds several series; "
@@ -85,7 +85,7 @@ def read_long_csv(path: str | Path, id_col: str = ID, time_col: str = DS, target
                           "every row needs a series id")
     df = pd.DataFrame({ID: ids.astype(str), DS: _parse_ds(raw[time_col], path, calendar=True),
                        Y: _parse_values(raw[target_col], path, comma)})
-    return _validate(df, sort, fill, min_length, _origin(raw[target_col]), path)
+    return _with_form(_validate(df, sort, fill, min_length, _origin(raw[target_col]), path), raw[time_col])
 
 
 def read_wide_csv(path: str | Path, time_col: str | None = None, columns: list[str] | None = None, *,
@@ -141,7 +141,7 @@ def read_wide_csv(path: str | Path, time_col: str | None = None, columns: list[s
                       f"their first value and after their last dropped: {'; '.join(trimmed[:5])}{more}", stacklevel=2)
     long = pd.concat([p for p, _ in parts], ignore_index=True)
     origin = pd.concat([o for _, o in parts], ignore_index=True)
-    return _validate(long, sort, fill, min_length, origin, path)
+    return _with_form(_validate(long, sort, fill, min_length, origin, path), raw[time_col])
 
 
 def wide_to_long(wide: pd.DataFrame, time_col: str, columns: list[str], source: str = "frame") -> pd.DataFrame:
@@ -362,6 +362,47 @@ def _day_or_month_first(col: pd.Series, source: str | Path) -> pd.Series:
     raise SeriesError(f"{_where(source, i)}: timestamp {col.iloc[i]!r} reads as {eu.iloc[i].date()} day-first and "
                       f"{us.iloc[i].date()} month-first, and the {col.name} column is "
                       f"{'regular' if r_us >= 0.5 else 'irregular'} either way; write the dates as YYYY-MM-DD")
+
+
+_CLOCK_WITH_OFFSET = re.compile(r".*[T ]\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?\s*(Z|[+-]\d{2}:?\d{2})")
+_QUARTER = re.compile(r"\d{4}\s*-?\s*Q[1-4]", re.IGNORECASE)
+
+
+def time_form(col: pd.Series) -> dict:
+    """How a CSV's time column writes its timestamps, where forecasts should write theirs alike: {"period": "Y"}
+    for whole years, {"period": "Q"} for quarters written like 2014Q4, {"utc": True} for times with UTC offsets
+    (read as UTC); {} otherwise. The readers keep it in the frame's `attrs["time_form"]`."""
+    if _years(col) is not None:
+        return {"period": "Y"}
+    if pd.api.types.is_numeric_dtype(col):
+        return {}
+    text = col.dropna().astype(str).str.strip()
+    if not len(text):
+        return {}
+    if text.str.fullmatch(_QUARTER).all():
+        return {"period": "Q"}
+    if text.str.fullmatch(_CLOCK_WITH_OFFSET).any():
+        return {"utc": True}
+    return {}
+
+
+def _with_form(df: pd.DataFrame, col: pd.Series) -> pd.DataFrame:
+    df.attrs["time_form"] = time_form(col)
+    return df
+
+
+def written_times(ds: pd.Series, form: dict | None) -> pd.Series:
+    """Timestamps as a file read with `time_form` `form` wrote them: years as 2021, quarters as 2021Q1, times
+    read from UTC offsets with their +00:00 (so none reads as local time); anything else unchanged."""
+    if not form or not pd.api.types.is_datetime64_any_dtype(ds):
+        return ds
+    if form.get("period") == "Y":
+        return ds.dt.year
+    if form.get("period") == "Q":
+        return ds.dt.to_period("Q").astype(str)
+    if form.get("utc") and ds.dt.tz is None:
+        return ds.dt.tz_localize("UTC")
+    return ds
 
 
 def _years(col: pd.Series) -> pd.Series | None:

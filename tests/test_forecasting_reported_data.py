@@ -195,3 +195,32 @@ def test_a_missing_marker_is_missing_and_its_error_names_it_and_its_line(tmp_pat
     with pytest.raises(SeriesError, match=f"l\\.csv line 6: '{marker}', read as a missing value.*--fill"):
         read_long_csv(p)
     assert read_long_csv(p, fill="ffill")["y"].tolist()[3:6] == [3.0, 3.0, 5.0]
+
+
+# ---- forecasts.csv writes timestamps as the input wrote them ---------------------------------------------------
+
+@pytest.mark.parametrize("rows, first", [
+    ([f"{2000 + i // 4}Q{i % 4 + 1},{10 + i % 4 + 0.1 * i}" for i in range(40)], "2010Q1"),     # quarters
+    ([f"{1960 + i},{100 + 0.5 * i}" for i in range(40)], "2000"),                               # whole years
+    ([f"2023-01-02T{i // 4:02d}:{15 * (i % 4):02d}:00+01:00,{(i % 4) * 0.1}" for i in range(96)],
+     "2023-01-02 23:00:00+00:00"),                                                              # UTC offsets
+])
+def test_forecast_timestamps_are_written_as_the_input_wrote_them(tmp_path, rows, first):
+    from frozenvit.backbone.suite.cli import main
+
+    csv = tmp_path / "s.csv"
+    csv.write_text("t,v\n" + "\n".join(rows) + "\n")
+    out = tmp_path / "o"
+    assert main(["forecast", "predict", "--csv", str(csv), "--models", "snaive", "--h", "4",
+                 "--season-length", "4", "--out", str(out)]) == 0
+    written = pd.read_csv(out / "forecasts.csv", dtype=str)
+    assert written["ds"].iloc[0] == first
+
+
+def test_plain_dates_and_integer_steps_are_written_unchanged(tmp_path):
+    from frozenvit.forecasting.data import time_form, written_times
+
+    assert time_form(pd.Series(["2021-01-05", "2021-01-06"])) == {}
+    assert time_form(pd.Series([1, 2, 3])) == {}
+    ds = pd.Series(pd.to_datetime(["2021-01-05"]))
+    assert written_times(ds, {}).equals(ds)
