@@ -18,6 +18,7 @@ import torch
 from frozenvit.backbone.suite.errors import ParameterError
 
 from .defaults import DEFAULT_CHUNK_DECAY
+from .errors import PolicyError
 from .features import token_blocks
 
 
@@ -126,15 +127,19 @@ class VisuomotorAgent:
     def act(self, frames: Sequence[np.ndarray], proprio: np.ndarray, timer: StageTimer = _NULL,
             slots: Sequence[Any] | None = None) -> np.ndarray:
         """Actions (B, 4) for B frames (H, W, 3) uint8 and proprio (B, 4) of environment slots `slots` (None:
-        0..B-1). One head call per step; with action chunks, the temporal ensemble of each slot's chunks."""
-        if len(frames) != len(proprio):
-            raise ValueError(f"got {len(frames)} frames and {len(proprio)} proprio rows")
+        0..B-1); for one frame a (4,) proprio is taken as its one row. One head call per step; with action chunks,
+        the temporal ensemble of each slot's chunks."""
+        prop = np.asarray(proprio, dtype=np.float32)
+        if prop.ndim == 1 and len(frames) == 1:
+            prop = prop[None]                                                       # one frame, one (4,) row
+        if prop.ndim != 2 or len(frames) != len(prop):
+            raise PolicyError(f"got {len(frames)} frame{'s' * (len(frames) != 1)} and proprio of shape "
+                              f"{prop.shape}; proprio must be (n_frames, 4), one row per frame")
         slots = list(range(len(frames))) if slots is None else list(slots)
         if len(slots) != len(frames) or len(set(slots)) != len(slots):
             raise ValueError(f"got slots {slots} for {len(frames)} frames: one distinct slot per frame")
         tokens, cls = self.encode(frames, timer)
         with timer("head"):
-            prop = np.asarray(proprio, dtype=np.float32)
             if self.ensemble.chunk == 1:
                 return _row_by_row(self.policy.predict, tokens, cls, prop)
             return self.ensemble(slots, _row_by_row(self.policy.predict_chunk, tokens, cls, prop))

@@ -194,7 +194,7 @@ def _encoder(args: argparse.Namespace, policy: Any = None) -> Any:
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
-    from frozenvit.backbone.suite.artifacts import check_output_dir, output_dir
+    from frozenvit.backbone.suite.artifacts import check_output_dir
 
     from .demos import KIND, collect_demos, load_manifest
     from .env import check_camera, check_task
@@ -209,10 +209,10 @@ def _cmd_collect(args: argparse.Namespace) -> int:
     check_task(args.task)
     check_camera(args.task, args.camera)
     size = args.image_size or _encoder(args).config.img_size[0]
-    output_dir(args.out, KIND)                         # claimed only once every input is known to be good
+    # collect_demos claims --out itself (output_dir), once every input is known to be good
     out = collect_demos(args.task, args.out, args.episodes, camera=args.camera, image_size=size,
                         max_steps=args.max_steps, hold_steps=args.hold_steps, first_config=args.first_config,
-                        expert=args.expert)
+                        expert=args.expert, flag="--out")
     m = load_manifest(out)
     steps = [e["steps"] for e in m["episodes"]]
     print(f"{len(steps)} successful episodes of {args.task} in {out} ({sum(steps)} frames, "

@@ -20,16 +20,18 @@ import json
 import zipfile
 import zlib
 from dataclasses import dataclass
+from numbers import Integral
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
-from frozenvit.backbone.suite.artifacts import atomic_write_bytes, write_json
+from frozenvit.backbone.suite.artifacts import atomic_write_bytes, check_output_dir, output_dir, write_json
+from frozenvit.backbone.suite.errors import ParameterError
 from frozenvit.backbone.suite.progress import progress_bar
 
 from .defaults import DEFAULT_CAMERA, DEFAULT_EXPERT, DEFAULT_HOLD_STEPS, DEFAULT_MAX_STEPS
-from .env import HELDOUT_OFFSET, MetaWorldTask
+from .env import HELDOUT_OFFSET, MetaWorldTask, check_task
 from .errors import DemoError
 from .experts import expert_name
 from .render import RenderSettings
@@ -56,7 +58,7 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
                   image_size: int = 224, max_steps: int = DEFAULT_MAX_STEPS, hold_steps: int = DEFAULT_HOLD_STEPS,
                   first_config: int = 0, expert: str = DEFAULT_EXPERT,
                   render: RenderSettings = RenderSettings(), max_failures: int | None = None,
-                  progress: bool | None = None) -> Path:
+                  progress: bool | None = None, flag: str = "out_dir") -> Path:
     """Record `n_episodes` successful expert episodes of `task` on training configurations.
 
     Configurations are tried in order from `first_config` (training seeds, below HELDOUT_OFFSET);
@@ -70,15 +72,21 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
     Re-running with the same settings resumes; other settings on an existing directory raise
     DemoError, and so do more than `max_failures` failed configurations in one call (default
     10 * n_episodes + 10: the cap is probably too short for this task). Returns the directory.
+    `out_dir` is claimed as `control collect --out` claims it: absent, empty, or a demo folder frozenvit wrote;
+    any other folder (a user's files, another command's output) is refused with OutputConflict before any
+    episode is rolled out (`flag` names it in the message). A value out of range is a ParameterError.
     """
-    if n_episodes < 1:
-        raise ValueError(f"n_episodes must be >= 1, got {n_episodes}")
-    if hold_steps < 0:
-        raise ValueError(f"hold_steps must be >= 0, got {hold_steps}")
-    if not 0 <= first_config < HELDOUT_OFFSET:
-        raise ValueError(f"first_config must be a training configuration, 0 to {HELDOUT_OFFSET - 1}, "
-                         f"got {first_config}")
+    for name, value, low in (("n_episodes", n_episodes, 1), ("hold_steps", hold_steps, 0),
+                             ("max_steps", max_steps, 1)):
+        if isinstance(value, bool) or not isinstance(value, Integral) or value < low:
+            raise ParameterError(f"{name} must be an integer >= {low}, got {value!r}")
+    if isinstance(first_config, bool) or not isinstance(first_config, Integral) \
+            or not 0 <= first_config < HELDOUT_OFFSET:
+        raise ParameterError(f"first_config must be a training configuration, 0 to {HELDOUT_OFFSET - 1}, "
+                             f"got {first_config!r}")
     out = Path(out_dir)
+    check_task(task)
+    check_output_dir(out, KIND, flag)                  # a folder frozenvit does not own is refused before any work
     settings = dict(task=task, camera=camera, image_size=int(image_size), max_steps=int(max_steps),
                     hold_steps=int(hold_steps), render=render.as_dict(), expert=expert_name(task, expert))
     manifest = _open_manifest(out, settings)
@@ -92,6 +100,7 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
                        stop_on_success=hold_steps == 0, expert=expert) as env, \
             progress_bar(total=n_episodes, initial=len(done), desc=f"demos {task}", unit="ep",
                  disable=None if progress is None else not progress) as bar:
+        output_dir(out, KIND, flag)                    # claimed once the task, camera and renderer are good
         config = first_config
         while len(done) < n_episodes:
             if config >= HELDOUT_OFFSET:

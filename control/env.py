@@ -14,9 +14,12 @@ from __future__ import annotations
 import difflib
 import warnings
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Any, Sequence
 
 import numpy as np
+
+from frozenvit.backbone.suite.errors import ParameterError
 
 from .defaults import DEFAULT_CAMERA, DEFAULT_EXPERT, DEFAULT_MAX_STEPS, HELDOUT_OFFSET
 from .errors import TaskError
@@ -82,14 +85,30 @@ def config_seeds(split: str, n: int, start: int = 0) -> list[int]:
     The two ranges never overlap, so a policy is never evaluated on a scene it was trained on.
     """
     if split not in ("train", "heldout"):
-        raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
-    if n < 0 or start < 0:
-        raise ValueError(f"n and start must be >= 0, got n={n}, start={start}")
+        raise ParameterError(f"split must be 'train' or 'heldout', got {split!r}")
+    for name, value in (("n", n), ("start", start)):
+        if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
+            raise ParameterError(f"{name} must be an integer >= 0, got {value!r}")
     if split == "train":
         if start + n > HELDOUT_OFFSET:
-            raise ValueError(f"training seeds must stay below {HELDOUT_OFFSET}; ask for fewer")
+            raise ParameterError(f"training seeds must stay below {HELDOUT_OFFSET} (start + n <= {HELDOUT_OFFSET}), "
+                                 f"got start={start}, n={n}; ask for fewer")
         return list(range(start, start + n))
     return list(range(HELDOUT_OFFSET + start, HELDOUT_OFFSET + start + n))
+
+
+def check_max_steps(max_steps: Any) -> None:
+    """ParameterError unless `max_steps` (an episode's step cap) is an integer >= 1."""
+    if isinstance(max_steps, bool) or not isinstance(max_steps, Integral) or max_steps < 1:
+        raise ParameterError(f"max_steps must be an integer >= 1 (the episode's step cap), got {max_steps!r}")
+
+
+def check_configs(configs: Sequence[Any]) -> None:
+    """ParameterError unless every configuration seed is an integer >= 0 (`config_seeds`)."""
+    bad = [c for c in configs if isinstance(c, bool) or not isinstance(c, Integral) or c < 0]
+    if bad:
+        raise ParameterError(f"configuration seeds must be integers >= 0 (training 0 to {HELDOUT_OFFSET - 1}, "
+                             f"held-out from {HELDOUT_OFFSET}: config_seeds), got {bad[:5]}")
 
 
 @dataclass
@@ -123,8 +142,7 @@ class MetaWorldTask:
         mw = _metaworld()
         check_task(name)
         envs = mw.env_dict.ALL_V3_ENVIRONMENTS
-        if max_steps < 1:
-            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        check_max_steps(max_steps)
         self.name, self.camera, self.image_size, self.max_steps = name, camera, int(image_size), int(max_steps)
         self.stop_on_success = bool(stop_on_success)
         env = envs[name]()
@@ -148,6 +166,7 @@ class MetaWorldTask:
     # -- configurations -------------------------------------------------------------------------
     def reset(self, config: int) -> State:
         """Reset to configuration `config` (a seed): object/goal positions drawn once and frozen."""
+        check_configs([config])
         env = self.env
         env._freeze_rand_vec = False
         env.seeded_rand_vec = True
@@ -200,9 +219,12 @@ class MetaWorldTask:
             raise TaskError("call reset(config) before step()")
         if self._state.done:
             raise TaskError("the episode is over (success or step cap): reset first")
-        a = np.clip(np.asarray(action, dtype=np.float32).reshape(-1), -1.0, 1.0)
+        a = np.asarray(action, dtype=np.float32).reshape(-1)
         if a.shape != (ACTION_DIM,):
             raise ValueError(f"action must have {ACTION_DIM} values, got shape {np.shape(action)}")
+        if not np.isfinite(a).all():                 # MuJoCo would warn "Nan, Inf or huge value in CTRL" and log it
+            raise ParameterError(f"action must be {ACTION_DIM} finite numbers in [-1, 1], got {a.tolist()}")
+        a = np.clip(a, -1.0, 1.0)
         full, _r, _term, trunc, info = self.env.step(a)
         steps = self._state.steps + 1
         success = bool(info.get("success", 0.0) > 0.5)

@@ -45,7 +45,7 @@ from frozenvit.backbone.suite.progress import progress_bar
 
 from .defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_STEPS, DEFAULT_CHUNK, DEFAULT_HIDDEN, DEFAULT_LR,
                        DEFAULT_POOLING, DEFAULT_PRECISION, DEFAULT_SEED, POOLINGS, PRECISIONS)
-from .errors import DemoError
+from .errors import DemoError, PolicyError
 from .features import FeatureCache, check_backbone, resolve_precision, save_tensors, token_blocks
 from .head import AttentionConfig, HeadConfig, PolicyHead, bc_loss
 
@@ -86,7 +86,7 @@ class PatchTokenPolicy(ParameterErrorMixin, BaseEstimator):
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "lr": [Interval(Real, 0, None, closed="neither")],
         "weight_decay": [Interval(Real, 0, None, closed="left")],
-        "seed": [Interval(Integral, None, None, closed="neither")],
+        "seed": [Interval(Integral, -2**63, 2**64 - 1, closed="both")],     # what torch.manual_seed takes
         "chunk": [Interval(Integral, 1, None, closed="left")],
         "augment": ["boolean"],
         "precision": [StrOptions(set(PRECISIONS))],
@@ -204,10 +204,52 @@ class PatchTokenPolicy(ParameterErrorMixin, BaseEstimator):
                       ) -> np.ndarray:
         """The next `chunk` actions (B, k, A) in [-1, 1] of each frame; arguments as `predict`'s."""
         self._check_fitted()
-        prop = torch.as_tensor(np.asarray(proprio, dtype=np.float32))
+        tokens, cls, prop = self._check_inputs(tokens, cls, proprio)
         prop = (prop - self.proprio_mean_) / self.proprio_std_                      # (B, P)
         out = self.head_(tokens.float(), None if cls is None else cls.float(), prop)  # (B, k*A)
         return out.clamp(-1.0, 1.0).view(len(prop), self.head_.cfg.chunk, -1).numpy()
+
+    def _check_inputs(self, tokens: Any, cls: Any, proprio: Any
+                      ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """tokens, cls and proprio as tensors, or PolicyError naming the shapes this head takes: tokens (B, N, C)
+        (a torch tensor or numpy array), cls (B, C) or None, proprio (B, P), B >= 1 frames."""
+        cfg = self.head_.cfg
+        N, C, P = cfg.num_tokens, cfg.embed_dim, cfg.proprio_dim
+        want = f"tokens (B, {N}, {C}), cls (B, {C}) or None and proprio (B, {P}), B >= 1 frames"
+
+        def tensor(x: Any, name: str) -> torch.Tensor:
+            if isinstance(x, torch.Tensor):
+                return x
+            if isinstance(x, np.ndarray) and (x.dtype.kind in "fiu"):
+                return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+            raise PolicyError(f"{name} must be a torch tensor or numpy array of numbers, got "
+                              f"{type(x).__name__}{'' if not isinstance(x, np.ndarray) else ' of ' + str(x.dtype)}; "
+                              f"this head takes {want}")
+
+        tokens = tensor(tokens, "tokens")
+        if tokens.ndim != 3 or tuple(tokens.shape[1:]) != (N, C):
+            one = " (one frame: tokens[None], proprio[None])" if tuple(tokens.shape) == (N, C) else ""
+            raise PolicyError(f"tokens must be (B, {N}, {C}), got {tuple(tokens.shape)}{one}; this head takes {want}")
+        B = tokens.shape[0]
+        if B == 0:
+            raise PolicyError(f"no frames to predict for (tokens {tuple(tokens.shape)}); this head takes {want}")
+        if cls is not None:
+            cls = tensor(cls, "cls")
+            if self.uses_cls and tuple(cls.shape) != (B, C):
+                raise PolicyError(f"cls must be (B, {C}) = ({B}, {C}) for {B} frames of tokens, got "
+                                  f"{tuple(cls.shape)}; this head takes {want}")
+            cls = cls if self.uses_cls else None                                    # unread by other poolings
+        if isinstance(proprio, torch.Tensor):
+            proprio = proprio.detach().cpu().numpy()
+        try:
+            prop = np.asarray(proprio, dtype=np.float32)
+        except (TypeError, ValueError) as e:
+            raise PolicyError(f"proprio must be numbers, (B, {P}), got {type(proprio).__name__} ({e}); this head "
+                              f"takes {want}") from e
+        if prop.shape != (B, P):
+            raise PolicyError(f"proprio must be (B, {P}) = ({B}, {P}) for {B} frames of tokens, got "
+                              f"{prop.shape}; this head takes {want}")
+        return tokens, cls, torch.from_numpy(prop)
 
     def check_backbone(self, backbone: Any) -> None:
         """Raise ArtifactError unless `backbone` is the one this policy was trained on."""
@@ -216,9 +258,10 @@ class PatchTokenPolicy(ParameterErrorMixin, BaseEstimator):
 
     # -- artifacts --------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
-        """Write the policy directory atomically: config.json + model.safetensors."""
+        """Write the policy directory atomically: config.json + model.safetensors. OutputConflict (nothing
+        written) where `path` holds anything but an earlier policy of frozenvit's."""
         self._check_fitted()
-        with atomic_dir(path, KIND) as tmp:
+        with atomic_dir(path, KIND, flag="policy folder") as tmp:
             self._write(tmp)
         return Path(path)
 
