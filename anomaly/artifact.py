@@ -4,7 +4,9 @@
                              backbone it was fitted on: name, weights fingerprint, preprocessing, grid
                              (threshold null: uncalibrated, too few normals to hold any out); "updates":
                              the normals `partial_fit` added, in order (absent: none); "selection": the
-                             table `PatchCoreSearch` chose this configuration by (absent: not searched)
+                             table `PatchCoreSearch` chose this configuration by (absent: not searched);
+                             "progress": the progress setting, so that get_params round-trips (absent: None);
+                             "blocks_given_as": "list" when `blocks` was a list (absent: a tuple)
     model/bank.safetensors   bank (M, D) float32, calibration_scores (n_hold,) float32 (n_hold may be 0)
     model/index.faiss        the faiss index over the bank
 
@@ -35,6 +37,9 @@ REPLACES = ("anomaly.ensemble",)     # `anomaly fit --out` may replace an ensemb
 _CONTRACT = ("name", "kind", "img_size", "patch_size", "grid", "embed_dim", "depth", "mean", "std",
              "interpolation", "resize")
 _NOT_SAVED = ("backbone", "progress")   # constructor arguments that are not part of the model
+# how an OutputConflict of a Python `save(path)` names the path ("output PATH is a non-empty folder ...; choose a new
+# output path"): no CLI option is involved there; `anomaly fit` checks its --out itself first, naming --out
+SAVE_FLAG = "output"
 
 
 def backbone_fingerprint(bb: Any) -> str:
@@ -82,7 +87,8 @@ def _named_source(bb: Any) -> dict | None:
 
 
 def save_patchcore(det: Any, path: str | os.PathLike, backbone_source: dict | None = None,
-                   selection: dict | None = None) -> None:
+                   selection: dict | None = None, flag: str = SAVE_FLAG) -> None:
+    """Write `det` to `path` atomically; `flag` names the path in an OutputConflict (the CLI checks its --out itself)."""
     bb = det.backbone_
     source = backbone_source or ({"default": True} if _is_embedded_default(bb) else _named_source(bb))
     cfg = {
@@ -96,12 +102,16 @@ def save_patchcore(det: Any, path: str | os.PathLike, backbone_source: dict | No
         "bank_shape": list(det.bank_.shape),
         "backbone": describe_backbone(bb), "backbone_source": source,
     }
+    if det.progress is not None:                    # not part of the model, kept so that get_params round-trips
+        cfg["progress"] = bool(det.progress)
+    if isinstance(det.blocks, list):                # blocks given as a list load as one (absent: as a tuple)
+        cfg["blocks_given_as"] = "list"
     if getattr(det, "updates_", None):              # PatchCore.partial_fit: what was added, in order (absent: never)
         cfg["updates"] = list(det.updates_)
     if selection:                                   # PatchCoreSearch: how this configuration was chosen
         cfg["selection"] = selection
     cfg["params"]["blocks"] = list(cfg["params"]["blocks"]) if cfg["params"]["blocks"] is not None else None
-    with atomic_dir(path, KIND, replaces=REPLACES) as tmp:
+    with atomic_dir(path, KIND, flag=flag, replaces=REPLACES) as tmp:
         save_file({"bank": det.bank_, "calibration_scores": np.asarray(det.calibration_scores_, np.float32)},
                   str(tmp / "bank.safetensors"), metadata=tensor_metadata(cfg))
         save_index(det.index_, tmp / "index.faiss")
@@ -115,10 +125,14 @@ def _rebuild_backbone(cfg: dict, path: Path) -> Any:
     src = cfg.get("backbone_source")
     desc = cfg["backbone"]
     if not src:
+        how = "PatchCore.load(path, backbone=bb)"
+        if not desc.get("pretrained"):          # seeded random weights: the same load_backbone call builds them again
+            how = (f"PatchCore.load(path, backbone={random_weights_call(desc)}) (random weights are seeded: the "
+                   "call that built them, with the same model kwargs, builds them again)")
         raise ArtifactError(
             f"{path} was fitted on {desc['name']!r} ({'random' if not desc.get('pretrained') else 'unnamed'} weights, "
             f"fingerprint {desc['fingerprint'][:18]}...) that cannot be rebuilt from the artifact; pass the same "
-            "backbone: PatchCore.load(path, backbone=bb)")
+            f"backbone: {how}")
     size = tuple(desc["img_size"])                                      # (H, W) it was fitted at
     try:
         if src.get("default"):                  # an embedded ViT, found by its weights' sha256
@@ -130,6 +144,24 @@ def _rebuild_backbone(cfg: dict, path: Path) -> Any:
                              resize=desc.get("resize", "stretch"), **src.get("model_kwargs", {}))
     except BackboneUnavailable as e:
         raise ArtifactError(f"{path} needs backbone {src}, which cannot be loaded here: {e}") from e
+
+
+def random_weights_call(desc: dict) -> str:
+    """The load_backbone call that rebuilds the seeded random backbone `desc` (describe_backbone) records: its name,
+    or None for the embedded default's architecture, at its input size and resize policy."""
+    try:
+        from frozenvit.backbone import default_spec
+
+        spec = default_spec()
+    except Exception:                           # no embedded default shipped: only names
+        spec = {}
+    embedded = bool(spec) and all(desc.get(k) == spec.get(k) for k in ("depth", "embed_dim")) \
+        and desc.get("name") == spec.get("arch")
+    name = None if embedded else desc.get("name")
+    args = [repr(name), "pretrained=False", f"img_size={tuple(desc.get('img_size', ()))}"]
+    if desc.get("resize", "stretch") != "stretch":
+        args.append(f"resize={desc['resize']!r}")
+    return f"load_backbone({', '.join(args)})"
 
 
 def check_backbone(cfg: dict, bb: Any, path: Path) -> None:
@@ -154,8 +186,8 @@ def load_patchcore(cls: type, path: str | os.PathLike, backbone: Any = None) -> 
         if set(params) != expected:
             raise KeyError(f"hyperparameters {sorted(set(params) ^ expected)} are not this version's")
         if params.get("blocks") is not None:
-            params["blocks"] = tuple(params["blocks"])
-        det = cls(backbone=bb, **params)
+            params["blocks"] = (list if cfg.get("blocks_given_as") == "list" else tuple)(params["blocks"])
+        det = cls(backbone=bb, progress=cfg.get("progress"), **params)        # absent: progress None
         det._validate_params()
         threshold = None if cfg["threshold"] is None else float(cfg["threshold"])        # None: uncalibrated
         learned = dict(blocks_=tuple(cfg["blocks"]), grid_=tuple(cfg["grid"]), threshold_=threshold,

@@ -206,8 +206,11 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     if getattr(det, "tile", None) is not None:
         print(_tiles_line(det, train))
     if args.select != "auto" and not _wants_ensemble(args) and source is None:
-        print("note: random weights cannot be rebuilt from the artifact; load it in Python with the same backbone",
-              file=sys.stderr)
+        from .artifact import describe_backbone, random_weights_call
+
+        print("note: random weights cannot be rebuilt from the artifact; load it in Python with the same backbone "
+              f"(random weights are seeded): PatchCore.load({str(args.out)!r}, backbone="
+              f"{random_weights_call(describe_backbone(det.backbone_))})", file=sys.stderr)
     print(f"wrote {args.out}")
     return 0
 

@@ -29,7 +29,7 @@ from frozenvit.backbone.errors import ArtifactError
 from frozenvit.backbone.suite.errors import ParameterError, ParameterErrorMixin
 
 from . import defaults as D
-from .artifact import KIND as PATCHCORE_KIND
+from .artifact import KIND as PATCHCORE_KIND, SAVE_FLAG
 from .errors import DatasetError
 from .images import image_list
 from .patchcore import AnomalyPrediction, PatchCore
@@ -90,6 +90,18 @@ class PatchCoreEnsemble(ParameterErrorMixin, BaseEstimator):
         self.threshold = threshold
         self.seed = seed
         self.progress = progress
+
+    def set_params(self, **params: Any) -> "PatchCoreEnsemble":
+        """As BaseEstimator's. A member's own setting (`members__0__coreset_ratio=...`) cannot be set through the
+        ensemble (`members` is a list, and None stands for the default members): ParameterError says to pass new
+        members, `set_params(members=[...])`."""
+        nested = sorted(k for k in params if "__" in k)
+        if nested:
+            raise ParameterError(
+                f"PatchCoreEnsemble.set_params({nested[0]}=...): a member's setting cannot be set through the ensemble; "
+                "pass the members anew, e.g. set_params(members=[m.unfitted_copy(coreset_ratio=0.2) for m in "
+                "members]) with members = ens.members or default_members()")
+        return super().set_params(**params)
 
     def _fresh_members(self) -> list[PatchCore]:
         given = default_members(self.progress) if self.members is None else list(self.members)
@@ -175,6 +187,8 @@ class PatchCoreEnsemble(ParameterErrorMixin, BaseEstimator):
         return self._combine([m.decision_function(images) for m in self.members_]).astype(np.float32)
 
     def decision_threshold(self) -> float | None:
+        """As `PatchCore.decision_threshold`, on ensemble scores. Raises NotFittedError before `fit`."""
+        self._check_fitted()
         return float(self.threshold) if self.threshold is not None else self.threshold_
 
     def threshold_at(self, target_fpr: float) -> float:
@@ -210,13 +224,16 @@ class PatchCoreEnsemble(ParameterErrorMixin, BaseEstimator):
         self._check_fitted()
         sources = list(backbone_sources) if backbone_sources is not None else [None] * len(self.members_)
         cfg = {"kind": KIND, "format_version": FORMAT_VERSION, "n_members": len(self.members_),
-               "params": {k: v for k, v in self.get_params(deep=False).items() if k not in ("members", "progress")},
+               "params": {k: v for k, v in self.get_params(deep=False).items() if k != "members"},
+               # "default": members=None (default_members at fit); "given": the saved members' own settings, which
+               # load turns back into unfitted members (absent, artifacts written before: as "default")
+               "members": "default" if self.members is None else "given",
                "threshold": self.threshold_, "standardisers": [list(s) for s in self.standardisers_]}
         if self.updates_:
             cfg["updates"] = self.updates_
         if selection:
             cfg["selection"] = selection
-        with atomic_dir(path, KIND, replaces=(PATCHCORE_KIND,)) as tmp:
+        with atomic_dir(path, KIND, flag=SAVE_FLAG, replaces=(PATCHCORE_KIND,)) as tmp:
             for i, (m, src) in enumerate(zip(self.members_, sources)):
                 m.save(tmp / "members" / str(i), backbone_source=src)
             write_json(tmp / "config.json", cfg)
@@ -234,10 +251,15 @@ class PatchCoreEnsemble(ParameterErrorMixin, BaseEstimator):
             det = cls(**cfg["params"])
             members = [PatchCore.load(path / "members" / str(i)) for i in range(n)]
             saved = [tuple(float(v) for v in s) for s in cfg["standardisers"]]
+            given = cfg.get("members", "default")
+            if given not in ("default", "given"):
+                raise ValueError(f"members {given!r} is neither 'default' nor 'given'")
         except (KeyError, TypeError, ValueError) as e:
             raise ArtifactError(f"{path}/config.json is not a complete {KIND} config ({type(e).__name__}: {e}); "
                                 "refit the model") from e
-        det.members = None
+        # the members it was given, unfitted, with the settings the fitted ones have (on their backbones), so that
+        # clone(det).fit(images) fits the same kind of model; None: the default members
+        det.members = [m.unfitted_copy() for m in members] if given == "given" else None
         if len({tuple(m.holdout_indices_) for m in members}) != 1:
             raise ArtifactError(f"{path}: the members were calibrated on different held-out normals; the artifact "
                                 "is corrupt, refit it")

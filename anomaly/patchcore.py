@@ -331,7 +331,9 @@ class PatchCore(ParameterErrorMixin, BaseEstimator):
         return self._score(image_list(images, "PatchCore.decision_function"))[1]
 
     def decision_threshold(self) -> float | None:
-        """The threshold decisions use: `threshold` if given, else the calibrated `threshold_` (None: none)."""
+        """The threshold decisions use: `threshold` if given, else the calibrated `threshold_` (None: none).
+        Raises NotFittedError before `fit`."""
+        self._check_fitted()
         return float(self.threshold) if self.threshold is not None else self.threshold_
 
     def threshold_at(self, target_fpr: float) -> float:

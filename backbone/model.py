@@ -5,6 +5,7 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 from frozenvit.backbone.suite.progress import progress_bar
@@ -149,10 +150,16 @@ class FrozenBackbone(nn.Module):
         Images (PIL or uint8 numpy, any size/layout) go through `self.preprocess`; a tensor is
         checked to look normalised with this checkpoint's statistics and to hold finite values only
         (`check=False` skips that); a float tensor of any dtype (float64, float16) is cast to the model's dtype.
+        A numpy array (B, H, W, C) is a batch of B images, as `preprocess` reads it; one (H, W[, C]) array is one image.
         Deterministic; batched; a progress bar shows for long lists (progress=None: when > 4 batches).
-        Raises ParameterError for a block the backbone does not have, ImageFormatError for no images.
+        Raises ParameterError for a block the backbone does not have or a batch_size that is not a positive int,
+        ImageFormatError for no images.
         """
         idx = self.resolve_blocks(blocks)
+        if not _is_int(batch_size) or int(batch_size) < 1:
+            raise ParameterError(f"batch_size={batch_size!r} is not a batch size: pass a positive int "
+                                 "(images per forward pass), e.g. batch_size=32")
+        batch_size = int(batch_size)
         mappings: list[GridMapping] | None = None
         if isinstance(images, torch.Tensor):
             if check:
@@ -161,7 +168,9 @@ class FrozenBackbone(nn.Module):
             def get(i: int, j: int) -> torch.Tensor:
                 return images[i:j]
         else:
-            if not isinstance(images, (list, tuple)):
+            if isinstance(images, np.ndarray) and images.ndim == 4:
+                images = list(images)                       # (B, H, W, C): B images, as preprocess reads it
+            elif not isinstance(images, (list, tuple)):
                 images = [images]
             n = len(images)
             mappings = []
