@@ -95,8 +95,7 @@ def test_saved_forecaster_holds_no_frozen_weights_and_forecasts_alike(tiny_vit, 
 
 def test_loading_with_another_backbone_is_refused(tiny_vit, make_tiny_vit, tmp_path):
     _model(tiny_vit).fit([_series()]).save(tmp_path / "vit")
-    torch.manual_seed(1)
-    other = make_tiny_vit()                                     # same architecture, other weights
+    other = make_tiny_vit(seed=1)                               # same architecture, other weights
     with pytest.raises(BackboneMismatch, match="other frozen weights"):
         FrozenViTForecaster.load(tmp_path / "vit", backbone=other)
     with pytest.raises(BackboneMismatch, match="backbone="):    # not the embedded default: cannot be rebuilt
@@ -140,9 +139,8 @@ def test_resuming_on_another_backbone_is_refused(tiny_vit, make_tiny_vit, tmp_pa
     from frozenvit.forecasting.checkpoint import CheckpointMismatch
 
     _model(tiny_vit, max_epochs=1, checkpoint_dir=str(tmp_path / "ck")).fit([_series()])
-    torch.manual_seed(2)
     with pytest.raises(CheckpointMismatch, match="backbone"):
-        _model(make_tiny_vit(), max_epochs=1, checkpoint_dir=str(tmp_path / "ck"), resume=True).fit([_series()])
+        _model(make_tiny_vit(seed=2), max_epochs=1, checkpoint_dir=str(tmp_path / "ck"), resume=True).fit([_series()])
 
 
 def test_a_convnet_or_too_many_blocks_is_a_named_error(tiny_vit, make_tiny_convnet):
