@@ -377,10 +377,16 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 def _cmd_synth(args: argparse.Namespace) -> int:
     from frozenvit.backbone.suite.artifacts import check_output_dir, output_dir
 
-    from .synthetic import make_synthetic_mvtec
+    from .synthetic import make_synthetic_mvtec, remove_earlier_files, synthetic_files
 
     check_output_dir(args.out, "anomaly.synthetic")
     output_dir(args.out, "anomaly.synthetic")
+    sizes = dict(n_train=args.n_train, n_test_good=args.n_test_good, n_test_defect=args.n_test_defect)
+    keep = {f for c in args.category for f in synthetic_files(c, **sizes)}
+    removed = remove_earlier_files(args.out, keep)      # an earlier run's images that this one does not write again
+    if removed:
+        print(f"removed {len(removed)} file{'s' * (len(removed) > 1)} of the earlier synth run in {args.out} "
+              "that this run does not write")
     for c in args.category:
         p = make_synthetic_mvtec(args.out, c, n_train=args.n_train, n_test_good=args.n_test_good,
                                  n_test_defect=args.n_test_defect, size=(args.height, args.width), seed=args.seed)
@@ -442,6 +448,14 @@ def _cmd_update(args: argparse.Namespace) -> int:
         raise UsageError(f"{normals} marks no image normal: nothing to add")
     det = _model(args.model)
     import json
+
+    from frozenvit.backbone.suite.artifacts import check_artifact_dir
+
+    from . import artifact, ensemble
+
+    kind, replaces = ((artifact.KIND, artifact.REPLACES) if isinstance(det, PatchCore)
+                      else (ensemble.KIND, (artifact.KIND,)))
+    check_artifact_dir(args.model, kind, flag="--model", replaces=replaces)   # before the work: it is replaced
 
     def source(folder: Path) -> dict:                                   # checked by the load
         return json.loads((folder / "config.json").read_text())["backbone_source"]

@@ -57,16 +57,24 @@ def add_export(sub: Any, common: Any, name: str, help: str, option: str, option_
 
 def _export_sources(args: argparse.Namespace, get: Callable[[argparse.Namespace], list[tuple[str, Any, Any]]]) -> int:
     from .export import KIND, export_backbone
-    from .suite.artifacts import check_artifact_dir
+    from .suite.artifacts import check_artifact_dir, check_output_dir, output_dir
 
     calibration = _calibration(args)
     sources = get(args)
     outs = [Path(args.out) / sub if sub else Path(args.out) for sub, _, _ in sources]
+    nested = any(sub for sub, _, _ in sources)
+    if nested:                                   # --out holds one export per member: a folder of ours, or refused
+        check_output_dir(args.out, SET_KIND)
     for out in outs:
         check_artifact_dir(out, KIND)
+    if nested:
+        output_dir(args.out, SET_KIND)
     for out, (_, bb, blocks) in zip(outs, sources):
         report(export_backbone(bb, out, blocks, format=args.format, int8=args.int8, calibration=calibration))
     return 0
+
+
+SET_KIND = "backbone.export.members"   # the --out folder of an export that writes one subfolder per member
 
 
 def _calibration(args: argparse.Namespace) -> list | None:

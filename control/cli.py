@@ -8,7 +8,8 @@
 --backbone chooses the encoder: `embedded` (the embedded default ViT), `metaworld-fast` (4 blocks distilled
 on Meta-World, 112 px), or a timm name with --weights. evaluate and latency use the encoder a policy was
 trained on, at its input size, unless told otherwise. `evaluate --out DIR` writes every episode to
-DIR/episodes.jsonl as it ends: the same command again resumes a stopped run.
+DIR/episodes.jsonl as it ends: the same command again resumes a stopped run, and another evaluation
+(another policy, --configs, --task, cap, ...) replaces the earlier one's episodes, with a warning.
 """
 from __future__ import annotations
 
@@ -112,7 +113,8 @@ def register(subparsers: Any) -> None:
     q.add_argument("--parallel", type=POSITIVE, default=DEFAULT_PARALLEL, help="environments stepped in lockstep")
     q.add_argument("--out", default=None,
                    help="results folder (new, empty, or an earlier evaluate output): results.json, every episode in "
-                        "episodes.jsonl as it ends (re-running the same command resumes a stopped run), gifs/; "
+                        "episodes.jsonl as it ends (re-running the same command resumes a stopped run; another "
+                        "evaluation replaces the earlier one's episodes), gifs/; "
                         "without it the result is only printed")
     q.add_argument("--gifs", type=COUNT, default=0, metavar="N",
                    help="save the rollouts of the first N configurations as GIFs in OUT/gifs (needs --out); on a "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import warnings
 from dataclasses import asdict, dataclass, field
 from numbers import Integral
 from pathlib import Path
@@ -18,7 +19,6 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from frozenvit.backbone.errors import ArtifactError
 from frozenvit.backbone.suite.artifacts import atomic_write_bytes, atomic_write_text
 from frozenvit.backbone.suite.errors import OutputConflict, ParameterError
 from frozenvit.backbone.suite.progress import progress_bar
@@ -67,8 +67,8 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
 
     journal: a JSON-lines file that receives every episode as it ends. Where it already exists (a
     run that was stopped) its episodes are taken as done and not rolled out again; a journal of
-    another evaluation (other policy, configurations, task, cap, camera or rendering) raises
-    ArtifactError, and a file that is no journal OutputConflict. With a reopened journal and gif_dir,
+    another evaluation (other policy, configurations, task, cap, camera or rendering) is replaced
+    by this evaluation's, with a warning saying so, and a file that is no journal is an OutputConflict. With a reopened journal and gif_dir,
     the GIFs an earlier run of the same evaluation saved there are kept and listed in the result
     (`TaskResult.gifs`, also with gif_episodes=0), and an asked GIF of an episode the journal already
     holds is made by rolling that configuration out again; its outcome in the result stays the journal's.
@@ -304,15 +304,17 @@ class EpisodeJournal:
 
     Each line is appended and flushed to disk as its episode ends, so a killed evaluation loses at
     most the episodes in flight; a line cut short by the kill is dropped when the journal is reopened.
+    A journal of another evaluation (its header names another run) is replaced by a new one, with a
+    warning saying so; a file that is no journal is an OutputConflict and left alone.
     """
 
     def __init__(self, path: str | Path, run: dict[str, Any]) -> None:
         self.path = Path(path)
         self.done: dict[int, tuple[bool, int]] = {}
+        self.replaced: list[str] = []                 # what differed in the other evaluation whose journal this replaced
         self.reopened = self.path.exists()            # a journal an earlier run of this evaluation wrote
         if not self.reopened:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(self.path, json.dumps({"frozenvit": JOURNAL_KIND, "run": run}) + "\n", record=False)  # appended to
+            self._start(run)
             return
         raw = self.path.read_bytes()
         *lines, partial = raw.split(b"\n")            # after the last newline: a line a kill cut short
@@ -326,15 +328,24 @@ class EpisodeJournal:
             raise OutputConflict(f"{self.path} exists and is not an episode journal of `frozenvit control evaluate`; "
                                  "choose another --out")
         old = head.get("run") if isinstance(head.get("run"), dict) else {}
-        if old != run:
+        if old != run:                                # another evaluation's journal: this one replaces it
             diff = sorted(k for k in run if old.get(k) != run[k]) or ["run"]
-            raise ArtifactError(f"{self.path} holds episodes of another evaluation ({', '.join(diff)} "
-                                f"{'differs' if len(diff) == 1 else 'differ'}); rerun the same command to resume it, "
-                                "or choose another --out for this one")
+            self.replaced = diff
+            self.reopened = False
+            self._start(run)
+            warnings.warn(f"{self.path} held the episodes of another evaluation ({', '.join(diff)} "
+                          f"{'differs' if len(diff) == 1 else 'differ'}); they were replaced by this one's",
+                          stacklevel=2)
+            return
         if partial:
             with open(self.path, "r+b") as f:
                 f.truncate(len(raw) - len(partial))
         self.done = done
+
+    def _start(self, run: dict[str, Any]) -> None:
+        """A new journal holding only the header (an existing file is replaced atomically)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.path, json.dumps({"frozenvit": JOURNAL_KIND, "run": run}) + "\n", record=False)  # appended to
 
     def append(self, config: int, success: bool, steps: int) -> None:
         line = json.dumps(dict(config=int(config), success=bool(success), steps=int(steps))) + "\n"

@@ -92,7 +92,13 @@ def load(path: str | Path, net: nn.Module, opt: torch.optim.Optimizer, sched, rn
     """Restore network, optimizer, scheduler and both generators in place; return the loop's state."""
     from safetensors.torch import load_file
 
+    from frozenvit.backbone.suite.artifacts import verify_files
+
     path = Path(path)
+    try:
+        verify_files(path)                   # every file as written: a damaged one is named, never half-read
+    except ArtifactError as e:
+        raise ArtifactError(f"checkpoint {path} cannot be resumed: {e}. Start again without --resume") from None
     try:
         st = json.loads((path / "state.json").read_text())
         weights = load_file(str(path / "model.safetensors"))

@@ -476,6 +476,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     built = dict(zip(names, make_models(names, args.h, args.season_length, args.input_size or LOOKBACK,
                                         args.max_epochs, args.seed, vit=vit, stat_history=args.stat_history,
                                         seasons=args.seasons)))
+    folder.check_models(f"models/{m.alias}" for m in built.values())     # before any work
     checkpoints = _checkpointed(built, args.out, args.resume)     # after every epoch, for --resume
     if checkpoints:
         output_dir(args.out, "forecast.predict")      # claimed before training: its checkpoints go inside
@@ -565,6 +566,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     built = dict(zip(names, make_models(names, args.h, args.season_length, args.input_size or LOOKBACK,
                                         args.max_epochs, args.seed, vit=vit, stat_history=args.stat_history,
                                         seasons=args.seasons)))
+    folder.check_models(f"models/{m.alias}" for m in built.values())     # before any work
     checkpoints = _checkpointed(built, args.out, args.resume)     # after every epoch, for --resume
     if checkpoints:
         output_dir(args.out, "forecast.backtest")     # claimed before training: its checkpoints go inside

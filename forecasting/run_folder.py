@@ -43,6 +43,27 @@ class RunFolder:
                                  f"are in {self.out / 'checkpoints'}; pass --resume to continue it, or start afresh "
                                  "with another --out (or after removing that checkpoints folder)")
 
+    def check_models(self, rewrite: Iterable[str]) -> None:
+        """Refuse, before any work, an earlier run whose saved model folders (not its checkpoints, which only
+        frozenvit reads) hold a file changed since it was written, which the run would remove or replace, or,
+        in a folder `rewrite` names (the run saves that model again, replacing the folder as a whole), a file of
+        the user's. A user's file in a folder the run drops stays there."""
+        rewrite = set(rewrite)
+        from frozenvit.backbone.suite.artifacts import changed_files, foreign_files
+        from frozenvit.backbone.suite.errors import OutputConflict
+
+        for rel in self.earlier:
+            p = self.out / rel
+            if Path(rel).parts[0] == "checkpoints" or not p.is_dir() or p.is_symlink():
+                continue
+            foreign, edited = foreign_files(p) if rel in rewrite else [], changed_files(p)
+            if foreign or edited:
+                what = "; ".join(([f"changed since frozenvit wrote them: {', '.join(edited[:5])}"] if edited else [])
+                                 + ([f"not written by frozenvit: {', '.join(foreign[:5])}"] if foreign else []))
+                raise OutputConflict(f"--out {self.out} holds an earlier run whose {rel} has files {what}; a new run "
+                                     "replaces that folder and frozenvit never deletes or overwrites a user's files. "
+                                     f"Move them (or {p}) elsewhere, or choose another --out")
+
     def _inside(self, rel: object) -> bool:
         return isinstance(rel, str) and not Path(rel).is_absolute() and ".." not in Path(rel).parts and rel != RECORD
 

@@ -1,9 +1,10 @@
-"""The episode journal of an evaluation: appended as episodes end, reopened to resume, never mixed (no rendering)."""
+"""The episode journal of an evaluation: appended as episodes end, reopened to resume, never mixed: another
+evaluation's is replaced (no rendering)."""
 import json
 
 import pytest
 
-from frozenvit.backbone.errors import ArtifactError, OutputConflict
+from frozenvit.backbone.suite.errors import OutputConflict
 from frozenvit.control.evaluate import EpisodeJournal, TaskResult
 
 RUN = dict(policy="ab" * 32, task="reach-v3", camera="corner", image_size=64, max_steps=20,
@@ -26,13 +27,14 @@ def test_a_reopened_journal_holds_the_finished_episodes_and_drops_a_line_cut_sho
 
 @pytest.mark.parametrize("key,value", [("configs", [1000000]), ("policy", "cd" * 32), ("max_steps", 30),
                                        ("render", dict(RUN["render"], shadows=True))])
-def test_a_journal_of_another_evaluation_is_refused_and_left_alone(tmp_path, key, value):
+def test_a_journal_of_another_evaluation_is_replaced_with_a_warning(tmp_path, key, value):
     path = tmp_path / "ev.episodes.jsonl"
     EpisodeJournal(path, RUN).append(1000000, True, 12)
-    before = path.read_bytes()
-    with pytest.raises(ArtifactError, match=f"{key} differ"):
-        EpisodeJournal(path, dict(RUN, **{key: value}))
-    assert path.read_bytes() == before
+    other = dict(RUN, **{key: value})
+    with pytest.warns(UserWarning, match=f"another evaluation \\({key} differs\\); they were replaced"):
+        j = EpisodeJournal(path, other)
+    assert j.done == {} and not j.reopened and j.replaced == [key]
+    assert path.read_text().splitlines() == [json.dumps({"frozenvit": "control.evaluate.episodes", "run": other})]
 
 
 def test_a_file_that_is_no_journal_is_not_taken_over(tmp_path):

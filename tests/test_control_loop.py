@@ -184,7 +184,6 @@ def test_evaluate_reports_every_heldout_configuration(demo_dir, bb, tmp_path):
 
 def test_a_stopped_evaluation_resumes_from_its_journal_and_ends_as_an_uninterrupted_one(demo_dir, bb, tmp_path,
                                                                                        monkeypatch):
-    from frozenvit.backbone.errors import ArtifactError
     from frozenvit.control.evaluate import EpisodeJournal
 
     cache = cache_features(demo_dir, bb)
@@ -213,11 +212,13 @@ def test_a_stopped_evaluation_resumes_from_its_journal_and_ends_as_an_uninterrup
     assert resets == configs[1:]                                      # the finished episode is not rolled out again
     assert (again.successes, again.steps) == (whole.successes, whole.steps)
     assert [json.loads(ln)["config"] for ln in journal.read_text().splitlines()[1:]] == configs
-    with pytest.raises(ArtifactError, match="configs differ"):        # another configuration set is not mixed in
-        evaluate(pol, bb, config_seeds("heldout", 4), max_steps=20, journal=journal, progress=False)
+    more = config_seeds("heldout", 4)
+    with pytest.warns(UserWarning, match="configs differs"):          # another configuration set is not mixed in:
+        res = evaluate(pol, bb, more, max_steps=20, journal=journal, progress=False)    # it replaces the journal
+    assert res.configs == more and [json.loads(ln)["config"] for ln in journal.read_text().splitlines()[1:]] == more
     other = PatchTokenPolicy("mean", epochs=2, seed=1).fit(cache, progress=False)
-    with pytest.raises(ArtifactError, match="policy differ"):
-        evaluate(other, bb, configs, max_steps=20, journal=journal, progress=False)
+    with pytest.warns(UserWarning, match="policy differs"):
+        evaluate(other, bb, more, max_steps=20, journal=journal, progress=False)
 
 
 def test_measure_latency_times_every_stage_of_the_loop(bb):
@@ -306,8 +307,8 @@ def test_cli_collect_train_evaluate_latency(tmp_path, bb, monkeypatch, capsys):
     capsys.readouterr()
 
 
-def test_cli_evaluate_resumes_a_finished_run_and_refuses_another_configuration_set(tmp_path, bb, demo_dir,
-                                                                                  monkeypatch, capsys):
+def test_cli_evaluate_resumes_a_finished_run_and_replaces_another_configuration_set(tmp_path, bb, demo_dir,
+                                                                                   monkeypatch, capsys):
     from frozenvit.backbone.suite.cli import main
     from frozenvit.control import encoders
 
@@ -324,10 +325,12 @@ def test_cli_evaluate_resumes_a_finished_run_and_refuses_another_configuration_s
     assert main(cmd) == 0 and resets == []                             # nothing left to roll out
     assert journal.read_text() == first and "success 0/2" in capsys.readouterr().out
     before = sorted(f.name for f in (tmp_path / "ev").iterdir())
-    assert main(cmd[:5] + ["3"] + cmd[6:]) == 2                        # --configs 3 on the same --out
-    err = capsys.readouterr().err
-    assert "ArtifactError" in err and "configs differ" in err
-    assert sorted(f.name for f in (tmp_path / "ev").iterdir()) == before and journal.read_text() == first
+    with pytest.warns(UserWarning, match="configs differs"):
+        assert main(cmd[:5] + ["3"] + cmd[6:]) == 0                   # --configs 3 on the same --out: replaced
+    assert "success 0/3" in capsys.readouterr().out
+    assert sorted(f.name for f in (tmp_path / "ev").iterdir()) == before
+    assert len(journal.read_text().splitlines()) == 1 + 3
+    assert json.loads((tmp_path / "ev" / "results.json").read_text())["configs"] == config_seeds("heldout", 3)
 
 
 def test_random_weights_without_a_backbone_are_recorded_and_evaluated_at_the_policys_size(tmp_path, demo_dir,

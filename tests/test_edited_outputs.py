@@ -164,3 +164,66 @@ def test_anomaly_synth_rerun_keeps_a_retouched_image(tmp_path, capsys):
     png.write_bytes(png.read_bytes() + b"\0")
     assert main(argv) == 2
     assert png.relative_to(out).as_posix() in capsys.readouterr().err
+
+
+def test_a_single_json_output_under_any_name_is_replaced_by_its_own_rerun(tmp_path):
+    path = tmp_path / "metrics.txt"                                  # --out ev/metrics.txt: JSON by content
+    write_json(path, {"auroc": 0.5}, kind="test.eval", sealed=True)
+    check_output_file(path, "test.eval")
+    path.write_text(path.read_text().replace("0.5", "0.9"))
+    with pytest.raises(OutputConflict, match="changed after frozenvit wrote it"):
+        check_output_file(path, "test.eval")
+    (tmp_path / "notes.txt").write_text("my notes")
+    with pytest.raises(OutputConflict, match="not written by this frozenvit command"):
+        check_output_file(tmp_path / "notes.txt", "test.eval")
+
+
+@pytest.mark.parametrize("how", ["edit", "own file"])
+def test_a_forecast_rerun_refuses_before_training_an_earlier_model_folder_with_a_users_change(tmp_path, capsys, how,
+                                                                                             tree_snapshot):
+    csv = _series(tmp_path / "s.csv")
+    out = tmp_path / "bt"
+    argv = ["forecast", "backtest", "--csv", str(csv), "--h", "4", "--season-length", "4", "--models",
+            "snaive,dlinear", "--max-epochs", "1", "--input-size", "8", "--windows", "1", "--out", str(out)]
+    assert main(argv) == 0
+    model = out / "models" / "DLinear"
+    if how == "edit":
+        (model / "config.json").write_text((model / "config.json").read_text().replace("{", '{"mine": 1, ', 1))
+    else:
+        (model / "notes.txt").write_text("mine")
+    before = tree_snapshot(out)
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "error (OutputConflict)" in err and ("config.json" if how == "edit" else "notes.txt") in err
+    assert tree_snapshot(out) == before
+
+
+def test_anomaly_update_refuses_a_model_folder_with_a_users_file_before_any_work(synth_model, tmp_path, capsys,
+                                                                                 tree_snapshot, monkeypatch):
+    import shutil
+
+    from frozenvit.anomaly.patchcore import PatchCore
+
+    ws = synth_model(tmp_path)
+    normals = tmp_path / "normals"
+    shutil.copytree(ws / "data" / "weave" / "test" / "good", normals)
+    (ws / "model" / "notes.txt").write_text("mine")
+    before = tree_snapshot(ws / "model")
+    monkeypatch.setattr(PatchCore, "partial_fit", lambda *a, **k: pytest.fail("refused only after the work"))
+    assert main(["anomaly", "update", "--model", str(ws / "model"), "--normals", str(normals), "--threads", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "OutputConflict" in err and "--model" in err and "notes.txt" in err and "--out" not in err
+    assert tree_snapshot(ws / "model") == before
+
+
+def test_every_file_of_an_artifact_has_the_usual_permissions(tmp_path):
+    from safetensors.numpy import save_file
+
+    with atomic_dir(tmp_path / "m", "test.model") as tmp:
+        save_file({"bank": np.zeros((2, 2), np.float32)}, str(tmp / "bank.safetensors"))   # safetensors: 0600
+        (tmp / "config.json").write_text("{}")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert {oct((tmp_path / "m" / f).stat().st_mode & 0o777) for f in ("bank.safetensors", "config.json")} == \
+        {oct(0o666 & ~mask)}

@@ -151,3 +151,25 @@ def test_latency_times_torch_alone_without_runtime():
     from frozenvit.backbone.suite.cli import build_parser
 
     assert build_parser().parse_args(["control", "latency"]).runtime == ("torch",)
+
+
+def test_export_of_an_ensemble_refuses_a_users_folder_and_replaces_its_own(workspace, tmp_path, capsys):
+    from frozenvit.anomaly import PatchCore
+    from frozenvit.anomaly.ensemble import PatchCoreEnsemble
+    from frozenvit.backbone import load_backbone
+
+    source = json.loads((workspace / "model" / "config.json").read_text())["backbone_source"]
+    bb = load_backbone("test_vit", weights=str(workspace / "w.safetensors"), img_size=64)
+    rng = np.random.default_rng(0)
+    imgs = [rng.integers(0, 255, (64, 64, 3), dtype=np.uint8) for _ in range(8)]
+    PatchCoreEnsemble([PatchCore(bb, progress=False), PatchCore(bb, progress=False)],
+                      progress=False).fit(imgs).save(tmp_path / "ens", backbone_sources=[source, source])
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "important.txt").write_text("years of work")
+    assert main(["export", "anomaly", "--model", str(tmp_path / "ens"), "--out", str(mine)]) == 2
+    assert "OutputConflict" in capsys.readouterr().err and sorted(p.name for p in mine.iterdir()) == ["important.txt"]
+    out = tmp_path / "exported"
+    for _ in range(2):                                               # a re-run replaces its own export
+        assert main(["export", "anomaly", "--model", str(tmp_path / "ens"), "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["member0", "member1"]

@@ -76,6 +76,17 @@ def test_resume_refuses_a_checkpoint_of_other_data_or_other_hyperparameters(tmp_
                         resume=True).fit(_series())
 
 
+
+def test_resume_from_a_damaged_checkpoint_is_a_named_error(tmp_path):
+    from frozenvit.backbone.errors import ArtifactError
+
+    TINY["DLinear"](checkpoint_dir=str(tmp_path / "ckpt"), max_epochs=1).fit(_series())
+    weights = next((tmp_path / "ckpt").rglob("model.safetensors"))
+    weights.write_bytes(weights.read_bytes() + b"x")                 # a truncated copy, a flipped byte
+    with pytest.raises(ArtifactError, match="model.safetensors changed.*without --resume"):
+        TINY["DLinear"](checkpoint_dir=str(tmp_path / "ckpt"), max_epochs=1, resume=True).fit(_series())
+
+
 def _long_csv(path, shift: float = 0.0):
     import pandas as pd
 

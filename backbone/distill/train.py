@@ -34,7 +34,7 @@ from frozenvit.backbone.suite.progress import progress_bar
 
 from frozenvit.backbone.errors import FrozenVitError
 from frozenvit.backbone.model import vit_tokens
-from frozenvit.backbone.suite.artifacts import atomic_dir, atomic_write_bytes, sha256_file, write_json
+from frozenvit.backbone.suite.artifacts import atomic_dir, atomic_write_bytes, sha256_file, verify_files, write_json
 from frozenvit.backbone.suite.optimizer import load_optimizer, optimizer_tensors
 
 from .data import AugmentConfig, BatchReader, augment
@@ -297,6 +297,10 @@ def distill(teacher: Teacher, images: np.ndarray, cfg: DistillConfig, out: str |
     total = max(1, int(round(cfg.epochs * steps_per_epoch)))
     step, elapsed, seen = 0, 0.0, 0
     if resume and (out / "ckpt" / "state.json").is_file():
+        try:
+            verify_files(out / "ckpt")       # every file as written: a damaged one is named, never half-read
+        except FrozenVitError as e:
+            raise type(e)(f"{out / 'ckpt'} cannot be resumed: {e}. Start again without --resume") from None
         st = json.loads((out / "ckpt" / "state.json").read_text())
         model.load_state_dict(load_file(out / "ckpt" / "model.safetensors"), strict=True)
         load_optimizer(opt, load_file(out / "ckpt" / "optim.safetensors"), st["param_groups"])

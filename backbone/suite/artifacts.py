@@ -105,6 +105,13 @@ def changed_files(directory: str | os.PathLike, marker: dict | None = None) -> l
     return changed
 
 
+def foreign_files(directory: str | os.PathLike, marker: dict | None = None) -> list[str]:
+    """The files under a folder that its marker does not list (all of them without a marker): not ours."""
+    directory = Path(directory)
+    marker = _read_marker(directory) if marker is None else marker
+    return sorted(set(_files(directory)) - set((marker or {}).get("files") or ()) - {MARKER})
+
+
 def _shown(names: list[str]) -> str:
     return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
@@ -128,7 +135,7 @@ def _check_owned_dir(path: Path, kind: str, flag: str, whole: bool, replaces: tu
         raise _refuse(path, f"holds a frozenvit {have!r} output, not a {kind!r}", flag,
                       "a command replaces only an earlier output of its own")
     if whole:
-        foreign = sorted(set(_files(path)) - set(marker.get("files") or ()) - {MARKER})
+        foreign = foreign_files(path, marker)
         if foreign:
             raise _refuse(path, f"holds files that frozenvit did not write ({_shown(foreign)})", flag)
     if keep_edits:
@@ -263,7 +270,9 @@ def atomic_dir(target: str | os.PathLike, kind: str, flag: str = "--out", replac
     try:
         yield tmp
         digests, stats = {}, {}
+        mode = 0o666 & ~_umask()                  # as readable as any file (safetensors writes its files 0600)
         for f in _files(tmp):                     # flush contents before the marker declares them complete
+            os.chmod(tmp / f, mode)
             with open(tmp / f, "rb") as fh:
                 os.fsync(fh.fileno())
             digests[f] = sha256_file(tmp / f)
@@ -426,25 +435,25 @@ def check_output_file(path: str | os.PathLike | None, kind: str, flag: str = "--
         return
     if file_kind(path) != kind:
         raise _refuse(path, "exists and was not written by this frozenvit command", flag)
-    if path.suffix.lower() == ".json" and not _seal_holds(json.loads(path.read_text())):
+    if path.suffix.lower() != ".png" and not _seal_holds(json.loads(path.read_text())):
         raise _refuse(path, f"is an earlier {kind!r} output that changed after frozenvit wrote it (edited by hand?)",
                       flag, "frozenvit never overwrites a user's changes")
 
 
 def file_kind(path: Path) -> str | None:
-    """The `kind` frozenvit stamped into a JSON or PNG file it wrote, else None."""
+    """The `kind` frozenvit stamped into a JSON (whatever its name ends in) or PNG file it wrote, else None."""
     try:
-        if path.suffix.lower() == ".json":
-            obj = json.loads(path.read_text())
-            return obj.get("frozenvit") if isinstance(obj, dict) else None
         if path.suffix.lower() == ".png":
             from PIL import Image
 
             with Image.open(path) as im:
                 return im.info.get("frozenvit")
+        if path.stat().st_size > 1 << 30:     # no JSON output of ours is this large
+            return None
+        obj = json.loads(path.read_text())
+        return obj.get("frozenvit") if isinstance(obj, dict) else None
     except Exception:   # unreadable: not ours
         return None
-    return None
 
 
 def config_digest(cfg: dict) -> str:
