@@ -375,15 +375,15 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
-    from frozenvit.backbone.suite.artifacts import check_output_dir, output_dir
+    from frozenvit.backbone.suite.artifacts import check_output_dir, output_dir, remove_earlier_outputs
 
-    from .synthetic import make_synthetic_mvtec, remove_earlier_files, synthetic_files
+    from .synthetic import make_synthetic_mvtec, synthetic_files
 
     check_output_dir(args.out, "anomaly.synthetic")
     output_dir(args.out, "anomaly.synthetic")
     sizes = dict(n_train=args.n_train, n_test_good=args.n_test_good, n_test_defect=args.n_test_defect)
     keep = {f for c in args.category for f in synthetic_files(c, **sizes)}
-    removed = remove_earlier_files(args.out, keep)      # an earlier run's images that this one does not write again
+    removed = remove_earlier_outputs(args.out, keep)      # an earlier run's images that this one does not write again
     if removed:
         print(f"removed {len(removed)} file{'s' * (len(removed) > 1)} of the earlier synth run in {args.out} "
               "that this run does not write")

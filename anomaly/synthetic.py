@@ -9,7 +9,6 @@ machine and one image never changes when the set grows.
 from __future__ import annotations
 
 import io
-import json
 import os
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import numpy as np
 from PIL import Image
 from scipy import ndimage
 
-from frozenvit.backbone.suite.artifacts import MARKER, atomic_write_bytes, changed_files, write_json
+from frozenvit.backbone.suite.artifacts import atomic_write_bytes
 from frozenvit.backbone.suite.errors import ParameterError
 
 CATEGORIES = ("weave", "grain", "washer")   # two textures, one object
@@ -189,50 +188,3 @@ def synthetic_files(category: str, *, n_train: int = 30, n_test_good: int = 10, 
         for i in range(n_test_defect):
             files += [f"{category}/test/{d}/{i:03d}.png", f"{category}/ground_truth/{d}/{i:03d}_mask.png"]
     return files
-
-
-def remove_earlier_files(root: str | os.PathLike, keep: set[str] | frozenset[str]) -> list[str]:
-    """Delete the files an earlier run wrote into `root` (those its marker lists) that are not in `keep`.
-
-    Only files frozenvit wrote and that are unchanged since (`changed_files`) go; a user's own file, one the
-    marker does not list, or an edited one stays. Their entries leave the marker, and the folders they leave
-    empty are removed. Returns the removed files, relative to root.
-    """
-    root = Path(root)
-    try:
-        marker = json.loads((root / MARKER).read_text())
-    except (OSError, ValueError):
-        return []
-    files = marker.get("files") if isinstance(marker, dict) else None
-    if not isinstance(files, dict):
-        return []
-    edited = set(changed_files(root, marker))
-    gone, removed = [], []
-    for rel in sorted(files):
-        parts = Path(rel).parts
-        if rel in keep or rel in edited or Path(rel).is_absolute() or ".." in parts or not parts:
-            continue
-        f = root / rel
-        if f.is_symlink() or (f.exists() and not f.is_file()):
-            continue
-        if f.is_file():
-            f.unlink()
-            removed.append(rel)
-        gone.append(rel)                                  # removed now, or already missing
-    if not gone:
-        return removed
-    for key in ("files", "stats", "previous"):
-        if isinstance(marker.get(key), dict):
-            for rel in gone:
-                marker[key].pop(rel, None)
-    write_json(root / MARKER, marker)
-    top = root.resolve()
-    for rel in removed:                                   # folders left empty, up to (not including) root
-        d = (root / rel).parent
-        while d.resolve() != top and d.resolve().is_relative_to(top):
-            try:
-                d.rmdir()
-            except OSError:                               # not empty (or not ours to remove)
-                break
-            d = d.parent
-    return removed

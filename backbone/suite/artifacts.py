@@ -422,6 +422,53 @@ def record_output(path: str | os.PathLike) -> None:
     _record_after(claim, path)
 
 
+def remove_earlier_outputs(root: str | os.PathLike, keep: set[str] | frozenset[str]) -> list[str]:
+    """Delete the files an earlier run wrote into the output folder `root` (those its marker lists) that are not in
+    `keep`, the files this run writes (relative, posix), so the folder holds this run's output only.
+
+    Only files frozenvit wrote and that are unchanged since (`changed_files`) go; a user's own file, one the
+    marker does not list, or an edited one stays. Their entries leave the marker, and the folders they leave
+    empty are removed. Returns the removed files, relative to root.
+    """
+    root = Path(root)
+    marker = _read_marker(root)
+    files = (marker or {}).get("files")
+    if not isinstance(files, dict):
+        return []
+    edited = set(changed_files(root, marker))
+    gone, removed = [], []
+    for rel in sorted(files):
+        parts = Path(rel).parts
+        if rel in keep or rel in edited or Path(rel).is_absolute() or ".." in parts or not parts:
+            continue
+        f = root / rel
+        if f.is_symlink() or (f.exists() and not f.is_file()):
+            continue
+        if f.is_file():
+            f.unlink()
+            removed.append(rel)
+        gone.append(rel)                                  # removed now, or already missing
+    if not gone:
+        return removed
+
+    def forget(m: dict) -> None:
+        for key in ("files", "stats", "previous"):
+            for rel in gone:
+                m[key].pop(rel, None)
+    with _claim_lock:
+        _update_marker(root, forget)
+    top = root.resolve()
+    for rel in removed:                                   # folders left empty, up to (not including) root
+        d = (root / rel).parent
+        while d.resolve() != top and d.resolve().is_relative_to(top):
+            try:
+                d.rmdir()
+            except OSError:                               # not empty (or not ours to remove)
+                break
+            d = d.parent
+    return removed
+
+
 def check_output_file(path: str | os.PathLike | None, kind: str, flag: str = "--out") -> None:
     """Refuse to overwrite a file frozenvit did not write (JSON with our `frozenvit` key, PNG with our tEXt), and a
     sealed JSON (`write_json(..., sealed=True)`) whose content changed since it was written."""
