@@ -86,15 +86,14 @@ def number_list(kind=int, **limits):
 
 def percent_levels(text: str) -> list[float]:
     """argparse `type=` for --levels: comma-separated distinct percentages strictly between 0 and 100."""
-    from .intervals import as_percent_hint, fraction_levels
+    from .intervals import fractions_note
 
     values = number_list(float, min=0, max=100, min_open=True)(text)
     if 100 in values:
         raise argparse.ArgumentTypeError(f"expected percentages between 0 and 100 (not 100), got {text!r}; e.g. 80,95")
-    if fraction_levels(values):             # 0.8,0.95: meant as 80 % and 95 %, never as 0.8 % and 0.95 %
-        raise argparse.ArgumentTypeError(f"levels are percentages, got {text!r} ({fraction_levels(values)[0]:g} "
-                                         f"would be a {fraction_levels(values)[0]:g} % interval); use --levels "
-                                         f"{as_percent_hint(values)}")
+    note = fractions_note(values)           # 0.8,0.95: meant as 80 % and 95 %, never as 0.8 % and 0.95 %
+    if note:
+        raise argparse.ArgumentTypeError(f"levels are percentages, got {text!r} ({note[0]}); use --levels {note[1]}")
     return sorted(values)
 
 

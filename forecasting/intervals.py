@@ -47,17 +47,24 @@ def as_percent_hint(levels: Sequence[float]) -> str:
     return ",".join(f"{100 * float(v):g}" if 0 < float(v) <= 1 else f"{float(v):g}" for v in levels)
 
 
+def fractions_note(levels: Sequence[float]) -> tuple[str, str] | None:
+    """For levels written as fractions: (why they are refused, the percentages meant); None for percentages."""
+    fractions = fraction_levels(levels)
+    if not fractions:
+        return None
+    return f"{fractions[0]:g} would be a {fractions[0]:g} % interval", as_percent_hint(levels)
+
+
 def check_levels(levels: Sequence[float]) -> tuple[float, ...]:
     """Levels in percent, each strictly between 0 and 100, distinct, sorted. A level of at most 1 (a fraction,
     0.95 for 95 %) is a ParameterError naming the percentages meant."""
     from frozenvit.backbone.suite.errors import ParameterError
 
-    fractions = fraction_levels(levels)
-    if fractions:
-        hint = as_percent_hint(levels)
-        raise ParameterError(f"interval levels are percentages, got {list(levels)} ({fractions[0]:g} would be a "
-                             f"{fractions[0]:g} % interval); pass levels=({hint}{',' if ',' not in hint else ''}), "
-                             f"on the command line --levels {hint}")
+    note = fractions_note(levels)
+    if note:
+        why, hint = note
+        raise ParameterError(f"interval levels are percentages, got {list(levels)} ({why}); pass "
+                             f"levels=({hint}{',' if ',' not in hint else ''}), on the command line --levels {hint}")
     out = tuple(sorted(float(v) for v in levels))
     bad = [v for v in out if not 0 < v < 100]
     if bad or len(set(out)) < len(out):
