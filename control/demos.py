@@ -20,7 +20,6 @@ import json
 import zipfile
 import zlib
 from dataclasses import dataclass
-from numbers import Integral
 from pathlib import Path
 from typing import Iterator
 
@@ -31,7 +30,7 @@ from frozenvit.backbone.suite.errors import ParameterError
 from frozenvit.backbone.suite.progress import progress_bar
 
 from .defaults import DEFAULT_CAMERA, DEFAULT_EXPERT, DEFAULT_HOLD_STEPS, DEFAULT_MAX_STEPS
-from .env import HELDOUT_OFFSET, MetaWorldTask, check_task
+from .env import HELDOUT_OFFSET, MetaWorldTask, check_count, check_task, is_count
 from .errors import DemoError
 from .experts import expert_name
 from .render import RenderSettings
@@ -78,10 +77,8 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
     """
     for name, value, low in (("n_episodes", n_episodes, 1), ("hold_steps", hold_steps, 0),
                              ("max_steps", max_steps, 1)):
-        if isinstance(value, bool) or not isinstance(value, Integral) or value < low:
-            raise ParameterError(f"{name} must be an integer >= {low}, got {value!r}")
-    if isinstance(first_config, bool) or not isinstance(first_config, Integral) \
-            or not 0 <= first_config < HELDOUT_OFFSET:
+        check_count(name, value, low)
+    if not is_count(first_config, 0) or first_config >= HELDOUT_OFFSET:
         raise ParameterError(f"first_config must be a training configuration, 0 to {HELDOUT_OFFSET - 1}, "
                              f"got {first_config!r}")
     out = Path(out_dir)

@@ -79,6 +79,17 @@ def check_camera(task: str, camera: str) -> None:
         raise TaskError(f"no camera named {camera!r} in {task}; this scene has {names}")
 
 
+def is_count(value: Any, low: int) -> bool:
+    """Whether `value` is an integer (not a bool) of at least `low`."""
+    return isinstance(value, Integral) and not isinstance(value, bool) and value >= low
+
+
+def check_count(name: str, value: Any, low: int, what: str = "") -> None:
+    """ParameterError unless `value` is an integer >= `low`; `what` says what it counts, in the message."""
+    if not is_count(value, low):
+        raise ParameterError(f"{name} must be an integer >= {low}{f' ({what})' if what else ''}, got {value!r}")
+
+
 def config_seeds(split: str, n: int, start: int = 0) -> list[int]:
     """Configuration seeds of a split: 'train' -> [start, start+n), 'heldout' -> HELDOUT_OFFSET + same.
 
@@ -86,9 +97,8 @@ def config_seeds(split: str, n: int, start: int = 0) -> list[int]:
     """
     if split not in ("train", "heldout"):
         raise ParameterError(f"split must be 'train' or 'heldout', got {split!r}")
-    for name, value in (("n", n), ("start", start)):
-        if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
-            raise ParameterError(f"{name} must be an integer >= 0, got {value!r}")
+    check_count("n", n, 0)
+    check_count("start", start, 0)
     if split == "train":
         if start + n > HELDOUT_OFFSET:
             raise ParameterError(f"training seeds must stay below {HELDOUT_OFFSET} (start + n <= {HELDOUT_OFFSET}), "
@@ -99,13 +109,12 @@ def config_seeds(split: str, n: int, start: int = 0) -> list[int]:
 
 def check_max_steps(max_steps: Any) -> None:
     """ParameterError unless `max_steps` (an episode's step cap) is an integer >= 1."""
-    if isinstance(max_steps, bool) or not isinstance(max_steps, Integral) or max_steps < 1:
-        raise ParameterError(f"max_steps must be an integer >= 1 (the episode's step cap), got {max_steps!r}")
+    check_count("max_steps", max_steps, 1, "the episode's step cap")
 
 
 def check_configs(configs: Sequence[Any]) -> None:
     """ParameterError unless every configuration seed is an integer >= 0 (`config_seeds`)."""
-    bad = [c for c in configs if isinstance(c, bool) or not isinstance(c, Integral) or c < 0]
+    bad = [c for c in configs if not is_count(c, 0)]
     if bad:
         raise ParameterError(f"configuration seeds must be integers >= 0 (training 0 to {HELDOUT_OFFSET - 1}, "
                              f"held-out from {HELDOUT_OFFSET}: config_seeds), got {bad[:5]}")

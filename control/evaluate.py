@@ -12,7 +12,6 @@ import json
 import os
 import warnings
 from dataclasses import asdict, dataclass, field
-from numbers import Integral
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -20,12 +19,12 @@ import numpy as np
 from PIL import Image
 
 from frozenvit.backbone.suite.artifacts import atomic_write_bytes, atomic_write_text
-from frozenvit.backbone.suite.errors import OutputConflict, ParameterError
+from frozenvit.backbone.suite.errors import OutputConflict
 from frozenvit.backbone.suite.progress import progress_bar
 
 from .agent import StageTimer, VisuomotorAgent
 from .defaults import DEFAULT_CAMERA, DEFAULT_MAX_STEPS, DEFAULT_PARALLEL
-from .env import MetaWorldTask, State, check_configs, check_max_steps, check_task
+from .env import MetaWorldTask, State, check_configs, check_count, check_max_steps, check_task
 from .errors import TaskError
 from .policy import PatchTokenPolicy, policy_digest
 from .render import RenderSettings
@@ -82,8 +81,7 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
 
     check_engine(engine)
     check_max_steps(max_steps)
-    if isinstance(parallel, bool) or not isinstance(parallel, Integral) or parallel < 1:
-        raise ParameterError(f"parallel must be an integer >= 1 (environments stepped together), got {parallel!r}")
+    check_count("parallel", parallel, 1, "environments stepped together")
     configs = list(configs)
     check_configs(configs)
     meta = policy.meta_
