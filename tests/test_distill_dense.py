@@ -202,3 +202,22 @@ def test_previous_default_loads_by_name_with_its_checksum(tmp_path, monkeypatch)
     monkeypatch.setattr(loading, "ASSETS", tmp_path)
     with pytest.raises(BackboneUnavailable, match="checksum"):
         load_backbone("frozenvit-default-v1")
+
+
+def test_cache_is_decoded_again_when_an_image_changes_under_its_name_or_the_cache_is_truncated(tmp_path):
+    from PIL import Image
+
+    _png_folder(tmp_path / "a", 3)
+    first = np.array(build_cache(tmp_path / "a", tmp_path / "c", 16, progress=False))
+    again = np.array(build_cache(tmp_path / "a", tmp_path / "c", 16, progress=False))   # unchanged: reused
+    np.testing.assert_array_equal(again, first)
+    Image.new("RGB", (20, 20), (255, 0, 0)).save(tmp_path / "a" / "1.png")    # same name, new pixels
+    changed = np.array(build_cache(tmp_path / "a", tmp_path / "c", 16, progress=False))
+    assert (changed[1] == [255, 0, 0]).all()
+    np.testing.assert_array_equal(changed[0], first[0])
+    data = tmp_path / "c" / "images_16.u8"
+    data.write_bytes(data.read_bytes()[:100])                                 # a cache cut short
+    healed = build_cache(tmp_path / "a", tmp_path / "c", 16, progress=False)
+    np.testing.assert_array_equal(healed, changed)
+    (tmp_path / "c" / "images_16.json").write_text("{not json")              # a damaged record
+    np.testing.assert_array_equal(build_cache(tmp_path / "a", tmp_path / "c", 16, progress=False), changed)

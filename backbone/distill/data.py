@@ -69,7 +69,8 @@ def build_cache(root: str | Path | Sequence[str | Path], cache_dir: str | Path, 
     centre crop) to size x size RGB.
 
     Returns a read-only uint8 memmap (N, size, size, 3) stored in cache_dir (reused when the file
-    list and size match). cache_dir should be git-ignored scratch space (e.g. runs/). workers: decoding
+    list, each file's size and modification time, and the size match; decoded again otherwise, a
+    truncated or damaged cache included). cache_dir should be git-ignored scratch space (e.g. runs/). workers: decoding
     threads (each image lands in its own row, so the cache does not depend on it).
     """
     from PIL import Image
@@ -78,16 +79,25 @@ def build_cache(root: str | Path | Sequence[str | Path], cache_dir: str | Path, 
     listed = [(i, r, f) for i, r in enumerate(roots) for f in list_images(r)]
     files = [f for _, _, f in listed]
     cache_dir = Path(cache_dir)
-    if len(roots) == 1:   # the one-folder record of earlier caches, so that they stay valid
+    if len(roots) == 1:
         meta = {"root": str(roots[0].resolve()), "size": size, "n": len(files),
                 "files": [str(f.relative_to(roots[0])) for f in files]}
     else:
         meta = {"roots": [str(r.resolve()) for r in roots], "size": size, "n": len(files),
                 "files": [f"{i}/{f.relative_to(r)}" for i, r, f in listed]}
+    # each file's size and modification time: an image replaced under the same name is decoded again
+    meta["stamps"] = [[st.st_size, st.st_mtime_ns] for st in (f.stat() for f in files)]
     data_path, meta_path = cache_dir / f"images_{size}.u8", cache_dir / f"images_{size}.json"
-    if meta_path.is_file() and data_path.is_file() and json.loads(meta_path.read_text()) == meta:
-        return np.memmap(data_path, dtype=np.uint8, mode="r", shape=(len(files), size, size, 3))
+    nbytes = len(files) * size * size * 3
+    if meta_path.is_file() and data_path.is_file() and data_path.stat().st_size == nbytes:
+        try:
+            same = json.loads(meta_path.read_text()) == meta
+        except (OSError, ValueError):   # a damaged record: the cache is decoded again
+            same = False
+        if same:
+            return np.memmap(data_path, dtype=np.uint8, mode="r", shape=(len(files), size, size, 3))
     cache_dir.mkdir(parents=True, exist_ok=True)
+    meta_path.unlink(missing_ok=True)   # no record may vouch for the pixels while they are replaced
     tmp = data_path.with_suffix(".tmp")
     arr = np.memmap(tmp, dtype=np.uint8, mode="w+", shape=(len(files), size, size, 3))
 
