@@ -276,7 +276,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from frozenvit.backbone.export import runtime_backbone
-    from frozenvit.backbone.suite.artifacts import check_output_dir, output_dir, write_json
+    from frozenvit.backbone.suite.artifacts import check_output_dir, output_dir, remove_earlier_outputs, write_json
     from frozenvit.backbone.suite.engine import engine_from_args, engine_session
 
     from .env import check_task, config_seeds
@@ -311,6 +311,10 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if out:
         write_json(Path(out) / "results.json", res.to_dict(), kind=EVALUATE_KIND)
         print(f"wrote {out / 'results.json'} (episodes: {out / 'episodes.jsonl'})")
+        keep = {"results.json", *(Path(g).relative_to(out).as_posix() for g in res.gifs)}
+        gone = remove_earlier_outputs(out, keep)      # another evaluation's GIFs, not this one's
+        if gone:
+            print(f"removed {len(gone)} GIF{'s' if len(gone) > 1 else ''} of the evaluation this one replaced")
     return 0
 
 

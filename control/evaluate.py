@@ -7,6 +7,7 @@ disk at once, and a stopped evaluation resumes where it stopped.
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -302,8 +303,11 @@ class EpisodeJournal:
 
     Each line is appended and flushed to disk as its episode ends, so a killed evaluation loses at
     most the episodes in flight; a line cut short by the kill is dropped when the journal is reopened.
-    A journal of another evaluation (its header names another run) is replaced by a new one, with a
-    warning saying so; a file that is no journal is an OutputConflict and left alone.
+    Each line carries a check that chains it to the header and the lines before it, so a journal
+    changed by hand (an outcome flipped, a line removed or moved) is an OutputConflict rather than
+    episodes taken as done. A journal of another evaluation (its header names another run) is
+    replaced by a new one, with a warning saying so; a file that is no journal is an OutputConflict
+    and left alone.
     """
 
     def __init__(self, path: str | Path, run: dict[str, Any]) -> None:
@@ -311,6 +315,7 @@ class EpisodeJournal:
         self.done: dict[int, tuple[bool, int]] = {}
         self.replaced: list[str] = []                 # what differed in the other evaluation whose journal this replaced
         self.reopened = self.path.exists()            # a journal an earlier run of this evaluation wrote
+        self._check = ""                              # the last line's check, which the next line's extends
         if not self.reopened:
             self._start(run)
             return
@@ -335,6 +340,15 @@ class EpisodeJournal:
                           f"{'differs' if len(diff) == 1 else 'differ'}); they were replaced by this one's",
                           stacklevel=2)
             return
+        if head.get("chained"):                       # journals written before the checks have none to verify
+            check = _link("", lines[0].decode())
+            for n, r in enumerate(records, start=2):
+                check = _link(check, _episode_line(r))
+                if r.get("check") != check:
+                    raise OutputConflict(
+                        f"{self.path} was changed after frozenvit wrote it (line {n} does not match its check): "
+                        "restore it, delete it to roll every episode out again, or choose another --out")
+            self._check = check
         if partial:
             with open(self.path, "r+b") as f:
                 f.truncate(len(raw) - len(partial))
@@ -343,15 +357,30 @@ class EpisodeJournal:
     def _start(self, run: dict[str, Any]) -> None:
         """A new journal holding only the header (an existing file is replaced atomically)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.path, json.dumps({"frozenvit": JOURNAL_KIND, "run": run}) + "\n", record=False)  # appended to
+        head = json.dumps({"frozenvit": JOURNAL_KIND, "run": run, "chained": True})
+        self._check = _link("", head)
+        atomic_write_text(self.path, head + "\n", record=False)  # appended to
 
     def append(self, config: int, success: bool, steps: int) -> None:
-        line = json.dumps(dict(config=int(config), success=bool(success), steps=int(steps))) + "\n"
+        episode = dict(config=int(config), success=bool(success), steps=int(steps))
+        check = _link(self._check, _episode_line(episode))
+        line = json.dumps(dict(episode, check=check)) + "\n"
         with open(self.path, "ab") as f:
             f.write(line.encode())
             f.flush()
             os.fsync(f.fileno())
+        self._check = check
         self.done[int(config)] = (bool(success), int(steps))
+
+
+def _episode_line(record: dict[str, Any]) -> str:
+    """The part of a journal line its check covers: the episode as written."""
+    return json.dumps({k: record.get(k) for k in ("config", "success", "steps")})
+
+
+def _link(previous: str, text: str) -> str:
+    """A line's check: the previous check and this line's text, hashed (16 hex digits)."""
+    return hashlib.sha256(f"{previous}\n{text}".encode()).hexdigest()[:16]
 
 
 def save_gif(frames: Sequence[np.ndarray], path: str | Path, fps: int = 20, every: int = 2) -> Path:

@@ -447,3 +447,25 @@ def test_demos_go_on_past_success_by_default_in_the_library_and_the_cli():
     parse = build_parser().parse_args
     assert parse(["control", "collect", "--task", "reach-v3", "--out", "d"]).hold_steps == DEFAULT_HOLD_STEPS
     assert parse(["control", "collect", "--task", "reach-v3", "--out", "d", "--hold-steps", "0"]).hold_steps == 0
+
+
+def test_cli_evaluate_that_replaces_another_removes_its_gifs(tmp_path, bb, demo_dir,
+                                                               monkeypatch, capsys):
+    from frozenvit.backbone.suite.cli import main
+    from frozenvit.control import encoders
+
+    monkeypatch.setattr(encoders, "load_encoder", lambda *a, **k: bb)
+    p, ev = str(tmp_path / "pol"), tmp_path / "ev"
+    PatchTokenPolicy("mean", epochs=1).fit(cache_features(demo_dir, bb), progress=False).save(p)
+    cmd = ["control", "evaluate", "--policy", p, "--max-steps", "2", "--out", str(ev)]
+    assert main(cmd + ["--configs", "3", "--gifs", "3"]) == 0
+    first = sorted(f.name for f in (ev / "gifs").iterdir())
+    assert len(first) == 3
+    assert main(cmd + ["--configs", "3", "--gifs", "1"]) == 0          # the same evaluation: its GIFs stand
+    assert sorted(f.name for f in (ev / "gifs").iterdir()) == first
+    capsys.readouterr()
+    with pytest.warns(UserWarning, match="max_steps differs"):
+        assert main(cmd[:5] + ["3"] + cmd[6:] + ["--configs", "3", "--gifs", "1"]) == 0
+    assert "removed 2 GIFs of the evaluation this one replaced" in capsys.readouterr().out
+    res = json.loads((ev / "results.json").read_text())
+    assert sorted(f.name for f in (ev / "gifs").iterdir()) == first[:1] and len(res["gifs"]) == 1
