@@ -127,7 +127,7 @@ class BacktestResult:
         Where the test cannot be computed (one window of one series, too few differentials) dm_stat and
         p_value are NaN and the column `reason` says why ("" elsewhere).
         """
-        base = baseline or self._default_baseline()
+        base = baseline or self.default_baseline
         if base not in self.models:
             raise ValueError(f"baseline {base!r} is not among the models {self.models}")
         e = self.errors(loss).sort_values([ID, "cutoff", "step"])
@@ -205,7 +205,9 @@ class BacktestResult:
                 out[f"{lab}-lo-{lv:g}"], out[f"{lab}-hi-{lv:g}"] = lo, hi
         return out
 
-    def _default_baseline(self) -> str:
+    @property
+    def default_baseline(self) -> str:
+        """The model `dm_test` compares against when given none: the seasonal naive, else the first model."""
         return next((m for m in self.models if m.startswith("SeasonalNaive")), self.models[0])
 
     def summary(self) -> pd.DataFrame:

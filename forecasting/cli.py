@@ -589,7 +589,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     print()
     print(res.summary().to_string(float_format=lambda v: f"{v:.4g}", na_rep="-"))
     for model, reason in res.dm_not_computed().items():     # "-", never a p-value of 1 that reads "no difference"
-        print(f"{model}: dm_stat and p_value (Diebold-Mariano against {res._default_baseline()}) {reason}")
+        print(f"{model}: dm_stat and p_value (Diebold-Mariano against {res.default_baseline}) {reason}")
     _print_stat_history(used, args.stat_history, "before the first cutoffs")
     first_cutoff = "before each series' first cutoff"
     for alias, choice in res.choices.items():
