@@ -1,10 +1,15 @@
 """Dataset readers: the MVTec AD folder layout and plain folders.
 
-MVTec AD:  <category>/train/good/*.png
+MVTec AD:  <category>/train/good/*.png                      (subfolders of train/good too)
            <category>/test/<good|defect type>/*.png
-           <category>/ground_truth/<defect type>/<stem>_mask.png
-Plain:     a folder of normal images; a folder of test images; optional masks matched by
-           file stem (`<stem>.png` or `<stem>_mask.png`). A test image without a mask is good.
+           <category>/ground_truth/<defect type>/<stem>_mask.png  (or <stem>.png)
+Plain:     a folder of normal images (its subfolders too, as `predict --images` reads); a folder
+           of test images; optional masks matched by file stem (`<stem>.png` or `<stem>_mask.png`).
+           A test image without a mask is good.
+
+`good` is matched whatever its case (test/Good), when only one folder matches. Test images and
+masks are matched by name within one folder, so a test or mask folder with images in subfolders is
+refused rather than read in part.
 
 Readers only list files and check headers (sizes, masks without images); pixels are decoded
 lazily by `load_images` / `TestSample.load_mask`, so a large set never sits in memory twice.
@@ -12,6 +17,7 @@ lazily by `load_images` / `TestSample.load_mask`, so a large set never sits in m
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,77 +80,184 @@ def _mask_stem(p: Path) -> str:
     return p.stem[:-5] if p.stem.endswith("_mask") else p.stem
 
 
-def read_mvtec(category: str | os.PathLike) -> AnomalyDataset:
-    """Read one MVTec AD category folder. Raises DatasetError on a broken layout."""
+#: folder names that mark the parts of a labelled dataset: never read as normal images
+DATASET_PARTS = ("test", "ground_truth", "mask", "masks")
+
+
+def _tree(folder: Path) -> list[Path]:
+    """`folder`'s subfolders at any depth, but hidden ones and those frozenvit wrote (`subfolders`)."""
+    out = []
+    for d in subfolders(folder):
+        if not d.is_symlink():
+            out += [d, *_tree(d)]
+    return out
+
+
+def _normal_images(folder: str | os.PathLike, what: str) -> list[Path]:
+    """Every image under `folder`, subfolders included (as `predict --images` and `update --normals` read).
+    DatasetError when none, or when a subfolder is part of a labelled dataset (test/, ground_truth/, masks/, or
+    good/ beside other folders): those images are not all normal."""
+    folder = Path(folder)
+    if folder.is_dir():
+        for d in [folder, *_tree(folder)]:
+            subs = subfolders(d)
+            part = next((s for s in subs if s.name.lower() in DATASET_PARTS), None)
+            good = next((s for s in subs if s.name.lower() == "good"), None)
+            if part is None and good is not None and len(subs) > 1:
+                part = good
+            if part is not None:
+                among = ", ".join(s.name for s in subs)
+                raise DatasetError(
+                    f"{what} folder {folder} holds {part.relative_to(folder)}/ (among {among}): "
+                    "a labelled dataset, not a folder of normal images, and every image under the folder would be "
+                    "read as normal; pass the folder of normal images itself, or an MVTec AD category (train/good, "
+                    "test/, ground_truth/)")
+    return list_images(folder, what=what, recursive=True)
+
+
+def _flat_images(folder: Path, what: str) -> list[Path]:
+    """Image files directly in `folder` (possibly none). DatasetError when its subfolders hold images: test
+    images and masks are matched by name within one folder, so they would be skipped."""
+    nested = [d for d in subfolders(folder) if image_files([d])]
+    if nested:
+        raise DatasetError(f"{what} folder {folder} has images in subfolders ({', '.join(d.name for d in nested)}), "
+                           "which are not read: test images and masks are matched by name in one folder; move them "
+                           f"into {folder} itself (or point to each subfolder in turn)")
+    return image_files([folder], recursive=False)
+
+
+def _good_folder(parent: Path) -> Path | None:
+    """The folder of good images in `parent` (train/ or test/): `good`, whatever its case; None when there is
+    none; DatasetError when several names differ only by case."""
+    found = [d for d in subfolders(parent) if d.name.lower() == "good"] if parent.is_dir() else []
+    if len(found) > 1:
+        raise DatasetError(f"{parent} holds {' and '.join(d.name for d in found)}: the good images are expected in "
+                           f"one folder, {parent / 'good'}; merge them")
+    return found[0] if found else None
+
+
+def _masks_of(images: list[Path], masks: list[Path]) -> tuple[dict[Path, Path], list[Path]]:
+    """{image: its mask} for the images with one, and the masks without an image. A mask goes with the image of
+    its stem, named `<stem>.png` or `<stem>_mask.png` (any image suffix). DatasetError for an image with two masks
+    that differ (both names); identical ones are fine."""
+    stems = {p.stem for p in images}
+    orphans = [m for m in masks if m.stem not in stems and _mask_stem(m) not in stems]
+    found: dict[Path, Path] = {}
+    for p in images:
+        mine = [m for m in masks if m.stem in (p.stem, f"{p.stem}_mask")]
+        if len(mine) > 1:
+            size = image_size(p)
+            first = read_mask(mine[0], size, image_path=p)
+            for other in mine[1:]:
+                if not np.array_equal(first, read_mask(other, size, image_path=p)):
+                    raise DatasetError(f"image {p} has two masks that differ, {mine[0]} and {other}; a mask is "
+                                       "matched by stem (<stem>.png or <stem>_mask.png): keep the right one only")
+        if mine:
+            found[p] = mine[0]
+    return found, orphans
+
+
+def _shown(paths: list, n: int = 3) -> str:
+    return ", ".join(map(str, paths[:n])) + (f" and {len(paths) - n} more" if len(paths) > n else "")
+
+
+def read_mvtec(category: str | os.PathLike, *, warn: bool = True) -> AnomalyDataset:
+    """Read one MVTec AD category folder. Raises DatasetError on a broken layout.
+
+    With `warn` (evaluation), warns when the test set has no good folder (image AUROC is then undefined) and when
+    no defective test image has a mask (no pixel metrics); `read_dataset`, which reads the normals, does not.
+    """
     root = Path(category)
-    train_dir = root / "train" / "good"
-    if not train_dir.is_dir():
-        raise DatasetError(f"{root} is not an MVTec AD category: {train_dir} is missing "
+    train_dir = _good_folder(root / "train")
+    if train_dir is None:
+        raise DatasetError(f"{root} is not an MVTec AD category: {root / 'train' / 'good'} is missing "
                            "(expected <category>/train/good, test/<type>, ground_truth/<type>)")
-    train = list_images(train_dir, what="training (normal) images")
+    train = _normal_images(train_dir, what="training (normal) images")
     test: list[TestSample] = []
     test_dir, gt_dir = root / "test", root / "ground_truth"
-    stems: dict[str, set[str]] = {}
-    if test_dir.is_dir():
-        for d in subfolders(test_dir):
-            files = image_files([d], recursive=False)
-            stems[d.name] = {p.stem for p in files}
-            for p in files:
-                if d.name == "good":
-                    test.append(TestSample(p, 0, "good"))
-                    continue
-                cands = [gt_dir / d.name / f"{p.stem}_mask{ext}" for ext in (".png", p.suffix)]
-                mask = next((c for c in cands if c.is_file()), None)
-                test.append(TestSample(p, 1, d.name, mask))
+    stems: dict[str, list[Path]] = {}
+    good = _good_folder(test_dir)
+    types = subfolders(test_dir) if test_dir.is_dir() else []
+    for d in types:
+        files = _flat_images(d, what="test images")
+        stems[d.name] = files
+        if d == good:
+            test += [TestSample(p, 0, "good") for p in files]
+            continue
+        gt = gt_dir / d.name
+        masks, _ = _masks_of(files, _flat_images(gt, what="masks") if gt.is_dir() else [])
+        test += [TestSample(p, 1, d.name, masks.get(p)) for p in files]
     if gt_dir.is_dir():   # a mask without its image is a broken copy, not something to skip
         for d in subfolders(gt_dir):
-            for m in image_files([d], recursive=False):
-                if _mask_stem(m) not in stems.get(d.name, set()):
-                    raise DatasetError(f"mask {m} has no image test/{d.name}/{_mask_stem(m)}.*; "
-                                       "restore the image or delete the mask")
+            _, orphans = _masks_of(stems.get(d.name, []), _flat_images(d, what="masks"))
+            if orphans:
+                m = orphans[0]
+                raise DatasetError(f"mask {m} has no image test/{d.name}/{_mask_stem(m)}.*; "
+                                   "restore the image or delete the mask")
     _check_mask_sizes(test)
+    defective = [s for s in test if s.label == 1]
+    if warn and defective and good is None:
+        warnings.warn(f"{test_dir} has no good folder (found: {', '.join(d.name for d in types)}): image AUROC and "
+                      f"the false-alarm rate are undefined without good test images; put them in {test_dir / 'good'}",
+                      stacklevel=2)
+    if warn and defective and all(s.mask_path is None for s in defective):
+        where = (f"{gt_dir} does not exist" if not gt_dir.is_dir()
+                 else f"none is in {gt_dir}/<defect type>/ as <stem>_mask.png or <stem>.png")
+        shown = _shown([s.path for s in defective])
+        warnings.warn(f"no mask for any of the {len(defective)} defective test images ({shown}): {where}; pixel "
+                      "AUROC, AUPRO and pixel F1-max are not computed, add the masks to get them", stacklevel=2)
     return AnomalyDataset(root, train, test)
 
 
 def read_folders(normal: str | os.PathLike | None, test: str | os.PathLike | None = None,
                  masks: str | os.PathLike | None = None) -> AnomalyDataset:
-    """Plain folders: normals, test images, optional masks matched by stem.
+    """Plain folders: normals (every image under `normal`, subfolders included), test images, optional masks
+    matched by stem (`<stem>.png` or `<stem>_mask.png`; test images and masks directly in their folders).
 
-    With `masks`, a test image whose mask has any positive pixel is defective, one with an empty
-    mask or none is good. Without `masks`, test labels are unknown (-1).
+    With `masks`, a test image whose mask has any defect pixel (`images.binarize_mask`) is defective, one with an
+    empty mask or none is good; a warning says so when every mask is empty. Without `masks`, test labels are
+    unknown (-1).
     """
-    train = list_images(normal, what="normal images") if normal is not None else []
+    train = _normal_images(normal, what="normal images") if normal is not None else []
     samples: list[TestSample] = []
     if test is not None:
+        if Path(test).is_dir():
+            _flat_images(Path(test), what="test images")          # before: a folder of subfolders only says so
         files = list_images(test, what="test images")
-        by_stem: dict[str, Path] = {}
+        found: dict[Path, Path] = {}
         if masks is not None:
-            for m in list_images(masks, what="masks"):
-                by_stem[_mask_stem(m)] = m
-            orphans = sorted(set(by_stem) - {p.stem for p in files})
+            if Path(masks).is_dir():
+                _flat_images(Path(masks), what="masks")
+            listed = list_images(masks, what="masks")
+            found, orphans = _masks_of(files, listed)
             if orphans:
-                raise DatasetError(f"mask {by_stem[orphans[0]]} has no test image named {orphans[0]}.* in {test} "
+                raise DatasetError(f"mask {orphans[0]} has no test image named {_mask_stem(orphans[0])}.* in {test} "
                                    f"({len(orphans)} such masks); masks are matched to images by file stem")
         for p in files:
             if masks is None:
                 samples.append(TestSample(p, -1, ""))
                 continue
-            m = by_stem.get(p.stem)
+            m = found.get(p)
             positive = m is not None and bool(read_mask(m, image_size(p), image_path=p).any())
             samples.append(TestSample(p, int(positive), "defect" if positive else "good", m if positive else None))
+        if found and not any(s.label == 1 for s in samples):
+            warnings.warn(f"all {len(found)} masks in {masks} are empty, so every test image reads as good: a pixel "
+                          "is a defect when above half the mask's scale (127 of 255), or above 0 in a lossless mask "
+                          "that stays below that (0/1)", stacklevel=2)
     _check_mask_sizes(samples)
     return AnomalyDataset(Path(test or normal or "."), train, samples)
 
 
 def read_dataset(path: str | os.PathLike) -> AnomalyDataset:
-    """An MVTec category folder, or a plain folder of normal images (no test part)."""
+    """The normals to fit on: an MVTec category folder (`read_mvtec`, without its evaluation warnings), or a plain
+    folder of normal images, subfolders included (no test part)."""
     path = Path(path)
     if not path.is_dir():
         raise DatasetError(f"{path} {'is not a folder' if path.exists() else 'does not exist'}; pass an MVTec AD "
                            "category folder (train/good, test/, ground_truth/) or a folder of normal images")
-    if (path / "train" / "good").is_dir():
-        return read_mvtec(path)
-    if image_files([path], recursive=False):
+    if _good_folder(path / "train") is not None:
+        return read_mvtec(path, warn=False)
+    if image_files([path], recursive=True):
         return read_folders(path)
     raise DatasetError(f"{path} is neither an MVTec AD category (train/good, test/, ground_truth/) "
-                       "nor a folder of images")
+                       "nor a folder of images (in it or its subfolders)")

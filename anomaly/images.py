@@ -3,8 +3,10 @@
 Every image comes back as uint8 RGB (H, W, 3): gray is replicated, alpha and palettes are
 flattened, 16-bit samples are scaled to 8 bits by their real bit depth (a PNG's sBIT chunk, else
 the depth their largest sample needs, with a warning; `backbone.preprocess.integer_to_uint8`).
-A file that cannot be decoded raises `ImageFormatError` naming it. Masks come back as bool (H, W), binarised at > 127
-on the 8-bit scale, and must match their image's size.
+An EXIF Orientation tag is applied (`PIL.ImageOps.exif_transpose`), so images, masks and `image_size` are
+in the orientation a viewer shows. A file that cannot be decoded raises `ImageFormatError` naming it.
+Masks come back as bool (H, W) by a rule that follows their own scale (`binarize_mask`: 0/1, 0/255 and
+0/65535 masks all read as drawn) and must match their image's size.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageOps
 
 from frozenvit.backbone.commands import IMAGE_SUFFIXES
 from frozenvit.backbone.errors import ImageFormatError
@@ -24,18 +26,20 @@ from .errors import DatasetError
 
 
 
-def list_images(folder: str | os.PathLike, *, what: str = "images") -> list[Path]:
-    """Image files directly in `folder`, sorted by name, by the rule every command reads inputs by
-    (`backbone.commands.image_files`: no hidden files, nothing frozenvit wrote). Raises DatasetError if none."""
+def list_images(folder: str | os.PathLike, *, what: str = "images", recursive: bool = False) -> list[Path]:
+    """Image files in `folder` (with `recursive`, in its subfolders too), sorted by name, by the rule every command
+    reads inputs by (`backbone.commands.image_files`: no hidden files, nothing frozenvit wrote). Raises
+    DatasetError if none."""
     from frozenvit.backbone.commands import image_files
 
     folder = Path(folder)
     if not folder.is_dir():
         raise DatasetError(f"{what} folder {folder} does not exist or is not a folder")
-    files = image_files([folder], recursive=False)
+    files = image_files([folder], recursive=recursive)
     if not files:
-        raise DatasetError(f"{what} folder {folder} holds no image files ({', '.join(IMAGE_SUFFIXES)}); "
-                           "point to the folder that contains the images")
+        raise DatasetError(f"{what} folder {folder} holds no image files ({', '.join(IMAGE_SUFFIXES)})"
+                           f"{' in it or its subfolders' if recursive else ''}; point to the folder that contains "
+                           "the images")
     return files
 
 
@@ -46,32 +50,63 @@ def subfolders(folder: str | os.PathLike) -> list[Path]:
     return sorted(p for p in Path(folder).iterdir() if p.is_dir() and not p.name.startswith(".") and not is_ours(p))
 
 
+#: EXIF Orientation values that swap height and width (a quarter turn, possibly mirrored)
+_QUARTER_TURNS = (5, 6, 7, 8)
+
+
+def _orientation(im: Image.Image) -> int:
+    """The EXIF Orientation of an opened image (1: as stored), from its header. A PNG's eXIf chunk is read only
+    when it comes before the pixels (as the PNG specification asks): reading a later one would decode them."""
+    if im.format == "PNG" and "exif" not in im.info:
+        return 1
+    try:
+        value = im.getexif().get(0x0112, 1)
+    except Exception:   # a malformed EXIF block: the pixels are still readable, as stored
+        return 1
+    return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
 def image_size(path: str | os.PathLike) -> tuple[int, int]:
-    """(H, W) from the file header, without decoding the pixels."""
+    """(H, W) as `read_image` returns it (EXIF orientation applied), from the file header, without decoding the
+    pixels."""
     try:
         with Image.open(path) as im:
             w, h = im.size
+            if _orientation(im) in _QUARTER_TURNS:
+                w, h = h, w
     except Exception as e:   # Pillow's plugins raise many types on malformed files
         raise ImageFormatError(f"cannot read image {path} ({type(e).__name__}: {e}); replace or remove the file") from e
     return h, w
 
 
-def _decode(path: str | os.PathLike) -> np.ndarray:
-    """Pixels of an image file: uint8 (H, W) or (H, W, 3); 16-bit samples scaled by their bit depth."""
+def _samples(path: str | os.PathLike) -> tuple[np.ndarray, str, int | None]:
+    """The samples of an image file as stored, turned by its EXIF orientation: (H, W) or (H, W, 3) of bool, uint8,
+    uint16 or int32 (palettes, alpha, CMYK flattened to RGB), the file's format ("PNG", "JPEG", ...) and, for a
+    PNG of more than 8 bits, its recorded significant bits (None when it records none)."""
     try:
         with Image.open(path) as im:
+            turned = _orientation(im) != 1
             im.load()
+            fmt = im.format or ""
+            if turned:
+                im = ImageOps.exif_transpose(im)
             if im.mode in ("I;16", "I;16B", "I;16L", "I", "1", "L", "RGB"):
                 a = np.asarray(im)
             elif im.mode == "F":
                 raise ImageFormatError(f"{path}: floating-point samples are ambiguous; save it as an 8- or 16-bit PNG")
             else:   # P, PA, LA, RGBA, CMYK, YCbCr, ...: let Pillow flatten to RGB
                 a = np.asarray(im.convert("RGB"))
-            bits = png_significant_bits(path) if im.format == "PNG" and a.dtype != np.uint8 else None
+        bits = png_significant_bits(path) if fmt == "PNG" and a.dtype not in (np.uint8, bool) else None
     except ImageFormatError:
         raise
     except Exception as e:   # UnidentifiedImageError, OSError, SyntaxError, DecompressionBombError, struct.error, ...
         raise ImageFormatError(f"cannot read image {path} ({type(e).__name__}: {e}); replace or remove the file") from e
+    return a, fmt, bits
+
+
+def _decode(path: str | os.PathLike) -> np.ndarray:
+    """Pixels of an image file: uint8 (H, W) or (H, W, 3); 16-bit samples scaled by their bit depth."""
+    a, _, bits = _samples(path)
     if a.dtype == bool:
         return a.astype(np.uint8) * 255
     if a.dtype == np.uint8:
@@ -89,13 +124,49 @@ def read_image(path: str | os.PathLike) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
+#: formats whose compression adds noise: their masks are always cut at half their scale
+LOSSY_FORMATS = ("JPEG", "MPO", "JPEG2000")
+
+
+def binarize_mask(a: np.ndarray, full: int, lossy: bool = False) -> np.ndarray:
+    """Defect pixels of a mask's samples `a` (H, W) whose scale tops out at `full` (1, 255, 65535, 4095, ...): bool.
+
+    A mask that reaches the upper half of its scale (0/255, 0/65535, antialiased edges), and any mask of a lossy
+    file (JPEG: near-zero noise is no defect), is cut at half the scale, > full / 2. A lossless mask whose samples all
+    stay in the lower half was drawn on a smaller scale (0/1 in 8 or 16 bits, class ids 0/1/2): every sample above 0
+    is a defect. An all-zero mask is empty either way.
+    """
+    top = int(a.max()) if a.size else 0
+    if lossy or 2 * top > full:
+        return a > full / 2
+    return a > 0
+
+
+def _mask_scale(a: np.ndarray, bits: int | None, path: str | os.PathLike) -> int:
+    """The largest value samples of dtype a.dtype can hold as recorded: 1 (bilevel), 255, 2**bits - 1 (a PNG's
+    sBIT) or 65535."""
+    if a.dtype == bool:
+        return 1
+    if a.dtype == np.uint8:
+        return 255
+    lo, hi = (int(a.min()), int(a.max())) if a.size else (0, 0)
+    if lo < 0 or hi > 65535:
+        raise ImageFormatError(f"mask {path}: integer samples {lo}..{hi} (dtype {a.dtype}) lie outside 0..65535; "
+                               "save the mask as an 8- or 16-bit PNG")
+    if bits is not None and 1 <= bits <= 16 and hi < 2 ** bits:
+        return 2 ** bits - 1
+    return 65535 if (a.dtype.kind == "u" and a.dtype.itemsize == 2) or hi > 255 else 255
+
+
 def read_mask(path: str | os.PathLike, size: tuple[int, int] | None = None,
               image_path: str | os.PathLike | None = None) -> np.ndarray:
-    """Decode a mask to bool (H, W), > 127 on the 8-bit scale; check it against `size` = (H, W)."""
-    a = _decode(path)
+    """Decode a mask to bool (H, W) by `binarize_mask` on its own scale (colour: the largest channel), EXIF
+    orientation applied; DatasetError when it is not `size` = (H, W)."""
+    a, fmt, bits = _samples(path)
+    full = _mask_scale(a, bits, path)
     if a.ndim == 3:
-        a = a.max(axis=2)
-    m = a > 127
+        a = a.max(axis=2)                                 # (H, W): a defect drawn in any colour
+    m = binarize_mask(a, full, lossy=fmt in LOSSY_FORMATS)
     if size is not None and m.shape != tuple(size):
         of = f" of {image_path}" if image_path else ""
         raise DatasetError(f"mask {path} is {m.shape[0]}x{m.shape[1]} (HxW) but the image{of} is "
