@@ -152,6 +152,13 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     if bb.config.kind != "vit":
         raise UsageError(f"backbone inspect needs a ViT (it reads attention maps); {bb.name} is a CNN: pass a ViT "
                          "with --backbone NAME, or drop --backbone for the embedded ViT")
+    from .diagnostics import reads_attention
+
+    if not reads_attention(bb):
+        raise UsageError(f"backbone inspect recomputes plain ViT attention; {bb.name}'s blocks "
+                         f"({type(bb.model.blocks[0].attn).__name__}) add RoPE or relative position bias, which it "
+                         "does not model: pass a plain ViT (vit_*, deit_*, DINOv2) with --backbone NAME, or drop "
+                         "--backbone for the embedded ViT")
     out = output_dir(args.out, "backbone.inspect")
     rep = inspect_backbone(bb, images, batch_size=args.batch_size)
     print(rep.table())

@@ -18,7 +18,8 @@ class Grid:
             raise GridMismatch(
                 f"{self.height}x{self.width} px does not divide into {self.patch} px patches; "
                 f"use an img_size that is a multiple of {self.patch} (e.g. "
-                f"{self.height // self.patch * self.patch}x{self.width // self.patch * self.patch})")
+                f"{max(self.patch, round(self.height / self.patch) * self.patch)}x"
+                f"{max(self.patch, round(self.width / self.patch) * self.patch)})")
 
     @property
     def shape(self) -> tuple[int, int]:   # (h, w) in tokens

@@ -53,12 +53,26 @@ def _attention_probs(attn: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return ((q * attn.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
 
 
+def reads_attention(bb: FrozenBackbone) -> bool:
+    """Whether `inspect_backbone` can recompute `bb`'s attention: a ViT whose blocks use timm's plain Attention
+    (softmax(q k^T) with no RoPE or relative position bias, which EVA/DINOv3 and vit_relpos blocks add)."""
+    from timm.models.vision_transformer import Attention
+
+    blocks = getattr(bb.model, "blocks", None)
+    return bb.config.kind == "vit" and blocks is not None and all(
+        type(getattr(blk, "attn", None)) is Attention for blk in blocks)
+
+
 @torch.inference_mode()
 def inspect_backbone(bb: FrozenBackbone, images: Sequence[Any], batch_size: int = 8) -> Inspection:
     """Run the diagnostics over `images` (PIL/numpy, any size). ViTs only: ParameterError (a ValueError) for a CNN."""
     if bb.config.kind != "vit":
         raise ParameterError(f"inspect_backbone needs a ViT (it reads attention maps); {bb.name} is a CNN: "
                              "pass a ViT backbone")
+    if not reads_attention(bb):
+        raise ParameterError(f"inspect_backbone recomputes plain ViT attention; {bb.name}'s blocks "
+                             f"({type(bb.model.blocks[0].attn).__name__}) add RoPE or relative position bias, which it "
+                             "does not model: pass a plain ViT (vit_*, deit_*, DINOv2)")
     model, cfg = bb.model, bb.config
     depth, heads = cfg.depth, model.blocks[0].attn.num_heads
     P = cfg.num_prefix_tokens

@@ -58,25 +58,34 @@ def preprocessing(backbone: Any) -> dict[str, Any]:
 
 
 class PatchGridGraph(nn.Module):
-    """pixels (B, 3, H, W) -> (grid_b0, prefix_b0, grid_b1, prefix_b1, ...) for a ViT, (grid_b0, grid_b1, ...) for
-    a ConvNet: FrozenBackbone.forward_pixels as one traceable forward (tuples of tensors), blocks in increasing order."""
+    """pixels (B, 3, H, W) -> (grid_b0, prefix_b0, grid_b1, prefix_b1, ...) for a ViT with prefix tokens,
+    (grid_b0, grid_b1, ...) for a ConvNet or a ViT without any (ExportedBackbone gives (B, 0, C) prefix tokens):
+    FrozenBackbone.forward_pixels as one traceable forward (tuples of tensors), blocks in increasing order."""
 
     def __init__(self, backbone: FrozenBackbone, blocks: Sequence[int], norm: bool = False) -> None:
         super().__init__()
         self.model, self.kind = backbone.model, backbone.config.kind
         self.blocks, self.norm = sorted(blocks), norm
+        self.has_prefix = _has_prefix(backbone)
 
     def forward(self, pixels: torch.Tensor) -> tuple[torch.Tensor, ...]:
         out: list[torch.Tensor] = []
         if self.kind == "cnn":                                    # no prefix tokens: ExportedBackbone adds none
             feats = self.model(pixels)
             return tuple(feats[b].float() for b in self.blocks)  # (B, C, h, w) each
-        inter = self.model.forward_intermediates(pixels, indices=self.blocks, return_prefix_tokens=True,
+        inter = self.model.forward_intermediates(pixels, indices=self.blocks, return_prefix_tokens=self.has_prefix,
                                                  norm=self.norm, stop_early=True, output_fmt="NCHW",
                                                  intermediates_only=True)
+        if not self.has_prefix:                                   # plain (B, C, h, w) tensors, no pairs
+            return tuple(grid.float() for grid in inter)
         for grid, prefix in inter:
             out += [grid.float(), prefix.float()]                 # (B, C, h, w), (B, P, C)
         return tuple(out)
+
+
+def _has_prefix(backbone: FrozenBackbone) -> bool:
+    """Whether the exported graph has a prefix output per block: ViTs with CLS, register or distillation tokens."""
+    return backbone.config.kind == "vit" and backbone.config.num_prefix_tokens > 0
 
 
 def _require(module: str) -> Any:
@@ -127,7 +136,7 @@ def export_backbone(backbone: FrozenBackbone, out: str | os.PathLike, blocks: in
     idx = sorted(backbone.resolve_blocks(blocks))
     graph = PatchGridGraph(backbone, idx, norm).eval()
     pixels = torch.zeros(1, 3, *backbone.config.img_size)                              # (1, 3, H, W)
-    parts = ("grid",) if backbone.config.kind == "cnn" else ("grid", "prefix")
+    parts = ("grid", "prefix") if _has_prefix(backbone) else ("grid",)
     names = [f"{part}_{b}" for b in idx for part in parts]
     cfg = dict(kind=KIND, format_version=FORMAT_VERSION, format=format, blocks=idx, norm=bool(norm), int8=None,
                graph=GRAPH[format], outputs=names, opset=OPSET, torch=torch.__version__,
@@ -170,7 +179,7 @@ def _quantize(backbone: FrozenBackbone, onnx_file: Path, blocks: list[int], imag
     fp32.unlink()
     ref, _ = backbone.forward_pixels(pixels, blocks, norm=norm)
     outs = _onnxruntime_session(onnx_file, torch.get_num_threads())(pixels.numpy())
-    got = dict(zip(blocks, outs if backbone.config.kind == "cnn" else outs[::2]))         # the grids, no prefix
+    got = dict(zip(blocks, outs[::2] if _has_prefix(backbone) else outs))                # the grids, no prefix
     err = {str(b): float(np.abs(got[b] - ref[b].numpy()).max() / max(float(ref[b].abs().max()), 1e-12))
            for b in blocks}
     return dict(method="onnxruntime quantize_static QDQ, per-channel int8 weights, uint8 activations",

@@ -16,9 +16,10 @@ from .suite.artifacts import sha256_file
 from .config import BackboneConfig, Grid
 from .errors import BackboneUnavailable, GridMismatch
 from .suite.errors import ParameterError, UsageError
+from .families import pos_embed_resampling, to_timm_layout, vit_family
 from .model import FrozenBackbone
 from .named import NAMED, classification_state_dict, is_package_layout, package_weights_path
-from .weights import hub_is_allowed, offline_message, read_state_dict, resample_pos_embed
+from .weights import hub_is_allowed, offline_message, read_state_dict, recorded_img_size, resample_pos_embed
 
 log = logging.getLogger("frozenvit.backbone")
 ASSETS = Path(__file__).parent / "assets"
@@ -117,11 +118,13 @@ def is_embedded(sha256: str | None) -> bool:
 def load_backbone(name: str | None = None, weights: str | os.PathLike | None = None,
                   img_size: int | tuple[int, int] | None = None, *, pretrained: bool = True,
                   resize: str = "stretch", allow_interpolation: bool = True, verify: bool = True,
-                  seed: int = RANDOM_WEIGHTS_SEED, **model_kwargs: Any) -> FrozenBackbone:
+                  seed: int = RANDOM_WEIGHTS_SEED, weights_img_size: int | tuple[int, int] | None = None,
+                  **model_kwargs: Any) -> FrozenBackbone:
     """Build a frozen backbone.
 
-    name: a timm model name (ViTs: vit_*, deit_*, *dinov2*, incl. registers and distilled; CNNs are
-        built features_only). None: the embedded default shipped in backbone/assets/ (with pretrained=False:
+    name: a timm model name (ViTs: vit_*, deit_*, *dinov2*, incl. registers and distilled, EVA/EVA02/DINOv3
+        and vit_relpos_* (`families.SUPPORTED`); CNNs and hierarchical models are built features_only; other
+        plain transformers (BEiT, SAM, hybrid ViTs, ...) raise BackboneUnavailable). None: the embedded default shipped in backbone/assets/ (with pretrained=False:
         its architecture and preprocessing, random weights); "embedded" (the CLI's --backbone name): the same as
         None; "frozenvit-default-v1" / "-v2" / "-v3" (`EMBEDDED`): an
         embedded default by version (v3 is the current one), its sha256 checked the same way.
@@ -133,6 +136,9 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
     img_size: build at this input size, a positive int or an (H, W) pair (ParameterError otherwise); absolute
         position embeddings are resampled (bicubic) from the weights' grid. allow_interpolation=False raises
         GridMismatch instead.
+    weights_img_size: the (H, W) pixel size the weights were trained at, for a checkpoint whose position-embedding
+        grid is not square: it says the grid's shape, which the row count alone does not (also read from a
+        .safetensors file's metadata "img_size", e.g. "224,320"). Not needed for square grids.
     pretrained: False builds RANDOM weights on purpose (tests, baselines); it is recorded in the config. They are
         drawn from `seed` (default `RANDOM_WEIGHTS_SEED`) under torch.random.fork_rng, so two loads give the same
         weights and the caller's random state is untouched.
@@ -145,6 +151,8 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
     """
     if img_size is not None:
         img_size = _check_img_size(img_size)
+    if weights_img_size is not None:
+        weights_img_size = _size2(_check_img_size(weights_img_size))
     if name == EMBEDDED_ALIAS:
         name = None
     if weights is not None and not pretrained:
@@ -153,9 +161,10 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
     sha = None
     if name is None or name in EMBEDDED:
         if weights is not None:
-            raise UsageError(f"weights {weights} given without a model name: pass the timm name too "
-                             "(CLI: --backbone NAME --weights FILE)" if name is None else
-                             f"{name} is an embedded backbone with its own weights: drop weights={weights}")
+            raise UsageError(f"the embedded backbone ({name or EMBEDDED_ALIAS}) has its own weights, and weights="
+                             f"{weights} were given too: drop weights (CLI: --weights) to use the embedded one, or "
+                             "name the timm architecture the file was saved from (CLI: --backbone NAME --weights "
+                             "FILE)")
         spec = embedded_spec(name)
         name = spec["arch"]
         model_kwargs = {**spec.get("model_kwargs", {}), **model_kwargs}
@@ -174,7 +183,8 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
         raise BackboneUnavailable(f"timm has no model named {name!r} (timm {timm.__version__}); see "
                                   f"timm.list_models('vit*'), or the names with packaged weights: {', '.join(NAMED)}")
 
-    is_vit = _is_vit(arch, model_kwargs)
+    family = vit_family(arch, model_kwargs)      # "vit", "eva", "relpos"; None: features_only
+    is_vit = family is not None
     kwargs = dict(model_kwargs)
     if img_size is not None and is_vit:
         kwargs["img_size"] = _size2(img_size)
@@ -190,13 +200,13 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
             sd = classification_state_dict(name, sd)
         if is_vit:
             model = timm.create_model(arch, pretrained=False, **kwargs)
+            sd = to_timm_layout(family, sd, model, weights)   # original-repo layouts -> timm's keys, nothing resampled
             depth = _checkpoint_depth(sd) if "depth" not in kwargs else None
             if depth and depth != len(model.blocks):       # e.g. a shallower distilled student of this architecture
                 log.info("%s holds %d blocks: building %s with depth=%d", weights, depth, name, depth)
                 model = timm.create_model(arch, pretrained=False, **kwargs, depth=depth)
-            sd = _fit_pos_embed(model, sd, allow_interpolation, name)
-            from timm.models.vision_transformer import checkpoint_filter_fn
-            sd = checkpoint_filter_fn(sd, model) if _needs_filter(sd) else sd
+            stated = weights_img_size or recorded_img_size(weights)
+            sd = _fit_pos_embed(model, sd, allow_interpolation, name, stated, explicit_size=img_size is not None)
             _load_strict(model, sd, weights, name=name)
         else:
             model = _load_features(arch, kwargs, sd, weights)
@@ -217,45 +227,39 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
     return FrozenBackbone(model, config, resize=resize)
 
 
-def _is_vit(name: str, kwargs: dict) -> bool:
-    """Plain/DeiT/DINOv2 ViTs (timm's VisionTransformer family); anything else is built as a CNN."""
-    if kwargs.get("features_only"):
-        return False
-    mod = timm.models.model_entrypoint(name).__module__
-    return mod.endswith((".vision_transformer", ".deit"))
-
-
 def _checkpoint_depth(sd: dict) -> int | None:
     """Number of transformer blocks in a timm-layout ViT state dict (keys blocks.<i>.*), None if unknown."""
     idx = {int(k.split(".")[1]) for k in sd if k.startswith("blocks.") and k.split(".")[1].isdigit()}
-    return max(idx) + 1 if idx and not _needs_filter(sd) else None
+    return max(idx) + 1 if idx else None
 
 
-def _needs_filter(sd: dict) -> bool:
-    """Original-repo checkpoints (DINOv2 `mask_token`, packed `blocks.N.ls1.gamma`, ...) need timm's key filter."""
-    return any(k.endswith(("ls1.gamma", "ls2.gamma")) or k == "mask_token" or k.startswith(("trunk.", "visual."))
-               for k in sd)
-
-
-def _fit_pos_embed(model: torch.nn.Module, sd: dict, allow: bool, name: str = "") -> dict:
+def _fit_pos_embed(model: torch.nn.Module, sd: dict, allow: bool, name: str = "",
+                   weights_img_size: tuple[int, int] | None = None, explicit_size: bool = False) -> dict:
     """Resample the checkpoint's position embeddings to the model's grid (GridMismatch where allow is False).
+
+    The checkpoint's grid is `weights_img_size` / patch when stated, else the grid of the architecture's own
+    input size (its pretrained_cfg, as timm's loader reads it) when the row count fits it, else a square one.
+    A non-square count that fits none of these, or only the grid the model is built at, cannot be verified: the
+    former raises GridMismatch saying how to state the checkpoint's size; the latter is taken as that grid with
+    a warning (an explicit `img_size` of the same token count, e.g. 224x320 for a 14x20 checkpoint).
 
     A checkpoint of another embedding width or another count of prefix tokens is another model, not another
     grid: the width is left for `_load_strict` to refuse, the prefix count raises BackboneUnavailable here.
     """
+    pe = model.patch_embed
+    Grid(pe.img_size[0], pe.img_size[1], pe.patch_size[0])   # GridMismatch for a size off (or below) the patches
     if "pos_embed" not in sd or getattr(model, "pos_embed", None) is None:
         return sd
     want = model.pos_embed.shape
     have = sd["pos_embed"].shape
-    if have == want:
-        return sd
     if len(have) != len(want) or have[-1] != want[-1]:
         return sd          # another embedding width: another model, which _load_strict names with both shapes
     num_prefix = 0 if getattr(model, "no_embed_class", False) else model.num_prefix_tokens
     new_grid = tuple(model.patch_embed.grid_size)
+    patch = tuple(model.patch_embed.patch_size)
     n_old = have[1] - num_prefix
-    side = int(round(n_old ** 0.5))
-    if side * side != n_old:
+    old_grid = _checkpoint_grid(model, n_old, weights_img_size, name, explicit_size)
+    if old_grid is None:
         other = next((p for p in range(9) if p != num_prefix and have[1] > p and math.isqrt(have[1] - p) ** 2
                       == have[1] - p), None)
         if other is not None:   # a grid fits with another count of CLS/register tokens: another model variant
@@ -266,15 +270,57 @@ def _fit_pos_embed(model: torch.nn.Module, sd: dict, allow: bool, name: str = ""
                 f"embeds {num_prefix}: the weights are for another variant. Is it the right model name? "
                 "(e.g. a name with or without _reg4 for DINOv2 with registers, deit_*_distilled_* for a "
                 "distillation token)")
-        raise GridMismatch(f"checkpoint position embeddings have {have[1]} rows; cannot infer a square grid "
-                           f"with {num_prefix} prefix tokens")
+        h = max(d for d in range(1, math.isqrt(n_old) + 1) if n_old % d == 0)
+        w = n_old // h
+        raise GridMismatch(
+            f"checkpoint position embeddings have {have[1]} rows ({num_prefix} prefix + {n_old} grid tokens): no "
+            f"square grid and not the grid of {name or 'the model'}'s own input size, so the grid's shape cannot be "
+            f"told from the weights. State the size they were trained at: load_backbone(..., weights_img_size=(H, W)) "
+            f"(e.g. ({h * patch[0]}, {w * patch[1]}) for a {h}x{w} grid, ({w * patch[0]}, {h * patch[1]}) for "
+            f"{w}x{h}), or record it in the .safetensors file (safetensors.torch.save_file(sd, path, "
+            "metadata={'img_size': 'H,W'})), which the CLI reads too")
+    if old_grid == new_grid:
+        return sd
     if not allow:
-        raise GridMismatch(f"checkpoint position embeddings are for a {side}x{side} grid, the model is built at "
+        h, w = old_grid
+        raise GridMismatch(f"checkpoint position embeddings are for a {h}x{w} grid, the model is built at "
                            f"{new_grid[0]}x{new_grid[1]}; pass allow_interpolation=True to resample them, or "
-                           f"img_size={side * model.patch_embed.patch_size[0]} to build at the checkpoint's size")
+                           f"img_size=({h * patch[0]}, {w * patch[1]}) to build at the checkpoint's size")
     sd = dict(sd)
-    sd["pos_embed"] = resample_pos_embed(sd["pos_embed"], new_grid, num_prefix, (side, side))
+    sd["pos_embed"] = resample_pos_embed(sd["pos_embed"], new_grid, num_prefix, old_grid,
+                                         **pos_embed_resampling(getattr(model, "pretrained_cfg", {}).get(
+                                             "architecture", name) or name))
     return sd
+
+
+def _checkpoint_grid(model: torch.nn.Module, n: int, stated: tuple[int, int] | None, name: str,
+                     explicit_size: bool) -> tuple[int, int] | None:
+    """(h, w) of a checkpoint position embedding with `n` grid rows, None when it cannot be told (see
+    `_fit_pos_embed`); GridMismatch when `stated` (the weights' pixel size) does not give `n` tokens."""
+    patch = tuple(model.patch_embed.patch_size)
+    if stated is not None:
+        g = (stated[0] // patch[0], stated[1] // patch[1])
+        if g[0] * g[1] != n or stated[0] % patch[0] or stated[1] % patch[1]:
+            raise GridMismatch(f"weights_img_size={stated} is a {g[0]}x{g[1]} grid of {patch[0]} px patches, but the "
+                               f"checkpoint's position embeddings hold {n} grid tokens: state the size the weights "
+                               "were trained at (H and W multiples of the patch size)")
+        return g
+    cfg = getattr(model, "pretrained_cfg", None) or {}
+    native = tuple(cfg.get("input_size", (3, 0, 0))[-2:])
+    g = (native[0] // patch[0], native[1] // patch[1])
+    if g[0] * g[1] == n and n:
+        return g                                   # timm's rule (get_pretrained_grid_size)
+    side = math.isqrt(n)
+    if side * side == n:
+        return (side, side)
+    built = tuple(model.patch_embed.grid_size)
+    if built[0] * built[1] == n and explicit_size:
+        log.warning("checkpoint position embeddings hold %d grid tokens, no square grid: taking them as the "
+                    "%dx%d grid the model is built at (img_size). If the weights were trained at another shape "
+                    "(e.g. %dx%d px), pass weights_img_size=(H, W) to load_backbone, or the positions are scrambled",
+                    n, built[0], built[1], built[1] * patch[0], built[0] * patch[1])
+        return built
+    return None
 
 
 _HEAD = ("head.", "head_dist.", "fc_norm.", "fc.", "classifier.")   # classifier heads: a feature extractor ignores them
@@ -383,9 +429,9 @@ def _derive_config(model: torch.nn.Module, name: str, is_vit: bool, sha: str | N
         img = tuple(pe.img_size)
         patch = pe.patch_size[0]
         Grid(img[0], img[1], patch)  # raises GridMismatch when it does not divide
-        num_reg = int(getattr(model, "num_reg_tokens", 0) or 0)
         has_dist = getattr(model, "dist_token", None) is not None
         has_cls = getattr(model, "cls_token", None) is not None
+        num_reg = int(model.num_prefix_tokens) - int(has_cls) - int(has_dist)   # EVA keeps no num_reg_tokens
         return BackboneConfig(
             name=name, kind="vit", img_size=img, patch_size=patch, grid=tuple(pe.grid_size),
             embed_dim=model.embed_dim, depth=len(model.blocks), num_prefix_tokens=model.num_prefix_tokens,
@@ -409,6 +455,13 @@ def _derive_config(model: torch.nn.Module, name: str, is_vit: bool, sha: str | N
 def _stage_grids(model: torch.nn.Module, size: tuple[int, int]) -> tuple[tuple[int, int], ...]:
     """(h, w) of each feature stage at `size`, measured by one forward pass on a blank image: padding
     conventions differ ("same" padding rounds up, plain padding down), so the stride alone does not say."""
-    with torch.inference_mode():
-        feats = model.eval()(torch.zeros(1, 3, *size))
+    try:
+        with torch.inference_mode():
+            feats = model.eval()(torch.zeros(1, 3, *size))
+    except (AssertionError, RuntimeError, ValueError) as e:     # e.g. Swin: "Input height (320) doesn't match model"
+        native = tuple(getattr(model, "pretrained_cfg", {}).get("input_size", (3, 0, 0))[-2:])
+        raise GridMismatch(f"{type(model).__name__} cannot run at {size[0]}x{size[1]} px ({type(e).__name__}: "
+                           f"{' '.join(str(e).split())[:160]}): it is built for a fixed input size; use its own "
+                           f"size{f' ({native[0]}x{native[1]})' if all(native) else ''} (drop img_size / "
+                           "--image-size)") from e
     return tuple((int(f.shape[-2]), int(f.shape[-1])) for f in feats)

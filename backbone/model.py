@@ -126,21 +126,31 @@ class FrozenBackbone(nn.Module):
         if pixels.is_floating_point() and pixels.dtype != dtype:
             pixels = pixels.to(dtype)          # float64/float16 batches: the values were checked, the model's dtype decides
         if (H, W) != tuple(self.config.img_size):
+            p = self.config.patch_size
+            fits = self.config.kind != "vit" or (H % p == 0 and W % p == 0)
+            size = (H, W) if fits else (max(p, round(H / p) * p), max(p, round(W / p) * p))
             raise GridMismatch(f"pixels are {H}x{W}, the backbone is built for {self.config.img_size[0]}x"
-                               f"{self.config.img_size[1]}; rebuild with load_backbone(..., img_size=({H}, {W})) "
-                               "or pass images through bb.preprocess")
+                               f"{self.config.img_size[1]}"
+                               + ("" if fits else f" and {H}x{W} does not divide into {p} px patches") +
+                               f"; resize the batch to {self.config.img_size[0]}x{self.config.img_size[1]} (or pass "
+                               f"the images through bb.preprocess), or rebuild with load_backbone(..., "
+                               f"img_size={size}) and resize to that")
         if self.config.kind == "cnn":
             feats = self.model(pixels)
             grids = {b: feats[b].float() for b in blocks}
             return grids, {b: pixels.new_zeros(pixels.shape[0], 0, feats[b].shape[1]) for b in blocks}
         order = sorted(self.resolve_blocks(list(blocks)))   # timm returns intermediates in block order, whatever was asked
-        outs = self.model.forward_intermediates(pixels, indices=order, return_prefix_tokens=True,
+        has_prefix = self.config.num_prefix_tokens > 0
+        # with no prefix tokens timm returns plain (B, C, h, w) tensors, not (grid, prefix) pairs (and EVA's
+        # return_prefix_tokens=True fails outright), so the pairs are asked for only when there are prefix tokens
+        outs = self.model.forward_intermediates(pixels, indices=order, return_prefix_tokens=has_prefix,
                                                 norm=norm, stop_early=True, output_fmt="NCHW",
                                                 intermediates_only=True)
         grids, prefix = {}, {}
-        for b, (grid, pre) in zip(order, outs):
+        for b, out in zip(order, outs):
+            grid, pre = out if has_prefix else (out, None)
             grids[b] = grid.float()            # (B, C, h, w)
-            prefix[b] = pre.float()            # (B, P, C)
+            prefix[b] = pre.float() if pre is not None else grid.new_zeros(grid.shape[0], 0, grid.shape[1]).float()  # (B, P, C)
         return grids, prefix
 
     def patch_grids(self, images: Any, blocks: int | Iterable[int] | None = None, norm: bool = False,

@@ -283,8 +283,10 @@ def check_normalised(pixels: torch.Tensor, config: BackboneConfig, tol: float = 
     Any float dtype is accepted (the model casts to its own); NaN or inf anywhere raises PreprocessingMismatch.
 
     Undo the normalisation: x * std + mean must then be an image in [0, 1] (up to resampling
-    overshoot `tol`). 0-255 floats, [0, 1] images without normalisation, batches normalised twice
-    or with other statistics all fail one of the tests below.
+    overshoot `tol`). 0-255 floats, [0, 1] images without normalisation (mean > 0 checkpoints) and batches
+    normalised twice fail one of the tests below. Other statistics whose range falls inside this one
+    (Normalize(.5, .5) or CLIP's on an ImageNet-statistics checkpoint) pass: the test is on the range, since
+    a test on the batch's statistics would refuse legitimate low-contrast images.
     """
     if not isinstance(pixels, torch.Tensor) or pixels.ndim != 4:
         raise ImageFormatError(f"expected a (B, 3, H, W) tensor, got {getattr(pixels, 'shape', type(pixels))}")
@@ -319,7 +321,9 @@ def check_normalised(pixels: torch.Tensor, config: BackboneConfig, tol: float = 
             f"after undoing this checkpoint's normalisation (mean={config.mean}, std={config.std}) values span "
             f"{rlo:.2f}..{rhi:.2f}, outside [0, 1]: the batch was normalised twice or with other statistics. "
             "Pass raw uint8 images to bb.preprocess instead")
-    if lo >= 0 and hi <= 1 and x.numel() >= 3 * 32 * 32 and float(x.std()) > 0.01:
+    # a correctly normalised image has values below 0 only when the mean is above 0: for mean=0 checkpoints
+    # (timm's MIIL ViTs: mean 0, std 1) an image in [0, 1] IS the normalised batch
+    if max(config.mean) > 0.05 and lo >= 0 and hi <= 1 and x.numel() >= 3 * 32 * 32 and float(x.std()) > 0.01:
         raise PreprocessingMismatch(
             "all values lie in [0, 1] with none below 0: this looks like an image scaled to [0, 1] but not "
             f"normalised. Normalise with mean={config.mean}, std={config.std}, or pass uint8 images to bb.preprocess")

@@ -23,6 +23,10 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     pickle that holds code.
     """
     path = Path(path)
+    if path.is_dir():
+        inside = sorted(p.name for p in path.iterdir() if p.suffix in (".safetensors", ".pth", ".pt", ".bin", ".ckpt"))
+        raise BackboneUnavailable(f"weights {path} is a folder, not a weights file: pass the .safetensors or .pth "
+                                  "file itself" + (f" (it holds {', '.join(inside[:4])})" if inside else ""))
     if not path.is_file():
         raise BackboneUnavailable(f"weights file {path} does not exist")
     if path.suffix == ".safetensors":
@@ -34,13 +38,18 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
             raise BackboneUnavailable(_unreadable(path, e, "a .safetensors file")) from e
     elif path.suffix in (".pth", ".pt", ".bin", ".ckpt"):
         try:
-            sd = torch.load(str(path), map_location="cpu", weights_only=True)
+            with torch.serialization.safe_globals(_numpy_scalar_globals()):   # e.g. {"best_acc1": np.float64(..)}
+                sd = torch.load(str(path), map_location="cpu", weights_only=True)
         except Exception as e:  # pickle.UnpicklingError, EOFError, RuntimeError (zip), OSError
             detail = _torch_load_detail(e)
             if "allowed global" in detail or "Unsupported global" in detail:
                 raise BackboneUnavailable(
-                    f"{path} cannot be loaded with weights_only=True ({type(e).__name__}: {detail[:200]}). It holds "
-                    "pickled code, which frozenvit never runs; re-save it as a plain state dict or .safetensors") from e
+                    f"{path} cannot be loaded with weights_only=True ({type(e).__name__}: {detail[:200]}). Besides "
+                    "tensors it holds pickled Python objects (a class, a function, an optimizer or a config object), "
+                    "which frozenvit never unpickles, because unpickling can run code. Re-save the weights alone, "
+                    "where you trust the file: torch.save(torch.load(f, weights_only=False)['model'], 'plain.pth') "
+                    "(the key that holds the state dict), or safetensors.torch.save_file(state_dict, "
+                    "'w.safetensors')") from e
             raise BackboneUnavailable(_unreadable(path, e, "a PyTorch checkpoint", detail)) from e
         for key in ("state_dict", "model", "module", "teacher", "student"):
             if isinstance(sd, dict) and key in sd and isinstance(sd[key], dict):
@@ -52,6 +61,16 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         raise BackboneUnavailable(f"{path} does not hold a flat dict of tensors; pass the model's state_dict "
                                   "saved with safetensors.torch.save_file or torch.save")
     return {str(k).removeprefix("module."): v for k, v in sd.items()}
+
+
+def _numpy_scalar_globals() -> list:
+    """What torch.load(weights_only=True) needs to read numpy scalars of numeric dtypes (a training script's
+    `best_acc1`, `epoch`): the scalar constructor and the dtypes. It builds a value from raw bytes and calls
+    nothing else; arrays and object scalars still need globals that stay refused (`_reconstruct`, classes)."""
+    import numpy as np
+
+    core = getattr(np, "_core", None) or np.core
+    return [core.multiarray.scalar, np.dtype, *(type(np.dtype(t)) for t in "?bBhHiIlLqQefdgFDG")]
 
 
 def _torch_load_detail(e: Exception) -> str:
@@ -73,8 +92,10 @@ def _unreadable(path: Path, e: Exception, what: str, detail: str | None = None) 
 
 
 def resample_pos_embed(pos: torch.Tensor, new_grid: tuple[int, int], num_prefix: int,
-                       old_grid: tuple[int, int] | None = None) -> torch.Tensor:
-    """(1, P + h*w, C) -> (1, P + h'*w', C): bicubic on the grid, the P prefix rows untouched.
+                       old_grid: tuple[int, int] | None = None, interpolation: str = "bicubic",
+                       antialias: bool = True, align_corners: bool | None = None) -> torch.Tensor:
+    """(1, P + h*w, C) -> (1, P + h'*w', C): resampled on the grid (bicubic with antialias unless the model's
+    family asks otherwise, `families.pos_embed_resampling`), the P prefix rows untouched.
 
     Returns `pos` itself when the grid is unchanged (identity, bit for bit).
     """
@@ -89,10 +110,25 @@ def resample_pos_embed(pos: torch.Tensor, new_grid: tuple[int, int], num_prefix:
     if tuple(old_grid) == tuple(new_grid):
         return pos
     out = resample_abs_pos_embed(pos.float(), list(new_grid), list(old_grid), num_prefix_tokens=num_prefix,
-                                 interpolation="bicubic", antialias=True)
-    log.info("position embeddings resampled from %dx%d to %dx%d tokens (bicubic, %d prefix tokens kept)",
-             old_grid[0], old_grid[1], new_grid[0], new_grid[1], num_prefix)
+                                 interpolation=interpolation, antialias=antialias, align_corners=align_corners)
+    log.info("position embeddings resampled from %dx%d to %dx%d tokens (%s, %d prefix tokens kept)",
+             old_grid[0], old_grid[1], new_grid[0], new_grid[1], interpolation, num_prefix)
     return out.to(pos.dtype)
+
+
+def recorded_img_size(path: str | os.PathLike) -> tuple[int, int] | None:
+    """The training size a .safetensors file records in its metadata ("img_size": "224,320" or "224"), else None."""
+    if Path(path).suffix != ".safetensors":
+        return None
+    try:
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as f:
+            text = (f.metadata() or {}).get("img_size")
+        parts = [int(v) for v in str(text).replace("x", ",").split(",")] if text else []
+    except (OSError, ValueError, RuntimeError):
+        return None
+    return (parts[0], parts[0]) if len(parts) == 1 else (parts[0], parts[1]) if len(parts) == 2 else None
 
 
 def hub_is_allowed(timeout: float = 1.5) -> tuple[bool, str]:

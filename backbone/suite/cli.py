@@ -113,8 +113,10 @@ def add_backbone_args(parser: argparse.ArgumentParser, *, default_help: str = "t
                         help=f"timm model name or a named backbone (default: {default_help})")
     parser.add_argument("--weights", default=None, metavar="FILE",
                         help="local .safetensors/.pth weights for --backbone (no download)")
-    parser.add_argument("--image-size", type=number(int, min=16), default=None, metavar="PX",
-                        help="input size in pixels (default: the backbone's own)")
+    # any positive size here: whether it divides into patches depends on the model, which load_backbone checks
+    # (GridMismatch) once it is known (a 14 px DINOv2 takes 14; a 16 px ViT does not)
+    parser.add_argument("--image-size", type=number(int, min=1), default=None, metavar="PX",
+                        help="input size in pixels, a multiple of the model's patch size (default: the backbone's own)")
     if blocks_help is not None:
         parser.add_argument("--blocks", type=int_list, default=None, metavar="B,B,...", help=blocks_help)
 
