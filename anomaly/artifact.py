@@ -27,6 +27,7 @@ from safetensors.numpy import load_file, save_file
 
 from frozenvit.backbone.suite.artifacts import atomic_dir, check_tensor_metadata, read_config, tensor_metadata, write_json
 from frozenvit.backbone.errors import ArtifactError, BackboneUnavailable
+from frozenvit.backbone.suite.errors import UsageError
 
 from .search import load_index, save_index
 
@@ -118,12 +119,53 @@ def save_patchcore(det: Any, path: str | os.PathLike, backbone_source: dict | No
         write_json(tmp / "config.json", cfg)
 
 
-def _rebuild_backbone(cfg: dict, path: Path) -> Any:
-    """The backbone an artifact was fitted on, rebuilt from its record at the recorded input size."""
+def model_digest(path: str | os.PathLike) -> str:
+    """sha256 of a model folder (a PatchCore or an ensemble) as frozenvit wrote it: of the file digests its marker
+    lists, each checked against its file first (ArtifactError for a changed one). A copy of the model has the same
+    digest; an update, a refit or another model has another. Predictions record it (`anomaly predict --out`'s
+    provenance.json), so that `anomaly review` knows which model they came from."""
+    import json
+
+    from frozenvit.backbone.suite.artifacts import recover, verify_files
+
+    recover(path)
+    marker = verify_files(path)
+    return hashlib.sha256(json.dumps(marker["files"], sort_keys=True).encode()).hexdigest()
+
+
+def uses_weights_file(cfg: dict) -> bool:
+    """Whether a PatchCore config's backbone is rebuilt from a weights file (fitted with `--weights FILE`)."""
+    src = cfg.get("backbone_source")
+    return bool(src) and not src.get("default") and bool(src.get("weights"))
+
+
+def _weights_given(weights: str | os.PathLike, desc: dict, path: Path) -> str:
+    """`weights` as a path, checked against the sha256 the model recorded (ArtifactError naming both digests)."""
+    from frozenvit.backbone.suite.artifacts import sha256_file
+
+    weights = Path(weights)
+    if not weights.is_file():
+        raise UsageError(f"--weights {weights} does not exist (or is not a file): pass the weights file {path} was "
+                         "fitted with")
+    want, have = desc.get("weights_sha256"), sha256_file(weights)
+    if want != have:
+        raise ArtifactError(f"--weights {weights} is not the file {path} was fitted with: its sha256 is {have}, the "
+                            f"model's weights have sha256 {want}; pass that file")
+    return str(weights.resolve())
+
+
+def _rebuild_backbone(cfg: dict, path: Path, weights: str | os.PathLike | None = None) -> Any:
+    """The backbone an artifact was fitted on, rebuilt from its record at the recorded input size; `weights`: the
+    weights file to use instead of the recorded path (checked against the recorded sha256)."""
     from frozenvit.backbone import load_backbone
 
     src = cfg.get("backbone_source")
     desc = cfg["backbone"]
+    if weights is not None:
+        if not uses_weights_file(cfg):
+            raise UsageError(f"{path} was not fitted with a weights file (its backbone "
+                             f"{desc.get('name')!r} is rebuilt without one): drop --weights")
+        src = {**src, "weights": _weights_given(weights, desc, path)}
     if not src:
         how = "PatchCore.load(path, backbone=bb)"
         if not desc.get("pretrained"):          # seeded random weights: the same load_backbone call builds them again
@@ -143,7 +185,12 @@ def _rebuild_backbone(cfg: dict, path: Path) -> Any:
         return load_backbone(src["name"], weights=src.get("weights"), img_size=size,
                              resize=desc.get("resize", "stretch"), **src.get("model_kwargs", {}))
     except BackboneUnavailable as e:
-        raise ArtifactError(f"{path} needs backbone {src}, which cannot be loaded here: {e}") from e
+        cure = ""
+        if src.get("weights") and not Path(src["weights"]).is_file():
+            cure = (f". The weights file was moved or not copied with the model: pass its new place with --weights "
+                    f"NEW_PATH (the file of sha256 {desc.get('weights_sha256')}; in Python PatchCore.load(path, "
+                    "weights=NEW_PATH) or load_detector(path, weights=NEW_PATH))")
+        raise ArtifactError(f"{path} needs backbone {src}, which cannot be loaded here: {e}{cure}") from e
 
 
 def random_weights_call(desc: dict) -> str:
@@ -174,12 +221,13 @@ def check_backbone(cfg: dict, bb: Any, path: Path) -> None:
                             "Load it with the backbone it was fitted on, or refit on this one")
 
 
-def load_patchcore(cls: type, path: str | os.PathLike, backbone: Any = None) -> Any:
+def load_patchcore(cls: type, path: str | os.PathLike, backbone: Any = None,
+                   weights: str | os.PathLike | None = None) -> Any:
     path = Path(path)
     cfg = read_config(path, KIND, FORMAT_VERSION)
     check_tensor_metadata(path / "bank.safetensors", cfg)               # before anything acts on the config
     try:
-        bb = backbone if backbone is not None else _rebuild_backbone(cfg, path)
+        bb = backbone if backbone is not None else _rebuild_backbone(cfg, path, weights)
         check_backbone(cfg, bb, path)
         params = dict(cfg["params"])
         expected = set(cls().get_params(deep=False)) - set(_NOT_SAVED)
@@ -196,6 +244,8 @@ def load_patchcore(cls: type, path: str | os.PathLike, backbone: Any = None) -> 
                        holdout_indices_=np.array(cfg["holdout_indices"], dtype=int),
                        updates_=list(cfg.get("updates", [])))                 # absent: never updated
         bank_shape = list(cfg["bank_shape"])
+    except (UsageError, ArtifactError):                # a --weights file that is not there or not this model's
+        raise
     except (KeyError, TypeError, ValueError) as e:    # a config written by another tool or edited by hand
         raise ArtifactError(f"{path}/config.json is not a complete {KIND} config ({type(e).__name__}: {e}); "
                             "refit the model") from e

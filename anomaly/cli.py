@@ -17,6 +17,10 @@ from frozenvit.backbone.suite.engine import add_engine_args
 from frozenvit.backbone.suite.errors import UsageError
 
 PREDICT_KIND = "anomaly.predict"   # the marker of a predict --out folder
+# in a predict --out folder: which model (its digest) and which image contents (size, sha256) the scores came from,
+# and how they were decided; `review` reuses a folder only when all of them are as they are now
+PROVENANCE = "provenance.json"
+PROVENANCE_KIND = "anomaly.predict.provenance"
 
 
 def _faiss_threads(args: argparse.Namespace) -> None:
@@ -64,8 +68,9 @@ def _detector(args: argparse.Namespace, bb: Any, **member: Any):
         few_shot["augment"] = args.augment
     kw = dict(blocks=args.blocks, coreset_ratio=args.coreset_ratio, coreset=args.coreset, reduce_dim=args.reduce_dim,
               aggregation=args.aggregation, image_score=args.image_score, score_border=args.score_border,
-              index=args.index, target_fpr=args.target_fpr, holdout=args.holdout, batch_size=args.batch_size,
+              index=args.index, batch_size=args.batch_size,
               coreset_chunk=args.coreset_chunk, seed=args.seed, progress=None, **few_shot)
+    kw.update({k: getattr(args, k) for k in ("target_fpr", "holdout") if hasattr(args, k)})   # fit's, not audit's
     kw.update({k: v for k, v in member.items() if kw.get(k, "auto") == "auto"})
     return PatchCore(bb, **kw)
 
@@ -90,13 +95,15 @@ def _threshold_text(det: Any) -> str:
     return "uncalibrated" if t is None else f"{t:.6f}"
 
 
-def _model(model: str, threshold: float | None = None, target_fpr: float | None = None) -> Any:
+def _model(model: str, threshold: float | None = None, target_fpr: float | None = None,
+           weights: str | None = None) -> Any:
     """The detector of --model; with predict/evaluate --threshold, deciding at it instead of the model's (or an
     uncalibrated model's none); with --target-fpr, at the threshold calibrated to that rate on the model's stored
-    held-out normals (`threshold_at`: ParameterError when it has none or too few)."""
+    held-out normals (`threshold_at`: ParameterError when it has none or too few). `weights`: --weights, the new
+    place of the weights file the model was fitted with (checked against its recorded sha256)."""
     from .ensemble import load_detector
 
-    det = load_detector(model)
+    det = load_detector(model, weights=weights)
     if target_fpr is not None:
         threshold = det.threshold_at(target_fpr)
     if threshold is not None:
@@ -114,6 +121,29 @@ def _runtime(det: Any, args: argparse.Namespace) -> Any:
         check_runtime(args.runtime, p)
     calibration = calibration_from_args(args, "int8" in args.precision, "--precision int8")
     return use_runtime(det, args.runtime, precision=args.precision, calibration=calibration)
+
+
+#: why an int8 run gives no decisions at the model's threshold (predict's summary, evaluate's printout and JSON)
+INT8_NO_DECISIONS = ("the model's threshold and operating points were calibrated on float32 scores of its held-out "
+                     "normals, and the int8 graph moves every score, so they do not hold for int8 scores")
+
+
+def _int8_decisions(args: argparse.Namespace) -> bool:
+    """Whether decisions may be made in this run: not with --precision int8 (any member) unless the threshold is
+    given (--threshold T, chosen on int8 scores); --target-fpr, which picks one on the stored float32 scores, is
+    refused with int8 (UsageError)."""
+    if "int8" not in args.precision:
+        return True
+    if args.target_fpr is not None:
+        raise UsageError(f"--target-fpr with --precision int8: {INT8_NO_DECISIONS}. Drop --target-fpr, or pass "
+                         "--threshold T chosen on int8 scores of known normals")
+    return args.threshold is not None
+
+
+def _withhold_decisions(det: Any) -> Any:
+    """`det` deciding nothing (its float32-calibrated threshold dropped for this run; the model is not changed)."""
+    det.threshold_ = None
+    return det
 
 
 def _runtime_record(args: argparse.Namespace) -> dict:
@@ -167,7 +197,17 @@ def _select(args: argparse.Namespace, train: list[Path]) -> Any:
     for r in search.results_:
         print(f"{r['rank']:4d} {r['synthetic_auroc']:13.4f}  {r['name']}")
     det = search.best_estimator_
-    print(f"chose {search.best_params_['name']} (search {search.search_s_:.0f} s, refit {search.refit_s_:.0f} s): "
+    if len(search.tied_) > 1:
+        from .select import TIE_BREAK
+
+        others = search.tied_[1:]
+        print(f"tie: {len(search.tied_)} candidates share the best planted AUROC "
+              f"{search.results_[0]['synthetic_auroc']:.4f} ({', '.join(search.tied_)}); the search cannot tell them "
+              f"apart, so the choice is {TIE_BREAK}, not a measured difference")
+    print(f"chose {search.best_params_['name']}" + (f" (tied with {len(others)} other"
+                                                     f"{'s' * (len(others) > 1)}, see above)"
+                                                     if len(search.tied_) > 1 else "")
+          + f" (search {search.search_s_:.0f} s, refit {search.refit_s_:.0f} s): "
           + (det.describe() if hasattr(det, "describe") else
              f"{det.backbone_.name} blocks {det.blocks_}, bank {det.bank_.shape[0]} x {det.bank_.shape[1]}"))
     return det
@@ -245,22 +285,40 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     check_artifact_dir(args.out, PREDICT_KIND)     # nor an earlier output with a file edited since (scores.csv)
     if args.runtime != "torch" and args.ray is not None:
         raise UsageError(f"--runtime {args.runtime} runs in this process only; drop --ray or --runtime")
-    det = _runtime(_model(args.model, args.threshold, args.target_fpr), args)
+    decisions = _int8_decisions(args)
+    det = _runtime(_model(args.model, args.threshold, args.target_fpr, args.weights), args)
+    if not decisions:
+        _withhold_decisions(det)
+    decided = {"threshold": args.threshold, "target_fpr": args.target_fpr, **_runtime_record(args)}
     with engine_session(args) as engine:
         rows = _write_predictions(det, args.model, args.images, args.out, overlays=not args.no_overlays,
-                                 engine=engine, workers=args.workers)
-    verdict = ("no decisions: the model's threshold is uncalibrated (few-shot); pass --threshold"
-               if det.decision_threshold() is None else f"{sum(r['is_defect'] for r in rows)} flagged as defective")
+                                 engine=engine, workers=args.workers, decided=decided)
+    verdict = (f"{sum(r['is_defect'] for r in rows)} flagged as defective" if det.decision_threshold() is not None
+               else "no decisions: the model's threshold is uncalibrated (few-shot); pass --threshold" if decisions
+               else f"no decisions: {INT8_NO_DECISIONS}; pass --threshold T chosen on int8 scores of known normals")
     out = Path(args.out)
     print(f"{len(rows)} images, {verdict}; wrote {out / 'scores.csv'}"
           + ("" if args.no_overlays else f" and {out / 'overlays'}/") + _runtime_note(args))
     return 0
 
 
+#: how `review` predicts: the model's own threshold, torch in float32 (predict's defaults)
+REVIEW_DECIDED = {"threshold": None, "target_fpr": None, "runtime": "torch", "precision": "float32"}
+
+
+def _image_record(files: Sequence[Path], names: Sequence[str]) -> dict[str, dict]:
+    """{name: {"size", "sha256"}} of the image files: what a predictions folder was computed from."""
+    from frozenvit.backbone.suite.artifacts import sha256_file
+
+    return {n: {"size": f.stat().st_size, "sha256": sha256_file(f)} for n, f in zip(names, files)}
+
+
 def _write_predictions(det: Any, model_dir: str | Path, images: Sequence[str], out: str | Path, *, overlays: bool = True,
-                      engine: str = "local", workers: int | None = None) -> list[dict]:
-    """Score the images under `images` (files or folders) and write `out`: scores.csv and overlays/, replaced as a
-    whole when the run ends, so it never mixes this run's results with an earlier one's. Returns the CSV rows.
+                      engine: str = "local", workers: int | None = None, decided: dict | None = None) -> list[dict]:
+    """Score the images under `images` (files or folders) and write `out`: scores.csv, overlays/ and provenance.json
+    (the model's digest, each image's size and sha256, read before it is scored, and `decided`: the --threshold,
+    --target-fpr, runtime and precision the run used), replaced as a whole when the run ends, so it never mixes
+    this run's results with an earlier one's. Returns the CSV rows.
 
     Nothing frozenvit wrote (`out` least of all) is read as input; an unreadable file stops the run
     (ImageFormatError naming it) before any output. The caller refuses an `out` it may not replace first
@@ -279,8 +337,15 @@ def _write_predictions(det: Any, model_dir: str | Path, images: Sequence[str], o
     root = Path(images[0]) if len(images) == 1 and Path(images[0]).is_dir() else None
     names = [str(f.relative_to(root)) if root else str(f) for f in files]
     ovs = overlay_file_names(names) if overlays else [None] * len(files)
+    from frozenvit.backbone.suite.artifacts import write_json
+
+    from .artifact import model_digest
+
+    record = {"model": str(model_dir), "model_sha256": model_digest(model_dir),
+              "decided": dict(REVIEW_DECIDED if decided is None else decided), "images": _image_record(files, names)}
     rows = []
     with atomic_dir(out, PREDICT_KIND) as tmp:
+        write_json(tmp / PROVENANCE, record, kind=PROVENANCE_KIND)
         scored = iter_scored(det, files, overlays=overlays, engine=engine, workers=workers,
                              model_dir=model_dir)                   # a batch of full-size maps in memory at a time
         for name, ov, got in zip(names, ovs, scored):
@@ -309,17 +374,29 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
                          "brings its own ground_truth/")
     check_output_file(args.out, "anomaly.evaluate")
     _faiss_threads(args)
-    det = _runtime(_model(args.model, args.threshold, args.target_fpr), args)
+    decisions = _int8_decisions(args)
+    det = _runtime(_model(args.model, args.threshold, args.target_fpr, args.weights), args)
+    if not decisions:
+        _withhold_decisions(det)
     ds = read_mvtec(args.data) if args.data else read_folders(None, args.test, args.masks)
     metrics, per_type = evaluate_dataset(det, ds)
     if args.runtime != "torch":
         print(f"backbone run by {args.runtime} in {','.join(args.precision)}")
+    int8 = "int8" in args.precision
+    if int8:                                       # calibrated on float32 held-out scores: not int8's
+        metrics.update({k: float("nan") for k in metrics if "@" in k})
     uncalibrated = det.decision_threshold() is None
+    no_rate = "not valid for int8" if not decisions else "uncalibrated"
     for k, v in metrics.items():
         if "@" not in k and k != "held_out_normals":
-            print(f"{k:18s} " + ("uncalibrated" if uncalibrated and k in ("false_alarm_rate", "detection_rate")
+            print(f"{k:18s} " + (no_rate if uncalibrated and k in ("false_alarm_rate", "detection_rate")
                                  else f"{v:.4f}"))
-    _print_operating_points(det, metrics)
+    if int8:
+        print(f"no decisions at the model's threshold and no operating points: {INT8_NO_DECISIONS}; the AUROCs and "
+              "AUPRO above need no threshold" if not decisions else
+              f"no operating points: {INT8_NO_DECISIONS}; the rates above are at the --threshold given")
+    else:
+        _print_operating_points(det, metrics)
     if per_type:
         print(f"{'defect':18s} {'n':>4s} {'AUROC':>7s} {'detected':>9s}")
         for r in per_type:
@@ -330,6 +407,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         write_json(args.out, {"model": str(args.model), "data": str(args.data or args.test), **_runtime_record(args),
                               "metrics": metrics,
                               "per_defect_type": per_type, "threshold": det.decision_threshold(),
+                              **({"float32_threshold_not_used": INT8_NO_DECISIONS} if int8 else {}),
                               "defective_images_without_masks": unmasked}, kind="anomaly.evaluate", sealed=True)
         print(f"wrote {args.out}")
     return 0
@@ -395,9 +473,6 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 
 
 def _cmd_review(args: argparse.Namespace) -> int:
-    import os
-
-    from frozenvit.backbone.commands import list_images
     from frozenvit.backbone.suite.artifacts import check_artifact_dir
 
     from .review import HOST, ReviewData, labels_path, review_app
@@ -415,16 +490,13 @@ def _cmd_review(args: argparse.Namespace) -> int:
     if labels_path(out).resolve().is_relative_to(images.resolve()) or out.resolve().is_relative_to(images.resolve()):
         raise UsageError(f"--out {out} lies inside --images {images}: the predictions and the labels are never "
                          "written into the image folder; choose --out outside it")
-    scores, model_marker = out / "scores.csv", Path(args.model) / ".frozenvit.json"
-    fresh = scores.is_file() and model_marker.is_file() and os.path.getmtime(scores) >= os.path.getmtime(model_marker)
-    if fresh:                                      # ... and of the images the folder holds now
-        with open(scores, newline="") as f:
-            listed = {r["image"] for r in csv.DictReader(f)}
-        fresh = listed == {str(p.relative_to(images)) for p in list_images([str(images)], exclude=[out])}
-    if args.rescore or not fresh:                  # no predictions yet, older than the model (an update), other images
+    stale = "--rescore given" if args.rescore else _stale_predictions(out, args.model, images)
+    if stale is not None:                          # none yet, another model (an update), other or changed images
+        if stale:
+            print(f"scoring {images} again into {out}: {stale}", flush=True)
         _faiss_threads(args)
         check_artifact_dir(out, PREDICT_KIND)
-        _write_predictions(_model(args.model), args.model, [str(images)], out)
+        _write_predictions(_model(args.model, weights=args.weights), args.model, [str(images)], out)
     data = ReviewData.open(out, images)
     if args.host != HOST:
         print(f"warning: --host {args.host} serves these images and accepts marks from other machines on the network; "
@@ -435,10 +507,51 @@ def _cmd_review(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stale_predictions(out: Path, model: str, images: Path) -> str | None:
+    """Why the predictions in `out` are not this model's of the images `images` holds now ("" when there are none
+    yet), or None when they are: the model's digest, the image names and each image's sha256 as recorded in
+    provenance.json, decided as review decides (the model's threshold, torch float32)."""
+    import json
+
+    from frozenvit.backbone.commands import list_images
+
+    from .artifact import model_digest
+
+    if not (out / "scores.csv").is_file():
+        return ""
+    try:
+        record = json.loads((out / PROVENANCE).read_text())
+        assert isinstance(record, dict) and record.get("frozenvit") == PROVENANCE_KIND
+        was, decided, listed = record["model_sha256"], record["decided"], record["images"]
+        assert isinstance(listed, dict) and isinstance(decided, dict)
+    except (OSError, ValueError, AssertionError, KeyError):
+        return ("it holds predictions without a record of the model and the image contents they came from "
+                "(written by an older frozenvit, or not by predict)")
+    now = model_digest(model)
+    if was != now:
+        return (f"they came from another model than {model} as it is now (model digest {str(was)[:12]}... there, "
+                f"{now[:12]}... now: another model, or this one before an update)")
+    if {k: decided.get(k) for k in REVIEW_DECIDED} != REVIEW_DECIDED:
+        how = ", ".join(f"{k} {decided.get(k)}" for k, v in REVIEW_DECIDED.items() if decided.get(k) != v)
+        return f"they were predicted with {how}, not as review predicts (the model's threshold, torch float32)"
+    files = list_images([str(images)], exclude=[out])
+    names = [str(p.relative_to(images)) for p in files]
+    if set(names) != set(listed):
+        new, gone = sorted(set(names) - set(listed)), sorted(set(listed) - set(names))
+        return ("the images differ from those scored: " + "; ".join(
+            f"{len(v)} {what} ({', '.join(v[:3])}{' ...' if len(v) > 3 else ''})"
+            for what, v in (("new", new), ("gone", gone)) if v))
+    have = _image_record(files, names)
+    changed = sorted(n for n in names if have[n] != listed[n])
+    if changed:
+        return (f"{len(changed)} image{'s' * (len(changed) > 1)} changed since they were scored (same name, other "
+                f"contents): {', '.join(changed[:3])}{' ...' if len(changed) > 3 else ''}")
+    return None
+
+
 def _cmd_update(args: argparse.Namespace) -> int:
     from frozenvit.backbone.commands import list_images
 
-    from .patchcore import PatchCore
     from .review import read_labels
 
     _faiss_threads(args)
@@ -446,7 +559,21 @@ def _cmd_update(args: argparse.Namespace) -> int:
     files = list_images([str(normals)]) if normals.is_dir() else read_labels(normals)
     if not files:
         raise UsageError(f"{normals} marks no image normal: nothing to add")
-    det = _model(args.model)
+    from .updates import model_lock
+
+    def waiting() -> None:
+        print(f"another `anomaly update` is changing {args.model}: waiting for it to finish, then adding to the "
+              "model it wrote (Ctrl-C stops)", file=sys.stderr, flush=True)
+
+    with model_lock(args.model, waiting):          # read, add, replace: one update of a model at a time
+        return _update_locked(args, files, normals)
+
+
+def _update_locked(args: argparse.Namespace, files: list[Path], normals: Path) -> int:
+    """`anomaly update` under the model's lock: load, add the normals, replace the model folder."""
+    from .patchcore import PatchCore
+
+    det = _model(args.model, weights=args.weights)
     import json
 
     from frozenvit.backbone.suite.artifacts import check_artifact_dir
@@ -458,7 +585,10 @@ def _cmd_update(args: argparse.Namespace) -> int:
     check_artifact_dir(args.model, kind, flag="--model", replaces=replaces)   # before the work: it is replaced
 
     def source(folder: Path) -> dict:                                   # checked by the load
-        return json.loads((folder / "config.json").read_text())["backbone_source"]
+        cfg = json.loads((folder / "config.json").read_text())
+        if args.weights and artifact.uses_weights_file(cfg):            # the file's new place, from now on
+            return {**cfg["backbone_source"], "weights": str(Path(args.weights).resolve())}
+        return cfg["backbone_source"]
 
     model = Path(args.model)
     n_updates = len(det.updates_)
@@ -493,9 +623,11 @@ def _register_review(sub: Any) -> None:
     q.add_argument("--model", required=True, help="model folder written by `anomaly fit`")
     q.add_argument("--images", required=True, help="folder of images to review (searched recursively; never written)")
     q.add_argument("--out", default=None, metavar="DIR",
-                   help="predictions folder (as `anomaly predict --out`), written when it is missing, older than "
-                        "the model or of other images; the marks go into DIR.labels.json beside it. Without it, "
+                   help="predictions folder (as `anomaly predict --out`), written again unless its provenance.json "
+                        "shows it holds this model's predictions (the model's digest) of the images as they are now "
+                        "(each image's name and sha256); the marks go into DIR.labels.json beside it. Without it, "
                         "MODEL-review beside the model folder")
+    add_weights_arg(q)
     q.add_argument("--rescore", action="store_true", help="predict again even when --out holds this model's predictions of these images")
     q.add_argument("--host", default=HOST, help="address to listen on; any other than 127.0.0.1 (this machine only) exposes the page to the "
                         "network, without a login, and prints a warning")
@@ -510,6 +642,7 @@ def _register_review(sub: Any) -> None:
     q.add_argument("--normals", required=True,
                    help="a labels file written by `anomaly review` (its images marked normal), or a folder of "
                         "normal images")
+    add_weights_arg(q)
     add_threads_arg(q)
     q.set_defaults(func=_cmd_update)
 
@@ -560,7 +693,9 @@ def _add_operating_point_args(p: argparse.ArgumentParser, what: str) -> None:
                         "rate is refused, saying how many it needs)")
 
 
-def _add_method_args(p: argparse.ArgumentParser) -> None:
+def _add_method_args(p: argparse.ArgumentParser, calibration: bool = True) -> None:
+    """The method options of fit and audit; `calibration`: also --target-fpr and --holdout (fit's threshold; the
+    audit calibrates none)."""
     from . import defaults as d
 
     default_name = d.BACKBONE or "the embedded ViT"
@@ -606,11 +741,14 @@ def _add_method_args(p: argparse.ArgumentParser) -> None:
                    help="nearest-neighbour search: flat is exact; ivf/ivfpq are approximate, for large banks; auto: "
                         f"flat under {d.IVF_MIN_BANK:,} bank entries, ivf from there on (the default "
                         "ensemble's members have their own, see anomaly/defaults.py)")
-    p.add_argument("--target-fpr", type=number(float, min=0, max=1, min_open=True, max_open=True), default=d.TARGET_FPR,
-                   help="false-alarm rate the threshold is calibrated to on held-out normals, in (0, 1)")
-    p.add_argument("--holdout", type=number(float, min=0, max=1, max_open=True), default=d.HOLDOUT,
-                   help="fraction of the normals held out to calibrate the threshold, in [0, 1); when it rounds to "
-                        "no image (1-2 images at 0.2, or 0) all go into the bank and the threshold is uncalibrated")
+    if calibration:
+        p.add_argument("--target-fpr", type=number(float, min=0, max=1, min_open=True, max_open=True),
+                       default=d.TARGET_FPR,
+                       help="false-alarm rate the threshold is calibrated to on held-out normals, in (0, 1)")
+        p.add_argument("--holdout", type=number(float, min=0, max=1, max_open=True), default=d.HOLDOUT,
+                       help="fraction of the normals held out to calibrate the threshold, in [0, 1); when it rounds "
+                            "to no image (1-2 images at 0.2, or 0) all go into the bank and the threshold is "
+                            "uncalibrated")
     p.add_argument("--batch-size", type=number(int, min=1), default=d.BATCH_SIZE,
                    help="images per backbone forward pass")
     p.add_argument("--seed", type=number(int, min=0), default=d.SEED, help="seed of the holdout split and the coreset")
@@ -625,7 +763,7 @@ def register(subparsers: Any) -> None:
     sub = p.add_subparsers(dest="anomaly_command", required=True)
 
     q = sub.add_parser("fit", help="learn normal patches from an MVTec category (train/good) or a folder of normals")
-    q.add_argument("--data", required=True, help="MVTec AD category folder, or a folder of normal images")
+    q.add_argument("--data", required=True, help="MVTec AD category folder, or a folder of normal images (its subfolders too)")
     q.add_argument("--out", required=True, metavar="DIR",
                    help="model folder to write: new, empty, or an earlier model of this command, which is replaced")
     _add_method_args(q)
@@ -673,6 +811,7 @@ def register(subparsers: Any) -> None:
                         "since it was written (an edited scores.csv) is refused, never overwritten")
     q.add_argument("--no-overlays", action="store_true", help="write scores.csv only")
     _add_operating_point_args(q, "instead of the model's")
+    add_weights_arg(q)
     add_runtime_arg(q)
     add_precision_arg(q)
     add_threads_arg(q)
@@ -689,6 +828,7 @@ def register(subparsers: Any) -> None:
                    help="JSON file for the metrics; without it, they are printed only (an existing file is replaced "
                         "only if this command wrote it)")
     _add_operating_point_args(q, "instead of the model's, for the false-alarm and detection rates")
+    add_weights_arg(q)
     add_runtime_arg(q)
     add_precision_arg(q)
     add_threads_arg(q)
@@ -698,14 +838,14 @@ def register(subparsers: Any) -> None:
     q.set_defaults(func=_cmd_evaluate)
 
     q = sub.add_parser("audit", help="rank training normals by how anomalous they look to a bank without them")
-    q.add_argument("--data", required=True, help="MVTec AD category folder, or a folder of normal images")
+    q.add_argument("--data", required=True, help="MVTec AD category folder, or a folder of normal images (its subfolders too)")
     q.add_argument("--folds", type=number(int, min=2), default=d.AUDIT_FOLDS,
                    help="cross-validation folds: each image is scored by a bank of the other folds")
     q.add_argument("--top", type=number(int, min=1), default=10, help="print this many of the least normal images")
     q.add_argument("--out", default=None, metavar="FILE",
                    help="JSON file for the full ranking; without it, printed only (an existing file is replaced only "
                         "if this command wrote it)")
-    _add_method_args(q)
+    _add_method_args(q, calibration=False)        # the audit ranks by robust z, it calibrates no threshold
     q.set_defaults(func=_cmd_audit)
 
     q = sub.add_parser("synth", help="write the seeded synthetic set (MVTec layout)")
@@ -724,18 +864,29 @@ def register(subparsers: Any) -> None:
     _register_review(sub)
 
 
+def add_weights_arg(q: argparse.ArgumentParser) -> None:
+    """--weights FILE on the commands that load a model (predict, evaluate, review, update, export anomaly)."""
+    q.add_argument("--weights", default=None, metavar="FILE",
+                   help="for a model fitted with --weights FILE whose file has moved: the file at its new place "
+                        "(refused unless its sha256 is the one the model recorded); update records the new place")
+
+
 def register_export(sub: Any, common: Any) -> None:
     """`frozenvit export anomaly` (entry-point group frozenvit.export)."""
     from frozenvit.backbone.export_cli import add_export
 
-    add_export(sub, common, "anomaly", "the feature extractor of an anomaly model (an ensemble: OUT/member<i>)",
+    def with_weights(q: argparse.ArgumentParser) -> None:
+        common(q)
+        add_weights_arg(q)
+
+    add_export(sub, with_weights, "anomaly", "the feature extractor of an anomaly model (an ensemble: OUT/member<i>)",
                "--model", "model folder written by `anomaly fit`", _export_sources)
 
 
 def _export_sources(args: argparse.Namespace) -> list[tuple[str, Any, Any]]:
     from .ensemble import load_detector
 
-    det = load_detector(args.model)
+    det = load_detector(args.model, weights=args.weights)
     members = getattr(det, "members_", None)
     if members:
         return [(f"member{i}", m.backbone_, m.blocks_) for i, m in enumerate(members)]

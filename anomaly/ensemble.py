@@ -240,21 +240,44 @@ class PatchCoreEnsemble(ParameterErrorMixin, BaseEstimator):
         return Path(path)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "PatchCoreEnsemble":
-        """Rebuild a saved ensemble; each member's backbone from its own record (ArtifactError if one cannot be)."""
+    def load(cls, path: str | os.PathLike, weights: str | os.PathLike | None = None,
+             backbones: Sequence[Any] | None = None) -> "PatchCoreEnsemble":
+        """Rebuild a saved ensemble; each member's backbone from its own record (ArtifactError if one cannot be).
+
+        weights: the new path of a weights file that moved, for the members fitted with one (`PatchCore.load`'s
+            `weights`; UsageError when no member was).
+        backbones: one backbone (or None: rebuilt) per member, in `members/<i>` order, each checked as
+            `PatchCore.load(path, backbone=)` checks it: e.g. `load_exported("deploy/member<i>")` of
+            `frozenvit export anomaly`. ParameterError for another count."""
+        import json
+
         from frozenvit.backbone.suite.artifacts import read_config
+        from frozenvit.backbone.suite.errors import UsageError
+
+        from .artifact import uses_weights_file
 
         path = Path(path)
         cfg = read_config(path, KIND, FORMAT_VERSION)
         try:
             n = int(cfg["n_members"])
             det = cls(**cfg["params"])
-            members = [PatchCore.load(path / "members" / str(i)) for i in range(n)]
+            folders = [path / "members" / str(i) for i in range(n)]
+            if backbones is not None and len(backbones) != n:
+                raise ParameterError(f"{len(backbones)} backbones for the {n} members of {path}: give one per member "
+                                     "(None: rebuilt from the artifact)")
+            bbs = list(backbones) if backbones is not None else [None] * n
+            with_file = [uses_weights_file(json.loads((f / "config.json").read_text())) for f in folders]
+            if weights is not None and not any(with_file):
+                raise UsageError(f"no member of {path} was fitted with a weights file: drop --weights")
+            members = [PatchCore.load(f, backbone=bb, weights=weights if file and bb is None else None)
+                       for f, bb, file in zip(folders, bbs, with_file)]
             saved = [tuple(float(v) for v in s) for s in cfg["standardisers"]]
             given = cfg.get("members", "default")
             if given not in ("default", "given"):
                 raise ValueError(f"members {given!r} is neither 'default' nor 'given'")
-        except (KeyError, TypeError, ValueError) as e:
+        except (UsageError, ParameterError):          # --weights or backbones that do not fit this model
+            raise
+        except (KeyError, TypeError, ValueError, OSError) as e:
             raise ArtifactError(f"{path}/config.json is not a complete {KIND} config ({type(e).__name__}: {e}); "
                                 "refit the model") from e
         # the members it was given, unfitted, with the settings the fitted ones have (on their backbones), so that
@@ -272,12 +295,21 @@ class PatchCoreEnsemble(ParameterErrorMixin, BaseEstimator):
         return det
 
 
-def load_detector(path: str | os.PathLike) -> PatchCore | PatchCoreEnsemble:
-    """A saved PatchCore or PatchCoreEnsemble, whichever `path` holds (its config.json's kind)."""
+def load_detector(path: str | os.PathLike, weights: str | os.PathLike | None = None,
+                  backbones: Sequence[Any] | None = None) -> PatchCore | PatchCoreEnsemble:
+    """A saved PatchCore or PatchCoreEnsemble, whichever `path` holds (its config.json's kind).
+
+    weights: the new path of the weights file a model fitted with `--weights FILE` was fitted with (checked against
+        its recorded sha256). backbones: one backbone per member (a PatchCore: a list of one), e.g. the
+        `load_exported` graphs of `frozenvit export anomaly`; None rebuilds them from the artifact."""
     import json
 
     try:
         kind = json.loads((Path(path) / "config.json").read_text()).get("kind")
     except (OSError, ValueError, AttributeError):
         kind = None                 # PatchCore.load names what is wrong with the directory
-    return PatchCoreEnsemble.load(path) if kind == KIND else PatchCore.load(path)
+    if kind == KIND:
+        return PatchCoreEnsemble.load(path, weights=weights, backbones=backbones)
+    if backbones is not None and len(backbones) != 1:
+        raise ParameterError(f"{len(backbones)} backbones for the single PatchCore of {path}: give one")
+    return PatchCore.load(path, backbone=None if backbones is None else backbones[0], weights=weights)

@@ -459,8 +459,10 @@ class PatchCore(ParameterErrorMixin, BaseEstimator):
         return Path(path)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, backbone: Any = None) -> "PatchCore":
-        """Read an artifact; `backbone` must be the one it was fitted on (checked), None rebuilds it."""
+    def load(cls, path: str | os.PathLike, backbone: Any = None, weights: str | os.PathLike | None = None) -> "PatchCore":
+        """Read an artifact; `backbone` must be the one it was fitted on (checked), None rebuilds it. `weights`: for
+        a model fitted with a weights file that has moved, the file's new path (ArtifactError unless its sha256 is
+        the one the model recorded; UsageError for a model fitted without a weights file)."""
         from .artifact import load_patchcore
 
-        return load_patchcore(cls, path, backbone)
+        return load_patchcore(cls, path, backbone, weights)

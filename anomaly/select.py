@@ -49,6 +49,11 @@ from .search import knn_exact
 from .threshold import holdout_size
 
 
+#: planted-defect AUROCs this close are a tie; a tie goes to the earlier candidate (`candidates` order)
+TIE_TOL = 1e-9
+TIE_BREAK = "the earliest of the tied candidates in the candidate list (anomaly/defaults.py SEARCH_GRID order)"
+
+
 def default_candidates(progress: bool | None = None) -> list[tuple[str, PatchCore | PatchCoreEnsemble]]:
     """`defaults.SEARCH_GRID` as unfitted estimators, each backbone loaded once and shared."""
     loaded: dict = {}
@@ -135,7 +140,9 @@ class PatchCoreSearch(ParameterErrorMixin, BaseEstimator):
     progress: progress bars of the refit; None: only on a terminal.
 
     Learned: results_ (rows best first: name, planted-defect AUROC overall and per kind, members' settings),
-    best_index_ (the winner's position in `candidates`), best_params_ ({"name", "members"}), best_estimator_,
+    best_index_ (the winner's position in `candidates`), best_params_ ({"name", "members"}), tied_ (the names of
+    the candidates whose planted-defect AUROC equals the winner's, the winner first: a tie goes to the earliest in
+    `candidates`), best_estimator_,
     search_s_ and refit_s_ (seconds), holdout_indices_ (the normals scored clean and planted: among the
     winner's own held-out normals); search_models_, candidate_keys_ and standardisers_: the search-time models
     `candidate_scores` uses. `fit` raises DatasetError when the split leaves fewer than 2 held-out or
@@ -219,6 +226,8 @@ class PatchCoreSearch(ParameterErrorMixin, BaseEstimator):
         order = sorted(rows, key=lambda r: (-r[1]["synthetic_auroc"], r[0]))   # stable: ties to the earlier
         self.results_ = [{"rank": r + 1, **row} for r, (_, row) in enumerate(order)]
         self.best_index_ = order[0][0]
+        top = order[0][1]["synthetic_auroc"]
+        self.tied_ = [row["name"] for _, row in order if abs(row["synthetic_auroc"] - top) <= TIE_TOL]
         name, est = cands[self.best_index_]
         self.best_params_ = {"name": name, "members": order[0][1]["members"]}
         self.search_s_ = time.perf_counter() - t0
@@ -302,6 +311,7 @@ class PatchCoreSearch(ParameterErrorMixin, BaseEstimator):
         """What the winner's artifact records about how it was chosen."""
         self._check_searched()
         return {"chosen": self.best_params_["name"], "by": "image AUROC of planted defects vs clean held-out normals",
+                "tied_at_best": list(self.tied_), "tie_break": TIE_BREAK if len(self.tied_) > 1 else None,
                 "planted_kinds": list(self.planted_kinds),
                 "search_images": self.search_images, "search_holdout": self.search_holdout,
                 "coreset_ratio": self.coreset_ratio, "seed": self.seed, "search_s": round(self.search_s_, 3),

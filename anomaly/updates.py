@@ -12,10 +12,12 @@ would pull the threshold down. Records written without digests are matched by pa
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import time
 import warnings
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from frozenvit.backbone.preprocess import to_rgb_uint8
 
@@ -102,3 +104,50 @@ def new_normals(images: Any, names: Sequence[str] | None, updates: Sequence[dict
     digests = [image_digest(x) for x in images]
     keep = fresh_images(names, digests, images, updates)
     return [images[i] for i in keep], [names[i] for i in keep], [digests[i] for i in keep]
+
+
+@contextlib.contextmanager
+def model_lock(path: str | os.PathLike, waiting: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold an exclusive advisory lock (flock, as the review's labels file takes) on the model folder `path` for a
+    read-modify-write of it: `anomaly update` reads the model, adds normals and replaces the folder inside it, so a
+    second update of the same model waits (after `waiting()` is called once) and then reads the model the first
+    one wrote; no update is lost.
+
+    Saving replaces the folder by another (a new inode), so the lock is taken on the folder now at `path`, and one
+    obtained on a folder that was replaced meanwhile is let go and taken again on its successor. Without flock
+    (Windows) nothing is locked."""
+    try:
+        import fcntl
+    except ImportError:                              # no flock: one update at a time is the user's to ensure
+        yield
+        return
+    told = False
+    fd = None
+    for _ in range(100):
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:                    # between the two renames of a replace, or no such model
+            time.sleep(0.002)
+            continue
+        except OSError:                              # unreadable: the load that follows names the problem
+            break
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if waiting is not None and not told:
+                waiting()
+                told = True
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            now, held = os.stat(path), os.fstat(fd)
+            if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)                                 # the folder was replaced while we waited: lock its successor
+        fd = None
+    try:
+        yield                                        # fd None: `path` is missing; the load that follows says so
+    finally:
+        if fd is not None:
+            os.close(fd)                             # closing releases the lock

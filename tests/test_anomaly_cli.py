@@ -274,7 +274,7 @@ def test_predict_out_holds_one_runs_results_only(workspace):
     (images / "test_good_000.png").unlink()
     assert main(predict + ["--no-overlays"]) == 0
     assert not (out / "overlays").exists() and len(_rows(out)) == 2
-    assert sorted(p.name for p in out.iterdir()) == [".frozenvit.json", "scores.csv"]
+    assert sorted(p.name for p in out.iterdir()) == [".frozenvit.json", "provenance.json", "scores.csv"]
 
 
 def test_predict_gives_images_of_one_stem_distinct_overlays(workspace):
@@ -322,9 +322,10 @@ def test_fit_and_audit_defaults_are_patchcores_and_the_ensembles():
     for command in ("fit", "audit"):
         args = build_parser().parse_args(["anomaly", command, "--data", "d"] + ["--out", "o"] * (command == "fit"))
         shared = {k: v for k, v in vars(args).items() if k in params and k not in ("backbone", "augment")}
-        assert len(shared) >= 12 and shared == {k: params[k] for k in shared}, command
-        assert {k: getattr(args, k) for k in ("target_fpr", "holdout", "seed")} == \
-            {k: ens[k] for k in ("target_fpr", "holdout", "seed")}
+        assert len(shared) >= (12 if command == "fit" else 10) and shared == {k: params[k] for k in shared}, command
+        calibrated = ("target_fpr", "holdout", "seed") if command == "fit" else ("seed",)   # audit has no threshold
+        assert {k: getattr(args, k) for k in calibrated} == {k: ens[k] for k in calibrated}
+        assert command == "fit" or not {"target_fpr", "holdout"} & set(vars(args))
     fit = next(a for a in build_parser()._subparsers._group_actions[0].choices["anomaly"]._subparsers
                ._group_actions[0].choices["fit"]._actions if a.dest == "augment")
     assert set(fit.choices) == {"none", *AUGMENTS} and fit.default == "none" and params["augment"] is None

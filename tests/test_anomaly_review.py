@@ -318,7 +318,10 @@ def test_review_reuses_predictions_until_the_model_or_the_images_change(review_w
     first = scores.stat().st_mtime_ns
     assert main(argv) == 0 and scores.stat().st_mtime_ns == first          # reused
     marker = ws / "model_reuse" / ".frozenvit.json"
-    os.utime(marker, ns=(first + 10**6, first + 10**6))                   # the model is newer: predicted again
+    os.utime(marker, ns=(first + 10**6, first + 10**6))                   # a newer copy of the same model: reused
+    assert main(argv) == 0 and scores.stat().st_mtime_ns == first
+    assert main(["anomaly", "update", "--model", str(ws / "model_reuse"), "--normals",
+                 str(ws / "data/weave/test/good")]) == 0                   # the model changed: predicted again
     assert main(argv) == 0 and scores.stat().st_mtime_ns > first
     second = scores.stat().st_mtime_ns
     shutil.copy(images / "good" / "000.png", images / "good" / "new.png")  # another image: predicted again
