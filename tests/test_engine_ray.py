@@ -305,7 +305,8 @@ def test_anomaly_predict_with_ray_writes_the_local_scores_decisions_and_overlays
     bb = make_tiny_vit()
     PatchCore(bb, coreset_ratio=0.5, holdout=0.3).fit(image_files[:4]).save(tmp_path / "m")
     real_load = PatchCore.load
-    monkeypatch.setattr(PatchCore, "load", classmethod(lambda cls, path, backbone=None: real_load(path, backbone=bb)))
+    monkeypatch.setattr(PatchCore, "load",
+                        classmethod(lambda cls, path, backbone=None, weights=None: real_load(path, backbone=bb)))
     folder = image_files[0].parent
     cmd = ["anomaly", "predict", "--model", str(tmp_path / "m"), "--images", str(folder), "--threshold", "0.5"]
     assert main(cmd + ["--out", str(tmp_path / "local")]) == 0
