@@ -25,8 +25,8 @@ from .defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_STEPS, DEFAULT_CAMERA, DEF
                        DEFAULT_EPISODES, DEFAULT_EXPERT, DEFAULT_HEADS, DEFAULT_HIDDEN, DEFAULT_HOLD_STEPS, DEFAULT_LR,
                        DEFAULT_MAX_STEPS, DEFAULT_PARALLEL, DEFAULT_POOLING, DEFAULT_PRECISION, DEFAULT_QUERIES,
                        DEFAULT_SEED, DEFAULT_VIEW_JITTER, DEFAULT_VIEW_SHIFT, DEFAULT_VIEWS, HELDOUT_OFFSET,
-                       LATENCY_STEPS, LATENCY_TASK, LATENCY_WARMUP, MAX_IMAGE_SIZE, MIN_IMAGE_SIZE, POOLINGS,
-                       PRECISIONS)
+                       LATENCY_STEPS, LATENCY_TASK, LATENCY_WARMUP, MAX_BATCH_SIZE, MAX_CHUNK, MAX_CONFIGS, MAX_HIDDEN,
+                       MAX_IMAGE_SIZE, MAX_PARALLEL, MAX_QUERIES, MAX_VIEWS, MIN_IMAGE_SIZE, POOLINGS, PRECISIONS)
 from .experts import EXPERTS
 
 
@@ -72,24 +72,27 @@ def register(subparsers: Any) -> None:
                                                 "earlier policy, which is replaced")
     q.add_argument("--pooling", choices=POOLINGS, default=DEFAULT_POOLING,
                    help="how a frame's patch tokens become one feature")
-    q.add_argument("--queries", type=POSITIVE, default=DEFAULT_QUERIES, help="attention pooling: learned queries")
+    q.add_argument("--queries", type=number(int, min=1, max=MAX_QUERIES), default=DEFAULT_QUERIES,
+                   help=f"attention pooling: learned queries (1 to {MAX_QUERIES})")
     q.add_argument("--heads", type=POSITIVE, default=DEFAULT_HEADS,
                    help="attention pooling: attention heads (must divide the token width)")
-    q.add_argument("--hidden", type=POSITIVE, default=DEFAULT_HIDDEN, help="width of the MLP's hidden layers")
+    q.add_argument("--hidden", type=number(int, min=1, max=MAX_HIDDEN), default=DEFAULT_HIDDEN,
+                   help=f"width of the MLP's hidden layers (1 to {MAX_HIDDEN})")
     q.add_argument("--epochs", type=POSITIVE, default=None,
                    help=f"behaviour-cloning epochs (without it: as many as make about {DEFAULT_BC_STEPS} optimizer "
                         "steps, whatever the number of demo frames)")
-    q.add_argument("--batch-size", type=POSITIVE, default=DEFAULT_BATCH_SIZE, help="frames per optimizer step")
+    q.add_argument("--batch-size", type=number(int, min=1, max=MAX_BATCH_SIZE), default=DEFAULT_BATCH_SIZE,
+                   help=f"frames per optimizer step (1 to {MAX_BATCH_SIZE})")
     q.add_argument("--lr", type=POSITIVE_FINITE, default=DEFAULT_LR,
                    help="peak learning rate (5%% warm-up, then cosine decay)")
-    q.add_argument("--chunk", type=POSITIVE, default=DEFAULT_CHUNK, metavar="K",
+    q.add_argument("--chunk", type=number(int, min=1, max=MAX_CHUNK), default=DEFAULT_CHUNK, metavar="K",
                    help="actions predicted per frame (action chunks, ACT); at run time the action is the weighted "
-                        "mean of the up to K predictions made for that step; 1: one action")
-    q.add_argument("--views", type=COUNT, default=DEFAULT_VIEWS, metavar="K",
+                        f"mean of the up to K predictions made for that step; 1: one action (1 to {MAX_CHUNK})")
+    q.add_argument("--views", type=number(int, min=0, max=MAX_VIEWS), default=DEFAULT_VIEWS, metavar="K",
                    help=f"augmented views per demo frame (random shift of {DEFAULT_VIEW_SHIFT} px at the encoder's "
                         f"input size, colour jitter +-{DEFAULT_VIEW_JITTER:g}), encoded once and cached beside the "
                         "clean features; each BC sample reads the frame or one of its views; costs K times the clean "
-                        "features' memory and disk; 0: none")
+                        f"features' memory and disk (at most {MAX_VIEWS}); 0: none")
     q.add_argument("--precision", choices=PRECISIONS, default=DEFAULT_PRECISION,
                    help="arithmetic of the encoder while caching the demo features and of attention pooling's "
                         "products with the tokens in training (weights and the run-time policy are float32 either "
@@ -97,7 +100,8 @@ def register(subparsers: Any) -> None:
     q.add_argument("--seed", type=int, default=DEFAULT_SEED,
                    help="seed of the head's initialisation and of the shuffling")
     q.add_argument("--checkpoint", default=None,
-                   help="checkpoint folder, resumed by re-running (new, empty, or an earlier checkpoint); "
+                   help="checkpoint folder, resumed by re-running (new, empty, or an earlier checkpoint of the same "
+                        "demos, encoder options and hyperparameters; not a finished policy, not --out); "
                         "without it training is not checkpointed")
     _backbone_args(q, "embedded", blocks_help="blocks whose tokens are read, side by side (default: 2,5,11 on a "
                                               "12-block encoder, the last of the first quarter, of the first half and "
@@ -107,10 +111,12 @@ def register(subparsers: Any) -> None:
 
     q = sub.add_parser("evaluate", help="success rate on held-out configurations (resumable with --out)")
     q.add_argument("--policy", required=True, help="policy folder from `control train`")
-    q.add_argument("--configs", type=POSITIVE, default=DEFAULT_CONFIGS, help="number of held-out configurations")
+    q.add_argument("--configs", type=number(int, min=1, max=MAX_CONFIGS), default=DEFAULT_CONFIGS,
+                   help=f"number of held-out configurations (1 to {MAX_CONFIGS})")
     q.add_argument("--task", default=None, help="Meta-World task (without it: the one the policy was trained on)")
     q.add_argument("--max-steps", type=POSITIVE, default=DEFAULT_MAX_STEPS, help="episode cap")
-    q.add_argument("--parallel", type=POSITIVE, default=DEFAULT_PARALLEL, help="environments stepped in lockstep")
+    q.add_argument("--parallel", type=number(int, min=1, max=MAX_PARALLEL), default=DEFAULT_PARALLEL,
+                   help=f"environments stepped in lockstep (1 to {MAX_PARALLEL})")
     q.add_argument("--out", default=None,
                    help="results folder (new, empty, or an earlier evaluate output): results.json, every episode in "
                         "episodes.jsonl as it ends (re-running the same command resumes a stopped run; another "
@@ -121,6 +127,8 @@ def register(subparsers: Any) -> None:
                         "finished or stopped run, finished episodes without a GIF are rolled out again for their "
                         "GIFs (the journal's results stand)")
     _backbone_args(q, "the one the policy was trained on, at its input size")
+    _policy_image_size_help(q, "the policy's input size", "frames are rendered at the size of the policy's demos, "
+                                                          "as in its training")
     add_runtime_arg(q)
     add_threads_arg(q)
     add_engine_args(q)
@@ -146,6 +154,9 @@ def register(subparsers: Any) -> None:
                    help="report folder (new, empty, or an earlier latency output): latency.json and histogram.png; "
                         "without it the report is only printed")
     _backbone_args(q, "a --policy's own, at its input size; else embedded")
+    _policy_image_size_help(q, "a --policy's input size; without --policy, the backbone's own",
+                            "frames are rendered at the size of a --policy's demos, as evaluate renders them; "
+                            "without --policy, at the encoder's input size")
     add_runtime_arg(q, several=True)
     add_threads_arg(q)
     q.set_defaults(func=_cmd_latency)
@@ -177,6 +188,13 @@ def _backbone_args(q: argparse.ArgumentParser, default_help: str, blocks_help: s
                        help="the backbone's architecture with random weights, the same every time (baselines)")
 
 
+def _policy_image_size_help(q: argparse.ArgumentParser, default: str, frames: str) -> None:
+    """--image-size's help where a --policy sets the encoder: its default is the policy's input size."""
+    action = next(a for a in q._actions if "--image-size" in a.option_strings)
+    action.help = (f"the encoder's input size in pixels, {MIN_IMAGE_SIZE} to {MAX_IMAGE_SIZE} (default: {default}); "
+                   f"{frames}")
+
+
 def _check_image_size(args: argparse.Namespace) -> None:
     """UsageError for an --image-size out of MIN_IMAGE_SIZE..MAX_IMAGE_SIZE, before any work."""
     size = args.image_size
@@ -196,9 +214,7 @@ def _encoder(args: argparse.Namespace, policy: Any = None) -> Any:
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
-    from frozenvit.backbone.suite.artifacts import check_output_dir
-
-    from .demos import KIND, collect_demos, load_manifest
+    from .demos import check_demo_dir, collect_demos, load_manifest
     from .env import check_camera, check_task
 
     _check_image_size(args)
@@ -207,7 +223,7 @@ def _cmd_collect(args: argparse.Namespace) -> int:
         raise UsageError(f"--first-config {args.first_config} leaves {left} training "
                          f"configuration{'s' * (left != 1)}, fewer than --episodes {args.episodes}; training "
                          f"configurations are 0 to {HELDOUT_OFFSET - 1}")
-    check_output_dir(args.out, KIND)
+    check_demo_dir(args.out)
     check_task(args.task)
     check_camera(args.task, args.camera)
     size = args.image_size or _encoder(args).config.img_size[0]
@@ -223,12 +239,15 @@ def _cmd_collect(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from frozenvit.backbone.suite.artifacts import check_artifact_dir
+    from frozenvit.backbone.suite.errors import OutputConflict
 
     from .demos import load_manifest
-    from .features import backbone_meta, block_label, cache_features
+    from .features import backbone_meta, block_label, cache_features, feature_meta
     from .head import AttentionConfig
-    from .policy import KIND, PatchTokenPolicy
+    from .policy import KIND, PatchTokenPolicy, check_checkpoint_dir
 
     _check_image_size(args)
     attention = AttentionConfig(queries=args.queries, heads=args.heads)
@@ -238,15 +257,25 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if given:
             raise UsageError(f"{', '.join(given)} belong to --pooling attention, not --pooling {args.pooling}")
         attention = None
-    check_artifact_dir(args.out, KIND)
     if args.checkpoint:
-        check_artifact_dir(args.checkpoint, KIND, flag="--checkpoint", keep_edits=False)
-    load_manifest(args.demos)                          # a missing or foreign folder fails before the encoder loads
+        out, ckpt = Path(args.out).resolve(), Path(args.checkpoint).resolve()
+        if out == ckpt or out in ckpt.parents or ckpt in out.parents:
+            raise OutputConflict(f"--out {args.out} and --checkpoint {args.checkpoint} "
+                                 f"{'are the same folder' if out == ckpt else 'lie one inside the other'}: saving the "
+                                 "policy would remove the checkpoint's training state; give --checkpoint a folder of "
+                                 "its own")
+    check_artifact_dir(args.out, KIND)
+    if args.checkpoint:                                # a finished policy is no checkpoint: refused before any work
+        check_checkpoint_dir(args.checkpoint)
+    manifest = load_manifest(args.demos)               # a missing or foreign folder fails before the encoder loads
     bb = _encoder(args)
     blocks = _blocks(args.blocks, bb.config.depth)
     pol = PatchTokenPolicy(args.pooling, attention, hidden=args.hidden, epochs=args.epochs, batch_size=args.batch_size,
                            lr=args.lr, seed=args.seed, chunk=args.chunk, precision=args.precision)
     pol.head_config(backbone_meta(bb, blocks))         # hyperparameters that cannot fit fail before any encoding
+    if args.checkpoint:                                # so does a checkpoint of other settings or a damaged one
+        meta = feature_meta(args.demos, bb, block=blocks, views=args.views, precision=args.precision)
+        pol.check_checkpoint(args.checkpoint, meta, sum(int(e["steps"]) for e in manifest["episodes"]))
     cache = cache_features(args.demos, bb, block=blocks, views=args.views, precision=args.precision)
     size = cache.nbytes()
     print(f"features: {size['tokens'] / 2**20:.1f} MiB for {len(cache)} frames"
@@ -273,6 +302,7 @@ def _blocks(blocks: tuple[int, ...] | None, depth: int) -> int | list[int] | Non
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
+    import time
     from pathlib import Path
 
     from frozenvit.backbone.export import runtime_backbone
@@ -297,11 +327,19 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     pol = PatchTokenPolicy.load(args.policy)
     bb = runtime_backbone(_encoder(args, pol), args.runtime, token_blocks(pol.meta_))
     out = output_dir(args.out, EVALUATE_KIND) if args.out else None
+
+    def fresh_journal() -> None:                       # before any rollout: nothing of an earlier evaluation stays
+        gone = remove_earlier_outputs(out, {"episodes.jsonl"})
+        if gone:
+            print(f"removed {_files_named(gone)} of the evaluation this one replaced")
+
+    start = time.monotonic()
     with engine_session(args) as engine:
         res = evaluate(pol, bb, config_seeds("heldout", args.configs), task=args.task, max_steps=args.max_steps,
                        parallel=args.parallel, gif_dir=out / "gifs" if out else None,
                        gif_episodes=args.gifs, journal=out / "episodes.jsonl" if out else None, engine=engine,
-                       workers=args.workers)
+                       workers=args.workers, on_new_journal=fresh_journal if out else None)
+    seconds = time.monotonic() - start
     print(f"{res.task}: success {sum(res.successes)}/{len(res.successes)} = {res.success_rate:.2f} "
           f"on held-out configurations (cap {res.max_steps} steps)")
     if args.gifs > len(res.configs):
@@ -309,13 +347,22 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     for g in res.gifs:
         print("gif:", g)
     if out:
-        write_json(Path(out) / "results.json", res.to_dict(), kind=EVALUATE_KIND)
+        body = dict(res.to_dict(), policy_path=str(Path(args.policy).resolve()), runtime=args.runtime,
+                    engine=engine, seconds=round(seconds, 1))
+        write_json(Path(out) / "results.json", body, kind=EVALUATE_KIND)
         print(f"wrote {out / 'results.json'} (episodes: {out / 'episodes.jsonl'})")
         keep = {"results.json", *(Path(g).relative_to(out).as_posix() for g in res.gifs)}
-        gone = remove_earlier_outputs(out, keep)      # another evaluation's GIFs, not this one's
+        gone = remove_earlier_outputs(out, keep)      # GIFs this evaluation's journal does not list
         if gone:
-            print(f"removed {len(gone)} GIF{'s' if len(gone) > 1 else ''} of the evaluation this one replaced")
+            print(f"removed {_files_named(gone)} that this evaluation did not write")
     return 0
+
+
+def _files_named(names: list[str]) -> str:
+    """"3 GIFs and results.json": the GIFs counted, other files named."""
+    gifs = [n for n in names if n.endswith(".gif")]
+    parts = ([f"{len(gifs)} GIF{'s' * (len(gifs) > 1)}"] if gifs else []) + [n for n in names if n not in gifs]
+    return " and ".join([", ".join(parts[:-1]), parts[-1]] if len(parts) > 1 else parts)
 
 
 def _cmd_latency(args: argparse.Namespace) -> int:
@@ -342,7 +389,9 @@ def _cmd_latency(args: argparse.Namespace) -> int:
         pol = UntrainedHead(bb, args.pooling, chunk=args.chunk)
         print("(no --policy: an untrained head of the same shape; latency does not depend on its weights)")
     render = RenderSettings.from_dict(pol.meta_["render"]) if "render" in pol.meta_ else RenderSettings()
-    with MetaWorldTask(task, camera=camera, image_size=bb.config.img_size[0], render=render) as env:
+    # the loop the policy runs: frames rendered at its demos' size (as evaluate renders them), resized by the encoder
+    frame = int(pol.meta_.get("demo_image_size") or bb.config.img_size[0]) if args.policy else bb.config.img_size[0]
+    with MetaWorldTask(task, camera=camera, image_size=frame, render=render) as env:
         reports = compare_runtimes(pol, bb, env, args.runtime, steps=args.steps, warmup=args.warmup,
                                    rounds=1 if len(args.runtime) == 1 else 3)
     _print_rows(comparison_rows(reports) if len(reports) > 1 else next(iter(reports.values())).table())
@@ -350,7 +399,8 @@ def _cmd_latency(args: argparse.Namespace) -> int:
     for rt, rep in reports.items():
         s = rep.summary()
         threads = f"{s['threads']} thread{'' if s['threads'] == 1 else 's'}"
-        print(f"{rt}: {bb.config.name} at {bb.config.img_size[0]}px, {threads}: p50 {s['p50']:.1f} ms, "
+        print(f"{rt}: frames rendered at {frame}px, {bb.config.name} at {bb.config.img_size[0]}px, {threads}: "
+              f"p50 {s['p50']:.1f} ms, "
               f"p95 {s['p95']:.1f}, p99 {s['p99']:.1f} ({s['fps_p50']:.1f} steps/s at p50)")
         if args.budget_ms:
             ok, msg = rep.verdict(args.budget_ms)

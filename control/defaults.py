@@ -34,4 +34,13 @@ LATENCY_TASK = "reach-v3"
 LATENCY_STEPS = 200               # timed steps of `measure_latency`
 LATENCY_WARMUP = 20               # untimed steps first
 DEFAULT_POOLING = "attention"
+# upper bounds of the sizes a user gives (none of them limits a real use; each keeps an allocation that cannot fit
+# in memory from starting): `control train`'s and PatchTokenPolicy's, then `control evaluate`'s and config_seeds'
+MAX_HIDDEN = 8192                 # MLP width: 8192^2 weights are 256 MiB already
+MAX_QUERIES = 256                 # attention pooling's learned queries
+MAX_CHUNK = DEFAULT_MAX_STEPS     # actions per frame: past an episode's cap every chunk only repeats the last action
+MAX_BATCH_SIZE = 16384            # frames per optimizer step (16384 frames of 196 576-d tokens: 3.5 GiB a batch)
+MAX_VIEWS = 64                    # augmented views per demo frame (each costs the clean features' memory again)
+MAX_CONFIGS = 100_000             # configurations of one evaluation (at 500 steps each: weeks of rollouts)
+MAX_PARALLEL = 256                # environments stepped together (each holds a MuJoCo scene and a renderer)
 DEFAULT_SEED = 0

@@ -15,6 +15,7 @@ each episode, so an interrupted collection resumes where it stopped.
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import zipfile
@@ -25,11 +26,14 @@ from typing import Iterator
 
 import numpy as np
 
-from frozenvit.backbone.suite.artifacts import atomic_write_bytes, check_output_dir, output_dir, write_json
+from frozenvit.backbone.suite.artifacts import (MARKER, atomic_write_bytes, changed_files, check_output_dir,
+                                                output_dir, sha256_file, write_json)
+from frozenvit.backbone.suite.errors import OutputConflict
 from frozenvit.backbone.suite.errors import ParameterError
 from frozenvit.backbone.suite.progress import progress_bar
 
-from .defaults import DEFAULT_CAMERA, DEFAULT_EXPERT, DEFAULT_HOLD_STEPS, DEFAULT_MAX_STEPS
+from .defaults import (DEFAULT_CAMERA, DEFAULT_EXPERT, DEFAULT_HOLD_STEPS, DEFAULT_MAX_STEPS, MAX_IMAGE_SIZE,
+                       MIN_IMAGE_SIZE)
 from .env import HELDOUT_OFFSET, MetaWorldTask, check_count, check_task, is_count
 from .errors import DemoError
 from .experts import expert_name
@@ -38,6 +42,10 @@ from .render import RenderSettings
 KIND = "control.demos"
 FORMAT_VERSION = 2
 _SETTINGS = ("task", "camera", "image_size", "max_steps", "hold_steps", "render", "expert")
+# what to do about an episode file that cannot be read: collect drops the entry of a missing file and records
+# that configuration again (editing manifest.json by hand instead makes the folder an edited output, refused)
+_DAMAGED_CURE = ("delete it (the .npz alone, not its manifest entry) and run the same `control collect` again: it "
+                 "records that configuration again")
 
 
 @dataclass
@@ -73,7 +81,9 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
     10 * n_episodes + 10: the cap is probably too short for this task). Returns the directory.
     `out_dir` is claimed as `control collect --out` claims it: absent, empty, or a demo folder frozenvit wrote;
     any other folder (a user's files, another command's output) is refused with OutputConflict before any
-    episode is rolled out (`flag` names it in the message). A value out of range is a ParameterError.
+    episode is rolled out (`flag` names it in the message), and so is one holding an episode file that changed
+    after it was written (damaged: the message says to delete it and run the same collect again). A value out of
+    range (image_size outside MIN_IMAGE_SIZE..MAX_IMAGE_SIZE, an unknown expert) is a ParameterError.
     """
     for name, value, low in (("n_episodes", n_episodes, 1), ("hold_steps", hold_steps, 0),
                              ("max_steps", max_steps, 1)):
@@ -81,9 +91,13 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
     if not is_count(first_config, 0) or first_config >= HELDOUT_OFFSET:
         raise ParameterError(f"first_config must be a training configuration, 0 to {HELDOUT_OFFSET - 1}, "
                              f"got {first_config!r}")
+    if not is_count(image_size, MIN_IMAGE_SIZE) or image_size > MAX_IMAGE_SIZE:
+        raise ParameterError(f"image_size must be an integer from {MIN_IMAGE_SIZE} to {MAX_IMAGE_SIZE} (pixels of "
+                             f"each square frame), got {image_size!r}")
+    expert_name(task, expert)                          # ParameterError for an unknown expert, before any work
     out = Path(out_dir)
     check_task(task)
-    check_output_dir(out, KIND, flag)                  # a folder frozenvit does not own is refused before any work
+    check_demo_dir(out, flag)                          # a folder frozenvit does not own is refused before any work
     settings = dict(task=task, camera=camera, image_size=int(image_size), max_steps=int(max_steps),
                     hold_steps=int(hold_steps), render=render.as_dict(), expert=expert_name(task, expert))
     manifest = _open_manifest(out, settings)
@@ -123,6 +137,45 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
             write_json(out / "manifest.json", manifest)
             config += 1
     return out
+
+
+def check_demo_dir(out: str | Path, flag: str = "--out") -> None:
+    """Refuse, writing nothing, a folder `collect_demos` would refuse (`check_output_dir`); an earlier demo folder
+    whose episode files changed since collect wrote them (cut short or damaged) is refused naming them and the cure
+    that works: delete them and run the same collect again, which records those configurations again."""
+    out = Path(out)
+    try:
+        marker = json.loads((out / MARKER).read_text())
+    except (OSError, ValueError):
+        marker = None
+    if isinstance(marker, dict) and marker.get("kind") == KIND:
+        damaged = [f for f in changed_files(out, marker) if f.startswith("episodes/") and f.endswith(".npz")]
+        if damaged:
+            many = len(damaged) > 1
+            shown = ", ".join(str(out / f) for f in damaged[:5]) + (f" and {len(damaged) - 5} more"
+                                                                     if len(damaged) > 5 else "")
+            raise OutputConflict(f"{flag} {out} holds {'episode files' if many else 'an episode file'} that changed "
+                                 f"after collect wrote {'them' if many else 'it'} (damaged or cut short?): {shown}; "
+                                 f"delete {'them' if many else 'it'} (only the .npz, not the manifest entry) and run "
+                                 "the same `control collect` again: it records "
+                                 f"{'those configurations' if many else 'that configuration'} again")
+    check_output_dir(out, KIND, flag)
+
+
+def demos_digest(demo_dir: str | Path, manifest: dict | None = None) -> str:
+    """sha256 naming what a demo folder holds: its settings (task, camera, frame size, expert, ...) and, episode by
+    episode, its configuration, length and file's sha256. Demos re-collected by another expert, or with other
+    frames, get another digest even with the same frame count. DemoError for an episode file that is missing."""
+    m = load_manifest(demo_dir) if manifest is None else manifest
+    h = hashlib.sha256(json.dumps({k: m.get(k) for k in _SETTINGS}, sort_keys=True).encode())
+    for e in m["episodes"]:
+        path = Path(demo_dir) / e["file"]
+        try:
+            digest = sha256_file(path)
+        except OSError as err:
+            raise DemoError(f"cannot read episode {path} ({type(err).__name__}: {err}); {_DAMAGED_CURE}") from err
+        h.update(f"{e['config']}:{e['steps']}:{digest}\n".encode())
+    return h.hexdigest()
 
 
 def _ran_out(task: str, first_config: int, recorded: int, wanted: int, failures: int) -> str:
@@ -189,19 +242,17 @@ _UNREADABLE = (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile, zlib
 
 
 def read_episode(path: str | Path) -> Episode:
-    """The episode stored at `path`; DemoError (saying to delete it and resume) for a file that is missing,
-    truncated, damaged or not an episode."""
+    """The episode stored at `path`; DemoError for a file that is missing, truncated, damaged or not an episode,
+    saying to delete the file and run the same collect again (which records that configuration again)."""
     try:
         with np.load(path, allow_pickle=False) as z:
             ep = Episode(z["frames"], z["proprio"], z["actions"], int(z["config"]), z["rand_vec"])
     except _UNREADABLE as e:
-        raise DemoError(f"cannot read episode {path} ({type(e).__name__}: {e}); delete it and its manifest entry, "
-                        "then resume") from e
+        raise DemoError(f"cannot read episode {path} ({type(e).__name__}: {e}); {_DAMAGED_CURE}") from e
     f, p, a = ep.frames, ep.proprio, ep.actions
     if not (f.ndim == 4 and f.dtype == np.uint8 and p.ndim == 2 and a.ndim == 2 and len(f) == len(p) == len(a)):
         raise DemoError(f"cannot read episode {path} (frames {ep.frames.shape} {ep.frames.dtype}, proprio "
-                        f"{ep.proprio.shape}, actions {ep.actions.shape} do not make one episode); delete it and "
-                        "its manifest entry, then resume")
+                        f"{ep.proprio.shape}, actions {ep.actions.shape} do not make one episode); {_DAMAGED_CURE}")
     return ep
 
 

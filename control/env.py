@@ -93,11 +93,14 @@ def check_count(name: str, value: Any, low: int, what: str = "") -> None:
 def config_seeds(split: str, n: int, start: int = 0) -> list[int]:
     """Configuration seeds of a split: 'train' -> [start, start+n), 'heldout' -> HELDOUT_OFFSET + same.
 
-    The two ranges never overlap, so a policy is never evaluated on a scene it was trained on.
+    The two ranges never overlap, so a policy is never evaluated on a scene it was trained on. ParameterError for
+    an unknown split, or n outside 0 to HELDOUT_OFFSET (a million configurations, far more than any evaluation runs).
     """
     if split not in ("train", "heldout"):
         raise ParameterError(f"split must be 'train' or 'heldout', got {split!r}")
     check_count("n", n, 0)
+    if n > HELDOUT_OFFSET:
+        raise ParameterError(f"n must be at most {HELDOUT_OFFSET} configurations, got {n}")
     check_count("start", start, 0)
     if split == "train":
         if start + n > HELDOUT_OFFSET:

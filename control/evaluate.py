@@ -20,12 +20,13 @@ import numpy as np
 from PIL import Image
 
 from frozenvit.backbone.suite.artifacts import atomic_write_bytes, atomic_write_text
-from frozenvit.backbone.suite.errors import OutputConflict
+from frozenvit.backbone.suite.errors import OutputConflict, ParameterError
 from frozenvit.backbone.suite.progress import progress_bar
 
 from .agent import StageTimer, VisuomotorAgent
-from .defaults import DEFAULT_CAMERA, DEFAULT_MAX_STEPS, DEFAULT_PARALLEL
-from .env import MetaWorldTask, State, check_configs, check_count, check_max_steps, check_task
+from .defaults import (DEFAULT_CAMERA, DEFAULT_MAX_STEPS, DEFAULT_PARALLEL, HELDOUT_OFFSET, MAX_IMAGE_SIZE,
+                       MIN_IMAGE_SIZE)
+from .env import MetaWorldTask, State, check_configs, check_count, check_max_steps, check_task, is_count
 from .errors import TaskError
 from .policy import PatchTokenPolicy, policy_digest
 from .render import RenderSettings
@@ -42,6 +43,9 @@ class TaskResult:
     steps: list[int]                      # steps taken (== max_steps for failures)
     max_steps: int
     gifs: list[str] = field(default_factory=list)    # GIF files of these episodes, in the order of configs
+    policy: str | None = None             # policy_digest of the policy evaluated
+    policy_task: str | None = None        # the task the policy was trained on
+    trained_configs: list[int] = field(default_factory=list)   # configurations among the policy's training ones
 
     @property
     def success_rate(self) -> float:
@@ -58,12 +62,16 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
              parallel: int = DEFAULT_PARALLEL, gif_dir: str | Path | None = None, gif_episodes: int = 0,
              render: RenderSettings | None = None, journal: str | Path | None = None,
              progress: bool | None = None, engine: str = "local", workers: int | None = None,
-             worker_threads: int = 1) -> TaskResult:
+             worker_threads: int = 1, on_new_journal: Callable[[], Any] | None = None) -> TaskResult:
     """Roll the policy out once per configuration seed (use held-out seeds: `config_seeds('heldout', n)`).
 
-    task/camera/image_size/render default to those of the policy's training demos. `parallel`
-    environments run in lockstep. With gif_dir and gif_episodes > 0 the episodes of the first gif_episodes
-    configurations are saved as animated GIFs, gif_dir/<task>_cfg<config>.gif.
+    task/camera/image_size/render default to those of the policy's training demos (image_size: the frames'
+    size in pixels, MIN_IMAGE_SIZE to MAX_IMAGE_SIZE; the encoder resizes them). `parallel` environments run in
+    lockstep. With gif_dir and gif_episodes > 0 the episodes of the first gif_episodes configurations are saved
+    as animated GIFs, gif_dir/<task>_cfg<config>.gif. No configurations, or arguments out of range, are a
+    ParameterError. A UserWarning says when the task is not the one the policy was trained on, and when
+    configurations are among the policy's training configurations (`meta_["train_configs"]`; for a policy that
+    does not record them, configurations below HELDOUT_OFFSET); the result lists the latter (`trained_configs`).
 
     journal: a JSON-lines file that receives every episode as it ends. Where it already exists (a
     run that was stopped) its episodes are taken as done and not rolled out again; a journal of
@@ -71,7 +79,11 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
     by this evaluation's, with a warning saying so, and a file that is no journal is an OutputConflict. With a reopened journal and gif_dir,
     the GIFs an earlier run of the same evaluation saved there are kept and listed in the result
     (`TaskResult.gifs`, also with gif_episodes=0), and an asked GIF of an episode the journal already
-    holds is made by rolling that configuration out again; its outcome in the result stays the journal's.
+    holds is made by rolling that configuration out again; its outcome in the result stays the journal's. The
+    journal lists every GIF the evaluation writes, and only the GIFs it lists (and that are there) count as this
+    evaluation's: another evaluation's GIFs left in gif_dir are never taken for its own.
+    on_new_journal: called once, before any rollout, when `journal` starts afresh (new, or replacing another
+    evaluation's), so that a caller can remove what an earlier evaluation left beside it (its results).
 
     engine: "local" (this process) or "ray": the episodes run on `workers` Ray actors (None: one per
     CPU of the cluster, see backbone.suite.engine.ray_session), each holding its own `parallel`
@@ -85,6 +97,12 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
     check_count("parallel", parallel, 1, "environments stepped together")
     configs = list(configs)
     check_configs(configs)
+    if not configs:
+        raise ParameterError("no configurations to evaluate on: pass at least one seed, e.g. config_seeds('heldout', "
+                             "50)")
+    if image_size is not None and (not is_count(image_size, MIN_IMAGE_SIZE) or image_size > MAX_IMAGE_SIZE):
+        raise ParameterError(f"image_size must be an integer from {MIN_IMAGE_SIZE} to {MAX_IMAGE_SIZE} (pixels of "
+                             f"the rendered frames), or None for the size of the policy's demos; got {image_size!r}")
     meta = policy.meta_
     task = task or meta.get("task")
     camera = camera or meta.get("camera", DEFAULT_CAMERA)
@@ -95,26 +113,31 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
         raise TaskError("the policy does not say which task it was trained on: pass task=")
     check_task(task)
     configs = [int(c) for c in configs]
+    trained = held_out_check(policy, task, configs)
     agent = VisuomotorAgent(policy, backbone)
+    digest = policy_digest(policy)
     outcome: dict[int, tuple[bool, int]] = {}
     log = None
     if journal is not None:
-        run = dict(policy=policy_digest(policy), task=task, camera=camera, image_size=image_size, max_steps=max_steps,
+        run = dict(policy=digest, task=task, camera=camera, image_size=image_size, max_steps=max_steps,
                    render=render.as_dict(), configs=configs)
         log = EpisodeJournal(journal, run)
         outcome.update(log.done)
+        if not log.reopened and on_new_journal is not None:
+            on_new_journal()
 
     def gif(config: int) -> Path:
         return Path(gif_dir) / f"{task}_cfg{config}.gif"
 
     earlier = log is not None and log.reopened and gif_dir is not None
-    kept = {c for c in outcome if earlier and gif(c).is_file()}                      # GIFs of this evaluation
+    kept = {c for c in outcome if earlier and log.gifs.get(c) == gif(c).name and gif(c).is_file()}   # this one's
     record = set(configs[:gif_episodes]) - kept if gif_dir else set()
     replay = [c for c in configs if c in record and c in outcome]                    # finished, GIF asked now
     queue = [c for c in configs if c not in outcome] + replay
     movies: dict[int, list[np.ndarray]] = {}
     bar = progress_bar(total=len(configs) + len(replay), initial=len(outcome), desc=f"eval {task}", unit="ep",
                        disable=None if progress is None else not progress)
+    stepped = 0
 
     def done(config: int, success: bool, steps: int) -> None:
         if config not in outcome:                     # else rolled out again for its GIF: the journal's outcome stands
@@ -123,29 +146,61 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
                 log.append(config, success, steps)
         bar.update(1)
 
+    def step(running: int) -> None:                   # a line also between episodes, which take minutes
+        nonlocal stepped
+        stepped += running
+        bar.set_postfix(steps=stepped, running=running, refresh=False)
+        bar.update(0)
+
     env_args = dict(name=task, camera=camera, image_size=image_size, max_steps=max_steps, render=render)
     if engine == "ray":
         _rollouts_ray(policy, backbone, queue, env_args, parallel, record, movies, done, workers, worker_threads)
     else:
         envs = [MetaWorldTask(**env_args) for _ in range(min(max(1, parallel), len(queue)))]
         try:
-            lockstep(agent, envs, queue, record, movies, done)
+            lockstep(agent, envs, queue, record, movies, done, step)
         finally:
             for e in envs:
                 e.close()
     bar.close()
     for c, frames in movies.items():
         save_gif(frames, gif(c))
+        if log is not None:
+            log.append_gif(c, gif(c).name)
     gifs = [str(gif(c)) for c in configs if c in movies or c in kept]
     return TaskResult(task, configs, [outcome[c][0] for c in configs], [outcome[c][1] for c in configs],
-                      max_steps, gifs)
+                      max_steps, gifs, policy=digest, policy_task=policy.meta_.get("task"), trained_configs=trained)
+
+
+def held_out_check(policy: Any, task: str, configs: Sequence[int]) -> list[int]:
+    """Warn (UserWarning) when `task` is not the one the policy was trained on, and when `configs` hold some of
+    the policy's training configurations (`meta_["train_configs"]`; a policy that does not record them: any
+    below HELDOUT_OFFSET); returns those configurations."""
+    meta = getattr(policy, "meta_", {}) or {}
+    trained_task = meta.get("task")
+    if trained_task and task != trained_task:
+        warnings.warn(f"the policy was trained on {trained_task}, and it is evaluated on {task}: the success rate "
+                      "measures transfer to another task, not the policy on its own task", stacklevel=3)
+        return []
+    train = meta.get("train_configs")
+    seen = sorted(set(configs) & set(train)) if train is not None else [c for c in configs if c < HELDOUT_OFFSET]
+    if seen:
+        shown = ", ".join(map(str, seen[:5])) + (f" and {len(seen) - 5} more" if len(seen) > 5 else "")
+        whose = ("the policy's training configurations (its demos)" if train is not None else
+                 f"training configurations (below {HELDOUT_OFFSET})")
+        warnings.warn(f"{len(seen)} of the {len(configs)} configurations evaluated ({shown}) are among {whose}: "
+                      "their success is not held-out success; evaluate on held-out ones, config_seeds('heldout', n)",
+                      stacklevel=3)
+    return seen
 
 
 def lockstep(agent: VisuomotorAgent, envs: Sequence[MetaWorldTask], configs: Sequence[int], record: set[int],
-             movies: dict[int, list[np.ndarray]], done: Callable[[int, bool, int], None]) -> None:
+             movies: dict[int, list[np.ndarray]], done: Callable[[int, bool, int], None],
+             step: Callable[[int], None] | None = None) -> None:
     """Roll out every configuration once on `envs` stepped in lockstep (one encoder batch per step); each
     finished episode's slot takes the next configuration. Frames of configurations in `record` go to
-    `movies`; `done(config, success, steps)` is called as each episode ends."""
+    `movies`; `done(config, success, steps)` is called as each episode ends, and `step(running)` after each
+    lockstep step (`running` environments stepped)."""
     queue = list(configs)
     n_env = min(len(envs), len(queue))
     slot_cfg: list[int | None] = [None] * n_env
@@ -172,6 +227,8 @@ def lockstep(agent: VisuomotorAgent, envs: Sequence[MetaWorldTask], configs: Seq
             if st.done:
                 done(slot_cfg[s], bool(st.success), int(st.steps))
                 assign(s)
+        if step is not None:
+            step(len(live))
 
 
 class EvalWorker:
@@ -307,12 +364,14 @@ class EpisodeJournal:
     changed by hand (an outcome flipped, a line removed or moved) is an OutputConflict rather than
     episodes taken as done. A journal of another evaluation (its header names another run) is
     replaced by a new one, with a warning saying so; a file that is no journal is an OutputConflict
-    and left alone.
+    and left alone. A line {"gif": config, "file": name, "check": ...} records a GIF the evaluation wrote
+    (chained like the episodes'); `gifs` maps each configuration to its GIF's file name.
     """
 
     def __init__(self, path: str | Path, run: dict[str, Any]) -> None:
         self.path = Path(path)
         self.done: dict[int, tuple[bool, int]] = {}
+        self.gifs: dict[int, str] = {}               # configuration -> file name of the GIF this evaluation wrote
         self.replaced: list[str] = []                 # what differed in the other evaluation whose journal this replaced
         self.reopened = self.path.exists()            # a journal an earlier run of this evaluation wrote
         self._check = ""                              # the last line's check, which the next line's extends
@@ -324,8 +383,9 @@ class EpisodeJournal:
         try:
             head = json.loads(lines[0]) if lines else None
             records = [json.loads(ln) for ln in lines[1:]]
-            done = {int(r["config"]): (bool(r["success"]), int(r["steps"])) for r in records}
-        except (ValueError, KeyError, TypeError):
+            done = {int(r["config"]): (bool(r["success"]), int(r["steps"])) for r in records if "gif" not in r}
+            gifs = {int(r["gif"]): str(r["file"]) for r in records if "gif" in r}
+        except (ValueError, KeyError, TypeError, AttributeError):
             head = None
         if not isinstance(head, dict) or head.get("frozenvit") != JOURNAL_KIND:
             raise OutputConflict(f"{self.path} exists and is not an episode journal of `frozenvit control evaluate`; "
@@ -340,10 +400,12 @@ class EpisodeJournal:
                           f"{'differs' if len(diff) == 1 else 'differ'}); they were replaced by this one's",
                           stacklevel=2)
             return
+        if not head.get("chained"):                   # GIF lines came with the checks: an older journal lists none
+            gifs = {}
         if head.get("chained"):                       # journals written before the checks have none to verify
             check = _link("", lines[0].decode())
             for n, r in enumerate(records, start=2):
-                check = _link(check, _episode_line(r))
+                check = _link(check, _gif_line(r) if "gif" in r else _episode_line(r))
                 if r.get("check") != check:
                     raise OutputConflict(
                         f"{self.path} was changed after frozenvit wrote it (line {n} does not match its check): "
@@ -353,6 +415,7 @@ class EpisodeJournal:
             with open(self.path, "r+b") as f:
                 f.truncate(len(raw) - len(partial))
         self.done = done
+        self.gifs = gifs
 
     def _start(self, run: dict[str, Any]) -> None:
         """A new journal holding only the header (an existing file is replaced atomically)."""
@@ -363,19 +426,33 @@ class EpisodeJournal:
 
     def append(self, config: int, success: bool, steps: int) -> None:
         episode = dict(config=int(config), success=bool(success), steps=int(steps))
-        check = _link(self._check, _episode_line(episode))
-        line = json.dumps(dict(episode, check=check)) + "\n"
+        self._write(episode, _episode_line(episode))
+        self.done[int(config)] = (bool(success), int(steps))
+
+    def append_gif(self, config: int, name: str) -> None:
+        """Record that this evaluation wrote the GIF `name` (a file name in its GIF folder) of `config`."""
+        record = {"gif": int(config), "file": str(name)}
+        self._write(record, _gif_line(record))
+        self.gifs[int(config)] = str(name)
+
+    def _write(self, record: dict[str, Any], covered: str) -> None:
+        check = _link(self._check, covered)
+        line = json.dumps(dict(record, check=check)) + "\n"
         with open(self.path, "ab") as f:
             f.write(line.encode())
             f.flush()
             os.fsync(f.fileno())
         self._check = check
-        self.done[int(config)] = (bool(success), int(steps))
 
 
 def _episode_line(record: dict[str, Any]) -> str:
     """The part of a journal line its check covers: the episode as written."""
     return json.dumps({k: record.get(k) for k in ("config", "success", "steps")})
+
+
+def _gif_line(record: dict[str, Any]) -> str:
+    """The part of a GIF line its check covers: the configuration and the file name."""
+    return json.dumps({k: record.get(k) for k in ("gif", "file")})
 
 
 def _link(previous: str, text: str) -> str:

@@ -176,9 +176,11 @@ TASK_DEMONSTRATORS = {"peg-insert-side-v3": "held"}
 
 def expert_name(task: str, expert: str = "default") -> str:
     """Who demonstrates `task` (a key of DEMONSTRATORS): expert="default" -> TASK_DEMONSTRATORS' entry or
-    DEFAULT_DEMONSTRATOR; "metaworld" or "servo" -> itself. ValueError for another `expert`."""
-    if expert not in EXPERTS:
-        raise ValueError(f"expert must be one of {EXPERTS}, got {expert!r}")
+    DEFAULT_DEMONSTRATOR; "metaworld" or "servo" -> itself. ParameterError (a ValueError) for another `expert`."""
+    if not isinstance(expert, str) or expert not in EXPERTS:
+        from frozenvit.backbone.suite.errors import ParameterError
+
+        raise ParameterError(f"expert must be one of {', '.join(EXPERTS)}, got {expert!r}")
     return TASK_DEMONSTRATORS.get(task, DEFAULT_DEMONSTRATOR) if expert == "default" else expert
 
 

@@ -7,7 +7,8 @@ Cache directory (an artifact, written atomically):
 
     <demo_dir>/features/<backbone>_<H>px_b<block>_<fingerprint>/
         config.json            kind "control.features": backbone name, weights fingerprint,
-                               img_size, block, grid, embed_dim, has_cls, demo configs
+                               img_size, block, grid, embed_dim, has_cls, the demos' task, camera,
+                               frame size, expert, configs and content digest (`feature_meta`)
         features.safetensors   tokens (M, N, C) float16, cls (M, C) float16, proprio (M, 4),
                                actions (M, 4), episode (M,) int64, step (M,) int64
 
@@ -167,18 +168,10 @@ def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | Sequence
     an episode file that cannot be read (`read_episode`). `cache_dir` overrides the default location under
     `<demo_dir>/features/`.
     """
-    check_views(views, shift, jitter, seed)
-    precision = resolve_precision(precision)
+    meta = feature_meta(demo_dir, backbone, block=block, views=views, shift=shift, jitter=jitter, seed=seed,
+                        precision=precision)
+    precision = meta["precision"]
     manifest = load_manifest(demo_dir)
-    if not manifest["episodes"]:
-        raise DemoError(f"{demo_dir} has no successful episodes to encode")
-    meta = backbone_meta(backbone, block)
-    meta.update(task=manifest["task"], camera=manifest["camera"], demo_image_size=manifest["image_size"],
-                render=manifest["render"])
-    meta["configs"] = [e["config"] for e in manifest["episodes"]]
-    meta["precision"] = precision
-    if views:
-        meta.update(views=int(views), view_shift=int(shift), view_jitter=float(jitter), view_seed=int(seed))
     if cache_dir is None:
         H = meta["img_size"][0]
         sfx = f"_views{views}_s{shift}_j{jitter:g}_seed{seed}" if views else ""    # none: the clean caches' names
@@ -219,6 +212,31 @@ def cache_features(demo_dir: str | Path, backbone: Any, *, block: int | Sequence
         save_tensors(tensors, tmp / "features.safetensors")
         write_json(tmp / "config.json", dict(kind=KIND, format_version=FORMAT_VERSION, **meta))
     return _as_cache(tensors, meta)
+
+
+def feature_meta(demo_dir: str | Path, backbone: Any, *, block: int | Sequence[int] | None = None,
+                 views: int = DEFAULT_VIEWS, shift: int = DEFAULT_VIEW_SHIFT, jitter: float = DEFAULT_VIEW_JITTER,
+                 seed: int = 0, precision: str = DEFAULT_PRECISION) -> dict[str, Any]:
+    """What `cache_features` with these arguments records of its features (`FeatureCache.meta`), without encoding
+    anything: the encoder (`backbone_meta`), the demos (task, camera, frame size, rendering, expert, configurations
+    and `demos`, the digest of their content, `demos.demos_digest`), the precision and the views. A policy trained
+    on the cache keeps it (`PatchTokenPolicy.meta_`), so a checkpoint can be matched against it before any encoding.
+    ParameterError for views, shift, jitter or precision out of range; DemoError for a folder without episodes."""
+    from .demos import demos_digest
+
+    check_views(views, shift, jitter, seed)
+    precision = resolve_precision(precision)
+    manifest = load_manifest(demo_dir)
+    if not manifest["episodes"]:
+        raise DemoError(f"{demo_dir} has no successful episodes to encode")
+    meta = backbone_meta(backbone, block)
+    meta.update(task=manifest["task"], camera=manifest["camera"], demo_image_size=manifest["image_size"],
+                render=manifest["render"], expert=manifest["expert"], demos=demos_digest(demo_dir, manifest))
+    meta["configs"] = [e["config"] for e in manifest["episodes"]]
+    meta["precision"] = precision
+    if views:
+        meta.update(views=int(views), view_shift=int(shift), view_jitter=float(jitter), view_seed=int(seed))
+    return meta
 
 
 def save_tensors(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str] | None = None) -> None:

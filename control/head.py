@@ -32,7 +32,7 @@ from torch.nn import functional as F
 
 from frozenvit.backbone.suite.errors import ParameterError
 
-from .defaults import DEFAULT_HEADS, DEFAULT_HIDDEN, DEFAULT_QUERIES, DEFAULT_QUERY_DIVERSITY, POOLINGS
+from .defaults import DEFAULT_HEADS, DEFAULT_HIDDEN, DEFAULT_QUERIES, DEFAULT_QUERY_DIVERSITY, MAX_QUERIES, POOLINGS
 from .errors import PolicyError
 
 __all__ = ["POOLINGS", "AttentionConfig", "HeadConfig", "AttentionPool", "PolicyHead", "bc_loss",
@@ -49,6 +49,9 @@ class AttentionConfig:
     def __post_init__(self) -> None:
         if int(self.queries) < 1 or int(self.heads) < 1:
             raise ParameterError(f"queries and heads must be >= 1, got queries={self.queries}, heads={self.heads}")
+        if int(self.queries) > MAX_QUERIES:
+            raise ParameterError(f"queries must be 1 to {MAX_QUERIES} (learned queries of attention pooling), got "
+                                 f"{self.queries}")
         if not self.query_diversity >= 0:
             raise ParameterError(f"query_diversity must be >= 0, got {self.query_diversity}")
 

@@ -14,7 +14,7 @@ import torch
 
 from .agent import StageTimer, VisuomotorAgent
 from .defaults import DEFAULT_CHUNK, LATENCY_STEPS, LATENCY_WARMUP
-from .env import ACTION_DIM, PROPRIO_DIM, MetaWorldTask, config_seeds
+from .env import ACTION_DIM, PROPRIO_DIM, MetaWorldTask, check_count, config_seeds
 from .evaluate import rollout_timed
 from .features import backbone_meta, check_backbone, token_blocks
 from .head import HeadConfig, PolicyHead
@@ -100,10 +100,12 @@ def measure_latency(agent: VisuomotorAgent, env: MetaWorldTask, *, steps: int = 
                     warmup: int = LATENCY_WARMUP, configs: Sequence[int] | None = None) -> LatencyReport:
     """Time `steps` loop steps after `warmup` untimed ones, resetting to new configurations as episodes end.
 
-    Environment resets are not timed (they happen between episodes, not within the control period).
+    Environment resets are not timed (they happen between episodes, not within the control period). The frames are
+    rendered at `env.image_size` (recorded as `frame_size`): for a policy's own loop, the size of its demos
+    (`meta_["demo_image_size"]`), as `evaluate` renders them. ParameterError for steps < 1 or warmup < 0.
     """
-    if steps < 1 or warmup < 0:
-        raise ValueError(f"steps must be >= 1 and warmup >= 0, got {steps}, {warmup}")
+    check_count("steps", steps, 1, "timed steps")
+    check_count("warmup", warmup, 0, "untimed steps first")
     timer = StageTimer()
     seeds = list(configs) if configs is not None else config_seeds("heldout", 10_000)
     need = steps + warmup
@@ -113,7 +115,7 @@ def measure_latency(agent: VisuomotorAgent, env: MetaWorldTask, *, steps: int = 
         i += 1
     total = np.asarray(timer.ms["total"][warmup:need])
     stages = {s: np.asarray(timer.ms[s][warmup:need]) for s in STAGES if timer.ms.get(s)}
-    meta = dict(task=env.name, image_size=env.image_size, camera=env.camera, threads=torch.get_num_threads(),
+    meta = dict(task=env.name, image_size=env.image_size, frame_size=env.image_size, camera=env.camera, threads=torch.get_num_threads(),
                 backbone=agent.policy.meta_.get("backbone"), img_size=agent.policy.meta_.get("img_size"),
                 pooling=agent.policy.pooling, trained=not isinstance(agent.policy, UntrainedHead), warmup=warmup,
                 chunk=int(getattr(agent.policy, "chunk", 1)))
@@ -132,8 +134,9 @@ def compare_runtimes(policy: Any, backbone: Any, env: MetaWorldTask, runtimes: S
     """
     from frozenvit.backbone.export import runtime_backbone
 
-    if rounds < 1:
-        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    check_count("steps", steps, 1, "timed steps")
+    check_count("warmup", warmup, 0, "untimed steps first")
+    check_count("rounds", rounds, 1)
     blocks = token_blocks(policy.meta_)
     agents = {rt: VisuomotorAgent(policy, runtime_backbone(backbone, rt, blocks)) for rt in runtimes}
     per_round = [steps // rounds + (i < steps % rounds) for i in range(rounds)]

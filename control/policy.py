@@ -37,14 +37,15 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from frozenvit.backbone.errors import ArtifactError
-from frozenvit.backbone.suite.artifacts import (atomic_dir, check_tensor_metadata, config_digest, read_config,
-                                                tensor_metadata, write_json)
-from frozenvit.backbone.suite.errors import ParameterError, ParameterErrorMixin
+from frozenvit.backbone.suite.artifacts import (atomic_dir, check_artifact_dir, check_tensor_metadata, config_digest,
+                                                read_config, tensor_metadata, write_json)
+from frozenvit.backbone.suite.errors import OutputConflict, ParameterError, ParameterErrorMixin
 from frozenvit.backbone.suite.optimizer import load_optimizer, optimizer_tensors, warmup_cosine
 from frozenvit.backbone.suite.progress import progress_bar
 
 from .defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_STEPS, DEFAULT_CHUNK, DEFAULT_HIDDEN, DEFAULT_LR,
-                       DEFAULT_POOLING, DEFAULT_PRECISION, DEFAULT_SEED, POOLINGS, PRECISIONS)
+                       DEFAULT_POOLING, DEFAULT_PRECISION, DEFAULT_SEED, MAX_BATCH_SIZE, MAX_CHUNK, MAX_HIDDEN, POOLINGS,
+                       PRECISIONS)
 from .errors import DemoError, PolicyError
 from .features import FeatureCache, check_backbone, resolve_precision, save_tensors, token_blocks
 from .head import AttentionConfig, HeadConfig, PolicyHead, bc_loss
@@ -59,12 +60,12 @@ class PatchTokenPolicy(ParameterErrorMixin, BaseEstimator):
     pooling: "attention" | "cls" | "mean" (control.head).
     attention: AttentionConfig for pooling "attention" (None: its defaults); with another pooling
         it must stay None.
-    hidden: width of the MLP's hidden layers.
+    hidden: width of the MLP's hidden layers (1 to MAX_HIDDEN).
     epochs: passes over the cache; None: as many as make about `DEFAULT_BC_STEPS` optimizer steps
         (`bc_epochs`), so that training takes about the same time whatever the number of demo frames.
     batch_size, lr, weight_decay, seed: the BC schedule (AdamW, 5% warm-up, cosine decay; seeded
         initialisation and shuffling).
-    chunk: actions predicted per frame (k; 1: one action).
+    chunk: actions predicted per frame (k, 1 to MAX_CHUNK; 1: one action).
     augment: train on the cache's augmented views too, when it holds some (`cache_features(views=K)`): each
         sample of each epoch reads the clean frame or one of its K views, uniformly (seeded by `seed`). No
         effect on a cache without views.
@@ -75,19 +76,20 @@ class PatchTokenPolicy(ParameterErrorMixin, BaseEstimator):
     A hyperparameter out of its range, or one that contradicts another or the features, is a ParameterError
     (sklearn's InvalidParameterError), raised by `fit` and `head_config` before any work.
     Learned attributes: head_ (PolicyHead), proprio_mean_/proprio_std_ (P,), meta_ (dict: the
-    backbone, block and demos the tokens came from), history_ (mean BC loss per epoch), n_samples_.
+    backbone, block and demos the tokens came from, `features.feature_meta`, with the demos' configurations as
+    `train_configs`), history_ (mean BC loss per epoch), n_samples_.
     """
 
     _parameter_constraints: dict = {
         "pooling": [StrOptions(set(POOLINGS))],
         "attention": [AttentionConfig, None],
-        "hidden": [Interval(Integral, 1, None, closed="left")],
+        "hidden": [Interval(Integral, 1, MAX_HIDDEN, closed="both")],
         "epochs": [Interval(Integral, 1, None, closed="left"), None],
-        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, MAX_BATCH_SIZE, closed="both")],
         "lr": [Interval(Real, 0, None, closed="neither")],
         "weight_decay": [Interval(Real, 0, None, closed="left")],
         "seed": [Interval(Integral, -2**63, 2**64 - 1, closed="both")],     # what torch.manual_seed takes
-        "chunk": [Interval(Integral, 1, None, closed="left")],
+        "chunk": [Interval(Integral, 1, MAX_CHUNK, closed="both")],
         "augment": ["boolean"],
         "precision": [StrOptions(set(PRECISIONS))],
     }
@@ -129,7 +131,11 @@ class PatchTokenPolicy(ParameterErrorMixin, BaseEstimator):
     def fit(self, cache: FeatureCache, *, checkpoint_dir: str | Path | None = None, checkpoint_every: int = 10,
             progress: bool | None = None) -> "PatchTokenPolicy":
         """Behaviour cloning on `cache` (squared error of predicted and expert actions; with chunk k, of each
-        frame's next k). Returns self."""
+        frame's next k). Returns self.
+
+        checkpoint_dir: saved every `checkpoint_every` epochs and resumed from when it holds a checkpoint; before any
+        work, a folder that is a finished policy (OutputConflict) or a checkpoint of other hyperparameters or other
+        features, or a damaged one (ArtifactError), is refused (`check_checkpoint`)."""
         if len(cache) == 0:
             raise DemoError("the feature cache is empty")
         M, N, C = cache.tokens.shape
@@ -137,6 +143,8 @@ class PatchTokenPolicy(ParameterErrorMixin, BaseEstimator):
         cfg = self.head_config(dict(cache.meta, embed_dim=C, has_cls=cache.cls is not None), P, A)
         if cfg.num_tokens != N:
             raise DemoError(f"the cache says grid {cfg.grid} but holds {N} tokens per frame; rebuild the cache")
+        ckpt = Path(checkpoint_dir) if checkpoint_dir is not None else None
+        made = self.check_checkpoint(ckpt, cache.meta, M) if ckpt is not None else None
         head = self._build(cfg)
         mean = cache.proprio.mean(0)
         std = cache.proprio.std(0).clamp_min(1e-3)
@@ -150,11 +158,12 @@ class PatchTokenPolicy(ParameterErrorMixin, BaseEstimator):
         epochs = self.epochs if self.epochs is not None else bc_epochs(M, self.batch_size)
         total = epochs * steps_per_epoch
         start_epoch, history = 0, []
-        ckpt = Path(checkpoint_dir) if checkpoint_dir is not None else None
-        if ckpt is not None and (ckpt / "train_state.safetensors").is_file():
-            start_epoch, history = self._resume(ckpt, head, opt, gen, cache)
+        if made is not None:
+            start_epoch, history = self._resume(ckpt, made, head, opt, gen)
 
         self.meta_ = {k: v for k, v in cache.meta.items() if k != "configs"}
+        if "configs" in cache.meta:                   # so that an evaluation can tell its configurations are held out
+            self.meta_["train_configs"] = sorted(int(c) for c in cache.meta["configs"])
         self.proprio_mean_, self.proprio_std_ = mean, std
         self.n_samples_ = M
         head.train()
@@ -312,18 +321,40 @@ class PatchTokenPolicy(ParameterErrorMixin, BaseEstimator):
             save_tensors(state, tmp / "train_state.safetensors")
             write_json(tmp / "train_state.json", dict(epoch=epoch, param_groups=groups))
 
-    def _resume(self, ckpt: Path, head: PolicyHead, opt: torch.optim.Optimizer, gen: torch.Generator,
-                cache: FeatureCache) -> tuple[int, list[float]]:
-        cfg = read_config(ckpt, KIND, FORMAT_VERSION)
+    def check_checkpoint(self, checkpoint_dir: str | Path, meta: dict[str, Any], n_samples: int,
+                         flag: str = "--checkpoint") -> dict | None:
+        """Refuse, before any work, a checkpoint folder that `fit` on features described by `meta` (`FeatureCache.meta`,
+        or `features.feature_meta` before encoding) of `n_samples` frames cannot resume: what `check_checkpoint_dir`
+        refuses, a damaged checkpoint, and one made with other hyperparameters or on other features (encoder,
+        blocks, input size, precision, views, or other demos: another task, camera, frame size, rendering, expert or
+        content) - ArtifactError naming what differs. Returns the checkpoint's config, or None when the folder holds
+        no checkpoint yet (absent or empty)."""
+        ckpt = Path(checkpoint_dir)
+        if not check_checkpoint_dir(ckpt, flag):
+            return None
+        cfg = _read_checkpoint(ckpt, flag)
         made = cfg["params"]
         now = self._params()
         if made != now:
             differ = ", ".join(f"{_option(k)} {_shown(made.get(k))} (now {_shown(now.get(k))})"
                                for k in sorted(set(made) | set(now)) if made.get(k) != now.get(k))
             raise ArtifactError(f"checkpoint {ckpt} was made with other hyperparameters: {differ}; use another "
-                                "--checkpoint folder or the same hyperparameters")
-        if any(cfg["meta"].get(k) != cache.meta.get(k) for k in _FEATURE_KEYS) or cfg["n_samples"] != len(cache):
-            raise ArtifactError(f"checkpoint {ckpt} was trained on other features; use another --checkpoint folder")
+                                f"{flag} folder or the same hyperparameters, or delete {ckpt} to train from the start")
+        differ = _feature_differences(cfg["meta"], meta)
+        if cfg["n_samples"] != n_samples and not any(part.startswith("--demos") for part in differ):
+            differ.append(f"--demos: {cfg['n_samples']} frames (now {n_samples})")
+        if differ:
+            older = [k for k in _FEATURE_KEYS if k not in cfg["meta"] and meta.get(k) is not None]
+            if older:                                  # a checkpoint of an earlier frozenvit cannot be matched
+                differ.append(f"the checkpoint does not record {', '.join(older)} (made by an earlier frozenvit)")
+            raise ArtifactError(f"checkpoint {ckpt} was trained on other features than these: {'; '.join(differ)}; "
+                                f"use another {flag} folder (or a new one), or delete {ckpt} to train from the start "
+                                "on these")
+        return cfg
+
+    def _resume(self, ckpt: Path, cfg: dict, head: PolicyHead, opt: torch.optim.Optimizer,
+                gen: torch.Generator) -> tuple[int, list[float]]:
+        """Load a checkpoint `check_checkpoint` accepted (its config `cfg`) into head, optimizer and generator."""
         t = load_file(str(ckpt / "model.safetensors"))
         head.load_state_dict({k[len("head."):]: v for k, v in t.items() if k.startswith("head.")})
         st = load_file(str(ckpt / "train_state.safetensors"))
@@ -373,8 +404,59 @@ def _shown(value: Any) -> str:
     return "default" if value is None else str(value)
 
 
-# what a checkpoint and the features it is resumed on must agree on: the encoder and the augmented views
-_FEATURE_KEYS = ("fingerprint", "precision", "views", "view_shift", "view_jitter", "view_seed")
+# what a checkpoint and the features it is resumed on must agree on, with the option that sets each: the encoder,
+# its blocks and input size, the encoder's precision, the augmented views, and the demos (`features.feature_meta`)
+_FEATURE_KEYS = {
+    "backbone": "--backbone", "fingerprint": "--backbone/--weights", "pretrained": "--random-weights",
+    "img_size": "--image-size", "grid": "--image-size", "block": "--blocks", "embed_dim": "--blocks",
+    "has_cls": "--backbone", "precision": "--precision", "views": "--views", "view_shift": "--views",
+    "view_jitter": "--views", "view_seed": "--views", "task": "--demos", "camera": "--demos",
+    "demo_image_size": "--demos", "render": "--demos", "expert": "--demos", "demos": "--demos",
+}
+
+
+def _feature_differences(made: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """What differs between the features a checkpoint was trained on and these, one part per option:
+    "--blocks: block 3 (now 1)"."""
+    def shown(key: str, value: Any) -> str:
+        if value is None:
+            return "not recorded"
+        if key in ("fingerprint", "demos"):                      # digests: their first 12 hex digits
+            return str(value)[:12]
+        return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+
+    parts: dict[str, list[str]] = {}
+    for key, option in _FEATURE_KEYS.items():
+        if made.get(key) != now.get(key):
+            what = "content digest" if key == "demos" else key
+            parts.setdefault(option, []).append(f"{what} {shown(key, made.get(key))} (now {shown(key, now.get(key))})")
+    return [f"{option}: {', '.join(p)}" for option, p in parts.items()]
+
+
+def check_checkpoint_dir(checkpoint_dir: str | Path, flag: str = "--checkpoint") -> bool:
+    """Refuse, before any work, a folder that cannot be a training checkpoint: what `atomic_dir` would refuse
+    (another command's output, a user's files: OutputConflict), and a finished policy, which a checkpoint would
+    overwrite (OutputConflict: a policy has no train_state.*). True when it holds a checkpoint to resume (its
+    integrity is checked by `check_checkpoint`), False when it is absent or empty."""
+    ckpt = Path(checkpoint_dir)
+    check_artifact_dir(ckpt, KIND, flag=flag, keep_edits=False)
+    if not ckpt.is_dir() or not any(ckpt.iterdir()):
+        return False
+    if not any((ckpt / name).exists() for name in ("train_state.safetensors", "train_state.json")):
+        raise OutputConflict(f"{flag} {ckpt} holds a finished policy, not a training checkpoint (it has no "
+                             f"train_state.*), and a checkpoint would overwrite it; give {flag} a new or empty folder "
+                             "(or an earlier checkpoint)")
+    return True
+
+
+def _read_checkpoint(ckpt: Path, flag: str) -> dict:
+    """A checkpoint's config, every file checked; ArtifactError with the cure a user can act on for a damaged one."""
+    try:
+        return read_config(ckpt, KIND, FORMAT_VERSION)
+    except ArtifactError as e:
+        why = str(e).split("; ")[0]
+        raise ArtifactError(f"{flag} {ckpt} cannot be resumed: {why}; delete that folder to train from the start, "
+                            f"or choose another {flag}") from e
 
 
 def bc_epochs(frames: int, batch_size: int = DEFAULT_BATCH_SIZE, steps: int | None = None) -> int:

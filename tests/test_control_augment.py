@@ -20,7 +20,8 @@ from test_control_policy import marked_token_cache, small
 
 RENDER = dict(shadows=False, reflections=False, offsamples=0)
 CLEAN_KEYS = {"kind", "format_version", "backbone", "fingerprint", "pretrained", "img_size", "block", "grid",
-              "embed_dim", "has_cls", "task", "camera", "demo_image_size", "render", "configs", "precision"}
+              "embed_dim", "has_cls", "task", "camera", "demo_image_size", "render", "configs", "precision",
+              "expert", "demos"}                # the demos' expert and content digest: features of other demos differ
 
 
 def write_demos(root: Path, episodes=(5, 4), size=48, seed=0) -> Path:

@@ -276,7 +276,9 @@ def test_cli_collect_train_evaluate_latency(tmp_path, bb, monkeypatch, capsys):
     assert json.loads((ev / "results.json").read_text())["success_rate"] == 0.0
     assert len(list((ev / "gifs").glob("*.gif"))) == 1
     journal = ev / "episodes.jsonl"
-    assert [json.loads(ln)["config"] for ln in journal.read_text().splitlines()[1:]] == config_seeds("heldout", 1)
+    lines = [json.loads(ln) for ln in journal.read_text().splitlines()[1:]]
+    assert [r["config"] for r in lines if "gif" not in r] == config_seeds("heldout", 1)
+    assert [r["gif"] for r in lines if "gif" in r] == config_seeds("heldout", 1)   # the GIF it wrote, listed
     assert main(["control", "latency", "--policy", p, "--steps", "2", "--warmup", "0", "--budget-ms", "0.001",
                  "--out", str(lat)]) == OVER_BUDGET == 3                # over budget: its own exit status
     assert "FAIL" in capsys.readouterr().out
@@ -466,6 +468,6 @@ def test_cli_evaluate_that_replaces_another_removes_its_gifs(tmp_path, bb, demo_
     capsys.readouterr()
     with pytest.warns(UserWarning, match="max_steps differs"):
         assert main(cmd[:5] + ["3"] + cmd[6:] + ["--configs", "3", "--gifs", "1"]) == 0
-    assert "removed 2 GIFs of the evaluation this one replaced" in capsys.readouterr().out
+    assert "removed 3 GIFs and results.json of the evaluation this one replaced" in capsys.readouterr().out
     res = json.loads((ev / "results.json").read_text())
     assert sorted(f.name for f in (ev / "gifs").iterdir()) == first[:1] and len(res["gifs"]) == 1
