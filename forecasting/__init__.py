@@ -22,7 +22,7 @@ from frozenvit.backbone.suite.lazy import lazy_exports
 
 _API = {
     "auto": ("AutoForecaster",),
-    "backtest": ("BacktestResult", "UndefinedMASEWarning", "backtest"),
+    "backtest": ("BacktestResult", "SeasonWarning", "UndefinedMASEWarning", "backtest"),
     "base": ("Forecaster",),
     "baselines": ("ARIMA", "ETS", "LocalModel", "Naive", "SeasonalNaive", "StatsForecastModel", "Theta"),
     "data": ("long_to_wide", "read_long_csv", "read_m4", "read_wide_csv", "validate", "wide_to_long"),

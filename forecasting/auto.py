@@ -153,7 +153,9 @@ class AutoForecaster(Forecaster):
 
     def __init__(self, candidates: Sequence[Forecaster], how: str = "global", median: bool = True,
                  top: int = AUTO_COMBINE["top"], tolerance: float = AUTO_COMBINE["tolerance"],
-                 windows: int = AUTO_COMBINE["windows"], median_of: Sequence[Sequence[str]] = ()) -> None:
+                 windows: int = AUTO_COMBINE["windows"], median_of: Sequence[Sequence[str]] = (),
+                 alias: str | None = None) -> None:
+        self.alias = alias
         self.candidates = candidates
         self.how = how
         self.median = median
@@ -162,8 +164,7 @@ class AutoForecaster(Forecaster):
         self.tolerance = tolerance
         self.windows = windows
 
-    @property
-    def alias(self) -> str:
+    def _default_alias(self) -> str:
         return "Auto"
 
     def check_params(self) -> "AutoForecaster":

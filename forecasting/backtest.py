@@ -19,6 +19,7 @@ are added as columns, so that the ensemble can be tested against each (`dm_vs_me
 from __future__ import annotations
 
 import contextlib
+import copy
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -45,6 +46,11 @@ METRICS = ("mase", "smape", "mae", "mse")
 
 class UndefinedMASEWarning(UserWarning):
     """Some windows' histories are flat over the MASE season: they are scored without MASE."""
+
+
+class SeasonWarning(UserWarning):
+    """A model's own season differs from the season_length of the backtest or forecast that runs it (MASE's lag),
+    or a model without a season is run by a call that was given none (season 1)."""
 
 
 @dataclass
@@ -289,6 +295,86 @@ def check_models_and_season(models: Sequence[Forecaster], season_length, task: s
     return season_length
 
 
+def with_seasons(models: Sequence[Forecaster], season_length, task: str) -> list[Forecaster]:
+    """`models` with every seasonal model built without a season (season_length=None, the default), at any
+    depth (an ensemble's members, auto's candidates), given the `task`'s season: the shortest, or for ETS and
+    ARIMA, which take several, all of them. A model that needs no change is the same object; one that does is
+    a copy (the models given are not changed). Warns (SeasonWarning) where a model's own season differs
+    from the task's season_length, MASE's lag, and where a model without one meets a task given none (1)."""
+    from .baselines import SEASONS, SeasonalModel
+
+    given = season_length is not None
+    several = isinstance(season_length, (tuple, list, np.ndarray))
+    shortest = int(min(season_length)) if several else int(season_length) if given else 1
+    full = tuple(int(m) for m in season_length) if several else shortest
+    memo: dict[int, Forecaster] = {}
+    differ, unset = [], []
+
+    def walk(model: Forecaster) -> Forecaster:
+        if id(model) in memo:
+            return memo[id(model)]
+        params, new = model.get_params(deep=False), {}
+        for k, v in params.items():
+            if isinstance(v, Forecaster):
+                r = walk(v)
+                if r is not v:
+                    new[k] = r
+            elif isinstance(v, (list, tuple)) and v and all(isinstance(x, Forecaster) for x in v):
+                rs = [walk(x) for x in v]
+                if any(r is not x for r, x in zip(rs, v)):
+                    new[k] = type(v)(rs)
+        if isinstance(model, SeasonalModel):
+            if model.season_length is None:
+                takes_several = type(model)._parameter_constraints.get("season_length") is SEASONS
+                new["season_length"] = full if takes_several else shortest
+                unset.append(model)
+            else:
+                own = model.season_length
+                own = min(own) if isinstance(own, (tuple, list)) and len(own) else own
+                if own != shortest:
+                    differ.append(model)
+        out = model
+        if new:
+            out = copy.copy(model)
+            out.set_params(**new)
+        memo[id(model)] = out
+        return out
+
+    out = [walk(m) for m in models]
+    if unset and not given:
+        warnings.warn(f"{', '.join(sorted({repr(m) for m in unset}))} take{'s' if len(unset) == 1 else ''} the "
+                      f"{task}'s season, and {task}() was given no season_length: they forecast with a season of 1 "
+                      f"step (none); pass season_length= to {task}() (24 for hours, 7 for days, 12 for months)",
+                      SeasonWarning, stacklevel=3)
+    if differ:
+        named = ", ".join(sorted({repr(m) for m in differ}))
+        warnings.warn(f"{named}: a season other than {task}()'s season_length={shortest}"
+                      f"{'' if given else ' (not given: 1)'}, which is MASE's lag; each model forecasts with its own "
+                      f"season. To score with the models' season pass it as {task}(season_length=...) (and "
+                      f"mase_season= for another MASE lag), or build the models without one "
+                      f"(SeasonalNaive() takes the {task}'s)", SeasonWarning, stacklevel=3)
+    return out
+
+
+def check_unique_aliases(models: Sequence[Forecaster]) -> list[str]:
+    """The models' column names; ParameterError where two (ensemble members included) share one."""
+    aliases = [m.alias for m in models]
+    twice = [a for i, a in enumerate(aliases) if a in aliases[:i]]
+    if twice:
+        name = type(next(m for m in models if m.alias == twice[0])).__name__
+        raise ParameterError(f"two or more models are named {', '.join(map(repr, dict.fromkeys(twice)))} (model "
+                             f"names: {aliases}); give each setting a name of its own with alias=, e.g. "
+                             f"{name}(..., alias='{twice[0]}-2')")
+    return aliases
+
+
+def keep_choices(given: Sequence[Forecaster], ran: Sequence[Forecaster]) -> None:
+    """Copy an `auto`'s `choice_` from the copy that ran (`with_seasons`) to the model given."""
+    for g, r in zip(given, ran):
+        if r is not g and getattr(r, "choice_", None) is not None:
+            g.choice_ = r.choice_
+
+
 def _cutoff_positions(T: int, h: int, n_windows: int, step_size: int) -> list[int]:
     return [T - h - (n_windows - 1 - w) * step_size for w in range(n_windows)]
 
@@ -315,7 +401,7 @@ class _Run:
 
 
 def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: int | str = 1,
-             step_size: int | None = None, season_length: int = 1, refit_every: int | None = None,
+             step_size: int | None = None, season_length: int | None = None, refit_every: int | None = None,
              progress: bool | None = None, mase_season: int | None = None, levels: Sequence[float] = (),
              calibration_windows: int = CONFORMAL["calibration_windows"],
              global_calibration: str = CONFORMAL["global_calibration"], engine: str = "local",
@@ -358,7 +444,8 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
     too short for the history the models need plus h + (n_windows - 1) * step_size values to forecast
     (`short_series="skip"` leaves such series out instead, and records them, unless none would remain).
     """
-    season_length = check_models_and_season(models, season_length, "backtest")
+    given_season = season_length
+    season_length = check_models_and_season(models, 1 if season_length is None else season_length, "backtest")
     step_size = h if step_size is None else step_size
     mase_season = season_length if mase_season is None else mase_season
     for name, v in (("h", h), ("n_windows", 1 if n_windows == "auto" else n_windows), ("step_size", step_size),
@@ -374,8 +461,12 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
         raise ParameterError(f"global_calibration must be one of {', '.join(GLOBAL_CALIBRATIONS)}, "
                              f"got {global_calibration!r}")
     K = int(calibration_windows) if levels else 0
-    for model in models:                # every hyperparameter, before any work
+    for model in models:                # every hyperparameter, before any work (and a season's warning)
         model.check_params()
+    given_models, models = models, with_seasons(models, given_season, "backtest")
+    for model, given in zip(models, given_models):
+        if model is not given:          # given the backtest's season
+            model.check_params()
     df = validate(df)
     if n_windows == "auto":             # room for the calibration windows; over the series kept (skip)
         n_windows = auto_windows(kept_for_windows(df, models, h, step_size, season_length, K, input_size,
@@ -385,14 +476,13 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
     prep = prepare(df, models, h, n_windows, step_size, season_length, K, input_size, short_series,
                    fallback_history)
     df, models = prep.df, with_members(prep.models)
-    aliases = [m.alias for m in models]
-    if len(set(aliases)) != len(aliases):
-        raise ValueError(f"model aliases must be unique, got {aliases}; subclass or wrap to rename")
+    aliases = check_unique_aliases(models)
     need_hist, why, cure = max(                     # the history every series needs first, and what asks for it
-        [(season_length + 1, f"a season of --season-length {season_length} + 1", "a smaller --season-length"),
-         (mase_season + 1, f"MASE's lag --mase-season {mase_season} + 1", "a smaller --mase-season")] +
-        [(m.min_history(), f"{m.alias}'s look-back and training", "a smaller --h, a shorter --input-size")
-         for m in models], key=lambda need: need[0])
+        [(season_length + 1, f"a season of --season-length {season_length} + 1",
+          "a smaller --season-length (season_length=)"),
+         (mase_season + 1, f"MASE's lag --mase-season {mase_season} + 1", "a smaller --mase-season (mase_season=)")] +
+        [(m.min_history(), f"{m.alias}'s look-back and training",
+          "a smaller --h (h=), a shorter --input-size (input_size=)") for m in models], key=lambda need: need[0])
     need = need_hist + K * h + h + (n_windows - 1) * step_size
     calib_text = f" + {K} --calibration-windows of --h" if K else ""
     ids, ds, ys = [], [], []
@@ -410,8 +500,9 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
         (uid, n), others = short[0], [str(u) for u, _ in short[1:]]
         more = (f" (and {len(others)} more of the {len(ids)} series: {', '.join(others[:5])}"
                 f"{', ...' if len(others) > 5 else ''})") if others else ""
-        cures = [cure, "fewer --windows", "a smaller --step-size"] + (["fewer --calibration-windows"] if K else []) \
-            + (["--short-series skip"] if len(short) < len(ids) else [])
+        cures = [cure, "fewer --windows (n_windows=)", "a smaller --step-size (step_size=)"] \
+            + (["fewer --calibration-windows (calibration_windows=)"] if K else []) \
+            + (["--short-series skip (short_series='skip')"] if len(short) < len(ids) else [])
         raise SeriesError(f"series {uid!r} has {n} values{more}; this backtest needs {need} (history {need_hist}, "
                           f"{why}{calib_text} + --h {h} + {n_windows - 1} more --windows of --step-size "
                           f"{step_size}); use {', '.join(cures)}, or drop {'those series' if others else 'it'}")
@@ -499,6 +590,7 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
                                                    for i, lv in enumerate(levels)}
     members = {m.alias: [p.alias for p in m.members] for m in models if isinstance(m, Ensemble)}
     choices = {m.alias: m.choice_ for m, _ in runs if getattr(m, "choice_", None) is not None}
+    keep_choices(given_models, models)
     return BacktestResult(frame, scales, aliases, h, season_length, n_windows, step_size, mase_season, fitted,
                           seconds, levels=levels, calibration_windows=K, intervals=intervals, members=members,
                           global_calibration=global_calibration if levels else None, input_size=prep.input_size,

@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from frozenvit.backbone.suite.errors import ParameterErrorMixin
+from frozenvit.backbone.suite.errors import ParameterError, ParameterErrorMixin
 
 from .defaults import CONFORMAL
 
@@ -35,12 +35,33 @@ class Forecaster(ParameterErrorMixin, BaseEstimator):
     def check_params(self) -> "Forecaster":
         """Raise ParameterError for a hyperparameter no fit can use; return self."""
         self._validate_params()
+        given = self.__dict__.get("_alias")
+        if given is not None and (not isinstance(given, str) or not given.strip()):
+            raise ParameterError(f"{type(self).__name__}: alias must be a non-empty string (the model's column "
+                                 f"name) or None (its default, {self._default_alias()!r}), got {given!r}")
         return self
 
     @property
     def alias(self) -> str:
-        """The model's column name in a backtest's forecasts."""
+        """The model's column name in a backtest's forecasts: the `alias=` hyperparameter where a model takes
+        one and it is given (to run two settings of one model side by side), else `_default_alias()`."""
+        given = self.__dict__.get("_alias")
+        return given if given else self._default_alias()
+
+    @alias.setter
+    def alias(self, value: str | None) -> None:            # the hyperparameter, as __init__ and set_params store it
+        self.__dict__["_alias"] = value
+
+    def _default_alias(self) -> str:
+        """The column name when no `alias=` is given: the class name."""
         return type(self).__name__
+
+    def get_params(self, deep: bool = True) -> dict:
+        """scikit-learn's, with `alias` as given (None: the default name), not the name it resolves to."""
+        params = super().get_params(deep)
+        if "alias" in params:
+            params["alias"] = self.__dict__.get("_alias")
+        return params
 
     def min_history(self) -> int:
         """Values a series needs before its first cutoff for this model to forecast it."""

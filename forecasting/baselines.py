@@ -147,6 +147,9 @@ class LocalModel(Forecaster):
 class Naive(LocalModel):
     """Last value carried forward."""
 
+    def __init__(self, alias: str | None = None) -> None:
+        self.alias = alias
+
     def _fit(self, y: np.ndarray) -> None:
         self.last_ = float(y[-1])
         self.n_obs_ = y.size
@@ -155,19 +158,43 @@ class Naive(LocalModel):
         return np.full(h, self.last_)
 
 
-class SeasonalNaive(LocalModel):
+class SeasonalModel(LocalModel):
+    """Base of the models with a season (`season_length`, in steps). None, the default: the season of the
+    `backtest` or `forecast` call that runs the model (its `season_length=`), so that one setting says the
+    data's cycle to every model and to MASE; `repr` always shows it. A model fitted alone needs one."""
+
+    def season(self) -> int | tuple[int, ...]:
+        """season_length as given; ParameterError where it is None outside a backtest or forecast."""
+        if self.season_length is None:
+            raise ParameterError(f"{type(self).__name__}(season_length=None) takes its season from the backtest() "
+                                 f"or forecast() that runs it (season_length=); fitted alone it needs one: "
+                                 f"{type(self).__name__}(24) for hours, 7 for days, 12 for months")
+        return self.season_length
+
+    def __repr__(self, N_CHAR_MAX: int = 700) -> str:
+        """scikit-learn's, with the season shown even where it is the default (None: the caller's)."""
+        text = super().__repr__(N_CHAR_MAX)
+        name = type(self).__name__
+        if "season_length=" in text or not text.startswith(name + "("):
+            return text
+        rest = text[len(name) + 1:]
+        return f"{name}(season_length={self.season_length!r}" + (", " if rest != ")" else "") + rest
+
+
+class SeasonalNaive(SeasonalModel):
     """The value one season earlier: f_{T+k} = y_{T+k-m*ceil(k/m)}."""
 
-    _parameter_constraints = {"season_length": [Interval(Integral, 1, None, closed="left")]}
+    _parameter_constraints = {"season_length": [Interval(Integral, 1, None, closed="left"), None]}
 
-    def __init__(self, season_length: int = 24) -> None:
+    def __init__(self, season_length: int | None = None, alias: str | None = None) -> None:
         self.season_length = season_length
+        self.alias = alias
 
     def min_history(self) -> int:
-        return int(self.season_length)
+        return int(self.season())
 
     def _fit(self, y: np.ndarray) -> None:
-        m = int(self.season_length)
+        m = int(self.season())
         if y.size < m:
             raise SeriesError(f"SeasonalNaive needs at least one season ({m} values) of history, got {y.size}")
         self.last_season_ = y[-m:].copy()
@@ -194,10 +221,10 @@ MOST_SEASON = 24
 LONG_SEASONS = ("stl", "own")
 # ETS and ARIMA take several seasons at once (season_length=(24, 168): the day and the week of hourly data), all
 # taken out by STL together (statsforecast's MSTL); the other models take one.
-SEASONS = [Interval(Integral, 1, None, closed="left"), tuple, list]
+SEASONS = [Interval(Integral, 1, None, closed="left"), tuple, list, None]
 
 
-class StatsForecastModel(LocalModel):
+class StatsForecastModel(SeasonalModel):
     """Base of the models fitted by statsforecast: `_make(m)` builds the unfitted statsforecast model for a
     season of m steps. The season is dropped (m = 1) when the history holds fewer than two seasons.
 
@@ -217,7 +244,7 @@ class StatsForecastModel(LocalModel):
     fitted by simple exponential smoothing (its alpha optimised; one value: carried forward), as R's
     forecast::ets does for tiny series, so that every series of one value or more gets a forecast."""
 
-    _parameter_constraints = {"season_length": [Interval(Integral, 1, None, closed="left")],
+    _parameter_constraints = {"season_length": [Interval(Integral, 1, None, closed="left"), None],
                               "history": [Interval(Integral, 2, None, closed="left"), StrOptions({"auto"}), None]}
 
     def tiny_history(self, m: int | tuple[int, ...]) -> int:
@@ -226,7 +253,8 @@ class StatsForecastModel(LocalModel):
 
     def check_params(self) -> "StatsForecastModel":
         super().check_params()
-        self.seasons()
+        if self.season_length is not None:
+            self.seasons()
         return self
 
     def _make(self, m: int):
@@ -235,7 +263,8 @@ class StatsForecastModel(LocalModel):
     def seasons(self) -> tuple[int, ...]:
         """season_length as a tuple, ascending, each season once: (24,) or, for ETS and ARIMA, several
         ((24, 168)); ParameterError for an empty one or a season under 1 step."""
-        given = self.season_length if isinstance(self.season_length, (tuple, list)) else [self.season_length]
+        season = self.season()
+        given = season if isinstance(season, (tuple, list)) else [season]
         out = tuple(sorted({int(m) for m in given}))
         if not out or out[0] < 1 or any(isinstance(m, bool) or int(m) != m for m in given):
             raise ParameterError(f"{type(self).__name__}: season_length must be a whole number of steps >= 1, or "
@@ -373,19 +402,40 @@ class ETS(StatsForecastModel):
     _parameter_constraints = {**StatsForecastModel._parameter_constraints, "season_length": SEASONS, "model": [str],
                               "damped": ["boolean", None], "long_season": [StrOptions(set(LONG_SEASONS))]}
 
+    def check_params(self) -> "ETS":
+        """Also ParameterError for a `model` spec AutoETS cannot fit: three letters, error A, M or Z, trend
+        and season N, A, M or Z (damping is `damped=True`, not a fourth letter), and none of the combinations
+        AutoETS forbids (additive error with a multiplicative trend, or season where ETS models the season)."""
+        super().check_params()
+        spec = self.model
+        grammar = ("model is AutoETS' spec of three letters, error (A, M or Z), trend (N, A, M or Z) and season "
+                   "(N, A, M or Z), e.g. 'ZZZ' (all chosen by AICc), 'AAN', 'MAM' or 'ZZN'; a damped trend is "
+                   "damped=True")
+        if len(spec) != 3 or spec[0] not in "AMZ" or spec[1] not in "NAMZ" or spec[2] not in "NAMZ":
+            raise ParameterError(f"ETS: model={spec!r} is not a valid spec: {grammar}")
+        own_season = self.season_length is not None and self.seasonal_form() == "own"
+        if (spec[0] == "A" and spec[1] == "M") or (own_season and (spec[0] == "A" and spec[2] == "M"
+                                                                   or spec[:3] == "MMA")):
+            raise ParameterError(f"ETS: model={spec!r} is a combination AutoETS refuses (an additive error with a "
+                                 "multiplicative trend or season, or a multiplicative error and trend with an "
+                                 "additive season); use 'Z' for the part to choose, e.g. 'ZMN', or 'MAM'")
+        return self
+
     def tiny_history(self, m: int | tuple[int, ...]) -> int:
         """statsforecast's AutoETS fits nothing to 4 values more than the spec's parameters or fewer (level 2,
         a trend or season given as A or M 2 each, damping 1; Z counts none)."""
         spec = self.model if self.seasonal_form(m) == "own" else self.model[:2] + "N"
         return 4 + 2 + 2 * (spec[1] in "AM") + 2 * (spec[2] in "AM") + int(bool(self.damped))
 
-    def __init__(self, season_length: int | Sequence[int] = 24, model: str = "ZZZ", damped: bool | None = None,
-                 history: int | None = None, long_season: str = "stl") -> None:
+    def __init__(self, season_length: int | Sequence[int] | None = None, model: str = "ZZZ",
+                 damped: bool | None = None, history: int | None = None, long_season: str = "stl",
+                 alias: str | None = None) -> None:
         self.season_length = season_length
         self.history = history
         self.model = model
         self.damped = damped
         self.long_season = long_season
+        self.alias = alias
 
     def seasonal_form(self, m: int | Sequence[int] | None = None) -> str:
         """As StatsForecastModel's; "none" for a spec without a season ("ZZN")."""
@@ -414,10 +464,12 @@ class Theta(StatsForecastModel):
         """statsforecast's Theta models fit nothing to 3 values or fewer."""
         return 3
 
-    def __init__(self, season_length: int = 24, method: str = "dotm", history: int | None = None) -> None:
+    def __init__(self, season_length: int | None = None, method: str = "dotm", history: int | None = None,
+                 alias: str | None = None) -> None:
         self.season_length = season_length
         self.method = method
         self.history = history
+        self.alias = alias
 
     def _make(self, m: int):
         return _statsforecast(THETA_METHODS[self.method])(season_length=m)
@@ -434,11 +486,12 @@ class ARIMA(StatsForecastModel):
     _parameter_constraints = {**StatsForecastModel._parameter_constraints, "season_length": SEASONS,
                               "long_season": [StrOptions(set(LONG_SEASONS))]}
 
-    def __init__(self, season_length: int | Sequence[int] = 24, history: int | None = None,
-                 long_season: str = "stl") -> None:
+    def __init__(self, season_length: int | Sequence[int] | None = None, history: int | None = None,
+                 long_season: str = "stl", alias: str | None = None) -> None:
         self.season_length = season_length
         self.history = history
         self.long_season = long_season
+        self.alias = alias
 
     def _make(self, m: int | tuple[int, ...]):
         auto = _statsforecast("AutoARIMA")

@@ -214,6 +214,25 @@ def _origin(col: pd.Series) -> pd.DataFrame:
     return pd.DataFrame({"row": np.arange(len(col)), "raw": col.to_numpy(dtype=object)})
 
 
+def _header_line(path: Path) -> str:
+    """The file's first line, as text ('' where it cannot be read)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.readline().rstrip("\r\n")
+    except OSError:
+        return ""
+
+
+def _refuse_other_separator(path: Path, sep: str, header: str) -> None:
+    """SeriesError naming --sep (sep=) where the header is one field holding another separator: a semicolon
+    file, with or without decimal commas (1,5), read with commas."""
+    other = [c for c in SEPARATORS if c != sep and c in header] if sep not in header else []
+    if other:
+        shown = "'\\t'" if other[0] == "\t" else repr(other[0])
+        raise SeriesError(f"{path}: the file looks {SEPARATORS[other[0]]}-separated; its header is one field "
+                          f"{header!r}: pass --sep {shown} (sep={other[0]!r}), or save it with commas")
+
+
 def _read_csv(path: str | Path, sep: str = CSV_SEP) -> pd.DataFrame:
     """The CSV's rows as pandas reads them, fields separated by `sep`; every way of not being a CSV with data is
     a SeriesError (a file whose header holds one field with another separator in it: named as such).
@@ -230,6 +249,7 @@ def _read_csv(path: str | Path, sep: str = CSV_SEP) -> pd.DataFrame:
             raw = pd.read_csv(path, index_col=False, sep=sep,   # never the first column as an index (a shift)
                               keep_default_na=False, na_values=[""], skipinitialspace=True)
     except pd.errors.ParserWarning:
+        _refuse_other_separator(path, sep, _header_line(path))
         raise SeriesError(f"{path}: rows have more fields than the header line names; a value would be "
                           "dropped: name every column in the header (an empty last field is fine)") from None
     except pd.errors.EmptyDataError:
@@ -240,11 +260,8 @@ def _read_csv(path: str | Path, sep: str = CSV_SEP) -> pd.DataFrame:
         raise SeriesError(f"{path} is not a readable CSV: {str(e).strip()}") from None
     except OSError as e:
         raise SeriesError(f"{path} cannot be read ({e.strerror or e}); check the path and its permissions") from None
-    other = [c for c in SEPARATORS if c != sep and c in str(raw.columns[0])] if len(raw.columns) == 1 else []
-    if other:
-        shown = "'\\t'" if other[0] == "\t" else repr(other[0])
-        raise SeriesError(f"{path}: the file looks {SEPARATORS[other[0]]}-separated; its header is one field "
-                          f"{str(raw.columns[0])!r}: pass --sep {shown} (sep={other[0]!r}), or save it with commas")
+    if len(raw.columns) == 1:
+        _refuse_other_separator(path, sep, str(raw.columns[0]))
     stripped = [c.strip() if isinstance(c, str) else c for c in raw.columns]
     if len(set(stripped)) < len(stripped):
         twice = next(c for c in stripped if stripped.count(c) > 1)
@@ -472,6 +489,23 @@ def _parse_ds(col: pd.Series, source: str | Path, calendar: bool = False) -> pd.
     return parsed.astype("datetime64[ns]")
 
 
+def _refuse_colliding_ids(ids: pd.Series) -> None:
+    """SeriesError where two different ids become the same text (1 and "1"), which would merge two series."""
+    if ids.dtype != object:
+        return                          # one type: distinct values stay distinct as text
+    uniq = pd.unique(ids)
+    text = pd.Series(uniq).astype(str)
+    if text.nunique() == len(uniq):
+        return
+    dup = text[text.duplicated(keep=False)]
+    first = dup.iloc[0]
+    same = [uniq[i] for i in dup.index if text[i] == first]
+    raise SeriesError(f"unique_id values {' and '.join(repr(_plain(v)) for v in same)} are different ids (of types "
+                      f"{', '.join(type(_plain(v)).__name__ for v in same)}) but the same text {first!r}, so their rows "
+                      "would be read as one series; make the ids one type, e.g. df['unique_id'] = "
+                      "df['unique_id'].astype(str) if they are one series, or rename one of them")
+
+
 def validate(df: pd.DataFrame, *, sort: bool = False, fill: Fill | None = None,
              min_length: int | None = None) -> pd.DataFrame:
     """Check a long frame and return a clean copy (grouped by series in first-seen order, float `y`).
@@ -496,6 +530,7 @@ def _validate(df: pd.DataFrame, sort: bool, fill: Fill | None, min_length: int |
     if df.empty:
         raise SeriesError("the series frame has no rows")
     df = df[[ID, DS, Y]].reset_index(drop=True)
+    _refuse_colliding_ids(df[ID])
     df = pd.DataFrame({ID: df[ID].astype(str), DS: _parse_ds(df[DS], "frame"), Y: _parse_values(df[Y], "frame")})
     if origin is not None:
         df["_row"], df["_raw"] = origin["row"].to_numpy(), origin["raw"].to_numpy()

@@ -59,11 +59,12 @@ class DLinear(NeuralForecaster):
                  max_epochs: int = _T["max_epochs"], patience: int = _T["patience"],
                  batch_size: int = _T["batch_size"], windows_per_epoch: int | None = _T["windows_per_epoch"],
                  val_size: int | None = None, seed: int = _T["seed"], progress: bool | None = None,
-                 device: str = "cpu", checkpoint_dir: str | None = None, resume: bool = False) -> None:
+                 device: str = "cpu", checkpoint_dir: str | None = None, resume: bool = False,
+                 alias: str | None = None) -> None:
         self.h, self.input_size, self.kernel_size, self.revin = h, input_size, kernel_size, revin
         self.loss, self.lr, self.lr_decay, self.lr_decay_after = loss, lr, lr_decay, lr_decay_after
         self.lr_schedule, self.pct_start, self.normalize_loss = lr_schedule, pct_start, normalize_loss
         self.max_epochs, self.patience, self.batch_size = max_epochs, patience, batch_size
         self.windows_per_epoch, self.val_size, self.seed = windows_per_epoch, val_size, seed
         self.progress, self.device = progress, device
-        self.checkpoint_dir, self.resume = checkpoint_dir, resume
+        self.checkpoint_dir, self.resume, self.alias = checkpoint_dir, resume, alias

@@ -38,12 +38,12 @@ class Ensemble(Forecaster):
 
     _parameter_constraints = {"members": [list, tuple], "how": [StrOptions(set(RULES))]}
 
-    def __init__(self, members: Sequence[Forecaster], how: str = "median") -> None:
+    def __init__(self, members: Sequence[Forecaster], how: str = "median", alias: str | None = None) -> None:
         self.members = members
         self.how = how
+        self.alias = alias
 
-    @property
-    def alias(self) -> str:
+    def _default_alias(self) -> str:
         return f"{self.how}({','.join(m.alias for m in self.members)})"
 
     def min_history(self) -> int:

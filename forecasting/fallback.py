@@ -34,8 +34,7 @@ class WithFallback(Forecaster):
         self.fallback.check_params()
         return self
 
-    @property
-    def alias(self) -> str:
+    def _default_alias(self) -> str:
         return self.model.alias
 
     def min_history(self) -> int:

@@ -193,7 +193,8 @@ class FrozenViTForecaster(NeuralForecaster):
                  pct_start: float = 0.3, max_epochs: int = _T["max_epochs"], patience: int = _T["patience"],
                  batch_size: int = _T["batch_size"], windows_per_epoch: int | None = _T["windows_per_epoch"],
                  val_size: int | None = None, seed: int = _T["seed"], progress: bool | None = None,
-                 device: str = "cpu", checkpoint_dir: str | None = None, resume: bool = False) -> None:
+                 device: str = "cpu", checkpoint_dir: str | None = None, resume: bool = False,
+                 alias: str | None = None) -> None:
         self.h, self.backbone, self.n_blocks, self.input_size = h, backbone, n_blocks, input_size
         self.patch_len, self.stride, self.train_norm, self.train_pos = patch_len, stride, train_norm, train_pos
         self.dropout, self.head_dropout, self.revin, self.revin_affine = dropout, head_dropout, revin, revin_affine
@@ -202,10 +203,9 @@ class FrozenViTForecaster(NeuralForecaster):
         self.pct_start, self.max_epochs, self.patience, self.batch_size = pct_start, max_epochs, patience, batch_size
         self.windows_per_epoch, self.val_size, self.seed = windows_per_epoch, val_size, seed
         self.progress, self.device = progress, device
-        self.checkpoint_dir, self.resume = checkpoint_dir, resume
+        self.checkpoint_dir, self.resume, self.alias = checkpoint_dir, resume, alias
 
-    @property
-    def alias(self) -> str:
+    def _default_alias(self) -> str:
         return "FrozenViT"
 
     def get_backbone(self) -> Any:

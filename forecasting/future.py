@@ -26,7 +26,8 @@ import pandas as pd
 from frozenvit.backbone.suite.engine import check_engine, ray_session, use_engine
 from frozenvit.backbone.suite.errors import ParameterError
 
-from .backtest import check_models_and_season, weights_frame, with_members
+from .backtest import (check_models_and_season, check_unique_aliases, keep_choices, weights_frame, with_members,
+                       with_seasons)
 from .base import Forecaster
 from .data import DS, ID, Y, validate
 from .defaults import GLOBAL_CALIBRATIONS
@@ -129,7 +130,7 @@ def _unchanged_networks(df: pd.DataFrame, models: Sequence[Forecaster], h: int, 
     return next((k for k in range(most, 1, -1) if plan(k) == one), 1)
 
 
-def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_length: int = 1,
+def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_length: int | None = None,
              levels: Sequence[float] = (), calibration_windows: int | str = "auto",
              global_calibration: str | None = None, input_size: int | str | None = None,
              short_series: str | None = None, fallback_history: int | str | None = None,
@@ -143,7 +144,8 @@ def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_leng
     `workers` CPUs, as in a backtest (the same forecasts); the networks train here. Raises SeriesError for a
     series too short for the models (or, with `short_series="skip"`, leaves it out and records it). Several
     seasons, (24, 168), and no model at all: as in `backtest`."""
-    season_length = check_models_and_season(models, season_length, "forecast")
+    given_season = season_length
+    season_length = check_models_and_season(models, 1 if season_length is None else season_length, "forecast")
     df = validate(df)
     lengths = df.groupby(ID, sort=False).size().to_numpy()
     chosen = calibration_windows == "auto"
@@ -160,15 +162,17 @@ def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_leng
     K = int(calibration_windows) if levels else 0
     for model in models:
         model.check_params()
+    given_models, models = models, with_seasons(models, given_season, "forecast")
+    for model, given in zip(models, given_models):
+        if model is not given:          # given the forecast's season
+            model.check_params()
     if chosen and K > 1:                # no more windows than leave the networks' look-back and series as one does
         K = _unchanged_networks(df, models, h, season_length, K, input_size, short_series, fallback_history)
     if global_calibration is None:
         global_calibration = "holdout" if K <= 1 else "retrain"
     prep = prepare(df, models, h, 1, h, season_length, K, input_size, short_series, fallback_history, future=True)
     models = with_members(prep.models)
-    aliases = [m.alias for m in models]
-    if len(set(aliases)) != len(aliases):
-        raise ValueError(f"model aliases must be unique, got {aliases}; subclass or wrap to rename")
+    aliases = check_unique_aliases(models)
     need = max([season_length + 1] + [m.min_history() for m in models]) + K * h
     groups = list(prep.df.groupby(ID, sort=False))
     short = [(str(u), len(g)) for u, g in groups if len(g) < need]
@@ -252,5 +256,6 @@ def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_leng
     last = {u: (g[DS].iloc[-1].isoformat() if isinstance(g[DS].iloc[-1], pd.Timestamp) else int(g[DS].iloc[-1]))
             for u, (_, g) in zip(ids, groups)}
     choices = {m.alias: m.choice_ for m, _ in done if getattr(m, "choice_", None) is not None}
+    keep_choices(given_models, models)
     return Forecast(frame, aliases, h, season_length, levels, K, global_calibration if K else None, last, fitted,
                     seconds, prep.input_size, record, prep.lengths, choices)

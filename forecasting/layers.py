@@ -15,9 +15,14 @@ class RevIN(nn.Module):
     """Reversible instance normalisation (Kim et al., 2022) over the look-back axis.
 
     `normalize` stores each series' mean (or last value, with `subtract_last`) and population
-    std + eps over the last axis; `denormalize` undoes it on the forecast. The optional affine
+    std over the last axis; `denormalize` undoes it on the forecast. The optional affine
     weight and bias are scalars shared by all channels, so the block stays channel-independent
     (the paper keeps one pair per channel; sharing lets one model serve any number of series).
+
+    Scale-free: the std has no absolute epsilon added (the paper's sqrt(var + 1e-5) swamps the
+    signal of any series whose values are below about 1e-2, so that the forecasts depended on the
+    data's units). A look-back of zero variance is left at z = 0 and forecast as its level exactly
+    (its std, 0, multiplies the network's output). `eps` only keeps the affine weight off zero.
     """
 
     def __init__(self, affine: bool = True, subtract_last: bool = False, eps: float = 1e-5) -> None:
@@ -30,8 +35,8 @@ class RevIN(nn.Module):
     def normalize(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """x (..., L) -> (normalised (..., L), stats to pass to `denormalize`)."""
         center = x[..., -1:] if self.subtract_last else x.mean(dim=-1, keepdim=True)     # (..., 1)
-        std = torch.sqrt(x.var(dim=-1, keepdim=True, unbiased=False) + self.eps)          # (..., 1)
-        z = (x - center) / std
+        std = torch.sqrt(x.var(dim=-1, keepdim=True, unbiased=False))                     # (..., 1)
+        z = (x - center) / torch.where(std > 0, std, torch.ones_like(std))               # flat: z = x - center = 0
         if self.affine:
             z = z * self.weight + self.bias
         return z, (center.detach(), std.detach())

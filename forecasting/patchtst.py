@@ -106,7 +106,7 @@ class PatchTST(NeuralForecaster):
                  max_epochs: int = _T["max_epochs"], patience: int = _T["patience"], batch_size: int = _T["batch_size"],
                  windows_per_epoch: int | None = _T["windows_per_epoch"], val_size: int | None = None,
                  seed: int = _T["seed"], progress: bool | None = None, device: str = "cpu",
-                 checkpoint_dir: str | None = None, resume: bool = False) -> None:
+                 checkpoint_dir: str | None = None, resume: bool = False, alias: str | None = None) -> None:
         self.h, self.input_size, self.patch_len, self.stride = h, input_size, patch_len, stride
         self.d_model, self.n_heads, self.d_ff, self.n_layers = d_model, n_heads, d_ff, n_layers
         self.dropout, self.attn_dropout, self.head_dropout, self.norm = dropout, attn_dropout, head_dropout, norm
@@ -116,4 +116,4 @@ class PatchTST(NeuralForecaster):
         self.lr_decay_after, self.max_epochs, self.patience = lr_decay_after, max_epochs, patience
         self.batch_size, self.windows_per_epoch, self.val_size = batch_size, windows_per_epoch, val_size
         self.seed, self.progress, self.device = seed, progress, device
-        self.checkpoint_dir, self.resume = checkpoint_dir, resume
+        self.checkpoint_dir, self.resume, self.alias = checkpoint_dir, resume, alias

@@ -71,11 +71,18 @@ def as_2d(a: np.ndarray, what: str = "series") -> np.ndarray:
     return a
 
 
+# The normalised loss divides each window by its look-back's std, floored at this share of its series' std
+# (over the array it was drawn from): a flat look-back before a change weighs at most 1 / LOSS_FLOOR times
+# a typical window, in any units (an absolute floor, as sqrt(var + 1e-5), is not scale-free).
+LOSS_FLOOR = 1e-3
+
+
 class WindowSet:
     """All (series, start) windows of length L + h over a list of (T_i, C) arrays, gathered lazily.
 
-    `target_from`/`target_to` bound where a window's h targets may lie, per series, as offsets
-    from its end (negative) or start; see `NeuralForecaster.fit`.
+    `starts` (one array per series) are the windows' first positions; see `NeuralForecaster.fit`.
+    Each window also carries its series' loss floor: LOSS_FLOOR times that array's population std
+    per channel, so that the normalised loss is the same in any units.
     """
 
     def __init__(self, arrays: Sequence[np.ndarray], input_size: int, h: int,
@@ -84,6 +91,10 @@ class WindowSet:
         self.buffer = torch.from_numpy(np.concatenate(arrays, axis=0))               # (sum T, C)
         offsets = np.cumsum([0] + [len(a) for a in arrays[:-1]])
         self.rows = np.concatenate([o + s for o, s in zip(offsets, starts)]).astype(np.int64)  # (n,)
+        floors = np.stack([LOSS_FLOOR * a.std(axis=0, dtype=np.float64) if len(a) else np.zeros(a.shape[1])
+                           for a in arrays])                                                    # (S, C)
+        which = np.repeat(np.arange(len(arrays)), [len(s) for s in starts])                     # (n,)
+        self.floors = torch.from_numpy(floors[which].astype(np.float32))                        # (n, C)
 
     def __len__(self) -> int:
         return int(self.rows.size)
@@ -93,6 +104,10 @@ class WindowSet:
         r = torch.from_numpy(self.rows[idx])[:, None] + torch.arange(self.L + self.h)   # (B, L + h)
         w = self.buffer[r].transpose(1, 2)                                              # (B, C, L + h)
         return w[..., : self.L], w[..., self.L:]
+
+    def floor(self, idx: np.ndarray) -> torch.Tensor:
+        """idx (B,) -> the windows' loss floors (B, C, 1), in the data's units."""
+        return self.floors[torch.from_numpy(np.asarray(idx, dtype=np.int64))][..., None]
 
 
 def _starts(T: int, L: int, h: int, lo: int, hi: int) -> np.ndarray:
@@ -189,12 +204,17 @@ class NeuralForecaster(Forecaster):
     def _loss(self) -> nn.Module:
         return nn.MSELoss() if self.loss == "mse" else nn.L1Loss()
 
-    def _window_loss(self, crit: nn.Module, pred: torch.Tensor, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    def _window_loss(self, crit: nn.Module, pred: torch.Tensor, y: torch.Tensor, x: torch.Tensor,
+                     floor: torch.Tensor | None = None) -> torch.Tensor:
         """The loss on each window's own scale when `normalize_loss` (forecast and target divided by
-        the look-back's population std), so series of very different magnitudes weigh alike;
-        otherwise on the data's scale (the paper's choice, on globally standardised data)."""
+        the look-back's population std, floored at `floor` (B, C, 1): its series' scale times LOSS_FLOOR),
+        so series of very different magnitudes weigh alike, and the loss is the same in any units;
+        otherwise on the data's scale (the paper's choice, on globally standardised data). A window of a
+        constant series (std and floor 0) is divided by 1: its error is 0 where the forecast is that constant."""
         if self.normalize_loss:
-            s = torch.sqrt(x.var(dim=-1, keepdim=True, unbiased=False) + 1e-5)     # (B, C, 1)
+            var = x.var(dim=-1, keepdim=True, unbiased=False)                       # (B, C, 1)
+            s = torch.sqrt(var if floor is None else var + floor * floor)          # (B, C, 1)
+            s = torch.where(s > 0, s, torch.ones_like(s))
             return crit(pred / s, y / s)
         return crit(pred, y)
 
@@ -254,9 +274,10 @@ class NeuralForecaster(Forecaster):
             order = rng.permutation(len(train))[:n_per_epoch]
             total, count = 0.0, 0
             for i in range(0, n_per_epoch, int(self.batch_size)):
-                x, y = train.batch(order[i: i + int(self.batch_size)])
+                idx = order[i: i + int(self.batch_size)]
+                x, y = train.batch(idx)
                 x, y = x.to(dev), y.to(dev)                                   # (B, C, L), (B, C, h)
-                loss = self._window_loss(crit, net(x), y, x)
+                loss = self._window_loss(crit, net(x), y, x, train.floor(idx).to(dev))
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
@@ -287,9 +308,10 @@ class NeuralForecaster(Forecaster):
         dev = next(net.parameters()).device
         total = 0.0
         for i in range(0, len(data), 1024):
-            x, y = data.batch(np.arange(i, min(i + 1024, len(data))))
+            idx = np.arange(i, min(i + 1024, len(data)))
+            x, y = data.batch(idx)
             x, y = x.to(dev), y.to(dev)
-            total += float(self._window_loss(crit, net(x), y, x)) * x.shape[0]
+            total += float(self._window_loss(crit, net(x), y, x, data.floor(idx).to(dev))) * x.shape[0]
         return total / len(data)
 
     # -- prediction ---------------------------------------------------------------------
@@ -413,7 +435,8 @@ class NeuralForecaster(Forecaster):
     # -- artifacts ----------------------------------------------------------------------
     def recorded_params(self) -> dict:
         """The hyperparameters as saved with the model and fingerprinted by checkpoints (JSON values)."""
-        return {k: v for k, v in self.get_params().items() if k not in ("checkpoint_dir", "resume")}
+        return {k: v for k, v in self.get_params().items()
+                if k not in ("checkpoint_dir", "resume") and not (k == "alias" and v is None)}
 
     @classmethod
     def _from_params(cls, params: dict, path: Path, **kw) -> "NeuralForecaster":

@@ -173,7 +173,7 @@ def test_skip_also_leaves_out_series_too_short_for_the_statistical_backtest_and_
     long = [pd.DataFrame({"unique_id": f"s{i}", "ds": t, "y": 10 + np.sin(2 * np.pi * t / 24 + i)}) for i in range(2)]
     tiny = pd.DataFrame({"unique_id": "tiny", "ds": np.arange(30), "y": np.arange(30.0)})
     df = pd.concat(long + [tiny], ignore_index=True)
-    with pytest.raises(SeriesError, match=r"'tiny' has 30 values; this backtest needs 49.*--short-series skip, or"):
+    with pytest.raises(SeriesError, match=r"'tiny' has 30 values; this backtest needs 49.*--short-series skip \(short_series='skip'\), or"):
         backtest(df, [SeasonalNaive(24)], h=24, season_length=24)                 # nothing asked: refused
     with pytest.warns(ShortSeriesWarning, match=r"1 of 3 series have fewer than the 49 values .*: tiny; left out"):
         res = backtest(df, [SeasonalNaive(24)], h=24, season_length=24, short_series="skip")
