@@ -63,8 +63,8 @@ def iter_scored(det: Any, files: Sequence[str | Path], *, overlays: bool = True,
     sees it), in place of the per-batch, per-member bars of `det.predict`.
     engine "ray": `workers` actors (None: one per CPU of the cluster), each with torch and faiss at
     `worker_threads` threads, load the bank from `model_dir` (None: `det` is saved to a temporary
-    directory first), take `det`'s parameters (an overridden threshold too) and get its backbone
-    through the object store; Ray retries the batches of an actor that dies.
+    directory first), take `det`'s parameters (an overridden threshold too) and get its backbones (an ensemble's,
+    one per member) through the object store; Ray retries the batches of an actor that dies.
     """
     from frozenvit.backbone.suite.engine import check_engine
 
@@ -88,9 +88,12 @@ def iter_scored(det: Any, files: Sequence[str | Path], *, overlays: bool = True,
             yield from iter_scored(det, paths, overlays=overlays, batch_size=batch_size, engine=engine,
                                    workers=workers, model_dir=Path(tmp) / "model", worker_threads=worker_threads)
         return
-    # e.g. a --threshold; an ensemble's workers rebuild its members' backbones from the artifact (backbone None)
+    # e.g. a --threshold; the backbones (an ensemble's, one per member) travel through the object store, so that
+    # workers never rebuild them from the weights paths the artifact records (a file moved since: --weights)
     params = {k: v for k, v in det.get_params(deep=False).items() if k not in ("backbone", "members")}
-    yield from _ray_scored(paths, Path(model_dir).resolve(), getattr(det, "backbone_", None), params, overlays,
+    members = getattr(det, "members_", None)
+    backbones = [m.backbone_ for m in members] if members else [getattr(det, "backbone_", None)]
+    yield from _ray_scored(paths, Path(model_dir).resolve(), backbones, params, overlays,
                            batch_size, workers, worker_threads)
 
 
@@ -117,12 +120,11 @@ class _ScoringActor:
         import torch
 
         from .ensemble import load_detector
-        from .patchcore import PatchCore
 
         torch.set_num_threads(threads)
         faiss.omp_set_num_threads(threads)
-        backbone = ray.get(backbone_ref[0])
-        det = load_detector(model_dir) if backbone is None else PatchCore.load(model_dir, backbone=backbone)
+        backbones = ray.get(backbone_ref[0])           # one per member (a PatchCore: one)
+        det = load_detector(model_dir, backbones=None if any(b is None for b in backbones) else backbones)
         self.det = det.set_params(**params)
         self.overlays = overlays
 
@@ -133,7 +135,7 @@ class _ScoringActor:
                 "overlay_png": np.array([g.overlay_png or b"" for g in got], dtype=object)}
 
 
-def _ray_scored(paths: list[str], model_dir: Path, backbone: Any, params: dict, overlays: bool, batch_size: int,
+def _ray_scored(paths: list[str], model_dir: Path, backbones: list, params: dict, overlays: bool, batch_size: int,
                 workers: int | None, threads: int) -> Iterator[Scored]:
     from frozenvit.backbone.suite.engine import cluster_cpus, ray_session
 
@@ -143,7 +145,7 @@ def _ray_scored(paths: list[str], model_dir: Path, backbone: Any, params: dict, 
         ctx = ray.data.DataContext.get_current()
         ctx.execution_options.preserve_order = True
         ds = ray.data.from_items([{"i": i, "path": p} for i, p in enumerate(paths)])
-        bb_ref = [ray.put(backbone)]                                # in a list: handed over as a reference
+        bb_ref = [ray.put(backbones)]                               # in a list: handed over as a reference
         ds = ds.map_batches(_ScoringActor, fn_constructor_kwargs=dict(model_dir=str(model_dir), backbone_ref=bb_ref,
                                                                    params=params, overlays=overlays, threads=threads),
                             batch_size=per_call, concurrency=n, num_cpus=threads, batch_format="numpy")

@@ -375,3 +375,25 @@ def test_forecast_predict_with_ray_writes_what_the_local_run_writes(tmp_path):
     assert main(cmd + ["--out", str(tmp_path / "local")]) == 0
     assert main(cmd + ["--out", str(tmp_path / "ray"), "--ray", "--workers", "2"]) == 0
     assert (tmp_path / "local" / "forecasts.csv").read_bytes() == (tmp_path / "ray" / "forecasts.csv").read_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:only")
+def test_anomaly_ensemble_on_ray_takes_its_members_backbones_from_this_process(make_tiny_vit, image_files, tmp_path):
+    """Workers get the members' backbones through the object store: a model whose backbones the artifact cannot
+    rebuild (random weights here; a weights file moved since, given again with --weights, on the command line)
+    scores on Ray as it does here."""
+    pytest.importorskip("ray")
+    import torch
+
+    from frozenvit.anomaly import PatchCore, PatchCoreEnsemble
+    from frozenvit.anomaly.stream import iter_scored
+
+    torch.manual_seed(0)
+    a, b = make_tiny_vit(), make_tiny_vit(seed=1)
+    ens = PatchCoreEnsemble([PatchCore(a, coreset_ratio=0.5, holdout=0.3), PatchCore(b, coreset_ratio=0.5, holdout=0.3)])
+    ens.fit(image_files[:4]).save(tmp_path / "m")
+    local = [s.score for s in iter_scored(ens, image_files, overlays=False)]
+    ray = [s.score for s in iter_scored(ens, image_files, overlays=False, engine="ray", workers=1,
+                                        model_dir=tmp_path / "m")]
+    np.testing.assert_allclose(ray, local, atol=2e-6)
