@@ -335,11 +335,29 @@ def _parse_values(col: pd.Series, source: str | Path, comma: bool = False) -> pd
 
 
 def _to_datetime(col: pd.Series, dayfirst: bool = False) -> pd.Series:
-    """pandas' reading of a column of dates (mixed UTC offsets: as UTC); unreadable ones NaT."""
+    """pandas' reading of a column of dates (mixed UTC offsets: as UTC, or as the local wall times written where
+    those are daily or coarser: `_local_or_utc`); unreadable ones NaT."""
     parsed = pd.to_datetime(col, errors="coerce", dayfirst=dayfirst)
-    if not pd.api.types.is_datetime64_any_dtype(parsed):      # mixed UTC offsets
-        parsed = pd.to_datetime(col, errors="coerce", utc=True, dayfirst=dayfirst)
+    if not pd.api.types.is_datetime64_any_dtype(parsed):      # mixed UTC offsets (a DST change)
+        wall = pd.to_datetime(parsed.map(lambda t: t.tz_localize(None) if isinstance(t, pd.Timestamp) else pd.NaT),
+                              errors="coerce")
+        parsed = _local_or_utc(pd.to_datetime(col, errors="coerce", utc=True, dayfirst=dayfirst), wall)
     return parsed
+
+
+def _one_time_of_day(wall: pd.Series) -> bool:
+    """Whether the (naive) timestamps all fall at one time of day: a daily or coarser step in their own clock."""
+    w = pd.DatetimeIndex(wall.dropna())
+    return bool(len(w)) and bool(((w - w.normalize()) == (w[0] - w[0].normalize())).all())
+
+
+def _local_or_utc(aware: pd.Series, wall: pd.Series) -> pd.Series:
+    """Time-zone-aware timestamps as naive ones: their local wall times `wall` (as written, offsets dropped) where
+    those all fall at one time of day (a daily or coarser step, judged in local time: a DST change makes no 23- or
+    25-hour step), else UTC (sub-daily steps, whose local clock repeats or skips an hour)."""
+    if _one_time_of_day(wall):
+        return wall.astype("datetime64[ns]")
+    return aware.dt.tz_convert("UTC").dt.tz_localize(None)
 
 
 def _regular_share(ts: pd.Series) -> float:
@@ -355,11 +373,8 @@ def _regular_share(ts: pd.Series) -> float:
     step = int(vals[np.argmax(counts)])
     if not (d % step).any():
         return len(t) / ((int(t[-1]) - int(t[0])) // step + 1)
-    for off in _CALENDAR:
-        grid = pd.date_range(idx[0], idx[-1], freq=off)
-        if len(grid) and grid[0] == idx[0] and idx.isin(grid).all():
-            return len(idx) / len(grid)
-    return 0.0
+    grid = _calendar_grid(idx)
+    return len(idx) / len(grid) if grid is not None else 0.0
 
 
 def _day_or_month_first(col: pd.Series, source: str | Path) -> pd.Series:
@@ -382,13 +397,16 @@ def _day_or_month_first(col: pd.Series, source: str | Path) -> pd.Series:
 
 
 _CLOCK_WITH_OFFSET = re.compile(r".*[T ]\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?\s*(Z|[+-]\d{2}:?\d{2})")
+_OFFSET_AT_END = re.compile(r"\s*(Z|[+-]\d{2}:?\d{2})\s*$")
+_ZERO_OFFSET = re.compile(r".*(Z|[+-]00:?00)\s*")
 _QUARTER = re.compile(r"\d{4}\s*-?\s*Q[1-4]", re.IGNORECASE)
 
 
 def time_form(col: pd.Series) -> dict:
     """How a CSV's time column writes its timestamps, where forecasts should write theirs alike: {"period": "Y"}
     for whole years, {"period": "Q"} for quarters written like 2014Q4, {"utc": True} for times with UTC offsets
-    (read as UTC); {} otherwise. The readers keep it in the frame's `attrs["time_form"]`."""
+    read as UTC (sub-daily ones, or all at offset zero); {} otherwise (daily or coarser times with local offsets are
+    read in local wall time: `_local_or_utc`, and written so, without an offset). The readers keep it in the frame's `attrs["time_form"]`."""
     if _years(col) is not None:
         return {"period": "Y"}
     if pd.api.types.is_numeric_dtype(col):
@@ -399,6 +417,9 @@ def time_form(col: pd.Series) -> dict:
     if text.str.fullmatch(_QUARTER).all():
         return {"period": "Q"}
     if text.str.fullmatch(_CLOCK_WITH_OFFSET).any():
+        wall = pd.to_datetime(text.str.replace(_OFFSET_AT_END, "", regex=True), errors="coerce", format="mixed")
+        if _one_time_of_day(wall) and not text.str.fullmatch(_ZERO_OFFSET).all():
+            return {}           # daily or coarser: read in local wall time (`_local_or_utc`), written so, no offset
         return {"utc": True}
     return {}
 
@@ -441,7 +462,8 @@ def _years(col: pd.Series) -> pd.Series | None:
 
 
 def _parse_ds(col: pd.Series, source: str | Path, calendar: bool = False) -> pd.Series:
-    """A time column as int64 steps or datetime64[ns] (time zones converted to UTC); SeriesError otherwise.
+    """A time column as int64 steps or datetime64[ns] (time zones converted to UTC, or for daily or coarser
+    timestamps kept in local wall time: `_local_or_utc`); SeriesError otherwise.
     Dates written day or month first (01.02.2020) are read the way that makes them regular (`_day_or_month_first`);
     with `calendar` (a CSV's column), whole years 1000..2999 a step apart are yearly dates (`_years`)."""
     name = col.name
@@ -485,7 +507,7 @@ def _parse_ds(col: pd.Series, source: str | Path, calendar: bool = False) -> pd.
             raise SeriesError(f"{_where(source, i)}: timestamp {_plain(col.iloc[i])!r} is not {what} "
                               f"({int(bad.sum())} such value(s)); write every timestamp the same way")
     if getattr(parsed.dt, "tz", None) is not None:
-        parsed = parsed.dt.tz_convert("UTC").dt.tz_localize(None)
+        parsed = _local_or_utc(parsed, parsed.dt.tz_localize(None))
     return parsed.astype("datetime64[ns]")
 
 
@@ -510,7 +532,8 @@ def validate(df: pd.DataFrame, *, sort: bool = False, fill: Fill | None = None,
              min_length: int | None = None) -> pd.DataFrame:
     """Check a long frame and return a clean copy (grouped by series in first-seen order, float `y`).
 
-    `ds` holds integers or datetimes (time zones are converted to UTC); `y` numbers, or NaN where a
+    `ds` holds integers or datetimes (time zones are converted to UTC, or, for timestamps all at one time of day
+    (daily or coarser), dropped to keep the local wall time, so a DST change is no 23- or 25-hour step); `y` numbers, or NaN where a
     value is missing. Raises SeriesError for: missing columns, no rows, empty timestamps, text in
     `y`, unsorted timestamps (unless `sort`), duplicates, irregular spacing, gaps and NaN (unless
     `fill`), series shorter than `min_length`.
@@ -556,7 +579,7 @@ def _calendar_step(df: pd.DataFrame) -> tuple[int, int, str, bool]:
     fallback = BACKTEST_COMMAND["h"], BACKTEST_COMMAND["season_length"]
     if pd.api.types.is_integer_dtype(df[DS]):
         return (*fallback, "integer timestamps have no calendar: M4 Hourly's", False)
-    freqs = [pd.infer_freq(pd.DatetimeIndex(g)) for _, g in df.groupby(ID, sort=False)[DS] if len(g) >= 3]
+    freqs = [_infer_freq(pd.DatetimeIndex(g)) for _, g in df.groupby(ID, sort=False)[DS] if len(g) >= 3]
     freqs = [f for f in freqs if f is not None]
     if not freqs:
         return (*fallback, "no regular step read from the timestamps: M4 Hourly's", False)
@@ -583,6 +606,21 @@ def _calendar_step(df: pd.DataFrame) -> tuple[int, int, str, bool]:
     if k > 1:                           # e.g. every 2 months: a season of 6, a horizon of 9
         h, m = max(1, round(h / k)), (m // k if m % k == 0 else 1)
     return h, m, f"{kind} timestamps" + (f" ({freq})" if k > 1 else ""), False
+
+
+def _infer_freq(idx: pd.DatetimeIndex) -> str | None:
+    """pandas' inferred frequency, else one day of every k-th month (`_month_step`) as 'MS', 'QS', 'YS', ..."""
+    month = _month_step(idx) if len(idx) >= 3 else None
+    if month is not None and _month_step_rules(idx):
+        return _month_freq(month[0])
+    return pd.infer_freq(idx)
+
+
+def _month_step_rules(idx: pd.DatetimeIndex) -> bool:
+    """Whether a `_month_step` of `idx` decides its step rather than pandas' inference: where pandas infers none, or
+    only a fixed number of days (365D for 15 February of three years, one of them not a leap year)."""
+    freq = pd.infer_freq(idx) if len(idx) >= 3 else None
+    return freq is None or isinstance(pd.tseries.frequencies.to_offset(freq), pd.offsets.Tick)
 
 
 def _check_one(uid: str, g: pd.DataFrame, fill: Fill | None, min_length: int | None,
@@ -660,11 +698,75 @@ _CALENDAR = ("YS", "YE", "QS", "QE", "MS", "ME", "B")   # coarsest first: a gapp
 _MAX_GRID = 10_000            # a grid may be this long, or 10x the series, before gaps count as too sparse
 
 
+def _month_step(idx: pd.DatetimeIndex) -> tuple[int, int] | None:
+    """(k, day) where the (sorted, naive) timestamps fall on one day of every k-th month (2018-01-15, 2018-02-15,
+    ...: day 15), at one time of day; None otherwise. The day is the latest day of the month they fall on; in a
+    month too short for it they fall on its last day (the 30th: 28 or 29 February), as pandas' DateOffset(months=k)
+    counts, so month ends (day 31) are such a step too. k is the coarsest step holding every timestamp (gaps
+    allowed): 1 monthly, 3 quarterly, 12 yearly."""
+    if len(idx) < 2 or idx.tz is not None or idx.hasnans or not _one_time_of_day(pd.Series(idx)):
+        return None
+    day = int(idx.day.max())
+    if not (idx.day == np.minimum(day, idx.days_in_month)).all():
+        return None
+    months = np.diff(np.asarray(idx.year * 12 + idx.month, dtype=np.int64))
+    if (months <= 0).any():
+        return None
+    return int(np.gcd.reduce(months)), day
+
+
+def _month_grid(start: pd.Timestamp, n: int, k: int, day: int) -> pd.DatetimeIndex:
+    """n timestamps every k months from `start`, on `day` of the month (a shorter month's last day where it has no
+    such day), at `start`'s time of day: `_month_step`'s grid."""
+    m = start.year * 12 + start.month - 1 + k * np.arange(n, dtype=np.int64)
+    firsts = pd.DatetimeIndex((m - (1970 * 12)).astype("datetime64[M]").astype("datetime64[ns]"))
+    days = np.minimum(day, np.asarray(firsts.days_in_month)) - 1
+    return firsts + pd.to_timedelta(days, unit="D") + (start - start.normalize())
+
+
+def month_stamps_after(idx: pd.DatetimeIndex, h: int) -> pd.DatetimeIndex | None:
+    """The h timestamps after the last of `idx` on its `_month_step` grid (the same day of the month: 2018-03-15,
+    2018-04-15, ...), or None where `idx` has no such step or pandas infers a calendar step of its own (`MS`, `ME`,
+    `QE-DEC`, ...: `_month_step_rules`)."""
+    idx = pd.DatetimeIndex(idx)
+    step = _month_step(idx)
+    if step is None or not _month_step_rules(idx):
+        return None
+    k, day = step
+    n = _months_between(idx[0], idx[-1]) // k + 1
+    return _month_grid(idx[0], n + h, k, day)[n:]
+
+
+def _months_between(a: pd.Timestamp, b: pd.Timestamp) -> int:
+    return b.year * 12 + b.month - a.year * 12 - a.month
+
+
+def _calendar_grid(idx: pd.DatetimeIndex) -> pd.DatetimeIndex | None:
+    """The coarsest calendar grid (_CALENDAR by name, then one day of every k-th month, `_month_step`, before
+    business days) from the first to the last of the sorted timestamps `idx` that holds them all; None for none."""
+    for off in _CALENDAR:
+        if off == "B":
+            month = _month_step(idx)              # a day of the month other than the 1st or the last: the 15th
+            if month is not None:
+                return _month_grid(idx[0], _months_between(idx[0], idx[-1]) // month[0] + 1, *month)
+        grid = pd.date_range(idx[0], idx[-1], freq=off)
+        if len(grid) and grid[0] == idx[0] and idx.isin(grid).all():
+            return grid
+    return None
+
+
+def _month_freq(k: int) -> str:
+    """A `_month_step` of k months as a pandas alias for its kind: 'MS', '2MS', 'QS', 'YS', ..."""
+    n, alias = (k // 12, "YS") if k % 12 == 0 else (k // 3, "QS") if k % 3 == 0 else (k, "MS")
+    return f"{n if n > 1 else ''}{alias}"
+
+
 def _regular_grid(uid: str, ds: pd.Series) -> pd.Index | np.ndarray:
     """The regular grid from the first to the last timestamp; raises SeriesError when the
     timestamps fit no grid, or leave over 90 % of a long grid empty. Fixed steps (integers, hours,
     days, weeks) use the most common difference; calendar steps (years, quarters, months, business
-    days) are tried by name, coarsest first: the coarsest grid that holds every timestamp."""
+    days) are tried by name, coarsest first, then one day of every k-th month (the 15th: `_month_step`) before
+    business days: the coarsest grid that holds every timestamp."""
     if len(ds) < 2:
         return ds.to_numpy()
     is_int = pd.api.types.is_integer_dtype(ds)
@@ -686,11 +788,9 @@ def _regular_grid(uid: str, ds: pd.Series) -> pd.Index | np.ndarray:
         full = int(t[0]) + step * np.arange(n, dtype=np.int64)      # exact: no float steps, the last point kept
         return full if is_int else pd.DatetimeIndex(full.astype("datetime64[ns]"))
     if not is_int:
-        idx = pd.DatetimeIndex(ds)
-        for off in _CALENDAR:
-            grid = pd.date_range(idx[0], idx[-1], freq=off)
-            if len(grid) and grid[0] == idx[0] and idx.isin(grid).all():
-                return grid
+        grid = _calendar_grid(pd.DatetimeIndex(ds))
+        if grid is not None:
+            return grid
     i = int(bad[0]) + 1
     step_txt = str(step) if is_int else str(pd.Timedelta(step, "ns"))
     raise SeriesError(f"series {uid!r}: irregular spacing at {ds.iloc[i]} ({ds.iloc[i] - ds.iloc[i - 1]} after the "

@@ -29,7 +29,7 @@ from frozenvit.backbone.suite.errors import ParameterError
 from .backtest import (check_models_and_season, check_unique_aliases, keep_choices, weights_frame, with_members,
                        with_seasons)
 from .base import Forecaster
-from .data import DS, ID, Y, validate
+from .data import DS, ID, Y, month_stamps_after, validate
 from .defaults import GLOBAL_CALIBRATIONS
 from .ensemble import Ensemble, combine, same_model
 from .errors import SeriesError
@@ -97,6 +97,9 @@ def future_stamps(ds: pd.Series, h: int) -> np.ndarray | pd.DatetimeIndex:
         step = int(np.diff(t).min()) if t.size > 1 else 1
         return t[-1] + step * np.arange(1, h + 1)
     idx = pd.DatetimeIndex(ds)
+    months = month_stamps_after(idx, h) if idx.size >= 3 else None
+    if months is not None:                           # the same day of every k-th month: 2018-01-15, 2018-02-15, ...
+        return months
     freq = pd.infer_freq(idx) if idx.size >= 3 else None
     if freq is None:
         if idx.size < 2:
