@@ -86,15 +86,9 @@ SET_KIND = "backbone.export.members"   # the --out folder of an export that writ
 
 
 def _marker_kind(folder: Path) -> str | None:
-    import json
+    from .suite.artifacts import read_marker
 
-    from .suite.artifacts import MARKER
-
-    try:
-        m = json.loads((folder / MARKER).read_text())
-    except (OSError, ValueError):
-        return None
-    return m.get("kind") if isinstance(m, dict) else None
+    return (read_marker(folder) or {}).get("kind")
 
 
 def _earlier_export(out: Path, kind: str) -> str | None:

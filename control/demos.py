@@ -26,8 +26,8 @@ from typing import Iterator
 
 import numpy as np
 
-from frozenvit.backbone.suite.artifacts import (MARKER, atomic_write_bytes, changed_files, check_output_dir,
-                                                output_dir, sha256_file, write_json)
+from frozenvit.backbone.suite.artifacts import (atomic_write_bytes, changed_files, check_output_dir, output_dir,
+                                                read_marker, sha256_file, write_json)
 from frozenvit.backbone.suite.errors import OutputConflict
 from frozenvit.backbone.suite.errors import ParameterError
 from frozenvit.backbone.suite.progress import progress_bar
@@ -144,11 +144,8 @@ def check_demo_dir(out: str | Path, flag: str = "--out") -> None:
     whose episode files changed since collect wrote them (cut short or damaged) is refused naming them and the cure
     that works: delete them and run the same collect again, which records those configurations again."""
     out = Path(out)
-    try:
-        marker = json.loads((out / MARKER).read_text())
-    except (OSError, ValueError):
-        marker = None
-    if isinstance(marker, dict) and marker.get("kind") == KIND:
+    marker = read_marker(out)
+    if marker is not None and marker.get("kind") == KIND:
         damaged = [f for f in changed_files(out, marker) if f.startswith("episodes/") and f.endswith(".npz")]
         if damaged:
             many = len(damaged) > 1

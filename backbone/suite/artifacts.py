@@ -62,7 +62,9 @@ MARKER = ".frozenvit.json"
 TEMP_MARKER = ".frozenvit-temp.json"    # inside our temporaries only: {"target": NAME, "tag": "tmp"|"old", "token": ...}
 
 
-def _read_marker(directory: Path) -> dict | None:
+def read_marker(directory: str | os.PathLike) -> dict | None:
+    """The marker frozenvit wrote into `directory` (its kind, files and digests), or None where there is none."""
+    directory = Path(directory)
     try:
         m = json.loads((directory / MARKER).read_text())
     except (OSError, ValueError):
@@ -86,7 +88,7 @@ def changed_files(directory: str | os.PathLike, marker: dict | None = None) -> l
     """The files a folder's marker lists that are there and differ from what frozenvit wrote (missing ones are
     no change to keep); a file whose size and mtime are as recorded is not read."""
     directory = Path(directory)
-    marker = _read_marker(directory) if marker is None else marker
+    marker = read_marker(directory) if marker is None else marker
     files = (marker or {}).get("files")
     stats = (marker or {}).get("stats")
     earlier = (marker or {}).get("previous")
@@ -108,7 +110,7 @@ def changed_files(directory: str | os.PathLike, marker: dict | None = None) -> l
 def foreign_files(directory: str | os.PathLike, marker: dict | None = None) -> list[str]:
     """The files under a folder that its marker does not list (all of them without a marker): not ours."""
     directory = Path(directory)
-    marker = _read_marker(directory) if marker is None else marker
+    marker = read_marker(directory) if marker is None else marker
     return sorted(set(_files(directory)) - set((marker or {}).get("files") or ()) - {MARKER})
 
 
@@ -127,7 +129,7 @@ def _check_owned_dir(path: Path, kind: str, flag: str, whole: bool, replaces: tu
         raise _refuse(path, "exists and is not a folder", flag)
     if not path.exists() or not any(path.iterdir()):
         return
-    marker = _read_marker(path)
+    marker = read_marker(path)
     if marker is None:                        # a config.json without our marker is still a user's folder
         raise _refuse(path, f"is a non-empty folder that frozenvit did not write (it has no {MARKER})", flag)
     have = marker["kind"]
@@ -194,12 +196,12 @@ def recover(target: str | os.PathLike) -> bool:
     """
     target = Path(target)
     if target.exists() or target.is_symlink():
-        if target.is_dir() and _read_marker(target) is not None:
+        if target.is_dir() and read_marker(target) is not None:
             _untag(target)                    # a kill right after the rename left the temporary's tag inside
         return False
     for tag in ("tmp", "old"):
         for cand in reversed(_siblings(target, tag)):
-            complete = _read_marker(cand) is not None
+            complete = read_marker(cand) is not None
             if complete:
                 os.replace(cand, target)
                 _untag(target)
@@ -306,7 +308,7 @@ def remove_artifact(path: str | os.PathLike) -> list[str]:
     path = Path(path)
     if not path.is_dir() or path.is_symlink():
         return []
-    marker = _read_marker(path)
+    marker = read_marker(path)
     if marker is not None:
         for rel in marker.get("files") or ():
             f = path / rel
@@ -347,7 +349,7 @@ def output_dir(path: str | os.PathLike, kind: str, flag: str = "--out") -> Path:
     _check_owned_dir(path, kind, flag, whole=False)
     try:
         path.mkdir(parents=True, exist_ok=True)
-        if _read_marker(path) is None:
+        if read_marker(path) is None:
             write_json(path / MARKER, {"kind": kind, "files": {}})
     except OSError as e:
         raise OutputConflict(f"{flag} {path} cannot be written ({e.strerror}); choose a writable path") from e
@@ -372,7 +374,7 @@ def _claiming_folder(path: Path) -> tuple[Path, str] | None:
 
 
 def _update_marker(folder: Path, update: Any) -> None:
-    marker = _read_marker(folder)
+    marker = read_marker(folder)
     if marker is None:                         # the folder was emptied or replaced meanwhile: nothing to record in
         return
     for key in ("files", "stats", "previous"):
@@ -431,7 +433,7 @@ def remove_earlier_outputs(root: str | os.PathLike, keep: set[str] | frozenset[s
     empty are removed. Returns the removed files, relative to root.
     """
     root = Path(root)
-    marker = _read_marker(root)
+    marker = read_marker(root)
     files = (marker or {}).get("files")
     if not isinstance(files, dict):
         return []
@@ -592,7 +594,7 @@ def verify_files(directory: str | os.PathLike) -> dict:
     tensor file, a config edited by hand), and for a folder without a marker or with a marker of an older format.
     """
     directory = Path(directory)
-    marker = _read_marker(directory)
+    marker = read_marker(directory)
     if marker is None:
         raise ArtifactError(f"{directory} has no {MARKER} (written by another tool, or copied without its hidden "
                             "files); copy the artifact with its dotfiles, or write it again")
