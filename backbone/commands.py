@@ -9,14 +9,12 @@ import logging
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from .config import EMBEDDED_NAME as EMBEDDED   # --backbone embedded: the embedded ViT, as without --backbone
 from .runtimes import add_runtime_arg
 from .suite.cli import add_backbone_args, add_threads_arg, number
 from .suite.errors import UsageError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
-
-
-EMBEDDED = "embedded"      # --backbone embedded: the embedded ViT, as without --backbone
 
 
 def backbone_name(args: argparse.Namespace) -> str | None:

@@ -5,6 +5,10 @@ from dataclasses import asdict, dataclass
 
 from .errors import GridMismatch
 
+# The name of the embedded default ViT wherever a backbone is named (--backbone embedded, load_backbone("embedded"),
+# control's encoders): the same as no name.
+EMBEDDED_NAME = "embedded"
+
 
 @dataclass(frozen=True)
 class Grid:

@@ -13,7 +13,7 @@ import timm
 import torch
 
 from .suite.artifacts import sha256_file
-from .config import BackboneConfig, Grid
+from .config import EMBEDDED_NAME, BackboneConfig, Grid
 from .errors import BackboneUnavailable, GridMismatch
 from .suite.errors import ParameterError, UsageError
 from .families import pos_embed_resampling, to_timm_layout, vit_family
@@ -66,7 +66,6 @@ def _check_img_size(img_size: Any) -> int | tuple[int, int]:
 # loaded again with load_backbone(name, pretrained=False) (its fingerprint matches). Drawn under
 # torch.random.fork_rng: the caller's random state is left as it was.
 RANDOM_WEIGHTS_SEED = 0
-EMBEDDED_ALIAS = "embedded"     # the CLI's name of the embedded default (backbone.commands.EMBEDDED): as name=None
 
 
 def default_spec() -> dict:
@@ -153,7 +152,7 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
         img_size = _check_img_size(img_size)
     if weights_img_size is not None:
         weights_img_size = _size2(_check_img_size(weights_img_size))
-    if name == EMBEDDED_ALIAS:
+    if name == EMBEDDED_NAME:
         name = None
     if weights is not None and not pretrained:
         raise UsageError(f"pretrained=False asks for random weights, weights={weights} for these: drop one "
@@ -161,7 +160,7 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
     sha = None
     if name is None or name in EMBEDDED:
         if weights is not None:
-            raise UsageError(f"the embedded backbone ({name or EMBEDDED_ALIAS}) has its own weights, and weights="
+            raise UsageError(f"the embedded backbone ({name or EMBEDDED_NAME}) has its own weights, and weights="
                              f"{weights} were given too: drop weights (CLI: --weights) to use the embedded one, or "
                              "name the timm architecture the file was saved from (CLI: --backbone NAME --weights "
                              "FILE)")
@@ -442,6 +441,10 @@ def _derive_config(model: torch.nn.Module, name: str, is_vit: bool, sha: str | N
     info = model.feature_info
     size = tuple(data["input_size"][1:])
     strides = tuple(int(r) for r in info.reduction())
+    if min(size) < strides[-1]:
+        raise GridMismatch(f"{size[0]}x{size[1]} px is smaller than {name}'s coarsest feature stride ({strides[-1]} px), "
+                           f"which would leave its last stage without one whole cell; use an img_size of at least "
+                           f"{strides[-1]}")
     grids = _stage_grids(model, size)
     return BackboneConfig(
         name=name, kind="cnn", img_size=size, patch_size=strides[-1], grid=grids[-1], strides=strides, grids=grids,

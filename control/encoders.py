@@ -12,9 +12,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from frozenvit.backbone.config import EMBEDDED_NAME as EMBEDDED
 from frozenvit.backbone.suite.errors import UsageError
 
-EMBEDDED = "embedded"
 FAST = "metaworld-fast"
 BACKBONES = (EMBEDDED, FAST)                 # the names this module resolves itself
 FAST_ENCODER = Path(__file__).parent / "assets" / "metaworld_vit4_112.safetensors"

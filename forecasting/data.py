@@ -549,7 +549,7 @@ def _validate(df: pd.DataFrame, sort: bool, fill: Fill | None, min_length: int |
     if missing:
         raise SeriesError(f"columns {missing} missing; long format needs unique_id, ds, y")
     if fill not in (None, "ffill", "interpolate", "zero"):
-        raise SeriesError(f"unknown fill {fill!r}; use --fill ffill, interpolate or zero")
+        raise SeriesError(f"unknown fill {fill!r}; use 'ffill', 'interpolate' or 'zero' (--fill on the command line)")
     if df.empty:
         raise SeriesError("the series frame has no rows")
     df = df[[ID, DS, Y]].reset_index(drop=True)
@@ -635,7 +635,7 @@ def _check_one(uid: str, g: pd.DataFrame, fill: Fill | None, min_length: int | N
     if (d < 0).any():
         i = int(np.flatnonzero(d < 0)[0]) + 1
         raise SeriesError(f"series {uid!r}: timestamps not sorted ({ds.iloc[i]} after {ds.iloc[i - 1]}, "
-                          f"position {i}); sort the rows by (unique_id, ds), or pass --sort")
+                          f"position {i}); sort the rows by (unique_id, ds), or pass --sort (sort=True in Python)")
     grid = pd.Index(_regular_grid(uid, ds))       # every timestamp the series should have
     off_grid = ~pd.Index(ds).isin(grid)
     if off_grid.any():                            # never: a grid that would drop a real value is a bug
@@ -651,7 +651,7 @@ def _check_one(uid: str, g: pd.DataFrame, fill: Fill | None, min_length: int | N
                               "taken for the time?): check them, or resample to a coarser step")
         if fill is None:
             raise SeriesError(f"series {uid!r}: {n_missing} missing timestamp(s) (gaps), first "
-                              f"{first}; fill them with --fill ffill, interpolate or zero")
+                              f"{first}; fill them with --fill ffill, interpolate or zero (in Python fill='ffill', ...)")
         y_full = pd.Series(g[Y].to_numpy(dtype=float), index=pd.Index(ds)).reindex(grid).to_numpy()
         g = pd.DataFrame({DS: grid, Y: y_full})
     y = g[Y].to_numpy(dtype=float)
@@ -691,7 +691,7 @@ def _missing_message(uid: str, g: pd.DataFrame, nan: np.ndarray, source: str | P
                 f"{'its history' if lead else 'its last values'}")
     i = int(nan[0])
     return (f"series {uid!r}: {nan.size} missing/non-finite value(s), first at {ts.iloc[i]}{origin(i)}; "
-            "fill them with --fill ffill, interpolate or zero")
+            "fill them with --fill ffill, interpolate or zero (in Python fill='ffill', ...)")
 
 
 _CALENDAR = ("YS", "YE", "QS", "QE", "MS", "ME", "B")   # coarsest first: a gappy quarterly series is not monthly

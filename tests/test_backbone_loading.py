@@ -152,6 +152,13 @@ def test_cnn_backbone_hands_out_grids_with_the_same_interface():
     assert g.cls(2) is None and bb.config.kind == "cnn"
 
 
+@pytest.mark.parametrize("size", [1, 31])
+def test_a_convnet_input_smaller_than_its_coarsest_stride_is_a_grid_mismatch(size):
+    with pytest.raises(GridMismatch, match="coarsest feature stride .32 px.*at least 32"):
+        load_backbone("resnet18", pretrained=False, img_size=size)
+    assert load_backbone("resnet18", pretrained=False, img_size=32).config.grid == (1, 1)
+
+
 def test_info_cli_reports_reg4_dinov2_contract(capsys):
     from frozenvit.backbone.suite.cli import main
 
