@@ -222,3 +222,10 @@ def test_remove_artifact_removes_what_its_marker_lists_and_keeps_a_users_file(tm
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "x.txt").write_text("not ours")
     assert remove_artifact(tmp_path / "b") == ["x.txt"] and (tmp_path / "b" / "x.txt").exists()
+
+
+def test_report_tables_show_a_dash_for_a_missing_number():
+    from frozenvit.backbone.suite.report import html_table
+
+    t = html_table([{"model": "SeasonalNaive", "DM p": float("nan")}, {"model": "ETS", "DM p": 0.01234}])
+    assert "<td>&ndash;</td>" in t and "<td>0.01234</td>" in t and "nan" not in t

@@ -74,7 +74,7 @@ def html_table(rows: Sequence[dict[str, Any]], floatfmt: str = "{:.4g}") -> str:
         cols += [c for c in r if c not in cols]
     def cell(v: Any) -> str:
         if isinstance(v, float):
-            return floatfmt.format(v)
+            return "&ndash;" if v != v else floatfmt.format(v)     # NaN: nothing to show (a baseline against itself)
         return html.escape(str(v))
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
     body = "".join("<tr>" + "".join(f"<td>{cell(r.get(c, ''))}</td>" for c in cols) + "</tr>" for r in rows)
