@@ -66,7 +66,7 @@ class LocalModel(Forecaster):
         if y.ndim != 1 or y.size == 0:
             raise SeriesError(f"{self.alias}.fit expects a non-empty 1-D history, got shape {y.shape}")
         if not np.isfinite(y).all():
-            raise SeriesError(f"{self.alias}.fit: the history contains NaN/inf; fill it first (fill= when reading or validating the frame, --fill on the command line)")
+            raise SeriesError(f"{self.alias}.fit: the history contains NaN/inf; fill it first (--fill, or fill= when reading the series)")
         self._fit(y)
         return self
 

@@ -39,18 +39,23 @@ def read_long_csv(path: str | Path, id_col: str = ID, time_col: str = DS, target
     `time_col` where the file has it, else the one that is not `target_col`, else the first; the series is
     named by the value column.
 
-    Header names are stripped of spaces. Timestamps of whole years (1960, 1961, ...) are read as yearly
-    dates; dates like 31.01.2020 day-first where only that reading is regular (an ambiguous column is a
-    SeriesError). In a file not separated by commas, values written with a decimal comma (100,25) are read
-    as numbers (a warning says so). The standard missing markers (NA, n/a, null, #N/A, NaN, ...) and empty
-    fields are missing values; any other text in `y` is an error naming its line.
+    Header names are stripped of spaces. Series ids are text as written (0123 and 123 are two series).
+    Timestamps of whole years (1960, 1961, ...) are read as yearly dates, integers written like dates (20210103
+    YYYYMMDD, 202101 YYYYMM) as those dates (`_int_dates`); dates like 31.01.2020 day-first where only that
+    reading is regular (an ambiguous column is a SeriesError). In a file not separated by commas, values written
+    with a decimal comma (100,25) are read as numbers (a warning says so), and values that may hold a thousands
+    point (1.125 beside 965) are a SeriesError (`_refuse_thousands_points`). The standard missing markers (NA,
+    n/a, null, #N/A, NaN, ...) and empty fields are missing values; any other text in `y` is an error naming
+    its line.
 
     Returns a DataFrame with columns `unique_id` (str), `ds` (datetime64[ns] or int64), `y` (float64).
     Raises SeriesError for a file that is missing, empty, not a CSV or without data rows, for
     absent columns, and, naming the line, for an empty id or timestamp and for text in `y`.
     """
-    raw = _read_csv(path, sep)
+    raw = _read_csv(path, sep, text=(id_col,))
     comma = _sep(sep) != ","
+    values = list(raw.columns) if len(raw.columns) == 2 else [c for c in raw.columns if c == target_col]
+    written = _as_written(path, sep, raw, values) if comma else {}
     missing = [c for c in (id_col, time_col, target_col) if c not in raw.columns]
     cols = list(raw.columns)
     if id_col == ID and len(cols) == 2 and ID not in cols and missing != [id_col]:    # date,co2: time and value
@@ -64,7 +69,7 @@ def read_long_csv(path: str | Path, id_col: str = ID, time_col: str = DS, target
             ds = None                                    # not a time and a value column: the error below
         if ds is not None:
             try:
-                df = pd.DataFrame({ID: v if v != Y else Path(path).stem, DS: ds, Y: _parse_values(raw[v], path, comma)})
+                df = pd.DataFrame({ID: v if v != Y else Path(path).stem, DS: ds, Y: _parse_values(raw[v], path, comma, written.get(v))})
             except SeriesError:
                 if pd.to_numeric(raw[v], errors="coerce").notna().mean() >= 0.5:
                     raise                                # a value column with some text in it: name the text
@@ -84,7 +89,7 @@ def read_long_csv(path: str | Path, id_col: str = ID, time_col: str = DS, target
         raise SeriesError(f"{_where(path, int(np.flatnonzero(ids.isna())[0]))}: the {id_col} field is empty; "
                           "every row needs a series id")
     df = pd.DataFrame({ID: ids.astype(str), DS: _parse_ds(raw[time_col], path, calendar=True),
-                       Y: _parse_values(raw[target_col], path, comma)})
+                       Y: _parse_values(raw[target_col], path, comma, written.get(target_col))})
     return _with_form(_validate(df, sort, fill, min_length, _origin(raw[target_col]), path), raw[time_col])
 
 
@@ -96,7 +101,8 @@ def read_wide_csv(path: str | Path, time_col: str | None = None, columns: list[s
     `time_col` defaults to the first column; `columns` selects series (default: all others). A series'
     leading and trailing empty values (series that start or end at other times than the file) are dropped,
     as M4 and statsforecast tooling does, and a warning says so; empty values between its first and last
-    value are missing values, as in a long file. Raises SeriesError as `read_long_csv` does.
+    value are missing values, as in a long file. Series ids are the column names as written (0123 stays 0123),
+    as `read_long_csv` keeps ids. Raises SeriesError as `read_long_csv` does.
     """
     raw = _read_csv(path, sep)
     comma = _sep(sep) != ","
@@ -106,6 +112,7 @@ def read_wide_csv(path: str | Path, time_col: str | None = None, columns: list[s
         raise SeriesError(f"{path}: time column {time_col!r} not found (have {_names(raw.columns)}); "
                           "name it with --time-col")
     cols = columns or [c for c in raw.columns if c != time_col]
+    written = _as_written(path, sep, raw, [c for c in cols if c in raw.columns]) if comma else {}
     if not cols:
         raise SeriesError(f"{path} has no series columns beside the time column {time_col!r}; a wide CSV has a "
                           "time column, then one column per series (or pass a long CSV without --wide)")
@@ -122,7 +129,7 @@ def read_wide_csv(path: str | Path, time_col: str | None = None, columns: list[s
     order = np.argsort(ds.to_numpy(), kind="stable") if sort else np.arange(len(ds))
     parts, trimmed = [], []
     for c in cols:
-        y = _parse_values(raw[c], path, comma).to_numpy()[order]
+        y = _parse_values(raw[c], path, comma, written.get(c)).to_numpy()[order]
         have = np.flatnonzero(~np.isnan(y))
         if not have.size:
             raise SeriesError(f"{path}: series column {c!r} holds no value at all; drop it, or leave it out of "
@@ -177,6 +184,7 @@ SEPARATORS = {";": "semicolon", "\t": "tab", "|": "pipe"}      # what a CSV from
 # the markers pandas reads as missing by default (and empty fields): missing values, named where they stop a run
 NA_MARKERS = frozenset({"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
                         "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"})
+_SHOWN_GAPS = 10              # a message lists this many missing timestamps
 _SHOWN_COLUMNS = 8            # a message lists this many of a file's columns, then their count
 
 
@@ -233,11 +241,12 @@ def _refuse_other_separator(path: Path, sep: str, header: str) -> None:
                           f"{header!r}: pass --sep {shown} (sep={other[0]!r}), or save it with commas")
 
 
-def _read_csv(path: str | Path, sep: str = CSV_SEP) -> pd.DataFrame:
+def _read_csv(path: str | Path, sep: str = CSV_SEP, text: tuple[str, ...] = ()) -> pd.DataFrame:
     """The CSV's rows as pandas reads them, fields separated by `sep`; every way of not being a CSV with data is
     a SeriesError (a file whose header holds one field with another separator in it: named as such).
-    Header names are stripped of spaces; only empty fields are NaN (missing markers stay text: `_parse_values`
-    reads them as missing and can name them)."""
+    Header names are stripped of spaces; the columns named in `text` (the id column) are read as text as written
+    (0123, not 123); only empty fields are NaN (missing markers stay text: `_parse_values` reads them as missing
+    and can name them)."""
     path, sep = Path(path), _sep(sep)
     if not path.exists():
         raise SeriesError(f"{path} not found; pass the path of a CSV file with --csv")
@@ -246,8 +255,12 @@ def _read_csv(path: str | Path, sep: str = CSV_SEP) -> pd.DataFrame:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", pd.errors.ParserWarning)
+            dtype = None
+            if text:
+                header = pd.read_csv(path, index_col=False, sep=sep, nrows=0, skipinitialspace=True).columns
+                dtype = {c: str for c in header if str(c).strip() in text}
             raw = pd.read_csv(path, index_col=False, sep=sep,   # never the first column as an index (a shift)
-                              keep_default_na=False, na_values=[""], skipinitialspace=True)
+                              keep_default_na=False, na_values=[""], skipinitialspace=True, dtype=dtype)
     except pd.errors.ParserWarning:
         _refuse_other_separator(path, sep, _header_line(path))
         raise SeriesError(f"{path}: rows have more fields than the header line names; a value would be "
@@ -273,6 +286,17 @@ def _read_csv(path: str | Path, sep: str = CSV_SEP) -> pd.DataFrame:
     return raw
 
 
+def _as_written(path: str | Path, sep: str, raw: pd.DataFrame, cols: list) -> dict[str, pd.Series]:
+    """The text of those of `cols` that pandas read as decimal numbers, as the file writes it (1.125, not 1.125 the
+    number): where a point may be a thousands separator (`_refuse_thousands_points`)."""
+    floats = {str(c) for c in cols if pd.api.types.is_float_dtype(raw[c])}
+    if not floats:
+        return {}
+    text = pd.read_csv(Path(path), index_col=False, sep=_sep(sep), keep_default_na=False, na_values=[""],
+                       skipinitialspace=True, dtype=str, usecols=lambda c: str(c).strip() in floats)
+    return {str(c).strip(): text[c].rename(str(c).strip()) for c in text.columns}
+
+
 def _line_number(path: str | Path, row: int) -> int | None:
     """The line of the file where data row `row` (0-based, as pandas counts them) starts; None if unknown."""
     try:
@@ -296,13 +320,19 @@ def _where(source: str | Path, row: int) -> str:
 
 
 _DECIMAL_COMMA = r"[+-]?\d*,\d+(?:[eE][+-]?\d+)?"       # 100,25 -,5 (a number written with a decimal comma)
+_THOUSANDS_POINT = r"[+-]?[1-9]\d{0,2}\.\d{3}"          # 1.125: 1125 with a thousands point, or 1.125
+_WHOLE = r"[+-]?\d+"
 _DAY_MONTH = r"\s*\d{1,2}([./-])\d{1,2}\1\d{2,4}(?:[\sT].*)?"   # 31.01.2020, 01/02/20 10:00: day or month first
 
 
-def _parse_values(col: pd.Series, source: str | Path, comma: bool = False) -> pd.Series:
+def _parse_values(col: pd.Series, source: str | Path, comma: bool = False, text: pd.Series | None = None) -> pd.Series:
     """A value column as float64. Empty fields and the standard missing markers (NA_MARKERS: NA, n/a, null, NaN,
     #N/A, ...) are NaN (missing, for --fill); other text is a SeriesError. With `comma` (a file not separated by
-    commas), a column whose numbers are written with a decimal comma (100,25) is read so, with a warning."""
+    commas), a column whose numbers are written with a decimal comma (100,25) is read so, with a warning, and one
+    whose points may be thousands separators is a SeriesError (`_refuse_thousands_points`, on the column's `text`
+    as the file writes it where pandas has read it as numbers)."""
+    if comma:
+        _refuse_thousands_points(col if text is None else text, source)
     if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
         return col.astype(float)
     is_bool = col.map(lambda v: isinstance(v, (bool, np.bool_))).to_numpy(dtype=bool)
@@ -332,6 +362,28 @@ def _parse_values(col: pd.Series, source: str | Path, comma: bool = False) -> pd
                           f"({int(bad.sum())} such value(s)); correct it, or leave the field empty to mark it "
                           "missing for --fill")
     return num
+
+
+def _refuse_thousands_points(text: pd.Series, source: str | Path) -> None:
+    """SeriesError, naming the line, for a value column of a file not separated by commas (where decimal commas and
+    thousands points are the custom) that may hold thousands points: every value with a point has one to three
+    digits (not a leading 0) before it and exactly three after (1.125, -12.500), and other values are whole numbers
+    (965): 1.125 is then 1125 or 1.125. A value with a point written otherwise (12.5, 0.125, 1.5, 965.0) shows the
+    point is a decimal point, and a column with a comma in it is left to the decimal comma rules."""
+    strs = text.map(lambda v: v.strip() if isinstance(v, str) else None)
+    strs = strs.where(strs.map(lambda v: v is not None and v not in NA_MARKERS)).dropna().astype(str)
+    if strs.empty or strs.str.contains(",", regex=False).any():
+        return
+    dotted = strs.str.contains(".", regex=False)
+    whole = strs.str.fullmatch(_WHOLE)
+    if not dotted.any() or not whole.any() or not strs[dotted].str.fullmatch(_THOUSANDS_POINT).all():
+        return
+    v, w = strs[dotted].iloc[0], strs[whole].iloc[0]
+    row = int(text.index.get_loc(strs[dotted].index[0]))
+    raise SeriesError(f"{_where(source, row)}: {text.name} value {v!r} beside whole numbers such as {w!r} may be "
+                      f"{v.replace('.', '')} written with a thousands point or {v} with a decimal point; write the "
+                      f"numbers without thousands separators ({v.replace('.', '')}), or, where {v} is meant, the "
+                      f"whole numbers with their decimals ({w}.0) or all with a decimal comma ({v.replace('.', ',')})")
 
 
 def _to_datetime(col: pd.Series, dayfirst: bool = False) -> pd.Series:
@@ -404,11 +456,15 @@ _QUARTER = re.compile(r"\d{4}\s*-?\s*Q[1-4]", re.IGNORECASE)
 
 def time_form(col: pd.Series) -> dict:
     """How a CSV's time column writes its timestamps, where forecasts should write theirs alike: {"period": "Y"}
-    for whole years, {"period": "Q"} for quarters written like 2014Q4, {"utc": True} for times with UTC offsets
+    for whole years, {"int_date": "%Y%m%d"} or {"int_date": "%Y%m"} for integers written like dates (`_int_dates`),
+    {"period": "Q"} for quarters written like 2014Q4, {"utc": True} for times with UTC offsets
     read as UTC (sub-daily ones, or all at offset zero); {} otherwise (daily or coarser times with local offsets are
     read in local wall time: `_local_or_utc`, and written so, without an offset). The readers keep it in the frame's `attrs["time_form"]`."""
     if _years(col) is not None:
         return {"period": "Y"}
+    dates = _int_dates(col)
+    if dates is not None:
+        return {"int_date": dates[1]}
     if pd.api.types.is_numeric_dtype(col):
         return {}
     text = col.dropna().astype(str).str.strip()
@@ -430,14 +486,17 @@ def _with_form(df: pd.DataFrame, col: pd.Series) -> pd.DataFrame:
 
 
 def written_times(ds: pd.Series, form: dict | None) -> pd.Series:
-    """Timestamps as a file read with `time_form` `form` wrote them: years as 2021, quarters as 2021Q1, times
-    read from UTC offsets with their +00:00 (so none reads as local time); anything else unchanged."""
+    """Timestamps as a file read with `time_form` `form` wrote them: years as 2021, quarters as 2021Q1, integer
+    dates as 20210103 or 202101, times read from UTC offsets with their +00:00 (so none reads as local time);
+    anything else unchanged."""
     if not form or not pd.api.types.is_datetime64_any_dtype(ds):
         return ds
     if form.get("period") == "Y":
         return ds.dt.year
     if form.get("period") == "Q":
         return ds.dt.to_period("Q").astype(str)
+    if form.get("int_date"):
+        return pd.to_numeric(ds.dt.strftime(form["int_date"])).astype("Int64")
     if form.get("utc") and ds.dt.tz is None:
         return ds.dt.tz_localize("UTC")
     return ds
@@ -461,11 +520,44 @@ def _years(col: pd.Series) -> pd.Series | None:
                      index=col.index, name=col.name)
 
 
+_INT_DATES = ((8, "%Y%m%d"), (6, "%Y%m"))     # integers written like dates: 20210103, 202101
+
+
+def _int_dates(col: pd.Series) -> tuple[pd.Series, str] | None:
+    """Integers written like dates, as those dates and their format: YYYYMMDD (20210103: every value eight digits,
+    a valid date of a year 1000..2999) or YYYYMM (202101: six digits, month 1-12, read as the month's first day);
+    None for a column that is not such (integer steps: 1, 2, ...; 202153 is no month)."""
+    if pd.api.types.is_bool_dtype(col) or not pd.api.types.is_integer_dtype(col) or col.nunique() < 2:
+        return None
+    for digits, fmt in _INT_DATES:
+        scale = 10 ** (digits - 4)
+        if col.min() >= 1000 * scale and col.max() < 3000 * scale:
+            parsed = pd.to_datetime(col.astype(str), format=fmt, errors="coerce")
+            if parsed.notna().all():
+                return parsed.astype("datetime64[ns]"), fmt
+    return None
+
+
+def _warn_year_weeks(col: pd.Series, source: str | Path) -> None:
+    """A warning for integers that look like ISO year-weeks (YYYYWW: 202301 ... 202352, some week past 12, none past
+    53): read as integer steps, they run on to weeks that do not exist (202353, 202360) and jump at a new year."""
+    if pd.api.types.is_bool_dtype(col) or not pd.api.types.is_integer_dtype(col):
+        return
+    week = col % 100
+    if col.min() >= 100_000 and col.max() < 300_000 and week.min() >= 1 and week.max() <= 53 and week.max() > 12:
+        warnings.warn(f"{source}: the {col.name} values look like ISO year-weeks (YYYYWW: {_plain(col.iloc[0])}, ...), "
+                      f"which are read as integer steps: forecasts run on past a year's last week to weeks that do not "
+                      f"exist ({_plain(col.max()) + 1}, ...), and a new year is an irregular step; write each week as "
+                      "its date (YYYY-MM-DD, e.g. its Monday) to forecast by the calendar", stacklevel=3)
+
+
 def _parse_ds(col: pd.Series, source: str | Path, calendar: bool = False) -> pd.Series:
     """A time column as int64 steps or datetime64[ns] (time zones converted to UTC, or for daily or coarser
     timestamps kept in local wall time: `_local_or_utc`); SeriesError otherwise.
     Dates written day or month first (01.02.2020) are read the way that makes them regular (`_day_or_month_first`);
-    with `calendar` (a CSV's column), whole years 1000..2999 a step apart are yearly dates (`_years`)."""
+    with `calendar` (a CSV's column), whole years 1000..2999 a step apart are yearly dates (`_years`), integers
+    written like dates (20210103, 202101) those dates (`_int_dates`), and integers that look like year-weeks
+    (202301) integer steps with a warning (`_warn_year_weeks`)."""
     name = col.name
     marker = col.map(lambda v: isinstance(v, str) and v.strip() in NA_MARKERS).to_numpy(dtype=bool)
     empty = np.flatnonzero(col.isna().to_numpy() | marker)
@@ -476,6 +568,11 @@ def _parse_ds(col: pd.Series, source: str | Path, calendar: bool = False) -> pd.
     years = _years(col) if calendar else None
     if years is not None:
         return years
+    dates = _int_dates(col) if calendar else None
+    if dates is not None:
+        return dates[0]
+    if calendar:
+        _warn_year_weeks(col, source)
     if pd.api.types.is_integer_dtype(col):
         return col.astype(np.int64)
     if pd.api.types.is_float_dtype(col):
@@ -549,7 +646,7 @@ def _validate(df: pd.DataFrame, sort: bool, fill: Fill | None, min_length: int |
     if missing:
         raise SeriesError(f"columns {missing} missing; long format needs unique_id, ds, y")
     if fill not in (None, "ffill", "interpolate", "zero"):
-        raise SeriesError(f"unknown fill {fill!r}; use 'ffill', 'interpolate' or 'zero' (--fill on the command line)")
+        raise SeriesError(f"unknown fill {fill!r}; use --fill (fill=) ffill, interpolate or zero")
     if df.empty:
         raise SeriesError("the series frame has no rows")
     df = df[[ID, DS, Y]].reset_index(drop=True)
@@ -635,7 +732,7 @@ def _check_one(uid: str, g: pd.DataFrame, fill: Fill | None, min_length: int | N
     if (d < 0).any():
         i = int(np.flatnonzero(d < 0)[0]) + 1
         raise SeriesError(f"series {uid!r}: timestamps not sorted ({ds.iloc[i]} after {ds.iloc[i - 1]}, "
-                          f"position {i}); sort the rows by (unique_id, ds), or pass --sort (sort=True in Python)")
+                          f"position {i}); sort the rows by (unique_id, ds), or pass --sort (sort=True)")
     grid = pd.Index(_regular_grid(uid, ds))       # every timestamp the series should have
     off_grid = ~pd.Index(ds).isin(grid)
     if off_grid.any():                            # never: a grid that would drop a real value is a bug
@@ -650,8 +747,13 @@ def _check_one(uid: str, g: pd.DataFrame, fill: Fill | None, min_length: int | N
                               "timestamps are probably misread (day-first dates read month-first, another column "
                               "taken for the time?): check them, or resample to a coarser step")
         if fill is None:
-            raise SeriesError(f"series {uid!r}: {n_missing} missing timestamp(s) (gaps), first "
-                              f"{first}; fill them with --fill ffill, interpolate or zero (in Python fill='ffill', ...)")
+            days = isinstance(grid, pd.DatetimeIndex) and len(grid) >= 3 and pd.infer_freq(grid) == "B"
+            shown = [str(t.date()) if days or (isinstance(t, pd.Timestamp) and t == t.normalize()) else str(t)
+                     for t in grid[missing][:_SHOWN_GAPS]]
+            listed = (f" ({', '.join(shown)}{', ...' if n_missing > len(shown) else ''})" if n_missing > 1 else "")
+            raise SeriesError(f"series {uid!r}: {n_missing} missing timestamp(s) (gaps)"
+                              f"{' of its business days (weekends are no gaps)' if days else ''}, first {first}{listed}; "
+                              "fill them with --fill ffill, interpolate or zero (fill=)")
         y_full = pd.Series(g[Y].to_numpy(dtype=float), index=pd.Index(ds)).reindex(grid).to_numpy()
         g = pd.DataFrame({DS: grid, Y: y_full})
     y = g[Y].to_numpy(dtype=float)
@@ -691,10 +793,11 @@ def _missing_message(uid: str, g: pd.DataFrame, nan: np.ndarray, source: str | P
                 f"{'its history' if lead else 'its last values'}")
     i = int(nan[0])
     return (f"series {uid!r}: {nan.size} missing/non-finite value(s), first at {ts.iloc[i]}{origin(i)}; "
-            "fill them with --fill ffill, interpolate or zero (in Python fill='ffill', ...)")
+            "fill them with --fill ffill, interpolate or zero (fill=)")
 
 
 _CALENDAR = ("YS", "YE", "QS", "QE", "MS", "ME", "B")   # coarsest first: a gappy quarterly series is not monthly
+_DAY_NS = pd.Timedelta(days=1).value
 _MAX_GRID = 10_000            # a grid may be this long, or 10x the series, before gaps count as too sparse
 
 
@@ -766,7 +869,9 @@ def _regular_grid(uid: str, ds: pd.Series) -> pd.Index | np.ndarray:
     timestamps fit no grid, or leave over 90 % of a long grid empty. Fixed steps (integers, hours,
     days, weeks) use the most common difference; calendar steps (years, quarters, months, business
     days) are tried by name, coarsest first, then one day of every k-th month (the 15th: `_month_step`) before
-    business days: the coarsest grid that holds every timestamp."""
+    business days: the coarsest grid that holds every timestamp. Timestamps a day apart (the commonest step)
+    that all fall on weekdays are business days (`B`), whose gaps are the weekdays missing (holidays), not the
+    weekends."""
     if len(ds) < 2:
         return ds.to_numpy()
     is_int = pd.api.types.is_integer_dtype(ds)
@@ -778,6 +883,12 @@ def _regular_grid(uid: str, ds: pd.Series) -> pd.Index | np.ndarray:
     vals, counts = np.unique(d, return_counts=True)
     step = int(vals[np.argmax(counts)])
     bad = np.flatnonzero(d % step)
+    if not is_int and step == _DAY_NS:
+        idx = pd.DatetimeIndex(ds)
+        if (idx.dayofweek < 5).all():
+            grid = pd.date_range(idx[0], idx[-1], freq="B")
+            if idx.isin(grid).all():
+                return grid
     if not bad.size:
         n = (int(t[-1]) - int(t[0])) // step + 1
         if n > max(10 * len(t), _MAX_GRID):

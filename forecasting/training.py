@@ -67,7 +67,7 @@ def as_2d(a: np.ndarray, what: str = "series") -> np.ndarray:
     if a.ndim != 2:
         raise SeriesError(f"{what} must be (T,) or (T, C), got shape {a.shape}")
     if not np.isfinite(a).all():
-        raise SeriesError(f"{what} contains NaN/inf; fill the gaps first (fill= when reading or validating the frame, --fill on the command line)")
+        raise SeriesError(f"{what} contains NaN/inf; fill the gaps first (--fill, or fill= when reading the series)")
     return a
 
 
@@ -338,7 +338,7 @@ class NeuralForecaster(Forecaster):
             raise SeriesError(f"{self.alias} needs contexts of at least input_size={L} values, got {short}")
         ctx = np.asarray(ctx, dtype=np.float32)
         if not np.isfinite(ctx).all():
-            raise SeriesError("contexts contain NaN/inf; fill the gaps first (fill= when reading or validating the frame, --fill on the command line)")
+            raise SeriesError("contexts contain NaN/inf; fill the gaps first (--fill, or fill= when reading the series)")
         x = torch.from_numpy(ctx if ctx.ndim == 3 else ctx[..., None]).transpose(1, 2)   # (N, C, L)
         outs = [self.net_(x[i: i + batch_size]) for i in range(0, x.shape[0], batch_size)]
         y = torch.cat(outs).transpose(1, 2).double().numpy()                             # (N, h, C)
