@@ -126,6 +126,8 @@ def plot_inspection(rep: Inspection, path: Any = None):
     fig, ax = plt.subplots(1, 3, figsize=(15, 4.2))
     im = ax[0].imshow(rep.entropy.T, aspect="auto", cmap="viridis", vmin=0, vmax=rep.entropy_max)
     ax[0].set(xlabel="block", ylabel="head", title=f"attention entropy (nats, uniform={rep.entropy_max:.2f})")
+    ax[0].set_yticks(range(rep.entropy.shape[1]))           # whole head numbers
+    ax[0].set_xticks(range(0, rep.entropy.shape[0], max(1, rep.entropy.shape[0] // 8)))
     fig.colorbar(im, ax=ax[0])
     depth, heads = rep.distance.shape
     for hd in range(heads):

@@ -15,6 +15,7 @@ from PIL import Image
 
 from .config import BackboneConfig
 from .errors import ImageFormatError, PreprocessingMismatch
+from .suite.errors import ParameterError
 
 _PIL_FILTERS = {
     "nearest": Image.Resampling.NEAREST,
@@ -216,7 +217,8 @@ class Preprocess:
 
     def __init__(self, config: BackboneConfig, resize: str = "stretch") -> None:
         if resize not in RESIZE_POLICIES:
-            raise ValueError(f"resize must be one of {RESIZE_POLICIES}, got {resize!r}")
+            raise ParameterError(f"resize must be one of {RESIZE_POLICIES}, got {resize!r}: 'stretch' resizes the "
+                                 "whole image to the input size, 'pad' keeps its aspect and pads")
         self.config = config
         self.resize = resize
         self.size = config.img_size

@@ -122,7 +122,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--val-per-class", type=int, default=None, help="default: the whole val split")
     ap.add_argument("--blocks", default=None, help="ViT blocks whose CLS + mean tokens are concatenated, e.g. "
                     "8,9,10,11 (default: the last block alone)")
-    ap.add_argument("--inspect-images", type=int, default=64)
+    ap.add_argument("--inspect-images", type=int, default=64, help="validation images the student's attention is "
+                    "inspected on (0: no inspection, no timing against a random ViT)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--merge", default=None, help="earlier JSON of this benchmark: keep its rows/fields for "
@@ -170,7 +171,7 @@ def main() -> int:
                 desc = f"embedded default {bb.name} at 224 px, sha256 {bb.weights_sha256[:12]}"
             blocks = tuple(int(b) for b in args.blocks.split(",")) if args.blocks else None
             ftr_, fva_ = vit_features(bb, itr, blocks), vit_features(bb, iva, blocks)
-            if name == "student":
+            if name == "student" and args.inspect_images > 0:
                 from frozenvit.backbone.diagnostics import inspect_backbone
 
                 rep = inspect_backbone(bb, iva[:: max(1, len(iva) // args.inspect_images)][: args.inspect_images])

@@ -182,3 +182,10 @@ def test_an_image_of_one_patch_or_more_says_nothing(bb):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         bb.preprocess([np.full((16, 16, 3), 128, np.uint8)])
+
+
+def test_an_unknown_resize_policy_is_a_parameter_error_naming_both():
+    from frozenvit.backbone.suite.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="'stretch'.*'pad'"):
+        load_backbone("vit_tiny_patch16_224", pretrained=False, resize="crop")
