@@ -146,6 +146,11 @@ class BacktestResult:
                 d, lag = d.groupby(e[ID], sort=False).mean().to_numpy(), 0
             else:
                 d, lag = d.to_numpy(), self.h - 1
+            if np.isfinite(d).any() and (d[np.isfinite(d)] == 0).all():      # the same forecasts: no test
+                rows.append({"model": m, "baseline": base, "dm_stat": np.nan, "p_value": np.nan, "mean_diff": 0.0,
+                             "n": int(np.isfinite(d).sum()),
+                             "reason": f"not computed: its forecasts are {base}'s (every loss differential is 0)"})
+                continue
             if np.isfinite(d).sum() < 2:        # windows without MASE (flat histories) leave too few
                 rows.append({"model": m, "baseline": base, "dm_stat": np.nan, "p_value": np.nan,
                              "mean_diff": np.nan, "n": int(np.isfinite(d).sum()),
@@ -446,6 +451,7 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
     """
     given_season = season_length
     season_length = check_models_and_season(models, 1 if season_length is None else season_length, "backtest")
+    step_given = step_size is not None
     step_size = h if step_size is None else step_size
     mase_season = season_length if mase_season is None else mase_season
     for name, v in (("h", h), ("n_windows", 1 if n_windows == "auto" else n_windows), ("step_size", step_size),
@@ -500,8 +506,8 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
         (uid, n), others = short[0], [str(u) for u, _ in short[1:]]
         more = (f" (and {len(others)} more of the {len(ids)} series: {', '.join(others[:5])}"
                 f"{', ...' if len(others) > 5 else ''})") if others else ""
-        cures = [cure, "fewer --windows (n_windows=)", "a smaller --step-size (step_size=)"] \
-            + (["fewer --calibration-windows (calibration_windows=)"] if K else []) \
+        cures = _length_cures(max(n for _, n in short), models, h, n_windows, step_size, step_given,
+                              season_length, mase_season, K) \
             + (["--short-series skip (short_series='skip')"] if len(short) < len(ids) else [])
         raise SeriesError(f"series {uid!r} has {n} values{more}; this backtest needs {need} (history {need_hist}, "
                           f"{why}{calib_text} + --h {h} + {n_windows - 1} more --windows of --step-size "
@@ -596,6 +602,30 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
                           global_calibration=global_calibration if levels else None, input_size=prep.input_size,
                           short_series=record, neural_lengths=prep.lengths, choices=choices,
                           mase_undefined=flat)
+
+
+def _length_cures(n: int, models: Sequence[Forecaster], h: int, n_windows: int, step_size: int, step_given: bool,
+                  season_length: int, mase_season: int, K: int) -> list[str]:
+    """The settings that, each changed alone as far as it goes, would let a series of n values be backtested,
+    --h first; where none would alone, every one that can still be made smaller (together they may)."""
+    nets = [m for m in models if "input_size" in m.get_params(deep=False)]
+    net = max([m.min_history() for m in nets], default=0)
+
+    def need(h=h, windows=n_windows, step=step_size, season=season_length, mase=mase_season, k=K, look=net) -> int:
+        return max(season + 1, mase + 1, look) + k * h + h + (windows - 1) * step
+
+    net_h1 = max(0, net - 2 * (h - 1)) if nets else 0          # a network's look-back stays; its tails shrink
+    options = [  # (can it be smaller at all, the need at its least, the cure)
+        (h > 1, need(h=1, step=step_size if step_given else 1, look=net_h1), "a smaller --h (h=)"),
+        (season_length > 1, need(season=1, mase=1 if mase_season == season_length else mase_season),
+         "a smaller --season-length (season_length=)"),
+        (mase_season > 1 and mase_season != season_length, need(mase=1), "a smaller --mase-season (mase_season=)"),
+        (bool(nets), need(look=net - min([int(m.input_size) for m in nets], default=1) + 1), "a shorter --input-size (input_size=)"),
+        (n_windows > 1, need(windows=1), "fewer --windows (n_windows=)"),
+        (n_windows > 1 and step_size > 1, need(step=1), "a smaller --step-size (step_size=)"),
+        (K > 0, need(k=0), "fewer --calibration-windows (calibration_windows=)")]
+    helps = [cure for can, least, cure in options if can and least <= n]
+    return helps or [cure for can, _, cure in options if can]
 
 
 def _flat_histories(scales: pd.DataFrame, n_series: int, mase_season: int) -> dict:

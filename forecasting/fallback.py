@@ -82,3 +82,37 @@ class WithFallback(Forecaster):
                 out[idx], calib[idx] = preds, cal
                 fitted = last if model is self.model else fitted
         return out, calib, fitted
+
+
+def season_dropped(models: Sequence[Forecaster], shortest: int) -> tuple[list[Forecaster], list[str]]:
+    """`models` with every seasonal naive whose season is longer than `shortest` (the shortest series'
+    length) wrapped as `WithFallback(it, Naive())`: a series holding less than one season is forecast by
+    its last value in seasonal naive's column, as ETS and Theta drop a season a history does not hold
+    twice (forecasting.baselines). At any depth but inside `auto`, which leaves a candidate out of a series
+    it cannot forecast on its own; each object replaced once (a member also named alone stays one model).
+    Also the aliases of the models wrapped."""
+    from .auto import AutoForecaster
+    from .baselines import Naive, SeasonalNaive
+    from .ensemble import Ensemble
+
+    done: dict[int, Forecaster] = {}
+    wrapped: list[str] = []
+
+    def swap(m: Forecaster) -> Forecaster:
+        if id(m) in done:
+            return done[id(m)]
+        out = m
+        if isinstance(m, Ensemble):
+            members = [swap(x) for x in m.members]
+            if any(a is not b for a, b in zip(members, m.members)):
+                out = Ensemble(members, m.how, m.__dict__.get("_alias"))
+        elif isinstance(m, WithFallback):
+            fb = swap(m.fallback)
+            out = m if fb is m.fallback else WithFallback(m.model, fb)
+        elif isinstance(m, SeasonalNaive) and not isinstance(m, AutoForecaster) and m.min_history() > shortest:
+            out = WithFallback(m, Naive())
+            wrapped.append(m.alias)
+        done[id(m)] = out
+        return out
+
+    return [swap(m) for m in models], list(dict.fromkeys(wrapped))

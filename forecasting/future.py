@@ -33,6 +33,7 @@ from .data import DS, ID, Y, month_stamps_after, validate
 from .defaults import GLOBAL_CALIBRATIONS
 from .ensemble import Ensemble, combine, same_model
 from .errors import SeriesError
+from .fallback import season_dropped
 from .intervals import calibration_cutoffs, check_levels, conformal_bounds
 from .lookback import prepare, skipped
 from .metrics import mase_scale
@@ -133,6 +134,67 @@ def _unchanged_networks(df: pd.DataFrame, models: Sequence[Forecaster], h: int, 
     return next((k for k in range(most, 1, -1) if plan(k) == one), 1)
 
 
+class SeasonDroppedWarning(UserWarning):
+    """Series shorter than a season are forecast by naive in seasonal naive's column."""
+
+
+class LookBackWarning(UserWarning):
+    """The calibration windows changed the networks' look-back or the series they forecast."""
+
+
+def _say_look_back_changed(df, models, h, season_length, K, input_size, short_series, fallback_history, prep) -> None:
+    """Warn, in one line, where the K calibration windows give the networks another look-back, or other
+    series, than a forecast without intervals: their point forecasts then differ from it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            plain = prepare(df, models, h, 1, h, season_length, 0, input_size, short_series, fallback_history,
+                            future=True)
+        except SeriesError:
+            return
+    fewer = sorted(set(prep.short_series.get("ids", ())) - set(plain.short_series.get("ids", ())))
+    if plain.input_size == prep.input_size and not fewer:
+        return
+    what = [f"a look-back of {prep.input_size}, not {plain.input_size}"] if plain.input_size != prep.input_size \
+        else []
+    what += [f"{len(fewer)} more series forecast by their fallback ({', '.join(fewer[:5])}"
+             f"{', ...' if len(fewer) > 5 else ''})"] if fewer else []
+    warnings.warn(f"{K} --calibration-windows of --h {h}: the networks get {' and '.join(what)} as without "
+                  "--levels (each series' last windows calibrate the intervals and are no look-back's history), so "
+                  "their point forecasts differ from a forecast without --levels; fewer --calibration-windows "
+                  "keep them", LookBackWarning, stacklevel=3)
+
+
+def calibrated(model: Forecaster, cuts: np.ndarray, ccuts: np.ndarray, global_calibration: str) -> np.ndarray:
+    """(S,) whether each series' history holds what `model` needs to forecast its calibration windows: a
+    network (holdout) its look-back, (retrain) a training's history; a fallback what the model it hands the
+    series to needs; any other model its `min_history`. No window: True."""
+    from .fallback import WithFallback
+    from .lookback import _is_global
+
+    first = np.asarray(ccuts)[:, 0] if np.asarray(ccuts).shape[1] else None
+    if first is None:
+        return np.ones(len(cuts), dtype=bool)
+    if isinstance(model, WithFallback):
+        long = np.asarray(cuts)[:, 0] >= model.model.min_history()
+        return np.where(long, calibrated(model.model, cuts, ccuts, global_calibration),
+                        calibrated(model.fallback, cuts, ccuts, global_calibration))
+    if _is_global(model):
+        need = int(model.input_size) if global_calibration == "holdout" else model.min_history()
+    else:
+        need = model.min_history()
+    return first >= max(1, need)
+
+
+def _calibration(model: Forecaster, ys: list, ccuts: np.ndarray, ok: np.ndarray, h: int, progress) -> np.ndarray:
+    """`model`'s forecasts (S, K, h) of the calibration windows of the series `ok`, NaN elsewhere."""
+    out = np.full((len(ys), ccuts.shape[1], h), np.nan)
+    idx = np.flatnonzero(ok)
+    if ccuts.shape[1] and idx.size:
+        out[idx] = model.forecast_cutoffs([ys[i] for i in idx], ccuts[idx], h, progress=progress)[0]
+    return out
+
+
 def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_length: int | None = None,
              levels: Sequence[float] = (), calibration_windows: int | str = "auto",
              global_calibration: str | None = None, input_size: int | str | None = None,
@@ -174,23 +236,43 @@ def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_leng
     if global_calibration is None:
         global_calibration = "holdout" if K <= 1 else "retrain"
     prep = prepare(df, models, h, 1, h, season_length, K, input_size, short_series, fallback_history, future=True)
-    models = with_members(prep.models)
+    if K and prep.input_size is not None:
+        _say_look_back_changed(df, models, h, season_length, K, input_size, short_series, fallback_history, prep)
+    lengths_kept = prep.df.groupby(ID, sort=False).size().to_numpy()
+    record = prep.short_series
+    models = prep.models
+    if record.get("policy") != "skip" and len(lengths_kept):     # less than a season: naive in snaive's column
+        models, dropped = season_dropped(models, int(lengths_kept.min()))
+        if dropped:
+            few = [(str(u), n) for u, n in prep.df.groupby(ID, sort=False).size().items() if n < season_length]
+            warnings.warn(f"{', '.join(dropped)}: {len(few)} of {len(lengths_kept)} series hold less than one season "
+                          f"({season_length} values): {', '.join(f'{u} ({n})' for u, n in few[:10])}"
+                          f"{' and more' if len(few) > 10 else ''}; forecast by their last value (naive) in "
+                          f"{'its' if len(dropped) == 1 else 'their'} column, as ETS and Theta drop a season a "
+                          "history does not hold", SeasonDroppedWarning, stacklevel=2)
+    models = with_members(models)
     aliases = check_unique_aliases(models)
-    need = max([season_length + 1] + [m.min_history() for m in models]) + K * h
+    needs = [(m.min_history(), m) for m in models]
+    need = max(n for n, _ in needs)             # what a point forecast needs; intervals take what each series holds
     groups = list(prep.df.groupby(ID, sort=False))
     short = [(str(u), len(g)) for u, g in groups if len(g) < need]
-    record = prep.short_series
-    calib_text = f" + {K} --calibration-windows of --h" if K else ""
     if short and record.get("policy") == "skip" and len(short) < len(groups):
-        record = skipped(record, short, len(groups), need, f"the models' history{calib_text}", "forecast")
+        record = skipped(record, short, len(groups), need, "the models' history", "forecast")
         groups = [(u, g) for u, g in groups if len(g) >= need]
     elif short:
         (uid, n), more = short[0], len(short) - 1
         others = f" (and {more} more of the {len(groups)} series)" if more else ""
-        raise SeriesError(f"series {uid!r} has {n} values{others}; "
-                          f"a forecast needs {need} (the models' history{calib_text}); use a smaller --season-length"
-                          f"{', a shorter --input-size' if prep.input_size else ''}"
-                          f"{', fewer --calibration-windows' if K else ''}, --short-series skip, or drop those series")
+        limiting = [m for k, m in needs if k > n]
+        named = ", ".join(dict.fromkeys(m.alias for m in limiting))
+        nets = [m for m in limiting if "input_size" in m.get_params()]
+        seasonal = [m for m in limiting if m not in nets]
+        cures = ([f"a shorter --input-size (the networks need {max(m.min_history() for m in nets)})",
+                  "--short-series statistical or baseline"] if nets and prep.input_size is not None else []) \
+            + (["--short-series statistical or baseline"] if nets and prep.input_size is None else []) \
+            + (["a smaller --season-length"] if seasonal else []) \
+            + (["--short-series skip"] if record.get("policy") != "skip" and len(short) < len(groups) else [])
+        raise SeriesError(f"series {uid!r} has {n} values{others}; a forecast by {named} needs {need}; use "
+                          f"{', '.join(dict.fromkeys(cures))}, drop {named} from the models, or drop those series")
     ids = [str(u) for u, _ in groups]
     ys = [g[Y].to_numpy(dtype=float) for _, g in groups]
     cuts = np.array([[y.size] for y in ys])                                         # (S, 1): after the last value
@@ -215,12 +297,16 @@ def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_leng
                  sum(p[4] for p in parts))
         else:
             own = model.forecast_intervals(ys, cuts, h, levels, progress=progress) if levels else None
+            ok = calibrated(model, cuts, ccuts, global_calibration)
             if own is not None:
                 preds, fitted = own[0], None
-                calib = model.forecast_cutoffs(ys, ccuts, h, progress=progress)[0] if K else np.empty((len(ys), 0, h))
-            else:
+                calib = _calibration(model, ys, ccuts, ok, h, progress)
+            elif ok.all():
                 preds, calib, fitted = model.forecast_with_calibration(ys, cuts, ccuts, h, progress=progress,
                                                                        global_calibration=global_calibration)
+            else:           # a series whose history holds no calibration window has no calibration errors
+                calib = _calibration(model, ys, ccuts, ok, h, progress)
+                preds, fitted = model.forecast_cutoffs(ys, cuts, h, progress=progress)
             r = (preds, calib, None if own is None else own[1:], fitted, time.perf_counter() - t0)
         done.append((model, r))
         return r
@@ -236,9 +322,10 @@ def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_leng
     frame = pd.DataFrame({ID: np.repeat(ids, h), DS: np.concatenate([np.asarray(s) for s in stamps]),
                           "step": np.tile(np.arange(1, h + 1), len(ids))})
     if K:
-        truth = np.stack([np.stack([y[c: c + h] for c in cc]) for y, cc in zip(ys, ccuts)])       # (S, K, h)
-        scale = np.array([[mase_scale(y[:c], season_length) for c in np.concatenate([cc, cs])]
-                          for y, cc, cs in zip(ys, ccuts, cuts)])                               # (S, K + 1)
+        truth = np.stack([np.stack([y[c: c + h] if c >= 1 else np.full(h, np.nan) for c in cc])
+                          for y, cc in zip(ys, ccuts)])                                         # (S, K, h)
+        scale = np.array([[mase_scale(y[:c], season_length) if c > season_length else np.nan
+                           for c in np.concatenate([cc, cs])] for y, cc, cs in zip(ys, ccuts, cuts)])   # (S, K + 1)
     fitted, seconds = {}, {}
     for model in models:
         preds, calib, own, fit, secs = run(model)
@@ -247,7 +334,8 @@ def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_leng
         if fit is not None:
             fitted[model.alias] = fit
         if K:
-            scores = np.abs(truth - calib) / scale[:, :K, None]
+            with np.errstate(invalid="ignore"):        # no calibration window or no scale: no score
+                scores = np.abs(truth - calib) / scale[:, :K, None]
             lo, hi = conformal_bounds(preds, scale[:, K:], scores, [K], levels)
             for i, lv in enumerate(levels):
                 frame[f"{model.alias}-lo-{lv:g}"], frame[f"{model.alias}-hi-{lv:g}"] = \

@@ -201,6 +201,18 @@ def _leaves(models: Sequence[Forecaster]) -> list[Forecaster]:
                                         _leaves(m.candidates) if isinstance(m, AutoForecaster) else [m])]
 
 
+def _outside_auto(models: Sequence[Forecaster]) -> list[Forecaster]:
+    """The global models named alone or in an ensemble (not as auto's candidates), each once."""
+    from .auto import AutoForecaster
+
+    out: dict[int, Forecaster] = {}
+    for m in models:
+        for x in (m.members if isinstance(m, Ensemble) else [m]):
+            if not isinstance(x, AutoForecaster) and _is_global(x):
+                out.setdefault(id(x), x)
+    return list(out.values())
+
+
 def statistical_fallback(models: Sequence[Forecaster], season_length: int,
                          history: int | str | None = None) -> Forecaster:
     """What forecasts a series too short for the neural models (`short_series="statistical"`): `auto` over
@@ -271,6 +283,15 @@ def prepare(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: i
     if short_series == "skip" and len(short) == len(lengths):
         raise SeriesError(f"{what}: --short-series skip leaves no series; use a shorter --input-size, fewer "
                           "--windows or --short-series baseline")
+    named = _outside_auto(out.models)
+    if len(short) == len(lengths) and named:       # not one forecast of theirs: refuse, not a fallback under their names
+        fits = fitting_input_size(int(lengths.max()) + ahead, h, n_windows, step_size, look)
+        raise SeriesError(f"{what}: not one series is long enough for {'/'.join(m.alias for m in named)}, so "
+                          f"--short-series {short_series} would report another model's forecasts under "
+                          f"{'its name' if len(named) == 1 else 'their names'}; use "
+                          + (f"--input-size {fits} (the longest series fits it) or " if fits >= SHORTEST else "")
+                          + f"a shorter --input-size, drop {'/'.join(m.alias.lower() for m in named)} from --models, "
+                          "or let auto choose among the models (it leaves a network out of a series too short for it)")
     fallback = statistical_fallback(models, season_length, fallback_history) if short_series == "statistical" else None
     done = {"skip": f"left out of the {'forecast' if future else 'backtest'} for every model",
             "baseline": "forecast by seasonal naive in the neural models' columns",

@@ -80,12 +80,13 @@ def test_intervals_are_calibrated_on_enough_windows_and_cover_a_plain_series():
     assert 1.0 < width < 8.0                                                    # noise sd 1: naive's error sd 1.4
 
 
-def test_a_series_too_short_is_refused_unless_skipped():
+def test_a_series_shorter_than_a_season_falls_back_to_naive_unless_skipped():
     df = _monthly()
     tiny = pd.DataFrame({"unique_id": "tiny", "ds": pd.date_range("2019-01-01", periods=8, freq="MS"), "y": 1.0})
     both = pd.concat([df, tiny], ignore_index=True)
-    with pytest.raises(SeriesError, match=r"'tiny' has 8 values; a forecast needs 13 .*--short-series skip"):
-        forecast(both, [SeasonalNaive(12)], h=6, season_length=12)
+    with pytest.warns(UserWarning, match=r"SeasonalNaive: 1 of 4 series hold less than one season .*tiny \(8\)"):
+        fc = forecast(both, [SeasonalNaive(12)], h=6, season_length=12)
+    assert (fc.frame.loc[fc.frame["unique_id"] == "tiny", "SeasonalNaive"] == 1.0).all()
     with pytest.warns(ShortSeriesWarning, match=r"1 of 4 series .*: tiny; left out of the forecast"):
         fc = forecast(both, [SeasonalNaive(12)], h=6, season_length=12, short_series="skip")
     assert set(fc.frame["unique_id"]) == {"s0", "s1", "s2"} and fc.short_series["ids"] == ["tiny"]
