@@ -318,7 +318,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if args.gifs and not args.out:
         raise UsageError("--gifs writes into --out DIR/gifs: give --out")
     if args.out:
-        check_output_dir(args.out, EVALUATE_KIND)
+        check_output_dir(args.out, EVALUATE_KIND, names=["results.json"])   # a user's file of that name too
     engine_from_args(args)                             # --workers without --ray fails before any work
     if args.runtime != "torch" and args.ray is not None:
         raise UsageError(f"--runtime {args.runtime} runs in this process only; drop --ray or --runtime")
@@ -326,7 +326,10 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         check_task(args.task)
     pol = PatchTokenPolicy.load(args.policy)
     bb = runtime_backbone(_encoder(args, pol), args.runtime, token_blocks(pol.meta_))
-    out = output_dir(args.out, EVALUATE_KIND) if args.out else None
+    configs = config_seeds("heldout", args.configs)
+    task = args.task or pol.meta_.get("task")         # the GIFs' names (`evaluate`): a user's file of one is refused
+    gif_names = [f"gifs/{task}_cfg{int(c)}.gif" for c in configs[:args.gifs]] if task else []
+    out = output_dir(args.out, EVALUATE_KIND, names=["results.json", *gif_names]) if args.out else None
 
     def fresh_journal() -> None:                       # before any rollout: nothing of an earlier evaluation stays
         gone = remove_earlier_outputs(out, {"episodes.jsonl"})
@@ -335,7 +338,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
     start = time.monotonic()
     with engine_session(args) as engine:
-        res = evaluate(pol, bb, config_seeds("heldout", args.configs), task=args.task, max_steps=args.max_steps,
+        res = evaluate(pol, bb, configs, task=args.task, max_steps=args.max_steps,
                        parallel=args.parallel, gif_dir=out / "gifs" if out else None,
                        gif_episodes=args.gifs, journal=out / "episodes.jsonl" if out else None, engine=engine,
                        workers=args.workers, on_new_journal=fresh_journal if out else None)
@@ -365,6 +368,9 @@ def _files_named(names: list[str]) -> str:
     return " and ".join([", ".join(parts[:-1]), parts[-1]] if len(parts) > 1 else parts)
 
 
+LATENCY_FILES = ("latency.json", "histogram.png")      # what `control latency --out DIR` writes
+
+
 def _cmd_latency(args: argparse.Namespace) -> int:
     import io
 
@@ -377,7 +383,7 @@ def _cmd_latency(args: argparse.Namespace) -> int:
 
     _check_image_size(args)
     if args.out:
-        check_output_dir(args.out, LATENCY_KIND)
+        check_output_dir(args.out, LATENCY_KIND, names=LATENCY_FILES)    # a user's file of those names too
     if args.policy:
         pol = PatchTokenPolicy.load(args.policy)
         task, camera = pol.meta_.get("task", args.task), args.camera or pol.meta_.get("camera", DEFAULT_CAMERA)
@@ -407,7 +413,7 @@ def _cmd_latency(args: argparse.Namespace) -> int:
             fits.append(ok)
             print(f"{rt}: {msg}")
     if args.out:
-        out = output_dir(args.out, LATENCY_KIND)
+        out = output_dir(args.out, LATENCY_KIND, names=LATENCY_FILES)
         first = next(iter(reports.values()))
         body = first.to_dict() if len(reports) == 1 else {
             **first.to_dict(), "runtimes": {rt: rep.to_dict() for rt, rep in reports.items()},

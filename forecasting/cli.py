@@ -454,6 +454,18 @@ def _season_forms(args: argparse.Namespace) -> dict[str, str]:
     return forms
 
 
+def _files_written(args: argparse.Namespace, command: str) -> list[str]:
+    """The files `forecast <command>` writes into --out besides the model and checkpoint folders (those are
+    checked by `RunFolder.check_models`): known before any work, so that a user's file of one of these names
+    is refused before the run starts rather than overwritten (`check_output_dir(..., names=)`)."""
+    from .run_folder import RECORD
+
+    names = ["summary.json", "forecasts.csv", "forecasts.png", RECORD]
+    if command == "backtest":
+        names += ["mase_by_horizon.csv", "mase_by_horizon.png"] + (["coverage_by_horizon.png"] if args.levels else [])
+    return names + (["auto_weights.csv"] if "auto" in flat_names(args.models) else [])
+
+
 def _cmd_predict(args: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -467,7 +479,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     _check_backtest_args(args, predict=True)
     vit = vit_options(args, flat_names(args.models))
     engine_from_args(args)                          # --workers without --ray fails before any work
-    check_output_dir(args.out, "forecast.predict")
+    check_output_dir(args.out, "forecast.predict", names=_files_written(args, "predict"))   # a user's file too
     folder = RunFolder(args.out, args.resume, "predict")     # a stopped run there is continued with --resume only
     df, inferred = _read_series(args)
     season_forms = _season_forms(args)
@@ -478,7 +490,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     folder.check_models(f"models/{m.alias}" for m in built.values())     # before any work
     checkpoints = _checkpointed(built, args.out, args.resume)     # after every epoch, for --resume
     if checkpoints:
-        output_dir(args.out, "forecast.predict")      # claimed before training: its checkpoints go inside
+        output_dir(args.out, "forecast.predict", names=_files_written(args, "predict"))   # before training: its
+        # checkpoints go inside
         folder.start(checkpoints)
     with engine_session(args) as engine, _warnings_as_lines():
         fc = forecast(df, assemble(args.models, built), h=args.h, season_length=args.season_length,
@@ -512,8 +525,9 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     missing = {f"{lab} {lv}": s for lab, by in fc.interval_share().items() for lv, s in by.items() if s < 1}
     if missing:
         print(f"no interval on some rows ({', '.join(f'{k}: {100 * (1 - v):.0f} %' for k, v in missing.items())}): too "
-              "few calibration errors for that level (95 % needs 19 per step, over all series), or a flat history; "
-              "more series or --calibration-windows give them")
+              "few calibration errors for that level (95 % needs 19 per step, over all series), a flat history, or a "
+              "series shorter than its calibration windows or a season; more series or --calibration-windows give "
+              "them (more windows can shorten the networks' look-back: a warning then says so)")
     print(f"\nwrote in {args.out}: {', '.join(written)}")
     return 0
 
@@ -525,7 +539,7 @@ def _write_predict(args, fc, df, used: dict, season_forms: dict, inferred, check
 
     from .plots import plot_future, save_png
 
-    out = output_dir(args.out, "forecast.predict")
+    out = output_dir(args.out, "forecast.predict", names=_files_written(args, "predict"))
     write_json(out / "summary.json", {"csv": str(args.csv), "stat_history": {"asked": args.stat_history, "used": used},
                                       **({"season_forms": season_forms} if season_forms else {}),
                                       **_seasons_record(args),
@@ -555,7 +569,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     _check_backtest_args(args)
     vit = vit_options(args, flat_names(args.models))          # flags checked, the ViT loaded, before the data
     engine_from_args(args)                          # --workers without --ray fails before any work
-    check_output_dir(args.out, "forecast.backtest")
+    check_output_dir(args.out, "forecast.backtest", names=_files_written(args, "backtest"))   # a user's file too
     folder = RunFolder(args.out, args.resume)       # a stopped run there is continued with --resume only
     df, inferred = _read_series(args)
     season_forms = _season_forms(args)
@@ -568,7 +582,8 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     folder.check_models(f"models/{m.alias}" for m in built.values())     # before any work
     checkpoints = _checkpointed(built, args.out, args.resume)     # after every epoch, for --resume
     if checkpoints:
-        output_dir(args.out, "forecast.backtest")     # claimed before training: its checkpoints go inside
+        output_dir(args.out, "forecast.backtest", names=_files_written(args, "backtest"))   # before training: its
+        # checkpoints go inside
         folder.start(checkpoints)
     with engine_session(args) as engine, _warnings_as_lines():
         res = backtest(df, assemble(args.models, built), h=args.h, n_windows=args.windows or _D["windows"],
@@ -638,7 +653,7 @@ def _write_backtest(args, res, df, hz, used: dict, season_forms: dict, inferred,
 
     from .plots import plot_coverage, plot_forecasts, plot_mase_by_horizon, save_png
 
-    out = output_dir(args.out, "forecast.backtest")
+    out = output_dir(args.out, "forecast.backtest", names=_files_written(args, "backtest"))
     write_json(out / "summary.json", {"csv": str(args.csv), "input_size": res.input_size,
                                       "stat_history": {"asked": args.stat_history, "used": used},
                                       "neural_lengths": res.neural_lengths,

@@ -17,7 +17,7 @@ import logging
 from pathlib import Path
 from typing import Iterable
 
-from frozenvit.backbone.suite.artifacts import remove_artifact, write_json
+from frozenvit.backbone.suite.artifacts import remove_artifact, remove_outputs, write_json
 from frozenvit.backbone.suite.errors import UsageError
 
 log = logging.getLogger("frozenvit.forecasting")
@@ -76,7 +76,12 @@ class RunFolder:
                     log.warning("kept %d file(s) in %s that the earlier run did not write: %s", len(kept), p,
                                 ", ".join(kept[:3]))
             elif p.exists() or p.is_symlink():
-                p.unlink()
+                # a file frozenvit wrote and the user left alone goes, and leaves OUT's marker: a user's file later
+                # put under its name is the user's. One the marker does not list, or an edited one, stays.
+                if not remove_outputs(self.out, [rel]):
+                    log.warning("kept %s: the earlier run listed it, but it is not the file frozenvit wrote there", p)
+            else:
+                remove_outputs(self.out, [rel])         # already gone: only its entry in the marker goes
             self._prune(Path(rel).parent)
 
     def _prune(self, rel: Path) -> None:

@@ -37,7 +37,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from .errors import ArtifactError, OutputConflict
 
@@ -99,12 +99,34 @@ def changed_files(directory: str | os.PathLike, marker: dict | None = None) -> l
         f = directory / name
         if not f.is_file() or f.is_symlink():
             continue
-        st = f.stat()
-        if stats.get(name) == [st.st_size, st.st_mtime_ns]:
-            continue
-        if sha256_file(f) not in (digest, earlier.get(name)):
+        if _differs(f, digest, stats.get(name), earlier.get(name)):
             changed.append(name)
     return changed
+
+
+def _differs(f: Path, digest: Any, stat: Any, earlier: Any = None) -> bool:
+    """Whether the file `f` is not what frozenvit recorded (`digest`, or the `earlier` one a write replaces); a
+    file whose size and mtime are the recorded `stat` is not read."""
+    st = f.stat()
+    if stat == [st.st_size, st.st_mtime_ns]:
+        return False
+    return sha256_file(f) not in (digest, earlier)
+
+
+def unlisted_files(directory: str | os.PathLike, names: Iterable[str], marker: dict | None = None) -> list[str]:
+    """Of `names` (files, relative posix paths, that a run is about to write into the folder), those already there
+    that the folder's marker does not list as written by frozenvit (all of them without a marker): a user's file
+    of that name, a link or a folder. Writing them would overwrite what frozenvit did not write."""
+    directory = Path(directory)
+    marker = read_marker(directory) if marker is None else marker
+    files = (marker or {}).get("files")
+    files = files if isinstance(files, dict) else {}
+    found = []
+    for name in sorted(set(names)):
+        f = directory / name
+        if f.is_symlink() or (f.exists() and (name not in files or not f.is_file())):
+            found.append(name)
+    return found
 
 
 def foreign_files(directory: str | os.PathLike, marker: dict | None = None) -> list[str]:
@@ -119,11 +141,13 @@ def _shown(names: list[str]) -> str:
 
 
 def _check_owned_dir(path: Path, kind: str, flag: str, whole: bool, replaces: tuple[str, ...] = (),
-                     keep_edits: bool = True) -> None:
+                     keep_edits: bool = True, names: Iterable[str] = ()) -> None:
     """Raise OutputConflict unless `path` is absent, empty, or a frozenvit folder of this kind.
 
     `whole`: the folder will be replaced as a whole, so it must hold nothing but the files we listed.
     `keep_edits`: refuse a folder with a file changed since frozenvit wrote it (`changed_files`).
+    `names`: the files the run will write into the folder (relative posix paths); one of them that is already
+    there and that the marker does not list (`unlisted_files`) is refused: it is the user's.
     """
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         raise _refuse(path, "exists and is not a folder", flag)
@@ -145,6 +169,10 @@ def _check_owned_dir(path: Path, kind: str, flag: str, whole: bool, replaces: tu
         if edited:
             raise _refuse(path, f"holds an earlier {have!r} output whose {_shown(edited)} changed after frozenvit "
                           "wrote it (edited by hand?)", flag, "frozenvit never overwrites a user's changes")
+    unlisted = unlisted_files(path, names, marker)
+    if unlisted:
+        raise _refuse(path, f"holds {_shown(unlisted)}, which frozenvit did not write (its {MARKER} does not list "
+                      f"{'them' if len(unlisted) > 1 else 'it'}) and which this run would write", flag)
 
 
 def _new_temporary(target: Path, tag: str) -> Path:
@@ -324,11 +352,12 @@ def remove_artifact(path: str | os.PathLike) -> list[str]:
     return kept
 
 
-def check_output_dir(path: str | os.PathLike, kind: str, flag: str = "--out") -> None:
-    """Refuse early, writing nothing, a folder that `output_dir(path, kind)` would refuse."""
+def check_output_dir(path: str | os.PathLike, kind: str, flag: str = "--out", names: Iterable[str] = ()) -> None:
+    """Refuse early, writing nothing, a folder that `output_dir(path, kind, names=names)` would refuse: pass the
+    files the run will write (`names`), so that a user's file of one of those names stops it before any work."""
     path = Path(path)
     check_writable(path, flag)
-    _check_owned_dir(path, kind, flag, whole=False)
+    _check_owned_dir(path, kind, flag, whole=False, names=names)
     if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
         raise OutputConflict(f"{flag} {path} cannot be written (no write permission); choose a writable path")
 
@@ -337,16 +366,19 @@ _claimed: dict[Path, str] = {}         # output folders this process claimed (re
 _claim_lock = threading.RLock()
 
 
-def output_dir(path: str | os.PathLike, kind: str, flag: str = "--out") -> Path:
+def output_dir(path: str | os.PathLike, kind: str, flag: str = "--out", names: Iterable[str] = ()) -> Path:
     """Claim a folder that a command fills file by file (reports, predictions, demos, runs).
 
-    Accepted: absent, empty, or a folder frozenvit wrote with the same `kind`, none of whose files changed since
-    (files in it are overwritten by name, never deleted). Anything else raises OutputConflict and nothing is
-    written. Every file this process then writes in it with `atomic_write_bytes` (outside a folder with a marker
-    of its own) has its sha256 recorded in the folder's marker, so a later run can tell the user's edits.
+    Accepted: absent, empty, or a folder frozenvit wrote with the same `kind`, none of whose files changed since,
+    and where none of `names` (the files the run will write, relative posix paths) is a file the marker does not
+    list. Files frozenvit wrote are overwritten by name; a user's own file is never overwritten: one among `names`
+    is refused here, and `atomic_write_bytes` refuses any other at write time. Anything else raises OutputConflict
+    and nothing is written. Every file this process then writes in it with `atomic_write_bytes` (outside a folder
+    with a marker of its own) has its sha256 recorded in the folder's marker, so a later run can tell the user's
+    edits.
     """
     path = Path(path)
-    _check_owned_dir(path, kind, flag, whole=False)
+    _check_owned_dir(path, kind, flag, whole=False, names=names)
     try:
         path.mkdir(parents=True, exist_ok=True)
         if read_marker(path) is None:
@@ -432,16 +464,27 @@ def remove_earlier_outputs(root: str | os.PathLike, keep: set[str] | frozenset[s
     marker does not list, or an edited one stays. Their entries leave the marker, and the folders they leave
     empty are removed. Returns the removed files, relative to root.
     """
+    files = (read_marker(root) or {}).get("files")
+    return remove_outputs(root, [rel for rel in files if rel not in keep] if isinstance(files, dict) else [])
+
+
+def remove_outputs(root: str | os.PathLike, names: Iterable[str]) -> list[str]:
+    """Delete the files `names` (relative, posix) of the output folder `root` that its marker lists and that are
+    unchanged since frozenvit wrote them; a name it does not list, or an edited file, stays. The entries of the
+    names that are gone (removed now, or already missing) leave the marker, so that a user's file later put under
+    one of those names is taken for the user's; the folders they leave empty are removed. Returns the removed
+    files."""
     root = Path(root)
     marker = read_marker(root)
     files = (marker or {}).get("files")
     if not isinstance(files, dict):
         return []
+    names = set(names)
     edited = set(changed_files(root, marker))
     gone, removed = [], []
     for rel in sorted(files):
         parts = Path(rel).parts
-        if rel in keep or rel in edited or Path(rel).is_absolute() or ".." in parts or not parts:
+        if rel not in names or rel in edited or Path(rel).is_absolute() or ".." in parts or not parts:
             continue
         f = root / rel
         if f.is_symlink() or (f.exists() and not f.is_file()):
@@ -539,6 +582,8 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, record: bool = True
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if record:
+        _check_overwrite(path)
     claim = _record_before(path, data) if record else None
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -553,6 +598,30 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, record: bool = True
             os.unlink(tmp)
         raise
     _record_after(claim, path)
+
+
+def _check_overwrite(path: Path) -> None:
+    """The last guard of a claimed output folder: refuse to replace a file there that its marker does not list
+    (a user's file of the same name) or that changed since frozenvit wrote it."""
+    if not (path.exists() or path.is_symlink()):
+        return
+    claim = _claiming_folder(path)
+    if claim is None:
+        return
+    folder, rel = claim
+    marker = read_marker(folder)
+    if marker is None:
+        return
+    files, stats, earlier = (marker.get(k) if isinstance(marker.get(k), dict) else {}
+                             for k in ("files", "stats", "previous"))
+    if unlisted_files(folder, [rel], marker):
+        why = f"exists and frozenvit did not write it (the {MARKER} of {folder} does not list it)"
+    elif _differs(path, files[rel], stats.get(rel), earlier.get(rel)):
+        why = "changed after frozenvit wrote it (edited by hand?)"
+    else:
+        return
+    raise OutputConflict(f"{path} {why}; frozenvit never deletes or overwrites what it did not write. Move it "
+                         "away, or choose another output folder")
 
 
 def atomic_write_text(path: str | os.PathLike, text: str, record: bool = True) -> None:

@@ -50,7 +50,7 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:   # type: ignore[override]
-        self.print_usage(sys.stderr)
+        # one line, as every other error of the user's (docs/errors.md): no usage block; --help shows it
         print(f"error (UsageError): {message}; see `{self.prog} --help`", file=sys.stderr)
         raise SystemExit(2)
 
@@ -202,10 +202,13 @@ def _chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
 CLOSED_OUTPUT_STATUS = 141
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, parser: Callable[[], argparse.ArgumentParser] | None = None) -> int:
+    """The `frozenvit` command: `argv` parsed by `parser()` (default: every registered command's), a user's mistake
+    one line `error (Name): ...` and exit 2, any other exception a bug (exit 1, its traceback in a crash log).
+    Another entry point (`python -m frozenvit.backbone.distill`) passes its own parser to get the same manners."""
     try:
         try:
-            return _main(argv)
+            return _main(argv, parser or build_parser)
         finally:
             sys.stdout.flush()          # the last buffered lines: a reader gone shows here, not at the exit
     except BrokenPipeError:
@@ -242,8 +245,8 @@ def _drop_stdout() -> None:
         pass
 
 
-def _main(argv: Sequence[str] | None) -> int:
-    parser = build_parser()
+def _main(argv: Sequence[str] | None, make_parser: Callable[[], argparse.ArgumentParser]) -> int:
+    parser = make_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:                           # named by the sub-command that got them, whose --help lists its options
         _chosen_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
