@@ -179,7 +179,8 @@ def test_init_from_the_default_gives_a_native_224_grid_that_ship_and_load_keep(t
     assert counts["copied"] == counts["student_tensors"]
     assert tuple(student.pos_embed.shape) == (1, 1 + 14 * 14, 192)
     save_file({k: v.half().contiguous() for k, v in student.state_dict().items()}, tmp_path / "s.safetensors")
-    spec = ship_student(tmp_path / "s.safetensors", tmp_path / "assets", "v2test", train_img_size=224)
+    spec = ship_student(tmp_path / "s.safetensors", tmp_path / "assets", "v2test", train_img_size=224,
+                        mean=(0.5,) * 3, std=(0.5,) * 3)           # no run config.json beside it: stated
     assert spec["train_grid"] == [14, 14]
     bb = load_backbone(spec["arch"], weights=tmp_path / "assets" / spec["file"], img_size=224)
     torch.testing.assert_close(bb.model.pos_embed.detach(), student.pos_embed.detach().half().float())

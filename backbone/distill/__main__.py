@@ -1,4 +1,4 @@
-"""python -m frozenvit.backbone.distill distill ... | ship ..."""
-from .cli import main
+"""python -m frozenvit.backbone.distill distill ... | ship ... (errors as the `frozenvit` command reports them)"""
+from .cli import cli_main
 
-raise SystemExit(main())
+raise SystemExit(cli_main())

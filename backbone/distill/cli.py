@@ -21,8 +21,10 @@ def _run(args: argparse.Namespace) -> int:
 
     from .data import AugmentConfig, build_cache, check_images, list_images
     from .teacher import make_teacher
-    from .train import DistillConfig, distill
+    from .train import (DistillConfig, build_student, check_batch_size, check_init, check_run_folder, distill,
+                        plan_targets, run_settings)
 
+    # Every input is checked before the output folder or the cache is made ("nothing written", docs/errors.md).
     check_output_dir(args.out, "distill_run")     # refuse a folder we did not write before any work
     try:
         student_kwargs = json.loads(args.student_kwargs)
@@ -31,11 +33,13 @@ def _run(args: argparse.Namespace) -> int:
     if not isinstance(student_kwargs, dict):
         raise UsageError("--student-kwargs must be a JSON object, e.g. '{\"depth\": 6}'")
     roots = [args.data, *(args.extra_data or [])]
+    n_images = 0
     for r in roots:
         if not Path(r).is_dir():
             raise UsageError(f"--data/--extra-data {r} is not a folder; point it at a folder of JPEG/PNG images")
-        check_images(list_images(r))              # no images, a held-out split, a file that is not an image: a
-                                                  # named error before the teacher loads
+        files = list_images(r)
+        check_images(files)                       # no images, a held-out split, a file that is not an image: a
+        n_images += len(files)                    # named error before the teacher loads
     try:
         dense_blocks = tuple(int(b) for b in args.dense_blocks.split(",") if b.strip())
     except ValueError:
@@ -44,8 +48,6 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"--device {args.device}: torch sees no CUDA device here; use --device cpu")
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)
-    teacher = make_teacher(args.teacher, img_size=args.image_size)
-    out = output_dir(args.out, "distill_run")
     cfg = DistillConfig(student=args.student, student_kwargs=student_kwargs, img_size=args.image_size,
                         cache_size=args.cache_size or int(round(args.image_size * 1.125)), epochs=args.epochs,
                         batch_size=args.batch_size, lr=args.lr, seed=args.seed, precision=args.precision,
@@ -54,6 +56,15 @@ def _run(args: argparse.Namespace) -> int:
                         augment=AugmentConfig(scale=(args.min_scale, 1.0), mix_prob=args.mix_prob),
                         dense_blocks=dense_blocks, w_s8=args.w_s8, w_s16=args.w_s16, device=args.device,
                         workers=args.workers)
+    depth = len(build_student(cfg.student, cfg.student_kwargs, cfg.img_size).blocks)  # --student, its kwargs, the grid
+    check_batch_size(n_images, cfg.batch_size)
+    check_init(cfg.init)
+    if not args.resume:                           # a stopped or finished run: refused before the teacher loads
+        check_run_folder(args.out, {}, resume=False)
+    teacher = make_teacher(args.teacher, img_size=args.image_size)
+    plan_targets(teacher, cfg, depth)             # --dense-blocks, the teacher's strides, something to distil
+    check_run_folder(args.out, run_settings(cfg, teacher, n_images), resume=args.resume)
+    out = output_dir(args.out, "distill_run")
     images = build_cache(roots if len(roots) > 1 else args.data, args.cache_dir or out / "cache", cfg.cache_size,
                          workers=max(1, args.workers))
     distill(teacher, images, cfg, out, resume=args.resume, max_steps=args.max_steps)
@@ -137,32 +148,62 @@ def _distill_doc() -> str:
     return ast.get_docstring(ast.parse((Path(__file__).parent / "train.py").read_text())) or ""
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m frozenvit.backbone.distill distill ...` (same as `frozenvit distill`) or `... ship ...`."""
-    parser = argparse.ArgumentParser(prog="python -m frozenvit.backbone.distill")
-    sub = parser.add_subparsers(dest="cmd", required=True)
+def build_parser() -> argparse.ArgumentParser:
+    """`python -m frozenvit.backbone.distill`: `distill` (as `frozenvit distill`) and `ship`."""
+    from frozenvit.backbone.suite.cli import Parser
+
+    parser = Parser(prog="python -m frozenvit.backbone.distill")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log INFO messages")
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="{distill,ship}")
     register(sub)
-    p = sub.add_parser("ship", help="install a run's student as the embedded default (backbone/assets)")
-    p.add_argument("--student", required=True, help="student .safetensors from a distill run")
-    p.add_argument("--name", required=True)
-    p.add_argument("--assets", default=str(Path(__file__).parents[1] / "assets"))
-    p.add_argument("--train-image-size", type=number(int, min=16), default=128, metavar="PX",
-                   help="the run's --image-size (the student's training resolution)")
-    p.add_argument("--version", type=int, default=None, metavar="N",
+    p = sub.add_parser("ship", help="install a run's student as the embedded default (backbone/assets)",
+                       description="Copy a distill run's student into --assets as NAME.safetensors and write "
+                                   "default.json (and default_vN.json with --version), so that load_backbone() "
+                                   "returns it. The architecture, its kwargs, the training size and the input "
+                                   "mean/std are read from the run's config.json beside --student.")
+    p.add_argument("--student", required=True, help="student.safetensors of a distill run (its config.json beside it)")
+    p.add_argument("--name", required=True,
+                   help="file stem of the shipped weights (NAME.safetensors in --assets); refused if that file "
+                        "exists with other content")
+    p.add_argument("--assets", default=str(Path(__file__).parents[1] / "assets"),
+                   help="folder to write into (default: this installation's backbone/assets, %(default)s)")
+    p.add_argument("--train-image-size", type=number(int, min=16), default=None, metavar="PX",
+                   help="the run's --image-size (default: read from the run's config.json, or from the file's "
+                        "grid without one); given, it must match")
+    p.add_argument("--mean", type=float, nargs=3, default=None, metavar=("R", "G", "B"),
+                   help="input mean the student was trained with (default: the run's config.json); needed only for "
+                        "a student file without its run's config.json")
+    p.add_argument("--std", type=float, nargs=3, default=None, metavar=("R", "G", "B"),
+                   help="input std the student was trained with; goes with --mean")
+    p.add_argument("--version", type=number(int, min=1), default=None, metavar="N",
                    help="also write default_vN.json, so the student stays loadable as 'frozenvit-default-vN' after "
                         "later defaults ship (refused if that version names other weights)")
     p.set_defaults(func=_ship)
-    args = parser.parse_args(argv)
-    return args.func(args)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m frozenvit.backbone.distill distill ...` (same as `frozenvit distill`) or `... ship ...`; errors
+    propagate (tests call this). The console entry is `cli_main`."""
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+def cli_main(argv: Sequence[str] | None = None) -> int:
+    """`main` behind the handler the `frozenvit` command uses (backbone/suite/cli.py): a user's mistake is one line
+    `error (Name): ...` and exit status 2, any other exception a bug (exit 1, traceback in a crash log)."""
+    from frozenvit.backbone.suite import cli as suite_cli
+
+    return suite_cli.main(argv, parser=build_parser)
 
 
 def _ship(a: argparse.Namespace) -> int:
     from .train import ship_student
 
     print(json.dumps(ship_student(a.student, a.assets, a.name, train_img_size=a.train_image_size,
-                                         version=a.version), indent=2))
+                                  mean=a.mean, std=a.std, version=a.version), indent=2))
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(cli_main())

@@ -105,7 +105,7 @@ class Teacher:
         raise NotImplementedError
 
     def default_pairs(self, depth: int) -> dict[int, tuple[int, ...]]:
-        return {depth // 2 - 1: (0,), depth - 1: (0, 1)}
+        return {max(0, depth // 2 - 1): (0,), depth - 1: (0, 1)}   # a 1-block student: its block takes both
 
 
 class EfficientNetTeacher(Teacher):
@@ -150,7 +150,7 @@ class ViTTeacher(Teacher):
         return maps, logits
 
     def default_pairs(self, depth: int) -> dict[int, tuple[int, ...]]:
-        return {depth // 2 - 1: (0,), depth - 1: (1,)}
+        return {max(0, depth // 2 - 1): (0,), depth - 1: (1,)}
 
 
 def make_teacher(spec: str, img_size: int | None = None) -> Teacher:
