@@ -91,8 +91,12 @@ def _ensemble(args: argparse.Namespace):
 
 
 def _threshold_text(det: Any) -> str:
+    """The threshold as scores.csv writes it: the value, "withheld (int8)" when `withhold_int8_decisions` withheld a
+    calibrated one (an int8 graph), "uncalibrated" when the model has none."""
+    from frozenvit.backbone.export import INT8_WITHHELD, decisions_withheld
+
     t = det.decision_threshold()
-    return "uncalibrated" if t is None else f"{t:.6f}"
+    return f"{t:.6f}" if t is not None else INT8_WITHHELD if decisions_withheld(det) else "uncalibrated"
 
 
 def _model(model: str, threshold: float | None = None, target_fpr: float | None = None,
@@ -129,9 +133,10 @@ INT8_NO_DECISIONS = ("the model's threshold and operating points were calibrated
 
 
 def _int8_decisions(args: argparse.Namespace) -> bool:
-    """Whether decisions may be made in this run: not with --precision int8 (any member) unless the threshold is
-    given (--threshold T, chosen on int8 scores); --target-fpr, which picks one on the stored float32 scores, is
-    refused with int8 (UsageError)."""
+    """Whether decisions may be made in this run, by the rule the detector itself applies
+    (`withhold_int8_decisions`): not with --precision int8 (any member) unless the threshold is given (--threshold
+    T, chosen on int8 scores); --target-fpr, which picks one on the stored float32 scores, is refused with int8
+    (UsageError), before any work."""
     if "int8" not in args.precision:
         return True
     if args.target_fpr is not None:
@@ -141,8 +146,11 @@ def _int8_decisions(args: argparse.Namespace) -> bool:
 
 
 def _withhold_decisions(det: Any) -> Any:
-    """`det` deciding nothing (its float32-calibrated threshold dropped for this run; the model is not changed)."""
-    det.threshold_ = None
+    """`det` deciding nothing at its float32-calibrated threshold for this run (the model is not changed): the
+    detector's own rule, `withhold_int8_decisions`, which `use_runtime` has already applied (it warns once)."""
+    from frozenvit.backbone.export import withhold_int8_decisions
+
+    withhold_int8_decisions(det)
     return det
 
 
@@ -457,10 +465,10 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 
     from .synthetic import make_synthetic_mvtec, synthetic_files
 
-    check_output_dir(args.out, "anomaly.synthetic")
-    output_dir(args.out, "anomaly.synthetic")
     sizes = dict(n_train=args.n_train, n_test_good=args.n_test_good, n_test_defect=args.n_test_defect)
     keep = {f for c in args.category for f in synthetic_files(c, **sizes)}
+    check_output_dir(args.out, "anomaly.synthetic", names=keep)    # a user's image of one of these names too
+    output_dir(args.out, "anomaly.synthetic", names=keep)
     removed = remove_earlier_outputs(args.out, keep)      # an earlier run's images that this one does not write again
     if removed:
         print(f"removed {len(removed)} file{'s' * (len(removed) > 1)} of the earlier synth run in {args.out} "
@@ -475,7 +483,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 def _cmd_review(args: argparse.Namespace) -> int:
     from frozenvit.backbone.suite.artifacts import check_artifact_dir
 
-    from .review import HOST, ReviewData, labels_path, review_app
+    from .review import HOST, ReviewData, check_labels_file, labels_path, review_app
 
     try:
         import fastapi  # noqa: F401
@@ -490,33 +498,94 @@ def _cmd_review(args: argparse.Namespace) -> int:
     if labels_path(out).resolve().is_relative_to(images.resolve()) or out.resolve().is_relative_to(images.resolve()):
         raise UsageError(f"--out {out} lies inside --images {images}: the predictions and the labels are never "
                          "written into the image folder; choose --out outside it")
-    stale = "--rescore given" if args.rescore else _stale_predictions(out, args.model, images)
-    if stale is not None:                          # none yet, another model (an update), other or changed images
-        if stale:
-            print(f"scoring {images} again into {out}: {stale}", flush=True)
-        _faiss_threads(args)
-        check_artifact_dir(out, PREDICT_KIND)
-        _write_predictions(_model(args.model, weights=args.weights), args.model, [str(images)], out)
-    data = ReviewData.open(out, images)
+    check_labels_file(labels_path(out), images, out)   # before any work: a labels file of ours, of these images
+    sock = _review_socket(args.host, args.port)        # before any work: the port is free; held until served
+    try:
+        stale = "--rescore given" if args.rescore else _stale_predictions(out, args.model, images)
+        if stale is not None:                      # none yet, another model (an update), other or changed images
+            if stale:
+                print(f"scoring {images} again into {out}: {stale}", flush=True)
+            _faiss_threads(args)
+            check_artifact_dir(out, PREDICT_KIND)
+            _write_predictions(_model(args.model, weights=args.weights), args.model, [str(images)], out)
+        data = ReviewData.open(out, images)
+    finally:
+        sock.close()                               # uvicorn binds it again at once (SO_REUSEADDR, as here)
+    for line in data.dropped:
+        print(line, flush=True)
     if args.host != HOST:
         print(f"warning: --host {args.host} serves these images and accepts marks from other machines on the network; "
               "the app has no login", file=sys.stderr)
     print(f"reviewing {len(data.rows)} images of {images}; marks go to {data.labels.path}\n"
           f"open http://{args.host}:{args.port}/  (Ctrl-C stops)", flush=True)
-    uvicorn.run(review_app(data), host=args.host, port=args.port, log_level="warning")
+    try:
+        uvicorn.run(review_app(data), host=args.host, port=args.port, log_level="warning")
+    except SystemExit as e:                        # uvicorn exits 3 when it cannot start (the port taken meanwhile)
+        if e.code in (0, None):
+            raise
+        raise UsageError(f"the review server could not start on {args.host}:{args.port} (see above; the port may "
+                         f"have been taken since it was checked); pass --port {_free_port(args.host)}") from None
     return 0
+
+
+def _review_socket(host: str, port: int) -> Any:
+    """A socket listening on `host`:`port`, as uvicorn will bind it (SO_REUSEADDR, so a port left in TIME_WAIT
+    by an earlier review counts as free): review checks the port before scoring, and holds it meanwhile. A port
+    in use, or one that cannot be bound, is a UsageError naming a free one."""
+    import errno
+    import os
+    import socket
+
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as e:
+        raise UsageError(f"--host {host} is not an address of this machine ({e}); pass --host 127.0.0.1") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        if os.name != "nt":                        # on Windows it would let two servers share the port
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen()
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise UsageError(f"port {port} is in use on {host} (another program, or another review); pass "
+                             f"--port {_free_port(host)}") from None
+        raise UsageError(f"cannot listen on {host}:{port} ({e.strerror or e}); pass another --port (1024 or above "
+                         f"needs no privileges: --port {_free_port(host)}) or --host") from None
+    return sock
+
+
+def _free_port(host: str) -> int:
+    """A port that is free on `host` now (or the default review port, when none can be found)."""
+    import socket
+
+    from .review import PORT
+
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as s:
+            s.bind(addr)
+            return int(s.getsockname()[1])
+    except OSError:
+        return PORT
 
 
 def _stale_predictions(out: Path, model: str, images: Path) -> str | None:
     """Why the predictions in `out` are not this model's of the images `images` holds now ("" when there are none
     yet), or None when they are: the model's digest, the image names and each image's sha256 as recorded in
-    provenance.json, decided as review decides (the model's threshold, torch float32)."""
+    provenance.json, decided as review decides (the model's threshold, torch float32), with a defect map for every
+    image. Raises OutputConflict, as predict does, for a folder with a file edited since it was written (its
+    scores.csv, an overlay): edited numbers are never shown, nor overwritten."""
     import json
 
     from frozenvit.backbone.commands import list_images
+    from frozenvit.backbone.suite.artifacts import check_artifact_dir
 
     from .artifact import model_digest
 
+    if out.exists():
+        check_artifact_dir(out, PREDICT_KIND)      # the marker's digests: nothing edited, nothing of the user's
     if not (out / "scores.csv").is_file():
         return ""
     try:
@@ -546,6 +615,15 @@ def _stale_predictions(out: Path, model: str, images: Path) -> str | None:
     if changed:
         return (f"{len(changed)} image{'s' * (len(changed) > 1)} changed since they were scored (same name, other "
                 f"contents): {', '.join(changed[:3])}{' ...' if len(changed) > 3 else ''}")
+    try:
+        with open(out / "scores.csv", newline="") as f:
+            maps = [r.get("overlay") or "" for r in csv.DictReader(f)]
+    except (OSError, ValueError, csv.Error):
+        maps = []
+    no_map = [m for m in maps if not m.startswith("overlays/") or not (out / m).is_file()]
+    if not maps or no_map:
+        return ("they hold no defect maps (predicted with --no-overlays)" if len(no_map) == len(maps) else
+                f"{len(no_map)} of their {len(maps)} defect maps are missing")
     return None
 
 
@@ -556,9 +634,10 @@ def _cmd_update(args: argparse.Namespace) -> int:
 
     _faiss_threads(args)
     normals = Path(args.normals)
-    files = list_images([str(normals)]) if normals.is_dir() else read_labels(normals)
+    # a labels file: each image checked to be the file that was reviewed (refused if changed; skipped if gone)
+    files = list_images([str(normals)]) if normals.is_dir() else read_labels(normals, model=args.model)
     if not files:
-        raise UsageError(f"{normals} marks no image normal: nothing to add")
+        raise UsageError(f"{normals} marks no image normal that is still there: nothing to add")
     from .updates import model_lock
 
     def waiting() -> None:
@@ -888,6 +967,6 @@ def _export_sources(args: argparse.Namespace) -> list[tuple[str, Any, Any]]:
 
     det = load_detector(args.model, weights=args.weights)
     members = getattr(det, "members_", None)
-    if members:
-        return [(f"member{i}", m.backbone_, m.blocks_) for i, m in enumerate(members)]
-    return [("", det.backbone_, det.blocks_)]
+    if members:       # each member calibrated (--int8) on its own inputs (its tiles), as predict --precision int8
+        return [(f"member{i}", m.backbone_, m.blocks_, m) for i, m in enumerate(members)]
+    return [("", det.backbone_, det.blocks_, det)]

@@ -56,14 +56,17 @@ function draw() {
     row.className = "item" + (i.score > t ? " flagged" : "") + (i.name === selected ? " selected" : "");
     row.dataset.name = i.name;
     const img = document.createElement("img");
-    img.loading = "lazy"; img.src = "/image/" + enc(i.name); img.alt = "";
+    img.loading = "lazy"; img.alt = "";
+    if (i.changed) { row.classList.add("changed"); row.title = i.name + " " + state.changed_note; }
+    else img.src = "/image/" + enc(i.name);               // a changed file is not shown: its score is another's
     const text = document.createElement("div");
     text.innerHTML = `<div class="score"></div><div class="name"></div>`;
     text.querySelector(".score").textContent = i.score.toFixed(3);
     text.querySelector(".name").textContent = i.name;
-    if (i.label) {
+    for (const tag of [i.label, i.changed ? "changed" : null]) {
+      if (!tag) continue;
       const b = document.createElement("span");
-      b.className = "badge " + i.label; b.textContent = i.label;
+      b.className = "badge " + tag; b.textContent = tag;
       text.append(b);
     }
     row.append(img, text);
@@ -73,24 +76,39 @@ function draw() {
 }
 
 function select(name) {
-  selected = name;
   const i = state.images.find((x) => x.name === name);
+  if (!i) return;
+  selected = name;
   $("detail-name").textContent = i.name;
   $("detail-score").textContent = "score " + i.score.toFixed(3);
   $("detail-label").textContent = i.label ? "marked " + i.label : "";
-  $("photo").src = $("under").src = "/image/" + enc(i.name);
-  $("map").src = i.overlay ? "/overlay/" + enc(i.overlay) : "";
-  $("map").style.display = i.overlay ? "" : "none";
+  $("notice").hidden = !i.changed;
+  $("panes").hidden = !!i.changed;
+  $("mark-normal").disabled = $("mark-defect").disabled = !!i.changed;
+  if (i.changed) {                       // never the new file beside the old file's score and map
+    $("notice").textContent = i.name + ": " + state.changed_note;
+    for (const id of ["photo", "under", "map"]) $(id).removeAttribute("src");
+  } else {
+    const src = "/image/" + enc(i.name), map = i.overlay ? "/overlay/" + enc(i.overlay) : null;
+    if ($("photo").getAttribute("src") !== src) $("photo").src = $("under").src = src;
+    if (!map) $("map").removeAttribute("src"); else if ($("map").getAttribute("src") !== map) $("map").src = map;
+    $("map").style.display = $("under").style.display = i.overlay ? "" : "none";
+    $("no-map").hidden = !!i.overlay;
+  }
   draw();
+}
+
+async function refresh() {               // marks from other tabs, files changed on disk
+  await load();
+  if (selected !== null) select(selected);
 }
 
 async function mark(label) {
   if (selected === null) return;
   const r = await fetch("/api/label", { method: "POST", headers: { "Content-Type": "application/json" },
                                           body: JSON.stringify({ image: selected, label: label }) });
-  if (!r.ok) { alert("the mark was not saved: " + r.status); return; }
-  state.images.find((x) => x.name === selected).label = label;
-  select(selected);
+  if (!r.ok && r.status !== 409) { alert("the mark was not saved: " + r.status); return; }
+  await refresh();                       // 409: the image changed on disk; the page says so
 }
 
 function step(d) {
@@ -111,5 +129,11 @@ document.addEventListener("keydown", (e) => {
                  ArrowUp: () => step(-1), j: () => step(1), k: () => step(-1) };
   if (keys[e.key]) { e.preventDefault(); keys[e.key](); }
 });
-window.addEventListener("focus", load);   // marks made in another tab show up here
+let failed = null;                       // the photo that did not load (409: changed on disk): ask the state once
+$("photo").addEventListener("error", () => {
+  const src = $("photo").getAttribute("src");
+  if (src && src !== failed) { failed = src; refresh(); }
+});
+window.addEventListener("focus", refresh);   // marks made in another tab show up here
+setInterval(() => { if (!document.hidden) refresh(); }, 5000);   // and in a tab side by side with it
 load();
