@@ -10,7 +10,8 @@
     model/bank.safetensors   bank (M, D) float32, calibration_scores (n_hold,) float32 (n_hold may be 0)
     model/index.faiss        the faiss index over the bank
 
-Written atomically (temporary sibling, one rename). Loading checks the format version and
+Written atomically (temporary sibling, one rename). Loaded with an int8 graph as its backbone (`load_exported` of
+an int8 export), its float32-calibrated threshold is withheld (`withhold_int8_decisions`). Loading checks the format version and
 that the backbone given (or rebuilt) is the one the bank was built with: another checkpoint,
 preprocessing, input size or block choice would put test patches in another feature space and
 yield meaningless maps, so it raises ArtifactError instead.
@@ -91,12 +92,15 @@ def save_patchcore(det: Any, path: str | os.PathLike, backbone_source: dict | No
                    selection: dict | None = None, flag: str = SAVE_FLAG) -> None:
     """Write `det` to `path` atomically; `flag` names the path in an OutputConflict (the CLI checks its --out itself)."""
     bb = det.backbone_
+    # a threshold withheld for an int8 run (`withhold_int8_decisions`) is still the model's own: saved as it was
+    withheld = getattr(det, "threshold_withheld_", None)
+    threshold = det.threshold_ if withheld is None else withheld
     source = backbone_source or ({"default": True} if _is_embedded_default(bb) else _named_source(bb))
     cfg = {
         "kind": KIND, "format_version": FORMAT_VERSION,
         "params": {k: v for k, v in det.get_params(deep=False).items() if k not in _NOT_SAVED},
         "blocks": list(det.blocks_), "grid": list(det.grid_),
-        "threshold": None if det.threshold_ is None else float(det.threshold_),     # None: uncalibrated
+        "threshold": None if threshold is None else float(threshold),               # None: uncalibrated
         "map_range": [float(v) for v in det.map_range_],
         "n_train_images": int(det.n_train_images_), "n_train_patches": int(det.n_train_patches_),
         "holdout_indices": [int(i) for i in det.holdout_indices_],
@@ -261,4 +265,7 @@ def load_patchcore(cls: type, path: str | os.PathLike, backbone: Any = None,
     det.backbone_, det.bank_, det.index_, det.calibration_scores_ = bb, bank, index, calibration
     for k, v in learned.items():
         setattr(det, k, v)
+    from frozenvit.backbone.export import withhold_int8_decisions
+
+    withhold_int8_decisions(det)          # an int8 backbone given: no decisions at the float32 threshold
     return det

@@ -228,7 +228,9 @@ class PatchCoreEnsemble(ParameterErrorMixin, BaseEstimator):
                # "default": members=None (default_members at fit); "given": the saved members' own settings, which
                # load turns back into unfitted members (absent, artifacts written before: as "default")
                "members": "default" if self.members is None else "given",
-               "threshold": self.threshold_, "standardisers": [list(s) for s in self.standardisers_]}
+               # a threshold withheld for an int8 run (`withhold_int8_decisions`) is still the model's own
+               "threshold": self.threshold_ if getattr(self, "threshold_withheld_", None) is None
+               else self.threshold_withheld_, "standardisers": [list(s) for s in self.standardisers_]}
         if self.updates_:
             cfg["updates"] = self.updates_
         if selection:
@@ -248,9 +250,12 @@ class PatchCoreEnsemble(ParameterErrorMixin, BaseEstimator):
             `weights`; UsageError when no member was).
         backbones: one backbone (or None: rebuilt) per member, in `members/<i>` order, each checked as
             `PatchCore.load(path, backbone=)` checks it: e.g. `load_exported("deploy/member<i>")` of
-            `frozenvit export anomaly`. ParameterError for another count."""
+            `frozenvit export anomaly`. ParameterError for another count. When any of them runs an int8 graph, the
+            ensemble's float32-calibrated decisions are withheld (`withhold_int8_decisions`: a warning, threshold None,
+            is_defect None) unless a threshold is set."""
         import json
 
+        from frozenvit.backbone.export import DecisionsWithheld, withhold_int8_decisions
         from frozenvit.backbone.suite.artifacts import read_config
         from frozenvit.backbone.suite.errors import UsageError
 
@@ -269,8 +274,12 @@ class PatchCoreEnsemble(ParameterErrorMixin, BaseEstimator):
             with_file = [uses_weights_file(json.loads((f / "config.json").read_text())) for f in folders]
             if weights is not None and not any(with_file):
                 raise UsageError(f"no member of {path} was fitted with a weights file: drop --weights")
-            members = [PatchCore.load(f, backbone=bb, weights=weights if file and bb is None else None)
-                       for f, bb, file in zip(folders, bbs, with_file)]
+            with warnings.catch_warnings(record=True) as caught:      # int8 members: said once, for the ensemble
+                warnings.simplefilter("always")
+                members = [PatchCore.load(f, backbone=bb, weights=weights if file and bb is None else None)
+                           for f, bb, file in zip(folders, bbs, with_file)]
+            for w in {str(w.message): w for w in caught if not issubclass(w.category, DecisionsWithheld)}.values():
+                warnings.warn(w.message, w.category, stacklevel=2)
             saved = [tuple(float(v) for v in s) for s in cfg["standardisers"]]
             given = cfg.get("members", "default")
             if given not in ("default", "given"):
@@ -292,6 +301,7 @@ class PatchCoreEnsemble(ParameterErrorMixin, BaseEstimator):
             raise ArtifactError(f"{path}: the members' calibration scores do not give the saved standardisers; the "
                                 "artifact is corrupt, refit it")
         det.updates_ = list(cfg.get("updates", []))
+        withhold_int8_decisions(det)     # int8 backbones given: no decisions at the float32 threshold
         return det
 
 
@@ -301,7 +311,9 @@ def load_detector(path: str | os.PathLike, weights: str | os.PathLike | None = N
 
     weights: the new path of the weights file a model fitted with `--weights FILE` was fitted with (checked against
         its recorded sha256). backbones: one backbone per member (a PatchCore: a list of one), e.g. the
-        `load_exported` graphs of `frozenvit export anomaly`; None rebuilds them from the artifact."""
+        `load_exported` graphs of `frozenvit export anomaly`; None rebuilds them from the artifact. With any int8
+        graph among them the detector decides nothing at its float32 threshold (threshold None, is_defect None, a
+        warning saying why) until a threshold is set: `det.set_params(threshold=T)`, T chosen on int8 scores."""
     import json
 
     try:

@@ -20,12 +20,14 @@ optional extra `frozenvit[deploy]`.
 """
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -35,8 +37,9 @@ from .config import BackboneConfig
 from .errors import ArtifactError, BackboneUnavailable, GridMismatch
 from .model import FrozenBackbone
 from .preprocess import Preprocess
-from .runtimes import DEFAULT_PRECISION, DEFAULT_RUNTIME, FORMAT_OF, FORMATS, PRECISIONS_OF, RUNTIME_OF, RUNTIMES
-from .suite.artifacts import atomic_dir, read_config, write_json
+from .runtimes import (DEFAULT_PRECISION, DEFAULT_RUNTIME, FORMAT_OF, FORMATS, PRECISIONS_OF, RUNTIME_OF, RUNTIMES,
+                       SET_FILE, SET_KIND)
+from .suite.artifacts import MARKER, atomic_dir, read_config, read_marker, recover, sha256_file, write_json
 from .suite.errors import ParameterError
 from .weights import weights_fingerprint
 
@@ -44,6 +47,7 @@ log = logging.getLogger("frozenvit.backbone")
 
 KIND = "backbone.export"
 FORMAT_VERSION = 1
+SET_FORMAT_VERSION = 1        # of SET_FILE, in the folder of an export of one graph per member (runtimes.SET_KIND)
 GRAPH = {"onnx": "model.onnx", "openvino": "model.xml"}
 OPSET = 17
 QUANTISED_OPS = ("Conv", "MatMul", "Gemm")     # what int8 quantises; the rest stays float
@@ -115,7 +119,8 @@ def check_runtime(runtime: str, precision: str = DEFAULT_PRECISION) -> None:
 
 def export_backbone(backbone: FrozenBackbone, out: str | os.PathLike, blocks: int | Iterable[int] | None = None, *,
                     format: str = "onnx", norm: bool = False, int8: bool = False,
-                    calibration: Sequence[Any] | None = None, flag: str = "--out") -> Path:
+                    calibration: Sequence[Any] | None = None, flag: str = "--out",
+                    replaces: tuple[str, ...] = ()) -> Path:
     """Write `backbone`'s patch-grid forward of `blocks` (None: the last) at its input size to the folder `out`.
 
     format "onnx" (torch.onnx's TorchScript exporter, opset 17) or "openvino" (the ONNX graph converted to IR by
@@ -126,6 +131,8 @@ def export_backbone(backbone: FrozenBackbone, out: str | os.PathLike, blocks: in
     calibrated on `calibration` (images, as patch_grids takes them; required). Its cost is measured, never
     assumed: config.json["int8"] records each block's max |int8 - torch| / max |torch| on the calibration images,
     and `load_exported` logs it.
+
+    replaces: other artifact kinds `out` may hold and that this export replaces as a whole (e.g. SET_KIND).
     """
     check_format(format)
     if int8 and not calibration:
@@ -142,7 +149,7 @@ def export_backbone(backbone: FrozenBackbone, out: str | os.PathLike, blocks: in
                graph=GRAPH[format], outputs=names, opset=OPSET, torch=torch.__version__,
                source=dict(name=backbone.config.name, fingerprint=weights_fingerprint(backbone)),
                preprocessing=preprocessing(backbone), backbone_config=backbone.config.as_dict())
-    with atomic_dir(out, KIND, flag=flag) as tmp:
+    with atomic_dir(out, KIND, flag=flag, replaces=replaces) as tmp:
         onnx_file = tmp / GRAPH["onnx"]
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")     # tracer warnings: Python conditions that are constant at a fixed size
@@ -173,9 +180,10 @@ def _quantize(backbone: FrozenBackbone, onnx_file: Path, blocks: list[int], imag
     fp32 = onnx_file.with_name("fp32.onnx")
     onnx_file.rename(fp32)
     # only the products: quantising the shape arithmetic of "same" padding (TF-style ConvNets) breaks its pads
-    q.quantize_static(str(fp32), str(onnx_file), Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True,
-                      activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8,
-                      op_types_to_quantize=list(QUANTISED_OPS))
+    with _quiet_quantizer():
+        q.quantize_static(str(fp32), str(onnx_file), Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True,
+                          activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8,
+                          op_types_to_quantize=list(QUANTISED_OPS))
     fp32.unlink()
     ref, _ = backbone.forward_pixels(pixels, blocks, norm=norm)
     outs = _onnxruntime_session(onnx_file, torch.get_num_threads())(pixels.numpy())
@@ -184,6 +192,32 @@ def _quantize(backbone: FrozenBackbone, onnx_file: Path, blocks: list[int], imag
            for b in blocks}
     return dict(method="onnxruntime quantize_static QDQ, per-channel int8 weights, uint8 activations",
                 calibration_images=len(pixels), grid_rel_error_on_calibration_images=err)
+
+
+class _NotPreprocessingAdvice(logging.Filter):
+    """Drops onnxruntime's "Please consider (to run) pre-processing before quantization" advice (logged twice on the
+    root logger for every graph): its shape-inference pre-processing is not needed for these graphs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = str(record.msg)
+        return not (msg.startswith("Please consider") and "pre-processing before quantization" in msg)
+
+
+@contextlib.contextmanager
+def _quiet_quantizer() -> Iterator[None]:
+    """Silence onnxruntime.quantization's pre-processing advice for the duration (only that message). Its
+    `logging.warning` call would also configure the root logger when nothing has: a NullHandler prevents that."""
+    root, drop = logging.getLogger(), _NotPreprocessingAdvice()
+    null = logging.NullHandler() if not root.handlers else None
+    root.addFilter(drop)
+    if null is not None:
+        root.addHandler(null)
+    try:
+        yield
+    finally:
+        root.removeFilter(drop)
+        if null is not None:
+            root.removeHandler(null)
 
 
 def _config_from_dict(d: dict[str, Any]) -> BackboneConfig:
@@ -277,7 +311,8 @@ def _openvino_session(graph: Path, threads: int, precision: str = DEFAULT_PRECIS
 
 
 def load_exported(path: str | os.PathLike, runtime: str | None = None, *, source: Any = None,
-                  threads: int | None = None, precision: str | None = None) -> ExportedBackbone:
+                  threads: int | None = None, precision: str | None = None,
+                  label: str | None = None) -> ExportedBackbone:
     """An exported backbone run by `runtime` (None: onnxruntime for ONNX, openvino for IR; OpenVINO also runs
     ONNX) on `threads` threads (None: torch's current setting).
 
@@ -288,10 +323,17 @@ def load_exported(path: str | os.PathLike, runtime: str | None = None, *, source
 
     source: the backbone the caller expects (a FrozenBackbone, or a dict with "fingerprint" and
     "preprocessing"); ArtifactError when the export was made from other weights or other preprocessing.
-    ArtifactError for a folder that is not an intact export; BackboneUnavailable when the runtime is missing.
+    ArtifactError for a folder that is not an intact export; BackboneUnavailable when the runtime is missing. The
+    folder of an export of one graph per member (`frozenvit export anomaly` of an ensemble) is not one: ArtifactError
+    naming its member folders; a member folder of such an export loads only when the export's marker lists that
+    very member (one complete export, never members of two).
+
+    label: what the reduced-precision warning calls the graph (None: its backbone's name and folder).
     """
     path = Path(path)
+    _refuse_a_set(path)
     cfg = read_config(path, KIND, FORMAT_VERSION)
+    check_set_member(path)
     runtime = runtime or RUNTIME_OF[cfg["format"]]
     own = "int8" if cfg.get("int8") else DEFAULT_PRECISION
     precision = precision or own
@@ -304,16 +346,69 @@ def load_exported(path: str | os.PathLike, runtime: str | None = None, *, source
                             + ("export it again without int8" if own == "int8" else "export it with int8"))
     if source is not None:
         check_source(cfg, source, path)
+    label = label or f"{cfg['source']['name']} ({path})"
     if cfg.get("int8"):
         log.warning("%s is int8-quantised: its patch grids differ from torch's by up to %.1e relative (max over blocks, "
-                    "on %d calibration images)", path, max(cfg["int8"]["grid_rel_error_on_calibration_images"].values()),
+                    "on %d calibration images)", label, max(cfg["int8"]["grid_rel_error_on_calibration_images"].values()),
                     cfg["int8"]["calibration_images"])
     elif precision == "bfloat16":
-        log.warning("%s (%s) runs in bfloat16: its patch grids differ from torch's float32 ones (about 1e-2 "
-                    "relative); measure your metric against float32", cfg["source"]["name"], path)
+        log.warning("%s runs in bfloat16: its patch grids differ from torch's float32 ones (about 1e-2 "
+                    "relative); measure your metric against float32", label)
     threads = threads or torch.get_num_threads()
     make = _onnxruntime_session if runtime == "onnxruntime" else _openvino_session
     return ExportedBackbone(cfg, make(path / cfg["graph"], threads, precision), runtime, path, precision)
+
+
+def _refuse_a_set(path: Path) -> None:
+    """ArtifactError for the folder of an export of one graph per member, saying which folders to load."""
+    recover(path)
+    if (path / "config.json").exists() or not path.is_dir():
+        return
+    if (read_marker(path) or {}).get("kind") != SET_KIND and not (path / SET_FILE).is_file():
+        return
+    members = sorted((d.name for d in path.iterdir() if d.is_dir() and d.name.startswith("member")),
+                     key=lambda n: (len(n), n))
+    raise ArtifactError(f"{path} holds one export per member of an ensemble ({', '.join(members) or 'none'}), not one "
+                        f"graph: load {path}/member<i> (e.g. load_exported('{path}/member0')), or the whole model with "
+                        f"load_detector(model, backbones=[load_exported(f'{path}/member{{i}}') for i in "
+                        f"range({len(members) or 'n'})])")
+
+
+def check_set_member(path: str | os.PathLike) -> None:
+    """ArtifactError when `path` is a member folder of an export of one graph per member (its parent's marker is
+    SET_KIND) and that export's marker does not list this member as written with the others: an export that was
+    interrupted, or members of two exports (an older frozenvit wrote each member on its own)."""
+    path = Path(path)
+    parent = path.parent
+    recover(parent)
+    marker = read_marker(parent)
+    if (marker or {}).get("kind") != SET_KIND:
+        return
+    listed = marker.get("files") if isinstance(marker.get("files"), dict) else {}
+    own = (read_marker(path) or {}).get("files")
+    problem = None
+    try:
+        if not (parent / SET_FILE).is_file() or SET_FILE not in listed:
+            raise ArtifactError(f"{parent} is not one complete export of all members: its {MARKER} lists no members "
+                                f"(no {SET_FILE}). It was interrupted, or written by an older frozenvit one member at "
+                                f"a time, so its members may come from different exports; export the model again: "
+                                f"frozenvit export anomaly --model MODEL --out {parent}")
+        members = [m["folder"] for m in json.loads((parent / SET_FILE).read_text())["members"]]
+        if listed.get(SET_FILE) != sha256_file(parent / SET_FILE):
+            problem = f"its {SET_FILE} is not the one its {MARKER} lists"
+        elif path.name not in members:
+            problem = f"its {SET_FILE} lists {', '.join(members)}, not {path.name}"
+        elif not isinstance(own, dict) or listed.get(f"{path.name}/{MARKER}") != sha256_file(path / MARKER) or any(
+                listed.get(f"{path.name}/{f}") != d for f, d in own.items()):
+            problem = f"its {MARKER} does not list {path.name} as it is now"
+        elif any(not (parent / m / "config.json").is_file() for m in members):
+            problem = f"member folders it lists are missing ({', '.join(m for m in members if not (parent / m).is_dir())})"
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        problem = f"it has no readable {SET_FILE} listing its members ({type(e).__name__}: {e})"
+    if problem:
+        raise ArtifactError(f"{parent} is not one complete export of all members: {problem}. It was interrupted, "
+                            "mixes members of two exports, or was written by an older frozenvit (one member at a "
+                            f"time); export the model again: frozenvit export anomaly --model MODEL --out {parent}")
 
 
 def check_source(cfg: dict[str, Any], source: Any, path: Path | str = "the export") -> None:
@@ -366,7 +461,11 @@ def use_runtime(model: Any, runtime: str, threads: int | None = None, *,
     precision: one for every member (a name, or a sequence of one), or a sequence of one per member in `members_`
     order (ParameterError for another count), e.g. ("float32", "bfloat16"): a member whose metric bfloat16 moves stays float32. "int8" is
     calibrated on `calibration` images as each member sees them: one with a `feature_extractor()` (PatchCore)
-    on its inputs of those images (its tiles, when it tiles)."""
+    on its inputs of those images (its tiles, when it tiles: `calibration_inputs`, as `frozenvit export` uses).
+
+    A model with a `threshold_` (PatchCore, PatchCoreEnsemble) that now reads any member's grids from an int8 graph
+    has its decisions withheld (`withhold_int8_decisions`: a warning, threshold None, is_defect None) unless its
+    `threshold` is set explicitly."""
     members = getattr(model, "members_", None) or [model]
     precisions = [precision] if isinstance(precision, str) else list(precision)
     precisions = precisions * len(members) if len(precisions) == 1 else precisions
@@ -375,27 +474,102 @@ def use_runtime(model: Any, runtime: str, threads: int | None = None, *,
                              f"one, or one per member")
     for p in precisions:
         check_runtime(runtime, p)
-    for m, p in zip(members, precisions):
-        inputs = calibration if p == "int8" else None
-        if inputs is not None and hasattr(m, "feature_extractor"):
-            inputs = [v for _, _, v, _ in m.feature_extractor().views(inputs)]
+    for i, (m, p) in enumerate(zip(members, precisions)):
+        inputs = calibration_inputs(m, calibration) if p == "int8" else None
+        name = getattr(m.backbone_, "name", None) or m.backbone_.config.name
+        label = f"member {i} ({name})" if len(members) > 1 else name
         m.backbone_ = runtime_backbone(m.backbone_, runtime, m.blocks_, threads=threads, precision=p,
-                                       calibration=inputs)
+                                       calibration=inputs, label=label)
+    withhold_int8_decisions(model)
     return model
+
+
+def calibration_inputs(member: Any, images: Sequence[Any] | None) -> list | None:
+    """What an int8 graph of `member`'s backbone is calibrated on, given the `images`: for an estimator with a
+    `feature_extractor()` (PatchCore), its own inputs of those images (its tiles, when it tiles), as its backbone sees
+    them at predict time; the images themselves otherwise (None: None). `use_runtime` and `frozenvit export --int8`
+    both calibrate on it."""
+    if images is None or member is None or not hasattr(member, "feature_extractor"):
+        return None if images is None else list(images)
+    return [v for _, _, v, _ in member.feature_extractor().views(list(images))]
+
+
+class DecisionsWithheld(UserWarning):
+    """A detector that reads its patch grids from an int8 graph decides nothing at its float32 threshold."""
+
+
+#: why a detector running an int8 graph makes no decisions at its stored threshold
+INT8_NO_DECISIONS = ("the model's threshold and operating points were calibrated on float32 scores of its held-out "
+                     "normals, and the int8 graph moves every score, so they do not hold for int8 scores")
+#: how a withheld threshold is written where a threshold is shown (scores.csv)
+INT8_WITHHELD = "withheld (int8)"
+
+
+def int8_members(model: Any) -> list[int]:
+    """Indices of the members (`members_`, or the model itself: [0]) whose backbone runs an int8 graph."""
+    members = getattr(model, "members_", None) or [model]
+    return [i for i, m in enumerate(members) if getattr(getattr(m, "backbone_", None), "precision", None) == "int8"]
+
+
+def decisions_withheld(model: Any) -> bool:
+    """Whether `withhold_int8_decisions` withheld `model`'s calibrated threshold (and no threshold is set since)."""
+    return getattr(model, "threshold_withheld_", None) is not None and getattr(model, "threshold", None) is None
+
+
+def withhold_int8_decisions(model: Any) -> bool:
+    """The one rule for the decisions of a fitted detector (a `threshold_` calibrated on float32 scores, and an
+    optional explicit `threshold`) whose patch grids now come from an int8 graph: `use_runtime`, `load_detector(...,
+    backbones=)`, `PatchCore.load(..., backbone=)` and the CLI (--precision int8) all apply it.
+
+    When any member runs an int8 graph and no `threshold` is set, the calibrated threshold is withheld:
+    `threshold_` becomes None (so `decision_threshold()` is None and predictions carry `is_defect` None), the
+    float32 value is kept in `threshold_withheld_` (saving the model writes it back) and a DecisionsWithheld warning
+    says why and how to decide. A threshold set explicitly (`set_params(threshold=T)`, chosen on int8 scores of known
+    normals) decides as always. Recalibrating would need held-out normals, which a saved model does not store.
+    Applied again, it warns no more; with no int8 member left, the withheld threshold is restored. Returns whether
+    the decisions are withheld."""
+    if not hasattr(model, "threshold_"):
+        return False
+    members = [m for m in getattr(model, "members_", None) or [] if m is not model]
+    int8 = int8_members(model)
+    if not int8:
+        for m in (model, *members):
+            if getattr(m, "threshold_withheld_", None) is not None:
+                m.threshold_, m.threshold_withheld_ = m.threshold_withheld_, None
+        return False
+    if getattr(model, "threshold_withheld_", None) is not None:
+        return decisions_withheld(model)
+    for m in members:                             # an ensemble decides on its own threshold; its members alike
+        if getattr(m, "threshold_", None) is not None and getattr(m, "threshold", None) is None:
+            m.threshold_withheld_, m.threshold_ = m.threshold_, None
+    if model.threshold_ is None or getattr(model, "threshold", None) is not None:
+        return False                              # uncalibrated (nothing to withhold), or decided at a given threshold
+    model.threshold_withheld_, model.threshold_ = model.threshold_, None
+    which = (f"member{'s' if len(int8) > 1 else ''} {', '.join(map(str, int8))} of {len(members)}" if members
+             else "its backbone")
+    warnings.warn(f"{type(model).__name__} reads its patch grids from an int8 graph ({which}): its decisions are "
+                  f"withheld (decision_threshold() None, is_defect None); scores and maps are given. Why: "
+                  f"{INT8_NO_DECISIONS} (the float32 threshold withheld: {model.threshold_withheld_:.6g}), and a model "
+                  "stores no normals to recalibrate on. To decide, score known normal images in "
+                  "int8 and set a threshold chosen on those scores: det.set_params(threshold=T) (on the command line "
+                  "--threshold T); or run the backbones in float32", DecisionsWithheld, stacklevel=3)
+    return True
 
 
 def runtime_backbone(backbone: FrozenBackbone, runtime: str = DEFAULT_RUNTIME,
                      blocks: int | Iterable[int] | None = None, *, norm: bool = False,
                      threads: int | None = None, precision: str = DEFAULT_PRECISION,
-                     calibration: Sequence[Any] | None = None) -> Any:
+                     calibration: Sequence[Any] | None = None, label: str | None = None) -> Any:
     """`backbone` itself for runtime "torch"; else an export of it (`blocks`, at its input size) run by
     `runtime` in `precision` (int8: quantised on export, calibrated on `calibration` images, required), written
     to a temporary folder that is removed once the runtime has loaded the graph. ParameterError for a precision
-    the runtime does not run (`runtimes.PRECISIONS_OF`: torch float32 only, onnxruntime no bfloat16)."""
+    the runtime does not run (`runtimes.PRECISIONS_OF`: torch float32 only, onnxruntime no bfloat16). `label`:
+    what the reduced-precision warning calls it (None: the backbone's name; never the temporary folder)."""
     check_runtime(runtime, precision)
     if runtime == "torch":
         return backbone
     with tempfile.TemporaryDirectory(prefix="frozenvit-export-") as tmp:
         path = export_backbone(backbone, Path(tmp) / "graph", blocks, format=FORMAT_OF[runtime], norm=norm,
                                int8=precision == "int8", calibration=calibration)
-        return load_exported(path, runtime, source=backbone, threads=threads, precision=precision)
+        return load_exported(path, runtime, source=backbone, threads=threads, precision=precision,
+                             label=f"{label or backbone.config.name} (exported for this run)")

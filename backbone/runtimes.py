@@ -15,6 +15,10 @@ FORMAT_OF = {"onnxruntime": "onnx", "openvino": "openvino"}       # the format `
 PRECISIONS = ("float32", "bfloat16", "int8")
 DEFAULT_PRECISION = "float32"
 PRECISIONS_OF = {"torch": ("float32",), "onnxruntime": ("float32", "int8"), "openvino": PRECISIONS}
+# an export of one graph per member (`frozenvit export anomaly` of an ensemble): one artifact folder written by one
+# `atomic_dir` (one rename), holding member0/, member1/, ... (each a "backbone.export") and SET_FILE listing them
+SET_KIND = "backbone.export.members"
+SET_FILE = "members.json"
 
 
 def add_runtime_arg(parser: argparse.ArgumentParser, several: bool = False) -> None:

@@ -186,7 +186,7 @@ def test_predict_in_int8_decides_only_at_a_threshold_given_and_says_why(ws, tmp_
             "--no-overlays", *_int8(ws)]
     assert main([*argv, "--out", str(tmp_path / "p")]) == 0
     rows = _rows(tmp_path / "p").values()
-    assert {r["is_defect"] for r in rows} == {""} and {r["threshold"] for r in rows} == {"uncalibrated"}
+    assert {r["is_defect"] for r in rows} == {""} and {r["threshold"] for r in rows} == {"withheld (int8)"}
     out = capsys.readouterr().out
     assert "no decisions" in out and "float32" in out and "--threshold" in out
     assert main([*argv, "--out", str(tmp_path / "q"), "--threshold", "0.5"]) == 0      # the user's own threshold

@@ -172,4 +172,4 @@ def test_export_of_an_ensemble_refuses_a_users_folder_and_replaces_its_own(works
     out = tmp_path / "exported"
     for _ in range(2):                                               # a re-run replaces its own export
         assert main(["export", "anomaly", "--model", str(tmp_path / "ens"), "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["member0", "member1"]
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["member0", "member1", "members.json"]
