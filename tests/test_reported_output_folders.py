@@ -186,3 +186,24 @@ def test_anomaly_synth_refuses_a_users_image_under_a_name_it_writes(tmp_path, ca
     err = capsys.readouterr().err
     assert "OutputConflict" in err and "weave/train/good/002.png" in err
     assert _state(out) == before
+
+
+def test_an_existing_output_folder_that_cannot_be_written_is_refused_before_any_work(tmp_path):
+    """An immutable (or read-only) earlier output: refused by check_writable, not a PermissionError after the work."""
+    import shutil
+    import subprocess
+
+    from frozenvit.backbone.suite.artifacts import atomic_dir, check_artifact_dir, write_json
+    from frozenvit.backbone.suite.errors import OutputConflict
+
+    with atomic_dir(tmp_path / "m", "thing") as tmp:
+        write_json(tmp / "config.json", {"kind": "thing"})
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(tmp_path / "m")],
+                                                        capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available here (not root, or the filesystem has no immutable flag)")
+    try:
+        with pytest.raises(OutputConflict, match="cannot be written.*make that folder writable"):
+            check_artifact_dir(tmp_path / "m", "thing")
+    finally:
+        subprocess.run(["chattr", "-i", str(tmp_path / "m")], capture_output=True)
+    check_artifact_dir(tmp_path / "m", "thing")          # writable again: accepted

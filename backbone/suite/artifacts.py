@@ -260,15 +260,33 @@ def check_writable(path: str | os.PathLike, flag: str = "--out") -> None:
 
     `path` itself may exist (it is checked by the callers' ownership rules); its nearest existing ancestor
     must be a writable folder, so a long job never learns after its work that it cannot save it.
+    An existing folder at `path` must be writable too (frozenvit tags it while it replaces it). Both are tried
+    with a probe file (created and removed at once), since permission bits do not tell for root or for an
+    immutable or read-only-mounted folder.
     """
     path = Path(path)
     ancestor = next((p for p in path.parents if p.exists() or p.is_symlink()), Path("."))
     if not ancestor.is_dir():
         raise OutputConflict(f"{flag} {path} cannot be written: {ancestor} is a file, not a folder; "
                              "choose another path")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise OutputConflict(f"{flag} {path} cannot be written (no write permission in {ancestor}); "
-                             "choose a writable path")
+    for folder in [ancestor] + ([path] if path.is_dir() and not path.is_symlink() else []):
+        if not (os.access(folder, os.W_OK | os.X_OK) and _probe_write(folder)):
+            raise OutputConflict(f"{flag} {path} cannot be written (no write permission in {folder}); "
+                                 "choose a writable path, or make that folder writable")
+
+
+def _probe_write(folder: Path) -> bool:
+    """Whether a file can be created in `folder` (it is removed at once)."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".frozenvit-probe-", dir=folder)
+    except OSError:
+        return False
+    os.close(fd)
+    try:
+        os.unlink(name)
+    except OSError:
+        pass
+    return True
 
 
 def check_artifact_dir(target: str | os.PathLike, kind: str, flag: str = "--out", replaces: tuple[str, ...] = (),
