@@ -154,6 +154,46 @@ def _withhold_decisions(det: Any) -> Any:
     return det
 
 
+def _loaded_detector(args: argparse.Namespace) -> Any:
+    """The detector predict and evaluate run: --model's, deciding at --threshold / --target-fpr, its backbones run
+    by --runtime in --precision, or read from --export DIR (a `frozenvit export anomaly` of this model: its graphs
+    in their own runtime and precision, nothing exported or calibrated in this run). With int8 anywhere, no
+    decisions at the model's float32 threshold (`_int8_decisions`). args.runtime and args.precision are set to
+    what runs, for the printed notes and evaluate's JSON."""
+    if getattr(args, "export", None) is None:
+        decisions = _int8_decisions(args)
+        det = _runtime(_model(args.model, args.threshold, args.target_fpr, args.weights), args)
+        return det if decisions else _withhold_decisions(det)
+    from frozenvit.backbone.export import load_export_members
+    from frozenvit.backbone.runtimes import DEFAULT_PRECISION, DEFAULT_RUNTIME
+
+    given = [flag for flag, on in (("--runtime", args.runtime != DEFAULT_RUNTIME),
+                                   ("--precision", tuple(args.precision) != (DEFAULT_PRECISION,)),
+                                   ("--calibration", bool(args.calibration)), ("--weights", args.weights is not None),
+                                   ("--ray", getattr(args, "ray", None) is not None)) if on]
+    if given:
+        raise UsageError(f"--export runs the export's own graphs, in this process, in the runtime and precision it "
+                         f"was exported for, and needs no weights file; drop {', '.join(given)}")
+    backbones = load_export_members(args.export)
+    args.runtime = backbones[0].runtime
+    args.precision = tuple(b.precision for b in backbones)
+    decisions = _int8_decisions(args)                  # --target-fpr refused for int8, before the model is read
+    from .ensemble import load_detector
+
+    det = load_detector(args.model, backbones=backbones)
+    threshold = det.threshold_at(args.target_fpr) if args.target_fpr is not None else args.threshold
+    if threshold is not None:
+        det.set_params(threshold=threshold)._validate_params()
+    return det if decisions else _withhold_decisions(det)
+
+
+def _add_export_arg(q: argparse.ArgumentParser) -> None:
+    q.add_argument("--export", default=None, metavar="DIR",
+                   help="run the backbones of this `frozenvit export anomaly` of --model (one graph, or one per member) "
+                        "in the runtime and precision they were exported for, instead of exporting them in this run; "
+                        "refused when it was exported from another model or other weights")
+
+
 def _runtime_record(args: argparse.Namespace) -> dict:
     """What ran the backbone, as evaluate's JSON records it."""
     return {"runtime": args.runtime, "precision": ",".join(args.precision)}
@@ -293,10 +333,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     check_artifact_dir(args.out, PREDICT_KIND)     # nor an earlier output with a file edited since (scores.csv)
     if args.runtime != "torch" and args.ray is not None:
         raise UsageError(f"--runtime {args.runtime} runs in this process only; drop --ray or --runtime")
-    decisions = _int8_decisions(args)
-    det = _runtime(_model(args.model, args.threshold, args.target_fpr, args.weights), args)
-    if not decisions:
-        _withhold_decisions(det)
+    det = _loaded_detector(args)
+    decisions = "int8" not in args.precision or args.threshold is not None
     decided = {"threshold": args.threshold, "target_fpr": args.target_fpr, **_runtime_record(args)}
     with engine_session(args) as engine:
         rows = _write_predictions(det, args.model, args.images, args.out, overlays=not args.no_overlays,
@@ -382,10 +420,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
                          "brings its own ground_truth/")
     check_output_file(args.out, "anomaly.evaluate")
     _faiss_threads(args)
-    decisions = _int8_decisions(args)
-    det = _runtime(_model(args.model, args.threshold, args.target_fpr, args.weights), args)
-    if not decisions:
-        _withhold_decisions(det)
+    det = _loaded_detector(args)
+    decisions = "int8" not in args.precision or args.threshold is not None
     ds = read_mvtec(args.data) if args.data else read_folders(None, args.test, args.masks)
     metrics, per_type = evaluate_dataset(det, ds)
     if args.runtime != "torch":
@@ -893,6 +929,7 @@ def register(subparsers: Any) -> None:
     add_weights_arg(q)
     add_runtime_arg(q)
     add_precision_arg(q)
+    _add_export_arg(q)
     add_threads_arg(q)
     add_engine_args(q)
     q.set_defaults(func=_cmd_predict)
@@ -910,6 +947,7 @@ def register(subparsers: Any) -> None:
     add_weights_arg(q)
     add_runtime_arg(q)
     add_precision_arg(q)
+    _add_export_arg(q)
     add_threads_arg(q)
     q.description = ("Pixel metrics (pixel AUROC, AUPRO, pixel F1-max) count the images whose masks are known:\n"
                      "the good ones and the defective ones with a mask. A defective image without a mask is named\n"

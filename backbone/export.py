@@ -359,6 +359,25 @@ def load_exported(path: str | os.PathLike, runtime: str | None = None, *, source
     return ExportedBackbone(cfg, make(path / cfg["graph"], threads, precision), runtime, path, precision)
 
 
+def load_export_members(path: str | os.PathLike, threads: int | None = None) -> list[ExportedBackbone]:
+    """Every graph of a `frozenvit export anomaly` folder, in member order: [the one graph] of a single model's
+    export, or member0, member1, ... of an ensemble's (as its members.json lists them), each run by the runtime of
+    its format in its own precision. ArtifactError for a folder that is neither (or not intact)."""
+    path = Path(path)
+    recover(path)
+    if (path / "config.json").exists():
+        return [load_exported(path, threads=threads)]
+    if (read_marker(path) or {}).get("kind") != SET_KIND:
+        raise ArtifactError(f"{path} is not an export of `frozenvit export anomaly` (no config.json, no {SET_FILE}); "
+                            "export the model: frozenvit export anomaly --model MODEL --out DIR")
+    try:
+        members = [m["folder"] for m in json.loads((path / SET_FILE).read_text())["members"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ArtifactError(f"{path}/{SET_FILE} cannot be read ({type(e).__name__}: {e}); export the model "
+                            f"again: frozenvit export anomaly --model MODEL --out {path}") from e
+    return [load_exported(path / m, threads=threads, label=f"member {i} ({path / m})") for i, m in enumerate(members)]
+
+
 def _refuse_a_set(path: Path) -> None:
     """ArtifactError for the folder of an export of one graph per member, saying which folders to load."""
     recover(path)

@@ -173,3 +173,55 @@ def test_export_of_an_ensemble_refuses_a_users_folder_and_replaces_its_own(works
     for _ in range(2):                                               # a re-run replaces its own export
         assert main(["export", "anomaly", "--model", str(tmp_path / "ens"), "--out", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["member0", "member1", "members.json"]
+
+
+def test_predict_and_evaluate_read_an_export_instead_of_exporting_again(workspace, capsys):
+    """--export DIR: the export's own graphs score as --runtime onnxruntime does (one graph, and an ensemble's
+    member set); the runtime it ran is recorded; flags that contradict it are refused before any work."""
+    test_dir = workspace / "data" / "weave" / "test"
+    exported = workspace / "exported_for_predict"
+    assert main(["export", "anomaly", "--model", str(workspace / "model"), "--out", str(exported)]) == 0
+    assert main(["anomaly", "predict", "--model", str(workspace / "model"), "--images", str(test_dir), "--out",
+                 str(workspace / "pred_export"), "--no-overlays", "--export", str(exported)]) == 0
+    assert "backbone run by onnxruntime in float32" in capsys.readouterr().out
+    if not (workspace / "pred_onnxruntime").exists():
+        assert main(["anomaly", "predict", "--model", str(workspace / "model"), "--images", str(test_dir),
+                     "--out", str(workspace / "pred_onnxruntime"), "--no-overlays", "--runtime", "onnxruntime"]) == 0
+    ref, got = scores(workspace / "pred_onnxruntime"), scores(workspace / "pred_export")
+    assert ref.keys() == got.keys()
+    np.testing.assert_allclose([got[k] for k in ref], list(ref.values()), rtol=1e-5)
+    out = workspace / "eval_export.json"
+    assert main(["anomaly", "evaluate", "--model", str(workspace / "model"), "--data", str(workspace / "data" / "weave"),
+                 "--out", str(out), "--export", str(exported)]) == 0
+    assert (json.loads(out.read_text())["runtime"], json.loads(out.read_text())["precision"]) == ("onnxruntime",
+                                                                                                  "float32")
+    capsys.readouterr()
+    assert main(["anomaly", "predict", "--model", str(workspace / "model"), "--images", str(test_dir), "--out",
+                 str(workspace / "pred_export2"), "--export", str(exported), "--runtime", "openvino"]) == 2
+    assert "drop --runtime" in capsys.readouterr().err and not (workspace / "pred_export2").exists()
+    assert main(["anomaly", "predict", "--model", str(workspace / "model"), "--images", str(test_dir), "--out",
+                 str(workspace / "pred_export3"), "--export", str(workspace)]) == 2
+    assert "ArtifactError" in capsys.readouterr().err and not (workspace / "pred_export3").exists()
+
+
+def test_predict_reads_an_ensembles_export_member_by_member(workspace, tmp_path, capsys):
+    from frozenvit.anomaly import PatchCore
+    from frozenvit.anomaly.ensemble import PatchCoreEnsemble
+    from frozenvit.backbone import load_backbone
+
+    source = json.loads((workspace / "model" / "config.json").read_text())["backbone_source"]
+    bb = load_backbone("test_vit", weights=str(workspace / "w.safetensors"), img_size=64)
+    rng = np.random.default_rng(1)
+    imgs = [rng.integers(0, 255, (64, 64, 3), dtype=np.uint8) for _ in range(8)]
+    PatchCoreEnsemble([PatchCore(bb, progress=False), PatchCore(bb, progress=False)],
+                      progress=False).fit(imgs).save(tmp_path / "ens", backbone_sources=[source, source])
+    assert main(["export", "anomaly", "--model", str(tmp_path / "ens"), "--out", str(tmp_path / "exp")]) == 0
+    test_dir = workspace / "data" / "weave" / "test"
+    for flag in (["--runtime", "onnxruntime"], ["--export", str(tmp_path / "exp")]):
+        assert main(["anomaly", "predict", "--model", str(tmp_path / "ens"), "--images", str(test_dir), "--out",
+                     str(tmp_path / flag[0].strip("-")), "--no-overlays", *flag]) == 0
+    ref, got = scores(tmp_path / "runtime"), scores(tmp_path / "export")
+    np.testing.assert_allclose([got[k] for k in ref], list(ref.values()), rtol=1e-5)
+    assert main(["anomaly", "predict", "--model", str(workspace / "model"), "--images", str(test_dir), "--out",
+                 str(tmp_path / "wrong"), "--export", str(tmp_path / "exp")]) == 2      # another model's export
+    assert not (tmp_path / "wrong").exists()
