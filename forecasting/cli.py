@@ -401,12 +401,17 @@ def _read_series(args: argparse.Namespace):
 
 
 def _as_read(frame, args: argparse.Namespace):
-    """A frame of forecasts with its timestamp columns written as the CSV wrote its own (`data.written_times`)."""
+    """A frame of forecasts as the CSV wrote its own: timestamps in its form (`data.written_times`), and the id and
+    time columns under the names --id-col and --time-col gave them (when given, and free in the frame)."""
     from .data import written_times
 
     form = getattr(args, "time_form", None)
-    cols = [c for c in ("ds", "cutoff") if c in frame.columns]
-    return frame.assign(**{c: written_times(frame[c], form) for c in cols}) if form and cols else frame
+    cols = [c for c in (DS, "cutoff") if c in frame.columns]
+    frame = frame.assign(**{c: written_times(frame[c], form) for c in cols}) if form and cols else frame
+    names = {ID: getattr(args, "id_col", ID) if not getattr(args, "wide", False) else ID,
+             DS: getattr(args, "time_col", None) or DS}
+    names = {k: v for k, v in names.items() if k in frame.columns and v != k and v not in frame.columns}
+    return frame.rename(columns=names) if len(set(names.values())) == len(names) else frame
 
 
 def _seasons_record(args: argparse.Namespace) -> dict:

@@ -200,3 +200,16 @@ def test_iso_year_weeks_warn_that_they_run_on_to_weeks_that_do_not_exist(tmp_pat
     pd.DataFrame({"ds": np.arange(202301, 202341), "y": np.arange(40.0)}).to_csv(csv, index=False)
     with pytest.warns(UserWarning, match=r"look like ISO year-weeks \(YYYYWW: 202301.*202341.*YYYY-MM-DD"):
         read_long_csv(csv)
+
+
+def test_forecasts_csv_names_the_id_and_time_columns_as_the_users_file_did(tmp_path):
+    """--id-col sku --time-col week: forecasts.csv has sku and week columns (to join back), the ids as written."""
+    w = _weeks(30)
+    rows = [(sku, d, 10.0 + i % 4 + k) for k, sku in enumerate(["001", "002"]) for i, d in enumerate(w)]
+    csv = tmp_path / "sales.csv"
+    pd.DataFrame(rows, columns=["sku", "week", "units"]).to_csv(csv, index=False)
+    assert main(["forecast", "predict", "--models", "snaive", "--csv", str(csv), "--id-col", "sku", "--time-col",
+                 "week", "--target-col", "units", "--h", "4", "--season-length", "4", "--out", str(tmp_path / "p")]) == 0
+    got = pd.read_csv(tmp_path / "p" / "forecasts.csv", dtype={"sku": str})
+    assert list(got.columns[:2]) == ["sku", "week"] and sorted(got.sku.unique()) == ["001", "002"]
+    assert "unique_id" not in got.columns and "ds" not in got.columns
