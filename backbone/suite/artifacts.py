@@ -79,9 +79,11 @@ def _files(directory: Path) -> list[str]:
 
 
 def _refuse(path: Path, why: str, flag: str, rule: str = "frozenvit never deletes or overwrites what it did "
-            "not write") -> OutputConflict:
-    return OutputConflict(f"{flag} {path} {why}; {rule}. Choose a new {flag} path (or an empty folder), or move "
-                          "those files away")
+            "not write", cure: str | None = None) -> OutputConflict:
+    """The OutputConflict for `path` (given as `flag`): what is wrong, the rule, and the cure (by default: another
+    path, an empty folder, or the files moved away)."""
+    cure = cure or f"Choose a new {flag} path (or an empty folder), or move those files away"
+    return OutputConflict(f"{flag} {path} {why}; {rule}. {cure}")
 
 
 def changed_files(directory: str | os.PathLike, marker: dict | None = None) -> list[str]:
@@ -150,7 +152,7 @@ def _check_owned_dir(path: Path, kind: str, flag: str, whole: bool, replaces: tu
     there and that the marker does not list (`unlisted_files`) is refused: it is the user's.
     """
     if path.is_symlink() or (path.exists() and not path.is_dir()):
-        raise _refuse(path, "exists and is not a folder", flag)
+        raise _refuse(path, "exists and is not a folder", flag, cure=f"Choose another {flag} path")
     if not path.exists() or not any(path.iterdir()):
         return
     marker = read_marker(path)
@@ -163,16 +165,20 @@ def _check_owned_dir(path: Path, kind: str, flag: str, whole: bool, replaces: tu
     if whole:
         foreign = foreign_files(path, marker)
         if foreign:
-            raise _refuse(path, f"holds files that frozenvit did not write ({_shown(foreign)})", flag)
+            raise _refuse(path, f"holds files that frozenvit did not write ({_shown(foreign)})", flag,
+                          cure=f"Move {_shown(foreign)} out of {path}, or choose another {flag} path")
     if keep_edits:
         edited = changed_files(path, marker)
         if edited:
             raise _refuse(path, f"holds an earlier {have!r} output whose {_shown(edited)} changed after frozenvit "
-                          "wrote it (edited by hand?)", flag, "frozenvit never overwrites a user's changes")
+                          "wrote it (edited by hand?)", flag, "frozenvit never overwrites a user's changes",
+                          cure=f"Move {_shown(edited)} away (or keep the whole folder and choose another {flag} "
+                               "path)")
     unlisted = unlisted_files(path, names, marker)
     if unlisted:
         raise _refuse(path, f"holds {_shown(unlisted)}, which frozenvit did not write (its {MARKER} does not list "
-                      f"{'them' if len(unlisted) > 1 else 'it'}) and which this run would write", flag)
+                      f"{'them' if len(unlisted) > 1 else 'it'}) and which this run would write", flag,
+                      cure=f"Move {_shown(unlisted)} out of {path}, or choose another {flag} path")
 
 
 def _new_temporary(target: Path, tag: str) -> Path:
@@ -539,15 +545,17 @@ def check_output_file(path: str | os.PathLike | None, kind: str, flag: str = "--
         return
     path = Path(path)
     if path.is_dir():
-        raise _refuse(path, "is a folder, a file path is expected here", flag)
+        raise _refuse(path, "is a folder, a file path is expected here", flag, cure=f"Give a file path as {flag}")
     if not path.exists():
         check_writable(path, flag)
         return
     if file_kind(path) != kind:
-        raise _refuse(path, "exists and was not written by this frozenvit command", flag)
+        raise _refuse(path, "exists and was not written by this frozenvit command", flag,
+                      cure=f"Choose another {flag} file, or move that file away")
     if path.suffix.lower() != ".png" and not _seal_holds(json.loads(path.read_text())):
         raise _refuse(path, f"is an earlier {kind!r} output that changed after frozenvit wrote it (edited by hand?)",
-                      flag, "frozenvit never overwrites a user's changes")
+                      flag, "frozenvit never overwrites a user's changes",
+                      cure=f"Choose another {flag} file, or move that file away")
 
 
 def file_kind(path: Path) -> str | None:
