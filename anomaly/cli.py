@@ -175,6 +175,11 @@ def _loaded_detector(args: argparse.Namespace) -> Any:
         raise UsageError(f"--export runs the export's own graphs, in this process, in the runtime and precision it "
                          f"was exported for, and needs no weights file; drop {', '.join(given)}")
     backbones = load_export_members(args.export)
+    members = _member_count(args.model)
+    if members is not None and members != len(backbones):
+        raise UsageError(f"--export {args.export} holds {len(backbones)} graph(s) and --model {args.model} has "
+                         f"{members} member(s): it is the export of another model. Export this one: frozenvit export "
+                         f"anomaly --model {args.model} --out NEW_DIR, and pass --export NEW_DIR")
     args.runtime = backbones[0].runtime
     args.precision = tuple(b.precision for b in backbones)
     decisions = _int8_decisions(args)                  # --target-fpr refused for int8, before the model is read
@@ -185,6 +190,20 @@ def _loaded_detector(args: argparse.Namespace) -> Any:
     if threshold is not None:
         det.set_params(threshold=threshold)._validate_params()
     return det if decisions else _withhold_decisions(det)
+
+
+def _member_count(model: str) -> int | None:
+    """How many backbones the model at `model` runs (1 for a PatchCore), None where its config cannot tell (loading
+    it then names the problem)."""
+    import json
+
+    from .ensemble import KIND
+
+    try:
+        cfg = json.loads((Path(model) / "config.json").read_text())
+        return int(cfg["n_members"]) if cfg.get("kind") == KIND else 1
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def _add_export_arg(q: argparse.ArgumentParser) -> None:

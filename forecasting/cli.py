@@ -12,6 +12,7 @@ import contextlib
 import sys
 import warnings
 from pathlib import Path
+from typing import Iterator
 
 from frozenvit.backbone.suite.cli import add_threads_arg, number
 from frozenvit.backbone.suite.engine import add_engine_args
@@ -471,6 +472,39 @@ def _files_written(args: argparse.Namespace, command: str) -> list[str]:
     return names + (["auto_weights.csv"] if "auto" in flat_names(args.models) else [])
 
 
+def _errors_needed(level: float) -> int:
+    """How many calibration errors per horizon step a conformal interval at `level` % needs (19 for 95 %): the
+    least n with ceil((n + 1) * level / 100) <= n."""
+    n = 1
+    while -(-(n + 1) * level // 100) > n:
+        n += 1
+    return n
+
+
+def _fresh(out) -> bool:
+    """Whether --out is absent or an empty folder (a run that claims it and fails before training unclaims it)."""
+    out = Path(out)
+    return not out.exists() or (out.is_dir() and not any(out.iterdir()))
+
+
+@contextlib.contextmanager
+def _unclaimed_on_refusal(out, fresh: bool) -> Iterator[None]:
+    """Around a run that claimed --out before training (for its checkpoints): a refusal (a FrozenVitError) raised
+    before any checkpoint was written removes what the claim wrote, when --out was fresh, so that a mistake leaves
+    nothing behind; after a checkpoint, the folder stays for --resume."""
+    from frozenvit.backbone.suite.artifacts import MARKER, TEMP_MARKER, remove_artifact
+    from frozenvit.backbone.suite.errors import FrozenVitError
+
+    try:
+        yield
+    except FrozenVitError:
+        ckpt = Path(out) / "checkpoints"
+        if fresh and Path(out).is_dir() and not any(f.is_file() and f.name not in (MARKER, TEMP_MARKER)
+                                                    for f in ckpt.rglob("*")):
+            remove_artifact(out)
+        raise
+
+
 def _cmd_predict(args: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -494,11 +528,12 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                                         seasons=args.seasons)))
     folder.check_models(f"models/{m.alias}" for m in built.values())     # before any work
     checkpoints = _checkpointed(built, args.out, args.resume)     # after every epoch, for --resume
+    fresh = _fresh(args.out)
     if checkpoints:
         output_dir(args.out, "forecast.predict", names=_files_written(args, "predict"))   # before training: its
         # checkpoints go inside
         folder.start(checkpoints)
-    with engine_session(args) as engine, _warnings_as_lines():
+    with _unclaimed_on_refusal(args.out, fresh), engine_session(args) as engine, _warnings_as_lines():
         fc = forecast(df, assemble(args.models, built), h=args.h, season_length=args.season_length,
                       engine=engine, workers=args.workers,
                       levels=args.levels or (),
@@ -529,10 +564,14 @@ def _cmd_predict(args: argparse.Namespace) -> int:
               f"intervals: no conformal ones (--calibration-windows 0){own}")
     missing = {f"{lab} {lv}": s for lab, by in fc.interval_share().items() for lv, s in by.items() if s < 1}
     if missing:
+        top = max(args.levels)
+        need = _errors_needed(top)
+        nets = set(flat_names(args.models)) & {*NEURAL, "auto"}
         print(f"no interval on some rows ({', '.join(f'{k}: {100 * (1 - v):.0f} %' for k, v in missing.items())}): too "
-              "few calibration errors for that level (95 % needs 19 per step, over all series), a flat history, or a "
-              "series shorter than its calibration windows or a season; more series or --calibration-windows give "
-              "them (more windows can shorten the networks' look-back: a warning then says so)")
+              f"few calibration errors for that level ({top:g} % needs {need} per step, over all series), a flat "
+              "history, or a series shorter than its calibration windows or a season; more series or "
+              "--calibration-windows give them"
+              + (" (more windows can shorten the networks' look-back: a warning then says so)" if nets else ""))
     print(f"\nwrote in {args.out}: {', '.join(written)}")
     return 0
 
@@ -586,11 +625,12 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
                                         seasons=args.seasons)))
     folder.check_models(f"models/{m.alias}" for m in built.values())     # before any work
     checkpoints = _checkpointed(built, args.out, args.resume)     # after every epoch, for --resume
+    fresh = _fresh(args.out)
     if checkpoints:
         output_dir(args.out, "forecast.backtest", names=_files_written(args, "backtest"))   # before training: its
         # checkpoints go inside
         folder.start(checkpoints)
-    with engine_session(args) as engine, _warnings_as_lines():
+    with _unclaimed_on_refusal(args.out, fresh), engine_session(args) as engine, _warnings_as_lines():
         res = backtest(df, assemble(args.models, built), h=args.h, n_windows=args.windows or _D["windows"],
                        step_size=args.step_size, season_length=args.season_length, refit_every=args.refit_every,
                        progress=None, mase_season=args.mase_season,   # None: a bar on a terminal, lines in a log

@@ -174,11 +174,13 @@ def test_ship_version_taken_is_a_named_error(tmp_path, capsys):
     assert _distill(tmp_path, "run") == 0
     assets = tmp_path / "assets"
     assets.mkdir()
-    (assets / "default_v3.json").write_text(json.dumps({"sha256": "f" * 64}))
+    for v in (3, 4):
+        (assets / f"default_v{v}.json").write_text(json.dumps({"sha256": "f" * 64}))
     capsys.readouterr()
     assert _ship("--student", str(tmp_path / "run" / "student.safetensors"), "--name", "x", "--assets", str(assets),
                  "--version", "3") == 2
-    assert "version 3 is taken" in _one_error_line(capsys, "UsageError")
+    line = _one_error_line(capsys, "UsageError")
+    assert "version 3 is taken" in line and "--version 5" in line          # the lowest free one, not a taken 4
 
 
 # ----------------------------------------------------------------------------- 5, 6, 7: checked before any output

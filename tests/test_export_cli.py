@@ -224,4 +224,4 @@ def test_predict_reads_an_ensembles_export_member_by_member(workspace, tmp_path,
     np.testing.assert_allclose([got[k] for k in ref], list(ref.values()), rtol=1e-5)
     assert main(["anomaly", "predict", "--model", str(workspace / "model"), "--images", str(test_dir), "--out",
                  str(tmp_path / "wrong"), "--export", str(tmp_path / "exp")]) == 2      # another model's export
-    assert not (tmp_path / "wrong").exists()
+    assert "it is the export of another model" in capsys.readouterr().err and not (tmp_path / "wrong").exists()

@@ -109,7 +109,13 @@ def test_a_network_no_series_is_long_enough_for_is_refused_not_scored_under_its_
                  "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 2 and "not one series is long enough for DLinear" in err and "--input-size" in err
-    assert not (tmp_path / "out" / "summary.json").exists()
+    assert not (tmp_path / "out").exists()                  # a refusal leaves nothing behind
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")      # a folder that was not fresh: the user's file stays
+    assert main(["forecast", "backtest", "--csv", str(csv), "--h", "4", "--season-length", "12", "--windows", "1",
+                 "--models", "snaive,dlinear", "--input-size", "10000", "--max-epochs", "1",
+                 "--out", str(tmp_path / "mine")]) == 2
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "mine"
 
 
 def test_identical_forecasts_get_no_diebold_mariano_p_value(tmp_path, capsys):

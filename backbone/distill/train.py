@@ -568,6 +568,14 @@ def _meta_student(arch: str, kwargs: dict, img_size: int | None) -> nn.Module:
         raise UsageError(f"timm cannot build {arch} with {json.dumps(kwargs)} ({type(e).__name__}: {e})") from None
 
 
+def _free_version(assets_dir: Path, above: int) -> int:
+    """The lowest version above `above` that no default_v<N>.json in `assets_dir` names."""
+    n = above + 1
+    while (assets_dir / f"default_v{n}.json").exists():
+        n += 1
+    return n
+
+
 def ship_student(student_file: str | Path, assets_dir: str | Path, name: str, teacher: Teacher | None = None,
                  train_img_size: int | None = None, img_size: int = 224, arch: str | None = None,
                  model_kwargs: dict | None = None, version: int | None = None,
@@ -648,7 +656,8 @@ def ship_student(student_file: str | Path, assets_dir: str | Path, name: str, te
         taken = json.loads(versioned.read_text()).get("sha256")
         if taken != digest:
             raise UsageError(f"{versioned} already names other weights (sha256 {str(taken)[:12]}...): version "
-                             f"{version} is taken; ship as --version {version + 1} or higher")
+                             f"{version} is taken; ship as --version {_free_version(assets_dir, version)}, the "
+                             "lowest free one above it")
     dst = assets_dir / f"{name}.safetensors"
     if dst.is_symlink() or (dst.exists() and (not dst.is_file() or sha256_file(dst) != digest)):
         raise OutputConflict(f"{dst} exists and holds other weights: shipping would overwrite it, and a spec that "
