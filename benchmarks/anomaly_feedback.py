@@ -9,7 +9,8 @@ there are fewer) "normal" and add them with `partial_fit` (threshold re-calibrat
 plus the new held-out ones). Before/after figures (false-alarm rate, detection rate, image AUROC) are measured on
 the scoring half and every defective test image only; no scored image is among the images added (checked).
 Repeated for each of --seeds (the split, the train subset of --n-train and the model's seed); the table pools them:
-counts summed over the seeds, rates and AUROC averaged. Writes benchmarks/results/anomaly_feedback_<set>[_n<N>].json.
+counts summed over the seeds, rates and AUROC averaged. Writes benchmarks/results/anomaly_feedback_<set>[_n<N>].json
+(or --out).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import RESULTS, SHARED_DATA, print_table, write_result
+from common import RESULTS, SHARED_DATA, data_arg, print_table, resolve_data, write_result
 
 
 def rates(scores: np.ndarray, labels: np.ndarray, threshold: float) -> dict:
@@ -79,15 +80,20 @@ def one_split(ds, bb, args, seed: int) -> dict:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--set", default="mpdd_metal_plate")
-    ap.add_argument("--backbone", default="efficientnet_lite0")
-    ap.add_argument("--k", type=int, nargs="+", default=[1, 5, 10])
+    ap.add_argument("--set", default="mpdd_metal_plate",
+                    help="an MVTec-layout set under --data-root (default: mpdd_metal_plate)")
+    ap.add_argument("--backbone", default="efficientnet_lite0",
+                    help="the PatchCore backbone, a frozenvit.backbone.load_backbone name (default: efficientnet_lite0)")
+    ap.add_argument("--k", type=int, nargs="+", default=[1, 5, 10],
+                    help="mark the top k false alarms of the feedback half normal, one update per k (default: 1 5 10)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4],
                     help="one run per seed: the feedback/scoring split, the train subset, the model's seed")
     ap.add_argument("--n-train", type=int, default=None,
                     help="fit on this many train/good images (a seeded subset: a model early in use); default all")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--data-root", type=Path, default=SHARED_DATA / "defects")
+    ap.add_argument("--threads", type=int, default=1, help="torch and faiss threads")
+    data_arg(ap, "--data-root", SHARED_DATA / "defects", "folder holding --set")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="the JSON to write (default: benchmarks/results/anomaly_feedback_<set>[_n<N>].json)")
     return ap
 
 
@@ -102,7 +108,10 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     faiss.omp_set_num_threads(args.threads)
-    ds = read_mvtec(args.data_root / args.set)
+    root = resolve_data(args.data_root, SHARED_DATA / "defects", args.set)
+    if root is None:
+        return 0
+    ds = read_mvtec(root / args.set)
     bb = load_backbone(args.backbone)
     runs = [one_split(ds, bb, args, seed) for seed in args.seeds]
     table = []
@@ -119,7 +128,7 @@ def main() -> int:
         "set": args.set, "backbone": args.backbone, "seeds": args.seeds, "threads": args.threads,
         "n_train": runs[0]["n_train"], "n_feedback_good": n_good // 2, "n_scoring_good": n_good - n_good // 2,
         "n_defective": sum(s.label == 1 for s in ds.test), "table": table, "runs": runs},
-        RESULTS / f"anomaly_feedback_{args.set}{f'_n{args.n_train}' if args.n_train else ''}.json")
+        args.out or RESULTS / f"anomaly_feedback_{args.set}{f'_n{args.n_train}' if args.n_train else ''}.json")
     return 0
 
 

@@ -5,8 +5,8 @@ without per-image token centring (PatchCore(center=...)).
     python benchmarks/anomaly_quality.py --threads 2
 
 The random twin shows how much of the result comes from the learned features rather than
-from the method. While the embedded default is not shipped, only the random-init model of
-the intended shape (ViT-Ti/16 at 224) is measured, and the JSON says so.
+from the method. --weights measures a checkpoint (and its random twin) instead of the embedded
+default. Writes benchmarks/results/anomaly_quality.json (or --out).
 """
 from __future__ import annotations
 
@@ -48,21 +48,22 @@ def backbones(weights: str | None, arch: str, img_size: int) -> tuple[list[tuple
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--categories", nargs="+", default=["weave", "grain", "washer"])
-    ap.add_argument("--n-train", type=int, default=40)
-    ap.add_argument("--n-test-good", type=int, default=12)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2, help="torch threads")
+    ap.add_argument("--categories", nargs="+", default=["weave", "grain", "washer"],
+                    help="synthetic categories (frozenvit.anomaly.render_sample); default: weave grain washer")
+    ap.add_argument("--n-train", type=int, default=40, help="training normals per category")
+    ap.add_argument("--n-test-good", type=int, default=12, help="good test images per category")
     ap.add_argument("--n-test-defect", type=int, default=4, help="per defect type (4 types)")
-    ap.add_argument("--height", type=int, default=192)
-    ap.add_argument("--width", type=int, default=224)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--height", type=int, default=192, help="image height in px")
+    ap.add_argument("--width", type=int, default=224, help="image width in px")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the synthetic set")
     ap.add_argument("--weights", default=None, help="evaluate this checkpoint instead of the embedded default")
     ap.add_argument("--arch", default="vit_tiny_patch16_224", help="timm architecture of --weights")
-    ap.add_argument("--image-size", type=int, default=224)
+    ap.add_argument("--image-size", type=int, default=224, help="input size of --weights' model")
     ap.add_argument("--aggregation", default="auto", type=int_or_auto,
                     help="PatchCore(aggregation=...): 'auto' (1 on a ViT, 3 on a ConvNet) or an odd size")
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", default=None, help="the JSON to write (default: benchmarks/results/anomaly_quality.json)")
     return ap
 
 

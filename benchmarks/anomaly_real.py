@@ -16,7 +16,7 @@ import time
 import warnings
 from pathlib import Path
 
-from common import RESULTS, SHARED_DATA, print_table, write_result
+from common import RESULTS, SHARED_DATA, data_arg, print_table, resolve_data, write_result
 
 SETS = ("mpdd_metal_plate", "kolektorsdd")
 
@@ -46,7 +46,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--sets", nargs="+", default=list(SETS), choices=SETS)
     ap.add_argument("--detectors", nargs="+", default=["ensemble", "lite0", "vit", "vit_agg3"])
-    ap.add_argument("--data-root", type=Path, default=SHARED_DATA / "defects", help="folder holding the sets")
+    data_arg(ap, "--data-root", SHARED_DATA / "defects", "folder holding the sets")
     ap.add_argument("--out", default=None, help="JSON path prefix (default: benchmarks/results/anomaly_real)")
     return ap
 
@@ -63,10 +63,10 @@ def main() -> int:
     faiss.omp_set_num_threads(args.threads)
     built = detectors()
     for set_name in args.sets:
-        if not (args.data_root / set_name).is_dir():
-            print(f"skipped: {args.data_root / set_name} not found")
+        root = resolve_data(args.data_root, SHARED_DATA / "defects", set_name)
+        if root is None:
             continue
-        ds = read_mvtec(args.data_root / set_name)
+        ds = read_mvtec(root / set_name)
         n_good, n_bad = sum(s.label == 0 for s in ds.test), sum(s.label == 1 for s in ds.test)
         print(f"{set_name}: {len(ds.train)} train normals; test {n_good} good / {n_bad} defective", flush=True)
         rows, runs = [], []

@@ -30,7 +30,7 @@ import time
 import warnings
 from pathlib import Path
 
-from common import RESULTS, SHARED_DATA, print_table, write_result
+from common import RESULTS, SHARED_DATA, data_arg, print_table, resolve_data, write_result
 
 SETS = ("mpdd_metal_plate", "kolektorsdd", "synthetic_weave")
 
@@ -39,7 +39,7 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--sets", nargs="+", default=list(SETS), choices=SETS)
-    ap.add_argument("--data-root", type=Path, default=SHARED_DATA / "defects", help="folder holding the real sets")
+    data_arg(ap, "--data-root", SHARED_DATA / "defects", "folder holding the real sets")
     ap.add_argument("--out", type=Path, default=RESULTS / "anomaly_select.json", help="JSON file to write")
     ap.add_argument("--ranking-only", action="store_true",
                     help="rank the grid per seed and kind against the search-time models' test AUROC; no full model")
@@ -172,10 +172,10 @@ def main() -> int:
             if set_name == "synthetic_weave":
                 root = make_synthetic_mvtec(tmp, "weave", n_train=60, n_test_good=20, n_test_defect=5, seed=0)
             else:
-                root = args.data_root / set_name
-                if not root.is_dir():
-                    print(f"skipped: {root} not found")
+                root = resolve_data(args.data_root, SHARED_DATA / "defects", set_name)
+                if root is None:
                     continue
+                root = root / set_name
             ds = read_mvtec(root)
             print(f"\n{set_name}: {len(ds.train)} train normals, {len(ds.test)} test images", flush=True)
             out["sets"][set_name] = (ranking(ds, args.kinds, args.holdout, args.search_holdout, args.seeds)

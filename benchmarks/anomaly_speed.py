@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from common import median, print_table, write_result
+from common import add_repeats_arg, median, positive_int, print_table, write_result
 
 
 def rss_mb() -> float:
@@ -147,29 +147,32 @@ def bench_ensemble(args) -> None:
     print(f"anomaly fit's default ensemble: {ens.describe()}; threads {args.threads}")
     print_table(rows, "{:.3f}")
     write_result(f"anomaly_speed_ensemble_t{args.threads}",
-                 {"members": ens.describe(), "rows": rows, "repeats": args.repeats,
+                 {"members": ens.describe(), "rows": rows, "repeats": args.repeats, "threads": args.threads,
+                  "settings": {k: v for k, v in vars(args).items() if k != "out"},
                   "targets": {"predict_ratio": 0.85}}, args.out)
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--threads", type=int, default=2)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2, help="torch and faiss threads")
     ap.add_argument("--n", type=int, default=200_000, help="coreset input rows")
     ap.add_argument("--d", type=int, default=384, help="coreset input width")
-    ap.add_argument("--ratio", type=float, default=0.1)
-    ap.add_argument("--chunk", type=int, default=50_000)
-    ap.add_argument("--n-train", type=int, default=200, help="training normals for fit (MVTec-like)")
+    ap.add_argument("--ratio", type=float, default=0.1, help="coreset: the fraction of the input rows kept (default: 0.1)")
+    ap.add_argument("--chunk", type=positive_int, default=50_000,
+                    help="coreset: rows per distance-update chunk, which bounds its peak memory (default: 50000)")
+    ap.add_argument("--n-train", type=positive_int, default=200, help="training normals for fit (MVTec-like)")
     ap.add_argument("--size", type=int, default=512, help="side of the original test images")
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--skip-coreset", action="store_true")
+    ap.add_argument("--batch-size", type=positive_int, default=16, help="test images per timed predict (default: 16)")
+    add_repeats_arg(ap, 5, what="timed rounds after one warm-up round, every variant once per round; medians reported")
+    ap.add_argument("--skip-coreset", action="store_true", help="leave out the coreset timing (--n, --d, --ratio, --chunk)")
     ap.add_argument("--backbone", default="embedded",
                     help="'embedded' (the embedded ViT), 'default' (anomaly/defaults.py's, with its tiling), 'ensemble' "
                          "(anomaly fit's default ensemble, the coreset skipped) or a name")
     ap.add_argument("--tiled", default=None, metavar="HxW",
                     help="also time tiled predict (the default's tiling, else tile='auto') on images of HxW px against "
                          "bare patch_grids on the same tiles, e.g. 1250x500")
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", default=None,
+                    help="the JSON to write (default: benchmarks/results/anomaly_speed[_<name>]_t<threads>.json)")
     return ap
 
 
@@ -247,7 +250,8 @@ def main() -> None:
     default_index = PatchCore(bb).index_kind(len(det.bank_))         # what PatchCore() builds over this bank
     print(f"the default index over a {len(det.bank_)}-entry bank: {default_index}")
     write_result(name, {"backbone": bb.name, "backbone_kind": which, "blocks": list(blocks), "tile": det.tile,
-                        "default_index": default_index, "rows": rows,
+                        "default_index": default_index, "rows": rows, "repeats": args.repeats, "threads": args.threads,
+                        "settings": {k: v for k, v in vars(args).items() if k != "out"},
                         "targets": {"coreset_s": 60, "predict_ratio": 0.85}}, args.out)
 
 

@@ -1,6 +1,11 @@
-"""images/s of `patch_grids` at 224 px for ViT-Tiny/16 and ViT-S/14 DINOv2 (random weights: speed only).
+"""images/s of `patch_grids` at 224 px for ViT-Tiny/16 and ViT-S/14 DINOv2 (random weights: speed only) and for the
+embedded default backbone (its shipped weights, at its own input size; left out when it cannot be loaded).
 
     python benchmarks/backbone_throughput.py --threads 2
+
+Per model: img_s_encode times `patch_grids` on preprocessed pixels, img_s_with_preprocess on the raw uint8 images
+(preprocessing included), each the median of --repeats timed calls after two warm-up calls. Writes
+benchmarks/results/backbone_throughput_t<threads>.json (or --out).
 """
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ import argparse
 import numpy as np
 import torch
 
-from common import median, print_table, time_call, write_result
+from common import add_repeats_arg, median, positive_int, print_table, time_call, write_result
 
 from frozenvit.backbone import load_backbone
 
@@ -17,11 +22,11 @@ MODELS = ["vit_tiny_patch16_224", "vit_small_patch14_dinov2", "default"]
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--out", default=None)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2, help="torch threads")
+    ap.add_argument("--batch-size", type=positive_int, default=16, help="images per timed call (default: 16)")
+    add_repeats_arg(ap, 5)
+    ap.add_argument("--out", default=None, help="the JSON to write (default: benchmarks/results/backbone_throughput_t<threads>.json)")
     return ap
 
 
@@ -50,7 +55,8 @@ def main() -> None:
                      "img_s_with_preprocess": args.batch_size / median(t_all),
                      "median_batch_s": median(t_all)})
     print_table(rows, "{:.2f}")
-    write_result(f"backbone_throughput_t{args.threads}", {"rows": rows}, args.out)
+    write_result(f"backbone_throughput_t{args.threads}", {"batch_size": args.batch_size, "repeats": args.repeats,
+                                                          "threads": args.threads, "rows": rows}, args.out)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
 """Helpers shared by the benchmark scripts: timing medians after warm-up, tables, JSON out."""
 from __future__ import annotations
 
+import datetime
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -13,8 +16,68 @@ RESULTS = ROOT / "benchmarks" / "results"
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
 
+def positive_int(text: str) -> int:
+    """argparse `type=` for a count that must be at least 1 (--repeats, --rounds, --max-series, ...)."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def set_counts(text: str) -> dict[str, int]:
+    """argparse `type=` of `--max-series SET=N,...` (every N at least 1; "" gives {}: every set whole)."""
+    import argparse
+
+    out = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, sep, n = part.partition("=")
+        if not sep or not name:
+            raise argparse.ArgumentTypeError(f"{part!r} is not SET=N")
+        out[name] = positive_int(n)
+    return out
+
+
+def add_repeats_arg(ap: Any, default: int = 5, flag: str = "--repeats",
+                    what: str = "timed calls per measurement, after the warm-up; the median is reported") -> None:
+    """The shared `--repeats N` option (N >= 1: a median of no timings does not exist)."""
+    ap.add_argument(flag, type=positive_int, default=default, help=f"{what} (at least 1; default: {default})")
+
+
+def data_arg(ap: Any, flag: str, default: Path, what: str, **kwargs: Any) -> None:
+    """A data path option whose default (under ../shared/data) may be absent: argparse's default is None, so that
+    `resolve_data` can tell a path the user gave (absent: an error) from the default (absent: skip)."""
+    ap.add_argument(flag, type=Path, default=None,
+                    help=f"{what} (default: {default}; when the default is absent the benchmark is skipped with exit "
+                         "0, when a path given here is absent it exits 2)", **kwargs)
+
+
+def resolve_data(given: Path | None, default: Path, need: str | None = None, what: str = "") -> Path | None:
+    """The data path to use: `given` (the option's value, None when not given) or `default`. When it (or its `need`,
+    a file or folder inside it) is absent: None after a "skipped" line if it was the default (`make bench` runs
+    without ../shared/data), else exit 2 with the message (the user named a path that is not there)."""
+    path = default if given is None else Path(given)
+    target = path / need if need else path
+    if target.exists():
+        return path
+    msg = f"{target} not found{f' ({what})' if what else ''}"
+    if given is None:
+        print(f"skipped: {msg}")
+        return None
+    print(f"error: {msg}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def time_call(fn: Callable[[], Any], repeats: int = 7, warmup: int = 2) -> list[float]:
-    """Wall seconds of `repeats` calls after `warmup` untimed calls."""
+    """Wall seconds of `repeats` (>= 1) calls after `warmup` untimed calls."""
+    if repeats < 1:
+        raise ValueError(f"time_call: repeats must be at least 1, got {repeats}")
     for _ in range(warmup):
         fn()
     out = []
@@ -31,7 +94,49 @@ def int_or_auto(text: str) -> int | str:
 
 
 def median(xs: Sequence[float]) -> float:
+    xs = list(xs)
+    if not xs:
+        raise ValueError("median of no timings: give --repeats (or --rounds) of at least 1")
     return float(statistics.median(xs))
+
+
+# distributions whose version a figure may depend on, recorded when installed (read from metadata, none imported)
+PACKAGES = ("frozenvit", "numpy", "scikit-learn", "faiss-cpu", "faiss-gpu", "faiss", "statsforecast", "onnxruntime",
+            "openvino", "mujoco", "metaworld", "timm")
+
+
+def versions(names: Sequence[str] = PACKAGES) -> dict[str, str]:
+    """The installed version of each distribution in `names` (those not installed are left out)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in names:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            continue
+        except Exception:  # noqa: BLE001 - a broken install's metadata must not stop a benchmark
+            continue
+    return out
+
+
+def git_state(root: Path = ROOT) -> dict[str, Any]:
+    """{"commit": HEAD's hash or None, "dirty": whether tracked files differ from it, or None}; never raises."""
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
+        except Exception:  # noqa: BLE001 - no git, not a checkout, a timeout: recorded as unknown
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"commit": commit or None, "dirty": None if status is None else bool(status)}
+
+
+def now() -> str:
+    """Local time, ISO 8601 with its UTC offset (e.g. 2026-12-06T10:11:12+01:00); its first 10 characters are the date."""
+    return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
 
 
 def machine() -> dict[str, Any]:
@@ -39,7 +144,8 @@ def machine() -> dict[str, Any]:
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return {"python": platform.python_version(), "torch": torch.__version__, "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "loadavg_1min": load, "platform": platform.platform()}
+            "torch_threads": torch.get_num_threads(), "loadavg_1min": load, "platform": platform.platform(),
+            "versions": versions(), "git": git_state()}
 
 
 def print_table(rows: Sequence[dict[str, Any]], floatfmt: str = "{:.3f}") -> None:
@@ -59,7 +165,7 @@ def write_result(name: str, payload: dict[str, Any], out: str | Path | None = No
     from frozenvit.backbone.suite.artifacts import write_json
 
     path = Path(out) if out else RESULTS / f"{name}.json"
-    write_json(path, {"benchmark": name, "machine": machine(), "when": time.strftime("%Y-%m-%dT%H:%M:%S"), **payload})
+    write_json(path, {"benchmark": name, "machine": machine(), "when": now(), "argv": list(sys.argv), **payload})
     print(f"wrote {path}")
     return path
 
@@ -110,9 +216,10 @@ def sets_parser(doc: str | None, sets: Sequence[str]) -> Any:
 
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", default=",".join(sets), help=f"comma-separated, out of {','.join(sets)}")
-    ap.add_argument("--max-series", type=int, default=None, help="M4 Hourly: keep a seeded this many series")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-series", type=positive_int, default=None,
+                    help="M4 Hourly: keep a seeded this many series (at least 1; default: all)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the --max-series subsample")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--out", type=Path, default=None, help="the JSON to write (default: benchmarks/results/<name>.json)")
     add_merge_arg(ap)
     return ap

@@ -5,7 +5,7 @@ rolled out, without rendering, on the configurations a demo collection tries fir
 way `collect_demos` records a demo: until its first success and --hold-steps steps more, or the task's cap. Per
 rollout: success, first-success step, the scored distance (the task's own `obj_to_target`) at the last step, the
 steps where GoalServo commanded the arm, and whether the actions equal Meta-World's expert's bit for bit (then the
-demos, and any policy trained on them, are the same).
+demos, and any policy trained on them, are the same; None when --experts leaves out "metaworld").
 
     python benchmarks/control_expert_goal.py --out benchmarks/results/control_expert_goal.json
 """
@@ -50,8 +50,9 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=1,
                     help="taken as by every benchmark (run_all.py); the scripted rollouts are single-threaded MuJoCo")
-    ap.add_argument("--tasks", nargs="+", default=EIGHT)
-    ap.add_argument("--experts", nargs="+", default=["metaworld", "default", "servo"])
+    ap.add_argument("--tasks", nargs="+", default=EIGHT, help="Meta-World task names (default: the eight-task benchmark's)")
+    ap.add_argument("--experts", nargs="+", default=["metaworld", "default", "servo"],
+                    help="demonstrators (control.experts.make_expert); same_as_metaworld is None without \"metaworld\"")
     ap.add_argument("--configs", type=int, default=25, help="training configurations 0..N-1")
     ap.add_argument("--hold-steps", type=int, default=None, help="steps past the first success (default: the "
                     "library's, control.defaults.DEFAULT_HOLD_STEPS)")
@@ -76,8 +77,10 @@ def main() -> int:
                 runs[ex] = [rollout(task, expert, c, hold) for c in range(args.configs)]
         for ex, eps in runs.items():
             ok = [e for e in eps if e["success"]]
-            same = [len(e["actions"]) == len(m["actions"]) and np.array_equal(e["actions"], m["actions"])
-                    for e, m in zip(eps, runs.get("metaworld", eps))]
+            # None when Meta-World's expert was not rolled out (--experts without "metaworld"): nothing to compare
+            same = None if "metaworld" not in runs else sum(
+                len(e["actions"]) == len(m["actions"]) and np.array_equal(e["actions"], m["actions"])
+                for e, m in zip(eps, runs["metaworld"]))
             rows.append(dict(task=name, expert=ex, demonstrator=expert_name(name, ex), cap=cap,
                              success=f"{len(ok)}/{len(eps)}",
                              first_median=statistics.median(e["first_success"] for e in ok) if ok else None,
@@ -85,7 +88,7 @@ def main() -> int:
                              final_median_cm=round(100 * statistics.median(e["final_distance"] for e in ok), 2) if ok else None,
                              final_max_cm=round(100 * max(e["final_distance"] for e in ok), 2) if ok else None,
                              servo_episodes=sum(e["servo_steps"] > 0 for e in eps),
-                             same_as_metaworld=sum(same),
+                             same_as_metaworld=same,
                              scored_point=",".join(sorted({str(e["scored_point"]) for e in eps}))))
             per_config[f"{name}:{ex}"] = [{k: v for k, v in e.items() if k != "actions"} for e in eps]
         print_table(rows[-len(runs):])

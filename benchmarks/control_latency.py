@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from common import RESULTS, machine, print_table, write_result
+from common import RESULTS, machine, positive_int, print_table, write_result
 
 TARGET_P50_MS, TARGET_P99_MS = 60.0, 90.0
 
@@ -21,10 +21,11 @@ TARGET_P50_MS, TARGET_P99_MS = 60.0, 90.0
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2, help="the larger thread count (1 is always measured too)")
-    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--steps", type=positive_int, default=200, help="timed steps per encoder and thread count")
     ap.add_argument("--warmup", type=int, default=20, help="untimed steps before each round")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--task", default="reach-v3")
+    ap.add_argument("--rounds", type=positive_int, default=3,
+                    help="rounds the steps are split into, the encoders taking turns (at least 1)")
+    ap.add_argument("--task", default="reach-v3", help="Meta-World task")
     ap.add_argument("--backbone", default=None, help="timm name (default: the embedded default ViT)")
     ap.add_argument("--weights", default=None, help="local weights for --backbone")
     ap.add_argument("--out", default=None, help=f"JSON path (default: {RESULTS}/control_latency.json; the "
@@ -81,7 +82,7 @@ def main() -> int:
     png.parent.mkdir(parents=True, exist_ok=True)
     reports[(d["encoder"], args.threads)].histogram(TARGET_P99_MS, title=f"{d['encoder']}, {args.threads} threads") \
         .savefig(png, dpi=90)
-    write_result("control_latency", dict(task=args.task, steps=args.steps, warmup=args.warmup, rounds=args.rounds,
+    write_result("control_latency", dict(task=args.task, threads=args.threads, steps=args.steps, warmup=args.warmup, rounds=args.rounds,
                                          targets=dict(p50_ms=TARGET_P50_MS, p99_ms=TARGET_P99_MS), rows=rows,
                                          verdicts=verdicts, runs=runs, histogram=str(png)), args.out)
     return 0

@@ -55,7 +55,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--weights", default=None, help="local weights for --backbone")
     ap.add_argument("--expert", default="default", help="who records the demos (collect_demos(expert=))")
     ap.add_argument("--parallel", type=int, default=4, help="environments rolled out in lockstep")
-    ap.add_argument("--work-dir", default=str(ROOT / "runs" / "control_success"))
+    ap.add_argument("--work-dir", default=str(ROOT / "runs" / "control_success"),
+                    help="folder for the demos, token caches, trained heads and journals, kept for a later run "
+                         "(default: runs/control_success in the repository, which .gitignore leaves out; the JSON goes "
+                         "to --out)")
     add_runtime_arg(ap)
     ap.add_argument("--int8", action="store_true", help="with --runtime onnxruntime or openvino: the encoder exported "
                     "with int8 static quantisation, calibrated on --calibration-frames frames of each task's demos")

@@ -47,7 +47,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--sample-epochs", type=int, default=None, help="earlier recipe: time this many epochs")
     ap.add_argument("--baseline", action="append", default=[], metavar="TASK=RUN_JSON",
                     help="a control_success.py run of TASK to pair with (its attention head of --seed)")
-    ap.add_argument("--work-dir", default=str(ROOT / "runs" / "control_train_speed"))
+    ap.add_argument("--work-dir", default=str(ROOT / "runs" / "control_train_speed"),
+                    help="folder for the demos, token caches, trained heads and journals, kept for a later run "
+                         "(default: runs/control_train_speed in the repository, which .gitignore leaves out; the JSON goes "
+                         "to --out)")
     ap.add_argument("--out", default=None, help=f"JSON path (default: {RESULTS}/control_train_speed.json)")
     return ap
 

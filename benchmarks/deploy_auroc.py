@@ -7,7 +7,7 @@ For each set of ../shared/data/defects: `frozenvit anomaly fit` (the default ens
 model is there, then `frozenvit anomaly evaluate --runtime R --precision P` into --work/eval_<set>_<R>_<P>.json for
 every variant (int8: calibrated on the set's train/good, at most 32 images), skipping an evaluation whose JSON is
 already there (a run cut short goes on where it stopped). Each row: image AUROC, pixel AUROC, AUPRO and their
-differences from torch float32's on the same model. Writes benchmarks/results/deploy_auroc[_<tag>].json.
+differences from torch float32's on the same model. Writes benchmarks/results/deploy_auroc[_<tag>].json (or --out).
 """
 from __future__ import annotations
 
@@ -56,7 +56,9 @@ def parser() -> argparse.ArgumentParser:
                          "frozenvit-deploy-auroc in the temporary folder)")
     ap.add_argument("--sets", default=",".join(SETS), help="comma-separated sets of ../shared/data/defects")
     ap.add_argument("--threads", type=int, default=1, help="threads of every fit and evaluation")
-    ap.add_argument("--tag", default="", help="suffix of the JSON file name")
+    ap.add_argument("--tag", default="", help="suffix of the JSON file name (benchmarks/results/deploy_auroc_<tag>.json)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="the JSON to write (default: benchmarks/results/deploy_auroc[_<tag>].json)")
     return ap
 
 
@@ -81,7 +83,7 @@ def main() -> None:
     members = " + ".join(name or "embedded ViT" for name, _ in ENSEMBLE)
     write_result("deploy_auroc" + (f"_{args.tag}" if args.tag else ""),
                  {"threads": args.threads, "model": f"the default ensemble of `anomaly fit` ({members})",
-                  "reference": "torch float32", "rows": rows})
+                  "reference": "torch float32", "rows": rows}, args.out)
 
 
 if __name__ == "__main__":

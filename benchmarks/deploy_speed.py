@@ -17,7 +17,7 @@ them alike; ratios are within one run):
   synthetic test set through each runtime in each of --precisions that it runs (`use_runtime(..., precision=)`;
   int8 calibrated on the training normals): images/s (median over rounds) and image AUROC of each.
 
-Writes benchmarks/results/deploy_speed_t<threads>[_<tag>].json.
+Writes benchmarks/results/deploy_speed_t<threads>[_<tag>].json (or --out).
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from common import median, print_table, write_result
+from common import median, positive_int, print_table, write_result
 
 RUNTIMES = ("torch", "onnxruntime", "openvino")
 # anomaly part: "a+b+c" runs the ensemble's members in a, b and c in their order (`--precision a,b,c` on the command
@@ -198,14 +198,15 @@ def bench_anomaly(runtimes, precisions, size: int, rounds: int, n_train: int) ->
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2, help="threads of every runtime")
     ap.add_argument("--part", choices=("all", "encoder", "loop", "anomaly"), default="all",
                     help="all: encoder and anomaly (loop needs Meta-World rendering: ask for it)")
     ap.add_argument("--runtimes", default=",".join(RUNTIMES), help="comma-separated, the first is the baseline")
-    ap.add_argument("--steps", type=int, default=100, help="encoder/loop: timed steps per runtime")
+    ap.add_argument("--steps", type=positive_int, default=100, help="encoder/loop: timed steps per runtime")
     ap.add_argument("--warmup", type=int, default=10, help="loop: untimed steps per round")
     ap.add_argument("--size", type=int, default=512, help="anomaly: image side in pixels")
-    ap.add_argument("--rounds", type=int, default=3, help="anomaly: timed rounds (after one warm-up round)")
+    ap.add_argument("--rounds", type=positive_int, default=3,
+                    help="anomaly: timed rounds (after one warm-up round; at least 1)")
     ap.add_argument("--n-train", type=int, default=10, help="anomaly: synthetic normals to fit on")
     ap.add_argument("--precisions", default=",".join(PRECISIONS),
                     help="anomaly: comma-separated precisions, each timed with every runtime that runs it "
@@ -213,8 +214,9 @@ def parser() -> argparse.ArgumentParser:
                          "a+b+c: the ensemble's members in a, b and c, in their order")
     ap.add_argument("--int8", action="store_true",
                     help="encoder: also time int8 exports (calibrated on 8 Meta-World renders) of each ONNX runtime")
-    ap.add_argument("--tag", default="", help="suffix of the JSON file name")
-    ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/deploy_speed_t<threads>.json)")
+    ap.add_argument("--tag", default="", help="suffix of the JSON file name (deploy_speed_t<threads>_<tag>.json)")
+    ap.add_argument("--out", default=None,
+                    help="JSON path (default: benchmarks/results/deploy_speed_t<threads>[_<tag>].json)")
     return ap
 
 

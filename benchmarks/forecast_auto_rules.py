@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import merged_from, print_table, write_result  # noqa: E402
+from common import merged_from, print_table, set_counts, write_result  # noqa: E402
 from forecast_defaults import SETS, load  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -282,7 +282,8 @@ def choose(rows: list[dict]) -> dict:
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", default=",".join(SETS))
-    ap.add_argument("--max-series", default="", help="SET=N,...: keep N series of SET (seeded)")
+    ap.add_argument("--max-series", type=set_counts, default="",
+                    help="SET=N,...: keep N (at least 1) series of SET (seeded); default: all")
     ap.add_argument("--etth2-rows", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--val-windows", type=int, default=6)
@@ -325,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    most = {k: int(v) for k, v in (p.split("=") for p in args.max_series.split(",") if p)}
+    most = dict(args.max_series)
     args.cache.mkdir(parents=True, exist_ok=True)
     rows = []
     for name in args.sets.split(","):

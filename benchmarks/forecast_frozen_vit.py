@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED_DATA, print_table, write_result  # noqa: E402
+from common import SHARED_DATA, data_arg, print_table, resolve_data, write_result  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
@@ -98,22 +98,23 @@ def _training(model) -> dict:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--datasets", default="etth2,m4")
-    ap.add_argument("--models", default="patchtst,vit")
-    ap.add_argument("--fractions", default="1,0.1")
+    ap.add_argument("--datasets", default="etth2,m4", help="comma-separated, out of etth2,m4 (default: both)")
+    ap.add_argument("--models", default="patchtst,vit", help="comma-separated, out of patchtst,vit (default: both)")
+    ap.add_argument("--fractions", default="1,0.1",
+                    help="comma-separated fractions of the training windows kept (the last ones; default: 1,0.1)")
     ap.add_argument("--n-blocks", default="6", help="vit: comma-separated k (the first k frozen blocks)")
     ap.add_argument("--no-train-norm", action="store_true", help="vit: LayerNorm affine pairs frozen too")
     ap.add_argument("--no-train-pos", action="store_true", help="vit: no position embedding")
-    ap.add_argument("--max-epochs", type=int, default=6)
-    ap.add_argument("--patience", type=int, default=3)
-    ap.add_argument("--windows-per-epoch", type=int, default=256)
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--max-epochs", type=int, default=6, help="cap on epochs (default: 6)")
+    ap.add_argument("--patience", type=int, default=3, help="early-stopping patience in epochs (default: 3)")
+    ap.add_argument("--windows-per-epoch", type=int, default=256, help="training windows sampled per epoch")
+    ap.add_argument("--batch-size", type=int, default=32, help="training batch size")
+    ap.add_argument("--lr", type=float, default=1e-3, help="learning rate")
     ap.add_argument("--val-windows", type=int, default=200, help="ETTh2: the first V validation windows (0: all)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--ett", type=Path, default=SHARED_DATA / "ett" / "ETTh2.csv")
-    ap.add_argument("--m4", type=Path, default=SHARED_DATA / "m4_hourly")
+    data_arg(ap, "--ett", SHARED_DATA / "ett" / "ETTh2.csv", "the ETTh2 CSV")
+    data_arg(ap, "--m4", SHARED_DATA / "m4_hourly", "folder holding M4's Hourly-train.csv and Hourly-test.csv")
     ap.add_argument("--tag", default="", help="suffix of the JSON's name")
     ap.add_argument("--out", type=Path, default=None)
     return ap
@@ -121,9 +122,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if not args.ett.is_file() or not (args.m4 / "Hourly-train.csv").is_file():
-        print(f"skipped: {args.ett} or {args.m4} not found")
+    ett = resolve_data(args.ett, SHARED_DATA / "ett" / "ETTh2.csv")
+    m4 = resolve_data(args.m4, SHARED_DATA / "m4_hourly", "Hourly-train.csv")
+    if ett is None or m4 is None:
         return 0
+    args.ett, args.m4 = ett, m4
     torch.set_num_threads(args.threads)
     rows: list[dict] = []
     started = time.perf_counter()

@@ -15,7 +15,7 @@ Sets, each of real series with a long cycle:
 MASE is scaled by the set's shortest natural cycle (24 hours, 52 weeks, 48 half-hours), so that a row's
 columns share one scale. On the hourly sets the same models with the daily season (24), which AutoETS
 fits itself, are run too, as the reference a user had. The statistical models are fitted as the command
-fits them (`--stat-history auto`). `--max-series N` keeps a seeded N series of M4 Hourly.
+fits them (`--stat-history auto`). `--max-series N` (N >= 1) keeps a seeded N series of M4 Hourly.
 
 Needs ../shared/data for M4 Hourly and ETTh2, statsmodels (forecast extra) and pmdarima (bench extra).
 Writes benchmarks/results/forecast_long_season.json (or --out).
@@ -84,7 +84,8 @@ def run_set(name: str, max_series: int | None, seed: int) -> dict:
     for key, models in runs.items():
         t0 = time.perf_counter()
         res = backtest(df, models, h=h, season_length=m if not key.startswith("season") else cfg["daily"], **common)
-        print(f"{name}: {key} run in {time.perf_counter() - t0:.0f} s", flush=True)
+        print(f"{name}: {', '.join(type(mod).__name__ for mod in models)} (run {key!r}) fitted and forecast in "
+              f"{time.perf_counter() - t0:.0f} s", flush=True)
         suffix = f" (season {cfg['daily']})" if key.startswith("season") else ""
         names = {"ETS": "ETS, AutoETS' season" if key == "SeasonalNaive" else
                  ("ETS + STL" if key == "ETS + STL" else "ETS")}

@@ -3,7 +3,10 @@
 One window: the models see the training part of every series (M4's train file), forecast the
 48 test values, and are scored with M4's MASE (scale from each series' training part) and sMAPE.
 Neural models train once, globally, on windows of all series (validation: the last 48 training
-values of each). Writes benchmarks/results/forecast_m4_hourly.json.
+values of each). Writes benchmarks/results/forecast_m4_hourly.json (or --out).
+
+    python benchmarks/forecast_m4_hourly.py --threads 1
+    python benchmarks/forecast_m4_hourly.py --models snaive,naive --out /tmp/m4.json
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED_DATA, print_table, write_result  # noqa: E402
+from common import SHARED_DATA, data_arg, print_table, resolve_data, write_result  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -34,25 +37,29 @@ def build(name: str, args: argparse.Namespace):
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, default=SHARED_DATA / "m4_hourly")
-    ap.add_argument("--models", default="snaive,naive,ets,dlinear,patchtst")
-    ap.add_argument("--input-size", type=int, default=336)
-    ap.add_argument("--max-epochs", type=int, default=20)
-    ap.add_argument("--patience", type=int, default=NEURAL_TRAINING["patience"])
-    ap.add_argument("--windows-per-epoch", type=int, default=NEURAL_TRAINING["windows_per_epoch"])
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=None)
+    data_arg(ap, "--data", SHARED_DATA / "m4_hourly", "folder holding M4's Hourly-train.csv and Hourly-test.csv")
+    ap.add_argument("--models", default="snaive,naive,ets,dlinear,patchtst",
+                    help="comma-separated, out of snaive,naive,ets,dlinear,patchtst (default: all five)")
+    ap.add_argument("--input-size", type=int, default=336, help="the neural models' look-back in steps (default: 336)")
+    ap.add_argument("--max-epochs", type=int, default=20, help="the neural models' cap on epochs (default: 20)")
+    ap.add_argument("--patience", type=int, default=NEURAL_TRAINING["patience"],
+                    help="early-stopping patience in epochs (default: the library's, forecasting.defaults)")
+    ap.add_argument("--windows-per-epoch", type=int, default=NEURAL_TRAINING["windows_per_epoch"],
+                    help="training windows sampled per epoch (default: the library's, forecasting.defaults)")
+    ap.add_argument("--seed", type=int, default=0, help="the neural models' seed")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="the JSON to write (default: benchmarks/results/<this script's name>.json)")
     return ap
 
 
 def load(args: argparse.Namespace):
     """M4 Hourly as a long frame (torch set to --threads), or None when --data has no copy of it."""
-    if not (args.data / "Hourly-train.csv").is_file():
-        print(f"skipped: {args.data} has no Hourly-train.csv")
+    data = resolve_data(args.data, SHARED_DATA / "m4_hourly", "Hourly-train.csv", "M4 Hourly")
+    if data is None:
         return None
     torch.set_num_threads(args.threads)
-    return read_m4(args.data / "Hourly-train.csv", args.data / "Hourly-test.csv")
+    return read_m4(data / "Hourly-train.csv", data / "Hourly-test.csv")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,10 @@ on the validation tail it held out (--global-calibration holdout, the default) o
 training before them (retrain); ETS also reports AutoETS' own intervals. The median and the mean of
 ETS, DLinear and PatchTST reuse their members' forecasts and are tested against each (Diebold-Mariano
 across series). Models and training settings are those of benchmarks/forecast_m4_hourly.py (the
-CLI's defaults). Writes benchmarks/results/forecast_m4_hourly_intervals.json.
+CLI's defaults). Writes benchmarks/results/forecast_m4_hourly_intervals.json (or --out).
+
+    python benchmarks/forecast_m4_hourly_intervals.py --threads 1
+    python benchmarks/forecast_m4_hourly_intervals.py --models snaive --calibration-windows 1 --out /tmp/int.json
 """
 from __future__ import annotations
 
@@ -34,8 +37,10 @@ def parser() -> argparse.ArgumentParser:
     ap = point_parser()
     ap.description = __doc__
     ap.set_defaults(models="snaive,ets,dlinear,patchtst,median(ets,dlinear,patchtst),mean(ets,dlinear,patchtst)")
-    ap.add_argument("--levels", default="80,95")
-    ap.add_argument("--calibration-windows", type=int, default=CONFORMAL["calibration_windows"])
+    ap.add_argument("--levels", default="80,95", help="comma-separated nominal coverages in percent (default: 80,95)")
+    ap.add_argument("--calibration-windows", type=int, default=CONFORMAL["calibration_windows"],
+                    help="conformal calibration windows of 48 before the test (default: the library's, "
+                         "forecasting.defaults.CONFORMAL)")
     ap.add_argument("--global-calibration", choices=GLOBAL_CALIBRATIONS, default=CONFORMAL["global_calibration"],
                     help="where the neural models' calibration forecasts come from (forecasting.defaults)")
     return ap

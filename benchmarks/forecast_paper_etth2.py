@@ -26,7 +26,7 @@ import torch  # noqa: E402
 
 from frozenvit.backbone.suite.artifacts import write_json  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402
+from common import data_arg, machine, now, resolve_data  # noqa: E402
 from frozenvit.forecasting.paper import paper_config, paper_protocol, scores_table  # noqa: E402
 
 DEFAULT_CSV = ROOT.parent / "shared" / "data" / "ett" / "ETTh2.csv"
@@ -34,28 +34,31 @@ DEFAULT_CSV = ROOT.parent / "shared" / "data" / "ett" / "ETTh2.csv"
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--csv", type=Path, default=DEFAULT_CSV)
-    ap.add_argument("--horizons", default="96,192,336,720")
-    ap.add_argument("--models", default="patchtst,dlinear")
+    data_arg(ap, "--csv", DEFAULT_CSV, "the ETTh2 CSV")
+    ap.add_argument("--horizons", default="96,192,336,720", help="comma-separated forecast horizons")
+    ap.add_argument("--models", default="patchtst,dlinear", help="comma-separated, out of patchtst,dlinear")
     ap.add_argument("--max-epochs", type=int, default=10, help="cap on epochs (CPU budget)")
     ap.add_argument("--patience", type=int, default=3, help="early-stopping patience (CPU budget)")
     ap.add_argument("--windows-per-epoch", type=int, default=2048,
                     help="PatchTST: sample this many training windows per epoch (CPU budget; 0: all)")
     ap.add_argument("--paper-schedule", action="store_true",
                     help="the paper scripts' epochs and patience (PatchTST 100/100, DLinear 10/3)")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--seed", type=int, default=2021)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads")
+    ap.add_argument("--seed", type=int, default=2021, help="the models' seed (default: 2021, the papers')")
     ap.add_argument("--merge", type=Path, default=None,
                     help="earlier JSON of this benchmark: keep its rows of the models not run now (with their settings)")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "forecast_paper_etth2.json")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "forecast_paper_etth2.json",
+                    help="the JSON to write, rewritten after every model and horizon "
+                         "(default: benchmarks/results/forecast_paper_etth2.json)")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if not args.csv.is_file():
-        print(f"skipped: {args.csv} not found (pass --csv path/to/ETTh2.csv)")
+    csv = resolve_data(args.csv, DEFAULT_CSV, what="pass --csv path/to/ETTh2.csv")
+    if csv is None:
         return 0
+    args.csv = csv
     torch.set_num_threads(args.threads)
     values = pd.read_csv(args.csv)
     overrides = {} if args.paper_schedule else {"max_epochs": args.max_epochs, "patience": args.patience}
@@ -76,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         scores.append(score)
         rows = scores_table(scores, "ETTh2")
         write_json(args.out, {"benchmark": "forecast_paper_etth2", "csv": args.csv.name, "threads": args.threads,
-                              "machine": machine(), "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                              "machine": machine(), "when": now(), "argv": list(sys.argv),
                               "overrides": overrides, "patchtst_overrides": sub, "seed": args.seed, "wall_seconds": time.time() - started,
                               "protocol": "train [0,8640) val [8640,11520) test [11520,14400), look-back 336, "
                                           "StandardScaler on train rows, all test windows, standardised scale",
@@ -93,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
                    on_result=save)
     print(pd.DataFrame(scores_table(scores, "ETTh2"))[["model", "h", "mse", "mae", "paper_mse", "paper_mae",
                                               "seconds_per_epoch"]].to_string(index=False))
+    if scores:
+        print(f"wrote {args.out}")
     return 0
 
 

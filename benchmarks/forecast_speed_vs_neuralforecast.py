@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED_DATA, median, print_table, write_result  # noqa: E402
+from common import SHARED_DATA, add_repeats_arg, data_arg, median, print_table, resolve_data, write_result  # noqa: E402
 
 ANCHOR = ("neuralforecast==3.3.0", "pytorch-lightning", "lightning-utilities", "torchmetrics", "pydantic",
           "pydantic-core", "annotated-types", "typing-inspection")
@@ -123,11 +123,11 @@ def anchor(data: Path, threads: int, target: Path) -> dict:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, default=SHARED_DATA / "m4_hourly")
+    data_arg(ap, "--data", SHARED_DATA / "m4_hourly", "folder holding M4's Hourly-train.csv and Hourly-test.csv")
     ap.add_argument("--target", type=Path, default=Path("/tmp/frozenvit-neuralforecast"),
                     help="folder neuralforecast is installed into (kept between runs)")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--repeats", type=int, default=2)
+    add_repeats_arg(ap, 2, what="timed fits of each side, alternating; medians compared")
     ap.add_argument("--profile", action="store_true",
                     help="also run each side once under cProfile: where its time goes (top 12 by own time)")
     ap.add_argument("--out", type=Path, default=None)
@@ -136,9 +136,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if not (args.data / "Hourly-train.csv").is_file():
-        print(f"skipped: {args.data} has no Hourly-train.csv")
+    data = resolve_data(args.data, SHARED_DATA / "m4_hourly", "Hourly-train.csv", "M4 Hourly")
+    if data is None:
         return 0
+    args.data = data
     install(args.target)
     runs: dict[str, list[dict]] = {"ours": [], "neuralforecast": []}
     for _ in range(args.repeats):                    # alternate, so that load from other jobs falls on both

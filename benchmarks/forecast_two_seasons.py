@@ -9,8 +9,8 @@ together, statsforecast's MSTL) against the day alone, on sets with both cycles:
 Columns: seasonal naive on the day and on the week, Theta on the day (it takes one season), ETS on the day
 (AutoETS' own season up to 24 steps, STL above), ETS and ARIMA on both seasons. MASE is scaled by the day.
 The statistical models are fitted as the command fits them (`--stat-history auto`). Seconds are each model's
-fit-and-forecast time in the run; compare them within a row. `--max-series N` keeps a seeded N series of M4
-Hourly.
+fit-and-forecast time in the run; compare them within a row. `--max-series N` (N >= 1) keeps a seeded N series
+of M4 Hourly.
 
 Needs ../shared/data for M4 Hourly and ETTh2, pmdarima (bench extra) for taylor.
 Writes benchmarks/results/forecast_two_seasons.json (or --out).

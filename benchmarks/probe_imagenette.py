@@ -1,7 +1,7 @@
 """Linear probe on Imagenette: random ViT-Tiny vs the distilled default student vs its teacher.
 
 Frozen pooled features -> StandardScaler -> LogisticRegression (C by 5-fold CV on the train
-features), trained on N images per class of Imagenette train (seeded draw), scored on the whole
+features; fewer folds when a class has fewer than 5 train images, at least 2 per class), trained on N images per class of Imagenette train (seeded draw), scored on the whole
 val split (3,925 images). ViT features: last block after the final norm, CLS and mean of the patch
 tokens concatenated ("cls+mean"; "mean" alone is reported too). Teacher: global-average-pooled
 1280-d head features. Also: attention entropy / mean attention distance per block of the student
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED_DATA, median, print_table, time_call, write_result  # noqa: E402
+from common import SHARED_DATA, data_arg, median, print_table, resolve_data, time_call, write_result  # noqa: E402
 
 SYNSETS = ["n01440764", "n02102040", "n02979186", "n03000684", "n03028079", "n03394916", "n03417042",
            "n03425413", "n03445777", "n03888257"]
@@ -109,26 +109,47 @@ def probe(xtr: np.ndarray, ytr: np.ndarray, xva: np.ndarray, yva: np.ndarray, se
     from sklearn.preprocessing import StandardScaler
 
     pipe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=3000, random_state=seed))
-    cv = GridSearchCV(pipe, {"logisticregression__C": [0.003, 0.03, 0.3, 3.0]}, cv=5, n_jobs=1).fit(xtr, ytr)
-    return {"top1": float((cv.predict(xva) == yva).mean()), "C": cv.best_params_["logisticregression__C"]}
+    folds = cv_folds(ytr)
+    cv = GridSearchCV(pipe, {"logisticregression__C": [0.003, 0.03, 0.3, 3.0]}, cv=folds, n_jobs=1).fit(xtr, ytr)
+    return {"top1": float((cv.predict(xva) == yva).mean()), "C": cv.best_params_["logisticregression__C"],
+            "cv_folds": folds}
+
+
+def cv_folds(y: np.ndarray, most: int = 5) -> int:
+    """Stratified folds for choosing C: `most`, or fewer when the smallest class has fewer images (at least 2)."""
+    smallest = int(np.unique(y, return_counts=True)[1].min())
+    if smallest < 2:
+        raise SystemExit(f"probe_imagenette: a class has {smallest} train image(s); C is chosen by cross-validation, "
+                         "which needs at least 2 per class (--train-per-class >= 2)")
+    return min(most, smallest)
+
+
+def per_class(text: str) -> int:
+    """argparse `type=` of --train-per-class: at least 2 (cross-validation needs two images of every class)."""
+    value = int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"must be at least 2 (C is chosen by cross-validation), got {value}")
+    return value
 
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=str(SHARED_DATA / "imagenette"))
+    data_arg(ap, "--data", SHARED_DATA / "imagenette", "the Imagenette folder (train/ and val/)")
     ap.add_argument("--student", default=None, help="student .safetensors or distill ckpt dir (default: embedded)")
-    ap.add_argument("--models", default="random,student,teacher")
-    ap.add_argument("--train-per-class", type=int, default=100)
+    ap.add_argument("--models", default="random,student,teacher",
+                    help="comma-separated, out of random,student,teacher (default: all three)")
+    ap.add_argument("--train-per-class", type=per_class, default=100,
+                    help="train images per class, a seeded draw (at least 2; C by min(5, this)-fold CV; default: 100)")
     ap.add_argument("--val-per-class", type=int, default=None, help="default: the whole val split")
     ap.add_argument("--blocks", default=None, help="ViT blocks whose CLS + mean tokens are concatenated, e.g. "
                     "8,9,10,11 (default: the last block alone)")
     ap.add_argument("--inspect-images", type=int, default=64, help="validation images the student's attention is "
                     "inspected on (0: no inspection, no timing against a random ViT)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0, help="seed of the image draws and the random ViT")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads")
     ap.add_argument("--merge", default=None, help="earlier JSON of this benchmark: keep its rows/fields for "
                     "models not measured in this run (e.g. random and teacher measured while training)")
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", default=None, help="the JSON to write (default: benchmarks/results/probe_imagenette.json)")
     return ap
 
 
@@ -139,9 +160,8 @@ def main() -> int:
     from frozenvit.backbone import load_backbone
 
     torch.set_num_threads(args.threads)
-    root = Path(args.data)
-    if not (root / "val").is_dir():
-        print(f"skip: {root} not found (Imagenette, see ../shared/data/README.md)")
+    root = resolve_data(args.data, SHARED_DATA / "imagenette", "val", "Imagenette, see ../shared/data/README.md")
+    if root is None:
         return 0
     ftr, ytr = split_files(root, "train", args.train_per_class, args.seed)
     fva, yva = split_files(root, "val", args.val_per_class, args.seed)
@@ -198,7 +218,8 @@ def main() -> int:
         rows = [r for r in old["rows"] if r["model"] not in done] + rows
         extra = {**{k: v for k, v in old.items() if k in ("student_attention", "latency_b8_224")}, **extra}
     print_table(rows)
-    write_result("probe_imagenette", {"train_per_class": args.train_per_class, "blocks": args.blocks or "last", "n_train": len(itr),
+    write_result("probe_imagenette", {"train_per_class": args.train_per_class, "val_per_class": args.val_per_class,
+                                      "models": args.models, "seed": args.seed, "threads": args.threads, "blocks": args.blocks or "last", "n_train": len(itr),
                                       "n_val": len(iva), "student": args.student or "embedded default",
                                       "rows": rows, **extra}, args.out)
     return 0

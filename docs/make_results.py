@@ -56,13 +56,61 @@ VC1_METAWORLD = dict(mean=0.888, sd=0.022, paper="https://arxiv.org/abs/2303.182
                      card="https://github.com/facebookresearch/eai-vc/blob/main/MODEL_CARD.md")
 
 
+class Result(dict):
+    """A results JSON as read by `load`: a dict that knows its file name (`source`), for the errors that name it."""
+    source = ""
+
+
+def writer(name: str) -> str:
+    """The benchmark script that writes results file `name`: the longest benchmarks/*.py stem its name starts with."""
+    stems = sorted((p.stem for p in (ROOT / "benchmarks").glob("*.py") if p.stem not in ("common", "run_all")),
+                   key=len, reverse=True)
+    for stem in stems:
+        if name.startswith(stem):
+            return f"benchmarks/{stem}.py"
+    return "the benchmark or lab script that wrote it (see its 'benchmark' field in the history of the file)"
+
+
+def _where(name: str) -> str:
+    path = RESULTS / name
+    try:
+        return str(path.relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 def load(name: str) -> dict:
-    return json.loads((RESULTS / name).read_text())
+    """benchmarks/results/<name> as a dict; a missing or malformed file stops the script with one message that
+    names the file and the benchmark that writes it."""
+    path = RESULTS / name
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise SystemExit(f"make_results: {_where(name)} is missing; it is written by {writer(name)} "
+                         "(run it, or point this script's spec at another results file)") from None
+    except OSError as e:
+        raise SystemExit(f"make_results: cannot read {_where(name)} ({e}); it is written by {writer(name)}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"make_results: {_where(name)} is not valid JSON ({e}); it is written by {writer(name)}: "
+                         "rerun it or restore the file") from None
+    if not isinstance(data, dict):
+        raise SystemExit(f"make_results: {_where(name)} holds a JSON {type(data).__name__}, not an object; it is "
+                         f"written by {writer(name)}")
+    d = Result(data)
+    d.source = name
+    return d
 
 
 def date(d: dict) -> str:
     """The JSON's own date, YYYY-MM-DD."""
-    return str(d.get("when") or d["date"])[:10]
+    when = d.get("when") or d.get("date")
+    if not when:
+        name = getattr(d, "source", "") or "a results JSON"
+        raise SystemExit(f"make_results: {_where(name) if name.endswith('.json') else name} has no date (no \"when\" "
+                         f"or \"date\" field); it is written by {writer(name)}: rerun it or restore the file")
+    return str(when)[:10]
 
 
 def src(name: str, d: dict | None = None) -> str:

@@ -48,6 +48,18 @@ def _client(out, images):
     return TestClient(review_app(ReviewData.open(out, images)), raise_server_exceptions=False)
 
 
+def _two_marked_normal(ws, tmp_path):
+    """A copy of the workspace's model and images, reviewed, with good/000.png and good/001.png marked normal:
+    (images, predictions folder, model)."""
+    images, out, model = _images(ws, tmp_path), tmp_path / "rv", tmp_path / "model"
+    shutil.copytree(ws / "model", model)
+    assert _review(ws, images, out) == 0
+    client = _client(out, images)
+    client.post("/api/label", json={"image": "good/000.png", "label": "normal"})
+    client.post("/api/label", json={"image": "good/001.png", "label": "normal"})
+    return images, out, model
+
+
 def _marks(out):
     return json.loads((out.parent / f"{out.name}.labels.json").read_text())["labels"]
 
@@ -75,13 +87,7 @@ def test_a_mark_records_the_reviewed_images_sha256_and_is_dropped_when_the_image
 
 def test_update_refuses_an_image_changed_after_it_was_marked_normal(review_workspace, tmp_path, served, capsys,
                                                                     tree_snapshot):
-    ws = review_workspace
-    images, out, model = _images(ws, tmp_path), tmp_path / "rv", tmp_path / "model"
-    shutil.copytree(ws / "model", model)
-    assert _review(ws, images, out) == 0
-    client = _client(out, images)
-    client.post("/api/label", json={"image": "good/000.png", "label": "normal"})
-    client.post("/api/label", json={"image": "good/001.png", "label": "normal"})
+    images, out, model = _two_marked_normal(review_workspace, tmp_path)
     shutil.copy(images / "hole" / "000.png", images / "good" / "000.png")     # changed with no restart of review
     before = tree_snapshot(model)
     capsys.readouterr()
@@ -182,13 +188,7 @@ def test_review_scores_again_predictions_written_without_overlays(review_workspa
 
 def test_a_mark_of_a_deleted_image_is_dropped_at_start_and_skipped_by_update(review_workspace, tmp_path, served,
                                                                            capsys):
-    ws = review_workspace
-    images, out, model = _images(ws, tmp_path), tmp_path / "rv", tmp_path / "model"
-    shutil.copytree(ws / "model", model)
-    assert _review(ws, images, out) == 0
-    client = _client(out, images)
-    client.post("/api/label", json={"image": "good/000.png", "label": "normal"})
-    client.post("/api/label", json={"image": "good/001.png", "label": "normal"})
+    images, out, model = _two_marked_normal(review_workspace, tmp_path)
     labels = tmp_path / "rv.labels.json"
     kept = labels.read_text()
     (images / "good" / "000.png").unlink()
@@ -196,7 +196,7 @@ def test_a_mark_of_a_deleted_image_is_dropped_at_start_and_skipped_by_update(rev
         assert main(["anomaly", "update", "--model", str(model), "--normals", str(labels), "--threads", "1"]) == 0
     assert "added 1 images" in capsys.readouterr().out
     labels.write_text(kept)
-    assert _review(ws, images, out) == 0                                           # review: dropped, said
+    assert _review(review_workspace, images, out) == 0                                           # review: dropped, said
     assert "dropped the marks of 1 image(s) no longer in" in capsys.readouterr().out
     assert set(_marks(out)) == {"good/001.png"}
 

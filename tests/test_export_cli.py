@@ -153,17 +153,22 @@ def test_latency_times_torch_alone_without_runtime():
     assert build_parser().parse_args(["control", "latency"]).runtime == ("torch",)
 
 
-def test_export_of_an_ensemble_refuses_a_users_folder_and_replaces_its_own(workspace, tmp_path, capsys):
+def _two_member_ensemble(workspace, path, seed):
+    """An ensemble of two PatchCores on the workspace's test ViT, fitted on seeded noise and saved at `path`."""
     from frozenvit.anomaly import PatchCore
     from frozenvit.anomaly.ensemble import PatchCoreEnsemble
     from frozenvit.backbone import load_backbone
 
     source = json.loads((workspace / "model" / "config.json").read_text())["backbone_source"]
     bb = load_backbone("test_vit", weights=str(workspace / "w.safetensors"), img_size=64)
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     imgs = [rng.integers(0, 255, (64, 64, 3), dtype=np.uint8) for _ in range(8)]
     PatchCoreEnsemble([PatchCore(bb, progress=False), PatchCore(bb, progress=False)],
-                      progress=False).fit(imgs).save(tmp_path / "ens", backbone_sources=[source, source])
+                      progress=False).fit(imgs).save(path, backbone_sources=[source, source])
+
+
+def test_export_of_an_ensemble_refuses_a_users_folder_and_replaces_its_own(workspace, tmp_path, capsys):
+    _two_member_ensemble(workspace, tmp_path / "ens", seed=0)
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "important.txt").write_text("years of work")
@@ -205,16 +210,7 @@ def test_predict_and_evaluate_read_an_export_instead_of_exporting_again(workspac
 
 
 def test_predict_reads_an_ensembles_export_member_by_member(workspace, tmp_path, capsys):
-    from frozenvit.anomaly import PatchCore
-    from frozenvit.anomaly.ensemble import PatchCoreEnsemble
-    from frozenvit.backbone import load_backbone
-
-    source = json.loads((workspace / "model" / "config.json").read_text())["backbone_source"]
-    bb = load_backbone("test_vit", weights=str(workspace / "w.safetensors"), img_size=64)
-    rng = np.random.default_rng(1)
-    imgs = [rng.integers(0, 255, (64, 64, 3), dtype=np.uint8) for _ in range(8)]
-    PatchCoreEnsemble([PatchCore(bb, progress=False), PatchCore(bb, progress=False)],
-                      progress=False).fit(imgs).save(tmp_path / "ens", backbone_sources=[source, source])
+    _two_member_ensemble(workspace, tmp_path / "ens", seed=1)
     assert main(["export", "anomaly", "--model", str(tmp_path / "ens"), "--out", str(tmp_path / "exp")]) == 0
     test_dir = workspace / "data" / "weave" / "test"
     for flag in (["--runtime", "onnxruntime"], ["--export", str(tmp_path / "exp")]):
