@@ -140,7 +140,8 @@ def register(subparsers: Any) -> None:
                    help="trained policy (without it: an untrained head of the same shape, on --backbone)")
     q.add_argument("--task", default=LATENCY_TASK, action=_Given,
                    help="Meta-World task (a --policy's own when given)")
-    q.add_argument("--camera", default=None, help=f"camera (without it: the policy's, or {DEFAULT_CAMERA})")
+    q.add_argument("--camera", default=None, action=_Given,
+                   help=f"camera (a --policy's own when given; without --policy: {DEFAULT_CAMERA})")
     q.add_argument("--pooling", choices=POOLINGS, default=DEFAULT_POOLING, action=_Given,
                    help="pooling of the untrained head (a --policy's own when given)")
     q.add_argument("--chunk", type=POSITIVE, default=DEFAULT_CHUNK, metavar="K", action=_Given,
@@ -284,10 +285,20 @@ def _cmd_train(args: argparse.Namespace) -> int:
     pol.fit(cache, checkpoint_dir=args.checkpoint)
     path = pol.save(args.out)
     random = "" if bb.config.pretrained else " RANDOM weights"
-    print(f"trained {args.pooling} policy on {len(cache)} frames of {cache.meta['task']} ({bb.config.name}{random} "
-          f"{bb.config.img_size[0]}px, blocks {block_label(cache.meta)}); final loss {pol.history_[-1]:.4f}; "
-          f"saved to {path}")
+    print(f"trained {args.pooling} policy on {len(cache)} frames of {cache.meta['task']} "
+          f"({_encoder_name(bb, pol)}{random} {bb.config.img_size[0]}px, blocks {block_label(cache.meta)}); "
+          f"final loss {pol.history_[-1]:.4f}; saved to {path}")
     return 0
+
+
+def _encoder_name(bb: Any, policy: Any = None) -> str:
+    """The encoder as summary lines name it: "metaworld-fast (vit_tiny_patch16_224)" for the fast encoder (a policy's
+    fingerprint or the encoder's weights sha256 says so), else its architecture."""
+    from .encoders import FAST, FAST_ENCODER_SHA256
+
+    meta = getattr(policy, "meta_", None) or {}
+    fast = FAST_ENCODER_SHA256 in (meta.get("fingerprint"), getattr(bb.config, "weights_sha256", None))
+    return f"{FAST} ({bb.config.name})" if fast else bb.config.name
 
 
 def _blocks(blocks: tuple[int, ...] | None, depth: int) -> int | list[int] | None:
@@ -318,6 +329,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if args.gifs and not args.out:
         raise UsageError("--gifs writes into --out DIR/gifs: give --out")
     if args.out:
+        pol_dir, out_dir = Path(args.policy).resolve(), Path(args.out).resolve()
+        if out_dir == pol_dir or pol_dir in out_dir.parents:
+            raise UsageError(f"--out {args.out} {'is' if out_dir == pol_dir else 'lies inside'} --policy "
+                             f"{args.policy}: the policy folder holds the policy alone (a later `control train` into "
+                             "it would refuse the results); give --out a folder outside it")
         check_output_dir(args.out, EVALUATE_KIND, names=["results.json"])   # a user's file of that name too
     engine_from_args(args)                             # --workers without --ray fails before any work
     if args.runtime != "torch" and args.ray is not None:
@@ -342,19 +358,28 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
                        parallel=args.parallel, gif_dir=out / "gifs" if out else None,
                        gif_episodes=args.gifs, journal=out / "episodes.jsonl" if out else None, engine=engine,
                        workers=args.workers, on_new_journal=fresh_journal if out else None)
-    seconds = time.monotonic() - start
+    seconds = time.monotonic() - start               # this run's; the episodes of earlier runs add theirs
     print(f"{res.task}: success {sum(res.successes)}/{len(res.successes)} = {res.success_rate:.2f} "
           f"on held-out configurations (cap {res.max_steps} steps)")
     if args.gifs > len(res.configs):
         print(f"--gifs {args.gifs}: there are only {len(res.configs)} configurations, one GIF each")
     for g in res.gifs:
         print("gif:", g)
+    if res.earlier_episodes:
+        untimed = f", {res.untimed_episodes} of them of unknown time" if res.untimed_episodes else ""
+        print(f"{res.earlier_episodes} of the {len(res.configs)} episodes came from the journal of an earlier run "
+              f"({res.earlier_seconds:.1f} s{untimed}), {len(res.configs) - res.earlier_episodes} were rolled out now "
+              f"({seconds:.1f} s)")
     if out:
-        body = dict(res.to_dict(), policy_path=str(Path(args.policy).resolve()), runtime=args.runtime,
-                    engine=engine, seconds=round(seconds, 1))
+        gifs = [Path(g).relative_to(out).as_posix() for g in res.gifs]      # relative to the results folder
+        # seconds: the whole evaluation's, earlier runs' episodes (their journal lines' times) and this run;
+        # seconds_this_run: this command's alone; untimed_episodes: journal episodes whose time is not known
+        body = dict(res.to_dict(), gifs=gifs, policy_path=str(Path(args.policy).resolve()), runtime=args.runtime,
+                    engine=engine, seconds=round(res.earlier_seconds + seconds, 1),
+                    seconds_this_run=round(seconds, 1))
         write_json(Path(out) / "results.json", body, kind=EVALUATE_KIND)
         print(f"wrote {out / 'results.json'} (episodes: {out / 'episodes.jsonl'})")
-        keep = {"results.json", *(Path(g).relative_to(out).as_posix() for g in res.gifs)}
+        keep = {"results.json", *gifs}
         gone = remove_earlier_outputs(out, keep)      # GIFs this evaluation's journal does not list
         if gone:
             print(f"removed {_files_named(gone)} that this evaluation did not write")
@@ -386,8 +411,8 @@ def _cmd_latency(args: argparse.Namespace) -> int:
         check_output_dir(args.out, LATENCY_KIND, names=LATENCY_FILES)    # a user's file of those names too
     if args.policy:
         pol = PatchTokenPolicy.load(args.policy)
-        task, camera = pol.meta_.get("task", args.task), args.camera or pol.meta_.get("camera", DEFAULT_CAMERA)
-        _note_overridden(args, dict(task=task, pooling=pol.pooling, chunk=pol.chunk))
+        task, camera = pol.meta_.get("task", args.task), pol.meta_.get("camera", DEFAULT_CAMERA)
+        _note_overridden(args, dict(task=task, camera=camera, pooling=pol.pooling, chunk=pol.chunk))
         bb = _encoder(args, pol)
     else:
         task, camera = args.task, args.camera or DEFAULT_CAMERA
@@ -405,7 +430,8 @@ def _cmd_latency(args: argparse.Namespace) -> int:
     for rt, rep in reports.items():
         s = rep.summary()
         threads = f"{s['threads']} thread{'' if s['threads'] == 1 else 's'}"
-        print(f"{rt}: frames rendered at {frame}px, {bb.config.name} at {bb.config.img_size[0]}px, {threads}: "
+        print(f"{rt}: frames rendered at {frame}px, {_encoder_name(bb, pol)} at {bb.config.img_size[0]}px, "
+              f"{threads}: "
               f"p50 {s['p50']:.1f} ms, "
               f"p95 {s['p95']:.1f}, p99 {s['p99']:.1f} ({s['fps_p50']:.1f} steps/s at p50)")
         if args.budget_ms:

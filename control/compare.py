@@ -48,11 +48,13 @@ def mcnemar(a: Sequence[bool], b: Sequence[bool]) -> McNemar:
 
     Only the discordant pairs count: under the null hypothesis each is won by a or by b with probability 1/2, so
     p = P(|X - n/2| >= |a_only - n/2|) for X ~ Binomial(n = a_only + b_only, 1/2), i.e. twice the smaller tail,
-    at most 1 (scipy.stats.binomtest(a_only, n).pvalue). No discordant pair: p = 1. ValueError when the
-    lengths differ.
+    at most 1 (scipy.stats.binomtest(a_only, n).pvalue). No discordant pair: p = 1. RunMismatch (a ValueError)
+    when the lengths differ.
     """
     if len(a) != len(b):
-        raise ValueError(f"paired outcomes need the same episodes: {len(a)} against {len(b)}")
+        raise RunMismatch(f"paired outcomes need the same episodes: {len(a)} against {len(b)}; pair the outcomes "
+                          "of the configurations both runs share (for `control evaluate` results: the same "
+                          "'configs', task and cap)")
     a_only = sum(bool(x) and not bool(y) for x, y in zip(a, b))
     b_only = sum(bool(y) and not bool(x) for x, y in zip(a, b))
     n = a_only + b_only
@@ -119,6 +121,8 @@ def compare_runs(runs: Mapping[str, tuple[Mapping[str, Any], str]], *, may_diffe
     """
     if len(runs) < 2:
         raise RunMismatch(f"a comparison needs two runs or more, got {len(runs)}")
+    for label, value in runs.items():
+        _check_run(label, value)
     items = list(runs.items())
     keys = [k for k in EPISODE_SETTINGS if k not in may_differ]
     (ref, (first, _)), *rest = items
@@ -158,6 +162,24 @@ def compare_runs(runs: Mapping[str, tuple[Mapping[str, Any], str]], *, may_diffe
                 paired={b: paired_test(results, ref, b).as_dict() for b in others},
                 paired_by_task={t: {b: paired_test([r for r in results if r["task"] == t], ref, b).as_dict()
                                     for b in others} for t in tasks})
+
+
+def _check_run(label: str, value: Any) -> None:
+    """RunMismatch unless runs[label] is (run, pooling) with a run of benchmarks/control_success.py; saying what to
+    do with `control evaluate`'s results.json, which is no such run."""
+    run = value[0] if isinstance(value, (tuple, list)) and len(value) == 2 else None
+    if not isinstance(run, Mapping):
+        raise RunMismatch(f"runs[{label!r}] must be (run, pooling), a run of benchmarks/control_success.py and a "
+                          f"pooling label; got {type(value).__name__}")
+    if "settings" in run and "results" in run:
+        return
+    if "successes" in run and "configs" in run:
+        raise RunMismatch(f"runs[{label!r}] is a `control evaluate` results.json, not a run of "
+                          "benchmarks/control_success.py ({'settings': ..., 'results': [...]}) that compare_runs "
+                          "pairs; compare two evaluations of the same task, cap and configurations with "
+                          "mcnemar(a['successes'], b['successes']) (check a['configs'] == b['configs'] first)")
+    raise RunMismatch(f"runs[{label!r}] is not a run of benchmarks/control_success.py: it lacks "
+                      f"{', '.join(k for k in ('settings', 'results') if k not in run)}")
 
 
 def merge_runs(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from .render import RenderSettings
 KIND = "control.demos"
 FORMAT_VERSION = 2
 _SETTINGS = ("task", "camera", "image_size", "max_steps", "hold_steps", "render", "expert")
+_FLAGS = {k: f" (--{k.replace('_', '-')})" for k in _SETTINGS if k != "render"}   # collect's option of each setting
 # what to do about an episode file that cannot be read: collect drops the entry of a missing file and records
 # that configuration again (editing manifest.json by hand instead makes the folder an edited output, refused)
 _DAMAGED_CURE = ("delete it (the .npz alone, not its manifest entry) and run the same `control collect` again: it "
@@ -100,11 +101,42 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
     check_demo_dir(out, flag)                          # a folder frozenvit does not own is refused before any work
     settings = dict(task=task, camera=camera, image_size=int(image_size), max_steps=int(max_steps),
                     hold_steps=int(hold_steps), render=render.as_dict(), expert=expert_name(task, expert))
+    fresh = not (out / "manifest.json").is_file()     # nothing collected here before this call
+    before = set(out.iterdir()) if out.is_dir() else None
     manifest = _open_manifest(out, settings)
     done = {e["config"] for e in manifest["episodes"]}
     failed = set(manifest["failed_configs"])
     if len(done) >= n_episodes:
         return out
+    try:
+        _collect(out, manifest, done, failed, task, n_episodes, camera, image_size, max_steps, hold_steps,
+                 first_config, expert, render, max_failures, progress, flag)
+    except DemoError:
+        if fresh and not done:                        # a refusal of a fresh folder leaves nothing behind
+            _remove_new(out, before)
+        raise
+    return out
+
+
+def _remove_new(out: Path, before: set[Path] | None) -> None:
+    """Remove what this call wrote into `out` (everything not in `before`; `out` itself where it was not there)."""
+    import shutil
+
+    if not out.is_dir():
+        return
+    for p in set(out.iterdir()) - (before or set()):
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+    if before is None:
+        out.rmdir()
+
+
+def _collect(out: Path, manifest: dict, done: set, failed: set, task: str, n_episodes: int, camera: str,
+             image_size: int, max_steps: int, hold_steps: int, first_config: int, expert: str,
+             render: RenderSettings, max_failures: int | None, progress: bool | None, flag: str) -> None:
+    """`collect_demos`'s recording loop, on a manifest opened with its settings."""
     max_failures = 10 * n_episodes + 10 if max_failures is None else max_failures
     new_failures = 0
     with MetaWorldTask(task, camera=camera, image_size=image_size, max_steps=max_steps, render=render,
@@ -126,7 +158,11 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
                 if new_failures > max_failures:
                     write_json(out / "manifest.json", {**manifest, "failed_configs": sorted(failed)})
                     raise DemoError(f"the {task} expert failed on {new_failures} configurations within "
-                                    f"{max_steps} steps; raise max_steps")
+                                    f"{max_steps} steps; raise the episode cap (--max-steps; in Python "
+                                    "max_steps=) and run again" + (
+                                        "" if not done else f", into another folder: {out} holds {len(done)} "
+                                        "episodes of this cap (the same command again tries further "
+                                        "configurations)"))
                 manifest["failed_configs"] = sorted(failed)
             else:
                 name = f"episodes/cfg_{config:07d}.npz"
@@ -136,7 +172,6 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
                 bar.update(1)
             write_json(out / "manifest.json", manifest)
             config += 1
-    return out
 
 
 def check_demo_dir(out: str | Path, flag: str = "--out") -> None:
@@ -264,8 +299,14 @@ def _open_manifest(out: Path, settings: dict) -> dict:
     if (out / "manifest.json").is_file():
         m = load_manifest(out)
         diff = {k: (m.get(k), settings[k]) for k in _SETTINGS if m.get(k) != settings[k]}
+        if diff and not any((out / e["file"]).is_file() for e in m["episodes"]):
+            # no episode recorded yet (e.g. the expert failed within a too short cap): the folder takes the new
+            # settings, and the configurations that failed under the old ones are tried again
+            return dict(kind=KIND, format_version=FORMAT_VERSION, **settings, episodes=[], failed_configs=[])
         if diff:
-            raise DemoError(f"{out} was collected with other settings {diff} (stored, asked); "
+            shown = "; ".join(f"{k}{_FLAGS.get(k, '')} {old!r} stored, {new!r} asked"
+                              for k, (old, new) in diff.items())
+            raise DemoError(f"{out} was collected with other settings ({shown}); "
                             "use another directory or the same settings to resume")
         # drop entries whose file vanished (e.g. deleted because it was corrupt)
         m["episodes"] = [e for e in m["episodes"] if (out / e["file"]).is_file()]

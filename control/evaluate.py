@@ -11,6 +11,7 @@ import hashlib
 import io
 import json
 import os
+import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -46,6 +47,12 @@ class TaskResult:
     policy: str | None = None             # policy_digest of the policy evaluated
     policy_task: str | None = None        # the task the policy was trained on
     trained_configs: list[int] = field(default_factory=list)   # configurations among the policy's training ones
+    # episodes taken from the journal (rolled out by an earlier run): their number, the seconds their lines record,
+    # summed, and how many of them record none (journals written before the times); this call's own time is the
+    # caller's to measure (`control evaluate` writes seconds = earlier_seconds + seconds_this_run)
+    earlier_episodes: int = 0
+    earlier_seconds: float = 0.0
+    untimed_episodes: int = 0
 
     @property
     def success_rate(self) -> float:
@@ -81,7 +88,10 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
     (`TaskResult.gifs`, also with gif_episodes=0), and an asked GIF of an episode the journal already
     holds is made by rolling that configuration out again; its outcome in the result stays the journal's. The
     journal lists every GIF the evaluation writes, and only the GIFs it lists (and that are there) count as this
-    evaluation's: another evaluation's GIFs left in gif_dir are never taken for its own.
+    evaluation's: another evaluation's GIFs left in gif_dir are never taken for its own. Each episode line records
+    the wall-clock seconds since the run's previous episode ended (or its rollouts began), so that the lines of a
+    stopped and resumed evaluation add up to the time its episodes took; the result's `earlier_seconds` sums those
+    of the episodes an earlier run rolled out, and `untimed_episodes` counts those whose line records no time.
     on_new_journal: called once, before any rollout, when `journal` starts afresh (new, or replacing another
     evaluation's), so that a caller can remove what an earlier evaluation left beside it (its results).
 
@@ -118,11 +128,15 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
     digest = policy_digest(policy)
     outcome: dict[int, tuple[bool, int]] = {}
     log = None
+    earlier_episodes, earlier_seconds, untimed = 0, 0.0, 0
     if journal is not None:
         run = dict(policy=digest, task=task, camera=camera, image_size=image_size, max_steps=max_steps,
                    render=render.as_dict(), configs=configs)
         log = EpisodeJournal(journal, run)
         outcome.update(log.done)
+        earlier_episodes = len(outcome)
+        earlier_seconds = sum(log.seconds.get(c, 0.0) for c in outcome)
+        untimed = sum(c not in log.seconds for c in outcome)
         if not log.reopened and on_new_journal is not None:
             on_new_journal()
 
@@ -135,21 +149,35 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
     replay = [c for c in configs if c in record and c in outcome]                    # finished, GIF asked now
     queue = [c for c in configs if c not in outcome] + replay
     movies: dict[int, list[np.ndarray]] = {}
-    bar = progress_bar(total=len(configs) + len(replay), initial=len(outcome), desc=f"eval {task}", unit="ep",
+    # the bar counts configurations; GIF re-rolls of finished episodes are counted apart (gif_rerolls=done/asked)
+    bar = progress_bar(total=len(configs), initial=len(outcome), desc=f"eval {task}", unit="ep",
                        disable=None if progress is None else not progress)
-    stepped = 0
+    stepped, rerolled, running_now = 0, 0, 0
+    last = [time.monotonic()]                         # when the previous episode of this run ended
+
+    def postfix(running: int) -> None:
+        extra = dict(gif_rerolls=f"{rerolled}/{len(replay)}") if replay else {}
+        bar.set_postfix(steps=stepped, running=running, **extra, refresh=False)
 
     def done(config: int, success: bool, steps: int) -> None:
+        nonlocal rerolled
         if config not in outcome:                     # else rolled out again for its GIF: the journal's outcome stands
             outcome[config] = (success, steps)
             if log is not None:
-                log.append(config, success, steps)
-        bar.update(1)
+                now = time.monotonic()
+                log.append(config, success, steps, now - last[0])     # seconds: since the last episode
+                last[0] = now
+            bar.update(1)
+        else:
+            rerolled += 1
+            postfix(running_now)
+            bar.update(0)
 
     def step(running: int) -> None:                   # a line also between episodes, which take minutes
-        nonlocal stepped
+        nonlocal stepped, running_now
         stepped += running
-        bar.set_postfix(steps=stepped, running=running, refresh=False)
+        running_now = running
+        postfix(running)
         bar.update(0)
 
     env_args = dict(name=task, camera=camera, image_size=image_size, max_steps=max_steps, render=render)
@@ -162,6 +190,7 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
         finally:
             for e in envs:
                 e.close()
+    postfix(0)                                        # finished: no environment runs any more
     bar.close()
     for c, frames in movies.items():
         save_gif(frames, gif(c))
@@ -169,7 +198,9 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
             log.append_gif(c, gif(c).name)
     gifs = [str(gif(c)) for c in configs if c in movies or c in kept]
     return TaskResult(task, configs, [outcome[c][0] for c in configs], [outcome[c][1] for c in configs],
-                      max_steps, gifs, policy=digest, policy_task=policy.meta_.get("task"), trained_configs=trained)
+                      max_steps, gifs, policy=digest, policy_task=policy.meta_.get("task"), trained_configs=trained,
+                      earlier_episodes=earlier_episodes, earlier_seconds=round(earlier_seconds, 3),
+                      untimed_episodes=untimed)
 
 
 def held_out_check(policy: Any, task: str, configs: Sequence[int]) -> list[int]:
@@ -365,13 +396,16 @@ class EpisodeJournal:
     episodes taken as done. A journal of another evaluation (its header names another run) is
     replaced by a new one, with a warning saying so; a file that is no journal is an OutputConflict
     and left alone. A line {"gif": config, "file": name, "check": ...} records a GIF the evaluation wrote
-    (chained like the episodes'); `gifs` maps each configuration to its GIF's file name.
+    (chained like the episodes'); `gifs` maps each configuration to its GIF's file name. An episode line may carry
+    "seconds" (wall-clock seconds since the previous episode of its run ended, covered by its check); `seconds`
+    maps each configuration whose line has one to it (lines written before the times have none, and stay readable).
     """
 
     def __init__(self, path: str | Path, run: dict[str, Any]) -> None:
         self.path = Path(path)
         self.done: dict[int, tuple[bool, int]] = {}
         self.gifs: dict[int, str] = {}               # configuration -> file name of the GIF this evaluation wrote
+        self.seconds: dict[int, float] = {}           # configuration -> seconds its episode line records
         self.replaced: list[str] = []                 # what differed in the other evaluation whose journal this replaced
         self.reopened = self.path.exists()            # a journal an earlier run of this evaluation wrote
         self._check = ""                              # the last line's check, which the next line's extends
@@ -385,6 +419,7 @@ class EpisodeJournal:
             records = [json.loads(ln) for ln in lines[1:]]
             done = {int(r["config"]): (bool(r["success"]), int(r["steps"])) for r in records if "gif" not in r}
             gifs = {int(r["gif"]): str(r["file"]) for r in records if "gif" in r}
+            seconds = {int(r["config"]): float(r["seconds"]) for r in records if "gif" not in r and "seconds" in r}
         except (ValueError, KeyError, TypeError, AttributeError):
             head = None
         if not isinstance(head, dict) or head.get("frozenvit") != JOURNAL_KIND:
@@ -416,6 +451,7 @@ class EpisodeJournal:
                 f.truncate(len(raw) - len(partial))
         self.done = done
         self.gifs = gifs
+        self.seconds = seconds
 
     def _start(self, run: dict[str, Any]) -> None:
         """A new journal holding only the header (an existing file is replaced atomically)."""
@@ -424,8 +460,12 @@ class EpisodeJournal:
         self._check = _link("", head)
         atomic_write_text(self.path, head + "\n", record=False)  # appended to
 
-    def append(self, config: int, success: bool, steps: int) -> None:
+    def append(self, config: int, success: bool, steps: int, seconds: float | None = None) -> None:
+        """Record a finished episode; `seconds`: the wall-clock time it took this run (see the class)."""
         episode = dict(config=int(config), success=bool(success), steps=int(steps))
+        if seconds is not None:
+            episode["seconds"] = round(float(seconds), 3)
+            self.seconds[int(config)] = episode["seconds"]
         self._write(episode, _episode_line(episode))
         self.done[int(config)] = (bool(success), int(steps))
 
@@ -446,8 +486,10 @@ class EpisodeJournal:
 
 
 def _episode_line(record: dict[str, Any]) -> str:
-    """The part of a journal line its check covers: the episode as written."""
-    return json.dumps({k: record.get(k) for k in ("config", "success", "steps")})
+    """The part of a journal line its check covers: the episode as written (its seconds where it has them: a line
+    written before the times is covered as it was)."""
+    keys = ("config", "success", "steps") + (("seconds",) if "seconds" in record else ())
+    return json.dumps({k: record.get(k) for k in keys})
 
 
 def _gif_line(record: dict[str, Any]) -> str:

@@ -120,12 +120,13 @@ def check_backbone(meta: dict[str, Any], backbone: Any) -> None:
     got_fp = backbone_fingerprint(backbone)
     got_size = list(backbone.config.img_size)
     if meta.get("fingerprint") != got_fp or meta.get("img_size") != got_size:
-        random = " (random weights: pass --random-weights)" if meta.get("pretrained") is False else ""
+        random = (" (random weights: --random-weights; in Python load_encoder(..., pretrained=False))"
+                  if meta.get("pretrained") is False else "")
         trained = encoder_label(meta.get("backbone"), meta.get("fingerprint"), meta.get("img_size"))
         given = encoder_label(backbone.config.name, got_fp, got_size)
-        raise ArtifactError(f"this policy was trained on {trained}{random}, the encoder given is {given}; give no "
-                            "--backbone, --weights or --image-size to use the policy's own, or retrain the policy "
-                            "on this one")
+        raise ArtifactError(f"this policy was trained on {trained}{random}, the encoder given is {given}; to use the "
+                            "policy's own, give no --backbone, --weights or --image-size (command line) or pass "
+                            "encoder_for_policy(policy) (Python; frozenvit.control), or retrain the policy on this one")
 
 
 def encoder_label(name: str | None, fingerprint: str | None, img_size: Sequence[int] | None) -> str:

@@ -258,10 +258,17 @@ class PatchTokenPolicy(ParameterErrorMixin, BaseEstimator):
         if prop.shape != (B, P):
             raise PolicyError(f"proprio must be (B, {P}) = ({B}, {P}) for {B} frames of tokens, got "
                               f"{prop.shape}; this head takes {want}")
+        for name, x in (("tokens", tokens), ("cls", cls), ("proprio", torch.from_numpy(prop))):
+            if x is not None and x.is_floating_point() and not bool(torch.isfinite(x).all()):
+                bad = int((~torch.isfinite(x)).sum())
+                raise PolicyError(f"{name} holds {bad} value{'s' * (bad != 1)} that {'are' if bad != 1 else 'is'} "
+                                  "not finite (NaN or infinite): the head would act on them; check the encoder's "
+                                  "output or the proprioception")
         return tokens, cls, torch.from_numpy(prop)
 
     def check_backbone(self, backbone: Any) -> None:
-        """Raise ArtifactError unless `backbone` is the one this policy was trained on."""
+        """Raise ArtifactError unless `backbone` is the one this policy was trained on; its cure names the command
+        line's options and the Python call that give the policy's own encoder (`encoder_for_policy(policy)`)."""
         self._check_fitted()
         check_backbone(self.meta_, backbone)
 
