@@ -329,12 +329,12 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if args.gifs and not args.out:
         raise UsageError("--gifs writes into --out DIR/gifs: give --out")
     if args.out:
+        check_output_dir(args.out, EVALUATE_KIND, names=["results.json"])   # a user's folder or file first
         pol_dir, out_dir = Path(args.policy).resolve(), Path(args.out).resolve()
         if out_dir == pol_dir or pol_dir in out_dir.parents:
             raise UsageError(f"--out {args.out} {'is' if out_dir == pol_dir else 'lies inside'} --policy "
                              f"{args.policy}: the policy folder holds the policy alone (a later `control train` into "
                              "it would refuse the results); give --out a folder outside it")
-        check_output_dir(args.out, EVALUATE_KIND, names=["results.json"])   # a user's file of that name too
     engine_from_args(args)                             # --workers without --ray fails before any work
     if args.runtime != "torch" and args.ray is not None:
         raise UsageError(f"--runtime {args.runtime} runs in this process only; drop --ray or --runtime")
