@@ -119,18 +119,13 @@ def collect_demos(task: str, out_dir: str | Path, n_episodes: int, *, camera: st
 
 
 def _remove_new(out: Path, before: set[Path] | None) -> None:
-    """Remove what this call wrote into `out` (everything not in `before`; `out` itself where it was not there)."""
-    import shutil
+    """Remove what this call wrote into `out` (the files its marker lists, the marker) and `out` itself where this
+    call made it; a folder the user made stays, and so does anything in it frozenvit did not write."""
+    from frozenvit.backbone.suite.artifacts import remove_artifact
 
-    if not out.is_dir():
-        return
-    for p in set(out.iterdir()) - (before or set()):
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)
-        else:
-            p.unlink()
-    if before is None:
-        out.rmdir()
+    remove_artifact(out)
+    if before is not None:
+        out.mkdir(exist_ok=True)
 
 
 def _collect(out: Path, manifest: dict, done: set, failed: set, task: str, n_episodes: int, camera: str,
