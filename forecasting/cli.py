@@ -472,15 +472,6 @@ def _files_written(args: argparse.Namespace, command: str) -> list[str]:
     return names + (["auto_weights.csv"] if "auto" in flat_names(args.models) else [])
 
 
-def _errors_needed(level: float) -> int:
-    """How many calibration errors per horizon step a conformal interval at `level` % needs (19 for 95 %): the
-    least n with ceil((n + 1) * level / 100) <= n."""
-    n = 1
-    while -(-(n + 1) * level // 100) > n:
-        n += 1
-    return n
-
-
 def _fresh(out) -> bool:
     """Whether --out is absent or an empty folder (a run that claims it and fails before training unclaims it)."""
     out = Path(out)
@@ -565,7 +556,9 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     missing = {f"{lab} {lv}": s for lab, by in fc.interval_share().items() for lv, s in by.items() if s < 1}
     if missing:
         top = max(args.levels)
-        need = _errors_needed(top)
+        from .intervals import errors_needed
+
+        need = errors_needed(top)
         nets = set(flat_names(args.models)) & {*NEURAL, "auto"}
         print(f"no interval on some rows ({', '.join(f'{k}: {100 * (1 - v):.0f} %' for k, v in missing.items())}): too "
               f"few calibration errors for that level ({top:g} % needs {need} per step, over all series), a flat "

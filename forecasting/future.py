@@ -34,12 +34,12 @@ from .defaults import GLOBAL_CALIBRATIONS
 from .ensemble import Ensemble, combine, same_model
 from .errors import SeriesError
 from .fallback import season_dropped
-from .intervals import calibration_cutoffs, check_levels, conformal_bounds
+from .intervals import calibration_cutoffs, check_levels, conformal_bounds, errors_needed
 from .lookback import prepare, skipped
 from .metrics import mase_scale
 from .reuse import shared_fits
 
-SCORES_WANTED = 19          # scaled errors per step that a 95 % conformal interval needs (ceil(0.95 (n + 1)) <= n)
+SCORES_WANTED = errors_needed(95)   # scaled errors per step that a 95 % conformal interval needs (19)
 
 
 @dataclass

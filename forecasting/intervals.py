@@ -86,6 +86,15 @@ def conformal_quantile(scores: np.ndarray, level: float) -> float:
     return float(s[rank - 1]) if 0 < rank <= s.size else float("nan")
 
 
+def errors_needed(level: float) -> int:
+    """The fewest scores that give `conformal_quantile` a value at `level` % (19 for 95, 4 for 80): the least n
+    with ceil((n + 1) level / 100) <= n."""
+    n = 1
+    while math.ceil((n + 1) * level / 100.0 - 1e-9) > n:
+        n += 1
+    return n
+
+
 def known_windows(n_calibration: int, n_windows: int, h: int, step: int) -> list[int]:
     """For each backtest window w, how many of the combined windows (K calibration, then the
     backtest's) have their truth known at w's cutoff: all K, then w' <= w - ceil(h / step)."""

@@ -125,3 +125,12 @@ def test_identical_forecasts_get_no_diebold_mariano_p_value(tmp_path, capsys):
     assert np.isnan(s.loc["Again", "p_value"]) and np.isnan(s.loc["Again", "dm_stat"])
     assert "forecasts are SeasonalNaive's" in res.dm_not_computed()["Again"]
     assert json.loads(json.dumps(res.to_dict()))["dm_not_computed"]["Again"].startswith("not computed")
+
+
+@pytest.mark.parametrize("level", [50, 80, 90, 95, 99])
+def test_errors_needed_is_the_fewest_scores_a_conformal_quantile_takes(level):
+    from frozenvit.forecasting.intervals import conformal_quantile, errors_needed
+
+    n = errors_needed(level)
+    assert np.isfinite(conformal_quantile(np.arange(n, dtype=float), level))
+    assert n == 1 or np.isnan(conformal_quantile(np.arange(n - 1, dtype=float), level))
