@@ -136,9 +136,12 @@ class PatchCoreEnsemble(ParameterErrorMixin, BaseEstimator):
         standardisers and threshold are computed again from the members' grown calibration scores exactly as at
         `fit`. What was added is appended to `updates_` (saved with the model). As for a PatchCore, an image an
         earlier update used, or one given twice, is skipped with a warning, and with nothing new the ensemble is left
-        as it was. Raises NotFittedError before `fit`, DatasetError for no images.
+        as it was. Raises NotFittedError before `fit`, DatasetError for no images, ParameterError while a member
+        runs an int8 graph (`refuse_on_int8`).
         """
         self._check_fitted()
+        from frozenvit.backbone.export import refuse_on_int8
+        refuse_on_int8(self, "partial_fit")
         images, names, digests = new_normals(images, names, self.updates_, "PatchCoreEnsemble.partial_fit")
         if not images:
             return self
@@ -194,6 +197,8 @@ class PatchCoreEnsemble(ParameterErrorMixin, BaseEstimator):
     def threshold_at(self, target_fpr: float) -> float:
         """As `PatchCore.threshold_at`, on the held-out normals' ensemble scores."""
         self._check_fitted()
+        from frozenvit.backbone.export import refuse_on_int8
+        refuse_on_int8(self, "threshold_at")
         return threshold_at(self.calibration_scores_, target_fpr)
 
     def predict(self, images: Sequence[Any]) -> AnomalyPrediction:

@@ -258,9 +258,11 @@ class PatchCore(ParameterErrorMixin, BaseEstimator):
         Each image is added once: one that an earlier update used (the same path, or the same pixels under any
         name, `anomaly.updates`) or that is given twice is skipped with a warning, and with nothing new the model
         is left as it was (a warning says so; `updates_` does not grow). Raises NotFittedError before `fit`,
-        DatasetError for no images.
+        DatasetError for no images, ParameterError while the backbone runs an int8 graph (`refuse_on_int8`).
         """
         self._check_fitted()
+        from frozenvit.backbone.export import refuse_on_int8
+        refuse_on_int8(self, "partial_fit")
         images, names, digests = new_normals(images, names, self.updates_, "PatchCore.partial_fit")
         if images:
             self._add_normals(images, names, digests, calibration_images)
@@ -339,8 +341,11 @@ class PatchCore(ParameterErrorMixin, BaseEstimator):
     def threshold_at(self, target_fpr: float) -> float:
         """The threshold calibrated at another false-alarm rate on the stored held-out normals' scores
         (`calibration_scores_`), without refitting: `set_params(threshold=det.threshold_at(0.05))` decides at it.
-        Raises ParameterError when the model has no held-out normals or too few for `target_fpr` (`threshold_at`)."""
+        Raises ParameterError when the model has no held-out normals or too few for `target_fpr` (`threshold_at`),
+        or reads its grids from an int8 graph (`refuse_on_int8`: the stored scores are float32 ones)."""
         self._check_fitted()
+        from frozenvit.backbone.export import refuse_on_int8
+        refuse_on_int8(self, "threshold_at")
         return threshold_at(self.calibration_scores_, target_fpr)
 
     def _score(self, images: Sequence[Any], desc: str = "score") -> tuple[Any, np.ndarray, list]:

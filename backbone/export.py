@@ -535,6 +535,21 @@ def decisions_withheld(model: Any) -> bool:
     return getattr(model, "threshold_withheld_", None) is not None and getattr(model, "threshold", None) is None
 
 
+def refuse_on_int8(model: Any, what: str) -> None:
+    """ParameterError when any member of `model` reads its patch grids from an int8 graph: `what` (threshold_at,
+    partial_fit) would mix the float32 scores the model stores with int8 ones, or put int8 features into its bank."""
+    int8 = int8_members(model)
+    if int8:
+        members = getattr(model, "members_", None)
+        which = f"member{'s' if len(int8) > 1 else ''} {', '.join(map(str, int8))}" if members else "its backbone"
+        raise ParameterError(f"{type(model).__name__}.{what} while {which} reads patch grids from an int8 graph: "
+                             f"{INT8_NO_DECISIONS}, and {what} works on those stored float32 scores. "
+                             + ("Add normals to the float32 model (load it without the int8 backbones), save it, then "
+                                "run or export it in int8 again" if what == "partial_fit" else
+                                "Score known normal images in int8 and choose the threshold on those scores "
+                                "(det.set_params(threshold=T)); or run the backbones in float32"))
+
+
 def withhold_int8_decisions(model: Any) -> bool:
     """The one rule for the decisions of a fitted detector (a `threshold_` calibrated on float32 scores, and an
     optional explicit `threshold`) whose patch grids now come from an int8 graph: `use_runtime`, `load_detector(...,

@@ -106,6 +106,25 @@ def test_one_int8_member_withholds_the_ensembles_decisions(ws):
     assert det.predict(_tests(ws)).is_defect is None
 
 
+@pytest.mark.parametrize("model", ["model", "ensemble"])
+def test_threshold_at_and_partial_fit_refuse_an_int8_model(ws, model):
+    """Both work on the float32 scores the model stores: threshold_at would hand out a float32 threshold for int8
+    scores, partial_fit would calibrate on a mix and put int8 features into the bank."""
+    from frozenvit.anomaly import load_detector
+    from frozenvit.backbone.export import use_runtime
+    from frozenvit.backbone.suite.errors import ParameterError
+
+    with pytest.warns(UserWarning, match="withheld"):
+        det = use_runtime(load_detector(ws / model), "onnxruntime", precision="int8", calibration=_normals(ws)[:2])
+    bank = [len(m.bank_) for m in getattr(det, "members_", [det])]
+    with pytest.raises(ParameterError, match=r"threshold_at.*int8.*set_params\(threshold=T\)"):
+        det.threshold_at(0.1)
+    with pytest.raises(ParameterError, match=r"partial_fit.*int8.*float32 model"):
+        det.partial_fit(_tests(ws)[:2])
+    assert [len(m.bank_) for m in getattr(det, "members_", [det])] == bank and det.updates_ == []
+    assert load_detector(ws / model).threshold_at(0.5) is not None          # float32: as before
+
+
 def test_a_threshold_set_before_int8_still_decides_without_a_warning(ws):
     from frozenvit.anomaly import load_detector
     from frozenvit.backbone.export import DecisionsWithheld, use_runtime

@@ -201,6 +201,15 @@ def test_a_bad_input_is_a_named_error_and_nothing_is_written(tmp_path, capsys, e
     assert not (tmp_path / "out").exists()
 
 
+def test_init_from_a_run_of_another_student_is_refused_before_any_output(tmp_path, capsys):
+    assert _distill(tmp_path, "run", "--max-steps", "1") == 0
+    capsys.readouterr()
+    assert _distill(tmp_path, "out", "--init", str(tmp_path / "run"),
+                    "--student-kwargs", '{"depth": 2, "embed_dim": 48, "num_heads": 2}') == 2
+    assert "its student differs from this one" in _one_error_line(capsys, "UsageError")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_one_block_student_trains(tmp_path):
     assert _distill(tmp_path, "run", "--student-kwargs", '{"depth": 1, "embed_dim": 32, "num_heads": 2}',
                     "--max-steps", "1") == 0

@@ -56,9 +56,10 @@ def _run(args: argparse.Namespace) -> int:
                         augment=AugmentConfig(scale=(args.min_scale, 1.0), mix_prob=args.mix_prob),
                         dense_blocks=dense_blocks, w_s8=args.w_s8, w_s16=args.w_s16, device=args.device,
                         workers=args.workers)
-    depth = len(build_student(cfg.student, cfg.student_kwargs, cfg.img_size).blocks)  # --student, its kwargs, the grid
+    student = build_student(cfg.student, cfg.student_kwargs, cfg.img_size)   # --student, its kwargs, the grid
+    depth = len(student.blocks)
     check_batch_size(n_images, cfg.batch_size)
-    check_init(cfg.init)
+    check_init(cfg.init, student)                 # --init RUN_DIR: its student is this one
     if not args.resume:                           # a stopped or finished run: refused before the teacher loads
         check_run_folder(args.out, {}, resume=False)
     teacher = make_teacher(args.teacher, img_size=args.image_size)

@@ -128,9 +128,10 @@ def build_student(arch: str, kwargs: dict, img_size: int) -> nn.Module:
     return student
 
 
-def check_init(init: str) -> None:
+def check_init(init: str, student: nn.Module | None = None) -> None:
     """UsageError unless --init names weights the trainer can start from: "default", an embedded name, a weights file
-    or a distill run folder with a checkpoint (checked before any output)."""
+    or a distill run folder with a checkpoint (checked before any output); for a run folder and a `student` given,
+    also unless the run's student is this one in full (`check_run_student`)."""
     if not init:
         return
     from frozenvit.backbone.loading import EMBEDDED
@@ -143,6 +144,8 @@ def check_init(init: str) -> None:
             raise UsageError(f"--init {init}: a folder must be a distill run with a checkpoint "
                              f"({path / 'ckpt' / 'model.safetensors'} is missing); give a weights file or an "
                              "embedded name instead")
+        if student is not None:
+            check_run_student(path / "ckpt" / "model.safetensors", student)
         return
     if not path.is_file():
         names = ", ".join(["default", *EMBEDDED])
@@ -180,15 +183,25 @@ def init_distiller_from(model: nn.Module, ckpt: str | Path) -> dict[str, int]:
     projections, logit head, stride-8/16 projectors), where names and shapes match. Starting a new schedule
     from a shipped student alone restarts those heads from random, and the first steps' gradients through
     them pull the student away from where it was. The student itself must match in full."""
+    check_run_student(ckpt, model.student)
     own = model.state_dict()
     theirs = load_file(str(ckpt))
     take = {k: v.to(own[k].dtype) for k, v in theirs.items() if k in own and own[k].shape == v.shape}
-    missing = [k for k in own if k.startswith("student.") and k not in take]
-    if missing:
-        raise UsageError(f"{ckpt}: its student differs from this one ({len(missing)} tensors missing or of another "
-                             f"shape, e.g. {missing[0]}); use the same --student, --student-kwargs and --image-size")
     model.load_state_dict(take, strict=False)
     return {"copied": len(take), "tensors": len(own)}
+
+
+def check_run_student(ckpt: str | Path, student: nn.Module) -> None:
+    """UsageError unless a distill run's checkpoint `ckpt` holds every tensor of `student` in its shape (read from
+    the file's header, no tensor loaded)."""
+    from safetensors import safe_open
+
+    with safe_open(str(ckpt), "pt") as f:
+        theirs = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    missing = [f"student.{k}" for k, v in student.state_dict().items() if theirs.get(f"student.{k}") != tuple(v.shape)]
+    if missing:
+        raise UsageError(f"{ckpt}: its student differs from this one ({len(missing)} tensors missing or of another "
+                         f"shape, e.g. {missing[0]}); use the same --student, --student-kwargs and --image-size")
 
 
 # ----------------------------------------------------------------------------- losses
