@@ -18,7 +18,7 @@ from frozenvit.backbone.suite.lazy import lazy_exports
 
 _API = {
     "agent": ("StageTimer", "TemporalEnsemble", "VisuomotorAgent"),
-    "compare": ("McNemar", "RunMismatch", "compare_runs", "mcnemar", "merge_runs"),
+    "compare": ("McNemar", "RunMismatch", "compare_evaluations", "compare_runs", "mcnemar", "merge_runs"),
     "defaults": ("DEFAULT_CAMERA",),
     "demos": ("Episode", "collect_demos", "iter_episodes", "load_manifest", "read_episode", "record_episode"),
     "encoders": ("BACKBONES", "FAST_ENCODER", "encoder_for_policy", "load_encoder", "load_fast_encoder"),

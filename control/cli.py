@@ -1,8 +1,9 @@
-"""`frozenvit control collect | train | evaluate | latency`.
+"""`frozenvit control collect | train | evaluate | compare | latency`.
 
     frozenvit control collect  --task reach-v3 --out runs/demos/reach --episodes 25
     frozenvit control train    --demos runs/demos/reach --out runs/policies/reach
     frozenvit control evaluate --policy runs/policies/reach --configs 50 --out runs/eval/reach
+    frozenvit control compare  runs/eval/reach runs/eval/reach-small
     frozenvit control latency  --policy runs/policies/reach --steps 300 --budget-ms 90 --out runs/latency
 
 --backbone chooses the encoder: `embedded` (the embedded default ViT), `metaworld-fast` (4 blocks distilled
@@ -133,6 +134,18 @@ def register(subparsers: Any) -> None:
     add_threads_arg(q)
     add_engine_args(q)
     q.set_defaults(func=_cmd_evaluate)
+
+    q = sub.add_parser("compare", help="pair two or more evaluations on their shared configurations (exact McNemar)",
+                       description="Success of each `control evaluate` output on the held-out configurations they "
+                                   "all ran, and an exact McNemar test of each against the first: the same "
+                                   "configuration is the same initial scene, so outcomes pair episode by episode "
+                                   "and a difference needs far fewer episodes to show than two success rates do. "
+                                   "Same --task and --max-steps needed.")
+    q.add_argument("evaluations", nargs="+", metavar="EVAL",
+                   help="`control evaluate --out` folders (or their results.json); the first is the reference")
+    q.add_argument("--labels", default=None,
+                   help="comma-separated names for the evaluations, in order (default: their folder names)")
+    q.set_defaults(func=_cmd_compare)
 
     q = sub.add_parser("latency", help="per-step latency of render+preprocess+encode+head+step",
                        epilog=f"Exit status {OVER_BUDGET} when p99 is over --budget-ms with every runtime.")
@@ -391,6 +404,46 @@ def _files_named(names: list[str]) -> str:
     gifs = [n for n in names if n.endswith(".gif")]
     parts = ([f"{len(gifs)} GIF{'s' * (len(gifs) > 1)}"] if gifs else []) + [n for n in names if n not in gifs]
     return " and ".join([", ".join(parts[:-1]), parts[-1]] if len(parts) > 1 else parts)
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from .compare import compare_evaluations
+
+    if len(args.evaluations) < 2:
+        raise UsageError("control compare needs two evaluations or more: frozenvit control compare A B")
+    files = [Path(e) / "results.json" if Path(e).is_dir() else Path(e) for e in args.evaluations]
+    labels = ([x.strip() for x in args.labels.split(",")] if args.labels
+              else [f.parent.name if f.name == "results.json" else f.stem for f in files])
+    if len(labels) != len(files):
+        raise UsageError(f"--labels names {len(labels)} evaluations, {len(files)} were given; give one name each")
+    if len(set(labels)) < len(labels):
+        if args.labels:
+            raise UsageError(f"--labels {args.labels}: each evaluation needs a name of its own")
+        labels = [str(f.parent if f.name == "results.json" else f) for f in files]
+    results = {}
+    for label, f, given in zip(labels, files, args.evaluations):
+        if not f.is_file():
+            what = "no results.json there" if Path(given).is_dir() else "no such file or folder"
+            raise UsageError(f"{given}: {what}; give a `control evaluate --out` folder or its results.json")
+        try:
+            results[label] = json.loads(f.read_text())
+        except (ValueError, UnicodeDecodeError) as e:
+            raise UsageError(f"{f} is not JSON ({e}); give a `control evaluate --out` folder or its results.json") \
+                from None
+    c = compare_evaluations(results)
+    print(f"{c['task']}: {c['configs']} held-out configurations every evaluation ran (seeds {c['config_seeds'][0]} "
+          f"to {c['config_seeds'][1]}), cap {c['max_steps']} steps")
+    width = max(len(r["label"]) for r in c["by_label"])
+    for r in c["by_label"]:
+        print(f"  {r['label']:<{width}}  {r['successes']:>4}/{r['episodes']}  {r['success_rate']:.2f}")
+    ref = c["by_label"][0]["label"]
+    for label, m in c["paired"].items():
+        print(f"{label} against {ref}: {ref} alone succeeded in {m['a_only']}, {label} alone in {m['b_only']} "
+              f"episodes; exact McNemar p = {m['p']:.3g}")
+    return 0
 
 
 LATENCY_FILES = ("latency.json", "histogram.png")      # what `control latency --out DIR` writes

@@ -164,6 +164,45 @@ def compare_runs(runs: Mapping[str, tuple[Mapping[str, Any], str]], *, may_diffe
                                     for b in others} for t in tasks})
 
 
+def compare_evaluations(results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Pair two or more `control evaluate` results (their results.json, {label: result}; the first is the
+    reference) on the held-out configurations they all ran: the same configuration seed is the same initial scene,
+    so with one task and one episode cap the outcomes pair episode by episode (`mcnemar`).
+
+    Returns task, max_steps, configs (how many are shared), config_seeds (the first and last shared), by_label
+    ([{label, successes, episodes, success_rate, policy}], on the shared configurations only) and paired ({label:
+    McNemar dict} against the first). RunMismatch when one is not an evaluate result, or the results differ in task
+    or cap, or share no configuration.
+    """
+    if len(results) < 2:
+        raise RunMismatch(f"a comparison needs two evaluations or more, got {len(results)}")
+    for label, r in results.items():
+        lacks = [k for k in ("task", "configs", "successes", "max_steps") if not isinstance(r, Mapping) or k not in r]
+        if lacks:
+            raise RunMismatch(f"{label} is not a `control evaluate` results.json (it lacks {', '.join(lacks)}); "
+                              "runs of benchmarks/control_success.py pair with compare_runs")
+        if len(r["configs"]) != len(r["successes"]):
+            raise RunMismatch(f"{label}: {len(r['configs'])} configurations but {len(r['successes'])} outcomes; "
+                              "evaluate it again")
+    for key, what in (("task", "tasks"), ("max_steps", "episode caps")):
+        seen = {label: r[key] for label, r in results.items()}
+        if len(set(seen.values())) > 1:
+            raise RunMismatch(f"other {what} ({', '.join(f'{k}: {v}' for k, v in seen.items())}): their episodes "
+                              f"are not the same episodes; evaluate both with the same --task and --max-steps")
+    (ref, first), *rest = results.items()
+    common = [c for c in first["configs"] if all(c in r["configs"] for _, r in rest)]
+    if not common:
+        raise RunMismatch(f"{', '.join(results)} share no held-out configuration; evaluate them with the same "
+                          "--configs")
+    outcomes = {label: [bool(dict(zip(r["configs"], r["successes"]))[c]) for c in common]
+                for label, r in results.items()}
+    return dict(task=first["task"], max_steps=first["max_steps"], configs=len(common),
+                config_seeds=[common[0], common[-1]],
+                by_label=[dict(label=label, successes=sum(won), episodes=len(won), success_rate=sum(won) / len(won),
+                               policy=results[label].get("policy")) for label, won in outcomes.items()],
+                paired={label: mcnemar(outcomes[ref], outcomes[label]).as_dict() for label, _ in rest})
+
+
 def _check_run(label: str, value: Any) -> None:
     """RunMismatch unless runs[label] is (run, pooling) with a run of benchmarks/control_success.py; saying what to
     do with `control evaluate`'s results.json, which is no such run."""
@@ -176,8 +215,8 @@ def _check_run(label: str, value: Any) -> None:
     if "successes" in run and "configs" in run:
         raise RunMismatch(f"runs[{label!r}] is a `control evaluate` results.json, not a run of "
                           "benchmarks/control_success.py ({'settings': ..., 'results': [...]}) that compare_runs "
-                          "pairs; compare two evaluations of the same task, cap and configurations with "
-                          "mcnemar(a['successes'], b['successes']) (check a['configs'] == b['configs'] first)")
+                          "pairs; compare evaluations with compare_evaluations({'a': a, 'b': b}) (on the command "
+                          "line: frozenvit control compare A B)")
     raise RunMismatch(f"runs[{label!r}] is not a run of benchmarks/control_success.py: it lacks "
                       f"{', '.join(k for k in ('settings', 'results') if k not in run)}")
 

@@ -157,3 +157,61 @@ def test_merge_runs_of_other_caps_keeps_each_tasks_cap_and_compare_checks_it():
 def test_merge_runs_refuses_a_task_at_two_caps():
     with pytest.raises(RunMismatch, match="t1 is capped"):
         merge_runs([_part(["t1"], [0]), _part(["t1"], [1], max_steps=200)])
+
+
+# ---- `control evaluate` results: compare_evaluations and `frozenvit control compare` --------------------------------
+def _evaluation(successes, configs=None, task="reach-v3", max_steps=150, policy="p"):
+    configs = list(range(1000, 1000 + len(successes))) if configs is None else configs
+    return dict(frozenvit="control.evaluate", task=task, configs=configs, successes=[bool(s) for s in successes],
+                steps=[10] * len(successes), max_steps=max_steps, policy=policy,
+                success_rate=sum(map(bool, successes)) / len(successes))
+
+
+def test_compare_evaluations_pairs_the_shared_configurations_by_seed_not_by_position():
+    from frozenvit.control import compare_evaluations
+
+    a = _evaluation([1, 1, 0, 1], configs=[1000, 1001, 1002, 1003])
+    b = _evaluation([0, 1, 1], configs=[1003, 1001, 1000])      # the same seeds, another order, one fewer
+    c = compare_evaluations({"a": a, "b": b})
+    assert c["configs"] == 3 and c["config_seeds"] == [1000, 1003]
+    assert [(r["label"], r["successes"], r["episodes"]) for r in c["by_label"]] == [("a", 3, 3), ("b", 2, 3)]
+    # seed 1000: a 1, b 1; 1001: 1, 1; 1003: a 1, b 0 -> a alone once, b alone never
+    assert (c["paired"]["b"]["a_only"], c["paired"]["b"]["b_only"]) == (1, 0)
+    assert c["paired"]["b"]["p"] == pytest.approx(binomtest(1, 1).pvalue)
+
+
+@pytest.mark.parametrize("b, words", [
+    (_evaluation([1, 0], task="push-v3"), "other tasks"),
+    (_evaluation([1, 0], max_steps=500), "other episode caps"),
+    (_evaluation([1, 0], configs=[5, 6]), "share no held-out configuration"),
+    ({"settings": {}, "results": []}, "not a `control evaluate` results.json"),
+])
+def test_compare_evaluations_refuses_other_episodes(b, words):
+    from frozenvit.control import compare_evaluations
+
+    with pytest.raises(RunMismatch, match=words):
+        compare_evaluations({"a": _evaluation([1, 0]), "b": b})
+
+
+def test_control_compare_prints_each_success_and_the_paired_test(tmp_path, capsys):
+    import json
+
+    from frozenvit.backbone.suite.cli import main
+
+    for name, won in (("big", [1] * 9 + [0]), ("small", [1, 0] * 5)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(_evaluation(won)))
+    assert main(["control", "compare", str(tmp_path / "big"), str(tmp_path / "small" / "results.json")]) == 0
+    out = capsys.readouterr().out
+    assert "reach-v3: 10 held-out configurations every evaluation ran (seeds 1000 to 1009), cap 150 steps" in out
+    rows = [line.split() for line in out.splitlines()[1:3]]
+    assert rows == [["big", "9/10", "0.90"], ["small", "5/10", "0.50"]]
+    assert f"small against big: big alone succeeded in 4, small alone in 0 episodes; exact McNemar p = " \
+           f"{binomtest(4, 4).pvalue:.3g}" in out
+    assert main(["control", "compare", str(tmp_path / "big"), str(tmp_path / "nope")]) == 2
+    assert "nope: no such file or folder" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["control", "compare", str(tmp_path / "big"), str(tmp_path / "empty")]) == 2
+    assert "empty: no results.json there" in capsys.readouterr().err
+    assert main(["control", "compare", str(tmp_path / "big"), str(tmp_path / "small"), "--labels", "x"]) == 2
+    assert "--labels names 1 evaluations, 2 were given" in capsys.readouterr().err

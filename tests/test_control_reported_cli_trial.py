@@ -221,7 +221,7 @@ def test_compare_runs_refuses_evaluate_results_saying_what_it_takes_and_what_to_
     from frozenvit.control import RunMismatch, compare_runs
 
     a = dict(task="reach-v3", configs=[1000000, 1000001], successes=[True, False], steps=[3, 30], max_steps=30)
-    with pytest.raises(RunMismatch, match=r"`control evaluate` results.json.*mcnemar\(a\['successes'\]"):
+    with pytest.raises(RunMismatch, match=r"`control evaluate` results.json.*compare_evaluations\(.*frozenvit control compare A B"):
         compare_runs({"a": (a, "attention"), "b": (dict(a), "attention")})
 
 
