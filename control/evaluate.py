@@ -159,8 +159,15 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
         extra = dict(gif_rerolls=f"{rerolled}/{len(replay)}") if replay else {}
         bar.set_postfix(steps=stepped, running=running, **extra, refresh=False)
 
+    written: set[int] = set()
+
     def done(config: int, success: bool, steps: int) -> None:
         nonlocal rerolled
+        if config in movies:                          # its GIF now, not at the end: a stopped run keeps it
+            save_gif(movies.pop(config), gif(config))
+            written.add(config)
+            if log is not None:
+                log.append_gif(config, gif(config).name)
         if config not in outcome:                     # else rolled out again for its GIF: the journal's outcome stands
             outcome[config] = (success, steps)
             if log is not None:
@@ -192,11 +199,7 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
                 e.close()
     postfix(0)                                        # finished: no environment runs any more
     bar.close()
-    for c, frames in movies.items():
-        save_gif(frames, gif(c))
-        if log is not None:
-            log.append_gif(c, gif(c).name)
-    gifs = [str(gif(c)) for c in configs if c in movies or c in kept]
+    gifs = [str(gif(c)) for c in configs if c in written or c in kept]
     return TaskResult(task, configs, [outcome[c][0] for c in configs], [outcome[c][1] for c in configs],
                       max_steps, gifs, policy=digest, policy_task=policy.meta_.get("task"), trained_configs=trained,
                       earlier_episodes=earlier_episodes, earlier_seconds=round(earlier_seconds, 3),
@@ -376,9 +379,9 @@ def _rollouts_ray(policy: Any, backbone: Any, queue: list[int], env_args: dict, 
                 ready, _ = ray.wait(list(pending), num_returns=1)
                 a = pending.pop(ready[0])
                 results, got = ray.get(ready[0])
+                movies.update(got)                    # before `done`, which writes each episode's GIF
                 for c, s, k in results:
                     done(c, s, k)
-                movies.update(got)
                 if left:
                     send(a)
         except BaseException:

@@ -304,6 +304,42 @@ def test_gifs_asked_of_a_finished_evaluation_are_made_and_listed_and_the_journal
     assert _FakeTask.made == made                                    # and nothing rolled out again for it
 
 
+class _StopAfterEpisodes(Exception):
+    pass
+
+
+@needs_metaworld
+def test_a_stopped_evaluation_keeps_the_gifs_of_its_finished_episodes_and_resuming_rolls_none_again(tmp_path,
+                                                                                                    monkeypatch):
+    """Each GIF is written as its episode ends, so a run killed midway does not re-simulate those episodes."""
+    ev = importlib.import_module("frozenvit.control.evaluate")
+
+    monkeypatch.setattr(ev, "MetaWorldTask", _FakeTask)
+    monkeypatch.setattr(ev, "VisuomotorAgent", _FakeAgent)
+    monkeypatch.setattr(_FakeTask, "succeed", True)
+    pol = small(epochs=1).fit(marked_token_cache(M=32), progress=False)
+    configs = [1_000_000, 1_000_001, 1_000_002]
+    kw = dict(journal=tmp_path / "episodes.jsonl", gif_dir=tmp_path / "gifs", gif_episodes=3, parallel=1,
+              progress=False)
+    append = ev.EpisodeJournal.append
+
+    def stop_after_two(self, config, *a, **k):
+        append(self, config, *a, **k)
+        if config == configs[1]:
+            raise _StopAfterEpisodes
+    monkeypatch.setattr(ev.EpisodeJournal, "append", stop_after_two)
+    with pytest.raises(_StopAfterEpisodes):
+        ev.evaluate(pol, None, configs, **kw)
+    assert sorted(p.name for p in (tmp_path / "gifs").iterdir()) == [f"reach-v3_cfg{c}.gif" for c in configs[:2]]
+    monkeypatch.setattr(ev.EpisodeJournal, "append", append)
+    rolled = []
+    lockstep = ev.lockstep
+    monkeypatch.setattr(ev, "lockstep", lambda agent, envs, queue, *a: (rolled.extend(queue),
+                                                                         lockstep(agent, envs, queue, *a))[1])
+    res = ev.evaluate(pol, None, configs, **kw)
+    assert rolled == configs[2:] and res.gifs == [str(tmp_path / "gifs" / f"reach-v3_cfg{c}.gif") for c in configs]
+
+
 def test_a_journal_of_another_evaluation_names_what_differs_in_good_grammar(tmp_path):
     from frozenvit.control.evaluate import EpisodeJournal
 
