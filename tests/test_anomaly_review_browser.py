@@ -70,3 +70,37 @@ def test_screenshot_of_the_page_is_a_png(review_workspace):  # noqa: F811
 
     png = screenshot(ReviewData.open(review_workspace / "pred", review_workspace / "data" / "weave" / "test"))
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_image_changed_on_disk_shows_no_score_and_is_not_counted_as_flagged(review_workspace, tmp_path):  # noqa: F811
+    """Its score is the old file's: the list and the detail show a dash, and the flagged count leaves it out."""
+    exe = chromium_path()
+    from PIL import Image
+    from playwright.sync_api import sync_playwright
+
+    from frozenvit.anomaly.review import CHROMIUM_ARGS, ReviewData, review_app, running
+
+    ws = review_workspace
+    shutil.copytree(ws / "pred", tmp_path / "pred")
+    shutil.copytree(ws / "data" / "weave" / "test", tmp_path / "test")
+    data = ReviewData.open(tmp_path / "pred", tmp_path / "test")
+    name = data.state()["images"][0]["name"]
+    with running(review_app(data)) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, args=list(CHROMIUM_ARGS))
+        page = browser.new_page(viewport={"width": 1100, "height": 700})
+        page.goto(url)
+        page.wait_for_selector(".item")
+        n = page.locator(".item").count()
+        slider = page.locator("#threshold")
+        slider.fill(slider.get_attribute("min"))                 # everything above: all flagged
+        assert page.locator("#flagged").inner_text().startswith(f"{n} of {n} flagged")
+        path = tmp_path / "test" / name
+        Image.open(path).transpose(Image.Transpose.FLIP_LEFT_RIGHT).save(path)     # another picture, same name
+        page.evaluate("refresh()")
+        row = page.locator(f'.item[data-name="{name}"]')
+        row.locator(".badge.changed").wait_for()
+        assert row.locator(".score").inner_text() == "\u2014" and "flagged" not in row.get_attribute("class")
+        assert page.locator("#flagged").inner_text().startswith(f"{n - 1} of {n} flagged")
+        row.click()
+        assert page.locator("#detail-score").inner_text() == "score \u2014"
+        browser.close()

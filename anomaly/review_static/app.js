@@ -39,12 +39,16 @@ function drawFilters() {
   }
 }
 
+// a file changed on disk since it was scored has no score of its own until review scores it again
+function shownScore(i) { return i.changed ? "\u2014" : i.score.toFixed(3); }
+function flagged(i, t) { return !i.changed && i.score > t; }
+
 function visible() { return state.images.filter((i) => !i.type || !hidden.has(i.type)); }
 
 function draw() {
   const t = threshold(), shown = visible();
   $("threshold-value").textContent = t.toFixed(3);
-  const n = shown.filter((i) => i.score > t).length;
+  const n = shown.filter((i) => flagged(i, t)).length;
   $("flagged").textContent = `${n} of ${shown.length} flagged (${shown.length ? (100 * n / shown.length).toFixed(1) : 0}%)`;
   const marks = state.images.filter((i) => i.label);
   $("marked-count").textContent = `${marks.filter((i) => i.label === "normal").length} marked normal, ` +
@@ -53,7 +57,7 @@ function draw() {
   list.replaceChildren();
   for (const i of shown) {
     const row = document.createElement("div");
-    row.className = "item" + (i.score > t ? " flagged" : "") + (i.name === selected ? " selected" : "");
+    row.className = "item" + (flagged(i, t) ? " flagged" : "") + (i.name === selected ? " selected" : "");
     row.dataset.name = i.name;
     const img = document.createElement("img");
     img.loading = "lazy"; img.alt = "";
@@ -61,7 +65,7 @@ function draw() {
     else img.src = "/image/" + enc(i.name);               // a changed file is not shown: its score is another's
     const text = document.createElement("div");
     text.innerHTML = `<div class="score"></div><div class="name"></div>`;
-    text.querySelector(".score").textContent = i.score.toFixed(3);
+    text.querySelector(".score").textContent = shownScore(i);
     text.querySelector(".name").textContent = i.name;
     for (const tag of [i.label, i.changed ? "changed" : null]) {
       if (!tag) continue;
@@ -80,7 +84,7 @@ function select(name) {
   if (!i) return;
   selected = name;
   $("detail-name").textContent = i.name;
-  $("detail-score").textContent = "score " + i.score.toFixed(3);
+  $("detail-score").textContent = "score " + shownScore(i);
   $("detail-label").textContent = i.label ? "marked " + i.label : "";
   $("notice").hidden = !i.changed;
   $("panes").hidden = !!i.changed;
