@@ -23,7 +23,7 @@ from frozenvit.backbone.suite.lazy import lazy_exports
 _API = {
     "auto": ("AutoForecaster",),
     "backtest": ("BacktestResult", "SeasonWarning", "UndefinedMASEWarning", "backtest"),
-    "base": ("Forecaster",),
+    "base": ("Forecaster", "ParameterError"),
     "baselines": ("ARIMA", "ETS", "LocalModel", "Naive", "SeasonalNaive", "StatsForecastModel", "Theta"),
     "data": ("long_to_wide", "read_long_csv", "read_m4", "read_wide_csv", "validate", "wide_to_long"),
     "dlinear": ("DLinear", "DLinearConfig", "DLinearNet"),

@@ -373,11 +373,56 @@ def check_unique_aliases(models: Sequence[Forecaster]) -> list[str]:
     return aliases
 
 
+# The fitted attributes a backtest or forecast leaves on the models given: what each chose for the series (auto's
+# weights, a statistical model's history), which `frozenvit forecast` reports.
+KEPT = ("choice_", "history_")
+
+
 def keep_choices(given: Sequence[Forecaster], ran: Sequence[Forecaster]) -> None:
-    """Copy an `auto`'s `choice_` from the copy that ran (`with_seasons`) to the model given."""
+    """Copy the attributes of KEPT (auto's `choice_`, a statistical model's `history_`) from the copy that ran
+    (`with_seasons`) to the model given."""
     for g, r in zip(given, ran):
-        if r is not g and getattr(r, "choice_", None) is not None:
-            g.choice_ = r.choice_
+        for name in KEPT if r is not g else ():
+            if hasattr(r, name) and (name != "choice_" or r.choice_ is not None):
+                setattr(g, name, getattr(r, name))
+
+
+def nested(models: Sequence[Forecaster]) -> list[Forecaster]:
+    """`models` and every model inside them (an ensemble's members, auto's candidates, a fallback's two), each
+    once."""
+    out: list[Forecaster] = []
+
+    def walk(model: Forecaster) -> None:
+        if any(model is m for m in out):
+            return
+        out.append(model)
+        for v in model.get_params(deep=False).values():
+            for x in (v if isinstance(v, (list, tuple)) else [v]):
+                if isinstance(x, Forecaster):
+                    walk(x)
+
+    for m in models:
+        walk(m)
+    return out
+
+
+def check_horizon_fits(models: Sequence[Forecaster], h: int, task: str) -> None:
+    """SeriesError, before any model of the `task` ("backtest", "forecast") runs, for a model (at any depth) that
+    cannot forecast h steps: a network built for another horizon."""
+    for model in nested(models):
+        problem = model.horizon_problem(h, task)
+        if problem:
+            raise SeriesError(problem)
+
+
+def check_series_fit(models: Sequence[Forecaster], ids: Sequence[str], series: Sequence[np.ndarray],
+                     cutoffs: np.ndarray) -> None:
+    """SeriesError, before any model runs, for a model (at any depth) that cannot be fitted to some history
+    before `cutoffs` (S, W), as far as that is known without fitting (`Forecaster.series_problem`)."""
+    for model in nested(models):
+        problem = model.series_problem(ids, series, cutoffs)
+        if problem:
+            raise SeriesError(problem)
 
 
 def _cutoff_positions(T: int, h: int, n_windows: int, step_size: int) -> list[int]:
@@ -437,8 +482,9 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
     check below) says what becomes of series too short for it (forecasting.lookback); where `models` hold
     no statistical model, "statistical" forecasts them with Theta and ETS fitted on `fallback_history`
     (None: all of each history; forecasting.baselines). The result
-    records both (`input_size`, `short_series`). The models given are never changed, but for the fitted
-    attribute an `auto` keeps (`choice_`: what it forecast each series with; the result's `choices`).
+    records both (`input_size`, `short_series`). The models given are never fitted; they keep only what they
+    chose (backtest.KEPT): an `auto`'s `choice_` (what it forecast each series with; the result's `choices`) and
+    a statistical model's `history_` (how many of each history's last values it was fitted on, None: all).
 
     `n_windows="auto"`: as many as the shortest series allows after its calibration windows, at most 8
     (`lookback.auto_windows`); with `short_series="skip"` the shortest of the series kept (`lookback.kept_for_windows`).
@@ -447,7 +493,9 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
     with). No model at all is a ParameterError.
     `step_size` defaults to h. Raises SeriesError when a setting is below 1, or when a series is
     too short for the history the models need plus h + (n_windows - 1) * step_size values to forecast
-    (`short_series="skip"` leaves such series out instead, and records them, unless none would remain).
+    (`short_series="skip"` leaves such series out instead, and records them, unless none would remain);
+    before any model runs also for a network built for another h, and for ETS with a multiplicative part
+    on a history with values <= 0.
     """
     given_season = season_length
     season_length = check_models_and_season(models, 1 if season_length is None else season_length, "backtest")
@@ -473,6 +521,7 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
     for model, given in zip(models, given_models):
         if model is not given:          # given the backtest's season
             model.check_params()
+    check_horizon_fits(models, h, "backtest")
     df = validate(df)
     if n_windows == "auto":             # room for the calibration windows; over the series kept (skip)
         n_windows = auto_windows(kept_for_windows(df, models, h, step_size, season_length, K, input_size,
@@ -520,6 +569,7 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
             model.calibration_problem(cuts, ccuts, h, global_calibration)
         if problem:
             raise SeriesError(problem)
+    check_series_fit(models, ids, ys, np.concatenate([ccuts, cuts], axis=1))
 
     rows, scale_rows = [], []          # one frame per (series, window)
     for uid, t, y, cs in zip(ids, ds, ys, cuts):

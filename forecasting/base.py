@@ -78,9 +78,21 @@ class Forecaster(ParameterErrorMixin, BaseEstimator):
         refit at every cutoff anyway. `progress` None shows progress where someone can see it.
 
         Returns the forecasts (S, W, h) and the model fitted last when it outlives a window
-        (a global model, to be saved), else None. `self` is not changed.
+        (a global model, to be saved), else None. `self` is not changed, but for the one attribute a model
+        records of what it chose for these series: the statistical models' `history_`, an auto's `choice_`.
         """
         raise NotImplementedError
+
+    def horizon_problem(self, h: int, task: str = "backtest") -> str | None:
+        """Why this model cannot forecast the h steps a `task` ("backtest", "forecast") asks for (a network built
+        for another horizon), checked before any model of it runs; None (here) where it can."""
+        return None
+
+    def series_problem(self, ids: Sequence[str], series: Sequence[np.ndarray], cutoffs: np.ndarray) -> str | None:
+        """Why this model cannot be fitted to the histories before `cutoffs` (S, W) of `series` (named by `ids`),
+        where that is found without fitting (ETS with a multiplicative part on values <= 0); checked before any
+        model of a backtest or forecast runs. None (here) where nothing is found."""
+        return None
 
     def calibration_problem(self, cutoffs: np.ndarray, calib_cutoffs: np.ndarray, h: int,
                             global_calibration: str) -> str | None:

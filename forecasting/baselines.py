@@ -34,6 +34,17 @@ def validation_scale(history: np.ndarray) -> float:
     return s if s > 0 else 1.0
 
 
+def check_horizon(h, where: str) -> int:
+    """h as an int; ParameterError where it is not a whole number of steps >= 1 (a bool, 2.7, 0, "24")."""
+    try:
+        ok = not isinstance(h, (bool, np.bool_)) and int(h) == h and h >= 1
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ParameterError(f"{where}: the horizon h must be a whole number of steps >= 1, e.g. 24, got {h!r}")
+    return int(h)
+
+
 def _fit_cutoffs(model: "LocalModel", y: np.ndarray, cuts: np.ndarray, predict, nested: bool, tick=None) -> list:
     """predict(a fresh copy fitted on y[:c]) for every cutoff c of one series, as tuples of parts; `tick()`
     after each fit."""
@@ -66,17 +77,17 @@ class LocalModel(Forecaster):
         if y.ndim != 1 or y.size == 0:
             raise SeriesError(f"{self.alias}.fit expects a non-empty 1-D history, got shape {y.shape}")
         if not np.isfinite(y).all():
-            raise SeriesError(f"{self.alias}.fit: the history contains NaN/inf; fill it first (--fill, or fill= when reading the series)")
+            raise SeriesError(f"{self.alias}.fit: the history contains NaN/inf; fill it first, e.g. "
+                              "validate(df, fill='ffill') or read_long_csv(path, fill='ffill')")
         self._fit(y)
         return self
 
     def predict(self, h: int) -> np.ndarray:
-        """The next h values after the fitted history, (h,) float64."""
+        """The next h values after the fitted history, (h,) float64. ParameterError for an h that is not a
+        whole number of steps >= 1 (2.7 would otherwise be read as 2)."""
         if not hasattr(self, "n_obs_"):
             raise NotFittedError(f"{self.alias} is not fitted; call fit(history) first")
-        if h < 1:
-            raise SeriesError(f"horizon h must be >= 1, got {h}")
-        return self._predict(int(h))
+        return self._predict(check_horizon(h, f"{self.alias}.predict"))
 
     def forecast_cutoffs(self, series: Sequence[np.ndarray], cutoffs: np.ndarray, h: int, *,
                          refit_every: int | None = None, progress: bool | None = None) -> tuple[np.ndarray, None]:
@@ -301,7 +312,8 @@ class StatsForecastModel(SeasonalModel):
 
     def forecast_cutoffs(self, series: Sequence[np.ndarray], cutoffs: np.ndarray, h: int, *,
                          refit_every: int | None = None, progress: bool | None = None) -> tuple[np.ndarray, None]:
-        """As LocalModel's; with history="auto", from the history chosen first (`choose_history`)."""
+        """As LocalModel's; with history="auto", from the history chosen first (`choose_history`). Records the
+        history fitted on in `history_` (N, or None: all), the one attribute it sets on `self`."""
         if getattr(self, "history", None) != "auto":
             self.history_ = getattr(self, "history", None)
             return super().forecast_cutoffs(series, cutoffs, h, refit_every=refit_every, progress=progress)
@@ -419,7 +431,58 @@ class ETS(StatsForecastModel):
             raise ParameterError(f"ETS: model={spec!r} is a combination AutoETS refuses (an additive error with a "
                                  "multiplicative trend or season, or a multiplicative error and trend with an "
                                  "additive season); use 'Z' for the part to choose, e.g. 'ZMN', or 'MAM'")
+        if self.damped and spec[1] == "N":
+            raise ParameterError(f"ETS: damped=True damps a trend, and model={spec!r} has none (its trend is N); "
+                                 "give it a trend to damp, e.g. model='AAN', or 'ZZZ' (AutoETS then chooses a damped "
+                                 "trend or none), or leave damped=None")
         return self
+
+    def fitted_spec(self, m: int | tuple[int, ...]) -> str:
+        """The spec AutoETS fits with a season of m steps: the model's, its season dropped where the season is
+        not its own (none kept, or taken out by STL first)."""
+        return self.model if self.seasonal_form(m) == "own" else self.model[:2] + "N"
+
+    def positive_only(self, n: int) -> bool:
+        """Whether a history of n values is fitted by AutoETS itself (not STL first, nor the tiny-history
+        fallback) with a multiplicative error, trend or season: AutoETS fits those only to values that are all
+        > 0. ('Z' parts choose among the models the data allow.)"""
+        m = self.fitted_seasons(n)
+        return n > self.tiny_history(m) and self.seasonal_form(m) != "stl" and "M" in self.fitted_spec(m)
+
+    def _positive_cure(self) -> str:
+        return (f"ETS(model={self.model!r}) fits a multiplicative error, trend or season, which needs every value "
+                "> 0: use model='ZZZ' (AutoETS then chooses among the models the data allow) or an additive spec, "
+                "e.g. 'AAA' or 'ANA'")
+
+    def series_problem(self, ids: Sequence[str], series: Sequence[np.ndarray], cutoffs: np.ndarray) -> str | None:
+        """The first series whose history before some cutoff has a value <= 0 where this model fits a
+        multiplicative part to it (`positive_only`), named with that value; else None."""
+        history = self.history
+        for uid, y, cs in zip(ids, series, np.asarray(cutoffs)):
+            for c in sorted({int(c) for c in cs if c >= 1}, reverse=True):
+                n = c if history in (None, "auto") else min(c, int(history))
+                low = np.flatnonzero(np.asarray(y[c - n: c]) <= 0)
+                if low.size and self.positive_only(n):
+                    i = c - n + int(low[0])
+                    return (f"series {uid!r} has a value <= 0 ({float(y[i]):g} at position {i}) in the history "
+                            f"{self.alias} is fitted on; {self._positive_cure()}, or leave {self.alias} out")
+                if not low.size and history in (None, "auto"):
+                    break                       # the earlier cutoffs' histories are parts of this one
+        return None
+
+    def _fit(self, y: np.ndarray) -> None:
+        history = self.history
+        fitted = y[-int(history):] if history not in (None, "auto") else y
+        if fitted.min() <= 0 and self.positive_only(fitted.size):
+            raise SeriesError(f"{self.alias}: the history has values <= 0 (the least {fitted.min():g}); "
+                              f"{self._positive_cure()}")
+        try:
+            super()._fit(y)
+        except Exception as e:          # statsforecast's, e.g. on a seasonally adjusted series (STL) that is not > 0
+            if "negative or zero" not in str(e) and "no model able" not in str(e):
+                raise
+            raise SeriesError(f"{self.alias}: AutoETS fits no model of spec {self.model!r} to this history "
+                              f"({e}); {self._positive_cure()}") from e
 
     def tiny_history(self, m: int | tuple[int, ...]) -> int:
         """statsforecast's AutoETS fits nothing to 4 values more than the spec's parameters or fewer (level 2,

@@ -213,7 +213,7 @@ def _add_run_args(q: argparse.ArgumentParser, models: str, predict: bool = False
                         "is fitted once")
     q.add_argument("--levels", type=percent_levels, default=None,
                    help="prediction intervals at these levels in percent, e.g. 80,95: conformal for every model, "
-                        "and ETS's own; reports coverage per step and MSIS; when not given: none")
+                        "and statsforecast's own for ETS, Theta and ARIMA; reports coverage per step and MSIS; when not given: none")
     q.add_argument("--calibration-windows", type=number(int, min=0), default=None,
                    help="with --levels: windows of --h inside each series' history before the first cutoff that "
                         "calibrate the conformal intervals (each series needs that many --h more values); "
@@ -548,7 +548,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     if fc.short_series.get("ids"):
         print(f"short series ({fc.short_series['policy']}): {fc.short_series['reason']}; {fc.short_series['what']}")
     if fc.levels:
-        own = ", and ETS's own" if any("/own" in k for k in fc.interval_share()) else ""
+        own = ", and statsforecast's own for ETS, Theta and ARIMA" if any("/own" in k for k in fc.interval_share()) else ""
         nets = f" ({fc.global_calibration} for the networks)" if set(names) & {*NEURAL, "auto"} else ""
         print(f"intervals: conformal, sized by the errors of {fc.calibration_windows} window(s) of --h before each "
               f"series' end{nets}{own}" if fc.calibration_windows else

@@ -26,6 +26,14 @@ from .errors import SeriesError
 
 Fill = Literal["ffill", "interpolate", "zero"]
 
+# What to do about unsorted rows and missing values, in Python and on the command line: backtest() and forecast()
+# check a frame but never repair it, so the cure is the readers' and validate()'s argument, or the command's flag.
+_SORT_CURE = ("in Python validate(df, sort=True) (or sort=True to read_long_csv / read_wide_csv) before "
+              "backtest() or forecast(); on the command line --sort")
+_FILL_CURE = ("fill them: in Python validate(df, fill='ffill') (or 'interpolate', 'zero'; read_long_csv and "
+              "read_wide_csv take fill= too) before backtest() or forecast(); on the command line --fill ffill, "
+              "interpolate or zero")
+
 
 def read_long_csv(path: str | Path, id_col: str = ID, time_col: str = DS, target_col: str = Y, *,
                   sort: bool = False, fill: Fill | None = None, min_length: int | None = None,
@@ -644,9 +652,10 @@ def _validate(df: pd.DataFrame, sort: bool, fill: Fill | None, min_length: int |
     lets the error for a missing value name its line and marker."""
     missing = [c for c in (ID, DS, Y) if c not in df.columns]
     if missing:
-        raise SeriesError(f"columns {missing} missing; long format needs unique_id, ds, y")
+        raise SeriesError(f"columns {missing} missing; long format needs unique_id, ds, y{_wide_hint(df)}")
     if fill not in (None, "ffill", "interpolate", "zero"):
-        raise SeriesError(f"unknown fill {fill!r}; use --fill (fill=) ffill, interpolate or zero")
+        raise SeriesError(f"unknown fill {fill!r}; use fill='ffill', 'interpolate' or 'zero' (on the command line "
+                          "--fill ffill, interpolate or zero)")
     if df.empty:
         raise SeriesError("the series frame has no rows")
     df = df[[ID, DS, Y]].reset_index(drop=True)
@@ -660,6 +669,20 @@ def _validate(df: pd.DataFrame, sort: bool, fill: Fill | None, min_length: int |
             g = g.sort_values(DS, kind="stable")
         out.append(_check_one(uid, g, fill, min_length, source))
     return pd.concat(out, ignore_index=True)
+
+
+def _wide_hint(df: pd.DataFrame) -> str:
+    """For a frame that lacks long format's columns: how to make long format of it, were it wide (one column per
+    series), with `wide_to_long`, which takes the time as a column (reset_index() makes one of a time index)."""
+    if not len(df.columns):
+        return ""
+    if isinstance(df.index, pd.DatetimeIndex) or not isinstance(df.index, pd.RangeIndex):
+        time = str(df.index.name) if df.index.name is not None else "index"
+        return (f". This frame looks wide (its time in the index, one column per series): make it long with "
+                f"wide_to_long(df.reset_index(), time_col={time!r}, columns=list(df.columns)); wide_to_long takes "
+                "the time as a column, and reset_index() makes one of the index")
+    return (". A wide frame (a time column and one column per series) becomes long with wide_to_long(df, "
+            "time_col='<the time column>', columns=[<the series' columns>])")
 
 
 def calendar_defaults(df: pd.DataFrame) -> tuple[int, tuple[int, ...], str]:
@@ -732,7 +755,7 @@ def _check_one(uid: str, g: pd.DataFrame, fill: Fill | None, min_length: int | N
     if (d < 0).any():
         i = int(np.flatnonzero(d < 0)[0]) + 1
         raise SeriesError(f"series {uid!r}: timestamps not sorted ({ds.iloc[i]} after {ds.iloc[i - 1]}, "
-                          f"position {i}); sort the rows by (unique_id, ds), or pass --sort (sort=True)")
+                          f"position {i}); sort the rows by (unique_id, ds): {_SORT_CURE}")
     grid = pd.Index(_regular_grid(uid, ds))       # every timestamp the series should have
     off_grid = ~pd.Index(ds).isin(grid)
     if off_grid.any():                            # never: a grid that would drop a real value is a bug
@@ -753,7 +776,7 @@ def _check_one(uid: str, g: pd.DataFrame, fill: Fill | None, min_length: int | N
             listed = (f" ({', '.join(shown)}{', ...' if n_missing > len(shown) else ''})" if n_missing > 1 else "")
             raise SeriesError(f"series {uid!r}: {n_missing} missing timestamp(s) (gaps)"
                               f"{' of its business days (weekends are no gaps)' if days else ''}, first {first}{listed}; "
-                              "fill them with --fill ffill, interpolate or zero (fill=)")
+                              f"{_FILL_CURE}")
         y_full = pd.Series(g[Y].to_numpy(dtype=float), index=pd.Index(ds)).reindex(grid).to_numpy()
         g = pd.DataFrame({DS: grid, Y: y_full})
     y = g[Y].to_numpy(dtype=float)
@@ -793,7 +816,7 @@ def _missing_message(uid: str, g: pd.DataFrame, nan: np.ndarray, source: str | P
                 f"{'its history' if lead else 'its last values'}")
     i = int(nan[0])
     return (f"series {uid!r}: {nan.size} missing/non-finite value(s), first at {ts.iloc[i]}{origin(i)}; "
-            "fill them with --fill ffill, interpolate or zero (fill=)")
+            f"{_FILL_CURE}")
 
 
 _CALENDAR = ("YS", "YE", "QS", "QE", "MS", "ME", "B")   # coarsest first: a gappy quarterly series is not monthly

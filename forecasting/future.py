@@ -10,7 +10,7 @@ every series' history, `auto` validated inside it. The look-back, the short-seri
 models' history are set as a backtest sets them (forecasting.lookback). Intervals are conformal: the scaled
 errors of `calibration_windows` windows of h that end by the last value, forecast from the history before
 each, size them (forecasting.intervals): by default as many windows as give every step 19 errors over the
-series. ETS gives its own as well ('ETS/own').
+series. The statistical models (ETS, Theta, ARIMA) give their own as well ('ETS/own').
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ import pandas as pd
 from frozenvit.backbone.suite.engine import check_engine, ray_session, use_engine
 from frozenvit.backbone.suite.errors import ParameterError
 
-from .backtest import (check_models_and_season, check_unique_aliases, keep_choices, weights_frame, with_members,
-                       with_seasons)
+from .backtest import (check_horizon_fits, check_models_and_season, check_series_fit, check_unique_aliases,
+                       keep_choices, weights_frame, with_members, with_seasons)
 from .base import Forecaster
 from .data import DS, ID, Y, month_stamps_after, validate
 from .defaults import GLOBAL_CALIBRATIONS
@@ -211,14 +211,16 @@ def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_leng
     seasons, (24, 168), and no model at all: as in `backtest`."""
     given_season = season_length
     season_length = check_models_and_season(models, 1 if season_length is None else season_length, "forecast")
+    for name, v in (("h", h), ("season_length", season_length)):
+        if int(v) != v or v < 1:
+            raise SeriesError(f"forecast needs {name} >= 1 (an integer), got {v!r}")
     df = validate(df)
     lengths = df.groupby(ID, sort=False).size().to_numpy()
     chosen = calibration_windows == "auto"
     if chosen:
         calibration_windows = auto_calibration_windows(lengths, int(h), int(season_length))
-    for name, v in (("h", h), ("season_length", season_length), ("calibration_windows + 1", calibration_windows + 1)):
-        if int(v) != v or v < 1:
-            raise SeriesError(f"forecast needs {name} >= 1 (an integer), got {v!r}")
+    if int(calibration_windows + 1) != calibration_windows + 1 or calibration_windows + 1 < 1:
+        raise SeriesError(f"forecast needs calibration_windows + 1 >= 1 (an integer), got {calibration_windows + 1!r}")
     if global_calibration is not None and global_calibration not in GLOBAL_CALIBRATIONS:
         raise ParameterError(f"global_calibration must be one of {', '.join(GLOBAL_CALIBRATIONS)}, "
                              f"got {global_calibration!r}")
@@ -231,6 +233,7 @@ def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_leng
     for model, given in zip(models, given_models):
         if model is not given:          # given the forecast's season
             model.check_params()
+    check_horizon_fits(models, h, "forecast")
     if chosen and K > 1:                # no more windows than leave the networks' look-back and series as one does
         K = _unchanged_networks(df, models, h, season_length, K, input_size, short_series, fallback_history)
     if global_calibration is None:
@@ -282,6 +285,7 @@ def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_leng
             model.calibration_problem(cuts, ccuts, h, global_calibration)
         if problem:
             raise SeriesError(problem)
+    check_series_fit(models, ids, ys, np.concatenate([ccuts, cuts], axis=1))
 
     done: list[tuple[Forecaster, tuple]] = []
 

@@ -59,16 +59,80 @@ TRAINING_CONSTRAINTS = {
     "resume": ["boolean"]}
 
 
-def as_2d(a: np.ndarray, what: str = "series") -> np.ndarray:
-    """(T,) or (T, C) -> float32 (T, C); raises SeriesError on NaN/inf or bad rank."""
-    a = np.asarray(a, dtype=np.float32)
+def as_2d(a: np.ndarray, what: str = "series", dtype: type = np.float32) -> np.ndarray:
+    """(T,) or (T, C) -> (T, C) of `dtype`; raises SeriesError on NaN/inf or bad rank."""
+    a = np.asarray(a, dtype=dtype)
     if a.ndim == 1:
         a = a[:, None]
     if a.ndim != 2:
         raise SeriesError(f"{what} must be (T,) or (T, C), got shape {a.shape}")
     if not np.isfinite(a).all():
-        raise SeriesError(f"{what} contains NaN/inf; fill the gaps first (--fill, or fill= when reading the series)")
+        raise SeriesError(f"{what} contains NaN/inf; fill the gaps first, e.g. validate(df, fill='ffill') or "
+                          "read_long_csv(path, fill='ffill')")
     return a
+
+
+def _got(x: object) -> str:
+    """How a wrong argument reads in an error: its type and, for an array, its shape."""
+    shape = getattr(x, "shape", None)
+    if shape is not None:
+        return f"{type(x).__name__} of shape {tuple(shape)}"
+    if isinstance(x, (list, tuple)):
+        return f"{type(x).__name__} of {len(x)} items"
+    return f"{type(x).__name__} {x!r}"[:80]
+
+
+def series_list(series: object, alias: str) -> list:
+    """`fit`'s series as a list of arrays; SeriesError, with the call to write, where one series (a 1-D or 2-D
+    array, a list of numbers) or a number is given instead of a list of series."""
+    cure = (f"{alias}.fit takes a list of series, each (T,) or (T, C), and trains one network on all of them: "
+            f"write {alias}.fit([y]) for one series, {alias}.fit([y1, y2]) for several")
+    if isinstance(series, np.ndarray) and series.ndim == 2:
+        raise SeriesError(f"{cure} (a 2-D array is ambiguous: {alias}.fit([a]) takes it as one series of shape "
+                          f"(T, C), {alias}.fit(list(a)) its rows as series); got {_got(series)}")
+    if isinstance(series, (str, bytes)) or not np.iterable(series):
+        raise SeriesError(f"{cure}; got {_got(series)}")
+    out = list(series)
+    if any(np.ndim(a) == 0 for a in out):
+        raise SeriesError(f"{cure}; got {_got(series)}, whose items are single values, not series")
+    return out
+
+
+def check_device(device: str, alias: str) -> None:
+    """ParameterError for a `device` torch cannot parse, or a CUDA or MPS device this machine lacks."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ParameterError(f"{alias}: device={device!r} is not a torch device; use 'cpu', 'cuda', 'cuda:1' or "
+                             "'mps'") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ParameterError(f"{alias}: device={device!r}, but torch sees no CUDA device here; use device='cpu'")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ParameterError(f"{alias}: device={device!r}, but torch sees {torch.cuda.device_count()} CUDA "
+                             f"device(s) here (cuda:0 to cuda:{torch.cuda.device_count() - 1})")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ParameterError(f"{alias}: device={device!r}, but torch sees no MPS device here; use device='cpu'")
+
+
+# float32, the networks' precision, holds about 7 significant digits: a meter around 1e8 that counts by 10 moves
+# by about one float32 step. Where float32 would round a series by more than this share of its mean absolute step,
+# the windows are centred in float64 first (`loses_precision`, `WindowSet`).
+F32_STEP_SHARE = 1e-3
+
+
+def loses_precision(arrays: Sequence[np.ndarray]) -> bool:
+    """Whether float32 would round the values of some array ((T,) or (T, C)) by more than
+    F32_STEP_SHARE of its mean absolute step: a series whose level is large next to its movements. A constant
+    one loses nothing that matters (at most ~6e-8 of its level)."""
+    for a in arrays:
+        a = np.asarray(a, dtype=np.float64)
+        if len(a) < 2:
+            continue
+        level = np.abs(a).max(axis=0)                                           # per channel
+        step = np.abs(np.diff(a, axis=0)).mean(axis=0)
+        if ((step > 0) & (level * 2.0 ** -24 > F32_STEP_SHARE * step)).any():
+            return True
+    return False
 
 
 # The normalised loss divides each window by its look-back's std, floored at this share of its series' std
@@ -83,11 +147,16 @@ class WindowSet:
     `starts` (one array per series) are the windows' first positions; see `NeuralForecaster.fit`.
     Each window also carries its series' loss floor: LOSS_FLOOR times that array's population std
     per channel, so that the normalised loss is the same in any units.
+
+    With `centre` (float64 arrays), each window less its last look-back value before the cast to float32,
+    so that a series around 1e8 that moves by 10 keeps its steps. Exact for a network that normalises each
+    window itself (RevIN), whose forecast then moves with its input; the loss, on forecast minus target and
+    the look-back's spread, is unchanged. Without it, the windows are the float32 arrays' values.
     """
 
     def __init__(self, arrays: Sequence[np.ndarray], input_size: int, h: int,
-                 starts: Sequence[np.ndarray]) -> None:
-        self.L, self.h = input_size, h
+                 starts: Sequence[np.ndarray], centre: bool = False) -> None:
+        self.L, self.h, self.centre = input_size, h, centre
         self.buffer = torch.from_numpy(np.concatenate(arrays, axis=0))               # (sum T, C)
         offsets = np.cumsum([0] + [len(a) for a in arrays[:-1]])
         self.rows = np.concatenate([o + s for o, s in zip(offsets, starts)]).astype(np.int64)  # (n,)
@@ -103,6 +172,8 @@ class WindowSet:
         """idx (B,) -> inputs (B, C, L), targets (B, C, h)."""
         r = torch.from_numpy(self.rows[idx])[:, None] + torch.arange(self.L + self.h)   # (B, L + h)
         w = self.buffer[r].transpose(1, 2)                                              # (B, C, L + h)
+        if self.centre:
+            w = (w - w[..., self.L - 1: self.L]).float()                                # in float64, then cast
         return w[..., : self.L], w[..., self.L:]
 
     def floor(self, idx: np.ndarray) -> torch.Tensor:
@@ -150,7 +221,21 @@ class NeuralForecaster(Forecaster):
         vs = self.val_size
         if vs is not None and 0 < int(vs) < int(self.h):
             raise ParameterError(f"val_size={vs} is shorter than the horizon h={self.h}; use >= h or 0")
+        check_device(self.device, self.alias)
         return self
+
+    def horizon_problem(self, h: int, task: str = "backtest") -> str | None:
+        """A network forecasts the h it was built with, and no other."""
+        if int(h) != int(self.h):
+            return (f"{self.alias} forecasts h={self.h} steps but the {task} asks for h={h}; build the model with "
+                    f"the {task}'s horizon: {type(self).__name__}(h={h}, ...)")
+        return None
+
+    def _centres(self, arrays: Sequence[np.ndarray]) -> bool:
+        """Whether windows of `arrays` are centred on their last look-back value in float64 before the float32
+        cast (`WindowSet`): where float32 would lose their steps (`loses_precision`) and the network normalises
+        each window itself (RevIN), which makes centring exact. Elsewhere the float32 values are used as they are."""
+        return bool(getattr(self.net_config, "revin", False)) and loses_precision(arrays)
 
     def min_history(self) -> int:
         """Values a series needs to give one training window and its validation tail."""
@@ -171,22 +256,28 @@ class NeuralForecaster(Forecaster):
         """
         self.check_params()
         L, h = int(self.input_size), int(self.h)
-        arrays = [as_2d(a) for a in series]
+        arrays = [as_2d(a, dtype=np.float64) for a in series_list(series, self.alias)]
         if not arrays:
             raise SeriesError(f"{self.alias}.fit needs at least one series")
         if len({a.shape[1] for a in arrays}) > 1:
             raise SeriesError("all training arrays must have the same number of channels")
+        given_val = None if val is None else [as_2d(a, "validation array", np.float64)
+                                              for a in series_list(val, self.alias)]
+        centre = self._centres(arrays + (given_val or []))
+        if not centre:                  # the network's float32 values (float64 only to centre them: WindowSet)
+            arrays = [a.astype(np.float32) for a in arrays]
+            given_val = None if val is None else [a.astype(np.float32) for a in given_val]
         if val is None:
             vs = h if self.val_size is None else int(self.val_size)
             tr_starts = [_starts(len(a), L, h, 0, len(a) - vs) for a in arrays]
             va_arrays = arrays
             va_starts = [_starts(len(a), L, h, len(a) - vs, len(a)) if vs else np.empty(0, int) for a in arrays]
         else:
-            va_arrays = [as_2d(a, "validation array") for a in val]
+            va_arrays = given_val
             tr_starts = [_starts(len(a), L, h, 0, len(a)) for a in arrays]
             va_starts = [_starts(len(a), L, h, 0, len(a)) for a in va_arrays]
-        train = WindowSet(arrays, L, h, tr_starts)
-        valid = WindowSet(va_arrays, L, h, va_starts)
+        train = WindowSet(arrays, L, h, tr_starts, centre)
+        valid = WindowSet(va_arrays, L, h, va_starts, centre)
         if len(train) == 0:
             need = L + h + (0 if val is not None else (h if self.val_size is None else int(self.val_size)))
             raise SeriesError(f"no training window: every series needs at least {need} values "
@@ -320,28 +411,40 @@ class NeuralForecaster(Forecaster):
         """Forecast the next h steps after each context.
 
         contexts: (N, T) or (N, T, C) array, or a list of N series (T_i,) with T, T_i >= input_size;
-        only the last input_size values are used. Returns (N, h) or (N, h, C), float64.
+        only the last input_size values are used. Returns (N, h) or (N, h, C), float64. SeriesError for one
+        series given alone (a 1-D array: write predict([y])) or a number (the local models' predict(h)).
         """
         if not hasattr(self, "net_"):
             raise NotFittedError(f"{self.alias} is not fitted; call fit(series) first")
-        L = int(self.input_size)
+        L, given = int(self.input_size), contexts
         if isinstance(contexts, np.ndarray) and contexts.ndim in (2, 3):
             squeeze = contexts.ndim == 2
             short = contexts.shape[1]
             ctx = contexts[:, -L:] if short >= L else None
         else:
+            single = isinstance(contexts, (str, bytes, np.ndarray)) or not np.iterable(contexts)
+            contexts = [] if single else list(contexts)
+            if single or any(np.ndim(c) == 0 for c in contexts):
+                raise SeriesError(f"{self.alias}.predict takes contexts, one per series to forecast, and forecasts "
+                                  f"the h={self.h} steps after each (h is set when the model is built): write "
+                                  f"{self.alias}.predict([y]) for one series, {self.alias}.predict([y1, y2]) or an "
+                                  f"(N, T) array for several (the last input_size={L} values of each are used); "
+                                  f"got {_got(given)}")
             squeeze = True
             lens = [len(c) for c in contexts]
             short = min(lens) if lens else L
             ctx = np.stack([np.asarray(c)[-L:] for c in contexts]) if short >= L else None
         if ctx is None:
             raise SeriesError(f"{self.alias} needs contexts of at least input_size={L} values, got {short}")
-        ctx = np.asarray(ctx, dtype=np.float32)
+        ctx = np.asarray(ctx, dtype=np.float64)
         if not np.isfinite(ctx).all():
-            raise SeriesError("contexts contain NaN/inf; fill the gaps first (--fill, or fill= when reading the series)")
-        x = torch.from_numpy(ctx if ctx.ndim == 3 else ctx[..., None]).transpose(1, 2)   # (N, C, L)
+            raise SeriesError("contexts contain NaN/inf; fill the gaps first, e.g. validate(df, fill='ffill') or "
+                              "read_long_csv(path, fill='ffill')")
+        ctx = ctx if ctx.ndim == 3 else ctx[..., None]                                   # (N, L, C)
+        centre = ctx[:, -1:] if self._centres(ctx) else np.zeros_like(ctx[:, -1:])   # (N, 1, C): as WindowSet
+        x = torch.from_numpy((ctx - centre).astype(np.float32)).transpose(1, 2)          # (N, C, L)
         outs = [self.net_(x[i: i + batch_size]) for i in range(0, x.shape[0], batch_size)]
-        y = torch.cat(outs).transpose(1, 2).double().numpy()                             # (N, h, C)
+        y = torch.cat(outs).transpose(1, 2).double().numpy() + centre                    # (N, h, C)
         return y[..., 0] if squeeze else y
 
     # -- backtest windows ---------------------------------------------------------------
@@ -401,9 +504,9 @@ class NeuralForecaster(Forecaster):
                   ) -> tuple[np.ndarray, np.ndarray | None, "NeuralForecaster"]:
         """forecast_cutoffs' forecasts and model; with `calib_cutoffs`, the first training's model
         forecasts those windows too (S, K, h)."""
-        if int(h) != int(self.h):
-            raise SeriesError(f"{self.alias} forecasts h={self.h} steps but the backtest asks for h={h}; "
-                              "build the model with the backtest's horizon")
+        problem = self.horizon_problem(h)
+        if problem:
+            raise SeriesError(problem)
         L, n_windows = int(self.input_size), cutoffs.shape[1]
         every = refit_every or n_windows
         out = np.empty((len(series), n_windows, h))
@@ -449,7 +552,7 @@ class NeuralForecaster(Forecaster):
 
         if not hasattr(self, "net_"):
             raise NotFittedError(f"{self.alias} is not fitted; nothing to save")
-        with atomic_dir(path, f"forecasting.{type(self).__name__}") as tmp:
+        with atomic_dir(path, f"forecasting.{type(self).__name__}", flag="output") as tmp:
             cfg = {"kind": f"forecasting.{type(self).__name__}", "format_version": FORMAT_VERSION,
                    "class": type(self).__name__, "history": self.history_,
                    "params": self.recorded_params()}
@@ -466,6 +569,9 @@ class NeuralForecaster(Forecaster):
 
         from safetensors.torch import load_file
 
+        if Path(path).is_file():
+            raise ArtifactError(f"{path} is a file; pass the folder that save() wrote: "
+                                f"{cls.__name__}.load({str(Path(path).parent)!r})")
         try:
             raw = json.loads((Path(path) / "config.json").read_text())
         except (OSError, ValueError):     # read_config below says what is wrong
