@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -127,17 +128,68 @@ def _cmd_info(args: argparse.Namespace) -> int:
     if name is not None and args.weights is None:
         kwargs["pretrained"] = False  # the contract does not depend on the weights: no download for `info`
     log = logging.getLogger("frozenvit.backbone")
-    level = log.level
-    log.setLevel(logging.ERROR)                     # `info` prints the contract; the loader's notes are noise here
+    notes = _Notes()
+    level, propagate = log.level, log.propagate
+    log.setLevel(logging.INFO)                      # the loader's notes are kept, not printed as they come:
+    log.propagate = False                           # `info` prints the contract, with what the load changed
+    log.addHandler(notes)
     try:
         bb = load_backbone(name, weights=args.weights, img_size=args.image_size, **kwargs)
     finally:
+        log.removeHandler(notes)
         log.setLevel(level)
+        log.propagate = propagate
+    for r in notes.records:
+        if r.levelno >= logging.WARNING:
+            print(f"warning: {r.getMessage()}", file=sys.stderr)
     text = bb.config.describe()
     if name is not None and args.weights is None:
         text = text.replace("   (RANDOM weights)", "   (architecture only; weights not loaded)")
-    print(text)
+    lines = [text, f"mean/std from   {_stats_source(bb, name)}"]
+    for r in notes.records:
+        if r.msg.startswith("position embeddings resampled") and len(r.args) >= 4:
+            h0, w0, h1, w1 = r.args[:4]
+            lines.append(f"pos. embedding  resampled from the checkpoint's {h0}x{w0} grid to {h1}x{w1} tokens "
+                         f"({r.args[4] if len(r.args) > 4 else 'bicubic'})")
+    print("\n".join(lines))
     return 0
+
+
+class _Notes(logging.Handler):
+    """Keeps the log records of one load, for `info` to print what matters among them."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def _stats_source(bb: Any, name: str | None) -> str:
+    """Where a backbone's mean/std came from, and how to give others: timm's pretrained config of the architecture
+    (the tag named, or its default tag: a weights file records no statistics), or the embedded default's spec."""
+    from .named import NAMED
+
+    if name is None or name.startswith("frozenvit-default"):
+        return "the embedded default's spec (backbone/assets)"
+    cfg = getattr(bb.model, "pretrained_cfg", None) or {}
+    arch, tag = cfg.get("architecture") or name.split(".")[0], cfg.get("tag") or ""
+    full = f"{arch}.{tag}" if tag else arch
+    if name in NAMED:
+        return f"timm's pretrained config of {full}, the one its packaged weights were trained with"
+    if "." in name:
+        return f"timm's pretrained config of {full}, the tag named"
+    try:
+        import timm
+
+        others = [n for n in timm.list_pretrained(f"{arch}.*") if n != full]
+    except Exception:  # noqa: BLE001 - only the example is lost
+        others = []
+    return (f"timm's pretrained config of {full}, the architecture's default tag (a weights file records no "
+            f"mean/std). For weights trained with other statistics, name their tag (--backbone "
+            f"{others[0] if others else arch + '.TAG'}) or, in Python, pass pretrained_cfg_overlay=dict(mean=..., "
+            "std=...) to load_backbone")
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:

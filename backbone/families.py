@@ -3,9 +3,10 @@
 A family is supported when its model gives every block through `forward_intermediates` (patch grids and prefix
 tokens apart), is built at any `img_size` with its position information following the grid, and its checkpoints
 load into it the way timm's own loader loads them. Everything else that is a plain (single-scale) transformer is
-refused by name rather than built `features_only`, where timm exposes only its last blocks and the block indices
-would silently point at other blocks. Hierarchical models (Swin, ConvNeXt, ResNet, EfficientNet, ...) are built
-`features_only` and give stage grids, as ConvNets do.
+refused rather than built `features_only`, where timm exposes only its last blocks and the block indices would
+silently point at other blocks: the families of `UNSUPPORTED` by name, any other by its feature stages, which all
+share one stride (`check_feature_stages`: ConViT, MLP-Mixer, VOLO, Gemma/Qwen/DeepSeek ViTs, ...). Hierarchical
+models (Swin, ConvNeXt, ResNet, EfficientNet, ...) are built `features_only` and give stage grids, as ConvNets do.
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ VIT_MODULES = {
     "eva": "eva",                           # eva02_*, eva_*, vit_*_dinov3, vit_*_rope_*, vit_pe_* (RoPE follows the grid)
     "vision_transformer_relpos": "relpos",  # vit_relpos_*, vit_srelpos_* (relative position MLP/bias per grid)
 }
-# plain transformers that frozenvit cannot serve block by block with the same guarantees
+# plain transformers that frozenvit cannot serve block by block with the same guarantees, named in the refusal; any
+# other single-scale model is refused by its feature stages (`check_feature_stages`)
 UNSUPPORTED = {
     "beit": "BEiT / BEiTv2 (beit*)",
     "vision_transformer_hybrid": "hybrid ViTs (a ResNet stem: vit_*_r50_*, vit_tiny_r_s16_p8_*, ...)",
@@ -55,6 +57,47 @@ def vit_family(arch: str, kwargs: dict) -> str | None:
             "models (resnet*, efficientnet*, convnext*, swin*) are built features_only. Pick one of those "
             f"(timm.list_models('vit_*')), or use timm's own {arch}.forward_intermediates directly")
     return VIT_MODULES.get(module)
+
+
+def check_feature_stages(arch: str, kwargs: dict, model: torch.nn.Module | None = None) -> None:
+    """Raise BackboneUnavailable unless the features_only `model` (built from `arch` and `kwargs` on the meta
+    device when not given: no memory, no weights) is a pyramid of stages that frozenvit can number.
+
+    frozenvit numbers a features_only model's blocks by the stages timm returns, which is right for a pyramid
+    (ResNet, EfficientNet, ConvNeXt, Swin, Hiera: each stage at a coarser stride), and wrong for a single-scale
+    network, of which timm returns only the last blocks (ConViT, MLP-Mixer, ConvMixer, VOLO, Gemma/Qwen/DeepSeek
+    ViTs: frozenvit's block 0 would be their block 9). The rule: refused when every feature stage the model has
+    shares one stride (an isotropic network), or when the stages timm selects by default are two or more of one
+    stride (the tail of one). An `out_indices` the caller passes is their choice and lifts the second test.
+    A model that cannot be built on the meta device is checked once built (load_backbone calls this again).
+    """
+    if model is None:
+        try:
+            with torch.device("meta"):
+                model = timm.create_model(arch, pretrained=False, **{**kwargs, "features_only": True})
+        except Exception:  # noqa: BLE001 - any model the meta device cannot build: checked when built for real
+            return
+    info = getattr(model, "feature_info", None)
+    if info is None or not hasattr(info, "info") or not hasattr(info, "out_indices"):
+        return
+    every = [int(f["reduction"]) for f in info.info]
+    chosen = [every[i] for i in info.out_indices]
+    isotropic = len(every) > 1 and len(set(every)) == 1
+    tail = "out_indices" not in kwargs and len(chosen) > 1 and len(set(chosen)) == 1
+    if not (isotropic or tail):
+        return
+    sel = tuple(int(i) for i in info.out_indices)
+    what = (f"all {len(every)} of its blocks run at one stride ({every[0]} px), a single-scale network (a plain "
+            "transformer, MLP-Mixer or ConvMixer), not a ConvNet pyramid"
+            + (f"; built features_only, timm hands out only its blocks {sel}, so frozenvit's block 0 would be its "
+               f"block {sel[0]}" if sel != tuple(range(len(every))) else "") if isotropic else
+            f"built features_only, timm hands out its stages {sel} of 0..{len(every) - 1}, all at stride {chosen[0]} "
+            f"px (the tail of a single-scale trunk, not a ConvNet pyramid), so frozenvit's block 0 would be its "
+            f"stage {sel[0]}")
+    raise BackboneUnavailable(
+        f"{arch}: {what}. frozenvit does not support it. Supported: {SUPPORTED}; ConvNets and hierarchical models "
+        "(resnet*, efficientnet*, convnext*, swin*) are built features_only. Pick one of those "
+        f"(timm.list_models('vit_*')), or use timm's own {arch}.forward_intermediates directly")
 
 
 def pos_embed_resampling(arch: str) -> dict[str, Any]:

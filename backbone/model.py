@@ -68,11 +68,13 @@ class FrozenBackbone(nn.Module):
 
     def __init__(self, model: nn.Module, config: BackboneConfig, resize: str = "stretch") -> None:
         super().__init__()
-        self.model = model.eval().requires_grad_(False)
+        self.model = model.requires_grad_(False)
         self.config = config
         self.preprocess = Preprocess(config, resize=resize)
+        self.train(False)
 
-    # nn.Module.train() must not unfreeze the backbone by accident
+    # nn.Module.train() must not unfreeze the backbone by accident; `forward_pixels` puts the inner model back in
+    # eval mode too, should `bb.model.train()` have been called on it directly
     def train(self, mode: bool = True) -> "FrozenBackbone":
         return super().train(False)
 
@@ -120,8 +122,10 @@ class FrozenBackbone(nn.Module):
     def forward_pixels(self, pixels: torch.Tensor, blocks: Sequence[int], norm: bool = False
                        ) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
         """Normalised (B, 3, H, W) -> ({block: (B, C, h, w)}, {block: (B, P, C)}); stops after the last block asked.
-        Keys are 0-based block indices (a negative block asked is keyed by its index from the start)."""
+        Keys are 0-based block indices (a negative block asked is keyed by its index from the start). The model
+        runs in eval mode, always."""
         H, W = pixels.shape[-2:]
+        self.model.eval()                      # frozen means eval: no dropout, whatever train() was called on
         dtype = next(self.model.parameters()).dtype
         if pixels.is_floating_point() and pixels.dtype != dtype:
             pixels = pixels.to(dtype)          # float64/float16 batches: the values were checked, the model's dtype decides

@@ -280,15 +280,22 @@ def _resize(rgb: np.ndarray, size: tuple[int, int], filt: Image.Resampling) -> n
 
 
 def check_normalised(pixels: torch.Tensor, config: BackboneConfig, tol: float = 0.12) -> None:
-    """Heuristic checks that a (B, 3, H, W) float batch is normalised exactly once with config's stats.
+    """Checks that a (B, 3, H, W) float batch is normalised exactly once with config's stats, by its value range.
 
     Any float dtype is accepted (the model casts to its own); NaN or inf anywhere raises PreprocessingMismatch.
 
-    Undo the normalisation: x * std + mean must then be an image in [0, 1] (up to resampling
-    overshoot `tol`). 0-255 floats, [0, 1] images without normalisation (mean > 0 checkpoints) and batches
-    normalised twice fail one of the tests below. Other statistics whose range falls inside this one
-    (Normalize(.5, .5) or CLIP's on an ImageNet-statistics checkpoint) pass: the test is on the range, since
-    a test on the batch's statistics would refuse legitimate low-contrast images.
+    Undo the normalisation: x * std + mean must then be an image in [0, 1] (up to resampling overshoot `tol`),
+    so 0-255 floats and batches normalised twice raise PreprocessingMismatch. Other statistics whose range falls
+    inside this one (Normalize(.5, .5) or CLIP's on an ImageNet-statistics checkpoint) pass: the test is on the
+    range, since a test on the batch's statistics would refuse legitimate low-contrast images.
+
+    A batch with all values in [0, 1] (mean > 0 checkpoints) is either an image scaled to [0, 1] and never
+    normalised, or a light, low-contrast image normalised correctly (a grey texture: (0.6 - 0.485) / 0.229 = 0.5).
+    Where its values come from 8-bit samples they tell: an unnormalised image holds multiples of 1/255, a
+    normalised one (what `Preprocess` makes) values (k / 255 - mean) / std. It is refused when it fits only the
+    former; accepted when it fits the latter; and where it fits neither (resampled in float, or a low-precision
+    dtype), accepted with a warning that says what to pass to be sure. A flat batch (std <= 0.01) or one of fewer
+    than 3 x 32 x 32 values is accepted as it is.
     """
     if not isinstance(pixels, torch.Tensor) or pixels.ndim != 4:
         raise ImageFormatError(f"expected a (B, 3, H, W) tensor, got {getattr(pixels, 'shape', type(pixels))}")
@@ -324,8 +331,26 @@ def check_normalised(pixels: torch.Tensor, config: BackboneConfig, tol: float = 
             f"{rlo:.2f}..{rhi:.2f}, outside [0, 1]: the batch was normalised twice or with other statistics. "
             "Pass raw uint8 images to bb.preprocess instead")
     # a correctly normalised image has values below 0 only when the mean is above 0: for mean=0 checkpoints
-    # (timm's MIIL ViTs: mean 0, std 1) an image in [0, 1] IS the normalised batch
-    if max(config.mean) > 0.05 and lo >= 0 and hi <= 1 and x.numel() >= 3 * 32 * 32 and float(x.std()) > 0.01:
+    # (timm's MIIL ViTs: mean 0, std 1) an image in [0, 1] IS the normalised batch. A flat or tiny batch says
+    # nothing either way (torch.zeros is a mean-colour image normalised, or black never normalised)
+    if max(config.mean) <= 0.05 or lo < 0 or hi > 1 or x.numel() < 3 * 32 * 32 or float(x.std()) <= 0.01:
+        return
+    precise = pixels.dtype in (torch.float32, torch.float64)
+    if precise and _is_8bit(raw):
+        return                                                        # (k / 255 - mean) / std: normalised 8-bit
+    if precise and _is_8bit(x):
         raise PreprocessingMismatch(
-            "all values lie in [0, 1] with none below 0: this looks like an image scaled to [0, 1] but not "
+            "all values lie in [0, 1] and are multiples of 1/255: this is an 8-bit image scaled to [0, 1] but not "
             f"normalised. Normalise with mean={config.mean}, std={config.std}, or pass uint8 images to bb.preprocess")
+    warnings.warn(
+        f"all values of the batch lie in [0, {hi:.2f}], none below 0: it is either a light, low-contrast image "
+        f"normalised with mean={config.mean}, std={config.std} (then all is well), or an image scaled to [0, 1] "
+        "that was never normalised (then the features are wrong), and the values cannot tell which. Pass uint8 "
+        "images to bb.preprocess (or patch_grids) to be sure, or pass check=False to patch_grids for a batch you "
+        "normalised yourself", stacklevel=4)
+
+
+def _is_8bit(values: torch.Tensor, atol: float = 2e-3) -> bool:
+    """Whether every value is k / 255 for an integer k (up to float32 rounding, `atol` in units of 1/255)."""
+    k = values * 255.0
+    return bool(((k - k.round()).abs() <= atol).all())

@@ -5,6 +5,7 @@ import hashlib
 import logging
 import math
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -16,51 +17,94 @@ from .errors import BackboneUnavailable, GridMismatch
 log = logging.getLogger("frozenvit.backbone")
 
 
-def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """Load a `.safetensors` or `.pth/.pt/.bin/.ckpt` file as a flat state dict. Never unpickles code.
+WEIGHTS_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt")
+# Where training scripts keep the weights inside a checkpoint dict, in the order timm's loader prefers them
+# (`timm.models.load_state_dict`: the EMA weights first), then other layouts (DINO's teacher before its student).
+STATE_DICT_KEYS = ("state_dict_ema", "model_ema", "state_dict", "model", "module", "teacher", "student")
 
-    Raises BackboneUnavailable naming the file when it is missing, truncated, not a weights file, or a
-    pickle that holds code.
+
+def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """Load a `.safetensors` or `.pth/.pt/.bin/.ckpt` file (suffix in any case) as a flat state dict. Never
+    unpickles code.
+
+    A training checkpoint that keeps the weights under a key (`STATE_DICT_KEYS`) gives that dict: the EMA weights
+    when there are EMA and plain ones, as timm's loader takes them; which key was taken is logged (a warning when
+    there was a choice). A "module." prefix (DataParallel) is removed from every key.
+
+    Raises BackboneUnavailable naming the file when it is missing, truncated, not a weights file, a pickle that
+    holds Python objects or code, a dict of no tensors (naming its keys), or when a tensor holds NaN or inf (bytes
+    corrupted in a copy).
     """
     path = Path(path)
+    suffix = path.suffix.lower()
     if path.is_dir():
-        inside = sorted(p.name for p in path.iterdir() if p.suffix in (".safetensors", ".pth", ".pt", ".bin", ".ckpt"))
+        inside = sorted(p.name for p in path.iterdir() if p.suffix.lower() in WEIGHTS_SUFFIXES)
         raise BackboneUnavailable(f"weights {path} is a folder, not a weights file: pass the .safetensors or .pth "
                                   "file itself" + (f" (it holds {', '.join(inside[:4])})" if inside else ""))
     if not path.is_file():
         raise BackboneUnavailable(f"weights file {path} does not exist")
-    if path.suffix == ".safetensors":
+    if suffix == ".safetensors":
         from safetensors.torch import load_file
 
         try:
             sd = load_file(str(path))
         except Exception as e:  # SafetensorError (bad header, truncated), OSError
             raise BackboneUnavailable(_unreadable(path, e, "a .safetensors file")) from e
-    elif path.suffix in (".pth", ".pt", ".bin", ".ckpt"):
+    elif suffix in WEIGHTS_SUFFIXES:
         try:
             with torch.serialization.safe_globals(_numpy_scalar_globals()):   # e.g. {"best_acc1": np.float64(..)}
                 sd = torch.load(str(path), map_location="cpu", weights_only=True)
         except Exception as e:  # pickle.UnpicklingError, EOFError, RuntimeError (zip), OSError
             detail = _torch_load_detail(e)
-            if "allowed global" in detail or "Unsupported global" in detail:
+            if re.search(r"unsupported global|allowed global|global .* is blocked", detail, re.IGNORECASE):
                 raise BackboneUnavailable(
-                    f"{path} cannot be loaded with weights_only=True ({type(e).__name__}: {detail[:200]}). Besides "
-                    "tensors it holds pickled Python objects (a class, a function, an optimizer or a config object), "
-                    "which frozenvit never unpickles, because unpickling can run code. Re-save the weights alone, "
-                    "where you trust the file: torch.save(torch.load(f, weights_only=False)['model'], 'plain.pth') "
-                    "(the key that holds the state dict), or safetensors.torch.save_file(state_dict, "
-                    "'w.safetensors')") from e
+                    f"{path} holds pickled Python objects or code, which is not loaded ({type(e).__name__}: "
+                    f"{detail[:200]}): besides tensors it keeps a class, a function, an optimizer or a config "
+                    "object, and frozenvit reads .pth files with torch.load(weights_only=True), which never "
+                    "unpickles them, because unpickling can run code. Where you trust the file, save the state dict "
+                    "alone with safetensors: safetensors.torch.save_file(torch.load(f, weights_only=False)['model'], "
+                    "'w.safetensors') (the key that holds the state dict), or torch.save(state_dict, 'plain.pth')"
+                ) from e
             raise BackboneUnavailable(_unreadable(path, e, "a PyTorch checkpoint", detail)) from e
-        for key in ("state_dict", "model", "module", "teacher", "student"):
-            if isinstance(sd, dict) and key in sd and isinstance(sd[key], dict):
-                sd = sd[key]
-                break
+        sd = _unwrap_checkpoint(sd, path)
     else:
         raise BackboneUnavailable(f"{path}: unknown weights format {path.suffix!r}; use .safetensors or .pth")
     if not isinstance(sd, dict) or not sd or not all(isinstance(v, torch.Tensor) for v in sd.values()):
-        raise BackboneUnavailable(f"{path} does not hold a flat dict of tensors; pass the model's state_dict "
+        found = (f" (its top-level keys: {', '.join(map(repr, list(sd)[:8]))}{', ...' if len(sd) > 8 else ''})"
+                 if isinstance(sd, dict) and sd else "")
+        raise BackboneUnavailable(f"{path} does not hold a flat dict of tensors{found}; pass the model's state_dict "
                                   "saved with safetensors.torch.save_file or torch.save")
+    _check_finite(sd, path)
     return {str(k).removeprefix("module."): v for k, v in sd.items()}
+
+
+def _unwrap_checkpoint(ckpt: Any, path: Path) -> Any:
+    """The state dict inside a training checkpoint dict (`STATE_DICT_KEYS`, the first found), or `ckpt` itself."""
+    if not isinstance(ckpt, dict) or all(isinstance(v, torch.Tensor) for v in ckpt.values()):
+        return ckpt
+    found = [k for k in STATE_DICT_KEYS if isinstance(ckpt.get(k), dict) and ckpt[k]]
+    if not found:
+        return ckpt
+    if len(found) > 1:
+        log.warning("%s holds the state dicts %s: loading %r%s. To load another, save it alone: "
+                    "torch.save(ckpt[KEY], 'w.pth')", path, ", ".join(map(repr, found)), found[0],
+                    " (the EMA weights, as timm's loader prefers them)" if found[0].endswith("_ema") else "")
+    else:
+        log.info("%s: loading the state dict under %r", path, found[0])
+    return ckpt[found[0]]
+
+
+def _check_finite(sd: dict[str, torch.Tensor], path: Path) -> None:
+    """BackboneUnavailable naming the first floating-point tensor that holds NaN or inf: trained weights are finite,
+    so the file's bytes were corrupted (a broken copy or download). Attention masks (keys ending in "mask") may hold
+    -inf on purpose and are not checked."""
+    for k, v in sd.items():
+        if v.is_floating_point() and not str(k).endswith("mask") and not bool(torch.isfinite(v).all()):
+            bad = int((~torch.isfinite(v)).sum())
+            raise BackboneUnavailable(
+                f"{path}: tensor {k!r} {tuple(v.shape)} holds {bad} NaN or inf value(s); trained weights are finite, "
+                "so the file is corrupted (bytes changed in a copy or download). Copy or download it again and "
+                "compare its size and checksum with the source")
 
 
 def _numpy_scalar_globals() -> list:
@@ -75,10 +119,12 @@ def _numpy_scalar_globals() -> list:
 
 def _torch_load_detail(e: Exception) -> str:
     """The informative line of torch.load's long weights_only message ("Unsupported operand 103", "... was not an
-    allowed global ...")."""
+    allowed global ...", "Trying to load unsupported GLOBAL posix.system whose module posix is blocked")."""
     text = str(e)
     if "WeightsUnpickler error:" in text:
         text = text.split("WeightsUnpickler error:", 1)[1]
+    elif "trusted source." in text:              # "... Trying to load unsupported GLOBAL posix.system whose module ..."
+        text = text.split("trusted source.", 1)[1]
     text = text.split("\n\nCheck the documentation", 1)[0].split(" Please use `torch.serialization", 1)[0]
     return " ".join(text.split())
 
@@ -118,7 +164,7 @@ def resample_pos_embed(pos: torch.Tensor, new_grid: tuple[int, int], num_prefix:
 
 def recorded_img_size(path: str | os.PathLike) -> tuple[int, int] | None:
     """The training size a .safetensors file records in its metadata ("img_size": "224,320" or "224"), else None."""
-    if Path(path).suffix != ".safetensors":
+    if Path(path).suffix.lower() != ".safetensors":
         return None
     try:
         from safetensors import safe_open
