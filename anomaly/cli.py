@@ -471,7 +471,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
                               "metrics": metrics,
                               "per_defect_type": per_type, "threshold": det.decision_threshold(),
                               **({"float32_threshold_not_used": INT8_NO_DECISIONS} if int8 else {}),
-                              "defective_images_without_masks": unmasked}, kind="anomaly.evaluate", sealed=True)
+                              "defective_images_without_masks": unmasked,
+                              **({"read_as_good_without_mask": [str(p) for p in ds.good_without_mask]}
+                                 if args.test else {})}, kind="anomaly.evaluate", sealed=True)
         print(f"wrote {args.out}")
     return 0
 
@@ -958,7 +960,9 @@ def register(subparsers: Any) -> None:
     g = q.add_mutually_exclusive_group(required=True)
     g.add_argument("--data", help="MVTec AD category folder (test/, ground_truth/)")
     g.add_argument("--test", help="plain folder of test images (with --masks)")
-    q.add_argument("--masks", help="masks matched to --test images by file stem; without it, labels are unknown")
+    q.add_argument("--masks", help="masks matched to --test images by file stem, the only labels of plain folders: "
+                                   "an image with defect pixels in its mask is defective, one with an empty mask or "
+                                   "none is good (a warning names those without one); without it, labels are unknown")
     q.add_argument("--out", default=None, metavar="FILE",
                    help="JSON file for the metrics; without it, they are printed only (an existing file is replaced "
                         "only if this command wrote it)")
@@ -969,8 +973,10 @@ def register(subparsers: Any) -> None:
     _add_export_arg(q)
     add_threads_arg(q)
     q.description = ("Pixel metrics (pixel AUROC, AUPRO, pixel F1-max) count the images whose masks are known:\n"
-                     "the good ones and the defective ones with a mask. A defective image without a mask is named\n"
-                     "in a warning and left out of them (and listed in --out); with no masks at all there are none.")
+                     "the good ones and the defective ones with a mask. A defective image without a mask, or whose\n"
+                     "mask reads empty, is named in a warning and left out of them (those without a mask are listed\n"
+                     "in --out); with no masks at all there are none. With --test, the masks are the only labels: an\n"
+                     "image without one is read as good, and a warning names every such image.")
     q.set_defaults(func=_cmd_evaluate)
 
     q = sub.add_parser("audit", help="rank training normals by how anomalous they look to a bank without them")

@@ -5,14 +5,18 @@ MVTec AD:  <category>/train/good/*.png                      (subfolders of train
            <category>/ground_truth/<defect type>/<stem>_mask.png  (or <stem>.png)
 Plain:     a folder of normal images (its subfolders too, as `predict --images` reads); a folder
            of test images; optional masks matched by file stem (`<stem>.png` or `<stem>_mask.png`).
-           A test image without a mask is good.
+           The masks are the only labels: a test image without a mask is read as good, and a warning
+           names every such image (a defective image whose mask is missing would read as good too).
 
-`good` is matched whatever its case (test/Good), when only one folder matches. Test images and
-masks are matched by name within one folder, so a test or mask folder with images in subfolders is
-refused rather than read in part.
+`good` is matched whatever its case (test/Good), when only one folder matches, and so is a defect type
+between test/ and ground_truth/ (test/Scratch and ground_truth/scratch). Test images and masks are
+matched by name within one folder, so a test or mask folder with images in subfolders is refused
+rather than read in part. Linked subfolders are read as the folders they link to, each once.
 
-Readers only list files and check headers (sizes, masks without images); pixels are decoded
-lazily by `load_images` / `TestSample.load_mask`, so a large set never sits in memory twice.
+Readers list files and check headers (sizes, masks without images), and decode only the masks whose
+pixels decide a label or a warning (plain folders' masks; with `warn`, those in ground_truth/good/);
+images and the other masks are decoded lazily by `load_images` / `TestSample.load_mask`, so a large
+set never sits in memory twice.
 """
 from __future__ import annotations
 
@@ -50,6 +54,7 @@ class AnomalyDataset:
     root: Path
     train: list[Path]             # normal images
     test: list[TestSample]
+    good_without_mask: tuple[Path, ...] = ()   # plain folders: test images read as good because no mask names them
 
     @property
     def labels(self) -> np.ndarray:   # (n_test,) int
@@ -84,12 +89,15 @@ def _mask_stem(p: Path) -> str:
 DATASET_PARTS = ("test", "ground_truth", "mask", "masks")
 
 
-def _tree(folder: Path) -> list[Path]:
-    """`folder`'s subfolders at any depth, but hidden ones and those frozenvit wrote (`subfolders`)."""
+def _tree(folder: Path, walked: set[Path] | None = None) -> list[Path]:
+    """`folder`'s subfolders at any depth, but hidden ones and those frozenvit wrote (`subfolders`); a linked
+    subfolder is followed, each real folder once (as `image_files` walks them), so a link up the tree ends there."""
+    walked = {folder.resolve()} if walked is None else walked
     out = []
     for d in subfolders(folder):
-        if not d.is_symlink():
-            out += [d, *_tree(d)]
+        if d.resolve() not in walked:
+            walked.add(d.resolve())
+            out += [d, *_tree(d, walked)]
     return out
 
 
@@ -136,6 +144,19 @@ def _good_folder(parent: Path) -> Path | None:
     return found[0] if found else None
 
 
+def _same_name(name: str, folders: list[Path], parent: Path) -> Path | None:
+    """The folder among `folders` named `name`, or else the one named so in another case (test/Scratch for
+    ground_truth/scratch); None when there is none; DatasetError when several differ from it only by case."""
+    exact = [d for d in folders if d.name == name]
+    if exact:
+        return exact[0]
+    found = [d for d in folders if d.name.lower() == name.lower()]
+    if len(found) > 1:
+        raise DatasetError(f"{parent} holds {' and '.join(d.name for d in found)}, which differ only by case, for "
+                           f"the defect type {name}: merge them into one folder")
+    return found[0] if found else None
+
+
 def _masks_of(images: list[Path], masks: list[Path]) -> tuple[dict[Path, Path], list[Path]]:
     """{image: its mask} for the images with one, and the masks without an image. A mask goes with the image of
     its stem, named `<stem>.png` or `<stem>_mask.png` (any image suffix). DatasetError for an image with two masks
@@ -164,8 +185,11 @@ def _shown(paths: list, n: int = 3) -> str:
 def read_mvtec(category: str | os.PathLike, *, warn: bool = True) -> AnomalyDataset:
     """Read one MVTec AD category folder. Raises DatasetError on a broken layout.
 
-    With `warn` (evaluation), warns when the test set has no good folder (image AUROC is then undefined) and when
-    no defective test image has a mask (no pixel metrics); `read_dataset`, which reads the normals, does not.
+    A defect type's masks are in the ground_truth/ folder of the same name, matched in any case when only one
+    folder does (test/Scratch, ground_truth/scratch). With `warn` (evaluation), warns when the test set has no good
+    folder (image AUROC is then undefined), when it has only good images, when no defective test image has a mask
+    (no pixel metrics), and names the masks in ground_truth/good/ that mark defect pixels (ignored: an image in
+    test/good is good); `read_dataset`, which reads the normals, does not.
     """
     root = Path(category)
     train_dir = _good_folder(root / "train")
@@ -175,37 +199,55 @@ def read_mvtec(category: str | os.PathLike, *, warn: bool = True) -> AnomalyData
     train = _normal_images(train_dir, what="training (normal) images")
     test: list[TestSample] = []
     test_dir, gt_dir = root / "test", root / "ground_truth"
-    stems: dict[str, list[Path]] = {}
+    stems: dict[Path, list[Path]] = {}
     good = _good_folder(test_dir)
     types = subfolders(test_dir) if test_dir.is_dir() else []
+    truths = subfolders(gt_dir) if gt_dir.is_dir() else []
     for d in types:
         files = _flat_images(d, what="test images")
-        stems[d.name] = files
+        stems[d] = files
         if d == good:
             test += [TestSample(p, 0, "good") for p in files]
             continue
-        gt = gt_dir / d.name
-        masks, _ = _masks_of(files, _flat_images(gt, what="masks") if gt.is_dir() else [])
+        gt = _same_name(d.name, truths, gt_dir)
+        masks, _ = _masks_of(files, _flat_images(gt, what="masks") if gt is not None else [])
         test += [TestSample(p, 1, d.name, masks.get(p)) for p in files]
-    if gt_dir.is_dir():   # a mask without its image is a broken copy, not something to skip
-        for d in subfolders(gt_dir):
-            _, orphans = _masks_of(stems.get(d.name, []), _flat_images(d, what="masks"))
-            if orphans:
-                m = orphans[0]
-                raise DatasetError(f"mask {m} has no image test/{d.name}/{_mask_stem(m)}.*; "
-                                   "restore the image or delete the mask")
+    for g in truths:   # a mask without its image is a broken copy, not something to skip
+        d = _same_name(g.name, types, test_dir)
+        _, orphans = _masks_of(stems.get(d, []) if d is not None else [], _flat_images(g, what="masks"))
+        if orphans:
+            m = orphans[0]
+            elsewhere = [p for files in stems.values() for p in files if p.stem == _mask_stem(m)]
+            cure = (f"but {elsewhere[0].relative_to(root)} exists: move the mask to ground_truth/"
+                    f"{elsewhere[0].parent.name}/" if elsewhere else "restore the image or delete the mask")
+            raise DatasetError(f"mask {m} has no image test/{d.name if d is not None else g.name}/{_mask_stem(m)}.*; "
+                               f"{cure}")
     _check_mask_sizes(test)
     defective = [s for s in test if s.label == 1]
     if warn and defective and good is None:
         warnings.warn(f"{test_dir} has no good folder (found: {', '.join(d.name for d in types)}): image AUROC and "
                       f"the false-alarm rate are undefined without good test images; put them in {test_dir / 'good'}",
                       stacklevel=2)
+    if warn and test and not defective:
+        warnings.warn(f"{test_dir} holds only good images ({', '.join(d.name for d in types)}): image AUROC and the "
+                      f"detection rate are undefined without defective test images; put them in "
+                      f"{test_dir / '<defect type>'}", stacklevel=2)
     if warn and defective and all(s.mask_path is None for s in defective):
         where = (f"{gt_dir} does not exist" if not gt_dir.is_dir()
                  else f"none is in {gt_dir}/<defect type>/ as <stem>_mask.png or <stem>.png")
         shown = _shown([s.path for s in defective])
         warnings.warn(f"no mask for any of the {len(defective)} defective test images ({shown}): {where}; pixel "
                       "AUROC, AUPRO and pixel F1-max are not computed, add the masks to get them", stacklevel=2)
+    gt_good = _same_name("good", truths, gt_dir) if warn and good is not None else None
+    if gt_good is not None:
+        masks, _ = _masks_of(stems[good], _flat_images(gt_good, what="masks"))
+        marked = [m for p, m in masks.items() if read_mask(m, image_size(p), image_path=p).any()]
+        if marked:
+            one = len(marked) == 1
+            warnings.warn(f"{len(marked)} mask{'' if one else 's'} in {gt_good} mark{'s' if one else ''} defect pixels "
+                          f"({_shown(marked)}): ignored, as an image in {good} is good and all its pixels are "
+                          f"defect-free; if {'the image is' if one else 'an image is'} defective, move it to "
+                          f"{test_dir}/<defect type>/ and its mask to {gt_dir}/<defect type>/", stacklevel=2)
     return AnomalyDataset(root, train, test)
 
 
@@ -214,12 +256,16 @@ def read_folders(normal: str | os.PathLike | None, test: str | os.PathLike | Non
     """Plain folders: normals (every image under `normal`, subfolders included), test images, optional masks
     matched by stem (`<stem>.png` or `<stem>_mask.png`; test images and masks directly in their folders).
 
-    With `masks`, a test image whose mask has any defect pixel (`images.binarize_mask`) is defective, one with an
-    empty mask or none is good; a warning says so when every mask is empty. Without `masks`, test labels are
-    unknown (-1).
+    With `masks`, the masks are the only labels: a test image whose mask has any defect pixel
+    (`images.read_mask`) is defective, one with an empty mask is good, and one without a mask is read as good too,
+    since nothing else says otherwise. A warning names the images read as good for want of a mask
+    (`good_without_mask`): a defective image whose mask is missing is among them. Giving each good image an empty
+    mask makes every label explicit, and the warning then names only images whose mask is missing. Warnings also
+    say when every mask is empty and when every image is defective. Without `masks`, test labels are unknown (-1).
     """
     train = _normal_images(normal, what="normal images") if normal is not None else []
     samples: list[TestSample] = []
+    unmasked: list[Path] = []
     if test is not None:
         if Path(test).is_dir():
             _flat_images(Path(test), what="test images")          # before: a folder of subfolders only says so
@@ -238,14 +284,29 @@ def read_folders(normal: str | os.PathLike | None, test: str | os.PathLike | Non
                 samples.append(TestSample(p, -1, ""))
                 continue
             m = found.get(p)
+            if m is None:
+                unmasked.append(p)
             positive = m is not None and bool(read_mask(m, image_size(p), image_path=p).any())
             samples.append(TestSample(p, int(positive), "defect" if positive else "good", m if positive else None))
         if found and not any(s.label == 1 for s in samples):
             warnings.warn(f"all {len(found)} masks in {masks} are empty, so every test image reads as good: a pixel "
                           "is a defect when above half the mask's scale (127 of 255), or above 0 in a lossless mask "
                           "that stays below that (0/1)", stacklevel=2)
+        elif unmasked:
+            one = len(unmasked) == 1
+            listed = "" if len(unmasked) <= 3 else "; `anomaly evaluate --out` lists them all"
+            warnings.warn(f"{len(unmasked)} of the {len(files)} test images {'has' if one else 'have'} no mask in "
+                          f"{masks} and {'is' if one else 'are'} read as good ({_shown(unmasked)}{listed}): in plain "
+                          "folders the masks are the only labels, so a defective image whose mask is missing reads "
+                          f"as good too. Check that {'it is not' if one else 'none of them is'} defective; give each "
+                          "good image an empty (all-zero) mask of its size to make its label explicit, and this "
+                          "warning then names only images whose mask is missing", stacklevel=2)
+        elif samples and all(s.label == 1 for s in samples):
+            warnings.warn(f"every one of the {len(samples)} test images has defect pixels in its mask in {masks}: "
+                          "image AUROC and the false-alarm rate are undefined without good test images; add good "
+                          "images (with an empty mask or none)", stacklevel=2)
     _check_mask_sizes(samples)
-    return AnomalyDataset(Path(test or normal or "."), train, samples)
+    return AnomalyDataset(Path(test or normal or "."), train, samples, tuple(unmasked))
 
 
 def read_dataset(path: str | os.PathLike) -> AnomalyDataset:

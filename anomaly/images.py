@@ -2,16 +2,20 @@
 
 Every image comes back as uint8 RGB (H, W, 3): gray is replicated, alpha and palettes are
 flattened, 16-bit samples are scaled to 8 bits by their real bit depth (a PNG's sBIT chunk, else
-the depth their largest sample needs, with a warning; `backbone.preprocess.integer_to_uint8`).
+the depth their largest sample needs, with a warning; `backbone.preprocess.integer_to_uint8`). 16-bit
+colour PNGs are read at 16 bits too, although Pillow alone would keep only each sample's high byte.
 An EXIF Orientation tag is applied (`PIL.ImageOps.exif_transpose`), so images, masks and `image_size` are
-in the orientation a viewer shows. A file that cannot be decoded raises `ImageFormatError` naming it.
+in the orientation a viewer shows; PIL images given in memory are turned the same way (`as_image`). A file
+of several pages or frames (multi-page TIFF, animated GIF) is read by its first, with a warning naming it.
+A file that cannot be decoded raises `ImageFormatError` naming it.
 Masks come back as bool (H, W) by a rule that follows their own scale (`binarize_mask`: 0/1, 0/255 and
-0/65535 masks all read as drawn) and must match their image's size.
+0/65535 masks all read as drawn) and their transparency (`read_mask`), and must match their image's size.
 """
 from __future__ import annotations
 
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +27,6 @@ from frozenvit.backbone.errors import ImageFormatError
 from frozenvit.backbone.preprocess import integer_to_uint8, png_significant_bits
 
 from .errors import DatasetError
-
 
 
 def list_images(folder: str | os.PathLike, *, what: str = "images", recursive: bool = False) -> list[Path]:
@@ -79,34 +82,113 @@ def image_size(path: str | os.PathLike) -> tuple[int, int]:
     return h, w
 
 
-def _samples(path: str | os.PathLike) -> tuple[np.ndarray, str, int | None]:
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+#: 16-bit PNG colour types that Pillow decodes to their high byte, and the raw modes that read both bytes through
+#: Pillow's own decoder: the high bytes, then the low ones; gray with alpha (4) as its 4 bytes a pixel at once
+_PNG16_RAW_MODES = {2: ("RGB;16B", "RGB;16L"), 6: ("RGBA;16B", "RGBA;16L"), 4: ("RGBA",)}
+
+#: formats whose later pages or frames are other pictures (MPO's extra frames are previews of the first: not warned)
+_PAGED_FORMATS = {"TIFF": "pages", "GIF": "frames", "PNG": "frames", "WEBP": "frames"}
+
+
+def _png_header(path: str | os.PathLike) -> tuple[int, int] | None:
+    """(bit depth, colour type) of a PNG from its IHDR chunk (bytes 24 and 25 of the file); None for another file."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(26)
+    except OSError:
+        return None
+    if len(head) < 26 or head[:8] != _PNG_SIGNATURE or head[12:16] != b"IHDR":
+        return None
+    return head[24], head[25]
+
+
+def _decode_as(path: str | os.PathLike, rawmode: str, turned: bool) -> np.ndarray:
+    """A PNG's pixels decoded by Pillow with another raw mode of the same bits per pixel (so its row filters undo
+    alike), EXIF orientation applied when `turned`."""
+    with Image.open(path) as im:
+        im.tile = [t._replace(args=rawmode) if hasattr(t, "_replace") else (*t[:3], rawmode) for t in im.tile]
+        im.load()
+        if turned:
+            im = ImageOps.exif_transpose(im)
+        return np.asarray(im)
+
+
+def _png16_colour(path: str | os.PathLike, colour_type: int, turned: bool,
+                  key: Any = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """The 16-bit samples of a colour or gray-alpha PNG: uint16 (H, W, 3) or (H, W), and its alpha uint16 (H, W)
+    (None when it has none; from a tRNS colour key when it has one)."""
+    if colour_type == 4:
+        b = _decode_as(path, "RGBA", turned).astype(np.uint16)         # (H, W, 4): gray high, low, alpha high, low
+        return b[..., 0] << 8 | b[..., 1], b[..., 2] << 8 | b[..., 3]
+    hi, lo = (_decode_as(path, r, turned).astype(np.uint16) for r in _PNG16_RAW_MODES[colour_type])
+    a = hi << 8 | lo                                                    # (H, W, 3 or 4)
+    if colour_type == 6:
+        return a[..., :3], a[..., 3]
+    if isinstance(key, tuple) and len(key) == 3:                        # tRNS: one colour stands for transparent
+        return a, np.where((a == np.array(key, np.uint16)).all(axis=2), 0, 65535).astype(np.uint16)
+    return a, None
+
+
+def _alpha(im: Image.Image) -> np.ndarray | None:
+    """The alpha channel of an 8-bit image (H, W) uint8, palette and colour-key transparency included; None when
+    it has none."""
+    if im.mode in ("RGBA", "LA", "PA", "RGBa", "La") or (
+            "transparency" in im.info and im.mode in ("1", "L", "P", "RGB")):
+        return np.asarray(im.convert("RGBA"))[..., 3]
+    return None
+
+
+def _warn_pages(im: Image.Image, path: str | os.PathLike) -> None:
+    """A warning naming a file whose later pages or frames `read_image` does not read."""
+    what = _PAGED_FORMATS.get(im.format or "")
+    n = getattr(im, "n_frames", 1) if what else 1
+    if isinstance(n, int) and n > 1:
+        warnings.warn(f"{path} holds {n} {what}; only the first is read. Save each {what[:-1]} you want inspected as "
+                      "its own file", stacklevel=4)
+
+
+def _samples(path: str | os.PathLike, with_alpha: bool = False
+             ) -> tuple[np.ndarray, np.ndarray | None, str, int | None]:
     """The samples of an image file as stored, turned by its EXIF orientation: (H, W) or (H, W, 3) of bool, uint8,
-    uint16 or int32 (palettes, alpha, CMYK flattened to RGB), the file's format ("PNG", "JPEG", ...) and, for a
-    PNG of more than 8 bits, its recorded significant bits (None when it records none)."""
+    uint16 or int32 (palettes, alpha, CMYK flattened to RGB; 16-bit colour PNGs at their 16 bits); with
+    `with_alpha`, its alpha channel (H, W) of uint8 or uint16 (None when it has none, and without `with_alpha`); the
+    file's format ("PNG", "JPEG", ...); for a PNG of more than 8 bits, its recorded significant bits (None when it
+    records none). The first page or frame of a file of several, with a warning (`_warn_pages`)."""
+    alpha = None
     try:
         with Image.open(path) as im:
             turned = _orientation(im) != 1
-            im.load()
             fmt = im.format or ""
-            if turned:
-                im = ImageOps.exif_transpose(im)
-            if im.mode in ("I;16", "I;16B", "I;16L", "I", "1", "L", "RGB"):
-                a = np.asarray(im)
-            elif im.mode == "F":
-                raise ImageFormatError(f"{path}: floating-point samples are ambiguous; save it as an 8- or 16-bit PNG")
-            else:   # P, PA, LA, RGBA, CMYK, YCbCr, ...: let Pillow flatten to RGB
-                a = np.asarray(im.convert("RGB"))
+            _warn_pages(im, path)
+            png = _png_header(path) if fmt == "PNG" else None
+            if png is not None and png[0] == 16 and png[1] in _PNG16_RAW_MODES:
+                a, alpha = _png16_colour(path, png[1], turned, im.info.get("transparency"))
+            else:
+                im.load()
+                if turned:
+                    im = ImageOps.exif_transpose(im)
+                if with_alpha:
+                    alpha = _alpha(im)
+                if im.mode in ("I;16", "I;16B", "I;16L", "I", "1", "L", "RGB"):
+                    a = np.asarray(im)
+                elif im.mode == "F":
+                    raise ImageFormatError(f"{path}: floating-point samples are ambiguous; save it as an 8- or 16-bit "
+                                           "PNG")
+                else:   # P, PA, LA, RGBA, CMYK, YCbCr, ...: let Pillow flatten to RGB
+                    a = np.asarray(im.convert("RGB"))
         bits = png_significant_bits(path) if fmt == "PNG" and a.dtype not in (np.uint8, bool) else None
     except ImageFormatError:
         raise
     except Exception as e:   # UnidentifiedImageError, OSError, SyntaxError, DecompressionBombError, struct.error, ...
         raise ImageFormatError(f"cannot read image {path} ({type(e).__name__}: {e}); replace or remove the file") from e
-    return a, fmt, bits
+    return a, alpha if with_alpha else None, fmt, bits
 
 
 def _decode(path: str | os.PathLike) -> np.ndarray:
     """Pixels of an image file: uint8 (H, W) or (H, W, 3); 16-bit samples scaled by their bit depth."""
-    a, _, bits = _samples(path)
+    a, _, _, bits = _samples(path)
     if a.dtype == bool:
         return a.astype(np.uint8) * 255
     if a.dtype == np.uint8:
@@ -158,14 +240,35 @@ def _mask_scale(a: np.ndarray, bits: int | None, path: str | os.PathLike) -> int
     return 65535 if (a.dtype.kind == "u" and a.dtype.itemsize == 2) or hi > 255 else 255
 
 
+def _visible(a: np.ndarray, full: int, alpha: np.ndarray) -> tuple[np.ndarray, int]:
+    """A mask's samples (H, W) on scale `full` as seen through its `alpha` (H, W), and their scale: the colour alone
+    when nothing is transparent; the alpha when every visible pixel (alpha > 0) has one value (a defect painted in
+    one colour on a transparent layer, whatever that colour is); else the colour composited on black."""
+    top = 255 if alpha.dtype == np.uint8 else 65535
+    if alpha.min() >= top:
+        return a, full
+    shown = a[alpha > 0]
+    if shown.size == 0 or (shown == shown[0]).all():
+        return alpha, top
+    return np.round(a.astype(np.float64) * (alpha.astype(np.float64) / top)), full
+
+
 def read_mask(path: str | os.PathLike, size: tuple[int, int] | None = None,
               image_path: str | os.PathLike | None = None) -> np.ndarray:
     """Decode a mask to bool (H, W) by `binarize_mask` on its own scale (colour: the largest channel), EXIF
-    orientation applied; DatasetError when it is not `size` = (H, W)."""
-    a, fmt, bits = _samples(path)
+    orientation applied; DatasetError when it is not `size` = (H, W).
+
+    A mask with transparency (RGBA, LA, a palette or colour key with transparent entries) marks a defect only where
+    it is visible: when every visible pixel (alpha > 0) has one value, as a defect painted in one colour on a
+    transparent layer, the alpha channel is the mask (> half of its scale); otherwise the colour composited on black,
+    colour x alpha / full alpha, is read as an opaque mask is. A mask with no transparent pixel reads by its colour
+    alone, whatever its alpha channel."""
+    a, alpha, fmt, bits = _samples(path, with_alpha=True)
     full = _mask_scale(a, bits, path)
     if a.ndim == 3:
         a = a.max(axis=2)                                 # (H, W): a defect drawn in any colour
+    if alpha is not None:
+        a, full = _visible(a, full, alpha)
     m = binarize_mask(a, full, lossy=fmt in LOSSY_FORMATS)
     if size is not None and m.shape != tuple(size):
         of = f" of {image_path}" if image_path else ""
@@ -175,9 +278,18 @@ def read_mask(path: str | os.PathLike, size: tuple[int, int] | None = None,
 
 
 def as_image(x: object) -> object:
-    """Pass arrays and PIL images through; decode paths."""
+    """Decode paths (`read_image`); turn PIL images by their EXIF orientation, as a path to the same file is turned,
+    so that a PIL image and its path give the same map; pass arrays, and PIL images without an orientation, through.
+    A 16-bit PIL image opened from a PNG and turned comes back as uint8 (H, W), scaled by the file's sBIT depth (the
+    turned copy no longer knows its file)."""
     if isinstance(x, (str, os.PathLike)):
         return read_image(x)
+    if isinstance(x, Image.Image) and _orientation(x) != 1:
+        turned = ImageOps.exif_transpose(x)
+        filename = getattr(x, "filename", "")
+        if x.mode in ("I;16", "I;16B", "I;16L", "I") and x.format == "PNG" and filename:
+            return integer_to_uint8(np.asarray(turned), str(filename), png_significant_bits(filename))
+        return turned
     return x
 
 

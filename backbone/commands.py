@@ -15,7 +15,10 @@ from .runtimes import add_runtime_arg
 from .suite.cli import add_backbone_args, add_threads_arg, number
 from .suite.errors import UsageError
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".gif")
+#: images of formats frozenvit does not read: a folder's files of these suffixes are skipped with a warning naming them
+UNREAD_IMAGE_SUFFIXES = (".avif", ".heic", ".heif", ".jp2", ".j2k", ".jxl", ".ppm", ".pgm", ".pbm", ".pnm", ".tga",
+                         ".psd", ".exr", ".hdr", ".dng", ".cr2", ".nef", ".arw", ".raw", ".ico", ".svg")
 
 
 def backbone_name(args: argparse.Namespace) -> str | None:
@@ -55,25 +58,36 @@ def image_files(paths: Sequence[str | Path], *, recursive: bool = True, exclude:
     """The image files that `paths` (files or folders) name, in order, each once: the one rule every command
     reads its inputs by.
 
-    A file is taken as named. A folder gives its files with an image suffix (IMAGE_SUFFIXES), sorted, those in
-    its subfolders too with `recursive`; hidden names (".*": macOS `._x.png`, `.ipynb_checkpoints/`, our
-    temporaries and their look-alikes) are skipped, and so are folders frozenvit wrote (outputs, artifacts:
-    they hold `.frozenvit.json`) and the `exclude` paths (a command's own --out), so outputs are never read back
-    as inputs. Raises UsageError for a path that does not exist.
+    A file is taken as named. A folder gives its files with an image suffix (IMAGE_SUFFIXES; a GIF is read by its
+    first frame), sorted, those in its subfolders too with `recursive`, linked subfolders included (each real folder
+    is walked once, so a link back up the tree ends there); hidden names (".*": macOS `._x.png`,
+    `.ipynb_checkpoints/`, our temporaries and their look-alikes) are skipped, and so are folders frozenvit wrote
+    (outputs, artifacts: they hold `.frozenvit.json`) and the `exclude` paths (a command's own --out), so outputs are
+    never read back as inputs. Images of a format frozenvit does not read (UNREAD_IMAGE_SUFFIXES: HEIC, RAW, ...)
+    are skipped with a warning naming them; other files (notes, .DS_Store) are not images and are passed over.
+    Raises UsageError for a path that does not exist.
     """
+    import warnings
+
     skip = {Path(e).resolve() for e in exclude}
     out: list[Path] = []
     seen: set[Path] = set()
+    walked: set[Path] = set()
+    unread: list[Path] = []
 
     def walk(folder: Path) -> Iterator[Path]:
-        if folder.resolve() in skip or is_ours(folder):
+        real = folder.resolve()
+        if real in skip or real in walked or is_ours(folder):
             return
+        walked.add(real)
         for f in folder.iterdir():
             if f.name.startswith(".") or f.resolve() in skip:
                 continue
             if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES:
                 yield f
-            elif recursive and f.is_dir() and not f.is_symlink():
+            elif f.is_file() and f.suffix.lower() in UNREAD_IMAGE_SUFFIXES:
+                unread.append(f)
+            elif recursive and f.is_dir():
                 yield from walk(f)
 
     for p in map(Path, paths):
@@ -83,6 +97,11 @@ def image_files(paths: Sequence[str | Path], *, recursive: bool = True, exclude:
             if f.resolve() not in seen:
                 seen.add(f.resolve())
                 out.append(f)
+    if unread:
+        shown = ", ".join(map(str, sorted(unread)[:5])) + (f" and {len(unread) - 5} more" if len(unread) > 5 else "")
+        warnings.warn(f"skipped {len(unread)} image file{'s' * (len(unread) > 1)} of a format frozenvit does not read "
+                      f"({shown}); convert {'them' if len(unread) > 1 else 'it'} to PNG ({', '.join(IMAGE_SUFFIXES)} "
+                      "are read) to include them", stacklevel=2)
     return out
 
 
