@@ -9,12 +9,9 @@ normals instead of the test set.
 Each member is fitted on the same normals with the same holdout split. Its image scores and maps are put on one
 scale by its own held-out normals (`standardiser`): (x - mean) / std of their image scores. The ensemble's image
 score is the mean of its members' standardised scores, its map the mean of their standardised maps (all maps lie
-on the original pixels, so they add up pixel for pixel). Its threshold is calibrated as a PatchCore's is, on the
-held-out normals' ensemble scores, but those are computed out of sample (`calibration_scores`): each held-out normal is
-standardised by the other held-out normals only. Standardised by statistics that include it, a held-out score is pulled
-toward the mean (with 2 held-out normals every member's z-score is exactly -1 or +1), so a threshold calibrated on
-those scores would be exceeded by new normals far more often than the target. Why the ensemble is `anomaly fit`'s
-default: lab/anomaly-notes.md, "The default ensemble".
+on the original pixels, so they add up pixel for pixel), and its threshold is calibrated on the held-out normals'
+ensemble scores exactly as a PatchCore's is on its own. Why it is `anomaly fit`'s default: lab/anomaly-notes.md, "The
+default ensemble".
 """
 from __future__ import annotations
 
@@ -42,8 +39,6 @@ from .updates import new_normals
 KIND = "anomaly.ensemble"
 FORMAT_VERSION = 1
 MIN_STD = 1e-6          # a member whose held-out scores do not spread is scaled as if they spread this much
-#: how the saved threshold was calibrated (config.json "calibration"); configs without it calibrated on in-sample scores
-CALIBRATION = "leave-one-out"
 
 
 def default_members(progress: bool | None = None) -> list[PatchCore]:
@@ -66,26 +61,6 @@ def standardiser(holdout_scores: np.ndarray, map_range: tuple[float, float]) -> 
     return float(lo), float(max(hi - lo, MIN_STD))
 
 
-def calibration_scores(holdout_scores: Sequence[np.ndarray], map_ranges: Sequence[tuple[float, float]]) -> np.ndarray:
-    """Out-of-sample ensemble scores (n,) of the n held-out normals, the scores the ensemble's threshold is
-    calibrated on.
-
-    holdout_scores: per member, its held-out normals' image scores (n,), the same normals in the same order;
-    map_ranges: per member, its `map_range_`. Held-out normal i is standardised, member by member, by
-    `standardiser` of the other n - 1 (leave-one-out; with fewer than 2 others, the member's `map_range_` statistics),
-    then the members are averaged. A new image is standardised by all n, which it is not one of, so these scores
-    stand in for a new normal's as the conformal threshold needs; standardising a held-out normal by statistics that
-    include itself would shrink its score toward the mean and set the threshold too low."""
-    per_member = [np.asarray(s, np.float64) for s in holdout_scores]
-    n = len(per_member[0]) if per_member else 0
-    out = np.zeros(n)
-    for s, map_range in zip(per_member, map_ranges):
-        for i in range(n):
-            loc, scale = standardiser(np.delete(s, i), map_range)
-            out[i] += (s[i] - loc) / scale
-    return out / max(len(per_member), 1)
-
-
 class PatchCoreEnsemble(ParameterErrorMixin, BaseEstimator):
     """The mean of several PatchCores' standardised scores and maps, a scikit-learn estimator.
 
@@ -93,8 +68,7 @@ class PatchCoreEnsemble(ParameterErrorMixin, BaseEstimator):
         time (Lite0 with two stages and the embedded ViT with tiles x2, lab/anomaly-notes.md says why). They are
         cloned with their backbones shared, so the list given is never fitted itself.
     target_fpr, holdout, seed: as PatchCore's, and given to every member, so that they all hold out the same
-        images (the ensemble's threshold is calibrated on those images' out-of-sample ensemble scores,
-        `calibration_scores`).
+        images (the ensemble's threshold is calibrated on those images' ensemble scores).
     threshold: an explicit decision threshold on ensemble scores; None: calibrated.
     progress: progress bars for the default members; None: only on a terminal.
 
@@ -154,12 +128,11 @@ class PatchCoreEnsemble(ParameterErrorMixin, BaseEstimator):
         for w in {str(w.message): w for w in caught}.values():
             if not (unbounded and str(w.message) == members_bound):
                 warnings.warn(w.message, w.category, stacklevel=2)
-        if unbounded:
-            warnings.warn(f"only 2 held-out normals: the ensemble scales each member by the mean and spread of "
-                          "their scores, so neither has a score standardised without itself to calibrate on (each is "
-                          "standardised by its member's patch statistics instead, another scale), and the threshold "
-                          "bounds no false-alarm rate, where a single PatchCore's would bound it by 1/3; give at least "
-                          f"3 held-out normals (more images or a larger holdout), {min_held_out(self.target_fpr)} for "
+        if unbounded:     # each member's two held-out z-scores are -1 and +1: the threshold is 1/3 or 1, whatever the data
+            warnings.warn("only 2 held-out normals: the ensemble scales each member by the mean and spread of their "
+                          "two scores, which makes them -1 and +1 whatever they are, so its threshold bounds no "
+                          "false-alarm rate, where a single PatchCore's would bound it by 1/3; give at least 3 "
+                          f"held-out normals (more images or a larger holdout), {min_held_out(self.target_fpr)} for "
                           f"the target {self.target_fpr:g}", stacklevel=2)
         self._set_learned(members)
         self.updates_: list[dict] = []
@@ -203,8 +176,7 @@ class PatchCoreEnsemble(ParameterErrorMixin, BaseEstimator):
         self.members_ = members
         self.standardisers_ = [standardiser(m.calibration_scores_, m.map_range_) for m in members]
         self.holdout_indices_ = members[0].holdout_indices_
-        self.calibration_scores_ = calibration_scores([m.calibration_scores_ for m in members],
-                                                      [m.map_range_ for m in members]).astype(np.float32)
+        self.calibration_scores_ = self._combine([m.calibration_scores_ for m in members]).astype(np.float32)
         calibrated = conformal_threshold(self.calibration_scores_, self.target_fpr) if len(self.holdout_indices_) else None
         self.threshold_ = float(self.threshold) if self.threshold is not None else calibrated
         self.map_range_ = tuple(float(v) for v in self._combine([np.asarray(m.map_range_) for m in members]))
@@ -233,8 +205,7 @@ class PatchCoreEnsemble(ParameterErrorMixin, BaseEstimator):
         return float(self.threshold) if self.threshold is not None else self.threshold_
 
     def threshold_at(self, target_fpr: float) -> float:
-        """As `PatchCore.threshold_at`, on the held-out normals' out-of-sample ensemble scores (`calibration_scores_`,
-        the scores `fit` calibrates `threshold_` on)."""
+        """As `PatchCore.threshold_at`, on the held-out normals' ensemble scores."""
         self._check_fitted()
         from frozenvit.backbone.export import refuse_on_int8
         refuse_on_int8(self, "threshold_at")
@@ -274,8 +245,7 @@ class PatchCoreEnsemble(ParameterErrorMixin, BaseEstimator):
                "members": "default" if self.members is None else "given",
                # a threshold withheld for an int8 run (`withhold_int8_decisions`) is still the model's own
                "threshold": self.threshold_ if getattr(self, "threshold_withheld_", None) is None
-               else self.threshold_withheld_, "standardisers": [list(s) for s in self.standardisers_],
-               "calibration": CALIBRATION}
+               else self.threshold_withheld_, "standardisers": [list(s) for s in self.standardisers_]}
         if self.updates_:
             cfg["updates"] = self.updates_
         if selection:
@@ -346,14 +316,6 @@ class PatchCoreEnsemble(ParameterErrorMixin, BaseEstimator):
             raise ArtifactError(f"{path}: the members' calibration scores do not give the saved standardisers; the "
                                 "artifact is corrupt, refit it")
         det.updates_ = list(cfg.get("updates", []))
-        saved_threshold = cfg.get("threshold")
-        if (cfg.get("calibration") != CALIBRATION and det.threshold is None and saved_threshold is not None
-                and det.threshold_ is not None and not math.isclose(saved_threshold, det.threshold_, rel_tol=1e-5)):
-            warnings.warn(f"{path} was saved by an older frozenvit with a threshold of {saved_threshold:.4f}, calibrated "
-                          "on held-out scores standardised by statistics that include each of them, which sets it too "
-                          f"low; it is recalibrated on out-of-sample scores: {det.threshold_:.4f}. To record the new threshold, "
-                          "save the loaded model again (load_detector(path).save(path) in Python) or refit it",
-                          stacklevel=2)
         withhold_int8_decisions(det)     # int8 backbones given: no decisions at the float32 threshold
         return det
 

@@ -57,8 +57,7 @@ def test_scores_maps_and_threshold_are_the_mean_of_members_standardised_by_their
         want_map = sum((p.maps[i] - mu) / sd for p, (mu, sd) in zip(preds, stats)) / 2
         assert got.maps[i].shape == test[i].shape[:2]
         np.testing.assert_allclose(got.maps[i], want_map, rtol=1e-4, atol=1e-4)
-    # 2 held-out normals: each is standardised without itself, i.e. by its member's patch statistics (map_range_)
-    held = sum((m.calibration_scores_ - m.map_range_[0]) / (m.map_range_[1] - m.map_range_[0]) for m in alone) / 2
+    held = sum((m.calibration_scores_ - mu) / sd for m, (mu, sd) in zip(alone, stats)) / 2
     assert ens.threshold_ == pytest.approx(conformal_threshold(held, 0.01), rel=1e-5)
     assert np.array_equal(got.is_defect, got.scores > ens.threshold_)
     assert got.scores[2:].min() > got.scores[:2].max()            # the planted squares rank above the normals
@@ -179,9 +178,8 @@ def test_partial_fit_grows_every_member_and_recalibrates_the_ensemble_as_fit_wou
     assert all(len(m.bank_) > b for m, b in zip(ens.members_, banks))
     held = {tuple(m.updates_[-1]["held_out"]) for m in ens.members_}
     assert len(held) == 1 and len(next(iter(held))) == 1                    # the same new image held out by all
-    # 3 held-out normals: each standardised by the mean and spread of the other two (leave-one-out)
-    want = [sum((s[i] - np.delete(s, i).mean()) / np.delete(s, i).std()
-                for s in (m.calibration_scores_.astype(np.float64) for m in ens.members_)) / 2 for i in range(3)]
+    stats = [(m.calibration_scores_.mean(), m.calibration_scores_.std()) for m in ens.members_]
+    want = sum((m.calibration_scores_ - mu) / sd for m, (mu, sd) in zip(ens.members_, stats)) / 2
     np.testing.assert_allclose(ens.calibration_scores_, want, rtol=1e-5)
     assert len(ens.calibration_scores_) == 3 and ens.threshold_ == conformal_threshold(ens.calibration_scores_, 0.01)
     u = ens.updates_[-1]
