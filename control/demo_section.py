@@ -6,6 +6,7 @@ labelled, and no evaluation (random features say nothing about task success).
 """
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -40,22 +41,38 @@ def section(ctx: DemoContext) -> Section:
 
     bb, label, real = _backbone(ctx, BackboneUnavailable)
     size = bb.config.img_size[0]
-    sec.text(f"Encoder: {label} ({bb.config.name}, {size}x{size} px, grid {bb.config.grid[0]}x{bb.config.grid[1]}, "
-             f"{bb.config.embed_dim}-d tokens). Camera 'corner', frames rendered upright at the encoder's size with "
-             "shadows, reflections and multisampling off.")
+    grid = f"{bb.config.grid[0]}x{bb.config.grid[1]} tokens"
+    if real and not ctx.quick:
+        sizes = (f"The latency below is measured at its own input size, {size}x{size} px ({grid}); the short "
+                 f"evaluation after it runs the same weights at {EVAL_SIZE}x{EVAL_SIZE} px, which has a third of "
+                 "the tokens, so that encoding the demos and rolling out the policy keep this section to a couple "
+                 "of minutes.")
+    else:
+        sizes = f"Input {size}x{size} px ({grid}) throughout."
+    sec.text(f"Encoder: {label} ({bb.config.name}, {bb.config.embed_dim}-d tokens). {sizes} Camera 'corner', "
+             "frames rendered upright at the encoder's input size with shadows, reflections and multisampling off.")
     steps, warmup = (5, 1) if ctx.quick else (120, 10)
     try:
         with MetaWorldTask("reach-v3", image_size=size) as env:
             rep = measure_latency(VisuomotorAgent(UntrainedHead(bb), bb), env, steps=steps, warmup=warmup)
     except RenderUnavailable as e:
         return sec.text(f"Skipped: no headless OpenGL on this machine ({e}).")
-    ok, verdict = rep.verdict(BUDGET_MS)
-    sec.text(f"Latency of the whole loop (render, preprocess, encode, attention head, env step), one environment, "
-             f"{rep.meta['threads']} torch threads, {steps} steps after {warmup} warm-up steps. {verdict}. "
-             "The machine may be shared; treat absolute numbers as upper bounds.")
+    load, cores = os.getloadavg()[0], os.cpu_count()     # the load at the time of measuring, for the reader
+    p = rep.percentiles()
+    within = p["p99"] <= BUDGET_MS
+    sec.text(f"Latency of the whole loop (render, preprocess, encode, attention head, env step) at {size} px, one "
+             f"environment, {rep.meta['threads']} torch threads, {steps} steps after {warmup} warm-up steps. "
+             f"Measured on this machine now: p50 {p['p50']:.1f} ms, p95 {p['p95']:.1f} ms, p99 {p['p99']:.1f} ms, "
+             f"{'within' if within else 'over'} a {BUDGET_MS:g} ms control period (the demo's example budget; "
+             f"`frozenvit control latency --budget-ms` checks any). The 1-minute load average was {load:.1f} on "
+             f"{cores} cores when measured: other work on the machine slows every stage, so the same encoder "
+             "measures several times slower on a busy machine than on a quiet one. This is a measurement of this "
+             "machine at this moment, not a pass/fail of the product.")
     sec.table(rep.table(), floatfmt="{:.1f}")
-    sec.figure(rep.histogram(BUDGET_MS, title=f"loop latency, {label}"),
-               "Per-step loop time; dashed lines p50/p95/p99, red the budget; right: median per stage.")
+    sec.figure(rep.histogram(BUDGET_MS, title=f"loop latency, {label}, {size} px"),
+               f"Per-step loop time (ms); dashed lines p50/p95/p99, solid red line the {BUDGET_MS:g} ms budget; "
+               f"right: median per stage. 1-minute load average {load:.1f} on {cores} cores.",
+               alt=f"Histogram of per-step loop time: p99 {p['p99']:.1f} ms against a {BUDGET_MS:g} ms budget.")
     if not real and not ctx.quick:
         return sec.text("No evaluation: without the embedded default's pretrained weights, task success would "
                         "measure a random encoder. Run `frozenvit control collect/train/evaluate` with a real backbone.")
@@ -63,7 +80,7 @@ def section(ctx: DemoContext) -> Section:
         from frozenvit.backbone import load_backbone
 
         bb = load_backbone(img_size=EVAL_SIZE)
-        label = f"the embedded default at {EVAL_SIZE} px ({bb.config.grid[0]}x{bb.config.grid[1]} tokens)"
+        label = f"the embedded default at {EVAL_SIZE}x{EVAL_SIZE} px ({bb.config.grid[0]}x{bb.config.grid[1]} tokens)"
     _short_evaluation(sec, bb, ctx, label)
     return sec
 

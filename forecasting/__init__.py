@@ -1,4 +1,4 @@
-"""forecasting: PatchTST and DLinear beside honest baselines, evaluated by rolling-origin
+"""forecasting: PatchTST and DLinear beside statistical baselines, evaluated by rolling-origin
 backtests with MASE per horizon step. Imports no vision code.
 
     from frozenvit.forecasting import read_wide_csv, backtest, SeasonalNaive, ETS, DLinear, PatchTST

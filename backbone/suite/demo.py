@@ -1,10 +1,13 @@
 """`frozenvit demo`: every section registered in the entry-point group `frozenvit.demo`, one HTML report."""
 from __future__ import annotations
 
+import datetime
 import logging
+import shlex
+import subprocess
 import time
 import traceback
-from importlib.metadata import entry_points
+from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
 from typing import Sequence
 
@@ -14,6 +17,38 @@ from .report import DemoContext, Section, write_report
 
 log = logging.getLogger("frozenvit.demo")
 DEMO_GROUP = "frozenvit.demo"
+
+
+def git_commit() -> str | None:
+    """The short commit of the checkout this package runs from; None when it is not a git checkout (an installed
+    wheel) or git is absent."""
+    try:
+        got = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent,
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (got.stdout.strip() or None) if got.returncode == 0 else None
+
+
+def report_header(command: str, now: datetime.datetime | None = None) -> str:
+    """The report's provenance line: when it was written, by which frozenvit (and commit), with which command."""
+    now = now or datetime.datetime.now().astimezone()
+    try:
+        ver = version("frozenvit")
+    except PackageNotFoundError:
+        ver = "(version unknown: not installed)"
+    commit = git_commit()
+    stamp = f"{now:%Y-%m-%d %H:%M %Z}".strip()           # no zone name for a naive time
+    return (f"Written {stamp} by frozenvit {ver}{f' (git commit {commit})' if commit else ''} "
+            f"with: {command}")
+
+
+def demo_command(out: Path, threads: int, quick: bool, only: Sequence[str] | None) -> str:
+    """The `frozenvit demo` command line that makes this report."""
+    argv = ["frozenvit", "demo", "--out", str(out), "--threads", str(threads)]
+    argv += ["--quick"] if quick else []
+    argv += ["--only", *only] if only else []
+    return shlex.join(argv)
 
 
 def run_demo(out: Path, threads: int = 2, quick: bool = False, only: Sequence[str] | None = None
@@ -48,4 +83,5 @@ def run_demo(out: Path, threads: int = 2, quick: bool = False, only: Sequence[st
         sections.append(sec)
         print(f"[demo] {name} done in {time.perf_counter() - t0:.1f} s", flush=True)
     sections.sort(key=lambda s: s.order)
-    return write_report(ctx.out_dir / "index.html", "frozenvit demo", sections), failed
+    header = report_header(demo_command(out, threads, quick, only))
+    return write_report(ctx.out_dir / "index.html", "frozenvit demo", sections, header=header), failed

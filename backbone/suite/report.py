@@ -29,13 +29,21 @@ class Section:
         self.blocks.append(f"<pre>{html.escape(s)}</pre>")
         return self
 
+    def html(self, fragment: str) -> "Section":
+        """A fragment of HTML as it is (the caller escapes any text in it): e.g. a sentence with a link."""
+        self.blocks.append(fragment)
+        return self
+
     def table(self, rows: Sequence[dict[str, Any]], floatfmt: str = "{:.4g}") -> "Section":
         self.blocks.append(html_table(rows, floatfmt))
         return self
 
-    def figure(self, fig_or_png: Any, caption: str = "") -> "Section":
-        """Embed a matplotlib figure, PNG bytes, or a PIL image inline (base64)."""
-        self.blocks.append(f'<figure><img src="data:image/png;base64,{png_base64(fig_or_png)}"/>'
+    def figure(self, fig_or_png: Any, caption: str = "", alt: str = "") -> "Section":
+        """Embed a matplotlib figure, PNG bytes, or a PIL image inline (base64). `alt` (else the caption, else the
+        section title) is the image's text for screen readers and for a page whose images do not load."""
+        alt = alt or caption or self.title
+        self.blocks.append(f'<figure><img src="data:image/png;base64,{png_base64(fig_or_png)}" '
+                           f'alt="{html.escape(alt, quote=True)}"/>'
                            f"<figcaption>{html.escape(caption)}</figcaption></figure>")
         return self
 
@@ -78,19 +86,25 @@ def html_table(rows: Sequence[dict[str, Any]], floatfmt: str = "{:.4g}") -> str:
         return html.escape(str(v))
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
     body = "".join("<tr>" + "".join(f"<td>{cell(r.get(c, ''))}</td>" for c in cols) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    # wrapped so that a table wider than the screen (a phone) scrolls on its own instead of widening the page
+    return f"<div class='scroll'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
 
 
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}
-th{background:#f3f3f3}pre{background:#f7f7f7;padding:.6em;overflow-x:auto}img{max-width:100%}
+th{background:#f3f3f3}pre{background:#f7f7f7;padding:.6em;overflow-x:auto}img{max-width:100%;height:auto}
+.scroll{overflow-x:auto;max-width:100%}.meta{color:#555;font-size:.9em}
 figure{margin:1em 0}figcaption{color:#555;font-size:.9em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em}"""
 
 
-def write_report(path: str | Path, title: str, sections: Sequence[Section]) -> Path:
-    """Write one self-contained HTML file (no external assets) atomically."""
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+def write_report(path: str | Path, title: str, sections: Sequence[Section], header: str = "") -> Path:
+    """Write one self-contained HTML file (no external assets) atomically; `header` (plain text: when, which
+    version, which command) goes under the title."""
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'>"
+             f"<meta name='viewport' content='width=device-width, initial-scale=1'><title>{html.escape(title)}</title>"
              f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>"]
+    if header:
+        parts.append(f"<p class='meta'>{html.escape(header)}</p>")
     toc = "".join(f"<li><a href='#s{i}'>{html.escape(s.title)}</a></li>" for i, s in enumerate(sections))
     parts.append(f"<ul>{toc}</ul>")
     for i, s in enumerate(sections):
