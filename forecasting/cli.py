@@ -549,7 +549,9 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         print(f"short series ({fc.short_series['policy']}): {fc.short_series['reason']}; {fc.short_series['what']}")
     if fc.levels:
         own = ", and statsforecast's own for ETS, Theta and ARIMA" if any("/own" in k for k in fc.interval_share()) else ""
-        nets = f" ({fc.global_calibration} for the networks)" if set(names) & {*NEURAL, "auto"} else ""
+        few = fc.network_calibration_windows
+        nets = (f" ({f'the last {few} for the networks, to keep their look-back; ' if few else ''}"
+                f"{fc.global_calibration} for the networks)" if set(names) & {*NEURAL, "auto"} else "")
         print(f"intervals: conformal, sized by the errors of {fc.calibration_windows} window(s) of --h before each "
               f"series' end{nets}{own}" if fc.calibration_windows else
               f"intervals: no conformal ones (--calibration-windows 0){own}")

@@ -58,6 +58,9 @@ class Forecast:
     levels: tuple = ()
     calibration_windows: int = 0
     global_calibration: str | None = None
+    # the windows the networks (and the ensembles and auto that forecast through them) are calibrated on, where
+    # fewer than calibration_windows keep their look-back (`forecast`); None: the same windows as every model
+    network_calibration_windows: int | None = None
     last: dict = field(default_factory=dict)            # unique_id -> its last timestamp (ISO text or int)
     fitted: dict = field(default_factory=dict)          # alias -> the global model trained on every history
     seconds: dict = field(default_factory=dict)
@@ -86,6 +89,7 @@ class Forecast:
                 "input_size": self.input_size, "short_series": self.short_series,
                 "neural_lengths": self.neural_lengths,
                 **({"levels": list(self.levels), "calibration_windows": self.calibration_windows,
+                    "network_calibration_windows": self.network_calibration_windows,
                     "global_calibration": self.global_calibration, "interval_share": self.interval_share()}
                    if self.levels else {}),
                 **({"auto_choices": {a: c.to_dict() for a, c in self.choices.items()}} if self.choices else {})}
@@ -116,6 +120,22 @@ def auto_calibration_windows(lengths: Sequence[int], h: int, season_length: int)
     shortest series holds after a season's history; at least 1."""
     fit = (int(min(lengths)) - season_length - 1) // h
     return max(1, min(-(-SCORES_WANTED // len(lengths)), fit))
+
+
+def _holds_network(model: Forecaster) -> bool:
+    """Whether `model` is, or forecasts through, a network that trains on every series (a global model): itself,
+    an ensemble's member, auto's candidate, or the model a fallback wraps."""
+    from .auto import AutoForecaster
+    from .fallback import WithFallback
+    from .lookback import _is_global
+
+    if isinstance(model, Ensemble):
+        return any(_holds_network(m) for m in model.members)
+    if isinstance(model, AutoForecaster):
+        return any(_holds_network(m) for m in model.candidates)
+    if isinstance(model, WithFallback):
+        return _holds_network(model.model) or _holds_network(model.fallback)
+    return _is_global(model)
 
 
 def _unchanged_networks(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_length: int, most: int,
@@ -202,10 +222,11 @@ def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_leng
              progress: bool | None = None, engine: str = "local", workers: int | None = None) -> Forecast:
     """Forecast the h values after each series of `df` (long: unique_id, ds, y) with every model; see the
     module doc. The settings mean what they mean to `backtest`, but for the intervals' calibration:
-    `calibration_windows="auto"` takes `auto_calibration_windows`, but no more windows than leave the
-    networks the look-back and the series they get with one (so that intervals never change a point
-    forecast), and `global_calibration` None "holdout" for one window, "retrain" for more (a network's
-    validation tail holds one). `engine="ray"` sends the statistical models' fits out as Ray tasks over
+    `calibration_windows="auto"` takes `auto_calibration_windows` for every model but the networks (and the
+    ensembles and auto that forecast through them), which take the last of those windows, no more than leave
+    them the look-back and the series they get with one (so that intervals never change a point forecast;
+    `network_calibration_windows` records how many when fewer); `global_calibration` None is "holdout" for one
+    network window, "retrain" for more (a network's validation tail holds one). `engine="ray"` sends the statistical models' fits out as Ray tasks over
     `workers` CPUs, as in a backtest (the same forecasts); the networks train here. Raises SeriesError for a
     series too short for the models (or, with `short_series="skip"`, leaves it out and records it). Several
     seasons, (24, 168), and no model at all: as in `backtest`."""
@@ -234,13 +255,16 @@ def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_leng
         if model is not given:          # given the forecast's season
             model.check_params()
     check_horizon_fits(models, h, "forecast")
-    if chosen and K > 1:                # no more windows than leave the networks' look-back and series as one does
-        K = _unchanged_networks(df, models, h, season_length, K, input_size, short_series, fallback_history)
+    K_net = K                           # the networks' windows: no more than leave their look-back as one does
+    if chosen and K > 1:
+        K_net = _unchanged_networks(df, models, h, season_length, K, input_size, short_series, fallback_history)
     if global_calibration is None:
-        global_calibration = "holdout" if K <= 1 else "retrain"
-    prep = prepare(df, models, h, 1, h, season_length, K, input_size, short_series, fallback_history, future=True)
-    if K and prep.input_size is not None:
-        _say_look_back_changed(df, models, h, season_length, K, input_size, short_series, fallback_history, prep)
+        global_calibration = "holdout" if K_net <= 1 else "retrain"
+    prep = prepare(df, models, h, 1, h, season_length, K_net, input_size, short_series, fallback_history,
+                   future=True)
+    if K_net and prep.input_size is not None:
+        _say_look_back_changed(df, models, h, season_length, K_net, input_size, short_series, fallback_history,
+                               prep)
     lengths_kept = prep.df.groupby(ID, sort=False).size().to_numpy()
     record = prep.short_series
     models = prep.models
@@ -280,9 +304,14 @@ def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_leng
     ys = [g[Y].to_numpy(dtype=float) for _, g in groups]
     cuts = np.array([[y.size] for y in ys])                                         # (S, 1): after the last value
     ccuts = calibration_cutoffs(cuts, K, h)                                         # (S, K)
+
+    def own_cutoffs(model: Forecaster) -> np.ndarray:
+        """The calibration cutoffs `model` forecasts: all K, or a network's last K_net."""
+        return ccuts[:, K - K_net:] if K_net < K and _holds_network(model) else ccuts
+
     for model in models:
         problem = None if isinstance(model, Ensemble) or not K else \
-            model.calibration_problem(cuts, ccuts, h, global_calibration)
+            model.calibration_problem(cuts, own_cutoffs(model), h, global_calibration)
         if problem:
             raise SeriesError(problem)
     check_series_fit(models, ids, ys, np.concatenate([ccuts, cuts], axis=1))
@@ -301,16 +330,19 @@ def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_leng
                  sum(p[4] for p in parts))
         else:
             own = model.forecast_intervals(ys, cuts, h, levels, progress=progress) if levels else None
-            ok = calibrated(model, cuts, ccuts, global_calibration)
+            mine = own_cutoffs(model)                                               # (S, K or K_net)
+            ok = calibrated(model, cuts, mine, global_calibration)
             if own is not None:
                 preds, fitted = own[0], None
-                calib = _calibration(model, ys, ccuts, ok, h, progress)
+                calib = _calibration(model, ys, mine, ok, h, progress)
             elif ok.all():
-                preds, calib, fitted = model.forecast_with_calibration(ys, cuts, ccuts, h, progress=progress,
+                preds, calib, fitted = model.forecast_with_calibration(ys, cuts, mine, h, progress=progress,
                                                                        global_calibration=global_calibration)
             else:           # a series whose history holds no calibration window has no calibration errors
-                calib = _calibration(model, ys, ccuts, ok, h, progress)
+                calib = _calibration(model, ys, mine, ok, h, progress)
                 preds, fitted = model.forecast_cutoffs(ys, cuts, h, progress=progress)
+            if mine.shape[1] < K:                       # a network's earlier windows: no forecast, no error
+                calib = np.concatenate([np.full((len(ys), K - mine.shape[1], h), np.nan), calib], axis=1)
             r = (preds, calib, None if own is None else own[1:], fitted, time.perf_counter() - t0)
         done.append((model, r))
         return r
@@ -352,5 +384,6 @@ def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_leng
             for u, (_, g) in zip(ids, groups)}
     choices = {m.alias: m.choice_ for m, _ in done if getattr(m, "choice_", None) is not None}
     keep_choices(given_models, models)
-    return Forecast(frame, aliases, h, season_length, levels, K, global_calibration if K else None, last, fitted,
+    return Forecast(frame, aliases, h, season_length, levels, K, global_calibration if K else None,
+                    K_net if K_net < K and any(_holds_network(m) for m in models) else None, last, fitted,
                     seconds, prep.input_size, record, prep.lengths, choices)

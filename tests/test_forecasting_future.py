@@ -133,10 +133,30 @@ def test_asking_for_intervals_never_changes_a_point_forecast():
     models = [SeasonalNaive(12), DLinear(h=6, max_epochs=2, batch_size=32, progress=False)]
     plain = forecast(df, models, h=6, season_length=12, input_size="auto")
     with_iv = forecast(df, models, h=6, season_length=12, input_size="auto", levels=(80,))
-    assert with_iv.calibration_windows == 3 and with_iv.input_size == plain.input_size == 48
-    assert forecast(df, models[:1], h=6, season_length=12, levels=(80,)).calibration_windows == 7   # no network
+    assert with_iv.input_size == plain.input_size == 48
+    assert with_iv.calibration_windows == 7 and with_iv.network_calibration_windows == 3
+    alone = forecast(df, models[:1], h=6, season_length=12, levels=(80,))                  # no network
+    assert alone.calibration_windows == 7 and alone.network_calibration_windows is None
     np.testing.assert_array_equal(with_iv.frame["DLinear"], plain.frame["DLinear"])
     assert np.isfinite(with_iv.frame["DLinear-lo-80"]).all()
+    # the statistical model is calibrated on all 7 windows, as without the network
+    np.testing.assert_allclose(with_iv.frame["SeasonalNaive-lo-80"], alone.frame["SeasonalNaive-lo-80"])
+
+
+def test_few_series_get_a_95_interval_from_the_statistical_models_though_the_networks_keep_one_window():
+    """8 series, 1 window for the networks (more would shorten their look-back): 8 errors a step, fewer than the
+    19 a 95 % interval needs; the statistical models take as many windows as give 19."""
+    df = _monthly(n=60, n_series=8)
+    models = [SeasonalNaive(12), DLinear(h=6, max_epochs=1, batch_size=32, progress=False)]
+    fc = forecast(df, models, h=6, season_length=12, levels=(80, 95), input_size="auto")
+    assert fc.calibration_windows == 3 and fc.network_calibration_windows == 1
+    share = fc.interval_share()
+    assert share["SeasonalNaive"] == {"80": 1.0, "95": 1.0}
+    assert share["DLinear"] == {"80": 1.0, "95": 0.0}
+    one = forecast(df, models, h=6, season_length=12, levels=(80, 95), input_size="auto", calibration_windows=1)
+    for col in ("DLinear", "DLinear-lo-80", "DLinear-hi-80"):    # the networks: as with one window for every model
+        np.testing.assert_array_equal(fc.frame[col], one.frame[col])
+    assert one.interval_share()["SeasonalNaive"]["95"] == 0.0
 
 
 @settings(max_examples=60, deadline=None, derandomize=True, database=None)
