@@ -21,6 +21,22 @@ if TYPE_CHECKING:
     from .future import Forecast
 
 
+#: one colour per model in every figure (matplotlib's default cycle), so that a model looks the same in each
+MODEL_COLOURS = {"SeasonalNaive": "C0", "ETS": "C1", "Theta": "C2", "DLinear": "C3", "ARIMA": "C4", "PatchTST": "C5",
+                 "Auto": "C6", "Naive": "C8"}
+
+
+def colours(names: Sequence[str]) -> dict[str, str]:
+    """name -> colour: MODEL_COLOURS for a model named as frozenvit names it (an interval set "ETS/own" as its
+    model), the colours no named model of this figure takes for the others, in order."""
+    out = {n: MODEL_COLOURS.get(str(n).split("/")[0]) for n in names}
+    taken = {c for c in out.values() if c}
+    free = [f"C{i}" for i in range(10) if f"C{i}" not in taken] or [f"C{i}" for i in range(10)]
+    others = [n for n in names if out[n] is None]
+    out.update({n: free[k % len(free)] for k, n in enumerate(others)})
+    return out
+
+
 def save_png(fig: Figure, path: str | os.PathLike, dpi: int = 110) -> None:
     """Write `fig` as a PNG atomically: the old file or the new one, never half of one."""
     buf = io.BytesIO()
@@ -37,15 +53,16 @@ def plot_future(fc: "Forecast", df: pd.DataFrame, series: Sequence[str] | None =
     fig = Figure(figsize=(11, 2.6 * len(series)), layout="constrained")
     axes = fig.subplots(len(series), 1, squeeze=False)[:, 0]
     history = history if history is not None else max(3 * fc.h, 2 * fc.season_length)
+    colour = colours(fc.models)
     for ax, uid in zip(axes, series):
         fu, hist = f[f[ID] == uid], df[df[ID].astype(str) == uid].tail(history)
         ax.plot(hist[DS], hist[Y], color="k", lw=1.2, label="history")
-        for i, m in enumerate(fc.models):
-            ax.plot(fu[DS], fu[m], color=f"C{i}", lw=1.2, label=m)
+        for m in fc.models:
+            ax.plot(fu[DS], fu[m], color=colour[m], lw=1.2, label=m)
             for lv in fc.levels[::-1]:
                 lo, hi = f"{m}-lo-{lv:g}", f"{m}-hi-{lv:g}"
                 if lo in fu:
-                    ax.fill_between(fu[DS], fu[lo], fu[hi], color=f"C{i}", alpha=0.12, lw=0)
+                    ax.fill_between(fu[DS], fu[lo], fu[hi], color=colour[m], alpha=0.12, lw=0)
         if len(hist):
             ax.axvline(hist[DS].iloc[-1], color="0.7", ls=":", lw=0.8)
         ax.set_title(str(uid), fontsize=9, loc="left")
@@ -63,18 +80,19 @@ def plot_forecasts(res: BacktestResult, df: pd.DataFrame | None = None, series: 
     fig = Figure(figsize=(11, 2.6 * len(series)), layout="constrained")
     axes = fig.subplots(len(series), 1, squeeze=False)[:, 0]
     history = history if history is not None else 3 * res.h
+    colour = colours(res.models)
     for ax, uid in zip(axes, series):
         fu = f[f[ID] == uid]
         if df is not None:
             hist = df[(df[ID] == uid) & (df[DS] <= fu["cutoff"].min())].tail(history)
             ax.plot(hist[DS], hist[Y], color="0.55", lw=1, label="history")
         ax.plot(fu[DS], fu[Y], color="k", lw=1.3, label="actual")
-        for i, m in enumerate(res.models):
+        for m in res.models:
             for j, (_, w) in enumerate(fu.groupby("cutoff")):
-                ax.plot(w[DS], w[m], color=f"C{i}", lw=1.1, label=m if j == 0 else None)
+                ax.plot(w[DS], w[m], color=colour[m], lw=1.1, label=m if j == 0 else None)
                 for lv in res.levels[::-1]:
                     lo, hi = res.intervals[m][lv]
-                    ax.fill_between(w[DS], lo[w.index], hi[w.index], color=f"C{i}", alpha=0.12, lw=0)
+                    ax.fill_between(w[DS], lo[w.index], hi[w.index], color=colour[m], alpha=0.12, lw=0)
         for c in fu["cutoff"].unique():
             ax.axvline(c, color="0.7", ls=":", lw=0.8)
         ax.set_title(str(uid), fontsize=9, loc="left")
@@ -87,8 +105,9 @@ def plot_mase_by_horizon(res: BacktestResult, log: bool = False) -> Figure:
     hz = res.mase_by_horizon()
     fig = Figure(figsize=(8, 3.6), layout="constrained")
     ax = fig.subplots()
-    for i, m in enumerate(res.models):
-        ax.plot(hz.columns, hz.loc[m], color=f"C{i}", marker="." if res.h <= 48 else None,
+    colour = colours(res.models)
+    for m in res.models:
+        ax.plot(hz.columns, hz.loc[m], color=colour[m], marker="." if res.h <= 48 else None,
                 label=f"{m} ({res.mase()[m]:.3f})")
     ax.axhline(1.0, color="0.6", lw=0.8, ls="--")
     if log:
@@ -106,8 +125,10 @@ def plot_coverage(res: BacktestResult) -> Figure:
     axes = fig.subplots(len(res.levels), 1, squeeze=False)[:, 0]
     for ax, lv in zip(axes, res.levels):
         cov = 100 * res.coverage_by_horizon(lv)
-        for i, lab in enumerate(cov.index):
-            ax.plot(cov.columns, cov.loc[lab], color=f"C{i}", lw=1.1, label=lab)
+        colour = colours(list(cov.index))
+        for lab in cov.index:
+            ax.plot(cov.columns, cov.loc[lab], color=colour[lab], lw=1.1, label=lab,
+                    ls="--" if "/own" in str(lab) else "-")
         ax.axhline(lv, color="0.3", lw=0.9, ls="--")
         ax.set_ylabel(f"coverage of {lv:g} % (%)")
     axes[-1].set_xlabel("horizon step")

@@ -195,3 +195,25 @@ def test_series_too_short_for_the_networks_are_refused_in_the_forecasts_own_term
                                           r"models with --h 12; .*a smaller --h or --short-series statistical"):
         forecast(df, [_tiny_dlinear().set_params(h=12)], h=12, season_length=12, input_size="auto",
                  short_series="skip")
+
+
+def test_a_model_has_one_colour_in_every_figure_whatever_the_models_beside_it():
+    from matplotlib.colors import to_hex
+
+    from frozenvit.forecasting.backtest import backtest
+    from frozenvit.forecasting.plots import colours, plot_forecasts, plot_future, plot_mase_by_horizon
+
+    df = _monthly(n=60, n_series=1)
+    res = backtest(df, [SeasonalNaive(12), Naive(), ETS(12)], h=6, season_length=12)
+    fc = forecast(df, [SeasonalNaive(12), ETS(12)], h=6, season_length=12)
+
+    def line_colours(fig):
+        return {ln.get_label(): to_hex(ln.get_color()) for ln in fig.axes[0].get_lines()
+                if not ln.get_label().startswith("_")}
+
+    back, future = line_colours(plot_forecasts(res, df)), line_colours(plot_future(fc, df))
+    assert back["ETS"] == future["ETS"] and back["SeasonalNaive"] == future["SeasonalNaive"]
+    mase = {k.split(" (")[0]: v for k, v in line_colours(plot_mase_by_horizon(res)).items()}
+    assert mase["ETS"] == back["ETS"] and len(set(back.values())) == len(back)        # history, actual and 3 models
+    c = colours(["mine", "ETS", "yours", "ETS/own"])               # names of the user's: colours no named model takes
+    assert c["ETS"] == c["ETS/own"] == "C1" and len({c["mine"], c["yours"], "C1"}) == 3
