@@ -19,6 +19,9 @@ Three promises, shared by every application:
   `.NAME.old-TOKEN` (tagged the same way), the new one renamed into place, the old one removed. A crash between
   the two renames leaves no folder at the path: the next load or write finds the complete sibling, renames it
   back and logs that it did. Our stale siblings are removed on the next write; look-alikes are left alone.
+  A write holds an advisory lock (flock) on its temporary folder while it runs, so a second write to the same path
+  while the first runs is refused (`OutputConflict`, naming the running write) instead of removing the first's
+  temporary as stale or silently replacing its result.
 - **What was written is what is read.** The marker records the sha256 of every file of an artifact (tensors,
   faiss index, config, members); `read_config` checks them all, so a flipped byte, a NaN written into a tensor
   file or a config edited by hand is refused with `ArtifactError`. `tensor_metadata(config)` also ties each
@@ -235,6 +238,8 @@ def recover(target: str | os.PathLike) -> bool:
         return False
     for tag in ("tmp", "old"):
         for cand in reversed(_siblings(target, tag)):
+            if _running(cand):         # a running write about to rename its complete temporary: it is not lost
+                continue
             complete = read_marker(cand) is not None
             if complete:
                 os.replace(cand, target)
@@ -245,11 +250,65 @@ def recover(target: str | os.PathLike) -> bool:
     return False
 
 
-def _clean_stale(target: Path) -> None:
-    """Remove our `.NAME.tmp-*` / `.NAME.old-*` temporaries left by killed writes (tagged ones only)."""
+def _hold(folder: Path) -> int | None:
+    """Take an exclusive flock on `folder` for as long as the returned descriptor is open; None without flock
+    (Windows: concurrent writes to one path are the user's to avoid) or when it cannot be opened."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _running(folder: Path) -> bool:
+    """Whether a live write holds `folder` (its temporary) locked: a killed write's lock went with its process."""
+    try:
+        import fcntl
+    except ImportError:
+        return False
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False
+
+
+def _refuse_running(target: Path, flag: str, mine: Path | None = None) -> None:
+    """OutputConflict when another write of `target` is running (one that started before `mine`, when given)."""
+    for p in _siblings(target, "tmp"):
+        if p == mine or not _running(p):
+            continue
+        if mine is not None and (p.stat().st_mtime_ns, p.name) > (mine.stat().st_mtime_ns, mine.name):
+            continue                   # it started after this one: it is the one refused
+        raise OutputConflict(f"{flag} {target} is being written by another frozenvit run now (its temporary folder "
+                             f"{p.name}); wait for it to finish, or choose another {flag} path")
+
+
+def _clean_stale(target: Path, flag: str = "--out") -> None:
+    """Remove our `.NAME.tmp-*` / `.NAME.old-*` temporaries left by killed writes (tagged ones only); a write that
+    is running (its temporary locked) is refused instead (OutputConflict)."""
+    _refuse_running(target, flag)
     for tag in ("tmp", "old"):
         for p in _siblings(target, tag):
-            shutil.rmtree(p, ignore_errors=True)
+            if not _running(p):
+                shutil.rmtree(p, ignore_errors=True)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -299,6 +358,7 @@ def check_artifact_dir(target: str | os.PathLike, kind: str, flag: str = "--out"
                        keep_edits: bool = True) -> None:
     """Refuse early (before hours of work) a `target` that `atomic_dir(target, kind, ...)` would refuse."""
     check_writable(target, flag)
+    _refuse_running(Path(target), flag)
     recover(target)
     _check_owned_dir(Path(target), kind, flag, whole=True, replaces=replaces, keep_edits=keep_edits)
 
@@ -317,11 +377,13 @@ def atomic_dir(target: str | os.PathLike, kind: str, flag: str = "--out", replac
     check_artifact_dir(target, kind, flag, replaces, keep_edits)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        _clean_stale(target)
+        _clean_stale(target, flag)
         tmp = _new_temporary(target, "tmp")
     except OSError as e:
         raise OutputConflict(f"{flag} {target} cannot be written ({e.strerror}); choose a writable path") from e
+    lock = _hold(tmp)                  # held until the end: another write of target sees this one running
     try:
+        _refuse_running(target, flag, mine=tmp)     # two writes that started together: the later one gives way
         yield tmp
         digests, stats = {}, {}
         mode = 0o666 & ~_umask()                  # as readable as any file (safetensors writes its files 0600)
@@ -336,18 +398,24 @@ def atomic_dir(target: str | os.PathLike, kind: str, flag: str = "--out", replac
         _fsync_dir(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if lock is not None:
+            os.close(lock)
         raise
-    if target.exists():
-        old = _new_temporary(target, "old")
-        _tag(target, target, "old", old.name.rsplit("-", 1)[1])   # recognisable as ours once moved aside
-        os.rename(target, old)
-        os.rename(tmp, target)
-        _untag(target)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(tmp, target)
-        _untag(target)
-    _fsync_dir(target.parent)
+    try:
+        if target.exists():
+            old = _new_temporary(target, "old")
+            _tag(target, target, "old", old.name.rsplit("-", 1)[1])   # recognisable as ours once moved aside
+            os.rename(target, old)
+            os.rename(tmp, target)
+            _untag(target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, target)
+            _untag(target)
+        _fsync_dir(target.parent)
+    finally:
+        if lock is not None:
+            os.close(lock)
 
 
 def remove_artifact(path: str | os.PathLike) -> list[str]:
