@@ -115,7 +115,10 @@ def list_images(paths: Sequence[str], exclude: Sequence[str | Path] = ()) -> lis
 
 
 def read_images(files: Sequence[Path]) -> list:
-    """PIL images of `files`, each checked by decoding its header; ImageFormatError naming a file that is not one."""
+    """PIL images of `files`, each checked by decoding it; ImageFormatError naming a file that is not one.
+
+    They keep their EXIF Orientation tag: `preprocess` (`to_rgb_uint8`) turns them as viewers and `anomaly`'s
+    readers show them, after reading a 16-bit PNG's recorded bit depth from its file."""
     from PIL import Image
 
     from .errors import ImageFormatError
@@ -144,7 +147,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
     name = backbone_name(args)
     kwargs = {}
-    if name is not None and args.weights is None:
+    architecture_only = name is not None and args.weights is None
+    if architecture_only:
         kwargs["pretrained"] = False  # the contract does not depend on the weights: no download for `info`
     log = logging.getLogger("frozenvit.backbone")
     notes = _Notes()
@@ -159,10 +163,12 @@ def _cmd_info(args: argparse.Namespace) -> int:
         log.setLevel(level)
         log.propagate = propagate
     for r in notes.records:
-        if r.levelno >= logging.WARNING:
+        # the loader's "building ... with RANDOM weights" is no news when `info` built the architecture alone on
+        # purpose: the contract says "architecture only; weights not loaded"
+        if r.levelno >= logging.WARNING and not (architecture_only and _is_random_weights_note(r)):
             print(f"warning: {r.getMessage()}", file=sys.stderr)
     text = bb.config.describe()
-    if name is not None and args.weights is None:
+    if architecture_only:
         text = text.replace("   (RANDOM weights)", "   (architecture only; weights not loaded)")
     lines = [text, f"mean/std from   {_stats_source(bb, name)}"]
     for r in notes.records:
@@ -172,6 +178,11 @@ def _cmd_info(args: argparse.Namespace) -> int:
                          f"({r.args[4] if len(r.args) > 4 else 'bicubic'})")
     print("\n".join(lines))
     return 0
+
+
+def _is_random_weights_note(record: logging.LogRecord) -> bool:
+    """Whether a log record is load_backbone's warning that it builds random weights (pretrained=False)."""
+    return str(record.msg).startswith("building %s with RANDOM weights")
 
 
 class _Notes(logging.Handler):
@@ -252,11 +263,11 @@ def register(subparsers: Any) -> None:
     bbp = subparsers.add_parser("backbone", help="describe and inspect backbones")
     bsub = bbp.add_subparsers(dest="backbone_command", required=True)
     q = bsub.add_parser("info", help="print the preprocessing and grid contract of a backbone")
-    add_backbone_args(q)
+    add_backbone_args(q, non_square=True)
     q.set_defaults(func=_cmd_info)
     q = bsub.add_parser("inspect", help="attention entropy/distance and token-norm outliers on given images; with "
                                         "--runtime, the runtime's patch grids against torch's (parity, speed)")
-    add_backbone_args(q)
+    add_backbone_args(q, non_square=True)
     q.add_argument("--random-weights", action="store_true", help="random initialisation (baselines only)")
     add_runtime_arg(q)
     add_threads_arg(q)

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from .model import FrozenBackbone
+from .model import FrozenBackbone, _to_model
 from .suite.errors import ParameterError
 
 
@@ -65,7 +65,8 @@ def reads_attention(bb: FrozenBackbone) -> bool:
 
 @torch.inference_mode()
 def inspect_backbone(bb: FrozenBackbone, images: Sequence[Any], batch_size: int = 8) -> Inspection:
-    """Run the diagnostics over `images` (PIL/numpy, any size). ViTs only: ParameterError (a ValueError) for a CNN."""
+    """Run the diagnostics over `images` (PIL/numpy, any size) on the model's device and dtype. ViTs only:
+    ParameterError (a ValueError) for a CNN."""
     if bb.config.kind != "vit":
         raise ParameterError(f"inspect_backbone needs a ViT (it reads attention maps); {bb.name} is a CNN: "
                              "pass a ViT backbone")
@@ -80,6 +81,8 @@ def inspect_backbone(bb: FrozenBackbone, images: Sequence[Any], batch_size: int 
     yy, xx = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
     pos = torch.tensor(np.stack([yy.ravel(), xx.ravel()], 1), dtype=torch.float32) * cfg.patch_size
     dist = torch.cdist(pos, pos)                                          # (hw, hw) pixels
+    model.eval()
+    dist = _to_model(dist, model)
 
     ent_sum = torch.zeros(depth, heads)
     dist_sum = torch.zeros(depth, heads)
@@ -88,22 +91,23 @@ def inspect_backbone(bb: FrozenBackbone, images: Sequence[Any], batch_size: int 
     captured: dict[int, torch.Tensor] = {}
     hooks = [blk.attn.register_forward_pre_hook(lambda m, a, i=i: captured.__setitem__(i, a[0]))
              for i, blk in enumerate(model.blocks)]
-    out_hooks = [blk.register_forward_hook(lambda m, a, o, i=i: norms_all[i].append(o[:, P:].norm(dim=-1)))
+    out_hooks = [blk.register_forward_hook(
+                     lambda m, a, o, i=i: norms_all[i].append(o[:, P:].float().norm(dim=-1).cpu()))
                  for i, blk in enumerate(model.blocks)]
     try:
         for s in range(0, len(images), batch_size):
-            pixels = bb.preprocess(list(images[s:s + batch_size])).pixels
+            pixels = _to_model(bb.preprocess(list(images[s:s + batch_size])).pixels, model)
             captured.clear()
             model.forward_features(pixels)
             for i in range(depth):
-                p = _attention_probs(model.blocks[i].attn, captured[i])     # (B, H, N, N)
+                p = _attention_probs(model.blocks[i].attn, captured[i]).float()     # (B, H, N, N)
                 pq = p[:, :, P:, :]                                         # patch queries, all keys
                 ent = -(pq * pq.clamp_min(1e-12).log()).sum(-1)             # (B, H, hw)
-                ent_sum[i] += ent.mean(-1).sum(0)
+                ent_sum[i] += ent.mean(-1).sum(0).cpu()
                 pp = p[:, :, P:, P:]                                        # patch -> patch
                 mass = pp.sum(-1).clamp_min(1e-12)                          # (B, H, hw)
-                d = (pp * dist).sum(-1) / mass                              # (B, H, hw) pixels
-                dist_sum[i] += d.mean(-1).sum(0)
+                d = (pp * dist.float()).sum(-1) / mass                      # (B, H, hw) pixels
+                dist_sum[i] += d.mean(-1).sum(0).cpu()
             n_img += pixels.shape[0]
     finally:
         for hk in hooks + out_hooks:

@@ -199,7 +199,8 @@ def register(subparsers: Any) -> None:
         add_threads_arg(q)
 
     q = sub.add_parser("backbone", help="a backbone's patch grids of --blocks at its input size")
-    add_backbone_args(q, blocks_help="blocks whose grids the graph returns (without it: the last)")
+    add_backbone_args(q, blocks_help="blocks whose grids the graph returns (without it: the last)",
+                      non_square=True)
     q.add_argument("--random-weights", action="store_true", help="random initialisation (baselines only)")
     common(q)
     q.set_defaults(func=_cmd_backbone)

@@ -16,9 +16,46 @@ from .preprocess import Batch, GridMapping, Preprocess
 from .suite.errors import ParameterError
 
 
+class BlockDict(dict):
+    """{block: tensor} that also takes a negative block, counted from the end of a `depth`-block backbone, as
+    `PatchGrids[...]` does. Iterating, `keys()`, `items()` and `==` are a plain dict's: the keys are the 0-based
+    blocks held. A block not held raises KeyError naming the blocks that are."""
+
+    def __init__(self, data: Any = (), depth: int = 0) -> None:
+        super().__init__(data)
+        self.depth = depth
+
+    def key(self, block: Any) -> Any:
+        """The 0-based key of `block` (a negative one counted from the end; anything else as it is)."""
+        if _is_int(block) and int(block) < 0 and self.depth:
+            return int(block) + self.depth
+        return block
+
+    def __getitem__(self, block: Any) -> torch.Tensor:
+        key = self.key(block)
+        if not dict.__contains__(self, key):
+            shown = f"block {block}" + (f" (block {key} of {self.depth})" if key != block else "")
+            raise KeyError(f"{shown} was not computed: these grids hold blocks {list(self)}; ask for it with "
+                           f"patch_grids(images, blocks=[...])")
+        return dict.__getitem__(self, key)
+
+    def __contains__(self, block: object) -> bool:
+        return dict.__contains__(self, self.key(block))
+
+    def get(self, block: Any, default: Any = None) -> Any:
+        return dict.get(self, self.key(block), default)
+
+    def __reduce__(self) -> tuple:
+        return type(self), (dict(self), self.depth)
+
+
 @dataclass
 class PatchGrids:
-    """Patch tokens of chosen blocks as image-like grids, prefix tokens kept apart."""
+    """Patch tokens of chosen blocks as image-like grids, prefix tokens kept apart.
+
+    `g[b]`, `g.grids[b]` and `g.prefix[b]` take the same block indices: 0-based, or negative from the end
+    (`g[-1]` is the last block of the backbone, when it was computed). `grids` and `prefix` iterate as dicts
+    keyed by 0-based blocks."""
     grids: dict[int, torch.Tensor]                          # block -> (B, C, h, w)
     prefix: dict[int, torch.Tensor] = field(default_factory=dict)  # block -> (B, P, C)
     mappings: list[GridMapping] | None = None              # one per image, None when pixels were given
@@ -27,11 +64,15 @@ class PatchGrids:
     has_dist_token: bool = False
     depth: int = 0                                          # of the backbone: resolves negative blocks
 
+    def __post_init__(self) -> None:
+        self.grids = BlockDict(self.grids, self.depth)
+        self.prefix = BlockDict(self.prefix, self.depth)
+
     def _key(self, block: int) -> int:
         return block + self.depth if block < 0 and self.depth else block
 
     def __getitem__(self, block: int) -> torch.Tensor:
-        return self.grids[self._key(block)]
+        return self.grids[block]
 
     @property
     def blocks(self) -> list[int]:
@@ -63,7 +104,8 @@ class PatchGrids:
 class FrozenBackbone(nn.Module):
     """A timm ViT (or CNN, features_only) in eval mode with gradients off.
 
-    Use `load_backbone` to build one. `patch_grids` is the one call applications need.
+    Use `load_backbone` to build one. `patch_grids` is the one call applications need; calling the backbone,
+    `bb(images, blocks)`, is the same call. It follows `.to(device)` and `.to(dtype)`: pixels are moved to it.
     """
 
     def __init__(self, model: nn.Module, config: BackboneConfig, resize: str = "stretch") -> None:
@@ -118,17 +160,26 @@ class FrozenBackbone(nn.Module):
                 out.append(i)
         return out
 
-    @torch.inference_mode()
+    def forward(self, images: Any, blocks: int | Iterable[int] | None = None, **kwargs: Any) -> PatchGrids:
+        """`bb(images, blocks)` is `bb.patch_grids(images, blocks, ...)`: the same arguments, the same PatchGrids
+        (images, or a normalised (B, 3, H, W) tensor, which is checked). For the raw ({block: grid}, {block: prefix})
+        dicts of one normalised batch, call `forward_pixels`."""
+        return self.patch_grids(images, blocks, **kwargs)
+
+    @torch.no_grad()
     def forward_pixels(self, pixels: torch.Tensor, blocks: Sequence[int], norm: bool = False
                        ) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
         """Normalised (B, 3, H, W) -> ({block: (B, C, h, w)}, {block: (B, P, C)}); stops after the last block asked.
         Keys are 0-based block indices (a negative block asked is keyed by its index from the start). The model
-        runs in eval mode, always."""
+        runs in eval mode, always.
+
+        The pixels are moved to the model's device and, when floating point, cast to its dtype (`bb.cuda()`,
+        `bb.to(torch.bfloat16)`: CPU float32 batches and images follow); the outputs are float32 on that device.
+        They are ordinary tensors without gradient (computed under torch.no_grad, not inference_mode), so a head
+        trained on them can keep them for its backward pass."""
         H, W = pixels.shape[-2:]
         self.model.eval()                      # frozen means eval: no dropout, whatever train() was called on
-        dtype = next(self.model.parameters()).dtype
-        if pixels.is_floating_point() and pixels.dtype != dtype:
-            pixels = pixels.to(dtype)          # float64/float16 batches: the values were checked, the model's dtype decides
+        pixels = _to_model(pixels, self.model)   # device always; the model's dtype for float batches
         if (H, W) != tuple(self.config.img_size):
             p = self.config.patch_size
             fits = self.config.kind != "vit" or (H % p == 0 and W % p == 0)
@@ -206,6 +257,16 @@ class FrozenBackbone(nn.Module):
         c = self.config
         return PatchGrids({b: torch.cat(parts_g[b]) for b in idx}, {b: torch.cat(parts_p[b]) for b in idx},
                           mappings, c.num_registers, c.has_cls, c.has_dist_token, c.depth)
+
+
+def _to_model(pixels: torch.Tensor, model: nn.Module) -> torch.Tensor:
+    """`pixels` on the device of `model`'s parameters, float batches in their dtype (float64/float16 batches: the
+    values were checked, the model's dtype decides); `pixels` itself when both already match."""
+    p = next(model.parameters(), None)
+    if p is None:
+        return pixels
+    dtype = p.dtype if pixels.is_floating_point() and p.is_floating_point() else pixels.dtype
+    return pixels.to(device=p.device, dtype=dtype)
 
 
 def _is_int(b: Any) -> bool:

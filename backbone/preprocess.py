@@ -96,13 +96,20 @@ def to_rgb_uint8(image: Any, name: str = "image", bits: int | None = None) -> np
 
     16-bit samples are scaled by their real bit depth (`integer_to_uint8`): `bits` when given, else a
     PNG's sBIT chunk for PIL images opened from a file, else the depth their largest value needs.
+    A PIL image with an EXIF Orientation tag is turned the way a viewer shows it (`exif_upright`), so its size,
+    pixels and maps are in the displayed orientation; numpy arrays are taken as they are.
     Raises ImageFormatError for layouts and sample types that cannot be an image and
     PreprocessingMismatch for float arrays and float PIL images (mode "F"): their scale is ambiguous, pass uint8.
     """
     if isinstance(image, Image.Image):
+        if bits is None and image.mode in ("I;16", "I;16B", "I;16L", "I") and image.format == "PNG" \
+                and getattr(image, "filename", ""):
+            bits = png_significant_bits(image.filename)               # read before turning: the copy has no file
+        try:
+            image = exif_upright(image)
+        except (ValueError, OSError) as e:                            # the pixels are decoded to be turned
+            raise ImageFormatError(f"{name}: cannot be decoded ({type(e).__name__}: {e})") from e
         if image.mode in ("I;16", "I;16B", "I;16L", "I"):
-            if bits is None and image.format == "PNG" and getattr(image, "filename", ""):
-                bits = png_significant_bits(image.filename)
             return to_rgb_uint8(np.array(image), name, bits)
         if image.mode == "F":                                         # float samples: refused as float arrays are
             return to_rgb_uint8(np.array(image), name)
@@ -145,6 +152,29 @@ def to_rgb_uint8(image: Any, name: str = "image", bits: int | None = None) -> np
     elif a.shape[2] == 4:
         a = a[:, :, :3]  # drop alpha
     return np.ascontiguousarray(a)
+
+
+def exif_orientation(image: Image.Image) -> int:
+    """The EXIF Orientation of a PIL image (1: as stored; 1 too for a missing, malformed or out-of-range tag), from
+    its header. A PNG's eXIf chunk is read only when it comes before the pixels (as the PNG specification asks) or
+    once they are loaded: reading a later one would decode them. The rule `anomaly.images` reads files by."""
+    if image.format == "PNG" and "exif" not in image.info:
+        return 1
+    try:
+        value = image.getexif().get(0x0112, 1)
+    except Exception:   # a malformed EXIF block: the pixels are still readable, as stored
+        return 1
+    return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
+def exif_upright(image: Image.Image) -> Image.Image:
+    """`image` turned by its EXIF Orientation (`PIL.ImageOps.exif_transpose`), as viewers show it; `image` itself
+    when it has none. The turned copy carries no Orientation tag, so turning it again changes nothing."""
+    if exif_orientation(image) == 1:
+        return image
+    from PIL import ImageOps
+
+    return ImageOps.exif_transpose(image)
 
 
 BIT_DEPTHS = (8, 10, 12, 14, 16)     # what sensors record; a guessed depth is the smallest that holds the data
@@ -279,15 +309,35 @@ def _resize(rgb: np.ndarray, size: tuple[int, int], filt: Image.Resampling) -> n
     return np.array(Image.fromarray(rgb).resize((size[1], size[0]), filt))
 
 
+#: The most a resize in float can overshoot an image in [0, 1] by, in [0, 1] units: a two-dimensional bicubic
+#: filter of torch's kind (a = -0.75) gives at most 1.1875**2 + 0.1875**2 - 1 (its positive lobes on the light
+#: side of an edge, its negative ones on the dark side), just under this. PIL's bicubic (a = -0.5) stays well within.
+RESAMPLING_OVERSHOOT = 0.45
+#: The largest share of one image's values that may lie beyond the tolerance, inside RESAMPLING_OVERSHOOT, for the
+#: batch to pass as resampling overshoot: ringing lies along sharp edges, while other statistics or a second
+#: normalisation move whole areas (the darkest or lightest ones) out of [0, 1].
+OVERSHOOT_SHARE = 0.15
+
+
 def check_normalised(pixels: torch.Tensor, config: BackboneConfig, tol: float = 0.12) -> None:
     """Checks that a (B, 3, H, W) float batch is normalised exactly once with config's stats, by its value range.
 
-    Any float dtype is accepted (the model casts to its own); NaN or inf anywhere raises PreprocessingMismatch.
+    Any float dtype and device is accepted (the model casts to its own); NaN or inf anywhere raises
+    PreprocessingMismatch.
 
-    Undo the normalisation: x * std + mean must then be an image in [0, 1] (up to resampling overshoot `tol`),
-    so 0-255 floats and batches normalised twice raise PreprocessingMismatch. Other statistics whose range falls
-    inside this one (Normalize(.5, .5) or CLIP's on an ImageNet-statistics checkpoint) pass: the test is on the
-    range, since a test on the batch's statistics would refuse legitimate low-contrast images.
+    Undo the normalisation: x * std + mean must then be an image in [0, 1], up to `tol`, so 0-255 floats and
+    batches normalised twice raise PreprocessingMismatch. Other statistics whose range falls inside this one
+    (Normalize(.5, .5) or CLIP's on an ImageNet-statistics checkpoint) pass: the test is on the range, since a test
+    on the batch's statistics would refuse legitimate low-contrast images.
+
+    Resampling overshoot: a resize in float with a bicubic or Lanczos filter (torchvision's Resize after
+    ToTensor) rings at sharp edges, and a high-contrast image (text, a binary pattern) then lies a little outside
+    [0, 1] along its edges. Values beyond `tol` are accepted, with a warning, when they stay within
+    RESAMPLING_OVERSHOOT of [0, 1] and make up at most OVERSHOOT_SHARE of each image's values; a batch normalised
+    twice or with other statistics moves whole areas further and is refused. The refusal says how to avoid the
+    overshoot (resize the uint8 image, or with a bilinear filter) or to pass check=False for a batch known good.
+    Like other statistics whose range falls inside this one, an image of other statistics with little black or
+    white in it (its few out-of-range values look like ringing) passes too, with the warning.
 
     A batch with all values in [0, 1] (mean > 0 checkpoints) is either an image scaled to [0, 1] and never
     normalised, or a light, low-contrast image normalised correctly (a grey texture: (0.6 - 0.485) / 0.229 = 0.5).
@@ -321,15 +371,31 @@ def check_normalised(pixels: torch.Tensor, config: BackboneConfig, tol: float = 
         raise PreprocessingMismatch(
             f"values up to {hi:.1f}: this looks like a 0-255 image, not a normalised batch. Pass uint8 images "
             f"to bb.preprocess, or divide by 255 and normalise with mean={config.mean}, std={config.std}")
-    mean = torch.tensor(config.mean).view(1, 3, 1, 1)
-    std = torch.tensor(config.std).view(1, 3, 1, 1)
+    mean = torch.tensor(config.mean, device=x.device).view(1, 3, 1, 1)
+    std = torch.tensor(config.std, device=x.device).view(1, 3, 1, 1)
     raw = x * std + mean                                              # what the image was in [0, 1]
     rlo, rhi = float(raw.min()), float(raw.max())
     if rlo < -tol or rhi > 1 + tol:
-        raise PreprocessingMismatch(
-            f"after undoing this checkpoint's normalisation (mean={config.mean}, std={config.std}) values span "
-            f"{rlo:.2f}..{rhi:.2f}, outside [0, 1]: the batch was normalised twice or with other statistics. "
-            "Pass raw uint8 images to bb.preprocess instead")
+        share = ((raw < -tol) | (raw > 1 + tol)).flatten(1).float().mean(1)   # (B,) of each image's values
+        worst = int(share.argmax())
+        bound = RESAMPLING_OVERSHOOT
+        where = (f"after undoing this checkpoint's normalisation (mean={config.mean}, std={config.std}) values span "
+                 f"{rlo:.2f}..{rhi:.2f}, outside [0, 1]")
+        if rlo < -bound or rhi > 1 + bound or float(share[worst]) > OVERSHOOT_SHARE:
+            raise PreprocessingMismatch(
+                f"{where}, beyond [{-tol:g}, {1 + tol:g}] on {float(share[worst]):.1%} of image {worst}'s values: "
+                "the batch was normalised twice or with other statistics. Pass raw uint8 images to bb.preprocess "
+                "instead. (A resize in float with a bicubic or Lanczos filter overshoots [0, 1] along sharp edges; "
+                f"that is accepted up to {bound:g} beyond [0, 1] and on up to {OVERSHOOT_SHARE:.0%} of an image's "
+                "values. If this batch was resized that way, resize the uint8 or PIL image before ToTensor, or use "
+                "a bilinear filter, or pass check=False to patch_grids for a batch you know is normalised right)")
+        warnings.warn(
+            f"{where}, beyond [{-tol:g}, {1 + tol:g}] on {float(share[worst]):.1%} of image {worst}'s values, along "
+            "its edges: taken as the overshoot of a resize in float with a bicubic or Lanczos filter (the batch is "
+            "then normalised right). If it was normalised with other statistics instead, its features are wrong. "
+            "Resize the uint8 or PIL image before ToTensor (or use a bilinear filter) to avoid the overshoot, or pass "
+            "check=False to patch_grids for a batch you know is normalised right", stacklevel=4)
+        return
     # a correctly normalised image has values below 0 only when the mean is above 0: for mean=0 checkpoints
     # (timm's MIIL ViTs: mean 0, std 1) an image in [0, 1] IS the normalised batch. A flat or tiny batch says
     # nothing either way (torch.zeros is a mean-colour image normalised, or black never normalised)

@@ -32,8 +32,9 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     there was a choice). A "module." prefix (DataParallel) is removed from every key.
 
     Raises BackboneUnavailable naming the file when it is missing, truncated, not a weights file, a pickle that
-    holds Python objects or code, a dict of no tensors (naming its keys), or when a tensor holds NaN or inf (bytes
-    corrupted in a copy).
+    holds Python objects or code (saying what was found: a numpy array, an argparse.Namespace, a class of the
+    script that saved it, ...; only tensors, numbers, strings and containers of them are read), a dict of no tensors
+    (naming its keys), or when a tensor holds NaN or inf (bytes corrupted in a copy).
     """
     path = Path(path)
     suffix = path.suffix.lower()
@@ -58,12 +59,13 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
             detail = _torch_load_detail(e)
             if re.search(r"unsupported global|allowed global|global .* is blocked", detail, re.IGNORECASE):
                 raise BackboneUnavailable(
-                    f"{path} holds pickled Python objects or code, which is not loaded ({type(e).__name__}: "
-                    f"{detail[:200]}): besides tensors it keeps a class, a function, an optimizer or a config "
-                    "object, and frozenvit reads .pth files with torch.load(weights_only=True), which never "
-                    "unpickles them, because unpickling can run code. Where you trust the file, save the state dict "
-                    "alone with safetensors: safetensors.torch.save_file(torch.load(f, weights_only=False)['model'], "
-                    "'w.safetensors') (the key that holds the state dict), or torch.save(state_dict, 'plain.pth')"
+                    f"{path} holds pickled Python objects or code, which is not loaded: "
+                    f"{_pickled_global(detail, type(e).__name__)}. frozenvit reads only tensors, numbers (numpy's "
+                    "numeric scalars too), strings and dicts, lists or tuples of them from a .pth file, with "
+                    "torch.load(weights_only=True), which never unpickles anything else, because unpickling can run "
+                    "code. Where you trust the file, save the state dict alone with safetensors: "
+                    "safetensors.torch.save_file(torch.load(f, weights_only=False)['model'], 'w.safetensors') (the "
+                    "key that holds the state dict), or torch.save(state_dict, 'plain.pth')"
                 ) from e
             raise BackboneUnavailable(_unreadable(path, e, "a PyTorch checkpoint", detail)) from e
         sd = _unwrap_checkpoint(sd, path)
@@ -115,6 +117,36 @@ def _numpy_scalar_globals() -> list:
 
     core = getattr(np, "_core", None) or np.core
     return [core.multiarray.scalar, np.dtype, *(type(np.dtype(t)) for t in "?bBhHiIlLqQefdgFDG")]
+
+
+#: What the pickle global torch.load(weights_only=True) stopped at says the file holds: (pattern, description)
+_GLOBAL_KINDS = (
+    (r"^numpy(\._core|\.core)?\.multiarray\._reconstruct$|^numpy\.ndarray$", "a numpy array"),
+    (r"^numpy\.", "a numpy object"),
+    (r"^argparse\.Namespace$", "an argparse.Namespace (a training script's arguments)"),
+    (r"^torch\.optim\.", "a torch optimizer or learning-rate scheduler object"),
+    (r"^(omegaconf|hydra)\.", "a config object (OmegaConf)"),
+    (r"^(builtins|posix|nt|os|subprocess|sys|importlib)\.",
+     "a reference to Python code (a function or class of its standard library)"),
+    (r"^__main__\.", "an object of a class or a function defined in the script that saved it"),
+    (r"^(torch\.nn\.modules|timm\.(models|layers))\.", "a whole model object (torch.save(model), not its state_dict)"),
+)
+
+
+def _pickled_global(detail: str, error: str) -> str:
+    """What a file holds, from the pickle global torch.load refused in `detail` ("... GLOBAL
+    numpy._core.multiarray._reconstruct was not an allowed global ..." -> "a numpy array (pickled as
+    numpy._core.multiarray._reconstruct, the first object found that is not a tensor)"); where no global is named,
+    a general phrase and torch's own words (`error`: the exception's type)."""
+    m = re.search(r"GLOBAL\s+([\w.]+)", detail)
+    if not m:
+        return (f"besides tensors it keeps a class, a function, an optimizer or a config object ({error}: "
+                f"{detail[:200]})")
+    name = m.group(1)
+    what = next((d for pattern, d in _GLOBAL_KINDS if re.search(pattern, name)), None)
+    if what is None:
+        what = f"an object of the module {name.rsplit('.', 1)[0]!r}" if "." in name else "a Python object"
+    return f"{what} (pickled as {name}, the first object found that is not a tensor)"
 
 
 def _torch_load_detail(e: Exception) -> str:

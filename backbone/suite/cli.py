@@ -101,13 +101,35 @@ def add_threads_arg(parser: argparse.ArgumentParser, default: int | None = None)
                         help=f"torch threads for this command (default: {shown}); 1 is steadiest on a busy machine")
 
 
+def image_size(text: str) -> int | tuple[int, int]:
+    """argparse `type=` for an input size: `224` (square) -> 224, or height and width `224,320` / `224x320` ->
+    (224, 320), as load_backbone's img_size takes them (a square pair, `224,224`, is 224). Each a positive integer;
+    anything else is refused (exit 2, the flag named)."""
+    parts = [t.strip() for t in text.strip().lower().replace("x", ",").split(",")]
+    how = "give one size in pixels (224) or height and width (224,320 or 224x320), positive integers"
+    if len(parts) not in (1, 2) or not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"{how}, got {text!r}")
+    values = tuple(int(p) for p in parts)
+    if min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{how}, got {text!r}")
+    if len(values) == 1 or values[0] == values[1]:
+        return values[0]
+    return values
+
+
+image_size.__name__ = "image size"
+
+
 def add_backbone_args(parser: argparse.ArgumentParser, *, default_help: str = "the embedded default ViT",
-                      blocks_help: str | None = None) -> None:
+                      blocks_help: str | None = None, non_square: bool = False) -> None:
     """The same backbone options in every command: --backbone, --weights, --image-size (and --blocks).
 
     --backbone NAME: a timm model name, a name `load_backbone` knows ("embedded", ...), or what the
     application adds; --weights FILE: local .safetensors/.pth weights for it; --image-size PX: input size;
     --blocks 2,5,11: which blocks' patch grids to read (only when `blocks_help` is given).
+    non_square: --image-size also takes height and width, `224,320` or `224x320` (`image_size`), and
+    args.image_size is then an int or an (H, W) tuple, as load_backbone's img_size; without it, one positive int
+    (for a command whose frames or tiles are square, or that compares the size with numbers).
     """
     parser.add_argument("--backbone", default=None, metavar="NAME",
                         help=f"timm model name or a named backbone (default: {default_help})")
@@ -115,8 +137,14 @@ def add_backbone_args(parser: argparse.ArgumentParser, *, default_help: str = "t
                         help="local .safetensors/.pth weights for --backbone (no download)")
     # any positive size here: whether it divides into patches depends on the model, which load_backbone checks
     # (GridMismatch) once it is known (a 14 px DINOv2 takes 14; a 16 px ViT does not)
-    parser.add_argument("--image-size", type=number(int, min=1), default=None, metavar="PX",
-                        help="input size in pixels, a multiple of the model's patch size (default: the backbone's own)")
+    if non_square:
+        parser.add_argument("--image-size", type=image_size, default=None, metavar="PX|H,W",
+                            help="input size in pixels, one side (224) or height and width (224,320 or 224x320), "
+                                 "multiples of the model's patch size (default: the backbone's own)")
+    else:
+        parser.add_argument("--image-size", type=number(int, min=1), default=None, metavar="PX",
+                            help="input size in pixels, a multiple of the model's patch size (default: the "
+                                 "backbone's own)")
     if blocks_help is not None:
         parser.add_argument("--blocks", type=int_list, default=None, metavar="B,B,...", help=blocks_help)
 
