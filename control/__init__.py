@@ -2,12 +2,12 @@
 
     from frozenvit.control import (MetaWorldTask, collect_demos, cache_features, AttentionConfig, PatchTokenPolicy,
                                    evaluate, measure_latency, VisuomotorAgent, config_seeds, load_encoder)
+    bb = load_encoder()                           # the embedded ViT; or load_encoder("metaworld-fast"), a timm name
     collect_demos("reach-v3", "runs/demos/reach", n_episodes=25)            # scripted expert, successes only
     cache = cache_features("runs/demos/reach", bb)                          # frozen encoder once per frame
     pol = PatchTokenPolicy("attention", AttentionConfig(queries=4)).fit(cache)  # behaviour cloning (MSE)
     res = evaluate(pol, bb, config_seeds("heldout", 50))                    # success on unseen configurations
     rep = measure_latency(VisuomotorAgent(pol, bb), MetaWorldTask("reach-v3"))  # p50/p95/p99 + stages
-    bb = load_encoder("metaworld-fast")                                     # or "embedded" (the default), a timm name
 
 Meta-World, MuJoCo and gymnasium are the `control` extra: pip install 'frozenvit[control]'.
 Names are imported on first use (PEP 562): `frozenvit --help` does not load torch or MuJoCo.

@@ -9,12 +9,14 @@
 --backbone chooses the encoder: `embedded` (the embedded default ViT), `metaworld-fast` (4 blocks distilled
 on Meta-World, 112 px), or a timm name with --weights. evaluate and latency use the encoder a policy was
 trained on, at its input size, unless told otherwise. `evaluate --out DIR` writes every episode to
-DIR/episodes.jsonl as it ends: the same command again resumes a stopped run, and another evaluation
-(another policy, --configs, --task, cap, ...) replaces the earlier one's episodes, with a warning.
+DIR/episodes.jsonl as it ends: the same command again resumes a stopped run, another --configs reuses the
+episodes of the configurations already rolled out (and keeps the others for later), and another evaluation
+(another policy, --task, --max-steps, ...) replaces the earlier one's episodes, with a warning saying what differs.
 """
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from frozenvit.backbone.runtimes import add_runtime_arg
@@ -22,12 +24,13 @@ from frozenvit.backbone.suite.cli import add_backbone_args, add_threads_arg, num
 from frozenvit.backbone.suite.engine import add_engine_args
 from frozenvit.backbone.suite.errors import UsageError
 
-from .defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_STEPS, DEFAULT_CAMERA, DEFAULT_CHUNK, DEFAULT_CONFIGS,
-                       DEFAULT_EPISODES, DEFAULT_EXPERT, DEFAULT_HEADS, DEFAULT_HIDDEN, DEFAULT_HOLD_STEPS, DEFAULT_LR,
-                       DEFAULT_MAX_STEPS, DEFAULT_PARALLEL, DEFAULT_POOLING, DEFAULT_PRECISION, DEFAULT_QUERIES,
-                       DEFAULT_SEED, DEFAULT_VIEW_JITTER, DEFAULT_VIEW_SHIFT, DEFAULT_VIEWS, HELDOUT_OFFSET,
-                       LATENCY_STEPS, LATENCY_TASK, LATENCY_WARMUP, MAX_BATCH_SIZE, MAX_CHUNK, MAX_CONFIGS, MAX_HIDDEN,
-                       MAX_IMAGE_SIZE, MAX_PARALLEL, MAX_QUERIES, MAX_VIEWS, MIN_IMAGE_SIZE, POOLINGS, PRECISIONS)
+from .defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_STEPS, DEFAULT_CAMERA, DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK,
+                       DEFAULT_CONFIGS, DEFAULT_EPISODES, DEFAULT_EXPERT, DEFAULT_HEADS, DEFAULT_HIDDEN,
+                       DEFAULT_HOLD_STEPS, DEFAULT_LR, DEFAULT_MAX_STEPS, DEFAULT_PARALLEL, DEFAULT_POOLING,
+                       DEFAULT_PRECISION, DEFAULT_QUERIES, DEFAULT_SEED, DEFAULT_VIEWS, DEFAULT_VIEW_JITTER,
+                       DEFAULT_VIEW_SHIFT, HELDOUT_OFFSET, LATENCY_STEPS, LATENCY_TASK, LATENCY_WARMUP,
+                       MAX_BATCH_SIZE, MAX_CHUNK, MAX_CONFIGS, MAX_HIDDEN, MAX_IMAGE_SIZE, MAX_PARALLEL, MAX_QUERIES,
+                       MAX_VIEWS, MIN_IMAGE_SIZE, POOLINGS, PRECISIONS)
 from .experts import EXPERTS
 
 
@@ -53,6 +56,10 @@ def register(subparsers: Any) -> None:
                    help="corner, corner2, corner3, topview, ... (frames are upright)")
     _backbone_args(q, "embedded; the frames are rendered at its input size unless --image-size says otherwise",
                    random_weights=False)
+    _set_help(q, "--image-size", f"size of the rendered frames in pixels, {MIN_IMAGE_SIZE} to {MAX_IMAGE_SIZE} "
+                                 "(default: the --backbone's input size); any size in that range: `control train` "
+                                 "resizes the frames to its encoder's input size, and only that size must be a "
+                                 "multiple of the encoder's patch size")
     q.add_argument("--max-steps", type=POSITIVE, default=DEFAULT_MAX_STEPS,
                    help="episode cap; configurations where the expert needs longer are skipped")
     q.add_argument("--hold-steps", type=COUNT, default=DEFAULT_HOLD_STEPS,
@@ -102,11 +109,19 @@ def register(subparsers: Any) -> None:
                    help="seed of the head's initialisation and of the shuffling")
     q.add_argument("--checkpoint", default=None,
                    help="checkpoint folder, resumed by re-running (new, empty, or an earlier checkpoint of the same "
-                        "demos, encoder options and hyperparameters; not a finished policy, not --out); "
-                        "without it training is not checkpointed")
+                        "demos, encoder options and hyperparameters; not a finished policy, not --out); saved every "
+                        "--checkpoint-every epochs, after the last, and when training is stopped (Ctrl-C: the last "
+                        "epoch it finished); without it training is not checkpointed")
+    q.add_argument("--checkpoint-every", type=POSITIVE, default=DEFAULT_CHECKPOINT_EVERY, metavar="N", action=_Given,
+                   help="epochs between the checkpoints of --checkpoint (the interval bounds what a killed run "
+                        "loses; Ctrl-C loses only the epoch it stops)")
     _backbone_args(q, "embedded", blocks_help="blocks whose tokens are read, side by side (default: 2,5,11 on a "
                                               "12-block encoder, the last of the first quarter, of the first half and "
                                               "of all; the last alone on one of fewer blocks)")
+    _set_help(q, "--image-size", f"the encoder's input size in pixels, {MIN_IMAGE_SIZE} to {MAX_IMAGE_SIZE}, a "
+                                 "multiple of its patch size (default: the backbone's own); demo frames of another "
+                                 "size are resized to it, and a line says so: the demos' own size encodes them as "
+                                 "they are")
     add_threads_arg(q)
     q.set_defaults(func=_cmd_train)
 
@@ -121,7 +136,8 @@ def register(subparsers: Any) -> None:
     q.add_argument("--out", default=None,
                    help="results folder (new, empty, or an earlier evaluate output): results.json, every episode in "
                         "episodes.jsonl as it ends (re-running the same command resumes a stopped run; another "
-                        "evaluation replaces the earlier one's episodes), gifs/; "
+                        "--configs reuses the episodes already there and keeps those it does not ask for; another "
+                        "policy, --task or --max-steps replaces the earlier episodes), gifs/; "
                         "without it the result is only printed")
     q.add_argument("--gifs", type=COUNT, default=0, metavar="N",
                    help="save the rollouts of the first N configurations as GIFs in OUT/gifs (needs --out); on a "
@@ -202,11 +218,15 @@ def _backbone_args(q: argparse.ArgumentParser, default_help: str, blocks_help: s
                        help="the backbone's architecture with random weights, the same every time (baselines)")
 
 
+def _set_help(q: argparse.ArgumentParser, flag: str, text: str) -> None:
+    """Replace the help of an option a shared helper added (add_backbone_args)."""
+    next(a for a in q._actions if flag in a.option_strings).help = text
+
+
 def _policy_image_size_help(q: argparse.ArgumentParser, default: str, frames: str) -> None:
     """--image-size's help where a --policy sets the encoder: its default is the policy's input size."""
-    action = next(a for a in q._actions if "--image-size" in a.option_strings)
-    action.help = (f"the encoder's input size in pixels, {MIN_IMAGE_SIZE} to {MAX_IMAGE_SIZE} (default: {default}); "
-                   f"{frames}")
+    _set_help(q, "--image-size", f"the encoder's input size in pixels, {MIN_IMAGE_SIZE} to {MAX_IMAGE_SIZE} "
+                                 f"(default: {default}), a multiple of its patch size; {frames}")
 
 
 def _check_image_size(args: argparse.Namespace) -> None:
@@ -271,6 +291,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if given:
             raise UsageError(f"{', '.join(given)} belong to --pooling attention, not --pooling {args.pooling}")
         attention = None
+    if "checkpoint_every" in getattr(args, "given", ()) and not args.checkpoint:
+        raise UsageError(f"--checkpoint-every {args.checkpoint_every} sets how often --checkpoint DIR is saved: give "
+                         "--checkpoint DIR too, or drop --checkpoint-every")
     if args.checkpoint:
         out, ckpt = Path(args.out).resolve(), Path(args.checkpoint).resolve()
         if out == ckpt or out in ckpt.parents or ckpt in out.parents:
@@ -283,6 +306,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         check_checkpoint_dir(args.checkpoint)
     manifest = load_manifest(args.demos)               # a missing or foreign folder fails before the encoder loads
     bb = _encoder(args)
+    note = _resize_note(int(manifest["image_size"]), bb, args.backbone)
+    if note:
+        print(note)
     blocks = _blocks(args.blocks, bb.config.depth)
     pol = PatchTokenPolicy(args.pooling, attention, hidden=args.hidden, epochs=args.epochs, batch_size=args.batch_size,
                            lr=args.lr, seed=args.seed, chunk=args.chunk, precision=args.precision)
@@ -295,13 +321,53 @@ def _cmd_train(args: argparse.Namespace) -> int:
     print(f"features: {size['tokens'] / 2**20:.1f} MiB for {len(cache)} frames"
           + (f", {size['views'] / 2**20:.1f} MiB more for {cache.views} views of each" if cache.views else "")
           + " (in memory and on disk)")
-    pol.fit(cache, checkpoint_dir=args.checkpoint)
+    try:
+        pol.fit(cache, checkpoint_dir=args.checkpoint, checkpoint_every=args.checkpoint_every)
+    except KeyboardInterrupt:
+        if args.checkpoint:
+            print(_checkpoint_note(args.checkpoint), file=sys.stderr)
+        raise
     path = pol.save(args.out)
     random = "" if bb.config.pretrained else " RANDOM weights"
     print(f"trained {args.pooling} policy on {len(cache)} frames of {cache.meta['task']} "
           f"({_encoder_name(bb, pol)}{random} {bb.config.img_size[0]}px, blocks {block_label(cache.meta)}); "
           f"final loss {pol.history_[-1]:.4f}; saved to {path}")
     return 0
+
+
+def _resize_note(demo_size: int, bb: Any, backbone: str | None) -> str | None:
+    """The line `control train` prints when the demos' frames are not the encoder's input size (each frame is
+    resized, and encoded at the encoder's size whatever the frames hold), with the option that matches them;
+    None when they are."""
+    from .encoders import FAST
+
+    h, w = (int(x) for x in bb.config.img_size)
+    if (h, w) == (demo_size, demo_size):
+        return None
+    size = f"{h} px" if h == w else f"{h}x{w} px"
+    if backbone == FAST:                               # a fixed input size: only the demos can match it
+        cure = f"collect the demos at {size} (collect --backbone {FAST})"
+    elif demo_size % bb.config.patch_size == 0:
+        cure = (f"give --image-size {demo_size} to encode them at their own size, or collect the demos at "
+                f"--image-size {h}" if h == w else f"give --image-size {demo_size} to encode them at their own size")
+    else:
+        cure = (f"collect the demos at the encoder's size or at a multiple of its {bb.config.patch_size}-px patches "
+                "and give that as --image-size")
+    return (f"note: the demo frames are {demo_size} px and the encoder takes {size}: each frame is resized from "
+            f"{demo_size} to {size} before encoding, which costs what {size} frames cost; to match, {cure}")
+
+
+def _checkpoint_note(checkpoint: str) -> str:
+    """What a stopped `control train --checkpoint` left: the epoch its checkpoint holds, and how to resume."""
+    import json
+    from pathlib import Path
+
+    try:
+        epoch = json.loads((Path(checkpoint) / "train_state.json").read_text())["epoch"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"stopped before the first epoch ended: --checkpoint {checkpoint} holds no checkpoint yet"
+    return (f"stopped: --checkpoint {checkpoint} holds epoch {epoch}; run the same command again to resume from it "
+            "(it ends as an uninterrupted run would)")
 
 
 def _encoder_name(bb: Any, policy: Any = None) -> str:
@@ -334,7 +400,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from frozenvit.backbone.suite.engine import engine_from_args, engine_session
 
     from .env import check_task, config_seeds
-    from .evaluate import evaluate
+    from .evaluate import evaluate, journal_listing
     from .features import token_blocks
     from .policy import PatchTokenPolicy
 
@@ -380,8 +446,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         print("gif:", g)
     if res.earlier_episodes:
         untimed = f", {res.untimed_episodes} of them of unknown time" if res.untimed_episodes else ""
+        now = len(res.configs) - res.earlier_episodes
         print(f"{res.earlier_episodes} of the {len(res.configs)} episodes came from the journal of an earlier run "
-              f"({res.earlier_seconds:.1f} s{untimed}), {len(res.configs) - res.earlier_episodes} were rolled out now "
+              f"({res.earlier_seconds:.1f} s{untimed}), {now} {'was' if now == 1 else 'were'} rolled out now "
               f"({seconds:.1f} s)")
     if out:
         gifs = [Path(g).relative_to(out).as_posix() for g in res.gifs]      # relative to the results folder
@@ -392,7 +459,12 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
                     seconds_this_run=round(seconds, 1))
         write_json(Path(out) / "results.json", body, kind=EVALUATE_KIND)
         print(f"wrote {out / 'results.json'} (episodes: {out / 'episodes.jsonl'})")
-        keep = {"results.json", *gifs}
+        episodes, listed = journal_listing(out / "episodes.jsonl")
+        others = len(set(episodes) - set(res.configs))
+        if others:
+            print(f"the journal also holds {others} episode{'s' * (others != 1)} of configurations not asked this "
+                  "time: kept for a later --configs, not counted in these results")
+        keep = {"results.json", *gifs, *(f"gifs/{name}" for name in listed.values())}   # every GIF it lists
         gone = remove_earlier_outputs(out, keep)      # GIFs this evaluation's journal does not list
         if gone:
             print(f"removed {_files_named(gone)} that this evaluation did not write")
@@ -415,6 +487,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if len(args.evaluations) < 2:
         raise UsageError("control compare needs two evaluations or more: frozenvit control compare A B")
     files = [Path(e) / "results.json" if Path(e).is_dir() else Path(e) for e in args.evaluations]
+    seen: dict[Path, str] = {}
+    for given, f in zip(args.evaluations, files):       # one evaluation twice would pair it with itself
+        if f.resolve() in seen:
+            same = "given twice" if seen[f.resolve()] == given else f"given twice ({seen[f.resolve()]} and {given})"
+            raise UsageError(f"{f.resolve()} is the same evaluation {same}: compare it with another `control "
+                             "evaluate --out` folder (or its results.json)")
+        seen[f.resolve()] = given
     labels = ([x.strip() for x in args.labels.split(",")] if args.labels
               else [f.parent.name if f.name == "results.json" else f.stem for f in files])
     if len(labels) != len(files):

@@ -11,6 +11,7 @@ DEFAULT_QUERY_DIVERSITY = 0.02    # weight of the penalty on queries whose atten
 DEFAULT_HIDDEN = 256              # width of the MLP's two hidden layers
 DEFAULT_BC_STEPS = 1500           # optimizer steps of behaviour cloning (epochs: as many as make them)
 DEFAULT_BATCH_SIZE = 256
+DEFAULT_CHECKPOINT_EVERY = 10       # epochs between training checkpoints (Ctrl-C also saves the last epoch)
 DEFAULT_LR = 1e-3
 DEFAULT_HOLD_STEPS = 20           # expert steps recorded past its first success
 DEFAULT_CHUNK = 8                 # actions predicted per frame (ACT chunks; 1: none)

@@ -3,7 +3,9 @@
 Several environments run in lockstep so that the frozen encoder sees one batch per step; each
 finished episode's slot takes the next configuration. An episode succeeds when the task's own
 success flag is raised within `max_steps` steps. With a journal every finished episode is on
-disk at once, and a stopped evaluation resumes where it stopped.
+disk at once, and a stopped evaluation resumes where it stopped; an evaluation of more or fewer
+configurations (the same policy, task, cap, camera, frame size and rendering) reuses the episodes
+the journal holds and keeps those it does not ask for.
 """
 from __future__ import annotations
 
@@ -47,9 +49,10 @@ class TaskResult:
     policy: str | None = None             # policy_digest of the policy evaluated
     policy_task: str | None = None        # the task the policy was trained on
     trained_configs: list[int] = field(default_factory=list)   # configurations among the policy's training ones
-    # episodes taken from the journal (rolled out by an earlier run): their number, the seconds their lines record,
-    # summed, and how many of them record none (journals written before the times); this call's own time is the
-    # caller's to measure (`control evaluate` writes seconds = earlier_seconds + seconds_this_run)
+    # episodes of these configurations taken from the journal (rolled out by an earlier run): their number, the
+    # seconds their lines record, summed, and how many of them record none (journals written before the times); this
+    # call's own time is the caller's to measure (`control evaluate` writes seconds = earlier_seconds +
+    # seconds_this_run). Episodes of other configurations the journal holds are not counted here.
     earlier_episodes: int = 0
     earlier_seconds: float = 0.0
     untimed_episodes: int = 0
@@ -80,18 +83,24 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
     configurations are among the policy's training configurations (`meta_["train_configs"]`; for a policy that
     does not record them, configurations below HELDOUT_OFFSET); the result lists the latter (`trained_configs`).
 
-    journal: a JSON-lines file that receives every episode as it ends. Where it already exists (a
-    run that was stopped) its episodes are taken as done and not rolled out again; a journal of
-    another evaluation (other policy, configurations, task, cap, camera or rendering) is replaced
-    by this evaluation's, with a warning saying so, and a file that is no journal is an OutputConflict. With a reopened journal and gif_dir,
-    the GIFs an earlier run of the same evaluation saved there are kept and listed in the result
-    (`TaskResult.gifs`, also with gif_episodes=0), and an asked GIF of an episode the journal already
-    holds is made by rolling that configuration out again; its outcome in the result stays the journal's. The
-    journal lists every GIF the evaluation writes, and only the GIFs it lists (and that are there) count as this
-    evaluation's: another evaluation's GIFs left in gif_dir are never taken for its own. Each episode line records
-    the wall-clock seconds since the run's previous episode ended (or its rollouts began), so that the lines of a
-    stopped and resumed evaluation add up to the time its episodes took; the result's `earlier_seconds` sums those
-    of the episodes an earlier run rolled out, and `untimed_episodes` counts those whose line records no time.
+    journal: a JSON-lines file that receives every episode as it ends. Where it already exists, the episodes
+    it holds of these configurations are taken as done and not rolled out again: a stopped run resumes, and an
+    evaluation of more or fewer configurations reuses those it shares with the earlier ones, since an episode
+    depends only on its configuration and what the journal's header records (policy digest, task, camera, frame
+    size, cap and rendering). The journal keeps the episodes (and GIF lines) of configurations not asked now, for
+    a later call; the result counts only `configs`. A journal whose header records another policy, task, camera,
+    frame size, cap or rendering holds other episodes: it is replaced by this evaluation's, with a warning naming
+    what differs (then and now) and how many episodes it drops, and a file that is no journal is an
+    OutputConflict. With a reopened journal and gif_dir, the GIFs an earlier run of the same evaluation saved
+    there are kept and listed in the result (those of `configs`: `TaskResult.gifs`, also with gif_episodes=0),
+    and an asked GIF of an episode the journal already holds is made by rolling that configuration out again;
+    its outcome in the result stays the journal's. The journal lists every GIF the evaluation writes, and only
+    the GIFs it lists (and that are there) count as this evaluation's: another evaluation's GIFs left in gif_dir
+    are never taken for its own. Each episode line records wall-clock seconds: the time since the run's previous
+    episodes ended (or its rollouts began), split evenly among the episodes that ended together (on the same
+    lockstep step; with engine "ray", those of one chunk, which arrive together), so that the lines of a stopped
+    and resumed evaluation add up to the time its episodes took; the result's `earlier_seconds` sums those of the
+    episodes an earlier run rolled out, and `untimed_episodes` counts those whose line records no time.
     on_new_journal: called once, before any rollout, when `journal` starts afresh (new, or replacing another
     evaluation's), so that a caller can remove what an earlier evaluation left beside it (its results).
 
@@ -129,11 +138,12 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
     outcome: dict[int, tuple[bool, int]] = {}
     log = None
     earlier_episodes, earlier_seconds, untimed = 0, 0.0, 0
-    if journal is not None:
+    if journal is not None:                           # what determines an episode, besides its configuration
         run = dict(policy=digest, task=task, camera=camera, image_size=image_size, max_steps=max_steps,
-                   render=render.as_dict(), configs=configs)
+                   render=render.as_dict())
         log = EpisodeJournal(journal, run)
-        outcome.update(log.done)
+        asked = set(configs)
+        outcome.update((c, v) for c, v in log.done.items() if c in asked)    # the others stay in the journal
         earlier_episodes = len(outcome)
         earlier_seconds = sum(log.seconds.get(c, 0.0) for c in outcome)
         untimed = sum(c not in log.seconds for c in outcome)
@@ -153,7 +163,8 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
     bar = progress_bar(total=len(configs), initial=len(outcome), desc=f"eval {task}", unit="ep",
                        disable=None if progress is None else not progress)
     stepped, rerolled, running_now = 0, 0, 0
-    last = [time.monotonic()]                         # when the previous episode of this run ended
+    last = [time.monotonic()]                         # when the previous episodes of this run ended
+    ended: list[tuple[int, bool, int]] = []           # episodes ended together whose lines are not written yet
 
     def postfix(running: int) -> None:
         extra = dict(gif_rerolls=f"{rerolled}/{len(replay)}") if replay else {}
@@ -171,32 +182,45 @@ def evaluate(policy: PatchTokenPolicy, backbone: Any, configs: Sequence[int], *,
         if config not in outcome:                     # else rolled out again for its GIF: the journal's outcome stands
             outcome[config] = (success, steps)
             if log is not None:
-                now = time.monotonic()
-                log.append(config, success, steps, now - last[0])     # seconds: since the last episode
-                last[0] = now
+                ended.append((config, success, steps))    # its line once every episode of its step has ended
             bar.update(1)
         else:
             rerolled += 1
             postfix(running_now)
             bar.update(0)
 
+    def write_ended() -> None:
+        """The journal lines of the episodes that ended together, the time since the previous ones split evenly
+        (episodes that end on the same step shared its time; a GIF re-roll's time goes to the next episodes)."""
+        if not ended:
+            return
+        now = time.monotonic()
+        share, last[0] = (now - last[0]) / len(ended), now
+        while ended:
+            log.append(*ended.pop(0), share)
+
     def step(running: int) -> None:                   # a line also between episodes, which take minutes
         nonlocal stepped, running_now
+        write_ended()                                 # lockstep calls it after the `done` calls of the step
         stepped += running
         running_now = running
         postfix(running)
         bar.update(0)
 
     env_args = dict(name=task, camera=camera, image_size=image_size, max_steps=max_steps, render=render)
-    if engine == "ray":
-        _rollouts_ray(policy, backbone, queue, env_args, parallel, record, movies, done, workers, worker_threads)
-    else:
-        envs = [MetaWorldTask(**env_args) for _ in range(min(max(1, parallel), len(queue)))]
-        try:
-            lockstep(agent, envs, queue, record, movies, done, step)
-        finally:
-            for e in envs:
-                e.close()
+    try:
+        if engine == "ray":
+            _rollouts_ray(policy, backbone, queue, env_args, parallel, record, movies, done, workers, worker_threads,
+                          write_ended)
+        else:
+            envs = [MetaWorldTask(**env_args) for _ in range(min(max(1, parallel), len(queue)))]
+            try:
+                lockstep(agent, envs, queue, record, movies, done, step)
+            finally:
+                for e in envs:
+                    e.close()
+    finally:                                          # episodes that ended before a stop are on disk
+        write_ended()
     postfix(0)                                        # finished: no environment runs any more
     bar.close()
     gifs = [str(gif(c)) for c in configs if c in written or c in kept]
@@ -234,7 +258,7 @@ def lockstep(agent: VisuomotorAgent, envs: Sequence[MetaWorldTask], configs: Seq
     """Roll out every configuration once on `envs` stepped in lockstep (one encoder batch per step); each
     finished episode's slot takes the next configuration. Frames of configurations in `record` go to
     `movies`; `done(config, success, steps)` is called as each episode ends, and `step(running)` after each
-    lockstep step (`running` environments stepped)."""
+    lockstep step (`running` environments stepped), after the `done` calls of the episodes that ended on it."""
     queue = list(configs)
     n_env = min(len(envs), len(queue))
     slot_cfg: list[int | None] = [None] * n_env
@@ -353,9 +377,10 @@ def release_workers(ray: Any = None) -> None:
 
 
 def _rollouts_ray(policy: Any, backbone: Any, queue: list[int], env_args: dict, parallel: int, record: set[int],
-                  movies: dict, done: Callable[[int, bool, int], None], workers: int | None, threads: int) -> None:
+                  movies: dict, done: Callable[[int, bool, int], None], workers: int | None, threads: int,
+                  chunk_done: Callable[[], None] = lambda: None) -> None:
     """The episodes of `queue` on Ray actors (kept for the next evaluation of this Ray session), in
-    guided chunks (guided_chunk), results as they come."""
+    guided chunks (guided_chunk), results as they come: `done` for each episode of a chunk, then `chunk_done()`."""
     from frozenvit.backbone.suite.engine import cluster_cpus, ray_session
 
     if not queue:
@@ -382,6 +407,7 @@ def _rollouts_ray(policy: Any, backbone: Any, queue: list[int], env_args: dict, 
                 movies.update(got)                    # before `done`, which writes each episode's GIF
                 for c, s, k in results:
                     done(c, s, k)
+                chunk_done()
                 if left:
                     send(a)
         except BaseException:
@@ -392,16 +418,21 @@ def _rollouts_ray(policy: Any, backbone: Any, queue: list[int], env_args: dict, 
 class EpisodeJournal:
     """Finished episodes of one evaluation, one JSON line each after a header line naming the run.
 
-    Each line is appended and flushed to disk as its episode ends, so a killed evaluation loses at
-    most the episodes in flight; a line cut short by the kill is dropped when the journal is reopened.
-    Each line carries a check that chains it to the header and the lines before it, so a journal
-    changed by hand (an outcome flipped, a line removed or moved) is an OutputConflict rather than
-    episodes taken as done. A journal of another evaluation (its header names another run) is
-    replaced by a new one, with a warning saying so; a file that is no journal is an OutputConflict
-    and left alone. A line {"gif": config, "file": name, "check": ...} records a GIF the evaluation wrote
-    (chained like the episodes'); `gifs` maps each configuration to its GIF's file name. An episode line may carry
-    "seconds" (wall-clock seconds since the previous episode of its run ended, covered by its check); `seconds`
-    maps each configuration whose line has one to it (lines written before the times have none, and stay readable).
+    The run (`run`, the header's) is what determines an episode besides its configuration: policy digest, task,
+    camera, frame size, cap, rendering. The configurations are not part of it (a "configs" key, which journals
+    written before this recorded, is not compared): one journal holds the episodes of any configurations of the
+    same run, so that evaluations of more or fewer configurations share them. Each line is appended and flushed
+    to disk as its episode ends, so a killed evaluation loses at most the episodes in flight; a line cut short by
+    the kill is dropped when the journal is reopened. Each line carries a check that chains it to the header and
+    the lines before it, so a journal changed by hand (an outcome flipped, a line removed or moved) is an
+    OutputConflict rather than episodes taken as done. A journal of another run (its header records another
+    policy, task, ...) is replaced by a new one, with a warning naming what differs, its values there and now, and
+    how many episodes go (`replaced` lists the keys); a file that is no journal is an OutputConflict and left
+    alone. A line {"gif": config, "file": name, "check": ...} records a GIF the evaluation wrote (chained like the
+    episodes'); `gifs` maps each configuration to its GIF's file name. An episode line may carry "seconds"
+    (wall-clock seconds since the previous episodes of its run ended, split evenly among the episodes that ended
+    together, covered by its check); `seconds` maps each configuration whose line has one to it (lines written
+    before the times have none, and stay readable).
     """
 
     def __init__(self, path: str | Path, run: dict[str, Any]) -> None:
@@ -429,14 +460,20 @@ class EpisodeJournal:
             raise OutputConflict(f"{self.path} exists and is not an episode journal of `frozenvit control evaluate`; "
                                  "choose another --out")
         old = head.get("run") if isinstance(head.get("run"), dict) else {}
-        if old != run:                                # another evaluation's journal: this one replaces it
-            diff = sorted(k for k in run if old.get(k) != run[k]) or ["run"]
+        if _episode_run(old) != _episode_run(run):    # another run's episodes: this one replaces them
+            now, then = _episode_run(run), _episode_run(old)
+            diff = sorted(k for k in now.keys() | then.keys() if then.get(k) != now.get(k)) or ["run"]
+            values = "; ".join(f"{k} {_shown(k, then.get(k))} there, {_shown(k, now.get(k))} now" for k in diff
+                               if k != "run")
+            n = len(done)
             self.replaced = diff
             self.reopened = False
             self._start(run)
             warnings.warn(f"{self.path} held the episodes of another evaluation ({', '.join(diff)} "
-                          f"{'differs' if len(diff) == 1 else 'differ'}); they were replaced by this one's",
-                          stacklevel=2)
+                          f"{'differs' if len(diff) == 1 else 'differ'}); they were replaced by this one's"
+                          f"{f' ({values})' if values else ''}: its {n} episode{'s' * (n != 1)} "
+                          f"{'were' if n != 1 else 'was'} dropped, and every configuration asked is rolled out "
+                          "anew; to keep both evaluations, give each its own folder", stacklevel=2)
             return
         if not head.get("chained"):                   # GIF lines came with the checks: an older journal lists none
             gifs = {}
@@ -486,6 +523,40 @@ class EpisodeJournal:
             f.flush()
             os.fsync(f.fileno())
         self._check = check
+
+
+def _episode_run(run: dict[str, Any]) -> dict[str, Any]:
+    """The part of a journal's run that determines its episodes: all of it but the configurations."""
+    return {k: v for k, v in run.items() if k != "configs"}
+
+
+def _shown(key: str, value: Any) -> str:
+    """A run's value as the replacement warning shows it: a policy digest by its first 12 hex digits."""
+    if value is None:
+        return "not recorded"
+    if key == "policy" and isinstance(value, str):
+        return value[:12]
+    return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else str(value)
+
+
+def journal_listing(path: str | Path) -> tuple[list[int], dict[int, str]]:
+    """The configurations whose episodes the journal `path` holds, and the GIF file name it lists for each
+    configuration that has one; ([], {}) for no journal. Reads what `evaluate` checked (it does not check the
+    lines itself): `control evaluate` keeps the GIFs of configurations not asked this time."""
+    path = Path(path)
+    if not path.is_file():
+        return [], {}
+    episodes, gifs = [], {}
+    for line in path.read_bytes().split(b"\n")[1:]:
+        try:
+            r = json.loads(line)
+            if "gif" in r:
+                gifs[int(r["gif"])] = str(r["file"])
+            else:
+                episodes.append(int(r["config"]))
+        except (ValueError, KeyError, TypeError):
+            continue                                  # a line cut short, or the empty one after the last newline
+    return episodes, gifs
 
 
 def _episode_line(record: dict[str, Any]) -> str:

@@ -23,6 +23,7 @@ about twice as fast there as float32, tokens within about 1 % of float32's. conf
 """
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -241,12 +242,35 @@ def feature_meta(demo_dir: str | Path, backbone: Any, *, block: int | Sequence[i
 
 
 def save_tensors(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str] | None = None) -> None:
-    """safetensors' save_file with the permissions of every other file we write (0666 less the umask): save_file
-    itself makes its file 0600, unreadable to anyone else who can read the folder."""
+    """safetensors' save_file with its metadata in sorted key order and the permissions of every other file we write
+    (0666 less the umask): save_file itself makes its file 0600, unreadable to anyone else who can read the folder,
+    and writes the metadata from a hash map in an order that changes from one call to the next, so that the same
+    tensors and metadata would not always be the same bytes (nor have the same sha256)."""
     save_file(tensors, str(path), metadata=metadata)
+    if metadata and len(metadata) > 1:
+        _sort_metadata(Path(path))
     mask = os.umask(0)
     os.umask(mask)
     os.chmod(path, 0o666 & ~mask)
+
+
+def _sort_metadata(path: Path) -> None:
+    """Rewrite the header of the safetensors file `path` with its "__metadata__" keys sorted: the same header
+    otherwise (tensor entries in their order, so the data offsets stand), padded with spaces to its length."""
+    with open(path, "r+b") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))                                 # dicts keep the file's key order
+        header["__metadata__"] = dict(sorted(header.get("__metadata__", {}).items()))
+        text = json.dumps({"__metadata__": header.pop("__metadata__"), **header}, separators=(",", ":"),
+                          ensure_ascii=False).encode()
+        if len(text) <= n:                                              # a reordering: the length it had
+            f.seek(8)
+            f.write(text.ljust(n, b" "))
+            return
+        data = f.read()                                                 # other escapes made it longer: a new file
+    text = text.ljust(-(-len(text) // 8) * 8, b" ")                     # safetensors aligns the data to 8 bytes
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + data)
 
 
 def native_bfloat16() -> bool:

@@ -15,12 +15,14 @@ prediction, m = control.defaults.DEFAULT_CHUNK_DECAY).
 With augment=True and a cache holding K augmented views per frame (`cache_features(..., views=K)`), every
 training sample is the clean frame or one of its K views, drawn uniformly per sample and epoch.
 
-Training is seeded (weights, shuffling) and can checkpoint every few epochs; `fit` with the
-same `checkpoint_dir` resumes from the last checkpoint (optimizer moments and shuffling
-generator included), so a resumed run ends where an uninterrupted one would.
+Training is seeded (weights, shuffling) and can checkpoint every few epochs, after the last, and when it
+is stopped (KeyboardInterrupt: the last epoch it finished); `fit` with the same `checkpoint_dir` resumes
+from the last checkpoint (optimizer moments and shuffling generator included), so a resumed run ends
+where an uninterrupted one would, bit for bit.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -43,9 +45,9 @@ from frozenvit.backbone.suite.errors import OutputConflict, ParameterError, Para
 from frozenvit.backbone.suite.optimizer import load_optimizer, optimizer_tensors, warmup_cosine
 from frozenvit.backbone.suite.progress import progress_bar
 
-from .defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_STEPS, DEFAULT_CHUNK, DEFAULT_HIDDEN, DEFAULT_LR,
-                       DEFAULT_POOLING, DEFAULT_PRECISION, DEFAULT_SEED, MAX_BATCH_SIZE, MAX_CHUNK, MAX_HIDDEN, POOLINGS,
-                       PRECISIONS)
+from .defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BC_STEPS, DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK,
+                       DEFAULT_HIDDEN, DEFAULT_LR, DEFAULT_POOLING, DEFAULT_PRECISION, DEFAULT_SEED, MAX_BATCH_SIZE,
+                       MAX_CHUNK, MAX_HIDDEN, POOLINGS, PRECISIONS)
 from .errors import DemoError, PolicyError
 from .features import FeatureCache, check_backbone, resolve_precision, save_tensors, token_blocks
 from .head import AttentionConfig, HeadConfig, PolicyHead, bc_loss
@@ -128,14 +130,22 @@ class PatchTokenPolicy(ParameterErrorMixin, BaseEstimator):
         return cfg
 
     # -- training ---------------------------------------------------------------------------------
-    def fit(self, cache: FeatureCache, *, checkpoint_dir: str | Path | None = None, checkpoint_every: int = 10,
-            progress: bool | None = None) -> "PatchTokenPolicy":
+    def fit(self, cache: FeatureCache, *, checkpoint_dir: str | Path | None = None,
+            checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY, progress: bool | None = None) -> "PatchTokenPolicy":
         """Behaviour cloning on `cache` (squared error of predicted and expert actions; with chunk k, of each
         frame's next k). Returns self.
 
-        checkpoint_dir: saved every `checkpoint_every` epochs and resumed from when it holds a checkpoint; before any
-        work, a folder that is a finished policy (OutputConflict) or a checkpoint of other hyperparameters or other
-        features, or a damaged one (ArtifactError), is refused (`check_checkpoint`)."""
+        checkpoint_dir: saved every `checkpoint_every` epochs (an integer >= 1, else ParameterError) and after the
+        last, and resumed from when it holds a checkpoint. Training stopped by KeyboardInterrupt (Ctrl-C) saves the
+        last epoch it finished before the interrupt goes on (the state at that epoch's end, kept in memory as each
+        epoch ends; nothing new when the folder holds that epoch already), so that a stopped run loses only the
+        epoch it was in and resumes bit for bit like an uninterrupted one. Before any work, a folder that is a
+        finished policy (OutputConflict) or a checkpoint of other hyperparameters or other features, or a damaged
+        one (ArtifactError), is refused (`check_checkpoint`)."""
+        if not (isinstance(checkpoint_every, Integral) and not isinstance(checkpoint_every, bool)
+                and checkpoint_every >= 1):
+            raise ParameterError(f"checkpoint_every must be an integer >= 1 (epochs between checkpoints), got "
+                                 f"{checkpoint_every!r}")
         if len(cache) == 0:
             raise DemoError("the feature cache is empty")
         M, N, C = cache.tokens.shape
@@ -169,30 +179,46 @@ class PatchTokenPolicy(ParameterErrorMixin, BaseEstimator):
         head.train()
         bar = progress_bar(range(start_epoch, epochs), desc=f"bc {self.pooling}", unit="epoch", total=epochs,
                            initial=start_epoch, disable=None if progress is None else not progress)  # resumed: k of all
-        for epoch in bar:
-            perm = torch.randperm(M, generator=gen)
-            pick = torch.randint(0, K + 1, (M,), generator=gen) if K else None      # (M,) 0: clean, k: view k
-            tot = 0.0
-            for s in range(steps_per_epoch):
-                step = epoch * steps_per_epoch + s
-                for g in opt.param_groups:                                          # cosine decay, 5% warm-up
-                    g["lr"] = self.lr * warmup_cosine(step, total)
-                rows = perm[s * self.batch_size:(s + 1) * self.batch_size]         # (B,)
-                at = rows * (K + 1) + (pick[rows] if pick is not None else 0)       # (B,) frame r, view k: r*(K+1)+k
-                x = inputs.index_select(0, at)                                      # (B, N, C) or (B, C)
-                x = x if x.dtype == dtype else x.float()                            # bfloat16 tokens stay so
-                prop = (cache.proprio[rows] - mean) / std                           # (B, P)
-                pred, penalty = head.forward_prepared(x, prop, return_penalty=True)  # (B, k*A)
-                loss = bc_loss(pred, targets[rows])
-                opt.zero_grad(set_to_none=True)
-                (loss + penalty).backward()
-                opt.step()
-                tot += loss.item() * len(rows)                                      # history: the BC loss alone
-            history.append(tot / M)
-            bar.set_postfix(loss=f"{history[-1]:.4f}")
-            if ckpt is not None and ((epoch + 1) % checkpoint_every == 0 or epoch + 1 == epochs):
-                self.head_, self.history_ = head, history
-                self._checkpoint(ckpt, opt, gen, epoch + 1)
+        saved, end = start_epoch, None               # the epoch the checkpoint holds; the last epoch's end
+        try:
+            for epoch in bar:
+                perm = torch.randperm(M, generator=gen)
+                pick = torch.randint(0, K + 1, (M,), generator=gen) if K else None      # (M,) 0: clean, k: view k
+                tot = 0.0
+                for s in range(steps_per_epoch):
+                    step = epoch * steps_per_epoch + s
+                    for g in opt.param_groups:                                          # cosine decay, 5% warm-up
+                        g["lr"] = self.lr * warmup_cosine(step, total)
+                    rows = perm[s * self.batch_size:(s + 1) * self.batch_size]         # (B,)
+                    at = rows * (K + 1) + (pick[rows] if pick is not None else 0)   # (B,) frame r, view k: r*(K+1)+k
+                    x = inputs.index_select(0, at)                                      # (B, N, C) or (B, C)
+                    x = x if x.dtype == dtype else x.float()                            # bfloat16 tokens stay so
+                    prop = (cache.proprio[rows] - mean) / std                           # (B, P)
+                    pred, penalty = head.forward_prepared(x, prop, return_penalty=True)  # (B, k*A)
+                    loss = bc_loss(pred, targets[rows])
+                    opt.zero_grad(set_to_none=True)
+                    (loss + penalty).backward()
+                    opt.step()
+                    tot += loss.item() * len(rows)                                      # history: the BC loss alone
+                history.append(tot / M)
+                bar.set_postfix(loss=f"{history[-1]:.4f}")
+                if ckpt is None:
+                    continue
+                if (epoch + 1) % checkpoint_every == 0 or epoch + 1 == epochs:
+                    self.head_, self.history_ = head, history
+                    self._checkpoint(ckpt, opt, gen, epoch + 1)
+                    saved = epoch + 1
+                else:                                     # what a Ctrl-C in the next epoch saves (small: the head)
+                    end = dict(epoch=epoch + 1, head=copy.deepcopy(head.state_dict()),
+                               opt=copy.deepcopy(opt.state_dict()), gen=gen.get_state(), history=list(history))
+        except KeyboardInterrupt:                     # stopped mid-epoch: save the last epoch's end, then stop
+            if ckpt is not None and end is not None and end["epoch"] > saved:
+                head.load_state_dict(end["head"])
+                opt.load_state_dict(end["opt"])
+                gen.set_state(end["gen"])
+                self.head_, self.history_ = head, end["history"]
+                self._checkpoint(ckpt, opt, gen, end["epoch"])
+            raise
         self.head_ = head.eval()
         self.history_ = history
         return self

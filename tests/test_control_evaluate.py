@@ -26,7 +26,7 @@ def test_a_reopened_journal_holds_the_finished_episodes_and_drops_a_line_cut_sho
         dict(config=1000000, success=True, steps=12), dict(config=1000001, success=False, steps=20)]
 
 
-@pytest.mark.parametrize("key,value", [("configs", [1000000]), ("policy", "cd" * 32), ("max_steps", 30),
+@pytest.mark.parametrize("key,value", [("camera", "topview"), ("policy", "cd" * 32), ("max_steps", 30),
                                        ("render", dict(RUN["render"], shadows=True))])
 def test_a_journal_of_another_evaluation_is_replaced_with_a_warning(tmp_path, key, value):
     path = tmp_path / "ev.episodes.jsonl"

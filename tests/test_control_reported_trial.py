@@ -181,7 +181,7 @@ def test_an_interrupted_evaluation_of_other_settings_leaves_no_results_of_the_ea
     monkeypatch.setattr(evaluate_mod, "MetaWorldTask", _KilledTask)
     monkeypatch.setattr(_KilledTask, "kill_at", config_seeds("heldout", 1)[0])
     with pytest.warns(UserWarning, match="another evaluation"):
-        assert main(cmd[:5] + ["3"] + cmd[6:]) == 130                  # Ctrl-C at its first step
+        assert main(cmd[:7] + ["60"] + cmd[8:]) == 130                 # another cap; Ctrl-C at its first step
     assert not (ev / "results.json").exists() and not (ev / "gifs").exists()
 
 
