@@ -22,7 +22,7 @@ _API = {
     "ensemble": ("PatchCoreEnsemble", "load_detector", "default_members"),
     "audit": ("contamination_audit", "AuditResult"),
     "datasets": ("read_mvtec", "read_folders", "read_dataset", "load_images", "AnomalyDataset", "TestSample"),
-    "errors": ("DatasetError",),
+    "errors": ("DatasetError", "LargeImage"),
     "images": ("read_image", "read_mask"),
     "metrics": ("anomaly_metrics", "aupro", "pro_curve", "image_auroc", "pixel_auroc", "f1_max"),
     "evaluation": ("evaluate_dataset",),

@@ -1,4 +1,4 @@
-"""`frozenvit anomaly fit|predict|evaluate|audit|synth|review|update`."""
+"""`frozenvit anomaly fit|predict|evaluate|calibrate|audit|synth|review|update`."""
 from __future__ import annotations
 
 import argparse
@@ -7,8 +7,9 @@ import io
 import math
 import sys
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from frozenvit.backbone.commands import EMBEDDED   # the embedded ViT by name (no --backbone: anomaly/defaults.py's)
 from frozenvit.backbone.runtimes import add_precision_arg, add_runtime_arg
@@ -132,17 +133,21 @@ INT8_NO_DECISIONS = ("the model's threshold and operating points were calibrated
                      "normals, and the int8 graph moves every score, so they do not hold for int8 scores")
 
 
-def _int8_decisions(args: argparse.Namespace) -> bool:
+def _int8_decisions(args: argparse.Namespace, given: str = "--precision int8") -> bool:
     """Whether decisions may be made in this run, by the rule the detector itself applies
-    (`withhold_int8_decisions`): not with --precision int8 (any member) unless the threshold is given (--threshold
-    T, chosen on int8 scores); --target-fpr, which picks one on the stored float32 scores, is refused with int8
-    (UsageError), before any work."""
+    (`withhold_int8_decisions`): not with int8 in any member (`given`: the option that brought it, --precision int8 or
+    --export DIR) unless the threshold is given (--threshold T, chosen on int8 scores); --target-fpr, which picks one
+    on the stored float32 scores, is refused with int8 (UsageError), before the model is read."""
     if "int8" not in args.precision:
         return True
     if args.target_fpr is not None:
-        raise UsageError(f"--target-fpr with --precision int8: {INT8_NO_DECISIONS}. Drop --target-fpr, or pass "
-                         "--threshold T chosen on int8 scores of known normals")
+        raise UsageError(f"--target-fpr with {given}: {INT8_NO_DECISIONS}. Drop --target-fpr, or pass --threshold T "
+                         f"chosen on int8 scores of known normals ({CALIBRATE_HINT})")
     return args.threshold is not None
+
+
+#: how to get a threshold for int8 scores on the command line
+CALIBRATE_HINT = "`frozenvit anomaly calibrate --normals DIR` with this run's --model and backbone options prints one"
 
 
 def _withhold_decisions(det: Any) -> Any:
@@ -154,16 +159,27 @@ def _withhold_decisions(det: Any) -> Any:
     return det
 
 
-def _loaded_detector(args: argparse.Namespace) -> Any:
-    """The detector predict and evaluate run: --model's, deciding at --threshold / --target-fpr, its backbones run
-    by --runtime in --precision, or read from --export DIR (a `frozenvit export anomaly` of this model: its graphs
-    in their own runtime and precision, nothing exported or calibrated in this run). With int8 anywhere, no
-    decisions at the model's float32 threshold (`_int8_decisions`). args.runtime and args.precision are set to
-    what runs, for the printed notes and evaluate's JSON."""
+def _loaded_detector(args: argparse.Namespace, calibrating: bool = False) -> Any:
+    """The detector predict, evaluate and calibrate run: --model's, deciding at --threshold / --target-fpr, its
+    backbones run by --runtime in --precision, or read from --export DIR (a `frozenvit export anomaly` of this model:
+    its graphs in their own runtime and precision, nothing exported or calibrated in this run). With int8 anywhere,
+    no decisions at the model's float32 threshold (`_int8_decisions`); with a --threshold given (or `calibrating`:
+    calibrate sets one) no DecisionsWithheld warning either, and one line says what decides. args.runtime and
+    args.precision are set to what runs, args.export_record to the export's (`export_record`; None without
+    --export), for the printed notes, evaluate's JSON and predict's provenance.json."""
+    from frozenvit.backbone.export import DecisionsWithheld
+
+    args.export_record = None
+    quiet = args.threshold is not None or calibrating           # decided at a threshold given: nothing is withheld
     if getattr(args, "export", None) is None:
         decisions = _int8_decisions(args)
-        det = _runtime(_model(args.model, args.threshold, args.target_fpr, args.weights), args)
-        return det if decisions else _withhold_decisions(det)
+        with warnings.catch_warnings():
+            if quiet:
+                warnings.simplefilter("ignore", DecisionsWithheld)
+            det = _runtime(_model(args.model, args.threshold, args.target_fpr, args.weights), args)
+        _decision_note(args, calibrating)
+        return det if decisions or calibrating else _withhold_decisions(det)
+    from frozenvit.backbone.errors import ArtifactError
     from frozenvit.backbone.export import load_export_members
     from frozenvit.backbone.runtimes import DEFAULT_PRECISION, DEFAULT_RUNTIME
 
@@ -176,20 +192,49 @@ def _loaded_detector(args: argparse.Namespace) -> Any:
                          f"was exported for, and needs no weights file; drop {', '.join(given)}")
     backbones = load_export_members(args.export)
     members = _member_count(args.model)
-    if members is not None and members != len(backbones):
-        raise UsageError(f"--export {args.export} holds {len(backbones)} graph(s) and --model {args.model} has "
-                         f"{members} member(s): it is the export of another model. Export this one: frozenvit export "
-                         f"anomaly --model {args.model} --out NEW_DIR, and pass --export NEW_DIR")
+    if members is not None and members != len(backbones):     # as an export of other weights: the wrong export
+        raise ArtifactError(f"--export {args.export} holds {len(backbones)} graph(s) and --model {args.model} has "
+                            f"{members} member(s): it is the export of another model. Export this one: frozenvit "
+                            f"export anomaly --model {args.model} --out NEW_DIR, and pass --export NEW_DIR")
     args.runtime = backbones[0].runtime
     args.precision = tuple(b.precision for b in backbones)
-    decisions = _int8_decisions(args)                  # --target-fpr refused for int8, before the model is read
+    decisions = _int8_decisions(args, f"--export {args.export} (an int8 export)")   # before the model is read
     from .ensemble import load_detector
 
-    det = load_detector(args.model, backbones=backbones)
+    with warnings.catch_warnings():
+        if quiet:
+            warnings.simplefilter("ignore", DecisionsWithheld)
+        det = load_detector(args.model, backbones=backbones)
     threshold = det.threshold_at(args.target_fpr) if args.target_fpr is not None else args.threshold
     if threshold is not None:
         det.set_params(threshold=threshold)._validate_params()
-    return det if decisions else _withhold_decisions(det)
+    args.export_record = export_record(args.export)
+    _decision_note(args, calibrating)
+    return det if decisions or calibrating else _withhold_decisions(det)
+
+
+def _decision_note(args: argparse.Namespace, calibrating: bool) -> None:
+    """One line (stderr) when int8 scores are decided at the --threshold given instead of the model's threshold."""
+    if "int8" in args.precision and args.threshold is not None and not calibrating:
+        print(f"note: int8 scores, decided at the --threshold {args.threshold} given (not at the model's threshold, "
+              "which was calibrated on float32 scores)", file=sys.stderr)
+
+
+def export_record(path: str | Path) -> dict:
+    """What predictions and evaluations record of the `frozenvit export anomaly` folder whose graphs ran the
+    backbone: its absolute path, its digest (as `artifact.model_digest`: the sha256 of the file digests its marker
+    lists; a copy of the export has the same, another export another) and the sha256 of each graph file as the
+    marker lists it. The files were checked against the marker when the export was loaded."""
+    import hashlib
+    import json
+
+    from frozenvit.backbone.suite.artifacts import read_marker
+
+    files = (read_marker(path) or {}).get("files") or {}
+    return {"path": str(Path(path).resolve()),
+            "sha256": hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest(),
+            "graphs": {name: digest for name, digest in sorted(files.items())
+                       if name.endswith((".onnx", ".xml", ".bin"))}}
 
 
 def _member_count(model: str) -> int | None:
@@ -197,11 +242,9 @@ def _member_count(model: str) -> int | None:
     it then names the problem)."""
     import json
 
-    from .ensemble import KIND
-
     try:
         cfg = json.loads((Path(model) / "config.json").read_text())
-        return int(cfg["n_members"]) if cfg.get("kind") == KIND else 1
+        return int(cfg["n_members"]) if cfg.get("kind") == ENSEMBLE_KIND else 1
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
@@ -214,8 +257,10 @@ def _add_export_arg(q: argparse.ArgumentParser) -> None:
 
 
 def _runtime_record(args: argparse.Namespace) -> dict:
-    """What ran the backbone, as evaluate's JSON records it."""
-    return {"runtime": args.runtime, "precision": ",".join(args.precision)}
+    """What ran the backbone, as evaluate's JSON and predict's provenance.json record it: the runtime, the precision
+    and the --export folder whose graphs ran (`export_record`; None: exported in the run, or torch)."""
+    return {"runtime": args.runtime, "precision": ",".join(args.precision),
+            "export": getattr(args, "export_record", None)}
 
 
 def _runtime_note(args: argparse.Namespace) -> str:
@@ -360,7 +405,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                                  engine=engine, workers=args.workers, decided=decided)
     verdict = (f"{sum(r['is_defect'] for r in rows)} flagged as defective" if det.decision_threshold() is not None
                else "no decisions: the model's threshold is uncalibrated (few-shot); pass --threshold" if decisions
-               else f"no decisions: {INT8_NO_DECISIONS}; pass --threshold T chosen on int8 scores of known normals")
+               else f"no decisions: {INT8_NO_DECISIONS}; pass --threshold T chosen on int8 scores of known normals "
+                    f"({CALIBRATE_HINT})")
     out = Path(args.out)
     print(f"{len(rows)} images, {verdict}; wrote {out / 'scores.csv'}"
           + ("" if args.no_overlays else f" and {out / 'overlays'}/") + _runtime_note(args))
@@ -368,7 +414,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
 
 #: how `review` predicts: the model's own threshold, torch in float32 (predict's defaults)
-REVIEW_DECIDED = {"threshold": None, "target_fpr": None, "runtime": "torch", "precision": "float32"}
+REVIEW_DECIDED = {"threshold": None, "target_fpr": None, "runtime": "torch", "precision": "float32",
+                  "export": None}
 
 
 def _image_record(files: Sequence[Path], names: Sequence[str]) -> dict[str, dict]:
@@ -474,6 +521,37 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
                               "defective_images_without_masks": unmasked,
                               **({"read_as_good_without_mask": [str(p) for p in ds.good_without_mask]}
                                  if args.test else {})}, kind="anomaly.evaluate", sealed=True)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from frozenvit.backbone.commands import list_images
+    from frozenvit.backbone.suite.artifacts import check_output_file, write_json
+
+    from .artifact import model_digest
+
+    check_output_file(args.out, "anomaly.calibrate")
+    _faiss_threads(args)
+    files = list_images(args.normals, exclude=[args.out] if args.out else [])
+    det = _loaded_detector(args, calibrating=True)
+    det.calibrate(files, args.fpr, names=[str(f) for f in files])
+    c = det.calibrated_on_
+    t = c["threshold"]
+    how = (f" --export {args.export}" if args.export else "" if args.runtime == "torch" else
+           f" --runtime {args.runtime} --precision {','.join(args.precision)}"
+           + (" --calibration ..." if "int8" in args.precision else ""))
+    print(f"threshold {t:.6g} at false-alarm rate {c['target_fpr']:g} on {c['n_normals']} normal images"
+          f"{_runtime_note(args)}: a new normal like them scores above it with probability at most "
+          f"{c['false_alarm_bound']:.3g}" + ("" if c["false_alarm_bound"] <= c["target_fpr"] else
+                                              f" (1/{c['n_normals'] + 1}: too few normals for the target)"))
+    print(f"decide at it with anomaly predict or evaluate: --model {args.model}{how} --threshold {t!r}")
+    if args.out:
+        write_json(args.out, {"model": str(args.model), "model_sha256": model_digest(args.model),
+                              **_runtime_record(args), "threshold": t, "target_fpr": c["target_fpr"],
+                              "false_alarm_bound": c["false_alarm_bound"], "n_normals": c["n_normals"],
+                              "normals": _image_record(files, [str(f) for f in files])},
+                   kind="anomaly.calibrate", sealed=True)
         print(f"wrote {args.out}")
     return 0
 
@@ -979,6 +1057,30 @@ def register(subparsers: Any) -> None:
                      "image without one is read as good, and a warning names every such image.")
     q.set_defaults(func=_cmd_evaluate)
 
+    q = sub.add_parser("calibrate", help="a decision threshold on normals the model never saw, scored by the runtime "
+                                         "that will run it (an int8 --export above all)", description=(
+        "Scores normal images the model never saw (not its training normals) through the backbone as predict\n"
+        "would run it (--export DIR, or --runtime and --precision) and prints their conformal threshold at\n"
+        "--target-fpr: with n normals, a new normal like them scores above it with probability at most the\n"
+        "target when n >= 1/target - 1, else at most 1/(n+1). Pass it to predict or evaluate as --threshold T.\n"
+        "Images an update added to the model's bank are refused (their sha256 is recorded)."))
+    q.add_argument("--model", required=True, help="model folder written by `anomaly fit`")
+    q.add_argument("--normals", nargs="+", required=True, metavar="PATH",
+                   help="normal image files or folders (searched recursively), like those the model will judge and "
+                        "never shown to it: not its training normals")
+    q.add_argument("--target-fpr", dest="fpr", type=number(float, min=0, max=1, min_open=True, max_open=True),
+                   default=None, help="false-alarm rate in (0, 1) to calibrate at; without it, the model's own")
+    q.add_argument("--out", default=None, metavar="FILE",
+                   help="JSON file for the threshold and what it was calibrated on (the model's and the export's "
+                        "digests, each normal's sha256); without it, printed only (an existing file is replaced "
+                        "only if this command wrote it)")
+    add_weights_arg(q)
+    add_runtime_arg(q)
+    add_precision_arg(q)
+    _add_export_arg(q)
+    add_threads_arg(q)
+    q.set_defaults(func=_cmd_calibrate, threshold=None, target_fpr=None)
+
     q = sub.add_parser("audit", help="rank training normals by how anomalous they look to a bank without them")
     q.add_argument("--data", required=True, help="MVTec AD category folder, or a folder of normal images (its subfolders too)")
     q.add_argument("--folds", type=number(int, min=2), default=d.AUDIT_FOLDS,
@@ -1023,6 +1125,76 @@ def register_export(sub: Any, common: Any) -> None:
 
     add_export(sub, with_weights, "anomaly", "the feature extractor of an anomaly model (an ensemble: OUT/member<i>)",
                "--model", "model folder written by `anomaly fit`", _export_sources)
+    export = sub.choices["anomaly"].get_default("func")
+    sub.choices["anomaly"].set_defaults(func=lambda args: _cmd_export(args, export))
+
+
+# the kinds of an ensemble and of a backbone export (ensemble.KIND, backbone/export.py KIND), named here because
+# importing either module imports torch: `export anomaly` refuses an --out before paying for it
+ENSEMBLE_KIND = "anomaly.ensemble"
+EXPORT_KIND = "backbone.export"
+
+
+def _cmd_export(args: argparse.Namespace, export: Any) -> int:
+    """`frozenvit export anomaly`: `export(args)` (backbone/export_cli.py) with --out checked before the model is
+    loaded, and a progress bar showing the time spent while the graphs are written (they are written together and
+    renamed into place at the end, so the count moves once)."""
+    kind = _model_kind(args.model)
+    if kind is not None:
+        _check_export_out(Path(args.out), nested=kind == ENSEMBLE_KIND)
+    with ticking_progress(total=_member_count(args.model) or 1, desc="export anomaly", unit="graph"):
+        return export(args)
+
+
+def _model_kind(model: str) -> str | None:
+    """The kind config.json of `model` records (a PatchCore's or an ensemble's), None where it cannot be read
+    (loading the model then names the problem)."""
+    import json
+
+    try:
+        kind = json.loads((Path(model) / "config.json").read_text()).get("kind")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return kind if isinstance(kind, str) else None
+
+
+def _check_export_out(out: Path, nested: bool) -> None:
+    """OutputConflict, before the model is loaded, for an --out that the export of a model would refuse: one graph
+    (`nested` False) or one per member (True), each replacing an earlier export of ours of either shape. An older
+    frozenvit's export of one member at a time (its marker lists no members.json) is left to the export, which
+    adopts or refuses it."""
+    from frozenvit.backbone.runtimes import SET_FILE, SET_KIND
+    from frozenvit.backbone.suite.artifacts import check_artifact_dir, read_marker
+
+    marker = read_marker(out) if out.is_dir() and not out.is_symlink() else None
+    if (marker or {}).get("kind") == SET_KIND and SET_FILE not in (marker.get("files") or {}):
+        return
+    kind, other = (SET_KIND, EXPORT_KIND) if nested else (EXPORT_KIND, SET_KIND)
+    check_artifact_dir(out, kind, replaces=(other,))
+
+
+@contextmanager
+def ticking_progress(interval: float = 1.0, **bar: Any) -> Iterator[None]:
+    """A `progress_bar(**bar)` (tqdm on a terminal, log lines when stderr is redirected) over one long step that
+    reports no progress of its own: it shows the time elapsed every `interval` seconds, and its whole `total` done
+    when the step returns (not when it raises)."""
+    import threading
+
+    from frozenvit.backbone.suite.progress import progress_bar
+
+    stop = threading.Event()
+    with progress_bar(**bar) as shown:
+        def tick() -> None:
+            while not stop.wait(interval):
+                shown.update(0)                    # redraws the elapsed time (a log line at the log's own interval)
+        ticker = threading.Thread(target=tick, daemon=True)
+        ticker.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            ticker.join()
+        shown.update(bar.get("total") or 0)        # the ticker has stopped: one thread counts
 
 
 def _export_sources(args: argparse.Namespace) -> list[tuple[str, Any, Any]]:

@@ -39,6 +39,7 @@ from .updates import new_normals
 KIND = "anomaly.ensemble"
 FORMAT_VERSION = 1
 MIN_STD = 1e-6          # a member whose held-out scores do not spread is scaled as if they spread this much
+STRIP_PIXELS = 1 << 22  # map pixels combined at a time (`_combine_map`): bounds the float64 copies of a large image
 
 
 def default_members(progress: bool | None = None) -> list[PatchCore]:
@@ -188,6 +189,16 @@ class PatchCoreEnsemble(ParameterErrorMixin, BaseEstimator):
         return sum((np.asarray(v, np.float64) - loc) / scale
                    for v, (loc, scale) in zip(per_member, self.standardisers_)) / len(per_member)
 
+    def _combine_map(self, per_member: Sequence[np.ndarray]) -> np.ndarray:
+        """`_combine` of the members' maps (H, W) of one image as float32 (H, W), a strip of rows at a time: a large
+        image's float64 sums stay the size of a strip (`STRIP_PIXELS`)."""
+        h, w = per_member[0].shape
+        out = np.empty((h, w), np.float32)
+        rows = max(1, STRIP_PIXELS // max(1, w))
+        for r in range(0, h, rows):
+            out[r:r + rows] = self._combine([m[r:r + rows] for m in per_member])
+        return out
+
     def _check_fitted(self) -> None:
         if not hasattr(self, "members_"):
             raise NotFittedError("this PatchCoreEnsemble is not fitted yet: call fit(normal_images) or "
@@ -211,6 +222,13 @@ class PatchCoreEnsemble(ParameterErrorMixin, BaseEstimator):
         refuse_on_int8(self, "threshold_at")
         return threshold_at(self.calibration_scores_, target_fpr)
 
+    def calibrate(self, images: Sequence[Any], target_fpr: float | None = None,
+                  names: Sequence[str] | None = None) -> "PatchCoreEnsemble":
+        """As `PatchCore.calibrate`, on the normals' ensemble scores (each member's backbone as it runs now)."""
+        from .calibrate import calibrate
+
+        return calibrate(self, images, target_fpr, names, "PatchCoreEnsemble.calibrate")
+
     def predict(self, images: Sequence[Any]) -> AnomalyPrediction:
         """As PatchCore.predict (a list of images, a (B, H, W, C) array or one image); `patch_scores` holds one entry
         per member (their own grids differ)."""
@@ -218,7 +236,7 @@ class PatchCoreEnsemble(ParameterErrorMixin, BaseEstimator):
         images = image_list(images, "PatchCoreEnsemble.predict")
         preds = [m.predict(images) for m in self.members_]
         scores = self._combine([p.scores for p in preds]).astype(np.float32)
-        maps = [self._combine(per_image).astype(np.float32) for per_image in zip(*(p.maps for p in preds))]
+        maps = [self._combine_map(per_image) for per_image in zip(*(p.maps for p in preds))]
         t = self.decision_threshold()
         return AnomalyPrediction(scores, maps, None if t is None else scores > t, t, [p.patch_scores for p in preds])
 

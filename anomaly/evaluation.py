@@ -11,9 +11,9 @@ from frozenvit.backbone.suite.progress import progress_bar
 
 from .errors import DatasetError
 from .features import named_images
-from .images import read_image
+from .images import image_size, read_image
 from .metrics import anomaly_metrics, image_auroc
-from .stream import BATCH, inner_bars_off
+from .stream import batch_bounds, inner_bars_off
 from .threshold import OPERATING_FPRS, threshold_at
 
 
@@ -49,8 +49,8 @@ def evaluate_dataset(det: Any, ds: Any, fprs: tuple[float, ...] = OPERATING_FPRS
     shown = getattr(det, "progress", None)
     with progress_bar(total=len(samples), desc="evaluate", unit="image",
                       disable=None if shown is None else not shown) as bar:   # one bar, not one per member and batch
-        for i in range(0, len(samples), BATCH):
-            chunk = samples[i:i + BATCH]
+        for start, stop in batch_bounds([image_size(s.path) for s in samples]):   # a few large images at a time
+            chunk = samples[start:stop]
             images = [read_image(s.path) for s in chunk]
             with named_images([str(s.path) for s in chunk]), inner_bars_off(det):
                 pred = det.predict(images)

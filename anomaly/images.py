@@ -7,7 +7,9 @@ colour PNGs are read at 16 bits too, although Pillow alone would keep only each 
 An EXIF Orientation tag is applied (`PIL.ImageOps.exif_transpose`), so images, masks and `image_size` are
 in the orientation a viewer shows; PIL images given in memory are turned the same way (`as_image`). A file
 of several pages or frames (multi-page TIFF, animated GIF) is read by its first, with a warning naming it.
-A file that cannot be decoded raises `ImageFormatError` naming it.
+A file that cannot be decoded raises `ImageFormatError` naming it. A file larger than Pillow's decompression-bomb
+limit (`PIL.Image.MAX_IMAGE_PIXELS`) is read with a `LargeImage` warning naming it and its size, in place of
+Pillow's own; one past twice that limit, which Pillow refuses, is an ImageFormatError saying so.
 Masks come back as bool (H, W) by a rule that follows their own scale (`binarize_mask`: 0/1, 0/255 and
 0/65535 masks all read as drawn) and their transparency (`read_mask`), and must match their image's size.
 """
@@ -26,7 +28,7 @@ from frozenvit.backbone.commands import IMAGE_SUFFIXES
 from frozenvit.backbone.errors import ImageFormatError
 from frozenvit.backbone.preprocess import integer_to_uint8, png_significant_bits
 
-from .errors import DatasetError
+from .errors import DatasetError, LargeImage
 
 
 def list_images(folder: str | os.PathLike, *, what: str = "images", recursive: bool = False) -> list[Path]:
@@ -69,14 +71,41 @@ def _orientation(im: Image.Image) -> int:
     return value if isinstance(value, int) and 1 <= value <= 8 else 1
 
 
+def _open(path: str | os.PathLike) -> Image.Image:
+    """`Image.open(path)`, with Pillow's DecompressionBombWarning replaced by a LargeImage warning that names the file
+    and its size (once per file and size in a process); Pillow's DecompressionBombError past twice the limit raised as
+    an ImageFormatError saying what to do."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            im = Image.open(path)
+        except Image.DecompressionBombError as e:
+            raise ImageFormatError(f"cannot read image {path}: {e} Pillow refuses images past twice its limit "
+                                   "(PIL.Image.MAX_IMAGE_PIXELS); downscale the image or cut it into parts") from e
+    limit = Image.MAX_IMAGE_PIXELS
+    w, h = im.size
+    if limit and w * h > limit and (os.path.realpath(path), w, h) not in _WARNED_LARGE:
+        _WARNED_LARGE.add((os.path.realpath(path), w, h))    # its size is read, then its pixels: one warning
+        warnings.warn(f"{path} is {w}x{h} pixels ({w * h / 1e6:.0f} MP), past Pillow's decompression-bomb limit of "
+                      f"{limit / 1e6:.0f} MP: it is read, but its pixels and its full-size defect map take gigabytes "
+                      "of memory; downscale it if its defects stay visible at a smaller size", LargeImage, stacklevel=3)
+    return im
+
+
+#: (real path, width, height) of the large files warned about in this process (`_open`)
+_WARNED_LARGE: set[tuple[str, int, int]] = set()
+
+
 def image_size(path: str | os.PathLike) -> tuple[int, int]:
     """(H, W) as `read_image` returns it (EXIF orientation applied), from the file header, without decoding the
     pixels."""
     try:
-        with Image.open(path) as im:
+        with _open(path) as im:
             w, h = im.size
             if _orientation(im) in _QUARTER_TURNS:
                 w, h = h, w
+    except ImageFormatError:
+        raise
     except Exception as e:   # Pillow's plugins raise many types on malformed files
         raise ImageFormatError(f"cannot read image {path} ({type(e).__name__}: {e}); replace or remove the file") from e
     return h, w
@@ -107,7 +136,7 @@ def _png_header(path: str | os.PathLike) -> tuple[int, int] | None:
 def _decode_as(path: str | os.PathLike, rawmode: str, turned: bool) -> np.ndarray:
     """A PNG's pixels decoded by Pillow with another raw mode of the same bits per pixel (so its row filters undo
     alike), EXIF orientation applied when `turned`."""
-    with Image.open(path) as im:
+    with _open(path) as im:
         im.tile = [t._replace(args=rawmode) if hasattr(t, "_replace") else (*t[:3], rawmode) for t in im.tile]
         im.load()
         if turned:
@@ -158,7 +187,7 @@ def _samples(path: str | os.PathLike, with_alpha: bool = False
     records none). The first page or frame of a file of several, with a warning (`_warn_pages`)."""
     alpha = None
     try:
-        with Image.open(path) as im:
+        with _open(path) as im:
             turned = _orientation(im) != 1
             fmt = im.format or ""
             _warn_pages(im, path)

@@ -10,6 +10,8 @@ partial_fit: more normals (false alarms marked normal) -> their coreset appended
          re-calibrated on the earlier and the new held-out normals.
 predict: patch score = distance to the nearest bank entry -> image score (scoring.py) and the defect map at the
          original image size (anomaly_map.py) -> decision at the threshold.
+calibrate: normals the model never saw, scored as it runs now (an int8 graph, say) -> the threshold set on their
+         scores (calibrate.py).
 """
 from __future__ import annotations
 
@@ -347,6 +349,20 @@ class PatchCore(ParameterErrorMixin, BaseEstimator):
         from frozenvit.backbone.export import refuse_on_int8
         refuse_on_int8(self, "threshold_at")
         return threshold_at(self.calibration_scores_, target_fpr)
+
+    def calibrate(self, images: Sequence[Any], target_fpr: float | None = None,
+                  names: Sequence[str] | None = None) -> "PatchCore":
+        """Decide at the threshold calibrated on `images`, normals the model never saw, scored as `predict` scores
+        them now (through the backbone in use: an int8 graph of `load_exported` or `use_runtime` included); returns
+        self. The threshold is their conformal one at `target_fpr` (None: the model's): a new normal like them
+        scores above it with probability at most target_fpr given at least `min_held_out(target_fpr)` of them,
+        else at most 1/(n + 1) (a warning says so). Sets `threshold` (as `set_params(threshold=T)`) and
+        `calibrated_on_` ({"n_normals", "target_fpr", "threshold", "false_alarm_bound"}); `anomaly/calibrate.py`.
+        Raises NotFittedError before `fit`, DatasetError for no images or images an update added to the bank (by
+        the sha256 of their pixels; the original fit's normals are not recorded: never pass them)."""
+        from .calibrate import calibrate
+
+        return calibrate(self, images, target_fpr, names, "PatchCore.calibrate")
 
     def _score(self, images: Sequence[Any], desc: str = "score") -> tuple[Any, np.ndarray, list]:
         """Patch scores ((B, h, w) untiled, [(T_i, h, w)] tiled), image scores (B,), and where each image lies:

@@ -1,7 +1,9 @@
 """Scoring many image files with a fitted PatchCore, a batch at a time, here or on Ray.
 
 `iter_scored(det, files)` yields one `Scored` per file, in file order, and holds one batch of
-full-size maps at a time, whatever the number of files. With `engine="ray"` the files stream
+full-size maps at a time, whatever the number of files: at most BATCH images and, locally, at most BATCH_PIXELS
+original pixels (`batch_bounds`: a batch of large camera frames holds fewer images; an image past the limit goes
+alone). With `engine="ray"` the files stream
 through Ray Data: read -> `map_batches` on a pool of single-thread actors, each loading the frozen
 backbone and the memory bank once (from the saved model directory) -> back to this process, which
 writes as results arrive. Fitting stays in one process (the coreset is a global step).
@@ -18,6 +20,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 BATCH = 64   # images per predict call: bounds the memory held by full-size maps
+BATCH_PIXELS = 64 * 512 * 512   # original pixels per predict call: 64 images of 512 x 512, fewer larger ones
 # zlib level of overlay PNGs: 1 encodes a 512x512 overlay in ~30 ms instead of ~115 ms at PIL's default 6, for
 # files ~15 % larger; at 6 the encoding took longer than scoring the image (MPDD, 1 thread)
 OVERLAY_PNG_LEVEL = 1
@@ -29,6 +32,22 @@ class Scored:
     score: float
     is_defect: bool | None        # None: the model has no threshold (uncalibrated, no --threshold)
     overlay_png: bytes | None     # the defect map over the image, PNG (None when not asked for)
+
+
+def batch_bounds(sizes: Sequence[tuple[int, int]], max_images: int = BATCH,
+                 max_pixels: int = BATCH_PIXELS) -> list[tuple[int, int]]:
+    """[(start, stop)] of consecutive batches of images of `sizes` [(H, W)], each of at most `max_images` images
+    and `max_pixels` pixels in all, but an image larger than that, which is a batch of its own."""
+    out: list[tuple[int, int]] = []
+    start, pixels = 0, 0
+    for i, (h, w) in enumerate(sizes):
+        if i > start and (i - start >= max_images or pixels + h * w > max_pixels):
+            out.append((start, i))
+            start, pixels = i, 0
+        pixels += h * w
+    if start < len(sizes):
+        out.append((start, len(sizes)))
+    return out
 
 
 def score_batch(det: Any, paths: Sequence[str], overlays: bool) -> list[Scored]:
@@ -56,10 +75,11 @@ def score_batch(det: Any, paths: Sequence[str], overlays: bool) -> list[Scored]:
 
 def iter_scored(det: Any, files: Sequence[str | Path], *, overlays: bool = True, batch_size: int = BATCH,
                 engine: str = "local", workers: int | None = None, model_dir: str | Path | None = None,
-                worker_threads: int = 1) -> Iterator[Scored]:
+                worker_threads: int = 1, batch_pixels: int = BATCH_PIXELS) -> Iterator[Scored]:
     """One `Scored` per file, in the order of `files`.
 
-    engine "local": one progress bar over all the files ("predict", as `det.progress`: None, only where someone
+    engine "local": batches of at most `batch_size` files and `batch_pixels` pixels (`batch_bounds`, on the sizes
+    their headers give), one progress bar over all the files ("predict", as `det.progress`: None, only where someone
     sees it), in place of the per-batch, per-member bars of `det.predict`.
     engine "ray": `workers` actors (None: one per CPU of the cluster), each with torch and faiss at
     `worker_threads` threads, load the bank from `model_dir` (None: `det` is saved to a temporary
@@ -73,12 +93,15 @@ def iter_scored(det: Any, files: Sequence[str | Path], *, overlays: bool = True,
     if engine == "local":
         from frozenvit.backbone.suite.progress import progress_bar
 
+        from .images import image_size
+
         shown = getattr(det, "progress", None)
+        bounds = batch_bounds([image_size(p) for p in paths], batch_size, batch_pixels)
         with progress_bar(total=len(paths), desc="predict", unit="image",
                           disable=None if shown is None else not shown) as bar:
-            for i in range(0, len(paths), batch_size):
+            for start, stop in bounds:
                 with inner_bars_off(det):
-                    got = score_batch(det, paths[i:i + batch_size], overlays)
+                    got = score_batch(det, paths[start:stop], overlays)
                 bar.update(len(got))
                 yield from got
         return

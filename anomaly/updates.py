@@ -59,6 +59,23 @@ def _where(updates: Sequence[dict]) -> tuple[dict[str, tuple[int, str, str]], di
     return by_digest, by_path
 
 
+def bank_images(images: Sequence[Any], names: Sequence[str], updates: Sequence[dict]) -> list[str]:
+    """Which of `images` (named `names`) an earlier update added to the bank, each as "NAME (update K added it)":
+    the same pixels under any name, or the same path for records without digests. Pixels are hashed only when an
+    update added anything. The normals of the original `fit` are not recorded, so they are never found."""
+    if not any(u.get("added_to_bank") for u in updates):
+        return []
+    by_digest, by_path = _where([{"added_to_bank": u.get("added_to_bank"),
+                                  "added_to_bank_sha256": u.get("added_to_bank_sha256")} for u in updates])
+    found = []
+    for name, x in zip(names, images):
+        path = os.path.realpath(x) if isinstance(x, (str, os.PathLike)) else None
+        use = by_digest.get(image_digest(x)) or (by_path.get(path) if path else None)
+        if use is not None:
+            found.append(f"{name} (update {use[0]} added it" + ("" if use[2] == name else f" as {use[2]}") + ")")
+    return found
+
+
 def fresh_images(names: Sequence[str], digests: Sequence[str], images: Sequence[Any],
                  updates: Sequence[dict]) -> list[int]:
     """Indices of the images that no earlier update used and that are not given twice here, in order. The others
