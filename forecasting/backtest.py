@@ -36,7 +36,7 @@ from .data import DS, ID, Y, validate
 from .defaults import CONFORMAL, GLOBAL_CALIBRATIONS
 from .ensemble import Ensemble, combine, same_model
 from .errors import SeriesError
-from .intervals import calibration_cutoffs, check_levels, conformal_bounds, known_windows
+from .intervals import calibration_cutoffs, check_levels, conformal_bounds, known_windows, warn_flat_then_moving
 from .lookback import auto_windows, kept_for_windows, prepare, skipped
 from .metrics import diebold_mariano, interval_score_terms, mase_scale, smape_terms
 from .reuse import shared_fits
@@ -597,15 +597,19 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
             t0 = time.perf_counter()
             kw = dict(refit_every=refit_every, progress=progress)
             remote = sent.take(model) if sent is not None else None
-            own = model.forecast_intervals(ys, cuts, h, levels, progress=progress) if levels and not remote else None
+            own = None
             if remote:                              # trained as one Ray task: its own seconds, not the wait
                 preds, calib, fitted, t_task, choice = remote
                 t0 = time.perf_counter() - t_task
                 if choice is not None:              # auto's, made in the task
                     model.choice_ = choice
-            elif own is not None:                     # a local model: the calibration windows refit as the rest
-                preds, fitted = own[0], None
+            elif levels and model.has_own_intervals():      # a local model: the calibration windows refit as the rest
+                # the calibration windows first, so that what the model records of its choice (history="auto":
+                # `history_`) is the test cutoffs' choice, the one its forecasts use; each calibration window's
+                # history is chosen by the same rule from the data before the calibration windows
                 calib = model.forecast_cutoffs(ys, ccuts, h, **kw)[0] if K else np.empty((len(ys), 0, h))
+                own = model.forecast_intervals(ys, cuts, h, levels, progress=progress)
+                preds, fitted = own[0], None
             else:
                 preds, calib, fitted = model.forecast_with_calibration(ys, cuts, ccuts, h, **kw,
                                                                        global_calibration=global_calibration)
@@ -618,6 +622,8 @@ def backtest(df: pd.DataFrame, models: Sequence[Forecaster], h: int, n_windows: 
     scale = np.array([[mase_scale(y[:c], mase_season) for c in np.concatenate([cc, cs])]
                       for y, cc, cs in zip(ys, ccuts, cuts)])                               # (S, K + W)
     known = known_windows(K, n_windows, h, step_size)
+    if levels:
+        warn_flat_then_moving(ids, ys, cuts, mase_season, h)
     fitted, seconds, intervals = {}, {}, {}
     with contextlib.ExitStack() as stack:
         if check_engine(engine) == "ray":

@@ -115,6 +115,10 @@ class Forecaster(ParameterErrorMixin, BaseEstimator):
                  if np.asarray(calib_cutoffs).shape[1] else np.empty((len(series), 0, h)))
         return preds, calib, fitted
 
+    def has_own_intervals(self) -> bool:
+        """Whether `forecast_intervals` gives this model's own intervals (False here: conformal ones only)."""
+        return False
+
     def forecast_intervals(self, series: Sequence[np.ndarray], cutoffs: np.ndarray, h: int,
                            levels: Sequence[float], *, progress: bool | None = None
                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:

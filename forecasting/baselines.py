@@ -96,11 +96,14 @@ class LocalModel(Forecaster):
         return once(self, f"forecast {h}", [*series, cutoffs],
                     lambda: self._each_cutoff(series, cutoffs, lambda m: m.predict(h), (h,), progress)[0]), None
 
+    def has_own_intervals(self) -> bool:
+        return type(self)._predict_interval is not LocalModel._predict_interval
+
     def forecast_intervals(self, series: Sequence[np.ndarray], cutoffs: np.ndarray, h: int,
                            levels: Sequence[float], *, progress: bool | None = None
                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """As `forecast_cutoffs`, with the model's own intervals where it has them (`_predict_interval`)."""
-        if type(self)._predict_interval is LocalModel._predict_interval:
+        if not self.has_own_intervals():
             return None
         L = len(levels)
         return self._each_cutoff(series, cutoffs, lambda m: m._predict_interval(int(h), list(levels)),
@@ -249,7 +252,10 @@ class StatsForecastModel(SeasonalModel):
     series validated, all of it). On long high-frequency series a recent window fits the level, trend and
     season of now, and fits much faster; on short ones all of it does (docs/forecasting.md, "The
     statistical models' history"). `history_` holds the N used (None: all). `fit(y)` alone with "auto"
-    fits all of y.
+    fits all of y. With intervals, the conformal calibration windows (which end by the first cutoff) are
+    forecast by the same rule, applied before the first of them: their errors are those of the whole procedure,
+    the choice included, and none comes from a choice that saw its truth; `history_` stays the N chosen for the
+    forecasts' cutoffs, the one their forecasts use.
 
     A history of `tiny_history(m)` values or fewer, too short for statsforecast to fit the model at all, is
     fitted by simple exponential smoothing (its alpha optimised; one value: carried forward), as R's

@@ -189,7 +189,8 @@ def _add_run_args(q: argparse.ArgumentParser, models: str, predict: bool = False
     q.add_argument("--sort", action="store_true",
                    help="sort each series' rows by time (else unsorted rows are refused)")
     q.add_argument("--fill", choices=("ffill", "interpolate", "zero"), default=None,
-                   help="fill missing timestamps and empty values this way; when not given they are refused")
+                   help="fill missing timestamps and empty values this way (the command says how many it filled, in "
+                        "which series, and summary.json records it under 'filled'); when not given they are refused")
     q.add_argument("--h", type=number(int, min=1), default=None,
                    help="forecast horizon in steps; when not given: from the timestamps' step, M4's horizons (yearly "
                         "6, quarterly 8, monthly 18, weekly 13, daily 14, hourly 48; integer timestamps: "
@@ -396,9 +397,26 @@ def _read_series(args: argparse.Namespace):
         names = " and ".join(f.split()[0] for f in flags if f)
         print(f"{' and '.join(f for f in flags if f)}: {why} (pass {names} to choose)")
     args.time_form = df.attrs.get("time_form", {})       # forecasts.csv writes its timestamps alike
+    args.filled = df.attrs.get("filled")
+    if args.filled:
+        print(_filled_line(args.filled))
     args.seasons = tuple(sorted(args.season_length))    # ETS and ARIMA take them all, the rest the shortest
     args.season_length = args.seasons[0]
     return df, inferred
+
+
+def _filled_line(filled: dict) -> str:
+    """What --fill did, in one line: how many values in how many series, the series with the most first."""
+    n, per = filled["values"], filled["series"]
+    if not n:
+        return f"--fill {filled['how']}: no value was missing, none filled"
+    gaps, empty = filled["missing_timestamps"], n - filled["missing_timestamps"]
+    parts = [f"{gaps} missing timestamp{'s' if gaps != 1 else ''}"] * bool(gaps) + \
+        [f"{empty} empty value{'s' if empty != 1 else ''}"] * bool(empty)
+    most = sorted(per.items(), key=lambda kv: -kv[1])
+    shown = ", ".join(f"{u} {k}" for u, k in most[:5]) + (f", and {len(most) - 5} more series" if len(most) > 5 else "")
+    return (f"filled {n} missing value{'s' if n != 1 else ''} ({' and '.join(parts)}) in {len(per)} series with "
+            f"--fill {filled['how']}: {shown} (summary.json: filled)")
 
 
 def _as_read(frame, args: argparse.Namespace):
@@ -413,6 +431,22 @@ def _as_read(frame, args: argparse.Namespace):
              DS: getattr(args, "time_col", None) or DS}
     names = {k: v for k, v in names.items() if k in frame.columns and v != k and v not in frame.columns}
     return frame.rename(columns=names) if len(set(names.values())) == len(names) else frame
+
+
+def _say_unfinished(folder, args: argparse.Namespace) -> None:
+    """A line on stderr where --out holds a run that stopped before its last file (its run record says so)."""
+    from .run_folder import RECORD
+
+    if folder.unfinished and not args.resume:
+        print(f"warning: --out {args.out} holds a run that stopped before all its results were written (its {RECORD} "
+              "says so); this run starts afresh and replaces it (--resume completes that run instead, keeping its "
+              "finished trainings)", file=sys.stderr)
+
+
+def _filled_record(args: argparse.Namespace) -> dict:
+    """summary.json's "filled" where --fill was given: how many values it filled, in which series."""
+    filled = getattr(args, "filled", None)
+    return {"filled": filled} if filled else {}
 
 
 def _seasons_record(args: argparse.Namespace) -> dict:
@@ -434,30 +468,75 @@ def _checkpointed(built: dict, out: Path, resume: bool) -> list[str]:
     return rels
 
 
-def _season_forms(args: argparse.Namespace) -> dict[str, str]:
-    """How ETS and ARIMA (alone, in a combination, in auto, or for the short series) model --season-length:
+def _season_forms(args: argparse.Namespace, lengths: list[int] | None = None,
+                  caps: dict | None = None) -> dict[str, str]:
+    """How ETS and ARIMA (alone, in a combination, in auto, or for the short series) modelled --season-length:
     {"ETS": "stl"|"own"|"none", ...} for those the run uses; a season they take out by STL (above 24
-    steps) is said in one printed line."""
+    steps, or several) is said in one printed line.
+
+    `lengths`: the lengths of the histories the forecasts were fitted on (each series', at each cutoff of a
+    backtest). With them, the forms are those of the seasons fitted: a season a history does not hold twice over
+    is left out of that history's fit (`fitted_seasons`), and a SeasonWarning names it and why; the form is that
+    of the fits that kept the most seasons. `caps`: class name -> the most values of a history it was fitted on
+    (--stat-history N, or the N auto chose; None: all). Without `lengths` (or for the short series' fallback
+    alone): the seasons asked."""
+    from .backtest import SeasonWarning
     from .baselines import ARIMA, ETS, MOST_SEASON
 
     names = set(flat_names(args.models))
     fallback = names & set(NEURAL) and args.short_series == "statistical" and not names - set(NEURAL)
     several = len(args.seasons) > 1
     # the models named (auto's ETS among them) take every season; the short series' fallback (Theta, ETS) the shortest
-    used = [(m, args.seasons if several and named else args.season_length)
+    used = [(m, args.seasons if several and named else args.season_length, bool(named))
             for m, named, wanted in ((ETS, names & {"ets", "auto"}, names & {"ets", "auto"} or fallback),
                                      (ARIMA, "arima" in names, "arima" in names)) if wanted]
-    forms = {m.__name__: m(given).seasonal_form() for m, given in used}
-    several = several and any(given == args.seasons for _, given in used)
-    stl = [name for name, form in forms.items() if form == "stl"]
-    if stl:
-        one = len(stl) == 1
-        what = (f"seasons of {' and '.join(map(str, args.seasons))} steps: STL takes them out together"
-                if several else f"a season of {args.season_length} steps, above the {MOST_SEASON} "
+    forms, fitted = {}, {}
+    for m, given, named in used:
+        model, name = m(given), m.__name__
+        asked = tuple(s for s in model.seasons() if s > 1)
+        if lengths is None or not named or not len(lengths):
+            fitted[name] = asked
+        else:
+            cap = (caps or {}).get(name)
+            fits = [_as_seasons(model.fitted_seasons(n if cap is None else min(n, int(cap)))) for n in lengths]
+            fitted[name] = max(fits, key=len)
+            for season in asked:
+                short = sum(season not in f for f in fits)
+                if short:
+                    _warn_season_left_out(name, season, short, len(fits), lengths, cap, fitted[name], SeasonWarning)
+        forms[name] = model.seasonal_form(fitted[name])
+    stl: dict[tuple, list[str]] = {}
+    for name, form in forms.items():
+        if form == "stl":
+            stl.setdefault(fitted[name], []).append(name)
+    for seasons, who in stl.items():
+        one, both = len(who) == 1, len(seasons) > 1
+        what = (f"seasons of {' and '.join(map(str, seasons))} steps: STL takes them out together"
+                if both else f"a season of {seasons[0]} steps, above the {MOST_SEASON} "
                 f"{'it models itself' if one else 'they model themselves'}: STL takes the season out")
-        print(f"{' and '.join(stl)}: {what}, {'it forecasts' if one else 'they forecast'} the rest (as R's "
-              f"{'mstl' if several else 'stlf'})")
+        print(f"{' and '.join(who)}: {what}, {'it forecasts' if one else 'they forecast'} the rest (as R's "
+              f"{'mstl' if both else 'stlf'})")
     return forms
+
+
+def _as_seasons(fitted) -> tuple[int, ...]:
+    """`fitted_seasons`' answer (an int, a tuple, 1 for none) as the tuple of the seasons fitted."""
+    return tuple(fitted) if isinstance(fitted, tuple) else () if int(fitted) <= 1 else (int(fitted),)
+
+
+def _warn_season_left_out(name: str, season: int, short: int, fits: int, lengths: list[int], cap, kept: tuple,
+                          category) -> None:
+    """The SeasonWarning for a season of --season-length that `short` of a model's `fits` left out."""
+    held = f"the last {int(cap)} values of each history" if cap is not None and int(cap) < max(lengths) else \
+        f"histories of {min(lengths)}{f' to {max(lengths)}' if max(lengths) > min(lengths) else ''} values"
+    rest = (f"it fitted the season{'s' if len(kept) > 1 else ''} of {' and '.join(map(str, kept))} alone" if kept
+            else "it fitted no season")
+    where = (f"every fit ({rest}, as --season-length {','.join(map(str, kept)) or 1} would)" if short == fits
+             else f"{short} of its {fits} fits, on histories shorter than {2 * season} values")
+    warnings.warn(f"{name}: the season of {season} steps is left out of {where}: it was fitted on {held}, and a "
+                  f"season is fitted only where a history holds it twice over ({2 * season} values); a longer "
+                  f"history gives it{', or a larger --stat-history' if cap is not None else ''}", category,
+                  stacklevel=2)
 
 
 def _files_written(args: argparse.Namespace, command: str) -> list[str]:
@@ -511,8 +590,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     engine_from_args(args)                          # --workers without --ray fails before any work
     check_output_dir(args.out, "forecast.predict", names=_files_written(args, "predict"))   # a user's file too
     folder = RunFolder(args.out, args.resume, "predict")     # a stopped run there is continued with --resume only
+    _say_unfinished(folder, args)
     df, inferred = _read_series(args)
-    season_forms = _season_forms(args)
     names = flat_names(args.models)
     built = dict(zip(names, make_models(names, args.h, args.season_length, args.input_size or LOOKBACK,
                                         args.max_epochs, args.seed, vit=vit, stat_history=args.stat_history,
@@ -533,6 +612,10 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                       input_size=args.input_size or _D["input_size"], short_series=args.short_series,
                       fallback_history=args.stat_history, progress=None)
     used = _stat_history_used(built)
+    sizes = df.groupby(ID, sort=False).size()
+    with _warnings_as_lines():
+        season_forms = _season_forms(args, [int(n) for u, n in sizes.items() if str(u) in fc.last],
+                                     _history_caps(args, used))
     written = _write_predict(args, fc, df, used, season_forms, inferred, checkpoints, folder)
     pd.set_option("display.width", 160)
     first = list(fc.last)[: args.plot_series]
@@ -555,20 +638,40 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         print(f"intervals: conformal, sized by the errors of {fc.calibration_windows} window(s) of --h before each "
               f"series' end{nets}{own}" if fc.calibration_windows else
               f"intervals: no conformal ones (--calibration-windows 0){own}")
-    missing = {f"{lab} {lv}": s for lab, by in fc.interval_share().items() for lv, s in by.items() if s < 1}
+    missing = {(lab, float(lv)): s for lab, by in fc.interval_share().items() for lv, s in by.items() if s < 1}
     if missing:
-        top = max(args.levels)
-        from .intervals import errors_needed
-
-        need = errors_needed(top)
-        nets = set(flat_names(args.models)) & {*NEURAL, "auto"}
-        print(f"no interval on some rows ({', '.join(f'{k}: {100 * (1 - v):.0f} %' for k, v in missing.items())}): too "
-              f"few calibration errors for that level ({top:g} % needs {need} per step, over all series), a flat "
-              "history, or a series shorter than its calibration windows or a season; more series or "
-              "--calibration-windows give them"
-              + (" (more windows can shorten the networks' look-back: a warning then says so)" if nets else ""))
+        print(_missing_intervals_note(fc, df, args, missing))
     print(f"\nwrote in {args.out}: {', '.join(written)}")
     return 0
+
+
+def _missing_intervals_note(fc, df, args: argparse.Namespace, missing: dict) -> str:
+    """Why some forecasts have no interval, and, where the calibration errors are too few, what gives them: each
+    level asked needs `errors_needed` errors per step over the series; a label calibrated on fewer windows (the
+    networks, to keep their look-back) gets them from --calibration-windows, as far as the series hold windows."""
+    from .intervals import errors_needed, windows_needed
+
+    S = len(fc.last)
+    lengths = df[df[ID].astype(str).isin(list(fc.last))].groupby(ID, sort=False).size()
+    holds = max(0, (int(lengths.min()) - fc.season_length - 1) // fc.h) if len(lengths) else 0
+    cures = []
+    for (lab, lv), _ in missing.items():
+        got = fc.network_calibration_windows if lab in fc.network_calibrated else fc.calibration_windows
+        need, wanted = errors_needed(lv), windows_needed(lv, S)
+        if got is None or got >= wanted:
+            continue                        # enough windows: a flat history or a short series left it none
+        few = f"{lab} has {got * S} calibration error(s) per step ({got} window(s) x {S} series), {lv:g} % needs {need}"
+        if wanted <= holds:
+            cures.append(f"{few}: --calibration-windows {wanted} gives it (every model then calibrates on "
+                         f"{wanted} window(s)"
+                         + ("; the networks' look-back may shorten: a warning then says so" if lab in
+                            fc.network_calibrated else "") + ")")
+        else:
+            cures.append(f"{few}: {wanted} window(s) of each of the {S} series, more than the shortest holds "
+                         f"({holds}); more series give it")
+    shown = ", ".join(f"{lab} {lv:g}: {100 * (1 - v):.0f} %" for (lab, lv), v in missing.items())
+    other = "a flat history, or a series shorter than its calibration windows or a season, leaves a series none"
+    return f"no interval on some rows ({shown}): " + (f"{'; '.join(cures)} ({other} too)" if cures else other)
 
 
 def _write_predict(args, fc, df, used: dict, season_forms: dict, inferred, checkpoints: list[str],
@@ -579,20 +682,38 @@ def _write_predict(args, fc, df, used: dict, season_forms: dict, inferred, check
     from .plots import plot_future, save_png
 
     out = output_dir(args.out, "forecast.predict", names=_files_written(args, "predict"))
-    write_json(out / "summary.json", {"csv": str(args.csv), "stat_history": {"asked": args.stat_history, "used": used},
-                                      **({"season_forms": season_forms} if season_forms else {}),
-                                      **_seasons_record(args),
-                                      **({"defaults_from": inferred} if inferred else {}), **fc.to_dict()})
-    atomic_write_text(out / "forecasts.csv", _as_read(fc.frame, args).to_csv(index=False))
-    save_png(plot_future(fc, df, n_series=args.plot_series), out / "forecasts.png")
-    written = ["summary.json", "forecasts.csv", "forecasts.png"]
-    if fc.choices:
-        atomic_write_text(out / "auto_weights.csv", fc.auto_weights().to_csv(index=False))
-        written.append("auto_weights.csv")
-    for alias, model in fc.fitted.items():
-        written.append(model.save(out / "models" / alias).relative_to(out).as_posix())
-    folder.finish(written + checkpoints)            # nothing of an earlier run is left beside these
+    written = ["summary.json", "forecasts.csv", "forecasts.png"] + (["auto_weights.csv"] if fc.choices else []) \
+        + [f"models/{alias}" for alias in fc.fitted]
+    with _unfinished_on_interrupt(out, folder, written + checkpoints):
+        atomic_write_text(out / "forecasts.csv", _as_read(fc.frame, args).to_csv(index=False))
+        save_png(plot_future(fc, df, n_series=args.plot_series), out / "forecasts.png")
+        if fc.choices:
+            atomic_write_text(out / "auto_weights.csv", fc.auto_weights().to_csv(index=False))
+        for alias, model in fc.fitted.items():
+            model.save(out / "models" / alias)
+        write_json(out / "summary.json", {"csv": str(args.csv),
+                                          "stat_history": {"asked": args.stat_history, "used": used},
+                                          **({"season_forms": season_forms} if season_forms else {}),
+                                          **_seasons_record(args), **_filled_record(args),
+                                          **({"defaults_from": inferred} if inferred else {}), **fc.to_dict()})
+        folder.finish(written + checkpoints)        # nothing of an earlier run is left beside these
     return written
+
+
+@contextlib.contextmanager
+def _unfinished_on_interrupt(out: Path, folder, planned: list[str]) -> Iterator[None]:
+    """Around the writing of a run's results: the folder's run record says it is unfinished until the last file is
+    written (`RunFolder.writing`, `finish`), and a Ctrl-C meanwhile says so on stderr and how to complete it."""
+    from .run_folder import RECORD
+
+    folder.writing(planned)
+    try:
+        yield
+    except KeyboardInterrupt:
+        print(f"interrupted while writing the results: {out} is unfinished (its {RECORD} says so; its files may be "
+              "partly this run's and partly an earlier one's); run the same command with --resume to complete it",
+              file=sys.stderr)
+        raise
 
 
 def _cmd_backtest(args: argparse.Namespace) -> int:
@@ -610,8 +731,8 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     engine_from_args(args)                          # --workers without --ray fails before any work
     check_output_dir(args.out, "forecast.backtest", names=_files_written(args, "backtest"))   # a user's file too
     folder = RunFolder(args.out, args.resume)       # a stopped run there is continued with --resume only
+    _say_unfinished(folder, args)
     df, inferred = _read_series(args)
-    season_forms = _season_forms(args)
     names = flat_names(args.models)
     calib = (CONFORMAL["calibration_windows"] if args.calibration_windows is None else args.calibration_windows) \
         if args.levels else 0
@@ -635,6 +756,8 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
                        short_series=args.short_series, fallback_history=args.stat_history)
     hz = res.mase_by_horizon()
     used = _stat_history_used(built)
+    with _warnings_as_lines():
+        season_forms = _season_forms(args, _history_lengths(df, res.cutoffs()), _history_caps(args, used))
     written = _write_backtest(args, res, df, hz, used, season_forms, inferred, checkpoints, folder)
     pd.set_option("display.width", 160)
     steps = shown_steps(args.h)
@@ -660,10 +783,14 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
         iv = res.interval_summary()
         print(iv.to_string(float_format=lambda v: f"{v:.4g}"))
         if (iv["share"] < 1).any():
+            from .intervals import errors_needed
+
+            short = sorted({lv for (_, lv), share in iv["share"].items() if share < 1})
+            needs = ", ".join(f"{lv:g} % needs {errors_needed(lv)}" for lv in short)
             print("share < 1: some windows have no interval: "
                   + ("a flat history gives no MASE scale to size one, or " if res.mase_undefined else "")
-                  + "too few calibration errors for that level (95 % needs 19 per step, over all series); more "
-                  "series, --windows or --calibration-windows give them")
+                  + f"too few calibration errors for that level ({needs} per step, over all series and the "
+                  "windows before); more series, --windows or --calibration-windows give them")
     if res.members:
         print("\nDiebold-Mariano, each combination against its members (negative: the combination is better)")
         print(res.dm_vs_members().to_string(float_format=lambda v: f"{v:.4g}"))
@@ -677,6 +804,26 @@ def _stat_history_used(built: dict) -> dict:
     return {m.alias: m.history_ for m in built.values() if hasattr(m, "history_")}
 
 
+def _history_caps(args: argparse.Namespace, used: dict) -> dict:
+    """ETS's and ARIMA's most values of a history fitted (None: all): what the named model used, else (auto's
+    candidate) --stat-history N."""
+    asked = args.stat_history if isinstance(args.stat_history, int) else None
+    return {name: used.get(name, asked) for name in ("ETS", "ARIMA")}
+
+
+def _history_lengths(df, cutoffs: dict) -> list[int]:
+    """The length of each series' history at each of its cutoffs (`BacktestResult.cutoffs()`)."""
+    import numpy as np
+
+    out = []
+    for uid, g in df.groupby(ID, sort=False):
+        cs = cutoffs.get(str(uid))
+        if cs:
+            t = g[DS].to_numpy()
+            out += np.searchsorted(t, np.asarray(cs, dtype=t.dtype), side="right").tolist()
+    return out
+
+
 def _print_stat_history(used: dict, asked, where: str) -> None:
     """The line saying what ETS, Theta and ARIMA were fitted on, and how --stat-history auto chose it."""
     if used:
@@ -688,33 +835,35 @@ def _print_stat_history(used: dict, asked, where: str) -> None:
 def _write_backtest(args, res, df, hz, used: dict, season_forms: dict, inferred, checkpoints: list[str],
                     folder) -> list[str]:
     """Every file of a backtest in --out, before anything is printed (a reader that closes the output early,
-    `| head -1`, still leaves the results); the names written."""
+    `| head -1`, still leaves the results); the names written. summary.json comes last, and the folder's run record
+    says the run is unfinished until then (`_unfinished_on_interrupt`)."""
     from frozenvit.backbone.suite.artifacts import atomic_write_text, output_dir, write_json
 
     from .plots import plot_coverage, plot_forecasts, plot_mase_by_horizon, save_png
 
     out = output_dir(args.out, "forecast.backtest", names=_files_written(args, "backtest"))
-    write_json(out / "summary.json", {"csv": str(args.csv), "input_size": res.input_size,
-                                      "stat_history": {"asked": args.stat_history, "used": used},
-                                      "neural_lengths": res.neural_lengths,
-                                      "short_series": res.short_series,
-                                      **({"season_forms": season_forms} if season_forms else {}),
-                                      **_seasons_record(args),
-                                      **({"defaults_from": inferred} if inferred else {}), **res.to_dict()})
-    atomic_write_text(out / "forecasts.csv", _as_read(res.forecasts_with_intervals(), args).to_csv(index=False))
-    atomic_write_text(out / "mase_by_horizon.csv", hz.to_csv())
-    save_png(plot_forecasts(res, df, n_series=args.plot_series), out / "forecasts.png")
-    save_png(plot_mase_by_horizon(res), out / "mase_by_horizon.png")
-    written = ["summary.json", "forecasts.csv", "mase_by_horizon.csv", "forecasts.png", "mase_by_horizon.png"]
-    if res.choices:
-        atomic_write_text(out / "auto_weights.csv", res.auto_weights().to_csv(index=False))
-        written.append("auto_weights.csv")
-    if res.levels:
-        save_png(plot_coverage(res), out / "coverage_by_horizon.png")
-        written.append("coverage_by_horizon.png")
-    for alias, model in res.fitted.items():
-        written.append(model.save(out / "models" / alias).relative_to(out).as_posix())
-    folder.finish(written + checkpoints)            # nothing of an earlier run is left beside these
+    written = ["summary.json", "forecasts.csv", "mase_by_horizon.csv", "forecasts.png", "mase_by_horizon.png"] \
+        + (["auto_weights.csv"] if res.choices else []) + (["coverage_by_horizon.png"] if res.levels else []) \
+        + [f"models/{alias}" for alias in res.fitted]
+    with _unfinished_on_interrupt(out, folder, written + checkpoints):
+        atomic_write_text(out / "forecasts.csv", _as_read(res.forecasts_with_intervals(), args).to_csv(index=False))
+        atomic_write_text(out / "mase_by_horizon.csv", hz.to_csv())
+        save_png(plot_forecasts(res, df, n_series=args.plot_series), out / "forecasts.png")
+        save_png(plot_mase_by_horizon(res), out / "mase_by_horizon.png")
+        if res.choices:
+            atomic_write_text(out / "auto_weights.csv", res.auto_weights().to_csv(index=False))
+        if res.levels:
+            save_png(plot_coverage(res), out / "coverage_by_horizon.png")
+        for alias, model in res.fitted.items():
+            model.save(out / "models" / alias)
+        write_json(out / "summary.json", {"csv": str(args.csv), "input_size": res.input_size,
+                                          "stat_history": {"asked": args.stat_history, "used": used},
+                                          "neural_lengths": res.neural_lengths,
+                                          "short_series": res.short_series,
+                                          **({"season_forms": season_forms} if season_forms else {}),
+                                          **_seasons_record(args), **_filled_record(args),
+                                          **({"defaults_from": inferred} if inferred else {}), **res.to_dict()})
+        folder.finish(written + checkpoints)        # nothing of an earlier run is left beside these
     return written
 
 

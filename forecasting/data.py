@@ -12,6 +12,7 @@ values before each series' first value and after its last), with a warning.
 """
 from __future__ import annotations
 
+import calendar
 import csv
 import re
 import warnings
@@ -456,6 +457,28 @@ def _day_or_month_first(col: pd.Series, source: str | Path) -> pd.Series:
                       f"{'regular' if r_us >= 0.5 else 'irregular'} either way; write the dates as YYYY-MM-DD")
 
 
+_MONTH_YEAR = r"^\s*([A-Za-z]{3,9})[-/ ](\d{2})\s*$"     # Excel's mmm-yy: Jan-19, Sep-21
+_MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name} | \
+    {name.lower(): i for i, name in enumerate(calendar.month_abbr) if name} | {"sept": 9}
+# what a timestamp may look like, for the error about one that is none of them
+_TIME_FORMS = ("dates as 2019-01-31 (YYYY-MM-DD, with a time if any: 2019-01-31 13:00), months as 2019-01, Jan 2019 "
+               "or Jan-19, quarters as 2019Q1, years as 2019, or integer steps 1, 2, 3")
+
+
+def _month_years(col: pd.Series) -> pd.Series | None:
+    """Month names with a two-digit year (Excel's mmm-yy: Jan-19, Feb-19, ...; 'September-21') as the months' first
+    days (19 is 2019, as %y reads it: 00-68 are 20xx, 69-99 19xx); None for a column that is not all such. A date
+    has a year, so Jan-19 is never the 19th of January."""
+    parts = col.astype(str).str.extract(_MONTH_YEAR)
+    if not len(parts) or parts.isna().any().any():
+        return None
+    month = parts[0].str.lower().map(_MONTHS)
+    if month.isna().any():
+        return None
+    stamps = pd.to_datetime(parts[1] + "-" + month.astype(int).astype(str), format="%y-%m", errors="coerce")
+    return None if stamps.isna().any() else stamps.rename(col.name)
+
+
 _CLOCK_WITH_OFFSET = re.compile(r".*[T ]\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?\s*(Z|[+-]\d{2}:?\d{2})")
 _OFFSET_AT_END = re.compile(r"\s*(Z|[+-]\d{2}:?\d{2})\s*$")
 _ZERO_OFFSET = re.compile(r".*(Z|[+-]00:?00)\s*")
@@ -480,6 +503,8 @@ def time_form(col: pd.Series) -> dict:
         return {}
     if text.str.fullmatch(_QUARTER).all():
         return {"period": "Q"}
+    if _month_years(text) is not None:
+        return {"strftime": "%b-%y"}
     if text.str.fullmatch(_CLOCK_WITH_OFFSET).any():
         wall = pd.to_datetime(text.str.replace(_OFFSET_AT_END, "", regex=True), errors="coerce", format="mixed")
         if _one_time_of_day(wall) and not text.str.fullmatch(_ZERO_OFFSET).all():
@@ -505,6 +530,8 @@ def written_times(ds: pd.Series, form: dict | None) -> pd.Series:
         return ds.dt.to_period("Q").astype(str)
     if form.get("int_date"):
         return pd.to_numeric(ds.dt.strftime(form["int_date"])).astype("Int64")
+    if form.get("strftime"):
+        return ds.dt.strftime(form["strftime"])
     if form.get("utc") and ds.dt.tz is None:
         return ds.dt.tz_localize("UTC")
     return ds
@@ -596,6 +623,9 @@ def _parse_ds(col: pd.Series, source: str | Path, calendar: bool = False) -> pd.
         if pd.api.types.is_bool_dtype(col) or col.map(lambda v: isinstance(v, (bool, np.bool_))).any():
             raise SeriesError(f"{source}: the {name} column holds true/false values; timestamps are integer "
                               "steps or dates")
+        months = _month_years(col) if col.map(lambda v: isinstance(v, str)).all() else None
+        if months is not None:
+            return months.astype("datetime64[ns]")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
@@ -608,9 +638,14 @@ def _parse_ds(col: pd.Series, source: str | Path, calendar: bool = False) -> pd.
         bad = parsed.isna().to_numpy()
         if bad.any():
             i, ok = int(np.flatnonzero(bad)[0]), np.flatnonzero(~bad)
-            what = f"a date written like {col.iloc[int(ok[0])]!r}" if ok.size else "an integer step or a date"
-            raise SeriesError(f"{_where(source, i)}: timestamp {_plain(col.iloc[i])!r} is not {what} "
-                              f"({int(bad.sum())} such value(s)); write every timestamp the same way")
+            if ok.size:
+                raise SeriesError(f"{_where(source, i)}: timestamp {_plain(col.iloc[i])!r} is not a date written like "
+                                  f"{col.iloc[int(ok[0])]!r} ({int(bad.sum())} such value(s)); write every timestamp "
+                                  "the same way")
+            raise SeriesError(f"{_where(source, i)}: timestamp {_plain(col.iloc[i])!r} is not an integer step or a "
+                              f"date that can be read ({int(bad.sum())} such value(s)); write the {name} column as "
+                              f"{_TIME_FORMS} (in a spreadsheet: give the column the date format yyyy-mm-dd before "
+                              "saving the CSV)")
     if getattr(parsed.dt, "tz", None) is not None:
         parsed = _local_or_utc(parsed, parsed.dt.tz_localize(None))
     return parsed.astype("datetime64[ns]")
@@ -641,7 +676,9 @@ def validate(df: pd.DataFrame, *, sort: bool = False, fill: Fill | None = None,
     (daily or coarser), dropped to keep the local wall time, so a DST change is no 23- or 25-hour step); `y` numbers, or NaN where a
     value is missing. Raises SeriesError for: missing columns, no rows, empty timestamps, text in
     `y`, unsorted timestamps (unless `sort`), duplicates, irregular spacing, gaps and NaN (unless
-    `fill`), series shorter than `min_length`.
+    `fill`), series shorter than `min_length`. With `fill`, the result's `attrs["filled"]` says what was filled:
+    {"how", "values" (filled in all), "missing_timestamps" (of those, rows that were absent), "series" (id -> values
+    filled, for the series with any)}; the readers' results carry it too.
     """
     return _validate(df, sort, fill, min_length)
 
@@ -663,12 +700,20 @@ def _validate(df: pd.DataFrame, sort: bool, fill: Fill | None, min_length: int |
     df = pd.DataFrame({ID: df[ID].astype(str), DS: _parse_ds(df[DS], "frame"), Y: _parse_values(df[Y], "frame")})
     if origin is not None:
         df["_row"], df["_raw"] = origin["row"].to_numpy(), origin["raw"].to_numpy()
-    out = []
+    out, filled, gaps = [], {}, 0
     for uid, g in df.groupby(ID, sort=False):
         if sort:
             g = g.sort_values(DS, kind="stable")
-        out.append(_check_one(uid, g, fill, min_length, source))
-    return pd.concat(out, ignore_index=True)
+        one, n_filled, n_gaps = _check_one(uid, g, fill, min_length, source)
+        out.append(one)
+        gaps += n_gaps
+        if n_filled:
+            filled[str(uid)] = n_filled
+    result = pd.concat(out, ignore_index=True)
+    if fill is not None:        # what the fill did: the readers' callers report it (the command prints it)
+        result.attrs["filled"] = {"how": fill, "values": int(sum(filled.values())), "missing_timestamps": gaps,
+                                  "series": filled}
+    return result
 
 
 def _wide_hint(df: pd.DataFrame) -> str:
@@ -744,7 +789,8 @@ def _month_step_rules(idx: pd.DatetimeIndex) -> bool:
 
 
 def _check_one(uid: str, g: pd.DataFrame, fill: Fill | None, min_length: int | None,
-               source: str | Path | None = None) -> pd.DataFrame:
+               source: str | Path | None = None) -> tuple[pd.DataFrame, int, int]:
+    """One series checked (and filled, with `fill`): its frame, the values filled, the missing timestamps among them."""
     ds = g[DS].reset_index(drop=True)
     t = ds.to_numpy().astype(np.int64)            # integers, or nanoseconds for datetimes
     d = np.diff(t)
@@ -762,6 +808,7 @@ def _check_one(uid: str, g: pd.DataFrame, fill: Fill | None, min_length: int | N
         raise SeriesError(f"series {uid!r}: timestamp {ds[off_grid].iloc[0]} is off the series' regular grid; "
                           "resample to a regular frequency first")
     missing = ~grid.isin(ds)
+    n_gaps = int(missing.sum())
     if missing.any():
         n_missing, first = int(missing.sum()), grid[missing][0]
         if n_missing > len(ds):                   # filling would invent most of the series
@@ -788,7 +835,7 @@ def _check_one(uid: str, g: pd.DataFrame, fill: Fill | None, min_length: int | N
     if min_length is not None and len(y) < min_length:
         raise SeriesError(f"series {uid!r} has {len(y)} values but needs at least {min_length} "
                           "(look-back + horizon [+ windows]); use a smaller --h or --input-size, or drop it")
-    return pd.DataFrame({ID: uid, DS: g[DS].to_numpy(), Y: y})
+    return pd.DataFrame({ID: uid, DS: g[DS].to_numpy(), Y: y}), int(nan.size), n_gaps
 
 
 def _missing_message(uid: str, g: pd.DataFrame, nan: np.ndarray, source: str | Path | None) -> str:

@@ -34,7 +34,7 @@ from .defaults import GLOBAL_CALIBRATIONS
 from .ensemble import Ensemble, combine, same_model
 from .errors import SeriesError
 from .fallback import season_dropped
-from .intervals import calibration_cutoffs, check_levels, conformal_bounds, errors_needed
+from .intervals import calibration_cutoffs, check_levels, conformal_bounds, errors_needed, warn_flat_then_moving
 from .lookback import prepare, skipped
 from .metrics import mase_scale
 from .reuse import shared_fits
@@ -68,6 +68,7 @@ class Forecast:
     short_series: dict = field(default_factory=dict)
     neural_lengths: dict = field(default_factory=dict)
     choices: dict = field(default_factory=dict)         # auto's alias -> its AutoChoice
+    network_calibrated: list = field(default_factory=list)   # the aliases calibrated on network_calibration_windows
 
     def auto_weights(self) -> pd.DataFrame:
         """What each `auto` forecast each series with: model, unique_id and one weight per candidate."""
@@ -329,12 +330,15 @@ def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_leng
             r = (combine([p[0] for p in parts], model.how), combine([p[1] for p in parts], model.how), None, None,
                  sum(p[4] for p in parts))
         else:
-            own = model.forecast_intervals(ys, cuts, h, levels, progress=progress) if levels else None
             mine = own_cutoffs(model)                                               # (S, K or K_net)
             ok = calibrated(model, cuts, mine, global_calibration)
-            if own is not None:
-                preds, fitted = own[0], None
+            own = None
+            if levels and model.has_own_intervals():
+                # the calibration windows first, so that what the model records of its choice (history="auto":
+                # `history_`) is the forecast's, the one its forecasts use (as in a backtest)
                 calib = _calibration(model, ys, mine, ok, h, progress)
+                own = model.forecast_intervals(ys, cuts, h, levels, progress=progress)
+                preds, fitted = own[0], None
             elif ok.all():
                 preds, calib, fitted = model.forecast_with_calibration(ys, cuts, mine, h, progress=progress,
                                                                        global_calibration=global_calibration)
@@ -358,6 +362,7 @@ def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_leng
     frame = pd.DataFrame({ID: np.repeat(ids, h), DS: np.concatenate([np.asarray(s) for s in stamps]),
                           "step": np.tile(np.arange(1, h + 1), len(ids))})
     if K:
+        warn_flat_then_moving(ids, ys, cuts, season_length, h)
         truth = np.stack([np.stack([y[c: c + h] if c >= 1 else np.full(h, np.nan) for c in cc])
                           for y, cc in zip(ys, ccuts)])                                         # (S, K, h)
         scale = np.array([[mase_scale(y[:c], season_length) if c > season_length else np.nan
@@ -386,4 +391,5 @@ def forecast(df: pd.DataFrame, models: Sequence[Forecaster], h: int, season_leng
     keep_choices(given_models, models)
     return Forecast(frame, aliases, h, season_length, levels, K, global_calibration if K else None,
                     K_net if K_net < K and any(_holds_network(m) for m in models) else None, last, fitted,
-                    seconds, prep.input_size, record, prep.lengths, choices)
+                    seconds, prep.input_size, record, prep.lengths, choices,
+                    network_calibrated=[m.alias for m in models if K_net < K and _holds_network(m)])

@@ -25,10 +25,15 @@ scores the coverage is at least `level`). Two kinds of past windows qualify:
 Where fewer than level / (1 - level) scores are known (e.g. 19 for 95 %), the interval is NaN:
 no interval is better than a made-up one. Pooling is by window index across series: series that
 end together (the usual panel) share their calendar, so the pool holds only the past.
+
+A series flat for most of its history that has only begun to move (a new item's leading zeros, intermittent
+demand) has a MASE scale far below its changes now, and so intervals far too narrow for its values: such
+series are named in a FlatHistoryWarning (`flat_then_moving`); their intervals are left as the method gives them.
 """
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Sequence
 
 import numpy as np
@@ -95,6 +100,11 @@ def errors_needed(level: float) -> int:
     return n
 
 
+def windows_needed(level: float, n_series: int) -> int:
+    """The calibration windows that give `n_series` series `errors_needed(level)` errors per step together."""
+    return -(-errors_needed(level) // max(1, int(n_series)))
+
+
 def known_windows(n_calibration: int, n_windows: int, h: int, step: int) -> list[int]:
     """For each backtest window w, how many of the combined windows (K calibration, then the
     backtest's) have their truth known at w's cutoff: all K, then w' <= w - ceil(h / step)."""
@@ -119,3 +129,51 @@ def conformal_bounds(point: np.ndarray, scale: np.ndarray, scores: np.ndarray, k
             q[w, k] = [conformal_quantile(pool[:, k], lv) for lv in levels]
     half = q[None] * scale[:, :, None, None]                                          # (S, W, h, L)
     return point[..., None] - half, point[..., None] + half
+
+
+# A history flat for most of it (its value unchanged from a season before at FLAT_SHARE of its steps or more) whose
+# last max(season, h) steps change SCALE_JUMP times as much as MASE's scale says: the scale sizes no interval of now.
+FLAT_SHARE = 0.5
+SCALE_JUMP = 10
+
+
+class FlatHistoryWarning(UserWarning):
+    """Some series' intervals are sized by the MASE scale of a history flat for most of it, far below their last
+    values' changes: they are too narrow for those series now."""
+
+
+def flat_then_moving(history: np.ndarray, season_length: int, h: int) -> tuple[float, float] | None:
+    """(MASE's scale, the mean |y_t - y_{t-m}| of the last max(m, h) steps) of a history (T,) flat for most of it
+    (FLAT_SHARE of its seasonal differences zero) whose last steps change at least SCALE_JUMP times its scale;
+    None for any other history (too short to tell, flat throughout, or moving all along)."""
+    y, m = np.asarray(history, dtype=float), int(season_length)
+    n = max(m, int(h))
+    if y.size <= n + m:
+        return None
+    d = np.abs(y[m:] - y[:-m])                                                        # (T - m,)
+    scale, recent = float(d.mean()), float(d[-n:].mean())
+    if scale > 0 and recent >= SCALE_JUMP * scale and (d == 0).mean() >= FLAT_SHARE:
+        return scale, recent
+    return None
+
+
+def warn_flat_then_moving(ids: Sequence, series: Sequence[np.ndarray], cutoffs: np.ndarray, season_length: int,
+                          h: int, stacklevel: int = 3) -> list[str]:
+    """A FlatHistoryWarning naming the series whose history before some cutoff (S, W) is `flat_then_moving`; the
+    names (none: no warning)."""
+    found = {}
+    for uid, y, cs in zip(ids, series, np.asarray(cutoffs)):
+        for c in cs:
+            hit = flat_then_moving(np.asarray(y)[: int(c)], season_length, h)
+            if hit is not None:
+                found.setdefault(str(uid), hit)
+    if found:
+        (uid, (scale, recent)), n = next(iter(found.items())), max(int(season_length), int(h))
+        named = ", ".join(list(found)[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        warnings.warn(f"conformal intervals of {len(found)} series ({named}) are sized by the MASE scale of a history "
+                      f"that was flat for most of it ({uid}: {scale:.3g}, while its last {n} steps change by "
+                      f"{recent:.3g}, {recent / scale:.0f} times as much): they are far too narrow for such a series' values now "
+                      "(a new item, or intermittent demand that has begun to sell); drop such a series' values from "
+                      "before it began to move (its leading flat stretch), so that its history is what it is now",
+                      FlatHistoryWarning, stacklevel=stacklevel)
+    return list(found)

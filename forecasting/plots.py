@@ -1,7 +1,8 @@
 """Pictures of a backtest: forecasts against actuals (with their intervals), MASE and interval
 coverage by horizon step; and of a forecast of the future (`plot_future`).
 
-Figures are built with matplotlib's object API (no pyplot state, no backend switching).
+Figures are built with matplotlib's object API (no pyplot state, no backend switching). Legends lie outside the
+axes (below the panels, or right of them), so that they hide no line.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def colours(names: Sequence[str]) -> dict[str, str]:
 def save_png(fig: Figure, path: str | os.PathLike, dpi: int = 110) -> None:
     """Write `fig` as a PNG atomically: the old file or the new one, never half of one."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")     # a legend outside the axes stays whole
     atomic_write_bytes(path, buf.getvalue())
 
 
@@ -66,8 +67,22 @@ def plot_future(fc: "Forecast", df: pd.DataFrame, series: Sequence[str] | None =
         if len(hist):
             ax.axvline(hist[DS].iloc[-1], color="0.7", ls=":", lw=0.8)
         ax.set_title(str(uid), fontsize=9, loc="left")
-    axes[0].legend(fontsize=8, ncol=min(len(fc.models) + 1, 6), loc="upper left")
+    _legend_below(fig, axes[0], ncol=min(len(fc.models) + 1, 6))
     return fig
+
+
+def _legend_below(fig: Figure, ax, ncol: int, **kw) -> None:
+    """The legend of `ax`'s lines under the figure's axes, outside them: it hides no data."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", fontsize=8, ncol=ncol, **kw)
+
+
+def _legend_right(fig: Figure, ax, **kw) -> None:
+    """The legend of `ax`'s lines right of the figure's axes, outside them: it hides no data."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside right upper", **kw)
 
 
 def plot_forecasts(res: BacktestResult, df: pd.DataFrame | None = None, series: Sequence[str] | None = None,
@@ -96,7 +111,7 @@ def plot_forecasts(res: BacktestResult, df: pd.DataFrame | None = None, series: 
         for c in fu["cutoff"].unique():
             ax.axvline(c, color="0.7", ls=":", lw=0.8)
         ax.set_title(str(uid), fontsize=9, loc="left")
-    axes[0].legend(fontsize=8, ncol=min(len(res.models) + 2, 6), loc="upper left")
+    _legend_below(fig, axes[0], ncol=min(len(res.models) + 2, 6))
     return fig
 
 
@@ -114,7 +129,7 @@ def plot_mase_by_horizon(res: BacktestResult, log: bool = False) -> Figure:
         ax.set_yscale("log")
     ax.set_xlabel("horizon step")
     ax.set_ylabel("MASE")
-    ax.legend(fontsize=8, title="overall MASE", title_fontsize=8)
+    _legend_right(fig, ax, fontsize=8, title="overall MASE", title_fontsize=8)
     return fig
 
 
@@ -132,5 +147,5 @@ def plot_coverage(res: BacktestResult) -> Figure:
         ax.axhline(lv, color="0.3", lw=0.9, ls="--")
         ax.set_ylabel(f"coverage of {lv:g} % (%)")
     axes[-1].set_xlabel("horizon step")
-    axes[0].legend(fontsize=7, ncol=2)
+    _legend_right(fig, axes[0], fontsize=7)
     return fig

@@ -9,6 +9,14 @@ A run without `resume` removes what the earlier run listed before it trains (its
 be overwritten in part); a resumed run keeps them. Nothing outside the listing is ever removed: a user's
 file in the folder, or added inside a listed model folder, stays, and a listed path that leaves the folder is ignored. A stopped run is one
 whose checkpoints hold a training that had epochs left (`checkpoint.unfinished`).
+
+The record says `"complete": false` from the moment a run changes the folder (`start` where it lists other files,
+and `writing`, before the first result file) until its last file is written (`finish`): a run stopped while writing
+its results (Ctrl-C) leaves a folder that says it is unfinished, whose files may be partly this run's and partly an
+earlier one's. (One stopped while training is told by its checkpoints.) `run_state(out)` reads that; the command
+says so and points to --resume, which completes it.
+
+    folder.writing([...])                           # before the first result file: unfinished until `finish`
 """
 from __future__ import annotations
 
@@ -22,6 +30,20 @@ from frozenvit.backbone.suite.errors import UsageError
 
 log = logging.getLogger("frozenvit.forecasting")
 RECORD = "run.json"                     # its kind: forecast.<command>.run
+UNFINISHED = ("stopped before all its results were written (training or writing was interrupted); run the same "
+              "command with --resume to complete it")
+
+
+def run_state(out: str | Path) -> str | None:
+    """"complete" or "unfinished" for an output folder of `forecast backtest` or `forecast predict` (its run.json's
+    `complete`; a record written before that key existed counts as complete), None where there is no run record."""
+    try:
+        rec = json.loads((Path(out) / RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(rec, dict) or not str(rec.get("frozenvit", "")).startswith("forecast."):
+        return None
+    return "unfinished" if rec.get("complete") is False else "complete"
 
 
 class RunFolder:
@@ -35,6 +57,8 @@ class RunFolder:
             rec = {}
         ok = isinstance(rec, dict) and rec.get("frozenvit") == self.kind and isinstance(rec.get("files"), list)
         self.earlier: list[str] = sorted(f for f in rec["files"] if self._inside(f)) if ok else []
+        self.unfinished = ok and rec.get("complete") is False       # an earlier run that stopped before its end
+        self._recorded = (self.earlier, not self.unfinished) if ok else None     # what run.json says now
         if not resume and (self.out / "checkpoints").is_dir():
             from .checkpoint import unfinished
 
@@ -98,17 +122,32 @@ class RunFolder:
 
     def start(self, planned: Iterable[str]) -> None:
         """Before training (the folder claimed): without resume, remove the earlier run's files; then list
-        `planned` beside whatever of the earlier run is still there (written only when that changes)."""
+        `planned` beside whatever of the earlier run is still there, the run unfinished (written only when that
+        changes the listing: a resumed run that stops before writing anything leaves the record as it was)."""
         listed = self.earlier
         if not self.resume:
             self._remove(self.earlier)
             self.earlier = []
         self.earlier = sorted(set(self.earlier) | set(planned))
         if self.earlier != listed:
-            write_json(self.out / RECORD, {"files": self.earlier}, kind=self.kind)
+            self._record(self.earlier, complete=False)
+
+    def writing(self, planned: Iterable[str]) -> None:
+        """Before the first result file is written (the folder claimed): record the folder as unfinished, listing
+        `planned` beside whatever of the earlier run is still there, until `finish`."""
+        self.earlier = sorted(set(self.earlier) | set(planned))
+        self._record(self.earlier, complete=False)
 
     def finish(self, written: Iterable[str]) -> None:
-        """After the results are written: remove what was listed and not written again; record `written`."""
+        """After the results are written: remove what was listed and not written again; record `written`, and
+        the run as complete."""
         written = sorted(set(written))
         self._remove(f for f in self.earlier if f not in written)
-        write_json(self.out / RECORD, {"files": written}, kind=self.kind)
+        self._record(written, complete=True)
+
+    def _record(self, files: list[str], complete: bool) -> None:
+        if self._recorded == (files, complete):
+            return
+        self._recorded = (files, complete)
+        write_json(self.out / RECORD, {"files": files, "complete": complete,
+                                       **({} if complete else {"unfinished": UNFINISHED})}, kind=self.kind)

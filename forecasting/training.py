@@ -24,8 +24,8 @@ from sklearn.base import clone
 from sklearn.utils._param_validation import Interval, StrOptions
 from torch import nn
 
-from frozenvit.backbone.suite.artifacts import (atomic_dir, check_tensor_metadata, read_config, tensor_metadata,
-                                                 write_json)
+from frozenvit.backbone.suite.artifacts import (atomic_dir, check_tensor_metadata, read_config,
+                                                 sort_tensor_metadata, tensor_metadata, write_json)
 from frozenvit.backbone.suite.errors import ArtifactError, NotFittedError, ParameterError
 from frozenvit.backbone.suite.progress import progress_bar
 
@@ -558,6 +558,7 @@ class NeuralForecaster(Forecaster):
                    "params": self.recorded_params()}
             save_file({k: v.contiguous() for k, v in self.net_.state_dict().items()}, str(tmp / "model.safetensors"),
                       metadata=tensor_metadata(cfg))
+            sort_tensor_metadata(tmp / "model.safetensors")
             write_json(tmp / "config.json", cfg)
         return Path(path)
 
