@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
-from frozenvit.backbone.suite.artifacts import atomic_dir, check_tensor_metadata, read_config, tensor_metadata, write_json
+from frozenvit.backbone.suite.artifacts import (atomic_dir, check_tensor_metadata, read_config, sort_tensor_metadata,
+                                              tensor_metadata, write_json)
 from frozenvit.backbone.errors import ArtifactError, BackboneUnavailable
 from frozenvit.backbone.suite.errors import UsageError
 
@@ -119,6 +120,7 @@ def save_patchcore(det: Any, path: str | os.PathLike, backbone_source: dict | No
     with atomic_dir(path, KIND, flag=flag, replaces=REPLACES) as tmp:
         save_file({"bank": det.bank_, "calibration_scores": np.asarray(det.calibration_scores_, np.float32)},
                   str(tmp / "bank.safetensors"), metadata=tensor_metadata(cfg))
+        sort_tensor_metadata(tmp / "bank.safetensors")
         save_index(det.index_, tmp / "index.faiss")
         write_json(tmp / "config.json", cfg)
 

@@ -37,7 +37,7 @@ from safetensors.torch import load_file, save_file
 
 from frozenvit.backbone.errors import ArtifactError
 from frozenvit.backbone.weights import weights_fingerprint as backbone_fingerprint
-from frozenvit.backbone.suite.artifacts import atomic_dir, read_config, write_json
+from frozenvit.backbone.suite.artifacts import atomic_dir, read_config, sort_tensor_metadata, write_json
 from frozenvit.backbone.suite.errors import ParameterError
 from frozenvit.backbone.suite.progress import progress_bar
 
@@ -248,29 +248,10 @@ def save_tensors(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[st
     tensors and metadata would not always be the same bytes (nor have the same sha256)."""
     save_file(tensors, str(path), metadata=metadata)
     if metadata and len(metadata) > 1:
-        _sort_metadata(Path(path))
+        sort_tensor_metadata(path)
     mask = os.umask(0)
     os.umask(mask)
     os.chmod(path, 0o666 & ~mask)
-
-
-def _sort_metadata(path: Path) -> None:
-    """Rewrite the header of the safetensors file `path` with its "__metadata__" keys sorted: the same header
-    otherwise (tensor entries in their order, so the data offsets stand), padded with spaces to its length."""
-    with open(path, "r+b") as f:
-        n = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(n))                                 # dicts keep the file's key order
-        header["__metadata__"] = dict(sorted(header.get("__metadata__", {}).items()))
-        text = json.dumps({"__metadata__": header.pop("__metadata__"), **header}, separators=(",", ":"),
-                          ensure_ascii=False).encode()
-        if len(text) <= n:                                              # a reordering: the length it had
-            f.seek(8)
-            f.write(text.ljust(n, b" "))
-            return
-        data = f.read()                                                 # other escapes made it longer: a new file
-    text = text.ljust(-(-len(text) // 8) * 8, b" ")                     # safetensors aligns the data to 8 bytes
-    with open(path, "wb") as f:
-        f.write(len(text).to_bytes(8, "little") + text + data)
 
 
 def native_bfloat16() -> bool:

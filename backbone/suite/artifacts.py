@@ -652,6 +652,27 @@ def tensor_metadata(cfg: dict) -> dict[str, str]:
     return {"format": "pt", "frozenvit_config_sha256": config_digest(cfg)}
 
 
+def sort_tensor_metadata(path: str | os.PathLike) -> None:
+    """Rewrite the header of the safetensors file `path` with its "__metadata__" keys sorted: the same header
+    otherwise (tensor entries in their order, so the data offsets stand), padded with spaces to its length.
+    safetensors writes the metadata from a hash map, in an order that changes from one call to the next, so the same
+    tensors and metadata would not always be the same bytes (nor have the same sha256) without it."""
+    with open(path, "r+b") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))                                 # dicts keep the file's key order
+        header["__metadata__"] = dict(sorted(header.get("__metadata__", {}).items()))
+        text = json.dumps({"__metadata__": header.pop("__metadata__"), **header}, separators=(",", ":"),
+                          ensure_ascii=False).encode()
+        if len(text) <= n:                                              # a reordering: the length it had
+            f.seek(8)
+            f.write(text.ljust(n, b" "))
+            return
+        data = f.read()                                                 # other escapes made it longer: a new file
+    text = text.ljust(-(-len(text) // 8) * 8, b" ")                     # safetensors aligns the data to 8 bytes
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + data)
+
+
 def check_tensor_metadata(tensor_file: str | os.PathLike, cfg: dict) -> None:
     """Raise ArtifactError when `cfg` is not the config the tensors were saved with (edited by hand)."""
     from safetensors import safe_open
