@@ -546,8 +546,9 @@ def refuse_on_int8(model: Any, what: str) -> None:
                              f"{INT8_NO_DECISIONS}, and {what} works on those stored float32 scores. "
                              + ("Add normals to the float32 model (load it without the int8 backbones), save it, then "
                                 "run or export it in int8 again" if what == "partial_fit" else
-                                "Score known normal images in int8 and choose the threshold on those scores "
-                                "(det.set_params(threshold=T)); or run the backbones in float32"))
+                                "Calibrate a threshold on int8 scores of normal images the model never saw: "
+                                "det.calibrate(normals, target_fpr=...) (frozenvit anomaly calibrate), or "
+                                "det.set_params(threshold=T); or run the backbones in float32"))
 
 
 def withhold_int8_decisions(model: Any) -> bool:
@@ -584,9 +585,11 @@ def withhold_int8_decisions(model: Any) -> bool:
     warnings.warn(f"{type(model).__name__} reads its patch grids from an int8 graph ({which}): its decisions are "
                   f"withheld (decision_threshold() None, is_defect None); scores and maps are given. Why: "
                   f"{INT8_NO_DECISIONS} (the float32 threshold withheld: {model.threshold_withheld_:.6g}), and a model "
-                  "stores no normals to recalibrate on. To decide, score known normal images in "
-                  "int8 and set a threshold chosen on those scores: det.set_params(threshold=T) (on the command line "
-                  "--threshold T); or run the backbones in float32", DecisionsWithheld, stacklevel=3)
+                  "stores no normals to recalibrate on. To decide, calibrate a threshold on int8 scores of normal "
+                  "images it never saw with det.calibrate(normals, target_fpr=...), or set one: det.set_params(threshold=T) "
+                  "(on the command line frozenvit anomaly calibrate, then --threshold T); or run the backbones in "
+                  "float32",
+                  DecisionsWithheld, stacklevel=3)
     return True
 
 
