@@ -60,15 +60,10 @@ _QUARTER_TURNS = (5, 6, 7, 8)
 
 
 def _orientation(im: Image.Image) -> int:
-    """The EXIF Orientation of an opened image (1: as stored), from its header. A PNG's eXIf chunk is read only
-    when it comes before the pixels (as the PNG specification asks): reading a later one would decode them."""
-    if im.format == "PNG" and "exif" not in im.info:
-        return 1
-    try:
-        value = im.getexif().get(0x0112, 1)
-    except Exception:   # a malformed EXIF block: the pixels are still readable, as stored
-        return 1
-    return value if isinstance(value, int) and 1 <= value <= 8 else 1
+    """The EXIF Orientation of an opened image (1: as stored): the backbone's rule (`exif_orientation`)."""
+    from frozenvit.backbone.preprocess import exif_orientation
+
+    return exif_orientation(im)
 
 
 def _open(path: str | os.PathLike) -> Image.Image:

@@ -250,44 +250,37 @@ def recover(target: str | os.PathLike) -> bool:
     return False
 
 
-def _hold(folder: Path) -> int | None:
-    """Take an exclusive flock on `folder` for as long as the returned descriptor is open; None without flock
-    (Windows: concurrent writes to one path are the user's to avoid) or when it cannot be opened."""
+def _try_lock(folder: Path) -> tuple[int | None, bool]:
+    """(descriptor holding an exclusive flock on `folder`, or None; whether another process holds one). No flock
+    (Windows: concurrent writes to one path are the user's to avoid), or a folder that cannot be opened: (None,
+    False)."""
     try:
         import fcntl
     except ImportError:
-        return None
+        return None, False
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
-        return None
+        return None, False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except OSError as e:
         os.close(fd)
-        return None
-    return fd
+        return None, isinstance(e, BlockingIOError)
+    return fd, False
+
+
+def _hold(folder: Path) -> int | None:
+    """Take an exclusive flock on `folder` for as long as the returned descriptor is open (None: not locked)."""
+    return _try_lock(folder)[0]
 
 
 def _running(folder: Path) -> bool:
     """Whether a live write holds `folder` (its temporary) locked: a killed write's lock went with its process."""
-    try:
-        import fcntl
-    except ImportError:
-        return False
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
+    fd, held = _try_lock(folder)
+    if fd is not None:
         os.close(fd)
-    return False
+    return held
 
 
 def _refuse_running(target: Path, flag: str, mine: Path | None = None) -> None:
