@@ -913,7 +913,7 @@ def _add_method_args(p: argparse.ArgumentParser, calibration: bool = True) -> No
     from . import defaults as d
 
     default_name = d.BACKBONE or "the embedded ViT"
-    add_backbone_args(p, default_help=f"fit: the default ensemble; audit: {default_name}",
+    add_backbone_args(p, default_help=f"fit: the default ensemble; audit: {default_name}", non_square=True,
                       blocks_help="0-based backbone blocks (ConvNet stages) to fuse, e.g. 7,10; without it two "
                                   "intermediate blocks (for a ConvNet its stride-8 and stride-16 stages)")
     for a in p._actions:                                             # the anomaly default is its own (defaults.py)

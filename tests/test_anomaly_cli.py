@@ -370,3 +370,21 @@ def test_evaluate_shows_detection_at_the_operating_points_the_held_out_normals_a
     assert "needs at least 99 held-out normals" in out and "needs at least 9 held-out normals" in out
     m = json.loads((workspace / "m_ops.json").read_text())["metrics"]
     assert m["held_out_normals"] == 2 and m["detection_rate@10%"] is None
+
+
+def test_fit_takes_a_non_square_image_size_and_the_model_loads_at_it(workspace, capsys):
+    """`anomaly fit --image-size H,W` (wide inspection images): the backbone is built at H x W, recorded, and the
+    saved model predicts at it."""
+    out = workspace / "wide"
+    assert main(["anomaly", "fit", "--data", str(workspace / "data" / "weave"), "--out", str(out),
+                 "--backbone", "test_vit", "--weights", str(workspace / "w.safetensors"), "--image-size", "64,80",
+                 "--threads", "1"]) == 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["backbone"]["img_size"] == [64, 80] and cfg["grid"] == [4, 5]
+    assert main(["anomaly", "predict", "--model", str(out), "--images", str(workspace / "data" / "weave" / "test"),
+                 "--out", str(workspace / "pred_wide")]) == 0
+    assert len(list(csv.DictReader(open(workspace / "pred_wide" / "scores.csv")))) == 6
+    with pytest.raises(SystemExit):
+        main(["anomaly", "fit", "--data", str(workspace / "data" / "weave"), "--out", str(workspace / "bad"),
+              "--image-size", "64,x"])
+    assert "--image-size" in capsys.readouterr().err
