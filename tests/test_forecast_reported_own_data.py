@@ -12,27 +12,7 @@ import pytest
 from frozenvit.backbone.suite.cli import main
 from frozenvit.forecasting import ETS, Naive, SeasonalNaive, Theta, backtest, forecast
 from frozenvit.forecasting.baselines import StatsForecastModel
-
-
-def _frame(lengths=(120,), freq="D", seed=0) -> pd.DataFrame:
-    """Series of a weekly cycle, a slight trend and noise, named s0, s1, ..."""
-    rng = np.random.default_rng(seed)
-    parts = []
-    for i, n in enumerate(lengths):
-        t = np.arange(n)
-        y = 10 + i + np.sin(2 * np.pi * t / 7) + 0.02 * t + 0.1 * rng.normal(size=n)
-        parts.append(pd.DataFrame({"unique_id": f"s{i}", "ds": pd.date_range("2021-01-01", periods=n, freq=freq),
-                                   "y": y}))
-    return pd.concat(parts, ignore_index=True)
-
-
-def _csv(path: Path, lengths=(120,), freq="D") -> Path:
-    _frame(lengths, freq).to_csv(path, index=False)
-    return path
-
-
-def _summary(out: Path) -> dict:
-    return json.loads((out / "summary.json").read_text())
+from test_forecasting_reported_cli import _csv, _frame, _summary
 
 
 # 1: the history recorded is the one the forecasts used -----------------------------------------------------------
