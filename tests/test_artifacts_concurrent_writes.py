@@ -69,3 +69,36 @@ def test_sequential_writes_replace_as_before(tmp_path: Path) -> None:
         time.sleep(0.01)
     assert (target / "a.txt").read_text() == "two"
     assert _siblings(target, "tmp") == [] and _siblings(target, "old") == []
+
+
+def _hold_temporary(path: str, held: "mp.synchronize.Event", release: "mp.synchronize.Event") -> None:
+    import fcntl
+
+    fd = os.open(path, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    held.set()
+    release.wait(30)
+    os.close(fd)
+
+
+def test_two_writes_that_passed_the_early_check_together_the_later_gives_way(tmp_path: Path) -> None:
+    """Ordered by when each temporary was made, not by its folder's mtime, which the earlier write's files move."""
+    from frozenvit.backbone.suite.artifacts import _new_temporary, _refuse_running
+
+    target = tmp_path / "out"
+    first = _new_temporary(target, "tmp")
+    ctx = mp.get_context("fork")
+    held, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold_temporary, args=(str(first), held, release))
+    holder.start()
+    try:
+        assert held.wait(30)
+        time.sleep(0.05)
+        second = _new_temporary(target, "tmp")
+        time.sleep(0.05)
+        (first / "written-later.bin").write_bytes(b"x")     # the first write goes on: its folder's mtime moves on
+        with pytest.raises(OutputConflict, match="being written by another frozenvit run"):
+            _refuse_running(target, "--out", mine=second)
+    finally:
+        release.set()
+        holder.join(30)

@@ -283,12 +283,21 @@ def _running(folder: Path) -> bool:
     return held
 
 
+def _started(tmp: Path) -> tuple[int, str]:
+    """When a temporary was made: its tag's mtime (written once, at creation; the folder's own changes as files are
+    written into it), its name breaking ties."""
+    try:
+        return (tmp / TEMP_MARKER).stat().st_mtime_ns, tmp.name
+    except OSError:
+        return 0, tmp.name
+
+
 def _refuse_running(target: Path, flag: str, mine: Path | None = None) -> None:
     """OutputConflict when another write of `target` is running (one that started before `mine`, when given)."""
     for p in _siblings(target, "tmp"):
         if p == mine or not _running(p):
             continue
-        if mine is not None and (p.stat().st_mtime_ns, p.name) > (mine.stat().st_mtime_ns, mine.name):
+        if mine is not None and _started(p) > _started(mine):
             continue                   # it started after this one: it is the one refused
         raise OutputConflict(f"{flag} {target} is being written by another frozenvit run now (its temporary folder "
                              f"{p.name}); wait for it to finish, or choose another {flag} path")
