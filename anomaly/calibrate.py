@@ -22,7 +22,7 @@ from frozenvit.backbone.suite.errors import ParameterError
 from .errors import DatasetError
 from .images import image_list
 from .threshold import conformal_threshold, min_held_out
-from .updates import SHOWN, bank_images, image_names
+from .updates import SHOWN, bank_images, names_of
 
 
 def false_alarm_bound(n: int, target_fpr: float) -> float:
@@ -49,10 +49,7 @@ def calibrate(det: Any, images: Any, target_fpr: float | None, names: Sequence[s
     images = image_list(images, who)
     if not images:
         raise DatasetError(f"{who} got no images: give normal images the model never saw, like those it will judge")
-    names = image_names(images) if names is None else [str(n) for n in names]
-    if len(names) != len(images):
-        raise DatasetError(f"{who} got {len(names)} names for {len(images)} images: give one name per image, or "
-                           "none (paths name themselves)")
+    names = names_of(images, names, who)
     held = bank_images(images, names, det.updates_)
     if held:
         shown = ", ".join(held[:SHOWN]) + (f" and {len(held) - SHOWN} more" if len(held) > SHOWN else "")

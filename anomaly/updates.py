@@ -106,6 +106,15 @@ def fresh_images(names: Sequence[str], digests: Sequence[str], images: Sequence[
     return keep
 
 
+def names_of(images: Sequence[Any], names: Sequence[str] | None, who: str) -> list[str]:
+    """The names given for `images` (one each: DatasetError otherwise, `who` naming the call), or `image_names`."""
+    names = image_names(images) if names is None else [str(n) for n in names]
+    if len(names) != len(images):
+        raise DatasetError(f"{who} got {len(names)} names for {len(images)} images: give one name per image, or "
+                           "none (paths name themselves)")
+    return names
+
+
 def new_normals(images: Any, names: Sequence[str] | None, updates: Sequence[dict],
                 who: str) -> tuple[list[Any], list[str], list[str]]:
     """The images of a `partial_fit` call (`who` names it in errors) that no earlier update used, with their names
@@ -114,10 +123,7 @@ def new_normals(images: Any, names: Sequence[str] | None, updates: Sequence[dict
     images = image_list(images, who)
     if not images:
         raise DatasetError(f"{who} got no images: give at least 1 normal image to add")
-    names = image_names(images) if names is None else [str(n) for n in names]
-    if len(names) != len(images):
-        raise DatasetError(f"{who} got {len(names)} names for {len(images)} images: give one name per image, or "
-                           "none (paths name themselves)")
+    names = names_of(images, names, who)
     digests = [image_digest(x) for x in images]
     keep = fresh_images(names, digests, images, updates)
     return [images[i] for i in keep], [names[i] for i in keep], [digests[i] for i in keep]

@@ -23,14 +23,20 @@ def _slow_write(target: str, started: "mp.synchronize.Event", release: "mp.synch
         (tmp / "b.txt").write_text("first")
 
 
-def test_second_write_while_first_runs_is_refused_and_first_lands(tmp_path: Path) -> None:
-    target = tmp_path / "out"
+def _start_slow_write(target: Path) -> tuple["mp.process.BaseProcess", "mp.synchronize.Event"]:
+    """A process writing `target` that has begun and waits for the event returned (set it to let it finish)."""
     ctx = mp.get_context("fork")
     started, release = ctx.Event(), ctx.Event()
     first = ctx.Process(target=_slow_write, args=(str(target), started, release))
     first.start()
+    assert started.wait(30)
+    return first, release
+
+
+def test_second_write_while_first_runs_is_refused_and_first_lands(tmp_path: Path) -> None:
+    target = tmp_path / "out"
+    first, release = _start_slow_write(target)
     try:
-        assert started.wait(30)
         with pytest.raises(OutputConflict, match="being written by another frozenvit run"):
             check_artifact_dir(target, "test.kind")
         with pytest.raises(OutputConflict, match="being written by another frozenvit run"):
@@ -47,11 +53,7 @@ def test_second_write_while_first_runs_is_refused_and_first_lands(tmp_path: Path
 
 def test_killed_write_temporary_is_still_cleaned(tmp_path: Path) -> None:
     target = tmp_path / "out"
-    ctx = mp.get_context("fork")
-    started, release = ctx.Event(), ctx.Event()
-    first = ctx.Process(target=_slow_write, args=(str(target), started, release))
-    first.start()
-    assert started.wait(30)
+    first, _ = _start_slow_write(target)
     os.kill(first.pid, 9)
     first.join(30)
     assert len(_siblings(target, "tmp")) == 1          # left by the killed write, its lock gone with it
